@@ -1,0 +1,40 @@
+# Thin wrapper over CMake. `make` builds (Release), `make test` runs every test,
+# `make demo` runs the main job, `make bench` the benchmarks, `make install PREFIX=...`.
+BUILD ?= build
+PREFIX ?= /usr/local
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all build test demo bench install clean asan
+
+all: build
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	./$(BUILD)/attn demo
+
+bench: build
+	./$(BUILD)/attn bench peak
+	./$(BUILD)/attn bench gemm --m 1024,2048 --threads 1,2
+	./$(BUILD)/attn bench attention --impl sdpa --n 512,1024 --d 64 --threads 1,2
+
+install: build
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	cmake --install $(BUILD)
+
+# The suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+asan:
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DATTN_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD) build-asan

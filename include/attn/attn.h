@@ -1,0 +1,10 @@
+/* attn: attention mechanisms and transformer models in C11. Umbrella header. */
+#ifndef ATTN_H
+#define ATTN_H
+
+#include "core.h"
+#include "kernels.h"
+#include "attention.h"
+#include "safetensors.h"
+
+#endif

@@ -1,0 +1,114 @@
+/* attn core: status codes, per-thread error messages, tensor views, threads, CPU dispatch. */
+#ifndef ATTN_CORE_H
+#define ATTN_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTN_VERSION_MAJOR 0
+#define ATTN_VERSION_MINOR 1
+#define ATTN_VERSION_PATCH 0
+#define ATTN_VERSION_STRING "0.1.0"
+
+/* Stable numeric status codes: values never change once released. */
+typedef enum attn_status {
+    ATTN_OK = 0,
+    ATTN_ERR_INVALID_ARGUMENT = 1, /* a NULL pointer, a negative size, an unknown enum value */
+    ATTN_ERR_SHAPE = 2,            /* shapes that do not agree */
+    ATTN_ERR_OVERFLOW = 3,         /* size arithmetic would overflow */
+    ATTN_ERR_OUT_OF_MEMORY = 4,
+    ATTN_ERR_WORKSPACE = 5,        /* the workspace passed is smaller than *_workspace_size() said */
+    ATTN_ERR_IO = 6,               /* open/read/write/mmap failed */
+    ATTN_ERR_UNSUPPORTED = 7,      /* a valid request this build cannot serve */
+    ATTN_ERR_NOT_FOUND = 8,        /* a named item is absent */
+    ATTN_ERR_NUMERIC = 9,          /* a non-finite value where a finite one is required */
+
+    /* safetensors validation, one code per problem (mirrors the reference implementation) */
+    ATTN_ERR_ST_HEADER_TOO_SMALL = 20,   /* file shorter than the 8-byte length prefix */
+    ATTN_ERR_ST_HEADER_TOO_LARGE = 21,   /* declared header length above the limit (100 MB) */
+    ATTN_ERR_ST_HEADER_TRUNCATED = 22,   /* declared header length beyond the end of the file */
+    ATTN_ERR_ST_INVALID_HEADER_START = 23, /* header does not start with '{' */
+    ATTN_ERR_ST_INVALID_JSON = 24,       /* header is not the expected JSON object */
+    ATTN_ERR_ST_INVALID_UTF8 = 25,       /* header is not valid UTF-8 */
+    ATTN_ERR_ST_UNKNOWN_DTYPE = 26,
+    ATTN_ERR_ST_DUPLICATE_NAME = 27,
+    ATTN_ERR_ST_INVALID_OFFSET = 28,     /* offsets not contiguous, begin > end */
+    ATTN_ERR_ST_OFFSET_OUT_OF_BOUNDS = 29, /* a tensor reaches past the data buffer */
+    ATTN_ERR_ST_INCOMPLETE_BUFFER = 30,  /* the tensors do not cover the data buffer exactly */
+    ATTN_ERR_ST_TENSOR_INVALID_INFO = 31,/* byte length != product(shape) * dtype size */
+    ATTN_ERR_ST_SIZE_OVERFLOW = 32,      /* product(shape) * dtype size overflows */
+    ATTN_ERR_ST_MISSING_FIELD = 33,      /* a tensor entry lacks dtype, shape or data_offsets */
+    ATTN_ERR_ST_INVALID_METADATA = 34    /* __metadata__ is not an object of strings */
+} attn_status;
+
+/* A short constant description of a status code ("invalid argument", ...). */
+const char *attn_status_str(attn_status s);
+
+/* The message of the last error raised on the calling thread: it names the function, the
+ * argument and the shapes involved. Empty string when no error happened on this thread. */
+const char *attn_last_error(void);
+void attn_clear_error(void);
+
+/* ---- tensor views ----------------------------------------------------------------------
+ * A view does not own memory. Shapes and strides are in elements; a stride of 0 broadcasts. */
+#define ATTN_MAX_RANK 4
+
+typedef struct attn_tensor {
+    float *data;
+    int rank;
+    int64_t shape[ATTN_MAX_RANK];
+    int64_t stride[ATTN_MAX_RANK];
+} attn_tensor;
+
+/* Boolean view: one byte per element, nonzero = true. */
+typedef struct attn_btensor {
+    const uint8_t *data;
+    int rank;
+    int64_t shape[ATTN_MAX_RANK];
+    int64_t stride[ATTN_MAX_RANK];
+} attn_btensor;
+
+/* Contiguous row-major views. */
+attn_tensor attn_tensor_1d(float *data, int64_t n0);
+attn_tensor attn_tensor_2d(float *data, int64_t n0, int64_t n1);
+attn_tensor attn_tensor_3d(float *data, int64_t n0, int64_t n1, int64_t n2);
+attn_tensor attn_tensor_4d(float *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
+attn_btensor attn_btensor_2d(const uint8_t *data, int64_t n0, int64_t n1);
+attn_btensor attn_btensor_4d(const uint8_t *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
+
+/* Number of elements, with overflow checks (ATTN_ERR_OVERFLOW on a hostile shape). */
+attn_status attn_tensor_numel(const attn_tensor *t, size_t *numel);
+
+/* Checked size arithmetic: return 0 and store the result, or return 1 on overflow. */
+int attn_mul_overflow(size_t a, size_t b, size_t *out);
+int attn_add_overflow(size_t a, size_t b, size_t *out);
+
+/* ---- threads ------------------------------------------------------------------------------
+ * Work is partitioned independently of the thread count, so results are bitwise identical for
+ * any number of threads. n <= 0 restores the default (OpenMP's, or ATTN_NUM_THREADS). */
+void attn_set_num_threads(int n);
+int attn_get_num_threads(void);
+
+/* ---- CPU dispatch --------------------------------------------------------------------------
+ * Kernels are chosen once at first use from cpuid; ATTN_ISA=ref|avx2|avx512 forces one (an ISA
+ * the CPU lacks falls back to the best supported one). */
+typedef enum attn_isa { ATTN_ISA_REF = 0, ATTN_ISA_AVX2 = 1, ATTN_ISA_AVX512 = 2 } attn_isa;
+
+attn_isa attn_active_isa(void);
+const char *attn_isa_name(attn_isa isa);
+/* Best ISA the CPU supports (ignores ATTN_ISA). */
+attn_isa attn_detected_isa(void);
+/* Force an ISA at run time (tests use this to compare kernels); returns ATTN_ERR_UNSUPPORTED when
+ * the CPU cannot run it. */
+attn_status attn_force_isa(attn_isa isa);
+/* Comma-separated CPU features attn looked for and found, e.g. "avx2,fma,avx512f,avx512bf16". */
+const char *attn_cpu_features(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,89 @@
+/* attn safetensors: a validating reader (file via mmap, or a memory buffer) and a writer.
+ *
+ * Format: u64 little-endian header length N, N bytes of JSON header
+ *   {"__metadata__": {"k": "v", ...}, "name": {"dtype": "F32", "shape": [..],
+ *    "data_offsets": [begin, end]}, ...}
+ * then the data buffer; offsets are relative to the buffer start. The reader treats the file as
+ * hostile: every size and offset is checked and each violation has its own status code. */
+#ifndef ATTN_SAFETENSORS_H
+#define ATTN_SAFETENSORS_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTN_SAFETENSORS_MAX_RANK 8
+#define ATTN_SAFETENSORS_MAX_HEADER (100u * 1000u * 1000u) /* as the reference implementation */
+
+typedef enum attn_dtype {
+    ATTN_DTYPE_BOOL = 0, ATTN_DTYPE_U8, ATTN_DTYPE_I8, ATTN_DTYPE_I16, ATTN_DTYPE_U16,
+    ATTN_DTYPE_F16, ATTN_DTYPE_BF16, ATTN_DTYPE_I32, ATTN_DTYPE_U32, ATTN_DTYPE_F32,
+    ATTN_DTYPE_I64, ATTN_DTYPE_U64, ATTN_DTYPE_F64, ATTN_DTYPE_F8_E4M3, ATTN_DTYPE_F8_E5M2,
+    ATTN_DTYPE_COUNT
+} attn_dtype;
+
+const char *attn_dtype_name(attn_dtype dt); /* "F32", ... */
+size_t attn_dtype_size(attn_dtype dt);     /* bytes per element */
+
+typedef struct attn_safetensors_tensor {
+    const char *name;      /* NUL-terminated, owned by the file object */
+    attn_dtype dtype;
+    int rank;
+    int64_t shape[ATTN_SAFETENSORS_MAX_RANK];
+    const void *data;      /* not necessarily aligned */
+    size_t nbytes;
+} attn_safetensors_tensor;
+
+typedef struct attn_safetensors attn_safetensors;
+
+/* Open and validate. On failure *out is NULL and attn_last_error() names the problem. */
+attn_status attn_safetensors_open_file(const char *path, attn_safetensors **out);
+/* The buffer is not copied: it must outlive the returned object. */
+attn_status attn_safetensors_open_memory(const void *buf, size_t len, attn_safetensors **out);
+void attn_safetensors_close(attn_safetensors *st);
+
+size_t attn_safetensors_count(const attn_safetensors *st);
+/* Tensors in data-offset order. NULL when i is out of range. */
+const attn_safetensors_tensor *attn_safetensors_get(const attn_safetensors *st, size_t i);
+/* NULL when absent. */
+const attn_safetensors_tensor *attn_safetensors_find(const attn_safetensors *st,
+                                                     const char *name);
+size_t attn_safetensors_metadata_count(const attn_safetensors *st);
+attn_status attn_safetensors_metadata_get(const attn_safetensors *st, size_t i, const char **key,
+                                          const char **value);
+/* NULL when absent. */
+const char *attn_safetensors_metadata_find(const attn_safetensors *st, const char *key);
+
+/* Copy a tensor to float32, converting from F32, F16, BF16 or F64 (and integer/bool types by
+ * value). count must equal the tensor's element count (ATTN_ERR_SHAPE otherwise). */
+attn_status attn_safetensors_read_f32(const attn_safetensors *st, const char *name, float *dst,
+                                      size_t count);
+/* The same, also checking the shape: rank and every dimension must match. */
+attn_status attn_safetensors_read_f32_shape(const attn_safetensors *st, const char *name,
+                                            float *dst, int rank, const int64_t *shape);
+
+/* ---- writer ------------------------------------------------------------------------------
+ * Tensors are referenced, not copied, until write: the data must stay valid until then.
+ * Written in insertion order, with contiguous offsets and the header padded with spaces to a
+ * multiple of 8 bytes (as the reference implementation does). */
+typedef struct attn_safetensors_writer attn_safetensors_writer;
+
+attn_status attn_safetensors_writer_create(attn_safetensors_writer **out);
+void attn_safetensors_writer_free(attn_safetensors_writer *w);
+attn_status attn_safetensors_writer_add(attn_safetensors_writer *w, const char *name,
+                                        attn_dtype dtype, int rank, const int64_t *shape,
+                                        const void *data);
+attn_status attn_safetensors_writer_add_metadata(attn_safetensors_writer *w, const char *key,
+                                                 const char *value);
+/* Written to PATH.tmp, fsynced, then renamed over path (a crash leaves the old file intact). */
+attn_status attn_safetensors_writer_write_file(attn_safetensors_writer *w, const char *path);
+/* Serialized into a malloc'ed buffer that the caller frees with free(). */
+attn_status attn_safetensors_writer_write_memory(attn_safetensors_writer *w, void **buf,
+                                                 size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,38 @@
+#include <stdlib.h>
+
+#include "internal.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static int num_threads; /* 0 = default */
+
+static int default_threads(void) {
+    const char *env = getenv("ATTN_NUM_THREADS");
+    if (env) {
+        int n = atoi(env);
+        if (n > 0) return n;
+    }
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+void attn_set_num_threads(int n) { num_threads = n > 0 ? n : 0; }
+
+int attn_get_num_threads(void) {
+#ifdef _OPENMP
+    return num_threads > 0 ? num_threads : default_threads();
+#else
+    return 1;
+#endif
+}
+
+int attn_threads_for(int64_t work_items) {
+    int t = attn_get_num_threads();
+    if (work_items < t) t = work_items > 0 ? (int)work_items : 1;
+    return t;
+}

@@ -1,0 +1,31 @@
+/* attn bench: dispatch to the benchmark subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: attn bench <peak|gemm|attention> [options]\n\n"
+            "  peak       measure this machine's FP32 FMA peak (GFLOP/s per thread count)\n"
+            "  gemm       SGEMM, attn against OpenBLAS when it was found at configure time\n"
+            "  attention  attention forward/backward (--impl sdpa|flash)\n\n"
+            "Each prints a table (median of repeated runs, GFLOP/s, fraction of the FMA peak);\n"
+            "--json prints one JSON object per line instead. `attn bench SUB --help` for options.\n");
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (cli_is_help(argv[1])) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "peak")) return bench_peak_cmd(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "gemm")) return bench_gemm_cmd(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "attention")) return bench_attention_cmd(argc - 1, argv + 1);
+    usage(stderr);
+    return cli_usage_error("bench: unknown benchmark '%s'", argv[1]);
+}

@@ -1,0 +1,22 @@
+/* attn info: version, CPU, chosen kernels, threads. */
+#include <stdio.h>
+
+#include "cli.h"
+
+int cmd_info(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            printf("usage: attn info\n\nPrints the version, the CPU features found, the kernels "
+                   "chosen for this CPU\n(ATTN_ISA=ref|avx2|avx512 forces one) and the thread "
+                   "count (ATTN_NUM_THREADS or OMP_NUM_THREADS).\n");
+            return 0;
+        }
+        return cli_usage_error("info: unexpected argument '%s'", argv[i]);
+    }
+    printf("attn %s\n", ATTN_VERSION_STRING);
+    printf("cpu features: %s\n", attn_cpu_features()[0] ? attn_cpu_features() : "(none)");
+    printf("best isa:     %s\n", attn_isa_name(attn_detected_isa()));
+    printf("kernels:      %s\n", attn_isa_name(attn_active_isa()));
+    printf("threads:      %d\n", attn_get_num_threads());
+    return 0;
+}
