@@ -60,6 +60,5 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
-    usage(stderr);
-    return cli_usage_error("unknown command '%s'", argv[1]);
+    return cli_usage_error("unknown command '%s' (see attn --help)", argv[1]);
 }

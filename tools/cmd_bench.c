@@ -15,10 +15,7 @@ static void usage(FILE *f) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
+    if (argc < 2) return cli_usage_error("bench: which benchmark? (peak, gemm or attention)");
     if (cli_is_help(argv[1])) {
         usage(stdout);
         return 0;
@@ -26,6 +23,5 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "peak")) return bench_peak_cmd(argc - 1, argv + 1);
     if (!strcmp(argv[1], "gemm")) return bench_gemm_cmd(argc - 1, argv + 1);
     if (!strcmp(argv[1], "attention")) return bench_attention_cmd(argc - 1, argv + 1);
-    usage(stderr);
-    return cli_usage_error("bench: unknown benchmark '%s'", argv[1]);
+    return cli_usage_error("bench: unknown benchmark '%s' (peak, gemm or attention)", argv[1]);
 }

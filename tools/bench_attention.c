@@ -1,0 +1,160 @@
+/* attn bench attention: attention forward (and backward) for every combination of the shape
+ * lists. flops: 4*B*H*Nq*Nk*d forward (half when causal), 2.5x that backward. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "cli.h"
+
+#define MAX_DIM 1048576
+
+static const char *impls[] = {"sdpa"};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: attn bench attention [--impl NAME[,NAME...]] [--b B] [--h H] [--n N,...]\n"
+            "                            [--d D,...] [--causal] [--backward] [--threads T,...]\n"
+            "                            [--repeats R] [--json]\n\n"
+            "Self-attention Q, K, V [B, H, N, d] for every combination of the lists; medians of R\n"
+            "(>= %d) samples after a warmup; GFLOP/s and the fraction of the FMA peak\n"
+            "(`attn bench peak`). flops = 4*B*H*N*N*d forward (half when causal), 2.5x that for\n"
+            "the backward.\n\n"
+            "  --impl       sdpa (the reference, exact N x N math in double); default sdpa\n"
+            "  --b, --h     batch and heads (default 1 and 8)\n"
+            "  --n, --d     sequence lengths and head dimensions (default 1024 and 64)\n"
+            "  --causal     causal (top-left) masking\n"
+            "  --backward   also time the backward pass\n"
+            "  --threads    thread counts (default: attn's)\n"
+            "  --repeats R  timed samples per measurement (default 7)\n"
+            "  --json       one JSON object per line\n",
+            BENCH_MIN_REPEATS);
+}
+
+typedef struct att_ctx {
+    attn_tensor q, k, v, o, go, dq, dk, dv;
+    attn_sdpa_params p;
+    void *ws;
+    size_t ws_bytes;
+    attn_status st;
+} att_ctx;
+
+static void run_forward(void *c_) {
+    att_ctx *c = c_;
+    attn_status st = attn_sdpa_forward(&c->q, &c->k, &c->v, &c->p, &c->o, NULL, NULL, c->ws, c->ws_bytes);
+    if (st) c->st = st;
+}
+static void run_backward(void *c_) {
+    att_ctx *c = c_;
+    attn_status st = attn_sdpa_backward(&c->q, &c->k, &c->v, &c->p, &c->go, &c->dq, &c->dk, &c->dv,
+                                        c->ws, c->ws_bytes);
+    if (st) c->st = st;
+}
+
+static void fill(float *x, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(seed >> 11) * 0x1.0p-53 * 2 - 1);
+    }
+}
+
+int bench_attention_cmd(int argc, char **argv) {
+    bench_opts o;
+    bench_opts_init(&o);
+    int64_t bs[BENCH_MAX_LIST] = {1}, hs[BENCH_MAX_LIST] = {8}, ns[BENCH_MAX_LIST] = {1024},
+            ds[BENCH_MAX_LIST] = {64};
+    int nb = 1, nh = 1, nn = 1, nd = 1, causal = 0, backward = 0;
+    int use[sizeof impls / sizeof impls[0]] = {1};
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return 0;
+        }
+        int r = bench_common_option(&o, "bench attention", argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        const char *v;
+        if (!strcmp(argv[i], "--causal")) causal = 1;
+        else if (!strcmp(argv[i], "--backward")) backward = 1;
+        else if ((v = bench_opt_value("--impl", argc, argv, &i))) {
+            memset(use, 0, sizeof use);
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            int any = 0;
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                size_t k = 0;
+                while (k < sizeof impls / sizeof impls[0] && strcmp(tok, impls[k])) k++;
+                if (k == sizeof impls / sizeof impls[0])
+                    return cli_usage_error("bench attention: unknown --impl '%s' (available: sdpa)", tok);
+                use[k] = any = 1;
+            }
+            if (!any) return cli_usage_error("bench attention: --impl needs a name");
+        } else if ((v = bench_opt_value("--b", argc, argv, &i))) {
+            if ((nb = bench_parse_list(v, bs, BENCH_MAX_LIST, 1, 4096)) < 0)
+                return cli_usage_error("bench attention: --b wants sizes in 1..4096, got '%s'", v);
+        } else if ((v = bench_opt_value("--h", argc, argv, &i))) {
+            if ((nh = bench_parse_list(v, hs, BENCH_MAX_LIST, 1, 4096)) < 0)
+                return cli_usage_error("bench attention: --h wants sizes in 1..4096, got '%s'", v);
+        } else if ((v = bench_opt_value("--n", argc, argv, &i))) {
+            if ((nn = bench_parse_list(v, ns, BENCH_MAX_LIST, 1, MAX_DIM)) < 0)
+                return cli_usage_error("bench attention: --n wants sizes in 1..%d, got '%s'", MAX_DIM, v);
+        } else if ((v = bench_opt_value("--d", argc, argv, &i))) {
+            if ((nd = bench_parse_list(v, ds, BENCH_MAX_LIST, 1, 512)) < 0)
+                return cli_usage_error("bench attention: --d wants sizes in 1..512, got '%s'", v);
+        } else {
+            return cli_usage_error("bench attention: unknown option '%s'", argv[i]);
+        }
+    }
+    bench_print_header(stdout, o.json);
+    for (int ib = 0; ib < nb; ib++)
+        for (int ih = 0; ih < nh; ih++)
+            for (int in = 0; in < nn; in++)
+                for (int id = 0; id < nd; id++)
+                    for (int it = 0; it < o.nthreads; it++)
+                        for (size_t im = 0; im < sizeof impls / sizeof impls[0]; im++) {
+                            if (!use[im]) continue;
+                            const int64_t B = bs[ib], H = hs[ih], N = ns[in], D = ds[id];
+                            const size_t n = (size_t)B * H * N * D;
+                            bench_set_threads(o.threads[it]);
+                            float *buf = malloc(sizeof(float) * n * 8);
+                            if (!buf) return cli_fail("bench attention: out of memory for B=%lld H=%lld N=%lld d=%lld",
+                                                      (long long)B, (long long)H, (long long)N, (long long)D);
+                            fill(buf, n * 8, 42);
+                            att_ctx c;
+                            memset(&c, 0, sizeof c);
+                            attn_tensor *views[8] = {&c.q, &c.k, &c.v, &c.o, &c.go, &c.dq, &c.dk, &c.dv};
+                            for (int t = 0; t < 8; t++) *views[t] = attn_tensor_4d(buf + n * t, B, H, N, D);
+                            c.p = attn_sdpa_params_default();
+                            c.p.causal = causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
+                            c.ws_bytes = attn_sdpa_workspace_size(&c.q, &c.k, &c.v);
+                            c.ws = malloc(c.ws_bytes);
+                            if (!c.ws) {
+                                free(buf);
+                                return cli_fail("bench attention: out of memory for the workspace");
+                            }
+                            double flops = 4.0 * B * H * (double)N * N * D * (causal ? 0.5 : 1.0);
+                            for (int pass = 0; pass < 1 + backward; pass++) {
+                                bench_timing t = bench_measure(pass ? run_backward : run_forward, &c, o.repeats);
+                                if (c.st != ATTN_OK) {
+                                    free(c.ws);
+                                    free(buf);
+                                    return cli_fail("bench attention: %s", attn_last_error());
+                                }
+                                bench_result r;
+                                bench_result_init(&r, "attention", impls[im], o.threads[it]);
+                                r.variant = pass ? (causal ? "backward causal" : "backward")
+                                                 : (causal ? "forward causal" : "forward");
+                                bench_result_dim(&r, "b", B);
+                                bench_result_dim(&r, "h", H);
+                                bench_result_dim(&r, "n", N);
+                                bench_result_dim(&r, "d", D);
+                                bench_result_finish(&r, pass ? 2.5 * flops : flops, t.median_ms);
+                                bench_print(stdout, &r, o.json);
+                                fflush(stdout);
+                            }
+                            free(c.ws);
+                            free(buf);
+                        }
+    return 0;
+}
