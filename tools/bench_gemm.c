@@ -1,0 +1,221 @@
+/* attn bench gemm: attn_sgemm against OpenBLAS's cblas_sgemm (when found at configure time),
+ * measured side by side in the same run. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "cli.h"
+
+#ifdef ATTN_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#define MAX_DIM 65536
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: attn bench gemm [--m M,...] [--n N,...] [--k K,...] [--trans NN,NT,TN,TT]\n"
+            "                       [--threads T,...] [--repeats R] [--json]\n\n"
+            "C = A * B (alpha = 1, beta = 0, row-major, op(A) m x k, op(B) k x n) for every\n"
+            "combination of the lists; flops = 2*m*n*k. Without --n (--k), n (k) equals m for\n"
+            "each m (square shapes); m defaults to 1024. Each attn row is followed by OpenBLAS\n"
+            "(cblas_sgemm, openblas_set_num_threads(T)) measured right after, when this build\n"
+            "found OpenBLAS; ratio = attn GFLOP/s / OpenBLAS GFLOP/s. Times are medians of R (>= %d) samples\n"
+            "after a warmup.\n\n"
+            "  --m, --n, --k    comma-separated sizes in 1..%d\n"
+            "  --trans          transposes of A and B (N or T each), default NN\n"
+            "  --threads T,...  thread counts (default: attn's, ATTN_NUM_THREADS/OMP_NUM_THREADS)\n"
+            "  --repeats R      timed samples per measurement (default 7)\n"
+            "  --json           one JSON object per line\n"
+            "OpenBLAS peer: %s\n",
+            BENCH_MIN_REPEATS, MAX_DIM,
+#ifdef ATTN_HAVE_OPENBLAS
+            "yes"
+#else
+            "no (not found at configure time)"
+#endif
+    );
+}
+
+typedef struct gemm_ctx {
+    attn_transpose ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+    const float *a, *b;
+    float *c;
+    void *ws;
+    size_t ws_bytes;
+    attn_status st;
+} gemm_ctx;
+
+static void run_attn(void *p) {
+    gemm_ctx *g = p;
+    attn_status st = attn_sgemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b, g->ldb,
+                                0.0f, g->c, g->ldc, g->ws, g->ws_bytes);
+    if (st != ATTN_OK) g->st = st;
+}
+
+#ifdef ATTN_HAVE_OPENBLAS
+static void run_openblas(void *p) {
+    gemm_ctx *g = p;
+    cblas_sgemm(CblasRowMajor, g->ta == ATTN_TRANS ? CblasTrans : CblasNoTrans,
+                g->tb == ATTN_TRANS ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n, (int)g->k,
+                1.0f, g->a, (int)g->lda, g->b, (int)g->ldb, 0.0f, g->c, (int)g->ldc);
+}
+#endif
+
+static float *alloc_random(int64_t count, unsigned seed) {
+    float *x = malloc((size_t)count * sizeof(float));
+    if (!x) return NULL;
+    uint64_t s = 0x9E3779B97F4A7C15ull * (seed + 1);
+    for (int64_t i = 0; i < count; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(s >> 40) / (double)(1u << 24) - 0.5);
+    }
+    return x;
+}
+
+static int parse_trans(const char *v, int *codes, int max) {
+    int n = 0;
+    const char *p = v;
+    for (;;) {
+        if ((p[0] != 'N' && p[0] != 'T') || (p[1] != 'N' && p[1] != 'T') || n >= max) return -1;
+        codes[n++] = (p[0] == 'T') * 2 + (p[1] == 'T');
+        if (p[2] == '\0') return n;
+        if (p[2] != ',') return -1;
+        p += 3;
+    }
+}
+
+static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64_t k) {
+    static const char *names[4] = {"NN", "NT", "TN", "TT"};
+    gemm_ctx g = {0};
+    g.ta = trans & 2 ? ATTN_TRANS : ATTN_NO_TRANS;
+    g.tb = trans & 1 ? ATTN_TRANS : ATTN_NO_TRANS;
+    g.m = m, g.n = n, g.k = k;
+    g.lda = g.ta == ATTN_TRANS ? m : k;
+    g.ldb = g.tb == ATTN_TRANS ? k : n;
+    g.ldc = n;
+    float *a = alloc_random(m * k, 1), *b = alloc_random(k * n, 2), *c = calloc((size_t)(m * n), sizeof(float));
+    float *c2 = calloc((size_t)(m * n), sizeof(float));
+    int rc = 0;
+    if (!a || !b || !c || !c2) {
+        rc = cli_fail("bench gemm: out of memory for m = %lld, n = %lld, k = %lld", (long long)m,
+                      (long long)n, (long long)k);
+        goto done;
+    }
+    g.a = a, g.b = b, g.c = c;
+    for (int t = 0; t < o->nthreads; t++) {
+        int T = o->threads[t];
+        bench_set_threads(T);
+        g.ws_bytes = attn_sgemm_workspace_size(m, n, k);
+        g.ws = malloc(g.ws_bytes ? g.ws_bytes : 1);
+        if (!g.ws) {
+            rc = cli_fail("bench gemm: out of memory for a %zu-byte workspace", g.ws_bytes);
+            goto done;
+        }
+        g.st = ATTN_OK;
+        g.c = c;
+        bench_timing ta = bench_measure(run_attn, &g, o->repeats);
+        if (g.st != ATTN_OK) {
+            free(g.ws);
+            rc = cli_fail("bench gemm: attn_sgemm failed: %s", attn_last_error());
+            goto done;
+        }
+        bench_result ra;
+        bench_result_init(&ra, "gemm", "attn", T);
+        ra.variant = names[trans];
+        bench_result_dim(&ra, "m", m);
+        bench_result_dim(&ra, "n", n);
+        bench_result_dim(&ra, "k", k);
+        double flops = 2.0 * (double)m * (double)n * (double)k;
+        bench_result_finish(&ra, flops, ta.median_ms);
+#ifdef ATTN_HAVE_OPENBLAS
+        openblas_set_num_threads(T);
+        g.c = c2;
+        bench_timing tb = bench_measure(run_openblas, &g, o->repeats);
+        bench_result rb = ra;
+        rb.impl = "openblas";
+        rb.ratio = NAN;
+        bench_result_finish(&rb, flops, tb.median_ms);
+        bench_result_ratio(&ra, &rb);
+        /* both computed the same product: a large difference means a broken kernel */
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < m * n; i++) {
+            double d = (double)c[i] - c2[i];
+            num += d * d;
+            den += (double)c2[i] * c2[i];
+        }
+        double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+        bench_print(stdout, &ra, o->json);
+        bench_print(stdout, &rb, o->json);
+        if (!(rel <= 1e-4)) {
+            free(g.ws);
+            rc = cli_fail("bench gemm: attn and OpenBLAS disagree (relative difference %.3g)", rel);
+            goto done;
+        }
+#else
+        bench_print(stdout, &ra, o->json);
+#endif
+        free(g.ws);
+    }
+done:
+    free(a);
+    free(b);
+    free(c);
+    free(c2);
+    return rc;
+}
+
+int bench_gemm_cmd(int argc, char **argv) {
+    bench_opts o;
+    bench_opts_init(&o);
+    int64_t ms[BENCH_MAX_LIST], ns[BENCH_MAX_LIST], ks[BENCH_MAX_LIST];
+    int nm = 0, nn = 0, nk = 0, ntr = 1;
+    int trans[4] = {0};
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return 0;
+        }
+        int r = bench_common_option(&o, "bench gemm", argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        const char *v, *opt = argv[i];
+        int64_t *dst = NULL;
+        int *cnt = NULL;
+        if ((v = bench_opt_value("--m", argc, argv, &i))) dst = ms, cnt = &nm;
+        else if ((v = bench_opt_value("--n", argc, argv, &i))) dst = ns, cnt = &nn;
+        else if ((v = bench_opt_value("--k", argc, argv, &i))) dst = ks, cnt = &nk;
+        else if ((v = bench_opt_value("--trans", argc, argv, &i))) {
+            ntr = parse_trans(v, trans, 4);
+            if (ntr < 0)
+                return cli_usage_error("bench gemm: --trans wants a list of NN, NT, TN or TT, "
+                                       "got '%s'", v);
+            continue;
+        } else
+            return cli_usage_error("bench gemm: unknown option '%s' (see attn bench gemm --help)",
+                                   opt);
+        *cnt = bench_parse_list(v, dst, BENCH_MAX_LIST, 1, MAX_DIM);
+        if (*cnt < 0)
+            return cli_usage_error("bench gemm: %.3s wants a comma-separated list of sizes in "
+                                   "1..%d, got '%s'", opt, MAX_DIM, v);
+    }
+    if (nm == 0) ms[0] = 1024, nm = 1;
+    /* an absent --n / --k follows m (square shapes); given lists combine with every m */
+    int n_tied = nn == 0, k_tied = nk == 0;
+    if (n_tied) nn = 1;
+    if (k_tied) nk = 1;
+
+    bench_print_header(stdout, o.json);
+    for (int t = 0; t < ntr; t++)
+        for (int im = 0; im < nm; im++)
+            for (int in = 0; in < nn; in++)
+                for (int ik = 0; ik < nk; ik++) {
+                    int64_t m = ms[im], n = n_tied ? m : ns[in], k = k_tied ? m : ks[ik];
+                    int rc = one_shape(&o, trans[t], m, n, k);
+                    if (rc) return rc;
+                }
+    return 0;
+}

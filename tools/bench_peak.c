@@ -1,0 +1,57 @@
+/* attn bench peak: this machine's FP32 FMA throughput per thread count. */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: attn bench peak [--threads T[,T...]] [--json]\n\n"
+            "Measures FP32 FMA throughput with independent FMA chains in the best vector ISA of\n"
+            "this CPU (enough chains to cover the FMA latency), every thread running its own\n"
+            "loop; the fastest of %d samples of ~50 ms. Other benchmarks report fractions of\n"
+            "this peak.\n\n"
+            "  --threads T,...  thread counts (default: 1 and attn's, ATTN_NUM_THREADS or\n"
+            "                   OMP_NUM_THREADS)\n"
+            "  --json           one JSON object per line\n",
+            BENCH_MIN_REPEATS);
+}
+
+int bench_peak_cmd(int argc, char **argv) {
+    bench_opts o;
+    bench_opts_init(&o);
+    int threads_given = 0;
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strncmp(argv[i], "--threads", 9)) threads_given = 1;
+        int r = bench_common_option(&o, "bench peak", argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        return cli_usage_error("bench peak: unknown option '%s' (see attn bench peak --help)",
+                               argv[i]);
+    }
+    /* default: one thread and attn's thread count, so the per-core figure is always there */
+    if (o.nthreads == 1 && !threads_given && o.threads[0] > 1) {
+        o.threads[1] = o.threads[0];
+        o.threads[0] = 1;
+        o.nthreads = 2;
+    }
+    int chains, lanes;
+    const char *isa = bench_peak_isa(&chains, &lanes);
+    bench_print_header(stdout, o.json);
+    for (int t = 0; t < o.nthreads; t++) {
+        bench_result r;
+        bench_result_init(&r, "fma_peak", isa, o.threads[t]);
+        bench_result_dim(&r, "chains", chains);
+        bench_result_dim(&r, "lanes", lanes);
+        r.gflops = bench_peak_gflops(o.threads[t]);
+        r.ms = bench_peak_sample_ms(o.threads[t]);
+        r.peak_fraction = 1.0;
+        bench_print(stdout, &r, o.json);
+    }
+    return 0;
+}
