@@ -10,7 +10,7 @@
 
 #define MAX_DIM 1048576
 
-static const char *impls[] = {"sdpa"};
+static const char *impls[] = {"sdpa", "flash"};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -21,7 +21,8 @@ static void usage(FILE *f) {
             "(>= %d) samples after a warmup; GFLOP/s and the fraction of the FMA peak\n"
             "(`attn bench peak`). flops = 4*B*H*N*N*d forward (half when causal), 2.5x that for\n"
             "the backward.\n\n"
-            "  --impl       sdpa (the reference, exact N x N math in double); default sdpa\n"
+            "  --impl       flash (tiled, online softmax) and/or sdpa (the reference: exact N x N math\n"
+            "               in double); default flash\n"
             "  --b, --h     batch and heads (default 1 and 8)\n"
             "  --n, --d     sequence lengths and head dimensions (default 1024 and 64)\n"
             "  --causal     causal (top-left) masking\n"
@@ -33,7 +34,8 @@ static void usage(FILE *f) {
 }
 
 typedef struct att_ctx {
-    attn_tensor q, k, v, o, go, dq, dk, dv;
+    int flash;
+    attn_tensor q, k, v, o, go, dq, dk, dv, lse;
     attn_sdpa_params p;
     void *ws;
     size_t ws_bytes;
@@ -42,13 +44,16 @@ typedef struct att_ctx {
 
 static void run_forward(void *c_) {
     att_ctx *c = c_;
-    attn_status st = attn_sdpa_forward(&c->q, &c->k, &c->v, &c->p, &c->o, NULL, NULL, c->ws, c->ws_bytes);
+    attn_status st = c->flash ? attn_flash_forward(&c->q, &c->k, &c->v, &c->p, &c->o, &c->lse, c->ws, c->ws_bytes)
+                              : attn_sdpa_forward(&c->q, &c->k, &c->v, &c->p, &c->o, NULL, NULL, c->ws, c->ws_bytes);
     if (st) c->st = st;
 }
 static void run_backward(void *c_) {
     att_ctx *c = c_;
-    attn_status st = attn_sdpa_backward(&c->q, &c->k, &c->v, &c->p, &c->go, &c->dq, &c->dk, &c->dv,
-                                        c->ws, c->ws_bytes);
+    attn_status st = c->flash ? attn_flash_backward(&c->q, &c->k, &c->v, &c->p, &c->o, &c->go, &c->lse, &c->dq,
+                                                    &c->dk, &c->dv, c->ws, c->ws_bytes)
+                              : attn_sdpa_backward(&c->q, &c->k, &c->v, &c->p, &c->go, &c->dq, &c->dk, &c->dv,
+                                                   c->ws, c->ws_bytes);
     if (st) c->st = st;
 }
 
@@ -65,7 +70,7 @@ int bench_attention_cmd(int argc, char **argv) {
     int64_t bs[BENCH_MAX_LIST] = {1}, hs[BENCH_MAX_LIST] = {8}, ns[BENCH_MAX_LIST] = {1024},
             ds[BENCH_MAX_LIST] = {64};
     int nb = 1, nh = 1, nn = 1, nd = 1, causal = 0, backward = 0;
-    int use[sizeof impls / sizeof impls[0]] = {1};
+    int use[sizeof impls / sizeof impls[0]] = {0, 1};
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) {
             usage(stdout);
@@ -86,7 +91,7 @@ int bench_attention_cmd(int argc, char **argv) {
                 size_t k = 0;
                 while (k < sizeof impls / sizeof impls[0] && strcmp(tok, impls[k])) k++;
                 if (k == sizeof impls / sizeof impls[0])
-                    return cli_usage_error("bench attention: unknown --impl '%s' (available: sdpa)", tok);
+                    return cli_usage_error("bench attention: unknown --impl '%s' (available: sdpa, flash)", tok);
                 use[k] = any = 1;
             }
             if (!any) return cli_usage_error("bench attention: --impl needs a name");
@@ -117,7 +122,7 @@ int bench_attention_cmd(int argc, char **argv) {
                             const int64_t B = bs[ib], H = hs[ih], N = ns[in], D = ds[id];
                             const size_t n = (size_t)B * H * N * D;
                             bench_set_threads(o.threads[it]);
-                            float *buf = malloc(sizeof(float) * n * 8);
+                            float *buf = malloc(sizeof(float) * (n * 8 + (size_t)(B * H * N)));
                             if (!buf) return cli_fail("bench attention: out of memory for B=%lld H=%lld N=%lld d=%lld",
                                                       (long long)B, (long long)H, (long long)N, (long long)D);
                             fill(buf, n * 8, 42);
@@ -125,9 +130,12 @@ int bench_attention_cmd(int argc, char **argv) {
                             memset(&c, 0, sizeof c);
                             attn_tensor *views[8] = {&c.q, &c.k, &c.v, &c.o, &c.go, &c.dq, &c.dk, &c.dv};
                             for (int t = 0; t < 8; t++) *views[t] = attn_tensor_4d(buf + n * t, B, H, N, D);
+                            c.lse = attn_tensor_3d(buf + n * 8, B, H, N);
+                            c.flash = !strcmp(impls[im], "flash");
                             c.p = attn_sdpa_params_default();
                             c.p.causal = causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
-                            c.ws_bytes = attn_sdpa_workspace_size(&c.q, &c.k, &c.v);
+                            c.ws_bytes = c.flash ? attn_flash_workspace_size(&c.q, &c.k, &c.v)
+                                                 : attn_sdpa_workspace_size(&c.q, &c.k, &c.v);
                             c.ws = malloc(c.ws_bytes);
                             if (!c.ws) {
                                 free(buf);
@@ -135,6 +143,7 @@ int bench_attention_cmd(int argc, char **argv) {
                             }
                             double flops = 4.0 * B * H * (double)N * N * D * (causal ? 0.5 : 1.0);
                             for (int pass = 0; pass < 1 + backward; pass++) {
+                                if (pass) run_forward(&c); /* the backward reads the forward's out and lse */
                                 bench_timing t = bench_measure(pass ? run_backward : run_forward, &c, o.repeats);
                                 if (c.st != ATTN_OK) {
                                     free(c.ws);

@@ -75,6 +75,37 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
                                attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
                                void *workspace, size_t workspace_bytes);
 
+/* ---- flash attention ----------------------------------------------------------------------
+ * The same function as attn_sdpa_* (every option of attn_sdpa_params), computed tile by tile with
+ * the online softmax of FlashAttention-2: no Nq x Nk matrix is formed, tiles that causality or a
+ * window mask entirely are skipped (a window of w costs O(N w)), and the extra memory is a few
+ * tiles per thread (attn_flash_workspace_size). Bitwise identical for any thread count.
+ * dk and dv must have unit innermost stride (stride[3] == 1): they are accumulated in place;
+ * every other tensor may have any strides. */
+size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v);
+
+/* O = attention(Q, K, V); lse [B, Hq, Nq] (nullable unless a backward follows) receives the
+ * natural-log log-sum-exp of each row's logits (-inf for a fully masked row, whose output is 0). */
+attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                               const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse,
+                               void *workspace, size_t workspace_bytes);
+
+/* dQ, dK, dV (overwritten; dq may be NULL) from the forward's out and lse. */
+attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                const attn_sdpa_params *params, const attn_tensor *out,
+                                const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
+                                attn_tensor *dk, attn_tensor *dv, void *workspace,
+                                size_t workspace_bytes);
+
+/* The exact attention weights of query rows [row0, row0 + rows) of batch b, head h, recomputed
+ * from Q and K one row at a time, without the N x N reference: weights[r * Nk + j] = P(row0 + r, j),
+ * the probabilities before dropout (with apply_dropout, the weights applied to V). Each row's
+ * normaliser is recomputed in double from its own logits rather than read from the forward's
+ * float lse, which at logits of magnitude 1e4 would cost 1e-4 relative accuracy. */
+attn_status attn_flash_weights(const attn_tensor *q, const attn_tensor *k,
+                               const attn_sdpa_params *params, int64_t b, int64_t h, int64_t row0,
+                               int64_t rows, int apply_dropout, float *weights);
+
 #ifdef __cplusplus
 }
 #endif

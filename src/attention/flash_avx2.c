@@ -1,0 +1,128 @@
+/* AVX2 + FMA flash-attention tile kernels (contracts in flash_internal.h).
+ *
+ * gemm: register tile of 6 rows x 16 columns (12 ymm accumulators, 15 of the 16 registers).
+ * exp2 on x <= 0: n = round(x), f = x - n in [-1/2, 1/2], 2^f by its degree-7 Taylor polynomial,
+ * 2^n built in the exponent field; inputs below -126 give exactly 0 (as the AVX-512 kernels). */
+#include <immintrin.h>
+#include <math.h>
+
+#include "flash_internal.h"
+
+#define MR 6
+
+static inline __m256 exp2_neg(__m256 x) {
+    const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(1.525273380405984e-05f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530393381606e-04f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-03f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618129107628477e-03f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550410866482158e-02f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402265069591007e-01f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931471805599453e-01f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+static inline __m256i tail_mask(int cols) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(cols < 8 ? cols : 8), idx);
+}
+
+static inline __attribute__((always_inline)) void ukr(const int nv, int mm, int k, const float *a,
+                                                      int64_t ars, int64_t acs, const float *b,
+                                                      int64_t ldb, float *c, int64_t ldc,
+                                                      int accumulate, const float *rowscale, __m256i last) {
+    __m256 acc[MR][2];
+    const float *ar[MR];
+    const __m256i all = _mm256_set1_epi32(-1);
+    for (int r = 0; r < MR; r++) ar[r] = a + (r < mm ? r : mm - 1) * ars;
+    for (int r = 0; r < MR; r++)
+        for (int q = 0; q < nv; q++)
+            acc[r][q] = accumulate && r < mm ? _mm256_maskload_ps(c + r * ldc + 8 * q, q == nv - 1 ? last : all)
+                                             : _mm256_setzero_ps();
+    if (rowscale && accumulate)
+        for (int r = 0; r < MR && r < mm; r++)
+            for (int q = 0; q < nv; q++) acc[r][q] = _mm256_mul_ps(acc[r][q], _mm256_set1_ps(rowscale[r]));
+    for (int p = 0; p < k; p++) {
+        __m256 bv[2];
+        const float *bp = b + p * ldb;
+        for (int q = 0; q < nv; q++) bv[q] = _mm256_maskload_ps(bp + 8 * q, q == nv - 1 ? last : all);
+        for (int r = 0; r < MR; r++) {
+            const __m256 av = _mm256_broadcast_ss(ar[r] + p * acs);
+            for (int q = 0; q < nv; q++) acc[r][q] = _mm256_fmadd_ps(av, bv[q], acc[r][q]);
+        }
+    }
+    for (int r = 0; r < MR && r < mm; r++)
+        for (int q = 0; q < nv; q++) _mm256_maskstore_ps(c + r * ldc + 8 * q, q == nv - 1 ? last : all, acc[r][q]);
+}
+
+static void gemm_avx2(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
+                      int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale) {
+    for (int j0 = 0; j0 < n; j0 += 16) {
+        const int nn = n - j0 < 16 ? n - j0 : 16;
+        const int nv = (nn + 7) / 8;
+        const __m256i last = tail_mask(nn - 8 * (nv - 1));
+        for (int i0 = 0; i0 < m; i0 += MR) {
+            const int mm = m - i0 < MR ? m - i0 : MR;
+            if (nv == 2) ukr(2, mm, k, a + i0 * ars, ars, acs, b + j0, ldb, c + i0 * ldc + j0, ldc, accumulate, rowscale ? rowscale + i0 : NULL, last);
+            else ukr(1, mm, k, a + i0 * ars, ars, acs, b + j0, ldb, c + i0 * ldc + j0, ldc, accumulate, rowscale ? rowscale + i0 : NULL, last);
+        }
+    }
+}
+
+static inline __m256 load_or(__m256 fill, __m256i msk, const float *p) {
+    return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, msk), _mm256_castsi256_ps(msk));
+}
+
+static void softmax_update_avx2(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
+                                float *alpha) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), one = _mm256_set1_ps(1.0f);
+    for (int c0 = 0; c0 < cols; c0 += 8) {
+        const __m256i msk = tail_mask(cols - c0);
+        const __m256 m_old = load_or(ninf, msk, mrun + c0);
+        __m256 mx = m_old;
+        for (int r = 0; r < rows; r++) mx = _mm256_max_ps(mx, load_or(ninf, msk, s + r * lds + c0));
+        const __m256 fin = _mm256_cmp_ps(mx, ninf, _CMP_NEQ_OQ);
+        const __m256 mxs = _mm256_and_ps(fin, mx);
+        __m256 sum = _mm256_setzero_ps();
+        for (int r = 0; r < rows; r++) {
+            const __m256 p = exp2_neg(_mm256_sub_ps(load_or(ninf, msk, s + r * lds + c0), mxs));
+            _mm256_maskstore_ps(s + r * lds + c0, msk, p);
+            sum = _mm256_add_ps(sum, p);
+        }
+        const __m256 al = _mm256_blendv_ps(one, exp2_neg(_mm256_sub_ps(m_old, mxs)), fin);
+        const __m256 lv = _mm256_fmadd_ps(_mm256_maskload_ps(l + c0, msk), al, sum);
+        _mm256_maskstore_ps(alpha + c0, msk, al);
+        _mm256_maskstore_ps(l + c0, msk, lv);
+        _mm256_maskstore_ps(mrun + c0, msk, mx);
+    }
+}
+
+static void probs_and_ds_avx2(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
+                              const float *lse2, const float *dsum, float scale) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), sc = _mm256_set1_ps(scale);
+    for (int c0 = 0; c0 < cols; c0 += 8) {
+        const __m256i msk = tail_mask(cols - c0);
+        const __m256 lv = load_or(ninf, msk, lse2 + c0);
+        const __m256 fin = _mm256_cmp_ps(lv, ninf, _CMP_NEQ_OQ);
+        const __m256 ls = _mm256_and_ps(fin, lv);
+        const __m256 dv = _mm256_maskload_ps(dsum + c0, msk);
+        for (int r = 0; r < rows; r++) {
+            __m256 p = exp2_neg(_mm256_sub_ps(load_or(ninf, msk, s + r * ld + c0), ls));
+            p = _mm256_and_ps(fin, p);
+            _mm256_maskstore_ps(s + r * ld + c0, msk, p);
+            const __m256 g = _mm256_sub_ps(_mm256_maskload_ps(dp + r * ld + c0, msk), dv);
+            _mm256_maskstore_ps(ds + r * ld + c0, msk, _mm256_mul_ps(_mm256_mul_ps(p, g), sc));
+        }
+    }
+}
+
+const attn_flash_kernels *attn_flash_kernels_avx2(void) {
+    static const attn_flash_kernels k = {ATTN_ISA_AVX2, gemm_avx2, softmax_update_avx2,
+                                         probs_and_ds_avx2};
+    return &k;
+}

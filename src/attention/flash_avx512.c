@@ -1,0 +1,137 @@
+/* AVX-512 flash-attention tile kernels (contracts in flash_internal.h).
+ *
+ * gemm: register tile of 4 rows x 64 columns (16 zmm accumulators); A is broadcast element by
+ * element so it may have any strides, B rows are read with unaligned (tail: masked) loads.
+ * exp2 on x <= 0: n = round(x), f = x - n in [-1/2, 1/2], 2^f by its degree-7 Taylor polynomial
+ * (truncation error 5e-9 relative), 2^n applied with vscalefps; inputs below -126 give exactly 0
+ * (those probabilities are < 1.2e-38 of the row's largest and would only produce subnormals). */
+#include <immintrin.h>
+#include <math.h>
+
+#include "flash_internal.h"
+
+#define MR 4
+
+static inline __m512 exp2_neg(__m512 x) {
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f)); /* also maps -inf and NaN-free masks */
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(1.525273380405984e-05f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-02f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
+}
+
+static inline __mmask16 tail_mask(int cols) {
+    return cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
+}
+
+/* One MR x (16 nv) tile; rows past mm re-read the last valid row and are not stored. */
+static inline __attribute__((always_inline)) void ukr(const int nv, int mm, int k, const float *a,
+                                                      int64_t ars, int64_t acs, const float *b,
+                                                      int64_t ldb, float *c, int64_t ldc,
+                                                      int accumulate, const float *rowscale, __mmask16 last) {
+    __m512 acc[MR][4];
+    const float *ar[MR];
+    for (int r = 0; r < MR; r++) ar[r] = a + (r < mm ? r : mm - 1) * ars;
+    for (int r = 0; r < MR; r++) {
+        const __m512 f = _mm512_set1_ps(rowscale && r < mm ? rowscale[r] : 1.0f);
+        for (int q = 0; q < nv; q++) {
+            const __mmask16 msk = q == nv - 1 ? last : (__mmask16)0xFFFF;
+            acc[r][q] = accumulate && r < mm ? _mm512_mul_ps(_mm512_maskz_loadu_ps(msk, c + r * ldc + 16 * q), f)
+                                             : _mm512_setzero_ps();
+        }
+    }
+    for (int p = 0; p < k; p++) {
+        __m512 bv[4];
+        const float *bp = b + p * ldb;
+        for (int q = 0; q < nv; q++)
+            bv[q] = q == nv - 1 ? _mm512_maskz_loadu_ps(last, bp + 16 * q) : _mm512_loadu_ps(bp + 16 * q);
+        for (int r = 0; r < MR; r++) {
+            const __m512 av = _mm512_set1_ps(ar[r][p * acs]);
+            for (int q = 0; q < nv; q++) acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
+        }
+    }
+    for (int r = 0; r < MR; r++) {
+        if (r >= mm) break;
+        for (int q = 0; q < nv; q++) {
+            const __mmask16 msk = q == nv - 1 ? last : (__mmask16)0xFFFF;
+            _mm512_mask_storeu_ps(c + r * ldc + 16 * q, msk, acc[r][q]);
+        }
+    }
+}
+
+static void gemm_avx512(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
+                        int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale) {
+    for (int j0 = 0; j0 < n; j0 += 64) {
+        const int nn = n - j0 < 64 ? n - j0 : 64;
+        const int nv = (nn + 15) / 16;
+        const __mmask16 last = tail_mask(nn - 16 * (nv - 1));
+        for (int i0 = 0; i0 < m; i0 += MR) {
+            const int mm = m - i0 < MR ? m - i0 : MR;
+            const float *ai = a + i0 * ars;
+            float *ci = c + i0 * ldc + j0;
+            switch (nv) {
+            case 4: ukr(4, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rowscale ? rowscale + i0 : NULL, last); break;
+            case 3: ukr(3, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rowscale ? rowscale + i0 : NULL, last); break;
+            case 2: ukr(2, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rowscale ? rowscale + i0 : NULL, last); break;
+            default: ukr(1, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rowscale ? rowscale + i0 : NULL, last); break;
+            }
+        }
+    }
+}
+
+static void softmax_update_avx512(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
+                                  float *alpha) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
+    for (int c0 = 0; c0 < cols; c0 += 16) {
+        const __mmask16 msk = tail_mask(cols - c0);
+        const __m512 m_old = _mm512_mask_loadu_ps(ninf, msk, mrun + c0);
+        __m512 mx = m_old;
+        for (int r = 0; r < rows; r++) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, msk, s + r * lds + c0));
+        const __mmask16 fin = _mm512_cmp_ps_mask(mx, ninf, _CMP_NEQ_OQ);
+        const __m512 mxs = _mm512_maskz_mov_ps(fin, mx); /* an all -inf column subtracts 0 */
+        __m512 sum = _mm512_setzero_ps();
+        for (int r = 0; r < rows; r++) {
+            const __m512 p = exp2_neg(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk, s + r * lds + c0), mxs));
+            _mm512_mask_storeu_ps(s + r * lds + c0, msk, p);
+            sum = _mm512_add_ps(sum, p);
+        }
+        const __m512 al = _mm512_mask_mov_ps(one, fin, exp2_neg(_mm512_sub_ps(m_old, mxs)));
+        const __m512 lv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(msk, l + c0), al, sum);
+        _mm512_mask_storeu_ps(alpha + c0, msk, al);
+        _mm512_mask_storeu_ps(l + c0, msk, lv);
+        _mm512_mask_storeu_ps(mrun + c0, msk, mx);
+    }
+}
+
+static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
+                                const float *lse2, const float *dsum, float scale) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(scale);
+    for (int c0 = 0; c0 < cols; c0 += 16) {
+        const __mmask16 msk = tail_mask(cols - c0);
+        const __m512 lv = _mm512_mask_loadu_ps(ninf, msk, lse2 + c0);
+        const __mmask16 fin = _mm512_cmp_ps_mask(lv, ninf, _CMP_NEQ_OQ);
+        const __m512 ls = _mm512_maskz_mov_ps(fin, lv);
+        const __m512 dv = _mm512_maskz_loadu_ps(msk, dsum + c0);
+        for (int r = 0; r < rows; r++) {
+            __m512 p = exp2_neg(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk, s + r * ld + c0), ls));
+            p = _mm512_maskz_mov_ps(fin, p);
+            _mm512_mask_storeu_ps(s + r * ld + c0, msk, p);
+            const __m512 g = _mm512_sub_ps(_mm512_maskz_loadu_ps(msk, dp + r * ld + c0), dv);
+            _mm512_mask_storeu_ps(ds + r * ld + c0, msk, _mm512_mul_ps(_mm512_mul_ps(p, g), sc));
+        }
+    }
+}
+
+const attn_flash_kernels *attn_flash_kernels_avx512(void) {
+    static const attn_flash_kernels k = {ATTN_ISA_AVX512, gemm_avx512, softmax_update_avx512,
+                                         probs_and_ds_avx512};
+    return &k;
+}

@@ -1,0 +1,47 @@
+/* Tile kernels of flash attention (src/attention/flash.c), one implementation per ISA:
+ * flash_ref.c (portable, the oracle for the others), flash_avx2.c, flash_avx512.c.
+ *
+ * The driver keeps score tiles transposed, S^T [keys x queries], so that the online softmax
+ * reduces over rows with plain vector ops (no horizontal reductions) and K is read in place as
+ * the broadcast operand of S^T = K Q^T. Scores are in log2 units (the driver folds log2(e) into
+ * the scale), so probabilities are exp2(s - max). */
+#ifndef ATTN_FLASH_INTERNAL_H
+#define ATTN_FLASH_INTERNAL_H
+
+#include <stdint.h>
+
+#include "attn/core.h"
+
+/* Query rows per tile (columns of S^T) and keys per tile (rows of S^T). Tiles of the reference
+ * and every ISA are the same, so the tile grid (and which tiles are skipped) never depends on the
+ * ISA; BR is a multiple of every kernel's column block. */
+#define ATTN_FLASH_BR 64
+#define ATTN_FLASH_BC 64
+
+typedef struct attn_flash_kernels {
+    attn_isa isa;
+    /* C[m x n] = (accumulate ? f_i C : 0) + A B with A(i, p) = a[i * ars + p * acs] (any
+     * strides: A is only broadcast), B(p, j) = b[p * ldb + j], C(i, j) = c[i * ldc + j], and
+     * f_i = rowscale[i] (1 when rowscale is NULL): the online softmax's rescaling of the output
+     * rides on the accumulator load. The sum over p runs in increasing p, one chain per element. */
+    void (*gemm)(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
+                 int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale);
+    /* Online softmax over the rows of an S^T tile [rows x cols] (cols <= ATTN_FLASH_BR), per
+     * column c: mx = max(mrun[c], max_r s[r][c]); s[r][c] <- exp2(s[r][c] - mx);
+     * alpha[c] = exp2(mrun[c] - mx); l[c] = l[c] * alpha[c] + sum_r s[r][c]; mrun[c] = mx.
+     * A column that is still all -inf keeps mrun = -inf and gets s = 0, alpha = 1. */
+    void (*softmax_update)(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
+                           float *alpha);
+    /* Backward: s[r][c] <- exp2(s[r][c] - lse2[c]) (0 where lse2[c] is -inf), then
+     * ds[r][c] <- s[r][c] * (dp[r][c] - dsum[c]) * scale. */
+    void (*probs_and_ds)(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
+                         const float *lse2, const float *dsum, float scale);
+} attn_flash_kernels;
+
+const attn_flash_kernels *attn_flash_kernels_ref(void);
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+const attn_flash_kernels *attn_flash_kernels_avx2(void);
+const attn_flash_kernels *attn_flash_kernels_avx512(void);
+#endif
+
+#endif

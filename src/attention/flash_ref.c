@@ -1,0 +1,52 @@
+/* Portable flash-attention tile kernels (see flash_internal.h for the contracts). */
+#include <math.h>
+
+#include "flash_internal.h"
+
+static void gemm_ref(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
+                     int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float acc = accumulate ? c[i * ldc + j] * (rowscale ? rowscale[i] : 1.0f) : 0.0f;
+            for (int p = 0; p < k; p++) acc = fmaf(a[i * ars + p * acs], b[p * ldb + j], acc);
+            c[i * ldc + j] = acc;
+        }
+}
+
+static void softmax_update_ref(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
+                               float *alpha) {
+    for (int c = 0; c < cols; c++) {
+        float mx = mrun[c];
+        for (int r = 0; r < rows; r++) mx = fmaxf(mx, s[r * lds + c]);
+        if (mx == -INFINITY) {
+            for (int r = 0; r < rows; r++) s[r * lds + c] = 0.0f;
+            alpha[c] = 1.0f;
+            continue;
+        }
+        float sum = 0.0f;
+        for (int r = 0; r < rows; r++) {
+            const float p = exp2f(s[r * lds + c] - mx);
+            s[r * lds + c] = p;
+            sum += p;
+        }
+        alpha[c] = exp2f(mrun[c] - mx);
+        l[c] = l[c] * alpha[c] + sum;
+        mrun[c] = mx;
+    }
+}
+
+static void probs_and_ds_ref(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
+                             const float *lse2, const float *dsum, float scale) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            const float p = lse2[c] == -INFINITY ? 0.0f : exp2f(s[r * ld + c] - lse2[c]);
+            s[r * ld + c] = p;
+            ds[r * ld + c] = p * (dp[r * ld + c] - dsum[c]) * scale;
+        }
+}
+
+const attn_flash_kernels *attn_flash_kernels_ref(void) {
+    static const attn_flash_kernels k = {ATTN_ISA_REF, gemm_ref, softmax_update_ref,
+                                         probs_and_ds_ref};
+    return &k;
+}
