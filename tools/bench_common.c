@@ -198,7 +198,7 @@ static void json_num(FILE *f, const char *fmt, double v) {
 
 void bench_print_header(FILE *f, int json) {
     if (json) return;
-    fprintf(f, "%-14s %-9s %-30s %7s %11s %10s %7s %7s\n", "op", "impl", "shape", "threads", "ms",
+    fprintf(f, "%-26s %-9s %-30s %7s %11s %10s %7s %7s\n", "op", "impl", "shape", "threads", "ms",
             "GFLOP/s", "peak", "ratio");
     fflush(f);
 }
@@ -245,7 +245,7 @@ void bench_print(FILE *f, const bench_result *r, int json) {
             snprintf(ratio, sizeof ratio, "%.3f", r->ratio);
         else
             snprintf(ratio, sizeof ratio, "-");
-        fprintf(f, "%-14s %-9s %-30s %7d %11.5g %10.2f %6.1f%% %7s\n", op, r->impl, shape,
+        fprintf(f, "%-26s %-9s %-30s %7d %11.5g %10.2f %6.1f%% %7s\n", op, r->impl, shape,
                 r->threads, r->ms, r->gflops, 100.0 * r->peak_fraction, ratio);
     }
     fflush(f);

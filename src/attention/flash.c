@@ -114,15 +114,34 @@ static void apply_dropout(const attn_ctx *c, int64_t b, int64_t h, int64_t i0, i
 }
 
 /* x^T of rows [i0, i0 + bi) of a [.., N, D] head into dst [D x BR], times f. */
-static void pack_transposed(const float *x, int64_t rs, int64_t cs, int bi, int64_t D, float f,
-                            float *dst) {
+static void pack_transposed(const attn_flash_kernels *kr, const float *x, int64_t rs, int64_t cs, int bi,
+                            int64_t D, float f, float *dst) {
+    if (cs == 1) {
+        kr->pack_transposed(bi, (int)D, x, rs, f, dst, BR);
+        return;
+    }
     for (int q = 0; q < bi; q++)
         for (int64_t t = 0; t < D; t++) dst[t * BR + q] = x[q * rs + t * cs] * f;
 }
 /* Rows into a contiguous [rows x D] buffer. */
-static void pack_rows(const float *x, int64_t rs, int64_t cs, int rows, int64_t D, float *dst) {
+static void pack_rows(const attn_flash_kernels *kr, const float *x, int64_t rs, int64_t cs, int rows,
+                      int64_t D, float *dst) {
+    if (cs == 1) {
+        kr->scale_copy_rows(rows, (int)D, x, rs, NULL, dst, D);
+        return;
+    }
     for (int q = 0; q < rows; q++)
         for (int64_t t = 0; t < D; t++) dst[q * D + t] = x[q * rs + t * cs];
+}
+/* dst rows (any strides) = src [rows x D] * f[row] (f nullable). */
+static void store_rows(const attn_flash_kernels *kr, const float *src, int rows, int64_t D, const float *f,
+                       float *dst, int64_t rs, int64_t cs) {
+    if (cs == 1) {
+        kr->scale_copy_rows(rows, (int)D, src, D, f, dst, rs);
+        return;
+    }
+    for (int q = 0; q < rows; q++)
+        for (int64_t t = 0; t < D; t++) dst[q * rs + t * cs] = src[q * D + t] * (f ? f[q] : 1.0f);
 }
 
 /* ---- workspace: per-thread buffers, each 64-byte aligned ---- */
@@ -206,7 +225,7 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
             const float *qi = q->data + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
             const float *kh = k->data + b * k->stride[0] + g * k->stride[1];
             const float *vh = v->data + b * v->stride[0] + g * v->stride[1];
-            pack_transposed(qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
+            pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
             for (int r = 0; r < bi; r++) {
                 w.m[r] = -INFINITY;
                 w.l[r] = 0.0f;
@@ -224,17 +243,16 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
                 const float *vb = vh + j0 * v->stride[2];
                 int64_t ldv = v->stride[2];
                 if (!v_inplace) {
-                    pack_rows(vb, v->stride[2], v->stride[3], bj, c.dv, w.vp);
+                    pack_rows(kr, vb, v->stride[2], v->stride[3], bj, c.dv, w.vp);
                     vb = w.vp;
                     ldv = c.dv;
                 }
                 kr->gemm(bi, (int)c.dv, bj, w.s, 1, BR, vb, ldv, w.acc, c.dv, 1, w.alpha);
             }
             float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
+            for (int r = 0; r < bi; r++) w.alpha[r] = w.l[r] > 0 ? 1.0f / w.l[r] : 0.0f;
+            store_rows(kr, w.acc, bi, c.dv, w.alpha, oi, out->stride[2], out->stride[3]);
             for (int r = 0; r < bi; r++) {
-                const float inv = w.l[r] > 0 ? 1.0f / w.l[r] : 0.0f;
-                for (int64_t x = 0; x < c.dv; x++)
-                    oi[r * out->stride[2] + x * out->stride[3]] = w.acc[r * c.dv + x] * inv;
                 if (lse)
                     lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]] =
                         w.l[r] > 0 ? (float)((w.m[r] + log2((double)w.l[r])) * LN2) : -INFINITY;
@@ -292,10 +310,10 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                     const float *qi = q->data + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
                     const float *goi = dout->data + b * dout->stride[0] + h * dout->stride[1] + i0 * dout->stride[2];
                     const float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
-                    pack_transposed(qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
-                    pack_transposed(goi, dout->stride[2], dout->stride[3], bi, c.dv, 1.0f, w.dot);
-                    pack_rows(qi, q->stride[2], q->stride[3], bi, c.d, w.qp);
-                    pack_rows(goi, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
+                    pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
+                    pack_transposed(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, 1.0f, w.dot);
+                    pack_rows(kr, qi, q->stride[2], q->stride[3], bi, c.d, w.qp);
+                    pack_rows(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
                     for (int r = 0; r < bi; r++) {
                         const float lv = lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]];
                         w.m[r] = lv == -INFINITY ? -INFINITY : (float)(lv * LOG2E); /* lse in log2 units */
@@ -328,18 +346,16 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                         const float *kb = kj;
                         int64_t ldk = k->stride[2];
                         if (!k_inplace) {
-                            pack_rows(kj, k->stride[2], k->stride[3], bj, c.d, w.kp);
+                            pack_rows(kr, kj, k->stride[2], k->stride[3], bj, c.d, w.kp);
                             kb = w.kp;
                             ldk = c.d;
                         }
                         kr->gemm(bi, (int)c.d, bj, w.ds, 1, BR, kb, ldk, w.acc, c.d, 1, NULL);
                     }
-                    if (dq) {
-                        float *dqi = dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2];
-                        for (int r = 0; r < bi; r++)
-                            for (int64_t x = 0; x < c.d; x++)
-                                dqi[r * dq->stride[2] + x * dq->stride[3]] = w.acc[r * c.d + x];
-                    }
+                    if (dq)
+                        store_rows(kr, w.acc, bi, c.d, NULL,
+                                   dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2],
+                                   dq->stride[2], dq->stride[3]);
                 }
         }
     }

@@ -130,8 +130,65 @@ static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, f
     }
 }
 
+/* 16 x 16 transpose in registers: unpack pairs of rows, shuffle quads, then move 128-bit lanes
+ * (column 4L + c ends up assembled from lane L of the four quad groups). */
+static inline void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) {
+        u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        const __m512 y0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        const __m512 x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+        const __m512 y1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_f32x4(x0, y0, 0x88);      /* columns 0..3 */
+        r[8 + c] = _mm512_shuffle_f32x4(x0, y0, 0xDD);  /* columns 8..11 */
+        r[4 + c] = _mm512_shuffle_f32x4(x1, y1, 0x88);  /* columns 4..7 */
+        r[12 + c] = _mm512_shuffle_f32x4(x1, y1, 0xDD); /* columns 12..15 */
+    }
+}
+
+static void pack_transposed_avx512(int rows, int cols, const float *src, int64_t rs, float f, float *dst,
+                                   int64_t ldd) {
+    const __m512 fv = _mm512_set1_ps(f);
+    for (int q0 = 0; q0 < rows; q0 += 16) {
+        const int nq = rows - q0 < 16 ? rows - q0 : 16;
+        const __mmask16 qm = tail_mask(nq);
+        for (int t0 = 0; t0 < cols; t0 += 16) {
+            const int nt = cols - t0 < 16 ? cols - t0 : 16;
+            const __mmask16 tm = tail_mask(nt);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = i < nq ? _mm512_mul_ps(_mm512_maskz_loadu_ps(tm, src + (q0 + i) * rs + t0), fv)
+                              : _mm512_setzero_ps();
+            transpose16(r);
+            for (int j = 0; j < nt; j++) _mm512_mask_storeu_ps(dst + (t0 + j) * ldd + q0, qm, r[j]);
+        }
+    }
+}
+
+static void scale_copy_rows_avx512(int m, int n, const float *src, int64_t lds, const float *f, float *dst,
+                                   int64_t ldd) {
+    for (int i = 0; i < m; i++) {
+        const __m512 fv = _mm512_set1_ps(f ? f[i] : 1.0f);
+        for (int j = 0; j < n; j += 16) {
+            const __mmask16 msk = tail_mask(n - j);
+            _mm512_mask_storeu_ps(dst + i * ldd + j, msk, _mm512_mul_ps(_mm512_maskz_loadu_ps(msk, src + i * lds + j), fv));
+        }
+    }
+}
+
 const attn_flash_kernels *attn_flash_kernels_avx512(void) {
     static const attn_flash_kernels k = {ATTN_ISA_AVX512, gemm_avx512, softmax_update_avx512,
-                                         probs_and_ds_avx512};
+                                         probs_and_ds_avx512, pack_transposed_avx512,
+                                         scale_copy_rows_avx512};
     return &k;
 }

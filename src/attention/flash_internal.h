@@ -36,7 +36,20 @@ typedef struct attn_flash_kernels {
      * ds[r][c] <- s[r][c] * (dp[r][c] - dsum[c]) * scale. */
     void (*probs_and_ds)(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
                          const float *lse2, const float *dsum, float scale);
+    /* dst[t * ldd + q] = f * src[q * rs + t] for q < rows, t < cols (src has unit column stride):
+     * the transposed, scaled query block that S^T = K Q^T reads. */
+    void (*pack_transposed)(int rows, int cols, const float *src, int64_t rs, float f, float *dst,
+                            int64_t ldd);
+    /* dst[i * ldd + j] = src[i * lds + j] * (f ? f[i] : 1) for i < m, j < n (both unit stride). */
+    void (*scale_copy_rows)(int m, int n, const float *src, int64_t lds, const float *f, float *dst,
+                            int64_t ldd);
 } attn_flash_kernels;
+
+/* The portable versions of the two data movers (the AVX2 table uses them too). */
+void attn_flash_pack_transposed_ref(int rows, int cols, const float *src, int64_t rs, float f,
+                                    float *dst, int64_t ldd);
+void attn_flash_scale_copy_rows_ref(int m, int n, const float *src, int64_t lds, const float *f,
+                                    float *dst, int64_t ldd);
 
 const attn_flash_kernels *attn_flash_kernels_ref(void);
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86

@@ -45,8 +45,23 @@ static void probs_and_ds_ref(int rows, int cols, float *s, const float *dp, floa
         }
 }
 
+void attn_flash_pack_transposed_ref(int rows, int cols, const float *src, int64_t rs, float f,
+                                    float *dst, int64_t ldd) {
+    for (int q = 0; q < rows; q++)
+        for (int t = 0; t < cols; t++) dst[t * ldd + q] = src[q * rs + t] * f;
+}
+
+void attn_flash_scale_copy_rows_ref(int m, int n, const float *src, int64_t lds, const float *f,
+                                    float *dst, int64_t ldd) {
+    for (int i = 0; i < m; i++) {
+        const float fi = f ? f[i] : 1.0f;
+        for (int j = 0; j < n; j++) dst[i * ldd + j] = src[i * lds + j] * fi;
+    }
+}
+
 const attn_flash_kernels *attn_flash_kernels_ref(void) {
     static const attn_flash_kernels k = {ATTN_ISA_REF, gemm_ref, softmax_update_ref,
-                                         probs_and_ds_ref};
+                                         probs_and_ds_ref, attn_flash_pack_transposed_ref,
+                                         attn_flash_scale_copy_rows_ref};
     return &k;
 }

@@ -8,7 +8,8 @@ static attn_tensor make_tensor(float *data, int rank, const int64_t *shape) {
     for (int i = rank - 1; i >= 0; i--) {
         t.shape[i] = shape[i];
         t.stride[i] = s;
-        s *= shape[i] > 0 ? shape[i] : 1;
+        /* a hostile shape saturates instead of overflowing; attn_tensor_numel rejects it */
+        if (__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s)) s = INT64_MAX;
     }
     return t;
 }
