@@ -64,6 +64,38 @@ static int tile_inside(const attn_ctx *c, int64_t i0, int64_t i1, int64_t j0, in
     return 1;
 }
 
+/* Causality and the window as a band: key j admits queries i in [j - off - right, j - off + wl]
+ * and query i admits keys j in [i + off - wl, i + off + right]. */
+static int64_t band_right(const attn_ctx *c) {
+    int64_t right = c->causal != ATTN_CAUSAL_NONE ? 0 : INT64_MAX / 4;
+    return c->wr >= 0 && c->wr < right ? c->wr : right;
+}
+
+/* Query columns [*qa, *qb) of a tile that key rows [r0, r0 + rows) may see, widened to whole
+ * 16-column vectors: on tiles the band crosses, S^T is only computed there (the epilogue then
+ * fills the rest of each row with -inf). */
+static void band_cols(const attn_ctx *c, int64_t i0, int bi, int64_t j0, int r0, int rows, int *qa, int *qb) {
+    int64_t lo = j0 + r0 - c->off - band_right(c) - i0;
+    int64_t hi = c->wl >= 0 ? j0 + r0 + rows - 1 - c->off + c->wl - i0 + 1 : bi;
+    lo = lo < 0 ? 0 : lo > bi ? bi : lo;
+    hi = hi < lo ? lo : hi > bi ? bi : hi;
+    *qa = (int)(lo / 16 * 16);
+    *qb = (int)((hi + 15) / 16 * 16 < bi ? (hi + 15) / 16 * 16 : bi);
+    if (hi == lo) *qb = *qa;
+}
+
+/* Key rows [*ra, *rb) of a tile that query columns [q0, q0 + cols) may see: outside it P is
+ * exactly 0, so P V skips those rows without changing a bit of the result. */
+static void band_rows(const attn_ctx *c, int64_t i0, int q0, int cols, int64_t j0, int bj, int *ra, int *rb) {
+    int64_t lo = c->wl >= 0 ? i0 + q0 + c->off - c->wl - j0 : 0;
+    const int64_t right = band_right(c);
+    int64_t hi = right >= INT64_MAX / 4 ? bj : i0 + q0 + cols - 1 + c->off + right - j0 + 1;
+    lo = lo < 0 ? 0 : lo > bj ? bj : lo;
+    hi = hi < lo ? lo : hi > bj ? bj : hi;
+    *ra = (int)lo;
+    *rb = (int)hi;
+}
+
 /* Turn a raw S^T tile (scaled q.k) into log2-unit logits with every mask applied. capd (general
  * path with softcap) receives the soft-cap derivative 1 - tanh^2. */
 static void epilogue(const attn_ctx *c, int general, int64_t b, int64_t h, int64_t i0, int bi,
@@ -235,8 +267,20 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
             key_range(&c, i0, i0 + bi, &jlo, &jhi);
             for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
                 const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
-                kr->gemm(bj, bi, (int)c.d, kh + j0 * k->stride[2], k->stride[2], k->stride[3], w.qt, BR,
-                         w.s, BR, 0, NULL);
+                const int banded = !general && !tile_inside(&c, i0, i0 + bi, j0, j0 + bj);
+                if (banded) {
+                    for (int r0 = 0; r0 < bj; r0 += 4) {
+                        const int rows = bj - r0 < 4 ? bj - r0 : 4;
+                        int qa, qb;
+                        band_cols(&c, i0, bi, j0, r0, rows, &qa, &qb);
+                        if (qa < qb)
+                            kr->gemm(rows, qb - qa, (int)c.d, kh + (j0 + r0) * k->stride[2], k->stride[2],
+                                     k->stride[3], w.qt + qa, BR, w.s + r0 * BR + qa, BR, 0, NULL);
+                    }
+                } else {
+                    kr->gemm(bj, bi, (int)c.d, kh + j0 * k->stride[2], k->stride[2], k->stride[3], w.qt, BR,
+                             w.s, BR, 0, NULL);
+                }
                 epilogue(&c, general, b, h, i0, bi, j0, bj, w.s, NULL);
                 kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha);
                 if (c.p > 0) apply_dropout(&c, b, h, i0, bi, j0, bj, w.s);
@@ -247,7 +291,17 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
                     vb = w.vp;
                     ldv = c.dv;
                 }
-                kr->gemm(bi, (int)c.dv, bj, w.s, 1, BR, vb, ldv, w.acc, c.dv, 1, w.alpha);
+                if (banded) {
+                    for (int q0 = 0; q0 < bi; q0 += 4) {
+                        const int cols = bi - q0 < 4 ? bi - q0 : 4;
+                        int ra, rb;
+                        band_rows(&c, i0, q0, cols, j0, bj, &ra, &rb);
+                        kr->gemm(cols, (int)c.dv, rb - ra, w.s + ra * BR + q0, 1, BR, vb + ra * ldv, ldv,
+                                 w.acc + q0 * c.dv, c.dv, 1, w.alpha + q0);
+                    }
+                } else {
+                    kr->gemm(bi, (int)c.dv, bj, w.s, 1, BR, vb, ldv, w.acc, c.dv, 1, w.alpha);
+                }
             }
             float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
             for (int r = 0; r < bi; r++) w.alpha[r] = w.l[r] > 0 ? 1.0f / w.l[r] : 0.0f;
