@@ -24,7 +24,9 @@ demo: build
 bench: build
 	./$(BUILD)/attn bench peak
 	./$(BUILD)/attn bench gemm --m 1024,2048 --threads 1,2
-	./$(BUILD)/attn bench attention --impl sdpa --n 512,1024 --d 64 --threads 1,2
+	./$(BUILD)/attn bench attention --impl flash --n 1024,2048,4096 --d 64,128 --threads 1,2
+	./$(BUILD)/attn bench attention --impl flash --n 1024,2048,4096 --d 64,128 --threads 1,2 --causal --backward
+	./$(BUILD)/attn bench attention --impl sdpa --n 512 --d 64 --threads 2
 
 install: build
 	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX)

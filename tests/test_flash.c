@@ -1,6 +1,8 @@
 /* Flash attention against the reference attention (itself checked against a float64 oracle,
  * finite differences and PyTorch in test_sdpa): every option, block edges, head dims, every ISA;
  * bitwise determinism across thread counts; attn_flash_weights; argument errors. */
+#include <malloc.h>
+
 #include "test_util.h"
 
 typedef struct {
@@ -284,11 +286,63 @@ static void check_errors(void) {
     CHECK_OK(attn_flash_weights(&q, &k, &p, 0, 1, 7, 1, 0, w));
 }
 
+/* Work proportional to the unmasked area, and O(threads x tile) memory: a sliding window over
+ * N = 65536 visits O(N w) tiles, causal about half of them, and the forward and backward of
+ * B=1, H=8, N=65536, d=64 need far less than 64 MiB of workspace. The window run is executed
+ * (H=1) and must not allocate from the heap. */
+static void check_work_and_memory(test_rng *r) {
+    const int64_t N = 65536, D = 64;
+    attn_tensor q8 = attn_tensor_4d(NULL, 1, 8, N, D), k8 = attn_tensor_4d(NULL, 1, 8, N, D);
+    attn_sdpa_params p = attn_sdpa_params_default();
+    int64_t total = 0, dense = attn_flash_tile_count(&q8, &k8, &p, &total);
+    CHECK(dense == total && total == 8 * (N / 64) * (N / 64), "dense tiles %lld of %lld", (long long)dense, (long long)total);
+    p.causal = ATTN_CAUSAL_TOP_LEFT;
+    int64_t causal = attn_flash_tile_count(&q8, &k8, &p, NULL);
+    CHECK(causal == 8 * (N / 64) * (N / 64 + 1) / 2, "causal tiles %lld", (long long)causal);
+    p.window_left = 256;
+    int64_t window = attn_flash_tile_count(&q8, &k8, &p, NULL);
+    CHECK(window <= 8 * (N / 64) * (256 / 64 + 2), "window 256 tiles %lld: not O(N w)", (long long)window);
+    printf("  tiles for N=65536: dense %lld, causal %lld, causal window 256: %lld\n", (long long)dense,
+           (long long)causal, (long long)window);
+    for (int t = 1; t <= 4; t++) {
+        attn_set_num_threads(t);
+        size_t ws = attn_flash_workspace_size(&q8, &k8, &k8);
+        CHECK(ws > 0 && ws < (size_t)4 << 20, "workspace %zu bytes with %d threads (limit 4 MiB)", ws, t);
+    }
+    attn_set_num_threads(0);
+
+    /* run it: H=1, window 64 both sides, forward + backward, no heap growth inside the calls */
+    const size_t n = (size_t)N * D;
+    float *buf = xmalloc(sizeof(float) * (n * 8 + (size_t)N));
+    fill_normal(r, buf, n * 4, 1);
+    attn_tensor q = attn_tensor_4d(buf, 1, 1, N, D), k = attn_tensor_4d(buf + n, 1, 1, N, D),
+                v = attn_tensor_4d(buf + 2 * n, 1, 1, N, D), go = attn_tensor_4d(buf + 3 * n, 1, 1, N, D),
+                o = attn_tensor_4d(buf + 4 * n, 1, 1, N, D), dq = attn_tensor_4d(buf + 5 * n, 1, 1, N, D),
+                dk = attn_tensor_4d(buf + 6 * n, 1, 1, N, D), dv = attn_tensor_4d(buf + 7 * n, 1, 1, N, D),
+                l = attn_tensor_3d(buf + 8 * n, 1, 1, N);
+    attn_sdpa_params pw = attn_sdpa_params_default();
+    pw.window_left = pw.window_right = 64;
+    size_t wsb = attn_flash_workspace_size(&q, &k, &v);
+    void *ws = xmalloc(wsb);
+    struct mallinfo2 before = mallinfo2();
+    CHECK_OK(attn_flash_forward(&q, &k, &v, &pw, &o, &l, ws, wsb));
+    CHECK_OK(attn_flash_backward(&q, &k, &v, &pw, &o, &go, &l, &dq, &dk, &dv, ws, wsb));
+    struct mallinfo2 after = mallinfo2();
+    CHECK(after.uordblks <= before.uordblks + ((size_t)1 << 20), "heap grew by %zu bytes during flash",
+          after.uordblks - before.uordblks);
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) finite &= isfinite(o.data[i]) && isfinite(dq.data[i]) && isfinite(dk.data[i]);
+    CHECK(finite, "window run produced non-finite values");
+    free(ws);
+    free(buf);
+}
+
 int main(void) {
     test_rng r = rng_seeded(7771);
     printf("flash attention against the reference (rel err fwd / dq / dk / dv per ISA):\n");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], &r);
     check_determinism(&r);
+    check_work_and_memory(&r);
     check_errors();
     return test_summary("test_flash");
 }

@@ -84,6 +84,13 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
  * every other tensor may have any strides. */
 size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v);
 
+/* The number of (query block, key block) tiles attn_flash_forward computes for these shapes and
+ * params, and in *total (nullable) the number a dense pass would: tiles that causality or the
+ * window masks completely are never visited, so a window of w costs O(N w). Benchmarks use it to
+ * count the flops actually done. Returns 0 for invalid arguments. */
+int64_t attn_flash_tile_count(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_params *params,
+                              int64_t *total);
+
 /* O = attention(Q, K, V); lse [B, Hq, Nq] (nullable unless a backward follows) receives the
  * natural-log log-sum-exp of each row's logits (-inf for a fully masked row, whose output is 0). */
 attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,

@@ -230,6 +230,31 @@ static flash_bufs thread_bufs(const attn_ctx *c, float *base) {
     return bb;
 }
 
+int64_t attn_flash_tile_count(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_params *params,
+                              int64_t *total) {
+    attn_ctx c;
+    if (total) *total = 0;
+    if (!q || !k || q->rank != 4 || k->rank != 4) return 0;
+    /* only shapes matter: views without data are fine, and K stands in for V and Q for the output */
+    static float shape_only;
+    attn_tensor qq = *q, kk = *k;
+    if (!qq.data) qq.data = &shape_only;
+    if (!kk.data) kk.data = &shape_only;
+    attn_tensor out = qq;
+    out.shape[3] = kk.shape[3];
+    if (attn_ctx_init(&c, "attn_flash_tile_count", &qq, &kk, &kk, params, &out, "q") != ATTN_OK) return 0;
+    const int64_t nqb = (c.nq + BR - 1) / BR, nkb = (c.nk + BC - 1) / BC;
+    int64_t n = 0;
+    for (int64_t qb = 0; qb < nqb; qb++) {
+        int64_t jlo, jhi;
+        const int64_t i0 = qb * BR, i1 = i0 + BR < c.nq ? i0 + BR : c.nq;
+        key_range(&c, i0, i1, &jlo, &jhi);
+        if (jhi > jlo) n += (jhi + BC - 1) / BC - jlo / BC;
+    }
+    if (total) *total = c.b * c.hq * nqb * nkb;
+    return c.b * c.hq * n;
+}
+
 attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse,
                                void *workspace, size_t workspace_bytes_) {
