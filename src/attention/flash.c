@@ -42,14 +42,18 @@ static int needs_general_epilogue(const attn_ctx *c) {
     return c->softcap > 0 || c->alibi || c->am || c->bm;
 }
 
+/* Causality and the window as a band: key j admits queries i in [j - off - right, j - off + wl]
+ * and query i admits keys j in [i + off - wl, i + off + right]. */
+static int64_t band_right(const attn_ctx *c) {
+    int64_t right = c->causal != ATTN_CAUSAL_NONE ? 0 : INT64_MAX / 4;
+    return c->wr >= 0 && c->wr < right ? c->wr : right;
+}
+
 /* Key range [*j0, *j1) that query rows [i0, i1) may see under causality and the window. */
 static void key_range(const attn_ctx *c, int64_t i0, int64_t i1, int64_t *j0, int64_t *j1) {
-    int64_t lo = 0, hi = c->nk; /* exclusive */
-    if (c->wl >= 0) lo = i0 + c->off - c->wl;
-    int64_t right = INT64_MAX;
-    if (c->causal != ATTN_CAUSAL_NONE) right = 0;
-    if (c->wr >= 0 && c->wr < right) right = c->wr;
-    if (right != INT64_MAX) hi = (i1 - 1) + c->off + right + 1;
+    const int64_t right = band_right(c);
+    int64_t lo = c->wl >= 0 ? i0 + c->off - c->wl : 0;
+    int64_t hi = right >= INT64_MAX / 4 ? c->nk : (i1 - 1) + c->off + right + 1;
     if (lo < 0) lo = 0;
     if (hi > c->nk) hi = c->nk;
     *j0 = lo;
@@ -62,13 +66,6 @@ static int tile_inside(const attn_ctx *c, int64_t i0, int64_t i1, int64_t j0, in
     if (c->wr >= 0 && j1 - 1 > i0 + c->off + c->wr) return 0;
     if (c->wl >= 0 && j0 < (i1 - 1) + c->off - c->wl) return 0;
     return 1;
-}
-
-/* Causality and the window as a band: key j admits queries i in [j - off - right, j - off + wl]
- * and query i admits keys j in [i + off - wl, i + off + right]. */
-static int64_t band_right(const attn_ctx *c) {
-    int64_t right = c->causal != ATTN_CAUSAL_NONE ? 0 : INT64_MAX / 4;
-    return c->wr >= 0 && c->wr < right ? c->wr : right;
 }
 
 /* Query columns [*qa, *qb) of a tile that key rows [r0, r0 + rows) may see, widened to whole
@@ -125,8 +122,7 @@ static void epilogue(const attn_ctx *c, int general, int64_t b, int64_t h, int64
                 for (int q = 0; q < bi; q++) s[r * BR + q] = -INFINITY;
     if (tile_inside(c, i0, i0 + bi, j0, j0 + bj)) return;
     /* key j admits the queries i in [j - off - right, j - off + wl]: fill -inf outside */
-    int64_t right = c->causal != ATTN_CAUSAL_NONE ? 0 : INT64_MAX / 4;
-    if (c->wr >= 0 && c->wr < right) right = c->wr;
+    const int64_t right = band_right(c);
     for (int r = 0; r < bj; r++) {
         const int64_t j = j0 + r;
         int64_t lo = j - c->off - right - i0, hi = c->wl >= 0 ? j - c->off + c->wl - i0 + 1 : bi;
@@ -407,21 +403,38 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                     for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
                         const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
                         const float *kj = kh + j0 * k->stride[2];
-                        kr->gemm(bj, bi, (int)c.d, kj, k->stride[2], k->stride[3], w.qt, BR, w.s, BR, 0, NULL);
+                        const float *vj = vh + j0 * v->stride[2];
+                        /* on tiles the band crosses, every product runs over the band only: outside
+                         * it P and dS are exactly 0 (probs_and_ds zeroes dS wherever P is 0) */
+                        const int banded = !general && !tile_inside(&c, i0, i0 + bi, j0, j0 + bj);
+                        for (int r0 = 0; r0 < bj; r0 += banded ? 4 : bj) {
+                            const int rows = banded ? (bj - r0 < 4 ? bj - r0 : 4) : bj;
+                            int qa = 0, qb = bi;
+                            if (banded) band_cols(&c, i0, bi, j0, r0, rows, &qa, &qb);
+                            if (qa >= qb) continue;
+                            kr->gemm(rows, qb - qa, (int)c.d, kj + r0 * k->stride[2], k->stride[2], k->stride[3],
+                                     w.qt + qa, BR, w.s + r0 * BR + qa, BR, 0, NULL);
+                            kr->gemm(rows, qb - qa, (int)c.dv, vj + r0 * v->stride[2], v->stride[2], v->stride[3],
+                                     w.dot + qa, BR, w.dp + r0 * BR + qa, BR, 0, NULL);
+                        }
                         epilogue(&c, general, b, h, i0, bi, j0, bj, w.s, w.capd);
-                        kr->gemm(bj, bi, (int)c.dv, vh + j0 * v->stride[2], v->stride[2], v->stride[3], w.dot,
-                                 BR, w.dp, BR, 0, NULL);
                         if (c.p > 0) apply_dropout(&c, b, h, i0, bi, j0, bj, w.dp);
                         kr->probs_and_ds(bj, bi, w.s, w.dp, w.ds, BR, w.m, w.l, (float)c.scale);
                         if (general && c.softcap > 0)
                             for (int r = 0; r < bj; r++)
-                                for (int x = 0; x < bi; x++)
-                                    if (w.s[r * BR + x] != 0) w.ds[r * BR + x] *= w.capd[r * BR + x];
+                                for (int x = 0; x < bi; x++) /* capd is only written where allowed */
+                                    if (w.ds[r * BR + x] != 0) w.ds[r * BR + x] *= w.capd[r * BR + x];
                         if (c.p > 0) apply_dropout(&c, b, h, i0, bi, j0, bj, w.s);
-                        kr->gemm(bj, (int)c.dv, bi, w.s, BR, 1, w.dop, c.dv, dvh + j0 * dv->stride[2],
-                                 dv->stride[2], 1, NULL);
-                        kr->gemm(bj, (int)c.d, bi, w.ds, BR, 1, w.qp, c.d, dkh + j0 * dk->stride[2],
-                                 dk->stride[2], 1, NULL);
+                        for (int r0 = 0; r0 < bj; r0 += banded ? 4 : bj) {
+                            const int rows = banded ? (bj - r0 < 4 ? bj - r0 : 4) : bj;
+                            int qa = 0, qb = bi;
+                            if (banded) band_cols(&c, i0, bi, j0, r0, rows, &qa, &qb);
+                            if (qa >= qb) continue;
+                            kr->gemm(rows, (int)c.dv, qb - qa, w.s + r0 * BR + qa, BR, 1, w.dop + qa * c.dv, c.dv,
+                                     dvh + (j0 + r0) * dv->stride[2], dv->stride[2], 1, NULL);
+                            kr->gemm(rows, (int)c.d, qb - qa, w.ds + r0 * BR + qa, BR, 1, w.qp + qa * c.d, c.d,
+                                     dkh + (j0 + r0) * dk->stride[2], dk->stride[2], 1, NULL);
+                        }
                         const float *kb = kj;
                         int64_t ldk = k->stride[2];
                         if (!k_inplace) {
@@ -429,7 +442,14 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                             kb = w.kp;
                             ldk = c.d;
                         }
-                        kr->gemm(bi, (int)c.d, bj, w.ds, 1, BR, kb, ldk, w.acc, c.d, 1, NULL);
+                        for (int q0 = 0; q0 < bi; q0 += banded ? 4 : bi) {
+                            const int cols = banded ? (bi - q0 < 4 ? bi - q0 : 4) : bi;
+                            int ra = 0, rb = bj;
+                            if (banded) band_rows(&c, i0, q0, cols, j0, bj, &ra, &rb);
+                            if (ra >= rb) continue;
+                            kr->gemm(cols, (int)c.d, rb - ra, w.ds + ra * BR + q0, 1, BR, kb + ra * ldk, ldk,
+                                     w.acc + q0 * c.d, c.d, 1, NULL);
+                        }
                     }
                     if (dq)
                         store_rows(kr, w.acc, bi, c.d, NULL,

@@ -116,7 +116,8 @@ static void probs_and_ds_avx2(int rows, int cols, float *s, const float *dp, flo
             p = _mm256_and_ps(fin, p);
             _mm256_maskstore_ps(s + r * ld + c0, msk, p);
             const __m256 g = _mm256_sub_ps(_mm256_maskload_ps(dp + r * ld + c0, msk), dv);
-            _mm256_maskstore_ps(ds + r * ld + c0, msk, _mm256_mul_ps(_mm256_mul_ps(p, g), sc));
+            const __m256 nz = _mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+            _mm256_maskstore_ps(ds + r * ld + c0, msk, _mm256_and_ps(nz, _mm256_mul_ps(_mm256_mul_ps(p, g), sc)));
         }
     }
 }

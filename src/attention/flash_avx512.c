@@ -125,7 +125,8 @@ static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, f
             p = _mm512_maskz_mov_ps(fin, p);
             _mm512_mask_storeu_ps(s + r * ld + c0, msk, p);
             const __m512 g = _mm512_sub_ps(_mm512_maskz_loadu_ps(msk, dp + r * ld + c0), dv);
-            _mm512_mask_storeu_ps(ds + r * ld + c0, msk, _mm512_mul_ps(_mm512_mul_ps(p, g), sc));
+            const __mmask16 nz = _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+            _mm512_mask_storeu_ps(ds + r * ld + c0, msk, _mm512_maskz_mul_ps(nz, _mm512_mul_ps(p, g), sc));
         }
     }
 }

@@ -33,7 +33,8 @@ typedef struct attn_flash_kernels {
     void (*softmax_update)(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
                            float *alpha);
     /* Backward: s[r][c] <- exp2(s[r][c] - lse2[c]) (0 where lse2[c] is -inf), then
-     * ds[r][c] <- s[r][c] * (dp[r][c] - dsum[c]) * scale. */
+     * ds[r][c] <- s[r][c] * (dp[r][c] - dsum[c]) * scale, and exactly 0 wherever s[r][c] is 0
+     * (masked entries: dp there may be left over from another tile). */
     void (*probs_and_ds)(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
                          const float *lse2, const float *dsum, float scale);
     /* dst[t * ldd + q] = f * src[q * rs + t] for q < rows, t < cols (src has unit column stride):

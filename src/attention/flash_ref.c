@@ -41,7 +41,7 @@ static void probs_and_ds_ref(int rows, int cols, float *s, const float *dp, floa
         for (int c = 0; c < cols; c++) {
             const float p = lse2[c] == -INFINITY ? 0.0f : exp2f(s[r * ld + c] - lse2[c]);
             s[r * ld + c] = p;
-            ds[r * ld + c] = p * (dp[r * ld + c] - dsum[c]) * scale;
+            ds[r * ld + c] = p == 0.0f ? 0.0f : p * (dp[r * ld + c] - dsum[c]) * scale;
         }
 }
 
