@@ -22,24 +22,9 @@
 #define DROPOUT_MIN_PARALLEL 16384
 
 void attn_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
-    uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
-    uint32_t k0 = key[0], k1 = key[1];
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)ATTN_PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)ATTN_PHILOX_M1 * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
-        k0 += ATTN_PHILOX_W0;
-        k1 += ATTN_PHILOX_W1;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
+    const uint64_t block = (uint64_t)counter[0] | (uint64_t)counter[1] << 32;
+    const uint64_t offset = (uint64_t)counter[2] | (uint64_t)counter[3] << 32;
+    attn_philox_block(block, (uint64_t)key[0] | (uint64_t)key[1] << 32, offset, out);
 }
 
 float attn_philox_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
