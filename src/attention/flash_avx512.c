@@ -87,27 +87,43 @@ static void gemm_avx512(int m, int n, int k, const float *a, int64_t ars, int64_
     }
 }
 
+/* All column vectors of the tile advance together, row by row, so the max and sum chains of the
+ * (up to 4) vectors are independent instead of one long serial chain per vector. */
 static void softmax_update_avx512(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
                                   float *alpha) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
-    for (int c0 = 0; c0 < cols; c0 += 16) {
-        const __mmask16 msk = tail_mask(cols - c0);
-        const __m512 m_old = _mm512_mask_loadu_ps(ninf, msk, mrun + c0);
-        __m512 mx = m_old;
-        for (int r = 0; r < rows; r++) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, msk, s + r * lds + c0));
-        const __mmask16 fin = _mm512_cmp_ps_mask(mx, ninf, _CMP_NEQ_OQ);
-        const __m512 mxs = _mm512_maskz_mov_ps(fin, mx); /* an all -inf column subtracts 0 */
-        __m512 sum = _mm512_setzero_ps();
-        for (int r = 0; r < rows; r++) {
-            const __m512 p = exp2_neg(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk, s + r * lds + c0), mxs));
-            _mm512_mask_storeu_ps(s + r * lds + c0, msk, p);
-            sum = _mm512_add_ps(sum, p);
+    for (int c0 = 0; c0 < cols; c0 += 64) {
+        const int nv = (cols - c0 + 15) / 16 < 4 ? (cols - c0 + 15) / 16 : 4;
+        __mmask16 msk[4];
+        __m512 m_old[4], mx[4], mxs[4], sum[4];
+        __mmask16 fin[4];
+        for (int q = 0; q < 4; q++) {
+            msk[q] = q < nv ? tail_mask(cols - c0 - 16 * q) : 0;
+            m_old[q] = mx[q] = _mm512_mask_loadu_ps(ninf, msk[q], mrun + c0 + 16 * q);
+            sum[q] = _mm512_setzero_ps();
         }
-        const __m512 al = _mm512_mask_mov_ps(one, fin, exp2_neg(_mm512_sub_ps(m_old, mxs)));
-        const __m512 lv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(msk, l + c0), al, sum);
-        _mm512_mask_storeu_ps(alpha + c0, msk, al);
-        _mm512_mask_storeu_ps(l + c0, msk, lv);
-        _mm512_mask_storeu_ps(mrun + c0, msk, mx);
+        for (int r = 0; r < rows; r++)
+            for (int q = 0; q < nv; q++)
+                mx[q] = _mm512_max_ps(mx[q], _mm512_mask_loadu_ps(ninf, msk[q], s + r * lds + c0 + 16 * q));
+        for (int q = 0; q < nv; q++) {
+            fin[q] = _mm512_cmp_ps_mask(mx[q], ninf, _CMP_NEQ_OQ);
+            mxs[q] = _mm512_maskz_mov_ps(fin[q], mx[q]); /* an all -inf column subtracts 0 */
+        }
+        for (int r = 0; r < rows; r++)
+            for (int q = 0; q < nv; q++) {
+                float *sp = s + r * lds + c0 + 16 * q;
+                const __m512 p = exp2_neg(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk[q], sp), mxs[q]));
+                _mm512_mask_storeu_ps(sp, msk[q], p);
+                sum[q] = _mm512_add_ps(sum[q], p);
+            }
+        for (int q = 0; q < nv; q++) {
+            const int c = c0 + 16 * q;
+            const __m512 al = _mm512_mask_mov_ps(one, fin[q], exp2_neg(_mm512_sub_ps(m_old[q], mxs[q])));
+            const __m512 lv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(msk[q], l + c), al, sum[q]);
+            _mm512_mask_storeu_ps(alpha + c, msk[q], al);
+            _mm512_mask_storeu_ps(l + c, msk[q], lv);
+            _mm512_mask_storeu_ps(mrun + c, msk[q], mx[q]);
+        }
     }
 }
 
