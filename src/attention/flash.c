@@ -93,10 +93,12 @@ static void band_rows(const attn_ctx *c, int64_t i0, int q0, int cols, int64_t j
     *rb = (int)hi;
 }
 
-/* Turn a raw S^T tile (scaled q.k) into log2-unit logits with every mask applied. capd (general
- * path with softcap) receives the soft-cap derivative 1 - tanh^2. */
+/* Turn a raw S^T tile (scaled q.k) into log2-unit logits with every mask applied. On the general
+ * path each query row's logits are stored relative to the row's shift sh (see row_shifts), computed
+ * in double, so biases of magnitude 1e5 (an additive mask, ALiBi over long distances) cost no
+ * float precision. capd (general path with softcap) receives the soft-cap derivative 1 - tanh^2. */
 static void epilogue(const attn_ctx *c, int general, int64_t b, int64_t h, int64_t i0, int bi,
-                     int64_t j0, int bj, float *s, float *capd) {
+                     int64_t j0, int bj, const float *sh, float *s, float *capd) {
     if (general) {
         for (int r = 0; r < bj; r++)
             for (int q = 0; q < bi; q++) {
@@ -112,7 +114,7 @@ static void epilogue(const attn_ctx *c, int general, int64_t b, int64_t h, int64
                     x = c->softcap * t;
                     if (capd) capd[r * BR + q] = (float)(1.0 - t * t);
                 }
-                *e = (float)((x + attn_ctx_bias(c, b, h, i, j)) * LOG2E);
+                *e = (float)((x + attn_ctx_bias(c, b, h, i, j)) * LOG2E - sh[q]);
             }
         return;
     }
@@ -132,6 +134,49 @@ static void epilogue(const attn_ctx *c, int general, int64_t b, int64_t h, int64
         for (int64_t q = 0; q < lo; q++) row[q] = -INFINITY;
         for (int64_t q = hi; q < bi; q++) row[q] = -INFINITY;
     }
+}
+
+/* Per query row of the block: the largest additive term (ALiBi + additive mask) over the keys it
+ * may attend, in log2 units (0 on the fast path or when there is none). Softmax is shift
+ * invariant; subtracting it keeps the float tile values near the row's maximum small, whatever
+ * the biases (a row offset by -1e5 stays exact). It reads the masks once per row, as the epilogue
+ * does; no dot products. */
+static void row_shifts(const attn_ctx *c, int general, int64_t b, int64_t h, int64_t i0, int bi, float *sh) {
+    for (int r = 0; r < bi; r++) {
+        sh[r] = 0.0f;
+        if (!general || (!c->am && !c->alibi)) continue;
+        const int64_t i = i0 + r;
+        int64_t jlo, jhi;
+        key_range(c, i, i + 1, &jlo, &jhi);
+        double mx = -INFINITY;
+        for (int64_t j = jlo; j < jhi; j++) {
+            if (!attn_ctx_allowed(c, b, h, i, j)) continue;
+            const double v = attn_ctx_bias(c, b, h, i, j);
+            if (v > mx) mx = v;
+        }
+        if (mx != -INFINITY) sh[r] = (float)(mx * LOG2E);
+    }
+}
+
+/* The S^T tile of keys [j0, j0 + bj) against the packed query block: on tiles the causal/window
+ * band crosses only the band is computed (the epilogue masks the rest). */
+static void scores_tile(const attn_flash_kernels *kr, const attn_ctx *c, int general, const float *kh,
+                        const attn_tensor *k, int64_t b, int64_t h, int64_t i0, int bi, int64_t j0, int bj,
+                        const float *qt, const float *sh, float *s, float *capd, int *banded) {
+    *banded = !general && !tile_inside(c, i0, i0 + bi, j0, j0 + bj);
+    if (*banded) {
+        for (int r0 = 0; r0 < bj; r0 += 4) {
+            const int rows = bj - r0 < 4 ? bj - r0 : 4;
+            int qa, qb;
+            band_cols(c, i0, bi, j0, r0, rows, &qa, &qb);
+            if (qa < qb)
+                kr->gemm(rows, qb - qa, (int)c->d, kh + (j0 + r0) * k->stride[2], k->stride[2], k->stride[3],
+                         qt + qa, BR, s + r0 * BR + qa, BR, 0, NULL);
+        }
+    } else {
+        kr->gemm(bj, bi, (int)c->d, kh + j0 * k->stride[2], k->stride[2], k->stride[3], qt, BR, s, BR, 0, NULL);
+    }
+    epilogue(c, general, b, h, i0, bi, j0, bj, sh, s, capd);
 }
 
 /* Multiply the tile by the dropout factors keep(b, h, i, j). */
@@ -174,7 +219,8 @@ static void store_rows(const attn_flash_kernels *kr, const float *src, int rows,
 
 /* ---- workspace: per-thread buffers, each 64-byte aligned ---- */
 typedef struct flash_bufs {
-    float *qt, *dot, *qp, *dop, *s, *dp, *ds, *capd, *acc, *kp, *vp, *m, *l, *alpha;
+    float *qt, *dot, *qp, *dop, *s, *dp, *ds, *capd, *acc, *kp, *vp;
+    float *m, *l, *alpha, *sh, *ll, *dsum; /* per query row of the block */
 } flash_bufs;
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -182,13 +228,13 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 /* Floats per thread; lays out the buffers when base is not NULL. */
 static size_t layout(int64_t d, int64_t dv, float *base, flash_bufs *bb) {
     const int64_t dm = d > dv ? d : dv;
-    const size_t sizes[14] = {(size_t)(d * BR),  (size_t)(dv * BR), (size_t)(BR * d), (size_t)(BR * dv),
+    const size_t sizes[17] = {(size_t)(d * BR),  (size_t)(dv * BR), (size_t)(BR * d), (size_t)(BR * dv),
                               (size_t)(BC * BR), (size_t)(BC * BR), (size_t)(BC * BR), (size_t)(BC * BR),
-                              (size_t)(BR * dm), (size_t)(BC * d),  (size_t)(BC * dv), BR, BR, BR};
-    float **ptrs[14] = {&bb->qt, &bb->dot, &bb->qp, &bb->dop, &bb->s, &bb->dp, &bb->ds,
-                        &bb->capd, &bb->acc, &bb->kp, &bb->vp, &bb->m, &bb->l, &bb->alpha};
+                              (size_t)(BR * dm), (size_t)(BC * d),  (size_t)(BC * dv), BR, BR, BR, BR, BR, BR};
+    float **ptrs[17] = {&bb->qt, &bb->dot, &bb->qp,  &bb->dop, &bb->s,     &bb->dp, &bb->ds, &bb->capd, &bb->acc,
+                        &bb->kp, &bb->vp,  &bb->m,   &bb->l,   &bb->alpha, &bb->sh, &bb->ll, &bb->dsum};
     size_t off = 0;
-    for (int i = 0; i < 14; i++) {
+    for (int i = 0; i < 17; i++) {
         if (base) *ptrs[i] = base + off;
         off += round16(sizes[i]);
     }
@@ -279,6 +325,7 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
             const float *kh = k->data + b * k->stride[0] + g * k->stride[1];
             const float *vh = v->data + b * v->stride[0] + g * v->stride[1];
             pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
+            row_shifts(&c, general, b, h, i0, bi, w.sh);
             for (int r = 0; r < bi; r++) {
                 w.m[r] = -INFINITY;
                 w.l[r] = 0.0f;
@@ -288,21 +335,8 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
             key_range(&c, i0, i0 + bi, &jlo, &jhi);
             for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
                 const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
-                const int banded = !general && !tile_inside(&c, i0, i0 + bi, j0, j0 + bj);
-                if (banded) {
-                    for (int r0 = 0; r0 < bj; r0 += 4) {
-                        const int rows = bj - r0 < 4 ? bj - r0 : 4;
-                        int qa, qb;
-                        band_cols(&c, i0, bi, j0, r0, rows, &qa, &qb);
-                        if (qa < qb)
-                            kr->gemm(rows, qb - qa, (int)c.d, kh + (j0 + r0) * k->stride[2], k->stride[2],
-                                     k->stride[3], w.qt + qa, BR, w.s + r0 * BR + qa, BR, 0, NULL);
-                    }
-                } else {
-                    kr->gemm(bj, bi, (int)c.d, kh + j0 * k->stride[2], k->stride[2], k->stride[3], w.qt, BR,
-                             w.s, BR, 0, NULL);
-                }
-                epilogue(&c, general, b, h, i0, bi, j0, bj, w.s, NULL);
+                int banded;
+                scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, &banded);
                 kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha);
                 if (c.p > 0) apply_dropout(&c, b, h, i0, bi, j0, bj, w.s);
                 const float *vb = vh + j0 * v->stride[2];
@@ -330,7 +364,7 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
             for (int r = 0; r < bi; r++) {
                 if (lse)
                     lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]] =
-                        w.l[r] > 0 ? (float)((w.m[r] + log2((double)w.l[r])) * LN2) : -INFINITY;
+                        w.l[r] > 0 ? (float)(((double)w.sh[r] + w.m[r] + log2((double)w.l[r])) * LN2) : -INFINITY;
             }
         }
     }
@@ -389,37 +423,57 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                     pack_transposed(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, 1.0f, w.dot);
                     pack_rows(kr, qi, q->stride[2], q->stride[3], bi, c.d, w.qp);
                     pack_rows(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
+                    row_shifts(&c, general, b, h, i0, bi, w.sh);
+                    int large = 0; /* a row whose |lse| float cannot carry to 1e-7 of its probabilities */
                     for (int r = 0; r < bi; r++) {
-                        const float lv = lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]];
-                        w.m[r] = lv == -INFINITY ? -INFINITY : (float)(lv * LOG2E); /* lse in log2 units */
+                        const double lv = lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]];
+                        /* P = exp2((s - m) - ll): m the row's log2-unit lse relative to its shift */
+                        w.m[r] = lv == -INFINITY ? -INFINITY : (float)(lv * LOG2E - w.sh[r]);
+                        w.ll[r] = 0.0f;
+                        large |= lv != -INFINITY && fabs(lv) > 64.0;
                         double dsum = 0;
                         for (int64_t x = 0; x < c.dv; x++)
                             dsum += (double)w.dop[r * c.dv + x] * oi[r * out->stride[2] + x * out->stride[3]];
-                        w.l[r] = (float)dsum; /* D_i */
+                        w.dsum[r] = (float)dsum; /* D_i */
                     }
-                    memset(w.acc, 0, sizeof(float) * (size_t)bi * (size_t)c.d);
                     int64_t jlo, jhi;
                     key_range(&c, i0, i0 + bi, &jlo, &jhi);
+                    if (large) {
+                        /* Recompute the forward's running max and sum exactly (same tiles, same
+                         * kernels, same order), so P = exp2((s - max) - log2(sum)) keeps full accuracy
+                         * where the float lse has lost it (logits ~1e4). Costs one extra S^T pass, only
+                         * for such blocks. */
+                        for (int r = 0; r < bi; r++) {
+                            w.m[r] = -INFINITY;
+                            w.l[r] = 0.0f;
+                        }
+                        for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
+                            const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
+                            int banded;
+                            scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, &banded);
+                            kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha);
+                        }
+                        for (int r = 0; r < bi; r++) w.ll[r] = w.l[r] > 0 ? (float)log2((double)w.l[r]) : 0.0f;
+                    }
+                    memset(w.acc, 0, sizeof(float) * (size_t)bi * (size_t)c.d);
                     for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
                         const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
                         const float *kj = kh + j0 * k->stride[2];
                         const float *vj = vh + j0 * v->stride[2];
                         /* on tiles the band crosses, every product runs over the band only: outside
                          * it P and dS are exactly 0 (probs_and_ds zeroes dS wherever P is 0) */
-                        const int banded = !general && !tile_inside(&c, i0, i0 + bi, j0, j0 + bj);
+                        int banded;
+                        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, w.capd, &banded);
                         for (int r0 = 0; r0 < bj; r0 += banded ? 4 : bj) {
                             const int rows = banded ? (bj - r0 < 4 ? bj - r0 : 4) : bj;
                             int qa = 0, qb = bi;
                             if (banded) band_cols(&c, i0, bi, j0, r0, rows, &qa, &qb);
-                            if (qa >= qb) continue;
-                            kr->gemm(rows, qb - qa, (int)c.d, kj + r0 * k->stride[2], k->stride[2], k->stride[3],
-                                     w.qt + qa, BR, w.s + r0 * BR + qa, BR, 0, NULL);
-                            kr->gemm(rows, qb - qa, (int)c.dv, vj + r0 * v->stride[2], v->stride[2], v->stride[3],
-                                     w.dot + qa, BR, w.dp + r0 * BR + qa, BR, 0, NULL);
+                            if (qa < qb)
+                                kr->gemm(rows, qb - qa, (int)c.dv, vj + r0 * v->stride[2], v->stride[2], v->stride[3],
+                                         w.dot + qa, BR, w.dp + r0 * BR + qa, BR, 0, NULL);
                         }
-                        epilogue(&c, general, b, h, i0, bi, j0, bj, w.s, w.capd);
                         if (c.p > 0) apply_dropout(&c, b, h, i0, bi, j0, bj, w.dp);
-                        kr->probs_and_ds(bj, bi, w.s, w.dp, w.ds, BR, w.m, w.l, (float)c.scale);
+                        kr->probs_and_ds(bj, bi, w.s, w.dp, w.ds, BR, w.m, w.ll, w.dsum, (float)c.scale);
                         if (general && c.softcap > 0)
                             for (int r = 0; r < bj; r++)
                                 for (int x = 0; x < bi; x++) /* capd is only written where allowed */

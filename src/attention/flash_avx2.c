@@ -103,17 +103,17 @@ static void softmax_update_avx2(int rows, int cols, float *s, int64_t lds, float
 }
 
 static void probs_and_ds_avx2(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
-                              const float *lse2, const float *dsum, float scale) {
+                              const float *m, const float *ll, const float *dsum, float scale) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY), sc = _mm256_set1_ps(scale);
     for (int c0 = 0; c0 < cols; c0 += 8) {
         const __m256i msk = tail_mask(cols - c0);
-        const __m256 lv = load_or(ninf, msk, lse2 + c0);
-        const __m256 fin = _mm256_cmp_ps(lv, ninf, _CMP_NEQ_OQ);
-        const __m256 ls = _mm256_and_ps(fin, lv);
+        const __m256 mv = load_or(ninf, msk, m + c0);
+        const __m256 fin = _mm256_cmp_ps(mv, ninf, _CMP_NEQ_OQ);
+        const __m256 ms = _mm256_and_ps(fin, mv), lv = _mm256_maskload_ps(ll + c0, msk);
         const __m256 dv = _mm256_maskload_ps(dsum + c0, msk);
         for (int r = 0; r < rows; r++) {
-            __m256 p = exp2_neg(_mm256_sub_ps(load_or(ninf, msk, s + r * ld + c0), ls));
-            p = _mm256_and_ps(fin, p);
+            const __m256 x = _mm256_sub_ps(_mm256_sub_ps(load_or(ninf, msk, s + r * ld + c0), ms), lv);
+            const __m256 p = _mm256_and_ps(fin, exp2_neg(x));
             _mm256_maskstore_ps(s + r * ld + c0, msk, p);
             const __m256 g = _mm256_sub_ps(_mm256_maskload_ps(dp + r * ld + c0, msk), dv);
             const __m256 nz = _mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_NEQ_OQ);

@@ -128,17 +128,17 @@ static void softmax_update_avx512(int rows, int cols, float *s, int64_t lds, flo
 }
 
 static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
-                                const float *lse2, const float *dsum, float scale) {
+                                const float *m, const float *ll, const float *dsum, float scale) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(scale);
     for (int c0 = 0; c0 < cols; c0 += 16) {
         const __mmask16 msk = tail_mask(cols - c0);
-        const __m512 lv = _mm512_mask_loadu_ps(ninf, msk, lse2 + c0);
-        const __mmask16 fin = _mm512_cmp_ps_mask(lv, ninf, _CMP_NEQ_OQ);
-        const __m512 ls = _mm512_maskz_mov_ps(fin, lv);
+        const __m512 mv = _mm512_mask_loadu_ps(ninf, msk, m + c0);
+        const __mmask16 fin = _mm512_cmp_ps_mask(mv, ninf, _CMP_NEQ_OQ);
+        const __m512 ms = _mm512_maskz_mov_ps(fin, mv), lv = _mm512_maskz_loadu_ps(msk, ll + c0);
         const __m512 dv = _mm512_maskz_loadu_ps(msk, dsum + c0);
         for (int r = 0; r < rows; r++) {
-            __m512 p = exp2_neg(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk, s + r * ld + c0), ls));
-            p = _mm512_maskz_mov_ps(fin, p);
+            const __m512 x = _mm512_sub_ps(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk, s + r * ld + c0), ms), lv);
+            const __m512 p = _mm512_maskz_mov_ps(fin, exp2_neg(x));
             _mm512_mask_storeu_ps(s + r * ld + c0, msk, p);
             const __m512 g = _mm512_sub_ps(_mm512_maskz_loadu_ps(msk, dp + r * ld + c0), dv);
             const __mmask16 nz = _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_OQ);

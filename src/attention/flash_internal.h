@@ -32,11 +32,12 @@ typedef struct attn_flash_kernels {
      * A column that is still all -inf keeps mrun = -inf and gets s = 0, alpha = 1. */
     void (*softmax_update)(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
                            float *alpha);
-    /* Backward: s[r][c] <- exp2(s[r][c] - lse2[c]) (0 where lse2[c] is -inf), then
+    /* Backward: s[r][c] <- exp2((s[r][c] - m[c]) - ll[c]) (0 where m[c] is -inf), then
      * ds[r][c] <- s[r][c] * (dp[r][c] - dsum[c]) * scale, and exactly 0 wherever s[r][c] is 0
-     * (masked entries: dp there may be left over from another tile). */
+     * (masked entries: dp there may be left over from another tile). m and ll split the row's
+     * log2-unit lse into a part close to the logits and a small remainder, so s - m is exact. */
     void (*probs_and_ds)(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
-                         const float *lse2, const float *dsum, float scale);
+                         const float *m, const float *ll, const float *dsum, float scale);
     /* dst[t * ldd + q] = f * src[q * rs + t] for q < rows, t < cols (src has unit column stride):
      * the transposed, scaled query block that S^T = K Q^T reads. */
     void (*pack_transposed)(int rows, int cols, const float *src, int64_t rs, float f, float *dst,

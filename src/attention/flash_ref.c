@@ -36,10 +36,10 @@ static void softmax_update_ref(int rows, int cols, float *s, int64_t lds, float 
 }
 
 static void probs_and_ds_ref(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
-                             const float *lse2, const float *dsum, float scale) {
+                             const float *m, const float *ll, const float *dsum, float scale) {
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) {
-            const float p = lse2[c] == -INFINITY ? 0.0f : exp2f(s[r * ld + c] - lse2[c]);
+            const float p = m[c] == -INFINITY ? 0.0f : exp2f((s[r * ld + c] - m[c]) - ll[c]);
             s[r * ld + c] = p;
             ds[r * ld + c] = p == 0.0f ? 0.0f : p * (dp[r * ld + c] - dsum[c]) * scale;
         }
