@@ -64,3 +64,5 @@ expect(0 "\"op\": *\"gemm\".*\"impl\".*\"shape\".*\"threads\".*\"ms\".*\"gflops\
 expect(0 "\"op\": *\"attention\".*\"impl\": *\"sdpa\".*\"gflops\".*\"peak_fraction\""
   bench attention --impl sdpa --b 1 --h 2 --n 64 --d 16 --threads 1 --json)
 expect(0 "GFLOP/s" bench attention --impl sdpa --b 1 --h 1 --n 32,48 --d 16 --causal --backward --threads 1,2)
+expect(0 "\"variant\": *\"forward causal window\".*\"window\": *16" bench attention --b 1 --h 1 --n 128 --d 16 --window 16 --causal --threads 1 --json)
+expect_one_line_error(2 bench attention --window -3)

@@ -1,5 +1,6 @@
 /* attn bench attention: attention forward (and backward) for every combination of the shape
- * lists. flops: 4*B*H*Nq*Nk*d forward (half when causal), 2.5x that backward. */
+ * lists. flops: 4*B*H*Nq*Nk*d forward (half when causal; with a window, 4*B*H*d times the
+ * number of (query, key) pairs the window admits), 2.5x that backward. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@ static const char *impls[] = {"sdpa", "flash"};
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attn bench attention [--impl NAME[,NAME...]] [--b B] [--h H] [--n N,...]\n"
-            "                            [--d D,...] [--causal] [--backward] [--threads T,...]\n"
+            "                            [--d D,...] [--causal] [--window W] [--backward] [--threads T,...]\n"
             "                            [--repeats R] [--json]\n\n"
             "Self-attention Q, K, V [B, H, N, d] for every combination of the lists; medians of R\n"
             "(>= %d) samples after a warmup; GFLOP/s and the fraction of the FMA peak\n"
@@ -26,6 +27,8 @@ static void usage(FILE *f) {
             "  --b, --h     batch and heads (default 1 and 8)\n"
             "  --n, --d     sequence lengths and head dimensions (default 1024 and 64)\n"
             "  --causal     causal (top-left) masking\n"
+            "  --window W   sliding window: keys within W before (and, without --causal, after)\n"
+            "               each query; flops count only the admitted pairs\n"
             "  --backward   also time the backward pass\n"
             "  --threads    thread counts (default: attn's)\n"
             "  --repeats R  timed samples per measurement (default 7)\n"
@@ -70,6 +73,7 @@ int bench_attention_cmd(int argc, char **argv) {
     int64_t bs[BENCH_MAX_LIST] = {1}, hs[BENCH_MAX_LIST] = {8}, ns[BENCH_MAX_LIST] = {1024},
             ds[BENCH_MAX_LIST] = {64};
     int nb = 1, nh = 1, nn = 1, nd = 1, causal = 0, backward = 0;
+    int64_t window = -1;
     int use[sizeof impls / sizeof impls[0]] = {0, 1};
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) {
@@ -82,7 +86,12 @@ int bench_attention_cmd(int argc, char **argv) {
         const char *v;
         if (!strcmp(argv[i], "--causal")) causal = 1;
         else if (!strcmp(argv[i], "--backward")) backward = 1;
-        else if ((v = bench_opt_value("--impl", argc, argv, &i))) {
+        else if ((v = bench_opt_value("--window", argc, argv, &i))) {
+            int64_t wv[1];
+            if (bench_parse_list(v, wv, 1, 0, MAX_DIM) != 1)
+                return cli_usage_error("bench attention: --window wants one size in 0..%d, got '%s'", MAX_DIM, v);
+            window = wv[0];
+        } else if ((v = bench_opt_value("--impl", argc, argv, &i))) {
             memset(use, 0, sizeof use);
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
@@ -134,6 +143,10 @@ int bench_attention_cmd(int argc, char **argv) {
                             c.flash = !strcmp(impls[im], "flash");
                             c.p = attn_sdpa_params_default();
                             c.p.causal = causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
+                            if (window >= 0) {
+                                c.p.window_left = window;
+                                c.p.window_right = causal ? 0 : window;
+                            }
                             c.ws_bytes = c.flash ? attn_flash_workspace_size(&c.q, &c.k, &c.v)
                                                  : attn_sdpa_workspace_size(&c.q, &c.k, &c.v);
                             c.ws = malloc(c.ws_bytes);
@@ -142,6 +155,15 @@ int bench_attention_cmd(int argc, char **argv) {
                                 return cli_fail("bench attention: out of memory for the workspace");
                             }
                             double flops = 4.0 * B * H * (double)N * N * D * (causal ? 0.5 : 1.0);
+                            if (window >= 0) { /* the pairs the window admits */
+                                double pairs = 0;
+                                for (int64_t i = 0; i < N; i++) {
+                                    const int64_t lo = i - window < 0 ? 0 : i - window;
+                                    const int64_t hi = causal ? i : (i + window < N - 1 ? i + window : N - 1);
+                                    pairs += (double)(hi - lo + 1);
+                                }
+                                flops = 4.0 * B * H * D * pairs;
+                            }
                             for (int pass = 0; pass < 1 + backward; pass++) {
                                 if (pass) run_forward(&c); /* the backward reads the forward's out and lse */
                                 bench_timing t = bench_measure(pass ? run_backward : run_forward, &c, o.repeats);
@@ -152,12 +174,15 @@ int bench_attention_cmd(int argc, char **argv) {
                                 }
                                 bench_result r;
                                 bench_result_init(&r, "attention", impls[im], o.threads[it]);
-                                r.variant = pass ? (causal ? "backward causal" : "backward")
-                                                 : (causal ? "forward causal" : "forward");
+                                static const char *variants[2][2][2] = {
+                                    {{"forward", "forward causal"}, {"forward window", "forward causal window"}},
+                                    {{"backward", "backward causal"}, {"backward window", "backward causal window"}}};
+                                r.variant = variants[pass][window >= 0][causal];
                                 bench_result_dim(&r, "b", B);
                                 bench_result_dim(&r, "h", H);
                                 bench_result_dim(&r, "n", N);
                                 bench_result_dim(&r, "d", D);
+                                if (window >= 0) bench_result_dim(&r, "window", window);
                                 bench_result_finish(&r, pass ? 2.5 * flops : flops, t.median_ms);
                                 bench_print(stdout, &r, o.json);
                                 fflush(stdout);
