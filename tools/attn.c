@@ -36,6 +36,7 @@ static const struct {
     {"info", cmd_info, "version, CPU features, chosen kernels, threads"},
     {"inspect", cmd_inspect, "list the tensors of a .safetensors file"},
     {"bench", cmd_bench, "benchmarks: peak, gemm, attention"},
+    {"run", cmd_run, "run a PyTorch module's equivalent on safetensors inputs"},
 };
 
 static void usage(FILE *f) {

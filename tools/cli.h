@@ -9,6 +9,7 @@ int cmd_info(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 /* `attn bench` subcommands. */
 int bench_peak_cmd(int argc, char **argv);

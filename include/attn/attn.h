@@ -6,5 +6,6 @@
 #include "kernels.h"
 #include "attention.h"
 #include "safetensors.h"
+#include "nn.h"
 
 #endif

@@ -1,0 +1,558 @@
+/* attn nn: modules with PyTorch semantics, forward and backward, parameters named as PyTorch's
+ * state_dict and loaded from / saved to safetensors: linear layers, positional encodings
+ * (sinusoidal, learned, RoPE, ALiBi slopes), nn.MultiheadAttention, TransformerEncoderLayer /
+ * TransformerDecoderLayer, their stacks and nn.Transformer; key/value caches for incremental
+ * decoding; a decoder-only (GPT-style) language model.
+ *
+ * ---- Memory contract (every module) -----------------------------------------------------------
+ * A module owns its parameters and their gradients: both are allocated by *_create, parameters
+ * initialised as PyTorch's reset_parameters() does (same distributions, Philox random numbers; see
+ * attn_params_reset), gradients zeroed. Everything else belongs to the caller:
+ *   - saved: the activations a forward keeps for the backward, attn_X_saved_size() bytes. Pass NULL
+ *     to the forward for inference (no backward follows). The backward reads it; it must not change
+ *     in between.
+ *   - workspace: scratch used only during one call (forward or backward), attn_X_workspace_size()
+ *     bytes. Its contents need not survive between calls; one buffer may serve every call.
+ * Both sizes depend on the shapes, on which masks and options the call uses, and on
+ * attn_get_num_threads() at the time of the query (raising the thread count afterwards may make a
+ * workspace too small: ATTN_ERR_WORKSPACE, never an overrun). Neither grows as Nq x Nk per head:
+ * the attention runs on attn_flash_forward / attn_flash_backward (weights asked for with
+ * need_weights are computed row by row into the caller's output). Masks the caller passes in
+ * PyTorch's form are converted into the workspace: a boolean mask is inverted at its own size
+ * (padded by a column per key appended by add_bias_kv / add_zero_attn); a float attn_mask is
+ * copied only when keys are appended; a float attn_mask together with a float key_padding_mask
+ * is summed into [B, 1 or num_heads, Nq, Nk] floats. Buffers need no particular alignment.
+ *
+ * Backward takes the same arguments as the forward it follows (same inputs, masks and dropout
+ * seed; parameters unchanged), writes the input gradients and ACCUMULATES (+=) the parameter
+ * gradients, as PyTorch's autograd does; attn_params_zero_grad clears them.
+ *
+ * ---- Dropout --------------------------------------------------------------------------------
+ * Active only when the call's `training` flag is set. Every dropout site draws from the Philox
+ * stream (seed, offset + site) indexed by the element's position (see kernels.h), so masks depend
+ * on (seed, offset) only — never on the thread count — and the backward recomputes them.
+ *
+ * ---- Determinism ------------------------------------------------------------------------------
+ * Results are bitwise identical for any thread count. */
+#ifndef ATTN_NN_H
+#define ATTN_NN_H
+
+#include "core.h"
+#include "safetensors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- parameters -----------------------------------------------------------------------------
+ * A module's parameters, in PyTorch's state_dict order and names ("in_proj_weight",
+ * "out_proj.weight", ...). The list belongs to the module and lives as long as it. */
+typedef struct attn_param {
+    const char *name;               /* state_dict name, e.g. "self_attn.in_proj_weight" */
+    int rank;
+    int64_t shape[ATTN_MAX_RANK];
+    size_t numel;
+    float *data;                    /* numel floats, owned by the module */
+    float *grad;                    /* numel floats, owned by the module; backward adds to it */
+} attn_param;
+
+typedef struct attn_params attn_params;
+
+size_t attn_params_count(const attn_params *ps);
+/* NULL when i >= count. */
+const attn_param *attn_params_get(const attn_params *ps, size_t i);
+/* NULL when absent. */
+const attn_param *attn_params_find(const attn_params *ps, const char *name);
+/* Total number of parameter elements. */
+size_t attn_params_numel(const attn_params *ps);
+/* Set every gradient to 0. */
+attn_status attn_params_zero_grad(const attn_params *ps);
+/* Re-initialise every parameter as PyTorch's reset_parameters() does (xavier_uniform for packed
+ * projections, kaiming_uniform(a=sqrt(5)) for nn.Linear weights and U(+-1/sqrt(fan_in)) for their
+ * biases, zeros / ones for LayerNorm, ...), with random numbers from Philox stream (seed, index of
+ * the parameter). PyTorch's own random numbers are not reproduced: load its weights instead. */
+attn_status attn_params_reset(const attn_params *ps, uint64_t seed);
+
+/* Load every parameter from st, looking each up as prefix + name (prefix may be NULL or "").
+ * F32, F16, BF16 and F64 tensors are converted. Missing names and mismatched shapes are errors
+ * (ATTN_ERR_NOT_FOUND / ATTN_ERR_SHAPE) whose message lists them all (truncated at the message
+ * size); with strict, so is a tensor of st whose name starts with prefix but is no parameter
+ * (ATTN_ERR_NOT_FOUND, "unexpected"). Nothing is modified unless every check passes. */
+attn_status attn_params_load(const attn_params *ps, const attn_safetensors *st, const char *prefix,
+                             int strict);
+/* Strict load of a whole file (PyTorch's torch.save(module.state_dict()) through safetensors). */
+attn_status attn_params_load_file(const attn_params *ps, const char *path);
+/* Add every parameter to a writer as F32 under prefix + name (data referenced, not copied). */
+attn_status attn_params_write(const attn_params *ps, attn_safetensors_writer *w, const char *prefix);
+attn_status attn_params_save_file(const attn_params *ps, const char *path);
+
+/* ---- linear: y = x W^T + b (torch.nn.functional.linear) --------------------------------------
+ * x [rows, in], W [out, in] (PyTorch's layout), b [out] or NULL, y [rows, out]; all contiguous. */
+size_t attn_linear_workspace_size(int64_t rows, int64_t in_features, int64_t out_features);
+attn_status attn_linear_forward(const float *x, const float *weight, const float *bias, float *y,
+                                int64_t rows, int64_t in_features, int64_t out_features,
+                                void *workspace, size_t workspace_bytes);
+/* dx = dy W (nullable; overwritten, or added to when accumulate_dx), dweight += dy^T x and
+ * dbias += column sums of dy (each nullable). dx must not alias x, dy or weight. */
+attn_status attn_linear_backward(const float *x, const float *weight, const float *dy, float *dx,
+                                 int accumulate_dx, float *dweight, float *dbias, int64_t rows,
+                                 int64_t in_features, int64_t out_features, void *workspace,
+                                 size_t workspace_bytes);
+
+/* ---- positional encodings ------------------------------------------------------------------
+ * Sinusoidal (Vaswani et al.), as the seed's PositionalEncoding:
+ *   div[i] = exp(2i * (-ln(10000) / d)),  pe[p, 2i] = sin(p div[i]),  pe[p, 2i+1] = cos(p div[i])
+ * evaluated in double and rounded once (PyTorch's float32 evaluation of the same formula drifts
+ * by up to ~p * 6e-8 radians). Odd d_model: the last column is a sine. pe [n_positions, d_model]. */
+attn_status attn_sinusoidal_table(float *pe, int64_t n_positions, int64_t d_model);
+/* x [B, N, d] += table[pos0 + n] for row n (any [positions, d] table: sinusoidal or learned). The
+ * gradient of x is the identity; attn_embedding_positions_backward gives the table's. */
+attn_status attn_posenc_add(float *x, const float *table, int64_t table_rows, int64_t batch,
+                            int64_t n, int64_t d, int64_t pos0);
+
+/* Learned embeddings: torch.nn.Embedding(num_embeddings, embedding_dim, padding_idx), parameter
+ * "weight" [num_embeddings, embedding_dim] initialised N(0, 1) with the padding row zeroed. Its
+ * gradient is accumulated in token order (deterministic); the padding row gets none. */
+typedef struct attn_embedding attn_embedding;
+/* padding_idx < 0: none (PyTorch's None; a negative PyTorch index must be given as
+ * num_embeddings + padding_idx). */
+attn_status attn_embedding_create(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx,
+                                  attn_embedding **out);
+void attn_embedding_free(attn_embedding *e);
+const attn_params *attn_embedding_params(const attn_embedding *e);
+/* out [n, dim] = weight[indices[t]]; an index outside [0, num_embeddings) is an error naming it. */
+attn_status attn_embedding_forward(const attn_embedding *e, const int64_t *indices, int64_t n, float *out);
+/* weight.grad[indices[t]] += dout[t] (t in order). */
+attn_status attn_embedding_backward(attn_embedding *e, const int64_t *indices, int64_t n, const float *dout);
+/* Learned positions: x [B, N, dim] += weight[pos0 + n], and its backward weight.grad[pos0 + n] +=
+ * sum_b dy[b, n] (batches in order). */
+attn_status attn_embedding_add_positions(const attn_embedding *e, float *x, int64_t batch, int64_t n,
+                                         int64_t pos0);
+attn_status attn_embedding_positions_backward(attn_embedding *e, const float *dy, int64_t batch,
+                                              int64_t n, int64_t pos0);
+
+/* Rotary position embedding (RoPE, Su et al.) applied in place to Q or K viewed as
+ * [B, H, N, head_dim] (any strides: [B, N, H, head_dim] storage by permuted strides). The first
+ * rotary_dim features of each head are rotated, the rest left alone (GPT-J / GPT-NeoX partial
+ * rotary); for row n at position p = positions ? positions[n] : pos0 + n and pair i < rotary_dim/2:
+ *   theta_i = base'^(-2i / rotary_dim),  angle = (p / factor') theta_i   (in double)
+ *   (x_a, x_b) -> (x_a cos - x_b sin,  x_b cos + x_a sin)
+ * with pairs (i, i + rotary_dim/2) in the NeoX layout (rotate_half, Hugging Face's Llama/NeoX) or
+ * (2i, 2i + 1) in the interleaved GPT-J layout. Scaling: none (base' = base, factor' = 1),
+ * linear / position interpolation (factor' = factor), or NTK-aware
+ * (base' = base * factor^(rotary_dim / (rotary_dim - 2)), factor' = 1). The backward is the
+ * inverse rotation of the gradient, also in place. */
+typedef enum attn_rope_layout { ATTN_ROPE_NEOX = 0, ATTN_ROPE_INTERLEAVED = 1 } attn_rope_layout;
+typedef enum attn_rope_scaling {
+    ATTN_ROPE_SCALING_NONE = 0,
+    ATTN_ROPE_SCALING_LINEAR = 1,
+    ATTN_ROPE_SCALING_NTK = 2
+} attn_rope_scaling;
+typedef struct attn_rope_config {
+    int64_t head_dim;
+    int64_t rotary_dim;     /* even, <= head_dim; 0 = head_dim */
+    double base;            /* default 10000 */
+    attn_rope_layout layout;
+    attn_rope_scaling scaling;
+    double factor;          /* > 0 for linear / NTK scaling (default 1) */
+} attn_rope_config;
+attn_rope_config attn_rope_config_default(int64_t head_dim);
+/* positions (nullable) [N]: explicit positions, else pos0 + n. */
+attn_status attn_rope_forward(const attn_rope_config *cfg, attn_tensor *x, int64_t pos0,
+                              const int64_t *positions);
+attn_status attn_rope_backward(const attn_rope_config *cfg, attn_tensor *dx, int64_t pos0,
+                               const int64_t *positions);
+
+/* ALiBi slopes for num_heads heads (Press et al., the reference code's get_slopes): for a power of
+ * two n, slope_h = 2^(-8 (h + 1) / n); otherwise the slopes of the closest lower power of two m
+ * followed by every other slope of 2m, taking the first n - m. For attn_sdpa_params.alibi_slopes. */
+attn_status attn_alibi_slopes(float *slopes, int64_t num_heads);
+
+/* ---- multi-head attention: torch.nn.MultiheadAttention(batch_first=True) -----------------
+ *   Q = query Wq^T + bq,  K = key Wk^T + bk,  V = value Wv^T + bv          (in-projections)
+ *   K, V += a row bias_k / bias_v per batch (add_bias_kv), then a zero row (add_zero_attn)
+ *   per head h:  O_h = softmax(Q_h K_h^T / sqrt(head_dim) + mask) V_h      (dropout on weights)
+ *   out = concat_h(O_h) Wo^T + bo
+ * Wq, Wk, Wv are the three row blocks of in_proj_weight [3E, E] when kdim == vdim == embed_dim,
+ * else q_proj_weight [E, E], k_proj_weight [E, kdim], v_proj_weight [E, vdim]; in_proj_bias [3E],
+ * bias_k, bias_v [1, 1, E], out_proj.weight [E, E], out_proj.bias [E]. */
+typedef struct attn_mha_config {
+    int64_t embed_dim, num_heads;   /* embed_dim divisible by num_heads */
+    int64_t kdim, vdim;             /* 0 = embed_dim */
+    int bias;                       /* in_proj_bias and out_proj.bias (default 1) */
+    int add_bias_kv, add_zero_attn; /* default 0 */
+    float dropout;                  /* on the attention weights, in training (default 0) */
+    /* Rotary position embedding of Q and K after the in-projection (not part of PyTorch's
+     * MultiheadAttention: GPT-NeoX / Llama-style self-attention). rope.head_dim must be
+     * embed_dim / num_heads. Positions: queries 0 .. Nq-1 and keys 0 .. Nk-1 in a forward; the
+     * cached positions in a step. Not with add_bias_kv / add_zero_attn. Default off. */
+    int use_rope;
+    attn_rope_config rope;
+} attn_mha_config;
+
+attn_mha_config attn_mha_config_default(int64_t embed_dim, int64_t num_heads);
+
+typedef struct attn_mha attn_mha;
+
+attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out);
+void attn_mha_free(attn_mha *m);
+const attn_params *attn_mha_params(const attn_mha *m);
+const attn_mha_config *attn_mha_get_config(const attn_mha *m);
+
+/* One call's inputs, batch-first and contiguous. Masks follow nn.MultiheadAttention: a boolean
+ * mask's true (nonzero) means NOT allowed (the opposite of attn_sdpa_params), a float mask is added
+ * to the scaled logits (may hold -inf); a float key_padding_mask is added too, also next to an
+ * attn_mask (PyTorch 2.x; 1.13 mishandles that pair). They are converted at this boundary. A query
+ * row whose every key is masked gets attention output 0 (so out = out_proj.bias), where PyTorch's
+ * MultiheadAttention gives NaN. */
+typedef struct attn_mha_args {
+    int64_t batch, nq, nk;
+    const float *query;                  /* [B, Nq, embed_dim] */
+    const float *key;                    /* [B, Nk, kdim] */
+    const float *value;                  /* [B, Nk, vdim] */
+    /* key_padding_mask [B, Nk]: bool (true = ignore this key) or float (added); at most one */
+    const uint8_t *key_padding_mask;
+    const float *key_padding_mask_float;
+    /* attn_mask: bool (true = not allowed) or float (added); at most one. Shape [Nq, Nk], or
+     * [B * num_heads, Nq, Nk] when attn_mask_3d (PyTorch's 3-D form, batch-major). */
+    const uint8_t *attn_mask;
+    const float *attn_mask_float;
+    int attn_mask_3d;
+    /* Causal mask over the Nk keys (key j allowed for query i when j <= i, PyTorch's tril); the
+     * keys appended by add_bias_kv / add_zero_attn stay visible, as when PyTorch pads the causal
+     * attn_mask. Combined with attn_mask when both are given (PyTorch treats is_causal as a hint
+     * that attn_mask is causal). */
+    int is_causal;
+    /* Weights: [B, Nq, Nk'] averaged over heads, or [B, num_heads, Nq, Nk'] per head, where
+     * Nk' = Nk + add_bias_kv + add_zero_attn; those applied to V (after dropout), exactly as
+     * PyTorch returns them. Computed from the fused path row by row, never as a per-head N x N
+     * matrix beyond the output itself. */
+    int need_weights, average_attn_weights;
+    int training;                        /* dropout on only when set */
+    uint64_t seed, offset;               /* dropout stream: (seed, offset) */
+} attn_mha_args;
+
+/* Zero masks, no causality, no weights, eval mode; the caller fills the rest. */
+attn_mha_args attn_mha_args_default(void);
+
+size_t attn_mha_saved_size(const attn_mha *m, const attn_mha_args *a);
+size_t attn_mha_workspace_size(const attn_mha *m, const attn_mha_args *a);
+
+/* out [B, Nq, embed_dim]; weights as described (required when need_weights, else ignored);
+ * saved NULL for inference. */
+attn_status attn_mha_forward(attn_mha *m, const attn_mha_args *a, float *out, float *weights,
+                             void *saved, size_t saved_bytes, void *workspace,
+                             size_t workspace_bytes);
+/* dquery [B, Nq, E], dkey [B, Nk, kdim], dvalue [B, Nk, vdim], each nullable, are overwritten;
+ * two or three of them may be the same buffer (self-attention), which then receives their sum.
+ * Parameter gradients are accumulated. */
+attn_status attn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout,
+                              float *dquery, float *dkey, float *dvalue, const void *saved,
+                              size_t saved_bytes, void *workspace, size_t workspace_bytes);
+
+/* ---- transformer layers, stacks and nn.Transformer -----------------------------------------
+ * torch.nn.TransformerEncoderLayer / TransformerDecoderLayer (batch_first=True), their stacks
+ * TransformerEncoder / TransformerDecoder and torch.nn.Transformer, forward and backward, with
+ * PyTorch's state_dict names (self_attn.*, multihead_attn.*, linear1.*, linear2.*, norm1.*,
+ * norm2.*, norm3.*; layers.N.* and norm.* for stacks; encoder.* and decoder.* for Transformer).
+ *
+ * Encoder layer, post-norm (norm_first = 0, PyTorch's default) and pre-norm:
+ *   x = norm1(x + SA(x)),      x = norm2(x + FF(x))           post-norm
+ *   x = x + SA(norm1(x)),      x = x + FF(norm2(x))           pre-norm
+ * Decoder layer adds cross-attention CA over `memory` between the two (norm2; FF uses norm3):
+ *   x = norm1(x + SA(x)),  x = norm2(x + CA(x, memory)),  x = norm3(x + FF(x))   (or pre-norm)
+ * with SA(x) = dropout1(self_attn(x, x, x)), CA(x, m) = dropout2(multihead_attn(x, m, m)),
+ * FF(x) = dropout(2|3)(linear2(dropout(activation(linear1(x))))).
+ * Dropout sites of one layer call draw from (seed, offset + s): self-attention weights s = 0,
+ * dropout1 1; decoder: cross-attention weights 2, dropout2 3, feed-forward dropout 4, dropout3 5;
+ * encoder: feed-forward dropout 2, dropout2 3. Layer l of a stack uses offset + 8 l; in
+ * nn.Transformer the decoder's layers follow the encoder's (offset + 8 (num_encoder_layers + l)).
+ * Initialisation as PyTorch: nn.Linear / MultiheadAttention defaults inside layers and stacks;
+ * nn.Transformer re-initialises every matrix with xavier_uniform (its _reset_parameters). */
+typedef enum attn_activation { ATTN_ACTIVATION_RELU = 0, ATTN_ACTIVATION_GELU = 1 } attn_activation;
+
+typedef struct attn_layer_config {
+    int64_t d_model, nhead;
+    int64_t dim_feedforward;        /* default 2048 */
+    float dropout;                  /* default 0.1 (active only in training) */
+    attn_activation activation;     /* default relu; gelu is the exact (erf) form, as F.gelu */
+    float layer_norm_eps;           /* default 1e-5 */
+    int norm_first;                 /* default 0 (post-norm) */
+} attn_layer_config;
+
+attn_layer_config attn_layer_config_default(int64_t d_model, int64_t nhead);
+
+/* Masks of one attention in PyTorch's convention (see attn_mha_args): boolean true = not allowed,
+ * float added; attn_mask [Nq, Nk] or [B * nhead, Nq, Nk] (attn_mask_3d); key_padding_mask [B, Nk]. */
+typedef struct attn_masks {
+    const uint8_t *attn_mask;
+    const float *attn_mask_float;
+    int attn_mask_3d;
+    const uint8_t *key_padding_mask;
+    const float *key_padding_mask_float;
+    int is_causal;                  /* PyTorch's src_is_causal / tgt_is_causal (see attn_mha_args) */
+} attn_masks;
+
+/* One call of a layer or stack. Encoder: x = src, self_masks = src_mask / src_key_padding_mask.
+ * Decoder: x = tgt, self_masks = tgt_*, memory [B, n_memory, d_model] with memory_masks =
+ * memory_mask / memory_key_padding_mask. */
+typedef struct attn_layer_args {
+    int64_t batch, n;
+    const float *x;                 /* [B, n, d_model] */
+    attn_masks self_masks;
+    int64_t n_memory;
+    const float *memory;
+    attn_masks memory_masks;
+    int training;
+    uint64_t seed, offset;
+} attn_layer_args;
+
+attn_layer_args attn_layer_args_default(void);
+
+typedef struct attn_encoder_layer attn_encoder_layer;
+typedef struct attn_decoder_layer attn_decoder_layer;
+
+attn_status attn_encoder_layer_create(const attn_layer_config *cfg, attn_encoder_layer **out);
+void attn_encoder_layer_free(attn_encoder_layer *l);
+const attn_params *attn_encoder_layer_params(const attn_encoder_layer *l);
+size_t attn_encoder_layer_saved_size(const attn_encoder_layer *l, const attn_layer_args *a);
+size_t attn_encoder_layer_workspace_size(const attn_encoder_layer *l, const attn_layer_args *a);
+/* out [B, n, d_model]; saved NULL for inference. */
+attn_status attn_encoder_layer_forward(attn_encoder_layer *l, const attn_layer_args *a, float *out,
+                                       void *saved, size_t saved_bytes, void *workspace,
+                                       size_t workspace_bytes);
+/* dx [B, n, d_model] overwritten (nullable); parameter gradients accumulated. */
+attn_status attn_encoder_layer_backward(attn_encoder_layer *l, const attn_layer_args *a,
+                                        const float *dout, float *dx, const void *saved,
+                                        size_t saved_bytes, void *workspace,
+                                        size_t workspace_bytes);
+
+attn_status attn_decoder_layer_create(const attn_layer_config *cfg, attn_decoder_layer **out);
+void attn_decoder_layer_free(attn_decoder_layer *l);
+const attn_params *attn_decoder_layer_params(const attn_decoder_layer *l);
+size_t attn_decoder_layer_saved_size(const attn_decoder_layer *l, const attn_layer_args *a);
+size_t attn_decoder_layer_workspace_size(const attn_decoder_layer *l, const attn_layer_args *a);
+attn_status attn_decoder_layer_forward(attn_decoder_layer *l, const attn_layer_args *a, float *out,
+                                       void *saved, size_t saved_bytes, void *workspace,
+                                       size_t workspace_bytes);
+/* dx [B, n, d_model] and dmemory [B, n_memory, d_model] overwritten (each nullable). */
+attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_args *a,
+                                        const float *dout, float *dx, float *dmemory,
+                                        const void *saved, size_t saved_bytes, void *workspace,
+                                        size_t workspace_bytes);
+
+/* Stacks: num_layers independent copies of the layer (PyTorch deep-copies the layer it is given),
+ * then LayerNorm(d_model, eps = norm_eps) when norm is set. */
+typedef struct attn_stack_config {
+    attn_layer_config layer;
+    int64_t num_layers;
+    int norm;                       /* final LayerNorm "norm.*" (default 1) */
+    float norm_eps;                 /* default 1e-5 (nn.LayerNorm's default) */
+} attn_stack_config;
+
+attn_stack_config attn_stack_config_default(int64_t d_model, int64_t nhead, int64_t num_layers);
+
+typedef struct attn_encoder attn_encoder;
+typedef struct attn_decoder attn_decoder;
+
+attn_status attn_encoder_create(const attn_stack_config *cfg, attn_encoder **out);
+void attn_encoder_free(attn_encoder *e);
+const attn_params *attn_encoder_params(const attn_encoder *e);
+size_t attn_encoder_saved_size(const attn_encoder *e, const attn_layer_args *a);
+size_t attn_encoder_workspace_size(const attn_encoder *e, const attn_layer_args *a);
+attn_status attn_encoder_forward(attn_encoder *e, const attn_layer_args *a, float *out, void *saved,
+                                 size_t saved_bytes, void *workspace, size_t workspace_bytes);
+attn_status attn_encoder_backward(attn_encoder *e, const attn_layer_args *a, const float *dout,
+                                  float *dx, const void *saved, size_t saved_bytes,
+                                  void *workspace, size_t workspace_bytes);
+
+attn_status attn_decoder_create(const attn_stack_config *cfg, attn_decoder **out);
+void attn_decoder_free(attn_decoder *d);
+const attn_params *attn_decoder_params(const attn_decoder *d);
+size_t attn_decoder_saved_size(const attn_decoder *d, const attn_layer_args *a);
+size_t attn_decoder_workspace_size(const attn_decoder *d, const attn_layer_args *a);
+attn_status attn_decoder_forward(attn_decoder *d, const attn_layer_args *a, float *out, void *saved,
+                                 size_t saved_bytes, void *workspace, size_t workspace_bytes);
+attn_status attn_decoder_backward(attn_decoder *d, const attn_layer_args *a, const float *dout,
+                                  float *dx, float *dmemory, const void *saved, size_t saved_bytes,
+                                  void *workspace, size_t workspace_bytes);
+
+/* torch.nn.Transformer(d_model, nhead, num_encoder_layers, num_decoder_layers, dim_feedforward,
+ * dropout, activation, layer_norm_eps, batch_first=True, norm_first): an encoder stack and a
+ * decoder stack, each with its final norm (eps = layer_norm_eps). */
+typedef struct attn_transformer_config {
+    attn_layer_config layer;        /* d_model default 512, nhead 8 */
+    int64_t num_encoder_layers, num_decoder_layers; /* default 6, 6 */
+} attn_transformer_config;
+
+attn_transformer_config attn_transformer_config_default(void);
+
+/* src [B, n_src, d], tgt [B, n_tgt, d]; src_masks -> the encoder's self-attention (src_mask,
+ * src_key_padding_mask), tgt_masks -> the decoder's self-attention (tgt_mask,
+ * tgt_key_padding_mask), memory_masks -> its cross-attention (memory_mask,
+ * memory_key_padding_mask). */
+typedef struct attn_transformer_args {
+    int64_t batch, n_src, n_tgt;
+    const float *src, *tgt;
+    attn_masks src_masks, tgt_masks, memory_masks;
+    int training;
+    uint64_t seed, offset;
+} attn_transformer_args;
+
+attn_transformer_args attn_transformer_args_default(void);
+
+typedef struct attn_transformer attn_transformer;
+
+attn_status attn_transformer_create(const attn_transformer_config *cfg, attn_transformer **out);
+void attn_transformer_free(attn_transformer *t);
+const attn_params *attn_transformer_params(const attn_transformer *t);
+size_t attn_transformer_saved_size(const attn_transformer *t, const attn_transformer_args *a);
+size_t attn_transformer_workspace_size(const attn_transformer *t, const attn_transformer_args *a);
+/* out [B, n_tgt, d_model]. */
+attn_status attn_transformer_forward(attn_transformer *t, const attn_transformer_args *a, float *out,
+                                     void *saved, size_t saved_bytes, void *workspace,
+                                     size_t workspace_bytes);
+/* dsrc [B, n_src, d], dtgt [B, n_tgt, d] overwritten (each nullable). */
+attn_status attn_transformer_backward(attn_transformer *t, const attn_transformer_args *a,
+                                      const float *dout, float *dsrc, float *dtgt,
+                                      const void *saved, size_t saved_bytes, void *workspace,
+                                      size_t workspace_bytes);
+
+/* ---- incremental decoding: key/value caches -------------------------------------------------
+ * A cache keeps the projected keys and values of the positions seen so far, [B, capacity, E]
+ * each, in caller memory (attn_kv_cache_size bytes), so that decoding token t costs O(t): the new
+ * query rows attend to the cached rows instead of recomputing the prefix. A step gives the same
+ * rows a full causal forward over all positions gives (eval mode: no dropout). */
+typedef struct attn_kv_cache {
+    float *k, *v;                   /* [batch, capacity, dim], inside the caller's buffer */
+    int64_t batch, capacity, dim;
+    int64_t length;                 /* positions filled */
+} attn_kv_cache;
+
+size_t attn_kv_cache_size(int64_t batch, int64_t capacity, int64_t dim);
+attn_status attn_kv_cache_init(attn_kv_cache *c, void *buffer, size_t bytes, int64_t batch,
+                               int64_t capacity, int64_t dim);
+/* Forget every position (length 0). */
+attn_status attn_kv_cache_reset(attn_kv_cache *c);
+
+/* Cross-attention: fill the cache with the projections of key [B, nk, kdim] and value
+ * [B, nk, vdim] (the encoder's memory), once; length = nk. */
+size_t attn_mha_cache_fill_workspace_size(const attn_mha *m, int64_t batch, int64_t nk);
+attn_status attn_mha_cache_fill(attn_mha *m, attn_kv_cache *c, const float *key, const float *value,
+                                int64_t nk, void *workspace, size_t workspace_bytes);
+
+/* One step: n new query rows. With append (self-attention; needs kdim == vdim == embed_dim) the
+ * query rows are also projected to keys and values and appended to the cache first. With causal,
+ * new row i sees cache positions j <= length - n + i (length after the append), i.e. a causal
+ * mask over all positions. key_padding_mask [B, length] (PyTorch's bool, true = ignore) is
+ * optional. Not supported with add_bias_kv / add_zero_attn (ATTN_ERR_UNSUPPORTED). */
+typedef struct attn_mha_step_args {
+    int64_t batch, n;
+    const float *query;             /* [B, n, embed_dim] */
+    int append, causal;
+    const uint8_t *key_padding_mask;
+} attn_mha_step_args;
+
+size_t attn_mha_step_workspace_size(const attn_mha *m, int64_t batch, int64_t n, int64_t length);
+/* out [B, n, embed_dim]. */
+attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_step_args *a,
+                                  float *out, void *workspace, size_t workspace_bytes);
+
+/* Decoder stacks: one self-attention cache per layer (capacity positions) and one cross-attention
+ * cache per layer filled from memory at init. The cache object lives at the start of the caller's
+ * buffer. Each step runs the n new target positions through every layer (causal self-attention
+ * over the cache, cross-attention over memory) and the final norm: out equals the last n rows of
+ * attn_decoder_forward over all positions with tgt_masks.is_causal (eval). */
+typedef struct attn_decoder_cache attn_decoder_cache;
+
+size_t attn_decoder_cache_size(const attn_decoder *d, int64_t batch, int64_t capacity,
+                               int64_t n_memory);
+/* memory [B, n_memory, d_model]; memory_key_padding_mask [B, n_memory] (PyTorch's bool,
+ * nullable) is kept by pointer and used by every step. workspace: attn_decoder_step_workspace_size
+ * for n = n_memory suffices. */
+attn_status attn_decoder_cache_init(attn_decoder *d, void *buffer, size_t bytes, int64_t batch,
+                                    int64_t capacity, const float *memory, int64_t n_memory,
+                                    const uint8_t *memory_key_padding_mask, void *workspace,
+                                    size_t workspace_bytes, attn_decoder_cache **cache);
+/* Positions decoded so far. */
+int64_t attn_decoder_cache_length(const attn_decoder_cache *cache);
+size_t attn_decoder_step_workspace_size(const attn_decoder *d, int64_t batch, int64_t n,
+                                        int64_t capacity, int64_t n_memory);
+/* tgt [B, n, d_model] at positions length .. length + n - 1; out [B, n, d_model]. */
+attn_status attn_decoder_forward_step(attn_decoder *d, attn_decoder_cache *cache, const float *tgt,
+                                      int64_t n, float *out, void *workspace,
+                                      size_t workspace_bytes);
+
+/* The two stacks of a Transformer (for encode-once, decode-step-by-step generation: memory =
+ * attn_encoder_forward(encoder), then attn_decoder_cache_init / attn_decoder_forward_step). */
+attn_encoder *attn_transformer_encoder(attn_transformer *t);
+attn_decoder *attn_transformer_decoder(attn_transformer *t);
+
+/* ---- decoder-only (GPT-style) language model -----------------------------------------------
+ *   x = tok_emb[tokens] (+ pos_emb[position])    learned positions, or RoPE inside self-attention
+ *   x = layer_l(x), l < num_layers                pre-norm blocks (TransformerEncoderLayer with
+ *                                                 norm_first): x + SA(norm1 x) causal, x + FF(norm2 x)
+ *   logits = norm(x) W^T                          W = lm_head.weight [vocab, d], or tok_emb.weight
+ *                                                 when the embeddings are tied
+ * Parameters: tok_emb.weight, pos_emb.weight (learned positions), layers.N.self_attn.*,
+ * layers.N.linear1.*, layers.N.linear2.*, layers.N.norm1.*, layers.N.norm2.*, norm.*, and
+ * lm_head.weight unless tied (a tied model has no lm_head.weight entry: PyTorch's state_dict lists
+ * the shared tensor under both names, load it non-strict or drop that key). Initialised as the
+ * PyTorch modules (nn.Embedding N(0, 1), nn.Linear, LayerNorm). Positions start at 0 in a forward
+ * and continue from the cache's length in a step. Dropout (training) inside the layers only. */
+typedef enum attn_positions { ATTN_POSITIONS_LEARNED = 0, ATTN_POSITIONS_ROPE = 1 } attn_positions;
+
+typedef struct attn_gpt_config {
+    int64_t vocab_size, max_positions; /* learned positions: a forward or cache holds at most this */
+    attn_layer_config layer;           /* norm_first is always on; default activation gelu */
+    int64_t num_layers;
+    float norm_eps;                    /* the final norm's (default 1e-5) */
+    attn_positions positions;
+    attn_rope_config rope;             /* with ATTN_POSITIONS_ROPE (head_dim is filled in) */
+    int tie_embeddings;
+} attn_gpt_config;
+
+attn_gpt_config attn_gpt_config_default(int64_t vocab_size, int64_t max_positions, int64_t d_model,
+                                        int64_t nhead, int64_t num_layers);
+
+typedef struct attn_gpt_args {
+    int64_t batch, n;
+    const int64_t *tokens;             /* [B, n], each in [0, vocab_size) */
+    const uint8_t *key_padding_mask;   /* [B, n] PyTorch bool (true = padding), nullable */
+    int training;
+    uint64_t seed, offset;
+} attn_gpt_args;
+
+typedef struct attn_gpt attn_gpt;
+
+attn_status attn_gpt_create(const attn_gpt_config *cfg, attn_gpt **out);
+void attn_gpt_free(attn_gpt *g);
+const attn_params *attn_gpt_params(const attn_gpt *g);
+size_t attn_gpt_saved_size(const attn_gpt *g, const attn_gpt_args *a);
+size_t attn_gpt_workspace_size(const attn_gpt *g, const attn_gpt_args *a);
+/* logits [B, n, vocab_size]. */
+attn_status attn_gpt_forward(attn_gpt *g, const attn_gpt_args *a, float *logits, void *saved,
+                             size_t saved_bytes, void *workspace, size_t workspace_bytes);
+/* Parameter gradients (accumulated) from dlogits [B, n, vocab_size]. */
+attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *dlogits,
+                              const void *saved, size_t saved_bytes, void *workspace,
+                              size_t workspace_bytes);
+
+/* Generation: one self-attention cache per layer, in the caller's buffer. A step of n new tokens
+ * (a prompt, then one at a time) gives the logits of those positions, equal to the last n rows of
+ * attn_gpt_forward over the whole sequence (eval). */
+typedef struct attn_gpt_cache attn_gpt_cache;
+size_t attn_gpt_cache_size(const attn_gpt *g, int64_t batch, int64_t capacity);
+attn_status attn_gpt_cache_init(attn_gpt *g, void *buffer, size_t bytes, int64_t batch,
+                                int64_t capacity, attn_gpt_cache **cache);
+int64_t attn_gpt_cache_length(const attn_gpt_cache *cache);
+size_t attn_gpt_step_workspace_size(const attn_gpt *g, int64_t batch, int64_t n, int64_t capacity);
+/* tokens [B, n]; logits [B, n, vocab_size]. */
+attn_status attn_gpt_forward_step(attn_gpt *g, attn_gpt_cache *cache, const int64_t *tokens,
+                                  int64_t n, float *logits, void *workspace,
+                                  size_t workspace_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

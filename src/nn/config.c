@@ -1,0 +1,179 @@
+/* Module configurations from JSON (PyTorch constructor keyword arguments); see nn_config.h. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "nn_config.h"
+
+static int listed(const char *const *list, const char *name) {
+    for (; list && *list; list++)
+        if (!strcmp(*list, name)) return 1;
+    return 0;
+}
+
+attn_status nn_json_read(const char *what, const attn_json *obj, const nn_key *keys, int nkeys,
+                         const char *const *ignore) {
+    if (!obj || obj->type != ATTN_JSON_OBJECT)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: expected a JSON object, got %s", what,
+                          obj ? attn_json_type_name(obj->type) : "nothing");
+    const size_t n = attn_json_count(obj);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = attn_json_as_string(attn_json_member_key(obj, i), NULL);
+        int k = 0;
+        while (k < nkeys && strcmp(keys[k].name, name)) k++;
+        if (k == nkeys) {
+            if (listed(ignore, name)) continue;
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: unknown key '%s'", what, name);
+        }
+    }
+    for (int k = 0; k < nkeys; k++) {
+        const attn_json *v = attn_json_get(obj, keys[k].name);
+        if (!v) {
+            if (keys[k].required)
+                return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: missing key '%s'", what, keys[k].name);
+            continue;
+        }
+        int ok = 1;
+        const char *want = "";
+        switch (keys[k].type) {
+        case NN_K_INT:
+        case NN_K_INT_OR_NULL: {
+            int64_t x = 0;
+            want = keys[k].type == NN_K_INT ? "an integer" : "an integer or null";
+            if (keys[k].type == NN_K_INT_OR_NULL && attn_json_is_null(v)) x = 0;
+            else ok = attn_json_as_i64(v, &x);
+            if (ok) *(int64_t *)keys[k].dst = x;
+            break;
+        }
+        case NN_K_BOOL: {
+            int x = 0;
+            want = "true or false";
+            ok = attn_json_as_bool(v, &x);
+            if (ok) *(int *)keys[k].dst = x;
+            break;
+        }
+        case NN_K_FLOAT: {
+            double x = 0;
+            want = "a number";
+            ok = attn_json_as_double(v, &x) && isfinite((float)x);
+            if (ok) *(float *)keys[k].dst = (float)x;
+            break;
+        }
+        case NN_K_STRING: {
+            const char *s = attn_json_as_string(v, NULL);
+            want = "a string";
+            ok = s != NULL;
+            if (ok) *(const char **)keys[k].dst = s;
+            break;
+        }
+        case NN_K_OBJECT:
+            want = "an object";
+            ok = v->type == ATTN_JSON_OBJECT;
+            if (ok) *(const attn_json **)keys[k].dst = v;
+            break;
+        }
+        if (!ok)
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' must be %s, got %s", what, keys[k].name,
+                              want, attn_json_type_name(v->type));
+    }
+    return ATTN_OK;
+}
+
+attn_status nn_json_mha_config(const attn_json *obj, const char *const *ignore, attn_mha_config *cfg) {
+    static const char what[] = "multihead_attention";
+    *cfg = attn_mha_config_default(0, 0);
+    int batch_first = 1;
+    const nn_key keys[] = {
+        {"embed_dim", NN_K_INT, &cfg->embed_dim, 1},
+        {"num_heads", NN_K_INT, &cfg->num_heads, 1},
+        {"dropout", NN_K_FLOAT, &cfg->dropout, 0},
+        {"bias", NN_K_BOOL, &cfg->bias, 0},
+        {"add_bias_kv", NN_K_BOOL, &cfg->add_bias_kv, 0},
+        {"add_zero_attn", NN_K_BOOL, &cfg->add_zero_attn, 0},
+        {"kdim", NN_K_INT_OR_NULL, &cfg->kdim, 0},
+        {"vdim", NN_K_INT_OR_NULL, &cfg->vdim, 0},
+        {"batch_first", NN_K_BOOL, &batch_first, 0},
+    };
+    attn_status st = nn_json_read(what, obj, keys, (int)(sizeof keys / sizeof keys[0]), ignore);
+    if (st) return st;
+    if (!batch_first)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: batch_first must be true (attn is batch-first)", what);
+    return ATTN_OK;
+}
+
+/* The keys every layer configuration shares; activation read as a string. */
+static attn_status layer_keys(const char *what, const attn_json *obj, const char *const *ignore,
+                              attn_layer_config *cfg, const nn_key *extra, int nextra) {
+    nn_key keys[16];
+    int batch_first = 1, bias = 1;
+    const char *act = NULL;
+    const nn_key base[] = {
+        {"d_model", NN_K_INT, &cfg->d_model, 0},
+        {"nhead", NN_K_INT, &cfg->nhead, 0},
+        {"dim_feedforward", NN_K_INT, &cfg->dim_feedforward, 0},
+        {"dropout", NN_K_FLOAT, &cfg->dropout, 0},
+        {"activation", NN_K_STRING, &act, 0},
+        {"layer_norm_eps", NN_K_FLOAT, &cfg->layer_norm_eps, 0},
+        {"batch_first", NN_K_BOOL, &batch_first, 0},
+        {"norm_first", NN_K_BOOL, &cfg->norm_first, 0},
+        {"bias", NN_K_BOOL, &bias, 0},
+    };
+    int n = 0;
+    for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) keys[n++] = base[i];
+    for (int i = 0; i < nextra; i++) keys[n++] = extra[i];
+    attn_status st = nn_json_read(what, obj, keys, n, ignore);
+    if (st) return st;
+    if (!batch_first)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: batch_first must be true (attn is batch-first)", what);
+    if (!bias) return attn_error(ATTN_ERR_UNSUPPORTED, "%s: bias = false is not supported", what);
+    if (act) {
+        if (!strcmp(act, "relu")) cfg->activation = ATTN_ACTIVATION_RELU;
+        else if (!strcmp(act, "gelu")) cfg->activation = ATTN_ACTIVATION_GELU;
+        else
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: activation '%s' is neither \"relu\" nor \"gelu\"",
+                              what, act);
+    }
+    return ATTN_OK;
+}
+
+attn_status nn_json_layer_config(const attn_json *obj, const char *what, const char *const *ignore,
+                                 attn_layer_config *cfg) {
+    *cfg = attn_layer_config_default(0, 0);
+    attn_status st = layer_keys(what, obj, ignore, cfg, NULL, 0);
+    if (st) return st;
+    if (!attn_json_get(obj, "d_model") || !attn_json_get(obj, "nhead"))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: missing key '%s'", what,
+                          attn_json_get(obj, "d_model") ? "nhead" : "d_model");
+    return ATTN_OK;
+}
+
+attn_status nn_json_stack_config(const attn_json *obj, const char *what, const char *layer_key,
+                                 const char *const *ignore, attn_stack_config *cfg) {
+    *cfg = attn_stack_config_default(0, 0, 0);
+    const attn_json *layer = NULL;
+    int nested = 1, mask_check = 1;
+    const nn_key keys[] = {
+        {layer_key, NN_K_OBJECT, &layer, 1},
+        {"num_layers", NN_K_INT, &cfg->num_layers, 1},
+        {"norm", NN_K_BOOL, &cfg->norm, 0},
+        {"enable_nested_tensor", NN_K_BOOL, &nested, 0},
+        {"mask_check", NN_K_BOOL, &mask_check, 0},
+    };
+    cfg->norm = 0; /* PyTorch's default: norm=None */
+    attn_status st = nn_json_read(what, obj, keys, (int)(sizeof keys / sizeof keys[0]), ignore);
+    if (st) return st;
+    char sub[96];
+    snprintf(sub, sizeof sub, "%s: %s", what, layer_key);
+    return nn_json_layer_config(layer, sub, NULL, &cfg->layer);
+}
+
+attn_status nn_json_transformer_config(const attn_json *obj, const char *const *ignore,
+                                       attn_transformer_config *cfg) {
+    *cfg = attn_transformer_config_default();
+    const nn_key extra[] = {
+        {"num_encoder_layers", NN_K_INT, &cfg->num_encoder_layers, 0},
+        {"num_decoder_layers", NN_K_INT, &cfg->num_decoder_layers, 0},
+    };
+    return layer_keys("transformer", obj, ignore, &cfg->layer, extra, 2);
+}

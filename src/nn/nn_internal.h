@@ -1,0 +1,124 @@
+/* Internals shared by the nn modules: parameter-list building, workspace carving, helpers. */
+#ifndef ATTN_NN_INTERNAL_H
+#define ATTN_NN_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "attn/attention.h"
+#include "attn/kernels.h"
+#include "attn/nn.h"
+#include "core/internal.h"
+
+/* ---- parameter lists (params.c) ---- */
+
+/* How attn_params_reset initialises a parameter (PyTorch's reset_parameters distributions). */
+typedef enum nn_init {
+    NN_INIT_ZEROS = 0,
+    NN_INIT_ONES,
+    NN_INIT_UNIFORM,        /* U(-a, a) */
+    NN_INIT_XAVIER_UNIFORM, /* U(-b, b), b = sqrt(6 / (fan_in + fan_out)) */
+    NN_INIT_XAVIER_NORMAL,  /* N(0, s^2), s = sqrt(2 / (fan_in + fan_out)) */
+    NN_INIT_NORMAL          /* N(0, a^2) */
+} nn_init;
+
+/* One parameter a leaf module declares: name, shape, initialisation. */
+typedef struct nn_pdesc {
+    const char *name;
+    int rank;
+    int64_t shape[ATTN_MAX_RANK];
+    nn_init init;
+    double a;               /* bound for NN_INIT_UNIFORM, deviation for NN_INIT_NORMAL */
+    int64_t zero_row_plus1; /* k > 0: row k - 1 is zeroed after the draw (Embedding's padding_idx) */
+} nn_pdesc;
+
+/* Storage of a leaf module: one block of parameters and one of gradients. */
+typedef struct nn_store {
+    float *data, *grad;
+    attn_params *list;
+} nn_store;
+
+/* Allocate and initialise (seed 0) the n described parameters; ptrs[i] / gptrs[i] (gptrs may be
+ * NULL) receive each one's data / grad. */
+attn_status nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int n, float **ptrs,
+                            float **gptrs);
+void nn_store_free(nn_store *s);
+
+attn_params *nn_params_new(void);
+void nn_params_free(attn_params *ps);
+/* Append every parameter of src under prefix + its name (the data stays src's). */
+attn_status nn_params_append(attn_params *dst, const char *fn, const attn_params *src,
+                             const char *prefix);
+/* Change the init of every parameter of rank >= 2 to xavier_uniform (nn.Transformer's reset). */
+void nn_params_xavier_matrices(attn_params *ps);
+
+/* ---- workspace carving ----
+ * A bump allocator over a caller buffer: every block starts 64-byte aligned. Size queries add
+ * NN_BLOCK(bytes) per block plus NN_SLACK once for aligning the caller's pointer. */
+#define NN_ALIGN 64
+#define NN_SLACK 64
+
+typedef struct nn_arena {
+    char *base; /* aligned */
+    size_t cap, off;
+} nn_arena;
+
+/* Saturating size arithmetic for size queries (SIZE_MAX = overflow). */
+static inline size_t nn_add(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+static inline size_t nn_mul(size_t a, size_t b) {
+    size_t r;
+    return attn_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+static inline size_t nn_max(size_t a, size_t b) { return a > b ? a : b; }
+static inline size_t nn_block(size_t bytes) {
+    return bytes > SIZE_MAX - (NN_ALIGN - 1) ? SIZE_MAX : (bytes + NN_ALIGN - 1) & ~(size_t)(NN_ALIGN - 1);
+}
+static inline size_t nn_fblock(size_t floats) { return nn_block(nn_mul(floats, sizeof(float))); }
+
+/* Wrap a caller buffer; ATTN_ERR_WORKSPACE when it is smaller than need (NULL allowed for 0). */
+attn_status nn_arena_init(nn_arena *a, const char *fn, const char *what, void *buf, size_t bytes,
+                          size_t need);
+/* A block of bytes; never fails once nn_arena_init accepted `need` covering every block. Returns
+ * NULL for 0 bytes. */
+void *nn_take(nn_arena *a, size_t bytes);
+static inline float *nn_takef(nn_arena *a, size_t floats) {
+    return (float *)nn_take(a, floats * sizeof(float));
+}
+/* The rest of the arena as a raw workspace for a kernel (sgemm, flash). */
+static inline void *nn_rest(const nn_arena *a, size_t *bytes) {
+    *bytes = a->cap > a->off ? a->cap - a->off : 0;
+    return a->base ? a->base + a->off : NULL;
+}
+
+/* Prefix the current error message with "fn: " (a kernel's message seen from a module). */
+attn_status nn_wrap_error(attn_status st, const char *fn);
+
+/* ---- linear (linear.c) ---- */
+size_t nn_linear_ws(int64_t rows, int64_t in, int64_t out);
+/* y [rows, out] (row stride out) = x W^T + b; ws: raw workspace of >= nn_linear_ws bytes. */
+attn_status nn_linear_fwd(const char *fn, const float *x, const float *w, const float *b, float *y,
+                          int64_t rows, int64_t in, int64_t out, void *ws, size_t bytes);
+attn_status nn_linear_bwd(const char *fn, const float *x, const float *w, const float *dy, float *dx,
+                          int acc_dx, float *dw, float *db, int64_t rows, int64_t in, int64_t out,
+                          void *ws, size_t bytes);
+
+/* ---- multi-head attention (mha.c) ---- */
+/* attn_mha_backward with accumulation: dq is added to when acc_q, dk / dv when acc_kv (aliases
+ * among dq, dk, dv are summed as in the public function). */
+attn_status nn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout, float *dq, float *dk,
+                            float *dv, int acc_q, int acc_kv, const void *saved, size_t saved_bytes,
+                            void *ws, size_t ws_bytes);
+
+/* ---- dropout on a branch: site `site` of a call with (seed, offset) ---- */
+static inline attn_status nn_dropout_fwd(float *x, int64_t n, float p, int training, uint64_t seed,
+                                         uint64_t offset) {
+    if (!training || p <= 0) return ATTN_OK;
+    return attn_dropout_forward(x, x, NULL, n, p, seed, offset);
+}
+static inline attn_status nn_dropout_bwd(float *dx, int64_t n, float p, int training, uint64_t seed,
+                                         uint64_t offset) {
+    if (!training || p <= 0) return ATTN_OK;
+    return attn_dropout_backward(dx, dx, n, p, seed, offset);
+}
+
+#endif

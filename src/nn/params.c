@@ -1,0 +1,395 @@
+/* Parameter lists: enumeration by PyTorch state_dict name, PyTorch-style initialisation, strict
+ * safetensors load / save, and the workspace arena every module carves its buffers from.
+ *
+ * Initialisation (attn_params_reset), per parameter i with Philox stream (seed, i), element e:
+ *   u_e = attn_philox_uniform(seed, i, e) in [0, 1)
+ *   uniform(a):      x_e = (2 u_e - 1) a
+ *   xavier_uniform:  a = sqrt(6 / (fan_in + fan_out))       (torch.nn.init.xavier_uniform_)
+ *   xavier_normal:   x_e = s sqrt(-2 ln(1 - u_2e)) cos(2 pi u_2e+1), s = sqrt(2 / (fan_in + fan_out))
+ *   normal(a):       the same with s = a
+ * with fan_in = shape[1] * prod(shape[2:]), fan_out = shape[0] * prod(shape[2:]) as in PyTorch. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn_internal.h"
+
+typedef struct nn_pinfo {
+    nn_init init;
+    double a;
+    int64_t zero_row_plus1;
+} nn_pinfo;
+
+struct attn_params {
+    attn_param *items;
+    nn_pinfo *info;
+    size_t n, cap;
+};
+
+attn_params *nn_params_new(void) { return calloc(1, sizeof(attn_params)); }
+
+void nn_params_free(attn_params *ps) {
+    if (!ps) return;
+    for (size_t i = 0; i < ps->n; i++) free((char *)ps->items[i].name);
+    free(ps->items);
+    free(ps->info);
+    free(ps);
+}
+
+static attn_status params_push(attn_params *ps, const char *fn, const char *prefix, const char *name,
+                               int rank, const int64_t *shape, float *data, float *grad,
+                               nn_pinfo info) {
+    if (ps->n == ps->cap) {
+        size_t cap = ps->cap ? ps->cap * 2 : 16;
+        attn_param *it = realloc(ps->items, cap * sizeof *it);
+        if (!it) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        ps->items = it;
+        nn_pinfo *in = realloc(ps->info, cap * sizeof *in);
+        if (!in) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        ps->info = in;
+        ps->cap = cap;
+    }
+    const size_t lp = prefix ? strlen(prefix) : 0, ln = strlen(name);
+    char *nm = malloc(lp + ln + 1);
+    if (!nm) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    if (lp) memcpy(nm, prefix, lp);
+    memcpy(nm + lp, name, ln + 1);
+    attn_param *p = &ps->items[ps->n];
+    memset(p, 0, sizeof *p);
+    p->name = nm;
+    p->rank = rank;
+    p->numel = 1;
+    for (int d = 0; d < rank; d++) {
+        p->shape[d] = shape[d];
+        p->numel *= (size_t)shape[d];
+    }
+    p->data = data;
+    p->grad = grad;
+    ps->info[ps->n] = info;
+    ps->n++;
+    return ATTN_OK;
+}
+
+attn_status nn_params_append(attn_params *dst, const char *fn, const attn_params *src,
+                             const char *prefix) {
+    for (size_t i = 0; i < src->n; i++) {
+        const attn_param *p = &src->items[i];
+        attn_status st = params_push(dst, fn, prefix, p->name, p->rank, p->shape, p->data, p->grad,
+                                     src->info[i]);
+        if (st) return st;
+    }
+    return ATTN_OK;
+}
+
+void nn_params_xavier_matrices(attn_params *ps) {
+    for (size_t i = 0; i < ps->n; i++)
+        if (ps->items[i].rank >= 2) ps->info[i].init = NN_INIT_XAVIER_UNIFORM;
+}
+
+attn_status nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int n, float **ptrs,
+                            float **gptrs) {
+    memset(s, 0, sizeof *s);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        size_t numel = 1;
+        for (int r = 0; r < d[i].rank; r++) numel = nn_mul(numel, (size_t)d[i].shape[r]);
+        total = nn_add(total, numel);
+    }
+    if (total == SIZE_MAX || total > SIZE_MAX / sizeof(float) / 2)
+        return attn_error(ATTN_ERR_OVERFLOW, "%s: parameter sizes overflow", fn);
+    s->data = calloc(total ? total : 1, sizeof(float));
+    s->grad = calloc(total ? total : 1, sizeof(float));
+    s->list = nn_params_new();
+    if (!s->data || !s->grad || !s->list) {
+        nn_store_free(s);
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu parameters", fn, total);
+    }
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        nn_pinfo info = {d[i].init, d[i].a, d[i].zero_row_plus1};
+        attn_status st = params_push(s->list, fn, NULL, d[i].name, d[i].rank, d[i].shape,
+                                     s->data + off, s->grad + off, info);
+        if (st) {
+            nn_store_free(s);
+            return st;
+        }
+        ptrs[i] = s->data + off;
+        if (gptrs) gptrs[i] = s->grad + off;
+        off += s->list->items[i].numel;
+    }
+    return attn_params_reset(s->list, 0);
+}
+
+void nn_store_free(nn_store *s) {
+    free(s->data);
+    free(s->grad);
+    nn_params_free(s->list);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- public enumeration ---- */
+
+size_t attn_params_count(const attn_params *ps) { return ps ? ps->n : 0; }
+
+const attn_param *attn_params_get(const attn_params *ps, size_t i) {
+    return ps && i < ps->n ? &ps->items[i] : NULL;
+}
+
+const attn_param *attn_params_find(const attn_params *ps, const char *name) {
+    if (!ps || !name) return NULL;
+    for (size_t i = 0; i < ps->n; i++)
+        if (!strcmp(ps->items[i].name, name)) return &ps->items[i];
+    return NULL;
+}
+
+size_t attn_params_numel(const attn_params *ps) {
+    size_t t = 0;
+    for (size_t i = 0; ps && i < ps->n; i++) t += ps->items[i].numel;
+    return t;
+}
+
+attn_status attn_params_zero_grad(const attn_params *ps) {
+    ATTN_CHECK_NOT_NULL("attn_params_zero_grad", ps);
+    for (size_t i = 0; i < ps->n; i++)
+        if (ps->items[i].grad) memset(ps->items[i].grad, 0, ps->items[i].numel * sizeof(float));
+    return ATTN_OK;
+}
+
+attn_status attn_params_reset(const attn_params *ps, uint64_t seed) {
+    ATTN_CHECK_NOT_NULL("attn_params_reset", ps);
+    for (size_t i = 0; i < ps->n; i++) {
+        const attn_param *p = &ps->items[i];
+        const nn_pinfo in = ps->info[i];
+        double recept = 1, fan_in = 1, fan_out = 1;
+        for (int d = 2; d < p->rank; d++) recept *= (double)p->shape[d];
+        if (p->rank >= 2) {
+            fan_in = (double)p->shape[1] * recept;
+            fan_out = (double)p->shape[0] * recept;
+        }
+        switch (in.init) {
+        case NN_INIT_ZEROS: memset(p->data, 0, p->numel * sizeof(float)); break;
+        case NN_INIT_ONES:
+            for (size_t e = 0; e < p->numel; e++) p->data[e] = 1.0f;
+            break;
+        case NN_INIT_UNIFORM:
+        case NN_INIT_XAVIER_UNIFORM: {
+            const double a = in.init == NN_INIT_UNIFORM ? in.a : sqrt(6.0 / (fan_in + fan_out));
+            for (size_t e = 0; e < p->numel; e++)
+                p->data[e] = (float)((2.0 * attn_philox_uniform(seed, i, e) - 1.0) * a);
+            break;
+        }
+        case NN_INIT_XAVIER_NORMAL:
+        case NN_INIT_NORMAL: {
+            const double s = in.init == NN_INIT_NORMAL ? in.a : sqrt(2.0 / (fan_in + fan_out));
+            for (size_t e = 0; e < p->numel; e++) {
+                const double u1 = 1.0 - attn_philox_uniform(seed, i, 2 * e);
+                const double u2 = attn_philox_uniform(seed, i, 2 * e + 1);
+                p->data[e] = (float)(s * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+            }
+            break;
+        }
+        }
+        if (in.zero_row_plus1 > 0 && p->rank >= 1) {
+            const size_t row = p->numel / (size_t)p->shape[0];
+            memset(p->data + (size_t)(in.zero_row_plus1 - 1) * row, 0, row * sizeof(float));
+        }
+    }
+    return ATTN_OK;
+}
+
+/* ---- safetensors ---- */
+
+/* Problems listed by kind, each kind with its count and as many names as fit:
+ * "missing (2): a, b; unexpected (1): c". */
+enum { P_MISSING, P_SHAPE, P_DTYPE, P_UNEXPECTED, P_KINDS };
+static const char *const kind_names[P_KINDS] = {"missing", "wrong shape", "not floating point", "unexpected"};
+
+typedef struct msgbuf {
+    char s[P_KINDS][160];
+    size_t n[P_KINDS];
+    int count[P_KINDS], cut[P_KINDS];
+} msgbuf;
+
+static void msg_item(msgbuf *m, int kind, const char *item) {
+    const size_t l = strlen(item), sep = m->count[kind] ? 2 : 0;
+    m->count[kind]++;
+    if (m->cut[kind] || m->n[kind] + sep + l >= sizeof m->s[kind]) {
+        m->cut[kind] = 1;
+        return;
+    }
+    if (sep) memcpy(m->s[kind] + m->n[kind], ", ", 2);
+    memcpy(m->s[kind] + m->n[kind] + sep, item, l + 1);
+    m->n[kind] += sep + l;
+}
+
+/* The kinds with problems, joined: at most out_len bytes. */
+static void msg_join(const msgbuf *m, char *out, size_t out_len) {
+    size_t o = 0;
+    out[0] = '\0';
+    for (int k = 0; k < P_KINDS; k++) {
+        if (!m->count[k] || o >= out_len) continue;
+        int w = snprintf(out + o, out_len - o, "%s%s (%d): %s%s", o ? "; " : "", kind_names[k], m->count[k], m->s[k],
+                         m->cut[k] ? ", ..." : "");
+        if (w > 0) o += (size_t)w;
+    }
+}
+
+static int is_float_dtype(attn_dtype dt) {
+    return dt == ATTN_DTYPE_F32 || dt == ATTN_DTYPE_F16 || dt == ATTN_DTYPE_BF16 || dt == ATTN_DTYPE_F64;
+}
+
+attn_status attn_params_load(const attn_params *ps, const attn_safetensors *st, const char *prefix,
+                             int strict) {
+    static const char fn[] = "attn_params_load";
+    ATTN_CHECK_NOT_NULL(fn, ps);
+    ATTN_CHECK_NOT_NULL(fn, st);
+    if (!prefix) prefix = "";
+    const size_t lp = strlen(prefix);
+    size_t maxn = 0;
+    for (size_t i = 0; i < ps->n; i++) maxn = nn_max(maxn, strlen(ps->items[i].name));
+    char *full = malloc(lp + maxn + 1);
+    if (!full) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    memcpy(full, prefix, lp);
+    msgbuf m;
+    memset(&m, 0, sizeof m);
+    char item[400];
+    int missing = 0, shape = 0, unexpected = 0, dtype = 0;
+    /* every check first, by kind, so that nothing is modified unless all pass */
+    for (size_t i = 0; i < ps->n; i++) {
+        strcpy(full + lp, ps->items[i].name);
+        if (!attn_safetensors_find(st, full)) {
+            msg_item(&m, P_MISSING, full);
+            missing++;
+        }
+    }
+    for (size_t i = 0; i < ps->n; i++) {
+        const attn_param *p = &ps->items[i];
+        strcpy(full + lp, p->name);
+        const attn_safetensors_tensor *t = attn_safetensors_find(st, full);
+        if (!t) continue;
+        int same = t->rank == p->rank;
+        for (int d = 0; same && d < p->rank; d++) same = t->shape[d] == p->shape[d];
+        if (!same) {
+            char a[200], b[96];
+            snprintf(item, sizeof item, "%s %s (expected %s)", full, attn_shape_str(t->shape, t->rank, a, sizeof a),
+                     attn_shape_str(p->shape, p->rank, b, sizeof b));
+            msg_item(&m, P_SHAPE, item);
+            shape++;
+        }
+    }
+    for (size_t i = 0; i < ps->n; i++) {
+        strcpy(full + lp, ps->items[i].name);
+        const attn_safetensors_tensor *t = attn_safetensors_find(st, full);
+        if (t && !is_float_dtype(t->dtype)) {
+            snprintf(item, sizeof item, "%s (%s)", full, attn_dtype_name(t->dtype));
+            msg_item(&m, P_DTYPE, item);
+            dtype++;
+        }
+    }
+    if (strict) {
+        const size_t n = attn_safetensors_count(st);
+        for (size_t i = 0; i < n; i++) {
+            const char *name = attn_safetensors_get(st, i)->name;
+            if (strncmp(name, prefix, lp) != 0 || attn_params_find(ps, name + lp)) continue;
+            msg_item(&m, P_UNEXPECTED, name);
+            unexpected++;
+        }
+    }
+    if (missing || shape || unexpected || dtype) {
+        free(full);
+        const int total = missing + shape + unexpected + dtype;
+        const attn_status s = shape ? ATTN_ERR_SHAPE
+                              : missing || unexpected ? ATTN_ERR_NOT_FOUND
+                                                      : ATTN_ERR_INVALID_ARGUMENT;
+        char list[440];
+        msg_join(&m, list, sizeof list);
+        return attn_error(s, "%s: %d problem%s with the weights%s%s: %s", fn, total, total == 1 ? "" : "s",
+                          lp ? " under prefix " : "", prefix, list);
+    }
+    for (size_t i = 0; i < ps->n; i++) {
+        const attn_param *p = &ps->items[i];
+        strcpy(full + lp, p->name);
+        attn_status s = attn_safetensors_read_f32(st, full, p->data, p->numel);
+        if (s) {
+            free(full);
+            return s;
+        }
+    }
+    free(full);
+    return ATTN_OK;
+}
+
+attn_status attn_params_load_file(const attn_params *ps, const char *path) {
+    ATTN_CHECK_NOT_NULL("attn_params_load_file", ps);
+    ATTN_CHECK_NOT_NULL("attn_params_load_file", path);
+    attn_safetensors *st = NULL;
+    attn_status s = attn_safetensors_open_file(path, &st);
+    if (s) return s;
+    s = attn_params_load(ps, st, NULL, 1);
+    attn_safetensors_close(st);
+    return s;
+}
+
+attn_status attn_params_write(const attn_params *ps, attn_safetensors_writer *w, const char *prefix) {
+    static const char fn[] = "attn_params_write";
+    ATTN_CHECK_NOT_NULL(fn, ps);
+    ATTN_CHECK_NOT_NULL(fn, w);
+    if (!prefix) prefix = "";
+    const size_t lp = strlen(prefix);
+    for (size_t i = 0; i < ps->n; i++) {
+        const attn_param *p = &ps->items[i];
+        const size_t ln = strlen(p->name);
+        char *full = malloc(lp + ln + 1);
+        if (!full) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        memcpy(full, prefix, lp);
+        memcpy(full + lp, p->name, ln + 1);
+        attn_status s = attn_safetensors_writer_add(w, full, ATTN_DTYPE_F32, p->rank, p->shape, p->data);
+        free(full);
+        if (s) return s;
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_params_save_file(const attn_params *ps, const char *path) {
+    ATTN_CHECK_NOT_NULL("attn_params_save_file", ps);
+    ATTN_CHECK_NOT_NULL("attn_params_save_file", path);
+    attn_safetensors_writer *w = NULL;
+    attn_status s = attn_safetensors_writer_create(&w);
+    if (!s) s = attn_params_write(ps, w, NULL);
+    if (!s) s = attn_safetensors_writer_write_file(w, path);
+    attn_safetensors_writer_free(w);
+    return s;
+}
+
+/* ---- arena ---- */
+
+attn_status nn_arena_init(nn_arena *a, const char *fn, const char *what, void *buf, size_t bytes,
+                          size_t need) {
+    memset(a, 0, sizeof *a);
+    if (need == SIZE_MAX)
+        return attn_error(ATTN_ERR_OVERFLOW, "%s: %s size overflows for these shapes", fn, what);
+    if (bytes < need || (need > 0 && !buf))
+        return attn_error(ATTN_ERR_WORKSPACE,
+                          "%s: %s of %zu bytes at %p, need %zu (see the module's %s_size query; it "
+                          "depends on the shapes, the options and the thread count)",
+                          fn, what, bytes, buf, need, what);
+    if (!buf) return ATTN_OK;
+    const uintptr_t p = (uintptr_t)buf, al = (p + NN_ALIGN - 1) & ~(uintptr_t)(NN_ALIGN - 1);
+    a->base = (char *)al;
+    a->cap = bytes - (size_t)(al - p);
+    return ATTN_OK;
+}
+
+void *nn_take(nn_arena *a, size_t bytes) {
+    if (bytes == 0 || !a->base) return NULL;
+    void *p = a->base + a->off;
+    a->off += nn_block(bytes);
+    return p;
+}
+
+attn_status nn_wrap_error(attn_status st, const char *fn) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", attn_last_error());
+    return attn_error(st, "%s: %s", fn, msg);
+}

@@ -1,0 +1,172 @@
+/* attn run: run a PyTorch module's equivalent on inputs from a safetensors file.
+ *   config (JSON) -> module (nn/nn_run.h), weights by state_dict name (strict), inputs by forward
+ *   argument name (strict), one inference forward, outputs to a safetensors file. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "io/json.h"
+#include "nn/nn_run.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: attn run --config MODEL.json --weights W.safetensors --inputs IN.safetensors\n"
+            "                --out OUT.safetensors [--threads N]\n\n"
+            "Runs one module in inference (eval) mode and writes its outputs, to check attn against a\n"
+            "PyTorch model without writing C.\n\n"
+            "MODEL.json   {\"module\": NAME, ...} with NAME one of multihead_attention,\n"
+            "             transformer_encoder_layer, transformer_decoder_layer, transformer_encoder,\n"
+            "             transformer_decoder, transformer; the other keys are the keyword arguments of\n"
+            "             the PyTorch constructor (same names and defaults; batch_first is always true).\n"
+            "             Stacks: num_layers, norm (true/false) and the layer's arguments in\n"
+            "             \"encoder_layer\" / \"decoder_layer\". Forward options may sit here too:\n"
+            "             need_weights, average_attn_weights, is_causal, src_is_causal, tgt_is_causal,\n"
+            "             memory_is_causal (as the module's forward() names them).\n"
+            "W.safetensors  the module's state_dict() under its own names (F32/F16/BF16/F64).\n"
+            "IN.safetensors tensors named as the forward() arguments: query, key, value,\n"
+            "             key_padding_mask, attn_mask; src, mask / src_mask, src_key_padding_mask; tgt,\n"
+            "             memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask.\n"
+            "             Batch-first. Boolean masks (BOOL/U8): true = not allowed; float masks are added.\n"
+            "             For multihead_attention, key and value default to query.\n"
+            "OUT.safetensors  'output' (F32), and 'attn_output_weights' when need_weights is true.\n"
+            "--threads N  threads to use (default: ATTN_NUM_THREADS or OpenMP's).\n\n"
+            "Errors (unknown module or key, missing or mis-shaped weights and inputs) are reported on one\n"
+            "line and exit 1; usage errors exit 2. Unlike PyTorch < 2.5, a query whose keys are all masked\n"
+            "gets attention output 0 instead of NaN.\n");
+}
+
+/* The whole file, NUL-terminated; NULL with errno set on failure. */
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (ferror(f) || feof(f)) break;
+        char *nb = cap > ((size_t)1 << 30) ? NULL : realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            errno = ENOMEM;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    if (buf && ferror(f)) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = '\0';
+        *len = n;
+    }
+    return buf;
+}
+
+/* The library's message, without a "safetensors: PATH: " prefix that repeats the file name. */
+static const char *msg_for(const char *path) {
+    const char *msg = attn_last_error();
+    const size_t pl = strlen(path);
+    if (!strncmp(msg, "safetensors: ", 13) && !strncmp(msg + 13, path, pl) && !strncmp(msg + 13 + pl, ": ", 2))
+        msg += 13 + pl + 2;
+    return msg;
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *config = NULL, *weights = NULL, *inputs = NULL, *out = NULL;
+    int threads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return 0;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = !strcmp(a, "--config")    ? &config
+                           : !strcmp(a, "--weights") ? &weights
+                           : !strcmp(a, "--inputs")  ? &inputs
+                           : !strcmp(a, "--out")     ? &out
+                                                     : NULL;
+        if (dst || !strcmp(a, "--threads")) {
+            if (i + 1 >= argc) return cli_usage_error("run: %s needs a value (try 'attn run --help')", a);
+            const char *v = argv[++i];
+            if (dst) {
+                *dst = v;
+                continue;
+            }
+            char *end;
+            errno = 0;
+            long t = strtol(v, &end, 10);
+            if (errno || *end || end == v || t < 1 || t > 4096)
+                return cli_usage_error("run: --threads wants a positive integer, got '%s'", v);
+            threads = (int)t;
+            continue;
+        }
+        if (a[0] == '-') return cli_usage_error("run: unknown option '%s' (try 'attn run --help')", a);
+        return cli_usage_error("run: unexpected argument '%s' (try 'attn run --help')", a);
+    }
+    if (!config || !weights || !inputs || !out)
+        return cli_usage_error("run: missing %s (try 'attn run --help')",
+                               !config ? "--config" : !weights ? "--weights" : !inputs ? "--inputs" : "--out");
+    if (threads) attn_set_num_threads(threads);
+
+    int rc = 0;
+    char *text = NULL;
+    attn_json_doc *doc = NULL;
+    nn_model *m = NULL;
+    attn_safetensors *wst = NULL, *ist = NULL;
+    attn_safetensors_writer *w = NULL;
+    size_t len = 0;
+    attn_json_error jerr;
+    if (!(text = read_file(config, &len))) {
+        rc = cli_fail("run: %s: %s", config, strerror(errno));
+        goto done;
+    }
+    if (attn_json_parse(text, len, NULL, &doc, &jerr) != ATTN_JSON_OK) {
+        rc = cli_fail("run: %s: %s", config, jerr.message);
+        goto done;
+    }
+    if (nn_model_create(attn_json_root(doc), &m)) {
+        rc = cli_fail("run: %s: %s", config, attn_last_error());
+        goto done;
+    }
+    if (attn_safetensors_open_file(weights, &wst) || attn_params_load(nn_model_params(m), wst, NULL, 1)) {
+        rc = cli_fail("run: %s: %s", weights, msg_for(weights));
+        goto done;
+    }
+    if (attn_safetensors_open_file(inputs, &ist) || nn_model_bind(m, ist, NULL, 1)) {
+        rc = cli_fail("run: %s: %s", inputs, msg_for(inputs));
+        goto done;
+    }
+    if (nn_model_forward(m, 0, 0, 0, 0)) {
+        rc = cli_fail("run: %s", attn_last_error());
+        goto done;
+    }
+    int rank = 0;
+    int64_t shape[4];
+    const float *y = nn_model_output(m, &rank, shape);
+    if (attn_safetensors_writer_create(&w) || attn_safetensors_writer_add(w, "output", ATTN_DTYPE_F32, rank, shape, y)) {
+        rc = cli_fail("run: %s: %s", out, msg_for(out));
+        goto done;
+    }
+    const float *aw = nn_model_weights(m, &rank, shape);
+    if (aw && attn_safetensors_writer_add(w, "attn_output_weights", ATTN_DTYPE_F32, rank, shape, aw)) {
+        rc = cli_fail("run: %s: %s", out, msg_for(out));
+        goto done;
+    }
+    if (attn_safetensors_writer_write_file(w, out)) rc = cli_fail("run: %s: %s", out, msg_for(out));
+done:
+    attn_safetensors_writer_free(w);
+    attn_safetensors_close(wst);
+    attn_safetensors_close(ist);
+    nn_model_free(m);
+    attn_json_free(doc);
+    free(text);
+    return rc;
+}
