@@ -7,5 +7,6 @@
 #include "attention.h"
 #include "safetensors.h"
 #include "nn.h"
+#include "train.h"
 
 #endif
