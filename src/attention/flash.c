@@ -159,10 +159,11 @@ static void row_shifts(const attn_ctx *c, int general, int64_t b, int64_t h, int
 }
 
 /* The S^T tile of keys [j0, j0 + bj) against the packed query block: on tiles the causal/window
- * band crosses only the band is computed (the epilogue masks the rest). */
+ * band crosses only the band is computed (the epilogue masks the rest). tilemax (nullable) receives
+ * the tile's column maxima when they come for free with the product; tilemax[0] is NaN otherwise. */
 static void scores_tile(const attn_flash_kernels *kr, const attn_ctx *c, int general, const float *kh,
                         const attn_tensor *k, int64_t b, int64_t h, int64_t i0, int bi, int64_t j0, int bj,
-                        const float *qt, const float *sh, float *s, float *capd, int *banded) {
+                        const float *qt, const float *sh, float *s, float *capd, float *tilemax, int *banded) {
     *banded = !general && !tile_inside(c, i0, i0 + bi, j0, j0 + bj);
     if (*banded) {
         for (int r0 = 0; r0 < bj; r0 += 4) {
@@ -171,11 +172,18 @@ static void scores_tile(const attn_flash_kernels *kr, const attn_ctx *c, int gen
             band_cols(c, i0, bi, j0, r0, rows, &qa, &qb);
             if (qa < qb)
                 kr->gemm(rows, qb - qa, (int)c->d, kh + (j0 + r0) * k->stride[2], k->stride[2], k->stride[3],
-                         qt + qa, BR, s + r0 * BR + qa, BR, 0, NULL);
+                         qt + qa, BR, s + r0 * BR + qa, BR, 0, NULL, NULL);
         }
     } else {
-        kr->gemm(bj, bi, (int)c->d, kh + j0 * k->stride[2], k->stride[2], k->stride[3], qt, BR, s, BR, 0, NULL);
+        /* the column maxima come with the product when nothing will mask the tile afterwards */
+        const int fused = tilemax && !general && !c->km;
+        if (fused)
+            for (int q = 0; q < bi; q++) tilemax[q] = -INFINITY;
+        kr->gemm(bj, bi, (int)c->d, kh + j0 * k->stride[2], k->stride[2], k->stride[3], qt, BR, s, BR, 0, NULL,
+                 fused ? tilemax : NULL);
+        if (fused) return;
     }
+    if (tilemax) tilemax[0] = NAN; /* not computed: softmax_update scans the tile */
     epilogue(c, general, b, h, i0, bi, j0, bj, sh, s, capd);
 }
 
@@ -220,7 +228,7 @@ static void store_rows(const attn_flash_kernels *kr, const float *src, int rows,
 /* ---- workspace: per-thread buffers, each 64-byte aligned ---- */
 typedef struct flash_bufs {
     float *qt, *dot, *qp, *dop, *s, *dp, *ds, *capd, *acc, *kp, *vp;
-    float *m, *l, *alpha, *sh, *ll, *dsum; /* per query row of the block */
+    float *m, *l, *alpha, *sh, *ll, *dsum, *tmax; /* per query row of the block */
 } flash_bufs;
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -228,13 +236,13 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 /* Floats per thread; lays out the buffers when base is not NULL. */
 static size_t layout(int64_t d, int64_t dv, float *base, flash_bufs *bb) {
     const int64_t dm = d > dv ? d : dv;
-    const size_t sizes[17] = {(size_t)(d * BR),  (size_t)(dv * BR), (size_t)(BR * d), (size_t)(BR * dv),
+    const size_t sizes[18] = {(size_t)(d * BR),  (size_t)(dv * BR), (size_t)(BR * d), (size_t)(BR * dv),
                               (size_t)(BC * BR), (size_t)(BC * BR), (size_t)(BC * BR), (size_t)(BC * BR),
-                              (size_t)(BR * dm), (size_t)(BC * d),  (size_t)(BC * dv), BR, BR, BR, BR, BR, BR};
-    float **ptrs[17] = {&bb->qt, &bb->dot, &bb->qp,  &bb->dop, &bb->s,     &bb->dp, &bb->ds, &bb->capd, &bb->acc,
-                        &bb->kp, &bb->vp,  &bb->m,   &bb->l,   &bb->alpha, &bb->sh, &bb->ll, &bb->dsum};
+                              (size_t)(BR * dm), (size_t)(BC * d),  (size_t)(BC * dv), BR, BR, BR, BR, BR, BR, BR};
+    float **ptrs[18] = {&bb->qt, &bb->dot, &bb->qp, &bb->dop,   &bb->s,  &bb->dp, &bb->ds,   &bb->capd, &bb->acc,
+                        &bb->kp, &bb->vp,  &bb->m,  &bb->l,     &bb->alpha, &bb->sh, &bb->ll, &bb->dsum, &bb->tmax};
     size_t off = 0;
-    for (int i = 0; i < 17; i++) {
+    for (int i = 0; i < 18; i++) {
         if (base) *ptrs[i] = base + off;
         off += round16(sizes[i]);
     }
@@ -336,8 +344,8 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
             for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
                 const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
                 int banded;
-                scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, &banded);
-                kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha);
+                scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, w.tmax, &banded);
+                kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha, isnan(w.tmax[0]) ? NULL : w.tmax);
                 if (c.p > 0) apply_dropout(&c, b, h, i0, bi, j0, bj, w.s);
                 const float *vb = vh + j0 * v->stride[2];
                 int64_t ldv = v->stride[2];
@@ -352,10 +360,10 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
                         int ra, rb;
                         band_rows(&c, i0, q0, cols, j0, bj, &ra, &rb);
                         kr->gemm(cols, (int)c.dv, rb - ra, w.s + ra * BR + q0, 1, BR, vb + ra * ldv, ldv,
-                                 w.acc + q0 * c.dv, c.dv, 1, w.alpha + q0);
+                                 w.acc + q0 * c.dv, c.dv, 1, w.alpha + q0, NULL);
                     }
                 } else {
-                    kr->gemm(bi, (int)c.dv, bj, w.s, 1, BR, vb, ldv, w.acc, c.dv, 1, w.alpha);
+                    kr->gemm(bi, (int)c.dv, bj, w.s, 1, BR, vb, ldv, w.acc, c.dv, 1, w.alpha, NULL);
                 }
             }
             float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
@@ -450,8 +458,8 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                         for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
                             const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
                             int banded;
-                            scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, &banded);
-                            kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha);
+                            scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, NULL, &banded);
+                            kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha, NULL);
                         }
                         for (int r = 0; r < bi; r++) w.ll[r] = w.l[r] > 0 ? (float)log2((double)w.l[r]) : 0.0f;
                     }
@@ -463,14 +471,14 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                         /* on tiles the band crosses, every product runs over the band only: outside
                          * it P and dS are exactly 0 (probs_and_ds zeroes dS wherever P is 0) */
                         int banded;
-                        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, w.capd, &banded);
+                        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, w.capd, NULL, &banded);
                         for (int r0 = 0; r0 < bj; r0 += banded ? 4 : bj) {
                             const int rows = banded ? (bj - r0 < 4 ? bj - r0 : 4) : bj;
                             int qa = 0, qb = bi;
                             if (banded) band_cols(&c, i0, bi, j0, r0, rows, &qa, &qb);
                             if (qa < qb)
                                 kr->gemm(rows, qb - qa, (int)c.dv, vj + r0 * v->stride[2], v->stride[2], v->stride[3],
-                                         w.dot + qa, BR, w.dp + r0 * BR + qa, BR, 0, NULL);
+                                         w.dot + qa, BR, w.dp + r0 * BR + qa, BR, 0, NULL, NULL);
                         }
                         if (c.p > 0) apply_dropout(&c, b, h, i0, bi, j0, bj, w.dp);
                         kr->probs_and_ds(bj, bi, w.s, w.dp, w.ds, BR, w.m, w.ll, w.dsum, (float)c.scale);
@@ -485,9 +493,9 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                             if (banded) band_cols(&c, i0, bi, j0, r0, rows, &qa, &qb);
                             if (qa >= qb) continue;
                             kr->gemm(rows, (int)c.dv, qb - qa, w.s + r0 * BR + qa, BR, 1, w.dop + qa * c.dv, c.dv,
-                                     dvh + (j0 + r0) * dv->stride[2], dv->stride[2], 1, NULL);
+                                     dvh + (j0 + r0) * dv->stride[2], dv->stride[2], 1, NULL, NULL);
                             kr->gemm(rows, (int)c.d, qb - qa, w.ds + r0 * BR + qa, BR, 1, w.qp + qa * c.d, c.d,
-                                     dkh + (j0 + r0) * dk->stride[2], dk->stride[2], 1, NULL);
+                                     dkh + (j0 + r0) * dk->stride[2], dk->stride[2], 1, NULL, NULL);
                         }
                         const float *kb = kj;
                         int64_t ldk = k->stride[2];
@@ -502,7 +510,7 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                             if (banded) band_rows(&c, i0, q0, cols, j0, bj, &ra, &rb);
                             if (ra >= rb) continue;
                             kr->gemm(cols, (int)c.d, rb - ra, w.ds + ra * BR + q0, 1, BR, kb + ra * ldk, ldk,
-                                     w.acc + q0 * c.d, c.d, 1, NULL);
+                                     w.acc + q0 * c.d, c.d, 1, NULL, NULL);
                         }
                     }
                     if (dq)

@@ -35,7 +35,7 @@ static inline __m256i tail_mask(int cols) {
 static inline __attribute__((always_inline)) void ukr(const int nv, int mm, int k, const float *a,
                                                       int64_t ars, int64_t acs, const float *b,
                                                       int64_t ldb, float *c, int64_t ldc,
-                                                      int accumulate, const float *rowscale, __m256i last) {
+                                                      int accumulate, const float *rowscale, float *colmax, __m256i last) {
     __m256 acc[MR][2];
     const float *ar[MR];
     const __m256i all = _mm256_set1_epi32(-1);
@@ -58,18 +58,26 @@ static inline __attribute__((always_inline)) void ukr(const int nv, int mm, int 
     }
     for (int r = 0; r < MR && r < mm; r++)
         for (int q = 0; q < nv; q++) _mm256_maskstore_ps(c + r * ldc + 8 * q, q == nv - 1 ? last : all, acc[r][q]);
+    if (colmax) /* rows past mm repeat row mm - 1, so they cannot change a maximum */
+        for (int q = 0; q < nv; q++) {
+            const __m256i msk = q == nv - 1 ? last : all;
+            __m256 mx = _mm256_max_ps(_mm256_max_ps(acc[0][q], acc[1][q]), _mm256_max_ps(acc[2][q], acc[3][q]));
+            mx = _mm256_max_ps(mx, _mm256_max_ps(acc[4][q], acc[5][q]));
+            _mm256_maskstore_ps(colmax + 8 * q, msk, _mm256_max_ps(mx, _mm256_maskload_ps(colmax + 8 * q, msk)));
+        }
 }
 
 static void gemm_avx2(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
-                      int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale) {
+                      int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
+                      float *colmax) {
     for (int j0 = 0; j0 < n; j0 += 16) {
         const int nn = n - j0 < 16 ? n - j0 : 16;
         const int nv = (nn + 7) / 8;
         const __m256i last = tail_mask(nn - 8 * (nv - 1));
         for (int i0 = 0; i0 < m; i0 += MR) {
             const int mm = m - i0 < MR ? m - i0 : MR;
-            if (nv == 2) ukr(2, mm, k, a + i0 * ars, ars, acs, b + j0, ldb, c + i0 * ldc + j0, ldc, accumulate, rowscale ? rowscale + i0 : NULL, last);
-            else ukr(1, mm, k, a + i0 * ars, ars, acs, b + j0, ldb, c + i0 * ldc + j0, ldc, accumulate, rowscale ? rowscale + i0 : NULL, last);
+            if (nv == 2) ukr(2, mm, k, a + i0 * ars, ars, acs, b + j0, ldb, c + i0 * ldc + j0, ldc, accumulate, rowscale ? rowscale + i0 : NULL, colmax ? colmax + j0 : NULL, last);
+            else ukr(1, mm, k, a + i0 * ars, ars, acs, b + j0, ldb, c + i0 * ldc + j0, ldc, accumulate, rowscale ? rowscale + i0 : NULL, colmax ? colmax + j0 : NULL, last);
         }
     }
 }
@@ -79,13 +87,15 @@ static inline __m256 load_or(__m256 fill, __m256i msk, const float *p) {
 }
 
 static void softmax_update_avx2(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
-                                float *alpha) {
+                                float *alpha, const float *tilemax) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY), one = _mm256_set1_ps(1.0f);
     for (int c0 = 0; c0 < cols; c0 += 8) {
         const __m256i msk = tail_mask(cols - c0);
         const __m256 m_old = load_or(ninf, msk, mrun + c0);
         __m256 mx = m_old;
-        for (int r = 0; r < rows; r++) mx = _mm256_max_ps(mx, load_or(ninf, msk, s + r * lds + c0));
+        if (tilemax) mx = _mm256_max_ps(mx, load_or(ninf, msk, tilemax + c0));
+        else
+            for (int r = 0; r < rows; r++) mx = _mm256_max_ps(mx, load_or(ninf, msk, s + r * lds + c0));
         const __m256 fin = _mm256_cmp_ps(mx, ninf, _CMP_NEQ_OQ);
         const __m256 mxs = _mm256_and_ps(fin, mx);
         __m256 sum = _mm256_setzero_ps();

@@ -36,7 +36,7 @@ static inline __mmask16 tail_mask(int cols) {
 static inline __attribute__((always_inline)) void ukr(const int nv, int mm, int k, const float *a,
                                                       int64_t ars, int64_t acs, const float *b,
                                                       int64_t ldb, float *c, int64_t ldc,
-                                                      int accumulate, const float *rowscale, __mmask16 last) {
+                                                      int accumulate, const float *rowscale, float *colmax, __mmask16 last) {
     __m512 acc[MR][4];
     const float *ar[MR];
     for (int r = 0; r < MR; r++) ar[r] = a + (r < mm ? r : mm - 1) * ars;
@@ -65,10 +65,18 @@ static inline __attribute__((always_inline)) void ukr(const int nv, int mm, int 
             _mm512_mask_storeu_ps(c + r * ldc + 16 * q, msk, acc[r][q]);
         }
     }
+    if (colmax) /* rows past mm repeat row mm - 1, so they cannot change a maximum */
+        for (int q = 0; q < nv; q++) {
+            const __mmask16 msk = q == nv - 1 ? last : (__mmask16)0xFFFF;
+            __m512 mx = _mm512_max_ps(_mm512_max_ps(acc[0][q], acc[1][q]), _mm512_max_ps(acc[2][q], acc[3][q]));
+            mx = _mm512_max_ps(mx, _mm512_maskz_loadu_ps(msk, colmax + 16 * q));
+            _mm512_mask_storeu_ps(colmax + 16 * q, msk, mx);
+        }
 }
 
 static void gemm_avx512(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
-                        int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale) {
+                        int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
+                        float *colmax) {
     for (int j0 = 0; j0 < n; j0 += 64) {
         const int nn = n - j0 < 64 ? n - j0 : 64;
         const int nv = (nn + 15) / 16;
@@ -78,10 +86,10 @@ static void gemm_avx512(int m, int n, int k, const float *a, int64_t ars, int64_
             const float *ai = a + i0 * ars;
             float *ci = c + i0 * ldc + j0;
             switch (nv) {
-            case 4: ukr(4, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rowscale ? rowscale + i0 : NULL, last); break;
-            case 3: ukr(3, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rowscale ? rowscale + i0 : NULL, last); break;
-            case 2: ukr(2, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rowscale ? rowscale + i0 : NULL, last); break;
-            default: ukr(1, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rowscale ? rowscale + i0 : NULL, last); break;
+            case 4: ukr(4, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rowscale ? rowscale + i0 : NULL, colmax ? colmax + j0 : NULL, last); break;
+            case 3: ukr(3, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rowscale ? rowscale + i0 : NULL, colmax ? colmax + j0 : NULL, last); break;
+            case 2: ukr(2, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rowscale ? rowscale + i0 : NULL, colmax ? colmax + j0 : NULL, last); break;
+            default: ukr(1, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rowscale ? rowscale + i0 : NULL, colmax ? colmax + j0 : NULL, last); break;
             }
         }
     }
@@ -90,7 +98,7 @@ static void gemm_avx512(int m, int n, int k, const float *a, int64_t ars, int64_
 /* All column vectors of the tile advance together, row by row, so the max and sum chains of the
  * (up to 4) vectors are independent instead of one long serial chain per vector. */
 static void softmax_update_avx512(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
-                                  float *alpha) {
+                                  float *alpha, const float *tilemax) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
     for (int c0 = 0; c0 < cols; c0 += 64) {
         const int nv = (cols - c0 + 15) / 16 < 4 ? (cols - c0 + 15) / 16 : 4;
@@ -102,9 +110,13 @@ static void softmax_update_avx512(int rows, int cols, float *s, int64_t lds, flo
             m_old[q] = mx[q] = _mm512_mask_loadu_ps(ninf, msk[q], mrun + c0 + 16 * q);
             sum[q] = _mm512_setzero_ps();
         }
-        for (int r = 0; r < rows; r++)
+        if (tilemax)
             for (int q = 0; q < nv; q++)
-                mx[q] = _mm512_max_ps(mx[q], _mm512_mask_loadu_ps(ninf, msk[q], s + r * lds + c0 + 16 * q));
+                mx[q] = _mm512_max_ps(mx[q], _mm512_mask_loadu_ps(ninf, msk[q], tilemax + c0 + 16 * q));
+        else
+            for (int r = 0; r < rows; r++)
+                for (int q = 0; q < nv; q++)
+                    mx[q] = _mm512_max_ps(mx[q], _mm512_mask_loadu_ps(ninf, msk[q], s + r * lds + c0 + 16 * q));
         for (int q = 0; q < nv; q++) {
             fin[q] = _mm512_cmp_ps_mask(mx[q], ninf, _CMP_NEQ_OQ);
             mxs[q] = _mm512_maskz_mov_ps(fin[q], mx[q]); /* an all -inf column subtracts 0 */

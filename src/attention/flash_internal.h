@@ -23,15 +23,19 @@ typedef struct attn_flash_kernels {
     /* C[m x n] = (accumulate ? f_i C : 0) + A B with A(i, p) = a[i * ars + p * acs] (any
      * strides: A is only broadcast), B(p, j) = b[p * ldb + j], C(i, j) = c[i * ldc + j], and
      * f_i = rowscale[i] (1 when rowscale is NULL): the online softmax's rescaling of the output
-     * rides on the accumulator load. The sum over p runs in increasing p, one chain per element. */
+     * rides on the accumulator load. The sum over p runs in increasing p, one chain per element.
+     * colmax (nullable) receives colmax[j] = max(colmax[j], max_i C(i, j)): the score tile's column
+     * maxima come out of the registers instead of another pass over the tile. */
     void (*gemm)(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
-                 int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale);
+                 int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
+                 float *colmax);
     /* Online softmax over the rows of an S^T tile [rows x cols] (cols <= ATTN_FLASH_BR), per
      * column c: mx = max(mrun[c], max_r s[r][c]); s[r][c] <- exp2(s[r][c] - mx);
      * alpha[c] = exp2(mrun[c] - mx); l[c] = l[c] * alpha[c] + sum_r s[r][c]; mrun[c] = mx.
-     * A column that is still all -inf keeps mrun = -inf and gets s = 0, alpha = 1. */
+     * A column that is still all -inf keeps mrun = -inf and gets s = 0, alpha = 1. tilemax
+     * (nullable) holds max_r s[r][c] already (from the gemm's colmax). */
     void (*softmax_update)(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
-                           float *alpha);
+                           float *alpha, const float *tilemax);
     /* Backward: s[r][c] <- exp2((s[r][c] - m[c]) - ll[c]) (0 where m[c] is -inf), then
      * ds[r][c] <- s[r][c] * (dp[r][c] - dsum[c]) * scale, and exactly 0 wherever s[r][c] is 0
      * (masked entries: dp there may be left over from another tile). m and ll split the row's

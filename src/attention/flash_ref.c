@@ -4,20 +4,24 @@
 #include "flash_internal.h"
 
 static void gemm_ref(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
-                     int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale) {
+                     int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
+                     float *colmax) {
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             float acc = accumulate ? c[i * ldc + j] * (rowscale ? rowscale[i] : 1.0f) : 0.0f;
             for (int p = 0; p < k; p++) acc = fmaf(a[i * ars + p * acs], b[p * ldb + j], acc);
             c[i * ldc + j] = acc;
+            if (colmax) colmax[j] = fmaxf(colmax[j], acc);
         }
 }
 
 static void softmax_update_ref(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
-                               float *alpha) {
+                               float *alpha, const float *tilemax) {
     for (int c = 0; c < cols; c++) {
         float mx = mrun[c];
-        for (int r = 0; r < rows; r++) mx = fmaxf(mx, s[r * lds + c]);
+        if (tilemax) mx = fmaxf(mx, tilemax[c]);
+        else
+            for (int r = 0; r < rows; r++) mx = fmaxf(mx, s[r * lds + c]);
         if (mx == -INFINITY) {
             for (int r = 0; r < rows; r++) s[r * lds + c] = 0.0f;
             alpha[c] = 1.0f;
