@@ -552,6 +552,53 @@ attn_status attn_gpt_forward_step(attn_gpt *g, attn_gpt_cache *cache, const int6
                                   int64_t n, float *logits, void *workspace,
                                   size_t workspace_bytes);
 
+/* ---- the encoder-decoder model: embeddings, positions, nn.Transformer, output projection ------
+ * The seed's Transformer, built on nn.Transformer:
+ *   xs = src_embedding[src] * sqrt(d_model) + pe[0 .. n_src)      (dropout in training)
+ *   xt = tgt_embedding[tgt] * sqrt(d_model) + pe[0 .. n_tgt)
+ *   y  = transformer(xs, xt; src key padding also masks the memory, causal target)
+ *   logits = y output_projection.weight^T + output_projection.bias
+ * with pe the sinusoidal table (attn_sinusoidal_table). Parameters: src_embedding.weight,
+ * tgt_embedding.weight (N(0, 1), nn.Embedding), transformer.encoder.*, transformer.decoder.*
+ * (nn.Transformer's names and initialisation), output_projection.weight / .bias (nn.Linear).
+ * The two positional-dropout sites draw from (seed, offset + 8 (enc + dec layers) + 0 / 1). */
+typedef struct attn_seq2seq_config {
+    int64_t src_vocab, tgt_vocab;
+    int64_t max_len;                   /* positions in the table: n_src, n_tgt <= max_len */
+    attn_transformer_config transformer;
+} attn_seq2seq_config;
+
+attn_seq2seq_config attn_seq2seq_config_default(int64_t src_vocab, int64_t tgt_vocab, int64_t d_model,
+                                                int64_t nhead, int64_t num_layers);
+
+typedef struct attn_seq2seq_args {
+    int64_t batch, n_src, n_tgt;
+    const int64_t *src, *tgt;          /* token ids [B, n_src], [B, n_tgt] */
+    const uint8_t *src_key_padding_mask; /* [B, n_src] PyTorch bool (true = padding), nullable */
+    const uint8_t *tgt_key_padding_mask; /* [B, n_tgt], nullable */
+    int tgt_causal;                    /* default 1 */
+    int training;
+    uint64_t seed, offset;
+} attn_seq2seq_args;
+
+attn_seq2seq_args attn_seq2seq_args_default(void);
+
+typedef struct attn_seq2seq attn_seq2seq;
+
+attn_status attn_seq2seq_create(const attn_seq2seq_config *cfg, attn_seq2seq **out);
+void attn_seq2seq_free(attn_seq2seq *m);
+const attn_params *attn_seq2seq_params(const attn_seq2seq *m);
+attn_transformer *attn_seq2seq_transformer(attn_seq2seq *m);
+size_t attn_seq2seq_saved_size(const attn_seq2seq *m, const attn_seq2seq_args *a);
+size_t attn_seq2seq_workspace_size(const attn_seq2seq *m, const attn_seq2seq_args *a);
+/* logits [B, n_tgt, tgt_vocab]; saved NULL for inference. */
+attn_status attn_seq2seq_forward(attn_seq2seq *m, const attn_seq2seq_args *a, float *logits, void *saved,
+                                 size_t saved_bytes, void *workspace, size_t workspace_bytes);
+/* Parameter gradients (accumulated) from dlogits [B, n_tgt, tgt_vocab]. */
+attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, const float *dlogits,
+                                  const void *saved, size_t saved_bytes, void *workspace,
+                                  size_t workspace_bytes);
+
 #ifdef __cplusplus
 }
 #endif

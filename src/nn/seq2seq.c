@@ -1,0 +1,238 @@
+/* The encoder-decoder model of the seed (and of Vaswani et al.): token embeddings scaled by
+ * sqrt(d_model) plus sinusoidal positions (with dropout), nn.Transformer, and the output
+ * projection to the target vocabulary (math in nn.h). Forward and backward side by side. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn_internal.h"
+
+struct attn_seq2seq {
+    attn_seq2seq_config cfg;
+    attn_embedding *src_emb, *tgt_emb;
+    attn_transformer *tr;
+    nn_store proj;                     /* output_projection.weight, .bias */
+    float *w, *b, *gw, *gb;
+    float *pe;                         /* [max_len, d_model] */
+    attn_params *list;
+};
+
+attn_seq2seq_config attn_seq2seq_config_default(int64_t src_vocab, int64_t tgt_vocab, int64_t d_model,
+                                                int64_t nhead, int64_t num_layers) {
+    attn_seq2seq_config c;
+    memset(&c, 0, sizeof c);
+    c.src_vocab = src_vocab;
+    c.tgt_vocab = tgt_vocab;
+    c.max_len = 5000; /* the seed's PositionalEncoding default */
+    c.transformer = attn_transformer_config_default();
+    c.transformer.layer = attn_layer_config_default(d_model, nhead);
+    c.transformer.num_encoder_layers = c.transformer.num_decoder_layers = num_layers;
+    return c;
+}
+
+attn_seq2seq_args attn_seq2seq_args_default(void) {
+    attn_seq2seq_args a;
+    memset(&a, 0, sizeof a);
+    a.tgt_causal = 1;
+    return a;
+}
+
+void attn_seq2seq_free(attn_seq2seq *m) {
+    if (!m) return;
+    attn_embedding_free(m->src_emb);
+    attn_embedding_free(m->tgt_emb);
+    attn_transformer_free(m->tr);
+    nn_store_free(&m->proj);
+    nn_params_free(m->list);
+    free(m->pe);
+    free(m);
+}
+
+attn_status attn_seq2seq_create(const attn_seq2seq_config *cfg, attn_seq2seq **out) {
+    static const char fn[] = "attn_seq2seq_create";
+    ATTN_CHECK_NOT_NULL(fn, out);
+    *out = NULL;
+    ATTN_CHECK_NOT_NULL(fn, cfg);
+    const int64_t d = cfg->transformer.layer.d_model;
+    if (cfg->src_vocab < 1 || cfg->tgt_vocab < 1 || cfg->max_len < 1 || d < 1 || cfg->max_len > (1 << 24))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: src_vocab = %lld, tgt_vocab = %lld, max_len = %lld, d_model = %lld must be >= 1 "
+                          "(max_len <= 2^24)", fn, (long long)cfg->src_vocab, (long long)cfg->tgt_vocab,
+                          (long long)cfg->max_len, (long long)d);
+    attn_seq2seq *m = calloc(1, sizeof *m);
+    if (!m) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    m->cfg = *cfg;
+    attn_status st;
+    if ((st = attn_embedding_create(cfg->src_vocab, d, -1, &m->src_emb)) ||
+        (st = attn_embedding_create(cfg->tgt_vocab, d, -1, &m->tgt_emb)) ||
+        (st = attn_transformer_create(&cfg->transformer, &m->tr)))
+        goto fail;
+    const double bound = 1.0 / sqrt((double)d); /* nn.Linear: kaiming_uniform(a = sqrt 5) and its bias */
+    const nn_pdesc pd[2] = {{"weight", 2, {cfg->tgt_vocab, d}, NN_INIT_UNIFORM, bound, 0},
+                            {"bias", 1, {cfg->tgt_vocab}, NN_INIT_UNIFORM, bound, 0}};
+    float *ptrs[2], *gptrs[2];
+    if ((st = nn_store_create(&m->proj, fn, pd, 2, ptrs, gptrs))) goto fail;
+    m->w = ptrs[0];
+    m->b = ptrs[1];
+    m->gw = gptrs[0];
+    m->gb = gptrs[1];
+    if ((st = attn_params_reset(m->proj.list, 0x5e9u))) goto fail;
+    m->pe = malloc(sizeof(float) * (size_t)cfg->max_len * (size_t)d);
+    m->list = nn_params_new();
+    if (!m->pe || !m->list) {
+        st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        goto fail;
+    }
+    if ((st = attn_sinusoidal_table(m->pe, cfg->max_len, d)) ||
+        (st = nn_params_append(m->list, fn, attn_embedding_params(m->src_emb), "src_embedding.")) ||
+        (st = nn_params_append(m->list, fn, attn_embedding_params(m->tgt_emb), "tgt_embedding.")) ||
+        (st = nn_params_append(m->list, fn, attn_transformer_params(m->tr), "transformer.")) ||
+        (st = nn_params_append(m->list, fn, m->proj.list, "output_projection.")))
+        goto fail;
+    *out = m;
+    return ATTN_OK;
+fail:
+    attn_seq2seq_free(m);
+    return st;
+}
+
+const attn_params *attn_seq2seq_params(const attn_seq2seq *m) { return m ? m->list : NULL; }
+attn_transformer *attn_seq2seq_transformer(attn_seq2seq *m) { return m ? m->tr : NULL; }
+
+static attn_status check_args(const char *fn, const attn_seq2seq *m, const attn_seq2seq_args *a) {
+    ATTN_CHECK_NOT_NULL(fn, m);
+    ATTN_CHECK_NOT_NULL(fn, a);
+    if (a->batch < 1 || a->n_src < 1 || a->n_tgt < 1 || a->n_src > m->cfg.max_len || a->n_tgt > m->cfg.max_len)
+        return attn_error(ATTN_ERR_SHAPE, "%s: batch = %lld, n_src = %lld, n_tgt = %lld must be >= 1 and <= max_len %lld",
+                          fn, (long long)a->batch, (long long)a->n_src, (long long)a->n_tgt,
+                          (long long)m->cfg.max_len);
+    ATTN_CHECK_NOT_NULL(fn, a->src);
+    ATTN_CHECK_NOT_NULL(fn, a->tgt);
+    return ATTN_OK;
+}
+
+static attn_transformer_args transformer_args(const attn_seq2seq_args *a, const float *xs, const float *xt) {
+    attn_transformer_args t = attn_transformer_args_default();
+    t.batch = a->batch;
+    t.n_src = a->n_src;
+    t.n_tgt = a->n_tgt;
+    t.src = xs;
+    t.tgt = xt;
+    t.src_masks.key_padding_mask = a->src_key_padding_mask;
+    t.memory_masks.key_padding_mask = a->src_key_padding_mask;
+    t.tgt_masks.key_padding_mask = a->tgt_key_padding_mask;
+    t.tgt_masks.is_causal = a->tgt_causal;
+    t.training = a->training;
+    t.seed = a->seed;
+    t.offset = a->offset;
+    return t;
+}
+
+/* Offsets of the two positional-dropout sites: after every layer's. */
+static uint64_t pe_offset(const attn_seq2seq *m, const attn_seq2seq_args *a, int which) {
+    return a->offset + 8u * (uint64_t)(m->cfg.transformer.num_encoder_layers + m->cfg.transformer.num_decoder_layers) +
+           (uint64_t)which;
+}
+
+/* saved: xs, xt, y, then the transformer's. */
+size_t attn_seq2seq_saved_size(const attn_seq2seq *m, const attn_seq2seq_args *a) {
+    if (!m || !a || a->batch < 1 || a->n_src < 1 || a->n_tgt < 1) return 0;
+    const size_t d = (size_t)m->cfg.transformer.layer.d_model, B = (size_t)a->batch;
+    attn_transformer_args t = transformer_args(a, NULL, NULL);
+    size_t n = nn_fblock(nn_mul(nn_mul(B, (size_t)a->n_src), d));
+    n = nn_add(n, nn_mul(2, nn_fblock(nn_mul(nn_mul(B, (size_t)a->n_tgt), d))));
+    return nn_add(nn_add(n, attn_transformer_saved_size(m->tr, &t)), NN_SLACK);
+}
+
+/* workspace: forward: xs, xt, y (inference) + the larger of the transformer's and the
+ * projection's; backward: dy, dxs, dxt + the same. */
+size_t attn_seq2seq_workspace_size(const attn_seq2seq *m, const attn_seq2seq_args *a) {
+    if (!m || !a || a->batch < 1 || a->n_src < 1 || a->n_tgt < 1) return 0;
+    const size_t d = (size_t)m->cfg.transformer.layer.d_model, B = (size_t)a->batch;
+    attn_transformer_args t = transformer_args(a, NULL, NULL);
+    size_t n = nn_fblock(nn_mul(nn_mul(B, (size_t)a->n_src), d));
+    n = nn_add(n, nn_mul(2, nn_fblock(nn_mul(nn_mul(B, (size_t)a->n_tgt), d))));
+    const size_t inner = nn_max(attn_transformer_workspace_size(m->tr, &t),
+                                nn_linear_ws(a->batch * a->n_tgt, (int64_t)d, m->cfg.tgt_vocab));
+    return nn_add(nn_add(n, inner), NN_SLACK);
+}
+
+/* x [B, n, d] = emb[tokens] * sqrt(d) + pe, then dropout */
+static attn_status embed(const attn_seq2seq *m, const attn_embedding *e, const int64_t *tok, int64_t B, int64_t n,
+                         float *x, int training, uint64_t seed, uint64_t offset) {
+    const int64_t d = m->cfg.transformer.layer.d_model;
+    attn_status st = attn_embedding_forward(e, tok, B * n, x);
+    if (st) return st;
+    const float sc = (float)sqrt((double)d);
+    for (int64_t i = 0; i < B * n * d; i++) x[i] *= sc;
+    if ((st = attn_posenc_add(x, m->pe, m->cfg.max_len, B, n, d, 0))) return st;
+    return nn_dropout_fwd(x, B * n * d, m->cfg.transformer.layer.dropout, training, seed, offset);
+}
+
+attn_status attn_seq2seq_forward(attn_seq2seq *m, const attn_seq2seq_args *a, float *logits, void *saved,
+                                 size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+    static const char fn[] = "attn_seq2seq_forward";
+    attn_status st = check_args(fn, m, a);
+    if (st) return st;
+    ATTN_CHECK_NOT_NULL(fn, logits);
+    const int64_t d = m->cfg.transformer.layer.d_model, B = a->batch;
+    nn_arena ws, sv;
+    if ((st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_seq2seq_workspace_size(m, a))))
+        return st;
+    if (saved && (st = nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_seq2seq_saved_size(m, a))))
+        return st;
+    nn_arena *keep = saved ? &sv : &ws; /* inference keeps the activations in the workspace */
+    float *xs = nn_takef(keep, (size_t)(B * a->n_src * d)), *xt = nn_takef(keep, (size_t)(B * a->n_tgt * d)),
+          *y = nn_takef(keep, (size_t)(B * a->n_tgt * d));
+    if ((st = embed(m, m->src_emb, a->src, B, a->n_src, xs, a->training, a->seed, pe_offset(m, a, 0))) ||
+        (st = embed(m, m->tgt_emb, a->tgt, B, a->n_tgt, xt, a->training, a->seed, pe_offset(m, a, 1))))
+        return nn_wrap_error(st, fn);
+    attn_transformer_args t = transformer_args(a, xs, xt);
+    size_t rest_bytes, tsaved_bytes = 0;
+    void *rest = nn_rest(&ws, &rest_bytes), *tsaved = saved ? nn_rest(&sv, &tsaved_bytes) : NULL;
+    if ((st = attn_transformer_forward(m->tr, &t, y, tsaved, tsaved_bytes, rest, rest_bytes))) return nn_wrap_error(st, fn);
+    if ((st = nn_linear_fwd(fn, y, m->w, m->b, logits, B * a->n_tgt, d, m->cfg.tgt_vocab, rest, rest_bytes)))
+        return st;
+    return ATTN_OK;
+}
+
+attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, const float *dlogits,
+                                  const void *saved, size_t saved_bytes, void *workspace,
+                                  size_t workspace_bytes) {
+    static const char fn[] = "attn_seq2seq_backward";
+    attn_status st = check_args(fn, m, a);
+    if (st) return st;
+    ATTN_CHECK_NOT_NULL(fn, dlogits);
+    ATTN_CHECK_NOT_NULL(fn, saved);
+    const int64_t d = m->cfg.transformer.layer.d_model, B = a->batch;
+    nn_arena ws, sv;
+    if ((st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_seq2seq_workspace_size(m, a))) ||
+        (st = nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_seq2seq_saved_size(m, a))))
+        return st;
+    const float *xs = nn_takef(&sv, (size_t)(B * a->n_src * d)), *xt = nn_takef(&sv, (size_t)(B * a->n_tgt * d)),
+                *y = nn_takef(&sv, (size_t)(B * a->n_tgt * d));
+    float *dy = nn_takef(&ws, (size_t)(B * a->n_tgt * d)), *dxs = nn_takef(&ws, (size_t)(B * a->n_src * d)),
+          *dxt = nn_takef(&ws, (size_t)(B * a->n_tgt * d));
+    size_t rest_bytes, tsaved_bytes;
+    void *rest = nn_rest(&ws, &rest_bytes);
+    const void *tsaved = nn_rest(&sv, &tsaved_bytes);
+    if ((st = nn_linear_bwd(fn, y, m->w, dlogits, dy, 0, m->gw, m->gb, B * a->n_tgt, d, m->cfg.tgt_vocab, rest,
+                            rest_bytes)))
+        return st;
+    attn_transformer_args t = transformer_args(a, xs, xt);
+    if ((st = attn_transformer_backward(m->tr, &t, dy, dxs, dxt, tsaved, tsaved_bytes, rest, rest_bytes)))
+        return nn_wrap_error(st, fn);
+    const float sc = (float)sqrt((double)d);
+    float *dx[2] = {dxs, dxt};
+    const int64_t n[2] = {a->n_src, a->n_tgt};
+    const int64_t *tok[2] = {a->src, a->tgt};
+    attn_embedding *emb[2] = {m->src_emb, m->tgt_emb};
+    for (int i = 0; i < 2; i++) {
+        if ((st = nn_dropout_bwd(dx[i], B * n[i] * d, m->cfg.transformer.layer.dropout, a->training, a->seed,
+                                 pe_offset(m, a, i))))
+            return nn_wrap_error(st, fn);
+        for (int64_t e = 0; e < B * n[i] * d; e++) dx[i][e] *= sc;
+        if ((st = attn_embedding_backward(emb[i], tok[i], B * n[i], dx[i]))) return nn_wrap_error(st, fn);
+    }
+    return ATTN_OK;
+}

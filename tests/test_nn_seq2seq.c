@@ -1,0 +1,118 @@
+/* attn_seq2seq (embeddings * sqrt(d) + sinusoidal positions + nn.Transformer + output projection)
+ * against PyTorch (tests/parity/gen_nn_seq2seq.py): logits and every parameter gradient; dropout
+ * determinism; argument errors. */
+#include "test_util.h"
+
+static int64_t meta_int(attn_safetensors *st, const char *key) {
+    const char *v = attn_safetensors_metadata_find(st, key);
+    CHECK(v != NULL, "fixture lacks metadata '%s'", key);
+    return v ? atoll(v) : 1;
+}
+
+static void *read_raw(attn_safetensors *st, const char *name, size_t elem) {
+    const attn_safetensors_tensor *t = attn_safetensors_find(st, name);
+    CHECK(t != NULL, "fixture lacks %s", name);
+    if (!t) return NULL;
+    void *p = xmalloc(t->nbytes + elem);
+    memcpy(p, t->data, t->nbytes);
+    return p;
+}
+
+int main(void) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/nn_seq2seq.safetensors", fixture_dir());
+    attn_safetensors *st = NULL;
+    CHECK_OK(attn_safetensors_open_file(path, &st));
+    if (!st) return test_summary("test_nn_seq2seq");
+    const int64_t B = meta_int(st, "B"), S = meta_int(st, "S"), T = meta_int(st, "T"), d = meta_int(st, "d_model"),
+                  V = meta_int(st, "tgt_vocab");
+    attn_seq2seq_config cfg = attn_seq2seq_config_default(meta_int(st, "src_vocab"), V, d, meta_int(st, "nhead"),
+                                                          meta_int(st, "layers"));
+    cfg.max_len = meta_int(st, "max_len");
+    cfg.transformer.layer.dim_feedforward = meta_int(st, "ff");
+    cfg.transformer.layer.dropout = 0.1f; /* off in eval; exercised in training below */
+    attn_seq2seq *m = NULL;
+    CHECK_OK(attn_seq2seq_create(&cfg, &m));
+    if (!m) return test_summary("test_nn_seq2seq");
+    const attn_params *ps = attn_seq2seq_params(m);
+    CHECK_OK(attn_params_load(ps, st, "w.", 1));
+
+    int64_t *src = read_raw(st, "in.src", 8), *tgt = read_raw(st, "in.tgt", 8);
+    uint8_t *skpm = read_raw(st, "in.src_kpm", 1), *tkpm = read_raw(st, "in.tgt_kpm", 1);
+    float *ref = xmalloc(sizeof(float) * (size_t)(B * T * V)), *dl = xmalloc(sizeof(float) * (size_t)(B * T * V));
+    CHECK_OK(attn_safetensors_read_f32(st, "out.logits", ref, (size_t)(B * T * V)));
+    CHECK_OK(attn_safetensors_read_f32(st, "out.dlogits", dl, (size_t)(B * T * V)));
+
+    attn_seq2seq_args a = attn_seq2seq_args_default();
+    a.batch = B;
+    a.n_src = S;
+    a.n_tgt = T;
+    a.src = src;
+    a.tgt = tgt;
+    a.src_key_padding_mask = skpm;
+    a.tgt_key_padding_mask = tkpm;
+    size_t sb = attn_seq2seq_saved_size(m, &a), wb = attn_seq2seq_workspace_size(m, &a);
+    void *saved = xmalloc(sb), *ws = xmalloc(wb);
+    float *logits = xmalloc(sizeof(float) * (size_t)(B * T * V));
+    CHECK_OK(attn_seq2seq_forward(m, &a, logits, saved, sb, ws, wb));
+    double e = rel_err_ff(logits, ref, (size_t)(B * T * V));
+    CHECK(e <= 1e-5, "logits rel err %.3g", e);
+    printf("  logits rel err %.2e\n", e);
+    /* inference (no saved buffer) gives the same logits */
+    float *inf = xmalloc(sizeof(float) * (size_t)(B * T * V));
+    CHECK_OK(attn_seq2seq_forward(m, &a, inf, NULL, 0, ws, wb));
+    CHECK(!memcmp(inf, logits, sizeof(float) * (size_t)(B * T * V)), "inference differs from the training forward");
+
+    CHECK_OK(attn_params_zero_grad(ps));
+    CHECK_OK(attn_seq2seq_backward(m, &a, dl, saved, sb, ws, wb));
+    double worst = 0;
+    for (size_t i = 0; i < attn_params_count(ps); i++) {
+        const attn_param *p = attn_params_get(ps, i);
+        char name[512];
+        snprintf(name, sizeof name, "grad.%s", p->name);
+        float *g = xmalloc(sizeof(float) * p->numel);
+        if (attn_safetensors_read_f32(st, name, g, p->numel) != ATTN_OK) {
+            CHECK(0, "fixture lacks %s", name);
+            free(g);
+            continue;
+        }
+        double eg = rel_err_ff(p->grad, g, p->numel);
+        CHECK(eg <= 1e-4, "%s: gradient rel err %.3g", p->name, eg);
+        if (eg > worst) worst = eg;
+        free(g);
+    }
+    printf("  %zu parameter gradients, worst rel err %.2e\n", attn_params_count(ps), worst);
+
+    /* training: dropout on, deterministic for a seed, different for another */
+    a.training = 1;
+    a.seed = 77;
+    float *t1 = xmalloc(sizeof(float) * (size_t)(B * T * V)), *t2 = xmalloc(sizeof(float) * (size_t)(B * T * V));
+    CHECK_OK(attn_seq2seq_forward(m, &a, t1, saved, sb, ws, wb));
+    CHECK_OK(attn_seq2seq_forward(m, &a, t2, saved, sb, ws, wb));
+    CHECK(!memcmp(t1, t2, sizeof(float) * (size_t)(B * T * V)), "training forward not deterministic for a seed");
+    a.seed = 78;
+    CHECK_OK(attn_seq2seq_forward(m, &a, t2, saved, sb, ws, wb));
+    CHECK(memcmp(t1, t2, sizeof(float) * (size_t)(B * T * V)) != 0, "dropout ignores the seed");
+    CHECK_OK(attn_seq2seq_backward(m, &a, dl, saved, sb, ws, wb));
+
+    /* errors */
+    attn_seq2seq_args bad = a;
+    bad.n_tgt = cfg.max_len + 1;
+    CHECK_STATUS(attn_seq2seq_forward(m, &bad, logits, saved, sb, ws, wb), ATTN_ERR_SHAPE);
+    CHECK_STATUS(attn_seq2seq_forward(m, &a, logits, saved, sb, ws, 16), ATTN_ERR_WORKSPACE);
+    int64_t badtok[64];
+    for (int i = 0; i < 64; i++) badtok[i] = cfg.src_vocab + 3;
+    bad = a;
+    bad.src = badtok;
+    CHECK_STATUS(attn_seq2seq_forward(m, &bad, logits, saved, sb, ws, wb), ATTN_ERR_INVALID_ARGUMENT);
+    attn_seq2seq_config bc = cfg;
+    bc.src_vocab = 0;
+    attn_seq2seq *none = NULL;
+    CHECK_STATUS(attn_seq2seq_create(&bc, &none), ATTN_ERR_INVALID_ARGUMENT);
+
+    free(src); free(tgt); free(skpm); free(tkpm); free(ref); free(dl); free(saved); free(ws); free(logits);
+    free(inf); free(t1); free(t2);
+    attn_seq2seq_free(m);
+    attn_safetensors_close(st);
+    return test_summary("test_nn_seq2seq");
+}
