@@ -1,6 +1,7 @@
 /* attn_seq2seq (embeddings * sqrt(d) + sinusoidal positions + nn.Transformer + output projection)
- * against PyTorch (tests/parity/gen_nn_seq2seq.py): logits and every parameter gradient; dropout
- * determinism; argument errors. */
+ * and attn_token_encoder (embedding + positions + encoder stack + norm) against PyTorch
+ * (tests/parity/gen_nn_seq2seq.py): outputs and every parameter gradient; dropout determinism;
+ * argument errors. */
 #include "test_util.h"
 
 static int64_t meta_int(attn_safetensors *st, const char *key) {
@@ -110,9 +111,55 @@ int main(void) {
     attn_seq2seq *none = NULL;
     CHECK_STATUS(attn_seq2seq_create(&bc, &none), ATTN_ERR_INVALID_ARGUMENT);
 
-    free(src); free(tgt); free(skpm); free(tkpm); free(ref); free(dl); free(saved); free(ws); free(logits);
-    free(inf); free(t1); free(t2);
+    free(saved); free(ws); free(logits); free(inf); free(t1); free(t2);
     attn_seq2seq_free(m);
+
+    /* the token encoder */
+    attn_token_encoder_config ec = attn_token_encoder_config_default(cfg.src_vocab, d, cfg.transformer.layer.nhead,
+                                                                     cfg.transformer.num_encoder_layers);
+    ec.max_len = cfg.max_len;
+    ec.stack.layer.dim_feedforward = cfg.transformer.layer.dim_feedforward;
+    attn_token_encoder *te = NULL;
+    CHECK_OK(attn_token_encoder_create(&ec, &te));
+    if (te) {
+        const attn_params *eps = attn_token_encoder_params(te);
+        CHECK_OK(attn_params_load(eps, st, "encw.", 1));
+        attn_token_encoder_args ea;
+        memset(&ea, 0, sizeof ea);
+        ea.batch = B;
+        ea.n = S;
+        ea.tokens = src;
+        ea.key_padding_mask = skpm;
+        size_t esb = attn_token_encoder_saved_size(te, &ea), ewb = attn_token_encoder_workspace_size(te, &ea);
+        void *esaved = xmalloc(esb), *ews = xmalloc(ewb);
+        float *eout = xmalloc(sizeof(float) * (size_t)(B * S * d)), *eref = xmalloc(sizeof(float) * (size_t)(B * S * d)),
+              *edo = xmalloc(sizeof(float) * (size_t)(B * S * d));
+        CHECK_OK(attn_safetensors_read_f32(st, "enc.out", eref, (size_t)(B * S * d)));
+        CHECK_OK(attn_safetensors_read_f32(st, "enc.dout", edo, (size_t)(B * S * d)));
+        CHECK_OK(attn_token_encoder_forward(te, &ea, eout, esaved, esb, ews, ewb));
+        double ee = rel_err_ff(eout, eref, (size_t)(B * S * d));
+        CHECK(ee <= 1e-5, "token encoder output rel err %.3g", ee);
+        CHECK_OK(attn_token_encoder_backward(te, &ea, edo, esaved, esb, ews, ewb));
+        double eworst = 0;
+        for (size_t i = 0; i < attn_params_count(eps); i++) {
+            const attn_param *p = attn_params_get(eps, i);
+            char name[512];
+            snprintf(name, sizeof name, "encgrad.%s", p->name);
+            float *g = xmalloc(sizeof(float) * p->numel);
+            if (attn_safetensors_read_f32(st, name, g, p->numel) == ATTN_OK) {
+                double eg = rel_err_ff(p->grad, g, p->numel);
+                CHECK(eg <= 1e-4, "token encoder %s: gradient rel err %.3g", p->name, eg);
+                if (eg > eworst) eworst = eg;
+            } else {
+                CHECK(0, "fixture lacks %s", name);
+            }
+            free(g);
+        }
+        printf("  token encoder: output rel err %.2e, %zu gradients, worst %.2e\n", ee, attn_params_count(eps), eworst);
+        free(esaved); free(ews); free(eout); free(eref); free(edo);
+        attn_token_encoder_free(te);
+    }
+    free(src); free(tgt); free(skpm); free(tkpm); free(ref); free(dl);
     attn_safetensors_close(st);
     return test_summary("test_nn_seq2seq");
 }

@@ -599,6 +599,42 @@ attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, c
                                   const void *saved, size_t saved_bytes, void *workspace,
                                   size_t workspace_bytes);
 
+/* The seed's TransformerEncoder over tokens: x = embedding[tokens] * sqrt(d_model) + pe (dropout in
+ * training), then the encoder stack with its final norm. Parameters: embedding.weight,
+ * layers.N.*, norm.* (PyTorch's TransformerEncoderLayer names inside). The positional dropout
+ * draws from (seed, offset + 8 num_layers). */
+typedef struct attn_token_encoder_config {
+    int64_t vocab, max_len;
+    attn_stack_config stack;          /* stack.norm selects the final norm (default on) */
+} attn_token_encoder_config;
+
+attn_token_encoder_config attn_token_encoder_config_default(int64_t vocab, int64_t d_model, int64_t nhead,
+                                                            int64_t num_layers);
+
+typedef struct attn_token_encoder_args {
+    int64_t batch, n;
+    const int64_t *tokens;             /* [B, n] */
+    const uint8_t *key_padding_mask;   /* [B, n] PyTorch bool (true = padding), nullable */
+    int is_causal;
+    int training;
+    uint64_t seed, offset;
+} attn_token_encoder_args;
+
+typedef struct attn_token_encoder attn_token_encoder;
+
+attn_status attn_token_encoder_create(const attn_token_encoder_config *cfg, attn_token_encoder **out);
+void attn_token_encoder_free(attn_token_encoder *m);
+const attn_params *attn_token_encoder_params(const attn_token_encoder *m);
+size_t attn_token_encoder_saved_size(const attn_token_encoder *m, const attn_token_encoder_args *a);
+size_t attn_token_encoder_workspace_size(const attn_token_encoder *m, const attn_token_encoder_args *a);
+/* out [B, n, d_model]; saved NULL for inference. */
+attn_status attn_token_encoder_forward(attn_token_encoder *m, const attn_token_encoder_args *a, float *out,
+                                       void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes);
+/* Parameter gradients (accumulated) from dout [B, n, d_model]. */
+attn_status attn_token_encoder_backward(attn_token_encoder *m, const attn_token_encoder_args *a, const float *dout,
+                                        const void *saved, size_t saved_bytes, void *workspace,
+                                        size_t workspace_bytes);
+
 #ifdef __cplusplus
 }
 #endif

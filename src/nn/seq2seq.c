@@ -1,6 +1,8 @@
-/* The encoder-decoder model of the seed (and of Vaswani et al.): token embeddings scaled by
- * sqrt(d_model) plus sinusoidal positions (with dropout), nn.Transformer, and the output
- * projection to the target vocabulary (math in nn.h). Forward and backward side by side. */
+/* The token-level models of the seed (and of Vaswani et al.): token embeddings scaled by
+ * sqrt(d_model) plus sinusoidal positions (with dropout), then either the encoder stack
+ * (attn_token_encoder, the seed's TransformerEncoder) or nn.Transformer and the output projection
+ * to the target vocabulary (attn_seq2seq, the seed's Transformer). Math in nn.h; forward and
+ * backward side by side. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,16 +159,25 @@ size_t attn_seq2seq_workspace_size(const attn_seq2seq *m, const attn_seq2seq_arg
     return nn_add(nn_add(n, inner), NN_SLACK);
 }
 
-/* x [B, n, d] = emb[tokens] * sqrt(d) + pe, then dropout */
-static attn_status embed(const attn_seq2seq *m, const attn_embedding *e, const int64_t *tok, int64_t B, int64_t n,
-                         float *x, int training, uint64_t seed, uint64_t offset) {
-    const int64_t d = m->cfg.transformer.layer.d_model;
+/* x [B, n, d] = emb[tokens] * sqrt(d) + pe, then dropout; and its backward into the embedding */
+static attn_status embed(const attn_embedding *e, const float *pe, int64_t max_len, int64_t d, float p,
+                         const int64_t *tok, int64_t B, int64_t n, float *x, int training, uint64_t seed,
+                         uint64_t offset) {
     attn_status st = attn_embedding_forward(e, tok, B * n, x);
     if (st) return st;
     const float sc = (float)sqrt((double)d);
     for (int64_t i = 0; i < B * n * d; i++) x[i] *= sc;
-    if ((st = attn_posenc_add(x, m->pe, m->cfg.max_len, B, n, d, 0))) return st;
-    return nn_dropout_fwd(x, B * n * d, m->cfg.transformer.layer.dropout, training, seed, offset);
+    if ((st = attn_posenc_add(x, pe, max_len, B, n, d, 0))) return st;
+    return nn_dropout_fwd(x, B * n * d, p, training, seed, offset);
+}
+
+static attn_status embed_backward(attn_embedding *e, int64_t d, float p, const int64_t *tok, int64_t B, int64_t n,
+                                  float *dx, int training, uint64_t seed, uint64_t offset) {
+    attn_status st = nn_dropout_bwd(dx, B * n * d, p, training, seed, offset);
+    if (st) return st;
+    const float sc = (float)sqrt((double)d);
+    for (int64_t i = 0; i < B * n * d; i++) dx[i] *= sc;
+    return attn_embedding_backward(e, tok, B * n, dx);
 }
 
 attn_status attn_seq2seq_forward(attn_seq2seq *m, const attn_seq2seq_args *a, float *logits, void *saved,
@@ -184,8 +195,11 @@ attn_status attn_seq2seq_forward(attn_seq2seq *m, const attn_seq2seq_args *a, fl
     nn_arena *keep = saved ? &sv : &ws; /* inference keeps the activations in the workspace */
     float *xs = nn_takef(keep, (size_t)(B * a->n_src * d)), *xt = nn_takef(keep, (size_t)(B * a->n_tgt * d)),
           *y = nn_takef(keep, (size_t)(B * a->n_tgt * d));
-    if ((st = embed(m, m->src_emb, a->src, B, a->n_src, xs, a->training, a->seed, pe_offset(m, a, 0))) ||
-        (st = embed(m, m->tgt_emb, a->tgt, B, a->n_tgt, xt, a->training, a->seed, pe_offset(m, a, 1))))
+    const float p = m->cfg.transformer.layer.dropout;
+    if ((st = embed(m->src_emb, m->pe, m->cfg.max_len, d, p, a->src, B, a->n_src, xs, a->training, a->seed,
+                    pe_offset(m, a, 0))) ||
+        (st = embed(m->tgt_emb, m->pe, m->cfg.max_len, d, p, a->tgt, B, a->n_tgt, xt, a->training, a->seed,
+                    pe_offset(m, a, 1))))
         return nn_wrap_error(st, fn);
     attn_transformer_args t = transformer_args(a, xs, xt);
     size_t rest_bytes, tsaved_bytes = 0;
@@ -222,17 +236,163 @@ attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, c
     attn_transformer_args t = transformer_args(a, xs, xt);
     if ((st = attn_transformer_backward(m->tr, &t, dy, dxs, dxt, tsaved, tsaved_bytes, rest, rest_bytes)))
         return nn_wrap_error(st, fn);
-    const float sc = (float)sqrt((double)d);
-    float *dx[2] = {dxs, dxt};
-    const int64_t n[2] = {a->n_src, a->n_tgt};
-    const int64_t *tok[2] = {a->src, a->tgt};
-    attn_embedding *emb[2] = {m->src_emb, m->tgt_emb};
-    for (int i = 0; i < 2; i++) {
-        if ((st = nn_dropout_bwd(dx[i], B * n[i] * d, m->cfg.transformer.layer.dropout, a->training, a->seed,
-                                 pe_offset(m, a, i))))
-            return nn_wrap_error(st, fn);
-        for (int64_t e = 0; e < B * n[i] * d; e++) dx[i][e] *= sc;
-        if ((st = attn_embedding_backward(emb[i], tok[i], B * n[i], dx[i]))) return nn_wrap_error(st, fn);
+    const float p = m->cfg.transformer.layer.dropout;
+    if ((st = embed_backward(m->src_emb, d, p, a->src, B, a->n_src, dxs, a->training, a->seed, pe_offset(m, a, 0))) ||
+        (st = embed_backward(m->tgt_emb, d, p, a->tgt, B, a->n_tgt, dxt, a->training, a->seed, pe_offset(m, a, 1))))
+        return nn_wrap_error(st, fn);
+    return ATTN_OK;
+}
+
+/* ---- attn_token_encoder ---------------------------------------------------------------------- */
+
+struct attn_token_encoder {
+    attn_token_encoder_config cfg;
+    attn_embedding *emb;
+    attn_encoder *enc;
+    float *pe;
+    attn_params *list;
+};
+
+attn_token_encoder_config attn_token_encoder_config_default(int64_t vocab, int64_t d_model, int64_t nhead,
+                                                            int64_t num_layers) {
+    attn_token_encoder_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab = vocab;
+    c.max_len = 5000;
+    c.stack = attn_stack_config_default(d_model, nhead, num_layers);
+    return c;
+}
+
+void attn_token_encoder_free(attn_token_encoder *m) {
+    if (!m) return;
+    attn_embedding_free(m->emb);
+    attn_encoder_free(m->enc);
+    nn_params_free(m->list);
+    free(m->pe);
+    free(m);
+}
+
+attn_status attn_token_encoder_create(const attn_token_encoder_config *cfg, attn_token_encoder **out) {
+    static const char fn[] = "attn_token_encoder_create";
+    ATTN_CHECK_NOT_NULL(fn, out);
+    *out = NULL;
+    ATTN_CHECK_NOT_NULL(fn, cfg);
+    const int64_t d = cfg->stack.layer.d_model;
+    if (cfg->vocab < 1 || cfg->max_len < 1 || d < 1 || cfg->max_len > (1 << 24))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: vocab = %lld, max_len = %lld, d_model = %lld must be >= 1 "
+                          "(max_len <= 2^24)", fn, (long long)cfg->vocab, (long long)cfg->max_len, (long long)d);
+    attn_token_encoder *m = calloc(1, sizeof *m);
+    if (!m) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    m->cfg = *cfg;
+    attn_status st;
+    if ((st = attn_embedding_create(cfg->vocab, d, -1, &m->emb)) || (st = attn_encoder_create(&cfg->stack, &m->enc)))
+        goto fail;
+    m->pe = malloc(sizeof(float) * (size_t)cfg->max_len * (size_t)d);
+    m->list = nn_params_new();
+    if (!m->pe || !m->list) {
+        st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        goto fail;
     }
+    if ((st = attn_sinusoidal_table(m->pe, cfg->max_len, d)) ||
+        (st = nn_params_append(m->list, fn, attn_embedding_params(m->emb), "embedding.")) ||
+        (st = nn_params_append(m->list, fn, attn_encoder_params(m->enc), "")))
+        goto fail;
+    *out = m;
+    return ATTN_OK;
+fail:
+    attn_token_encoder_free(m);
+    return st;
+}
+
+const attn_params *attn_token_encoder_params(const attn_token_encoder *m) { return m ? m->list : NULL; }
+
+static attn_status check_enc_args(const char *fn, const attn_token_encoder *m, const attn_token_encoder_args *a) {
+    ATTN_CHECK_NOT_NULL(fn, m);
+    ATTN_CHECK_NOT_NULL(fn, a);
+    if (a->batch < 1 || a->n < 1 || a->n > m->cfg.max_len)
+        return attn_error(ATTN_ERR_SHAPE, "%s: batch = %lld, n = %lld must be >= 1 and n <= max_len %lld", fn,
+                          (long long)a->batch, (long long)a->n, (long long)m->cfg.max_len);
+    ATTN_CHECK_NOT_NULL(fn, a->tokens);
+    return ATTN_OK;
+}
+
+static attn_layer_args enc_args(const attn_token_encoder_args *a, const float *x) {
+    attn_layer_args l = attn_layer_args_default();
+    l.batch = a->batch;
+    l.n = a->n;
+    l.x = x;
+    l.self_masks.key_padding_mask = a->key_padding_mask;
+    l.self_masks.is_causal = a->is_causal;
+    l.training = a->training;
+    l.seed = a->seed;
+    l.offset = a->offset;
+    return l;
+}
+
+static uint64_t enc_pe_offset(const attn_token_encoder *m, const attn_token_encoder_args *a) {
+    return a->offset + 8u * (uint64_t)m->cfg.stack.num_layers;
+}
+
+/* saved: x, then the stack's; workspace: x (inference) or dx (backward), then the stack's. */
+size_t attn_token_encoder_saved_size(const attn_token_encoder *m, const attn_token_encoder_args *a) {
+    if (!m || !a || a->batch < 1 || a->n < 1) return 0;
+    attn_layer_args l = enc_args(a, NULL);
+    return nn_add(nn_add(nn_fblock(nn_mul(nn_mul((size_t)a->batch, (size_t)a->n), (size_t)m->cfg.stack.layer.d_model)),
+                         attn_encoder_saved_size(m->enc, &l)), NN_SLACK);
+}
+
+size_t attn_token_encoder_workspace_size(const attn_token_encoder *m, const attn_token_encoder_args *a) {
+    if (!m || !a || a->batch < 1 || a->n < 1) return 0;
+    attn_layer_args l = enc_args(a, NULL);
+    return nn_add(nn_add(nn_fblock(nn_mul(nn_mul((size_t)a->batch, (size_t)a->n), (size_t)m->cfg.stack.layer.d_model)),
+                         attn_encoder_workspace_size(m->enc, &l)), NN_SLACK);
+}
+
+attn_status attn_token_encoder_forward(attn_token_encoder *m, const attn_token_encoder_args *a, float *out,
+                                       void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+    static const char fn[] = "attn_token_encoder_forward";
+    attn_status st = check_enc_args(fn, m, a);
+    if (st) return st;
+    ATTN_CHECK_NOT_NULL(fn, out);
+    const int64_t d = m->cfg.stack.layer.d_model;
+    nn_arena ws, sv;
+    if ((st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_token_encoder_workspace_size(m, a))))
+        return st;
+    if (saved && (st = nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_token_encoder_saved_size(m, a))))
+        return st;
+    float *x = nn_takef(saved ? &sv : &ws, (size_t)(a->batch * a->n * d));
+    if ((st = embed(m->emb, m->pe, m->cfg.max_len, d, m->cfg.stack.layer.dropout, a->tokens, a->batch, a->n, x,
+                    a->training, a->seed, enc_pe_offset(m, a))))
+        return nn_wrap_error(st, fn);
+    attn_layer_args l = enc_args(a, x);
+    size_t rest_bytes, ssaved_bytes = 0;
+    void *rest = nn_rest(&ws, &rest_bytes), *ssaved = saved ? nn_rest(&sv, &ssaved_bytes) : NULL;
+    if ((st = attn_encoder_forward(m->enc, &l, out, ssaved, ssaved_bytes, rest, rest_bytes))) return nn_wrap_error(st, fn);
+    return ATTN_OK;
+}
+
+attn_status attn_token_encoder_backward(attn_token_encoder *m, const attn_token_encoder_args *a, const float *dout,
+                                        const void *saved, size_t saved_bytes, void *workspace,
+                                        size_t workspace_bytes) {
+    static const char fn[] = "attn_token_encoder_backward";
+    attn_status st = check_enc_args(fn, m, a);
+    if (st) return st;
+    ATTN_CHECK_NOT_NULL(fn, dout);
+    ATTN_CHECK_NOT_NULL(fn, saved);
+    const int64_t d = m->cfg.stack.layer.d_model;
+    nn_arena ws, sv;
+    if ((st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_token_encoder_workspace_size(m, a))) ||
+        (st = nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_token_encoder_saved_size(m, a))))
+        return st;
+    const float *x = nn_takef(&sv, (size_t)(a->batch * a->n * d));
+    float *dx = nn_takef(&ws, (size_t)(a->batch * a->n * d));
+    attn_layer_args l = enc_args(a, x);
+    size_t rest_bytes, ssaved_bytes;
+    void *rest = nn_rest(&ws, &rest_bytes);
+    const void *ssaved = nn_rest(&sv, &ssaved_bytes);
+    if ((st = attn_encoder_backward(m->enc, &l, dout, dx, ssaved, ssaved_bytes, rest, rest_bytes)) ||
+        (st = embed_backward(m->emb, d, m->cfg.stack.layer.dropout, a->tokens, a->batch, a->n, dx, a->training,
+                             a->seed, enc_pe_offset(m, a))))
+        return nn_wrap_error(st, fn);
     return ATTN_OK;
 }

@@ -42,6 +42,30 @@ class Seq2Seq(nn.Module):
         return self.output_projection(y)
 
 
+class TokenEncoder(nn.Module):
+    """The seed's TransformerEncoder with PyTorch's layers: embedding * sqrt(d) + pe, layers, norm."""
+
+    def __init__(self, vocab, d_model, nhead, layers, ff, max_len):
+        super().__init__()
+        self.d_model = d_model
+        self.embedding = nn.Embedding(vocab, d_model)
+        self.layers = nn.ModuleList([nn.TransformerEncoderLayer(d_model, nhead, ff, dropout=0.0, batch_first=True)
+                                     for _ in range(layers)])
+        self.norm = nn.LayerNorm(d_model)
+        pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
+        div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+        pe[:, 0::2] = torch.sin(pos * div)
+        pe[:, 1::2] = torch.cos(pos * div)
+        self.register_buffer("pe", pe.float(), persistent=False)
+
+    def forward(self, tokens, kpm):
+        x = self.embedding(tokens) * math.sqrt(self.d_model) + self.pe[: tokens.shape[1]].to(self.embedding.weight.dtype)
+        for layer in self.layers:
+            x = layer(x, src_key_padding_mask=kpm)
+        return self.norm(x)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "fixtures"))
@@ -67,6 +91,18 @@ def main():
         tensors["w." + k] = v.float()
     for k, p in m64.named_parameters():
         tensors["grad." + k] = p.grad.float()
+    enc = TokenEncoder(sv, d, h, L, ff, max_len).eval()
+    enc_state = {k: v.detach().clone() for k, v in enc.state_dict().items()}
+    enc64 = enc.double()
+    eo = enc64(src, src_kpm)
+    eg = torch.randn(B, S, d, dtype=torch.float64)
+    eo.backward(eg)
+    tensors["enc.out"] = eo.detach().float()
+    tensors["enc.dout"] = eg.float()
+    for k, v in enc_state.items():
+        tensors["encw." + k] = v.float()
+    for k, p in enc64.named_parameters():
+        tensors["encgrad." + k] = p.grad.float()
     meta = {"B": B, "S": S, "T": T, "d_model": d, "nhead": h, "layers": L, "ff": ff, "src_vocab": sv,
             "tgt_vocab": tv, "max_len": max_len, "seed": a.seed}
     os.makedirs(a.out, exist_ok=True)
