@@ -111,6 +111,18 @@ int main(void) {
     attn_seq2seq *none = NULL;
     CHECK_STATUS(attn_seq2seq_create(&bc, &none), ATTN_ERR_INVALID_ARGUMENT);
 
+    /* joining parameter lists: the model's twice clashes, with prefixes it does not */
+    {
+        const attn_params *two[2] = {ps, ps};
+        const char *pre[2] = {"a.", "b."};
+        attn_params *j = NULL;
+        CHECK_STATUS(attn_params_join(two, NULL, 2, &j), ATTN_ERR_INVALID_ARGUMENT);
+        CHECK_OK(attn_params_join(two, pre, 2, &j));
+        CHECK(j && attn_params_count(j) == 2 * attn_params_count(ps) && attn_params_find(j, "b.output_projection.bias") &&
+                  attn_params_find(j, "b.output_projection.bias")->data == attn_params_find(ps, "output_projection.bias")->data,
+              "joined list does not refer to the module's parameters");
+        attn_params_join_free(j);
+    }
     free(saved); free(ws); free(logits); free(inf); free(t1); free(t2);
     attn_seq2seq_free(m);
 

@@ -73,6 +73,15 @@ attn_status attn_params_zero_grad(const attn_params *ps);
  * the parameter). PyTorch's own random numbers are not reproduced: load its weights instead. */
 attn_status attn_params_reset(const attn_params *ps, uint64_t seed);
 
+/* A list naming the parameters of several lists, prefixes[i] + name (prefixes nullable, or an
+ * entry NULL for none), without copying them: one optimizer, one clip norm and one checkpoint for
+ * a model made of several modules. Names must stay unique (ATTN_ERR_INVALID_ARGUMENT naming the
+ * duplicate otherwise). The joined list refers to the modules' memory: free it
+ * (attn_params_join_free) before them. */
+attn_status attn_params_join(const attn_params *const *lists, const char *const *prefixes, size_t n,
+                             attn_params **out);
+void attn_params_join_free(attn_params *joined);
+
 /* Load every parameter from st, looking each up as prefix + name (prefix may be NULL or "").
  * F32, F16, BF16 and F64 tensors are converted. Missing names and mismatched shapes are errors
  * (ATTN_ERR_NOT_FOUND / ATTN_ERR_SHAPE) whose message lists them all (truncated at the message

@@ -393,3 +393,34 @@ attn_status nn_wrap_error(attn_status st, const char *fn) {
     snprintf(msg, sizeof msg, "%s", attn_last_error());
     return attn_error(st, "%s: %s", fn, msg);
 }
+
+attn_status attn_params_join(const attn_params *const *lists, const char *const *prefixes, size_t n,
+                             attn_params **out) {
+    static const char fn[] = "attn_params_join";
+    ATTN_CHECK_NOT_NULL(fn, out);
+    *out = NULL;
+    if (n > 0) ATTN_CHECK_NOT_NULL(fn, lists);
+    attn_params *j = nn_params_new();
+    if (!j) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    for (size_t i = 0; i < n; i++) {
+        attn_status st;
+        if (!lists[i]) st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: lists[%zu] is NULL", fn, i);
+        else st = nn_params_append(j, fn, lists[i], prefixes && prefixes[i] ? prefixes[i] : "");
+        if (st) {
+            nn_params_free(j);
+            return st;
+        }
+    }
+    for (size_t a = 0; a < j->n; a++) /* quadratic, once, at setup */
+        for (size_t b = a + 1; b < j->n; b++)
+            if (!strcmp(j->items[a].name, j->items[b].name)) {
+                attn_status st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: parameter name '%s' appears twice",
+                                            fn, j->items[a].name);
+                nn_params_free(j);
+                return st;
+            }
+    *out = j;
+    return ATTN_OK;
+}
+
+void attn_params_join_free(attn_params *joined) { nn_params_free(joined); }
