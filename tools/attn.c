@@ -37,6 +37,8 @@ static const struct {
     {"inspect", cmd_inspect, "list the tensors of a .safetensors file"},
     {"bench", cmd_bench, "benchmarks: peak, gemm, attention"},
     {"run", cmd_run, "run a PyTorch module's equivalent on safetensors inputs"},
+    {"train", cmd_train, "train a model: gpt (character-level) on a text file"},
+    {"sample", cmd_sample, "generate text from a checkpoint of `attn train gpt`"},
 };
 
 static void usage(FILE *f) {

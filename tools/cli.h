@@ -10,11 +10,14 @@ int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
 
 /* `attn bench` subcommands. */
 int bench_peak_cmd(int argc, char **argv);
 int bench_gemm_cmd(int argc, char **argv);
 int bench_attention_cmd(int argc, char **argv);
+int bench_train_cmd(int argc, char **argv);
 
 /* Print "attn: <message>" on stderr and return 2 (usage error). */
 int cli_usage_error(const char *fmt, ...)

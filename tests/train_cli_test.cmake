@@ -1,0 +1,142 @@
+# `attn train gpt`, `attn sample` and `attn bench train` on tiny settings: help and exit codes,
+# one-line errors, bitwise resume (N steps straight == k steps + --resume), Ctrl-C (SIGINT) writes a
+# resumable checkpoint and exits 130, greedy sampling is deterministic and continues a learned
+# pattern.
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+
+# run(VAR args...): run attn, VAR_rc = exit code, VAR = stdout + stderr, VAR_out = stdout.
+macro(run var)
+  execute_process(COMMAND ${ATTN} ${ARGN} WORKING_DIRECTORY ${WORK} RESULT_VARIABLE ${var}_rc
+    OUTPUT_VARIABLE ${var}_out ERROR_VARIABLE ${var}_err TIMEOUT 120)
+  set(${var} "${${var}_out}${${var}_err}")
+endmacro()
+
+function(expect rc regex)
+  run(r ${ARGN})
+  if(NOT r_rc STREQUAL "${rc}" OR NOT r MATCHES "${regex}")
+    message(SEND_ERROR "attn ${ARGN}: exit ${r_rc} (want ${rc}), output:\n${r}\n(want /${regex}/)")
+  else()
+    message(STATUS "ok: attn ${ARGN} -> ${r_rc}")
+  endif()
+endfunction()
+
+# exactly one line on stderr, starting with "attn: ", matching regex
+function(expect_one_line_error rc regex)
+  run(r ${ARGN})
+  string(REGEX MATCHALL "\n" lines "${r_err}")
+  list(LENGTH lines n)
+  if(NOT r_rc STREQUAL "${rc}" OR NOT n EQUAL 1 OR NOT r_err MATCHES "^attn: " OR NOT r_err MATCHES "${regex}")
+    message(SEND_ERROR "attn ${ARGN}: exit ${r_rc} (want ${rc}), stderr (want one 'attn: ' line /${regex}/):\n${r_err}")
+  else()
+    message(STATUS "ok: attn ${ARGN} -> ${r_rc}: ${r_err}")
+  endif()
+endfunction()
+
+# a final "final loss: X" line, X as printed (%.9g: the float's exact value)
+function(final_loss out var)
+  if(out MATCHES "final loss: ([^\n]+)")
+    set(${var} "${CMAKE_MATCH_1}" PARENT_SCOPE)
+  else()
+    set(${var} "none" PARENT_SCOPE)
+  endif()
+endfunction()
+
+string(REPEAT "abc" 300 abc)
+file(WRITE ${WORK}/abc.txt "${abc}")
+file(WRITE ${WORK}/short.txt "abc")
+string(REPEAT "the quick brown fox jumps over the lazy dog. " 20 fox)
+file(WRITE ${WORK}/fox.txt "${fox}")
+set(tiny --layers 1 --heads 2 --d-model 16 --context 8 --batch 4 --threads 2)
+
+# ---- help and usage errors ----
+expect(0 "usage: attn train gpt" train --help)
+expect(0 "usage: attn train gpt.*256 byte values.*--attention NAME" train gpt --help)
+expect(0 "usage: attn sample CHECKPOINT.*--temperature" sample --help)
+expect(0 "usage: attn bench train.*--layers" bench train --help)
+expect_one_line_error(2 "which model" train)
+expect_one_line_error(2 "unknown model 'bert'" train bert)
+expect_one_line_error(2 "missing --data" train gpt)
+expect_one_line_error(2 "unknown attention 'sdpa' \\(available: flash\\)" train gpt --data abc.txt --attention sdpa)
+expect_one_line_error(2 "--layers wants an integer" train gpt --data abc.txt --layers 0)
+expect_one_line_error(2 "--lr wants a number" train gpt --data abc.txt --lr fast)
+expect_one_line_error(2 "not a multiple of --heads" train gpt --data abc.txt --d-model 30 --heads 4)
+expect_one_line_error(2 "unknown option '--bogus'" train gpt --data abc.txt --bogus)
+expect_one_line_error(2 "missing CHECKPOINT" sample)
+expect_one_line_error(2 "--tokens wants" sample x.safetensors --tokens -1)
+expect_one_line_error(2 "--temperature wants" sample x.safetensors --temperature hot)
+expect_one_line_error(2 "unknown option" sample x.safetensors --bogus)
+expect_one_line_error(2 "--layers wants" bench train --layers 0)
+expect_one_line_error(2 "not a multiple of --heads" bench train --d-model 30 --heads 4)
+expect(0 "\"op\": \"train\", \"impl\": \"attn\", \"shape\": {\"layers\": 1, \"d_model\": 32.*\"threads\": 1, \"ms\": [0-9.]+, \"tokens_per_s\": [0-9.]+, \"gflops\""
+  bench train --layers 1 --context 16 --d-model 32 --heads 2 --steps 1 --threads 1 --json)
+
+# ---- runtime failures ----
+expect_one_line_error(1 "cannot read 'missing.txt'" train gpt --data missing.txt)
+expect_one_line_error(1 "has 3 bytes" train gpt --data short.txt ${tiny})
+expect_one_line_error(1 "cannot read '.*': Is a directory" train gpt --data ${WORK})
+expect_one_line_error(1 "resume" train gpt --data abc.txt ${tiny} --checkpoint none.safetensors --resume)
+expect_one_line_error(1 "sample: " sample none.safetensors)
+expect_one_line_error(1 "not a checkpoint of `attn train gpt`" sample ${FIXTURES}/sdpa.safetensors)
+
+# ---- bitwise resume: 30 steps straight == 12 steps, then --resume to 30 (other thread count; the
+# shape, seed, steps, batch, lr and warmup come from the checkpoint) ----
+set(common --data fox.txt ${tiny} --steps 30 --lr 1e-2 --every 5 --log-every 10)
+run(a train gpt ${common} --checkpoint straight.safetensors)
+run(b train gpt ${common} --checkpoint split.safetensors --stop-at 12)
+run(c train gpt --data fox.txt --checkpoint split.safetensors --resume --threads 1)
+final_loss("${a}" la)
+final_loss("${c}" lc)
+if(NOT a_rc EQUAL 0 OR NOT b_rc EQUAL 0 OR NOT c_rc EQUAL 0 OR la STREQUAL "none" OR NOT la STREQUAL lc
+   OR NOT a MATCHES "step +1/30  loss [0-9.]+  lr .* tok/s" OR NOT c MATCHES "resuming from split.safetensors at step 12")
+  message(SEND_ERROR "resume is not bitwise: straight (${a_rc}):\n${a}\nsplit (${b_rc}, ${c_rc}):\n${b}${c}")
+else()
+  message(STATUS "ok: 30 steps straight and 12 + resumed 18 both end at loss ${la}")
+endif()
+expect_one_line_error(1 "--layers 2 differs from the checkpoint's 1" train gpt ${common} --checkpoint split.safetensors
+  --resume --layers 2)
+
+# ---- Ctrl-C: SIGINT mid-run writes the checkpoint and exits 130; --resume continues from it ----
+find_program(TIMEOUT timeout)
+if(TIMEOUT)
+  execute_process(COMMAND ${TIMEOUT} --preserve-status -s INT 2 ${ATTN} train gpt --data fox.txt ${tiny} --steps 100000000
+    --checkpoint int.safetensors --log-every 1000000 WORKING_DIRECTORY ${WORK} RESULT_VARIABLE irc
+    OUTPUT_VARIABLE iout ERROR_VARIABLE ierr TIMEOUT 60)
+  if(NOT irc EQUAL 130 OR NOT iout MATCHES "interrupted after step [0-9]+ of 100000000: checkpoint written to int.safetensors"
+     OR NOT EXISTS ${WORK}/int.safetensors)
+    message(SEND_ERROR "SIGINT: exit ${irc} (want 130), output:\n${iout}${ierr}")
+  else()
+    message(STATUS "ok: SIGINT -> 130, checkpoint written")
+  endif()
+  string(REGEX MATCH "interrupted after step ([0-9]+)" _ "${iout}")
+  math(EXPR resume_to "${CMAKE_MATCH_1} + 2")
+  expect(0 "resuming from int.safetensors at step ${CMAKE_MATCH_1}.*final loss: " train gpt --data fox.txt ${tiny}
+    --steps 100000000 --checkpoint int.safetensors --resume --stop-at ${resume_to})
+else()
+  message(STATUS "skipped: no timeout(1) to send SIGINT")
+endif()
+
+# ---- sampling: a model trained 200 steps on "abcabc..." continues the pattern, greedily ----
+run(t train gpt --data abc.txt --layers 1 --heads 2 --d-model 32 --context 16 --batch 8 --steps 200 --lr 1e-2
+  --threads 2 --checkpoint abc.safetensors --log-every 50)
+if(NOT t_rc EQUAL 0)
+  message(SEND_ERROR "training on abc.txt failed (${t_rc}):\n${t}")
+endif()
+run(s1 sample abc.safetensors --prompt "ab" --tokens 40 --temperature 0)
+run(s2 sample abc.safetensors --prompt "ab" --tokens 40 --temperature 0 --threads 1)
+string(REPEAT "abc" 14 want) # the prompt "ab" and 40 bytes
+if(NOT s1_rc EQUAL 0 OR NOT s1_out STREQUAL s2_out OR NOT s1_out STREQUAL "${want}\n")
+  message(SEND_ERROR "greedy sampling: exit ${s1_rc}, outputs:\n${s1}\n${s2}")
+else()
+  message(STATUS "ok: greedy sample: ${s1_out}")
+endif()
+# sampling with temperature and top-k: the same seed gives the same text; prompts longer than the
+# context and generations past it work
+string(REPEAT "bca" 10 longprompt)
+run(s3 sample abc.safetensors --prompt "${longprompt}" --tokens 50 --temperature 1 --top-k 2 --seed 7)
+run(s4 sample abc.safetensors --prompt "${longprompt}" --tokens 50 --temperature 1 --top-k 2 --seed 7)
+if(NOT s3_rc EQUAL 0 OR NOT s3_out STREQUAL s4_out OR NOT s3_out MATCHES "^${longprompt}[abc]+\n$")
+  message(SEND_ERROR "seeded sampling: exit ${s3_rc}, outputs:\n${s3}\n${s4}")
+else()
+  message(STATUS "ok: seeded top-k sample repeats")
+endif()

@@ -1,0 +1,152 @@
+/* attn bench train: training throughput (tokens/s) of a GPT-2-small-shaped decoder stack (d_model
+ * 768, 12 heads, feed-forward 3072, context 1024 by default), scaled down in layers / context /
+ * batch to fit the time: one full step = forward, cross-entropy, backward, clipping and AdamW.
+ * bench/torch_train.py measures the same step in PyTorch and prints the same JSON keys. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "cli.h"
+#include "train_common.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: attn bench train [options]\n\n"
+            "Training tokens/s of a GPT-2-small-shaped decoder-only stack: d_model 768, 12 heads,\n"
+            "feed-forward 3072, pre-norm layers with GELU, learned positions, a byte vocabulary of\n"
+            "256 (so the stack, not a 50k-word output layer, dominates). One measured step is the\n"
+            "whole training step: forward, cross-entropy, backward, gradient clipping and AdamW.\n"
+            "After one warmup step, --steps steps are timed; the median is reported. GFLOP/s\n"
+            "counts 6 x (matrix parameters) + 6 x layers x context x d_model flops per token (the\n"
+            "usual estimate, causal attention halved). bench/torch_train.py measures the same step\n"
+            "in PyTorch with the same options and JSON keys.\n\n"
+            "options:\n"
+            "  --layers L      layers (default 2; GPT-2 small has 12)\n"
+            "  --context C     sequence length (default 1024)\n"
+            "  --batch B       sequences per step (default 1)\n"
+            "  --d-model D     width (default 768)\n"
+            "  --heads H       heads (default 12)\n"
+            "  --steps N       timed steps (default 3)\n"
+            "  --threads T     thread counts, comma-separated (default: all)\n"
+            "  --json          one JSON object per thread count: op, impl, shape, threads, ms,\n"
+            "                  tokens_per_s, gflops\n");
+}
+
+int bench_train_cmd(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return 0;
+        }
+    bench_opts o;
+    bench_opts_init(&o);
+    int64_t L = 2, C = 1024, B = 1, D = 768, H = 12, steps = 3;
+    for (int i = 1; i < argc; i++) {
+        int r = bench_common_option(&o, "bench train", argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        const char *v, *name = argv[i];
+        int64_t *iv = NULL, hi = 1 << 20;
+        if ((v = bench_opt_value("--layers", argc, argv, &i))) iv = &L, hi = 96;
+        else if ((v = bench_opt_value("--context", argc, argv, &i))) iv = &C;
+        else if ((v = bench_opt_value("--batch", argc, argv, &i))) iv = &B, hi = 4096;
+        else if ((v = bench_opt_value("--d-model", argc, argv, &i))) iv = &D, hi = 16384;
+        else if ((v = bench_opt_value("--heads", argc, argv, &i))) iv = &H, hi = 1024;
+        else if ((v = bench_opt_value("--steps", argc, argv, &i))) iv = &steps, hi = 1000;
+        if (!iv) return cli_usage_error("bench train: unknown option '%s' (try 'attn bench train --help')", name);
+        if (train_parse_i64(v, 1, hi, iv) != 0)
+            return cli_usage_error("bench train: %s wants an integer in 1..%lld, got '%s'", name, (long long)hi, v);
+    }
+    if (D % H != 0) return cli_usage_error("bench train: --d-model %lld is not a multiple of --heads %lld", (long long)D,
+                                           (long long)H);
+
+    const train_gpt_shape shape = {TRAIN_BYTE_VOCAB, L, H, D, 4 * D, C};
+    const int64_t V = shape.vocab;
+    attn_gpt_config cfg = train_gpt_config(&shape);
+    attn_gpt *g = NULL;
+    attn_optimizer *opt = NULL;
+    if (attn_gpt_create(&cfg, &g) != ATTN_OK) return cli_fail("bench train: %s", attn_last_error());
+    const attn_params *ps = attn_gpt_params(g);
+    if (attn_params_reset(ps, 1) != ATTN_OK || attn_adamw_create(ps, NULL, &opt) != ATTN_OK) {
+        attn_gpt_free(g);
+        return cli_fail("bench train: %s", attn_last_error());
+    }
+    int64_t *x = malloc(sizeof(int64_t) * (size_t)(B * C)), *y = malloc(sizeof(int64_t) * (size_t)(B * C));
+    float *logits = malloc(sizeof(float) * (size_t)(B * C * V));
+    int rc = 0;
+    if (!x || !y || !logits) {
+        rc = cli_fail("bench train: out of memory");
+        goto done;
+    }
+    for (int64_t t = 0; t < B * C; t++) {
+        x[t] = (int64_t)(attn_philox_uniform(7, 0, (uint64_t)t) * (float)V);
+        y[t] = (int64_t)(attn_philox_uniform(7, 1, (uint64_t)t) * (float)V);
+    }
+    const double matrix_params = (double)L * 12.0 * (double)(D * D) + (double)(D * V);
+    const double flops = (double)(B * C) * (6.0 * matrix_params + 6.0 * (double)(L * C * D));
+    if (!o.json)
+        printf("train step, GPT-2-small-shaped stack: %lld layers, d_model %lld, %lld heads, context %lld, batch %lld, "
+               "vocab %lld (%zu parameters)\n%8s %12s %14s %10s\n",
+               (long long)L, (long long)D, (long long)H, (long long)C, (long long)B, (long long)V, attn_params_numel(ps),
+               "threads", "ms/step", "tokens/s", "GFLOP/s");
+    for (int ti = 0; ti < o.nthreads && rc == 0; ti++) {
+        bench_set_threads(o.threads[ti]);
+        attn_gpt_args a = {B, C, x, NULL, 1, 1, 0};
+        const size_t sb = attn_gpt_saved_size(g, &a), wb = attn_gpt_workspace_size(g, &a);
+        void *saved = malloc(sb ? sb : 1), *ws = malloc(wb ? wb : 1);
+        double *ms = malloc(sizeof(double) * (size_t)(steps + 1));
+        if (!saved || !ws || !ms) {
+            free(saved), free(ws), free(ms);
+            rc = cli_fail("bench train: out of memory (%zu MB of activations)", (sb + wb) >> 20);
+            break;
+        }
+        attn_cross_entropy_config ce = attn_cross_entropy_config_default();
+        for (int64_t s = 0; s <= steps; s++) { /* step 0: warmup */
+            const double t0 = bench_now();
+            float loss;
+            double gn;
+            attn_status st;
+            if ((st = attn_params_zero_grad(ps)) != ATTN_OK || (st = attn_gpt_forward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
+                (st = attn_cross_entropy_forward(logits, y, B * C, V, &ce, &loss, logits)) != ATTN_OK ||
+                (st = attn_gpt_backward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
+                ((st = attn_train_step(opt, 1e-4, 1.0, 1, &gn)) != ATTN_OK && st != ATTN_ERR_NUMERIC)) {
+                rc = cli_fail("bench train: %s", attn_last_error());
+                break;
+            }
+            ms[s] = (bench_now() - t0) * 1e3;
+        }
+        if (rc == 0) {
+            /* median of the timed steps (insertion sort; steps is small) */
+            double *m = ms + 1;
+            for (int64_t i = 1; i < steps; i++)
+                for (int64_t j = i; j > 0 && m[j] < m[j - 1]; j--) {
+                    double t = m[j];
+                    m[j] = m[j - 1];
+                    m[j - 1] = t;
+                }
+            const double med = steps % 2 ? m[steps / 2] : 0.5 * (m[steps / 2 - 1] + m[steps / 2]);
+            const double tps = (double)(B * C) / (med * 1e-3), gf = flops / (med * 1e6);
+            if (o.json)
+                printf("{\"op\": \"train\", \"impl\": \"attn\", \"shape\": {\"layers\": %lld, \"d_model\": %lld, "
+                       "\"heads\": %lld, \"context\": %lld, \"batch\": %lld, \"vocab\": %lld}, \"threads\": %d, "
+                       "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops\": %.2f}\n",
+                       (long long)L, (long long)D, (long long)H, (long long)C, (long long)B, (long long)V,
+                       o.threads[ti], med, tps, gf);
+            else
+                printf("%8d %12.1f %14.1f %10.2f\n", o.threads[ti], med, tps, gf);
+            fflush(stdout);
+        }
+        free(saved);
+        free(ws);
+        free(ms);
+    }
+done:
+    free(x);
+    free(y);
+    free(logits);
+    attn_optimizer_free(opt);
+    attn_gpt_free(g);
+    return rc;
+}

@@ -1,0 +1,441 @@
+/* attn train gpt: a character-level (byte-level) decoder-only Transformer trained on a text file,
+ * with AdamW, warmup + cosine learning rate, gradient clipping, periodic checkpoints, bitwise
+ * resume and a checkpoint on Ctrl-C. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "cli.h"
+#include "train_common.h"
+
+static volatile sig_atomic_t g_interrupted;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_interrupted = 1; /* the only thing done here: the loop checks it between steps */
+}
+
+static void usage_train(FILE *f) {
+    fprintf(f, "usage: attn train gpt --data FILE.txt [options]\n\n"
+               "Trains a model; `attn train gpt --help` for the options. Models: gpt.\n");
+}
+
+static void usage_gpt(FILE *f) {
+    fprintf(f,
+            "usage: attn train gpt --data FILE.txt [options]\n\n"
+            "Trains a decoder-only (GPT-style) Transformer to predict the next character of FILE.\n"
+            "The vocabulary is the 256 byte values: any file works, UTF-8 text is modelled byte by\n"
+            "byte (a multi-byte character is several tokens). Pre-norm layers with GELU, learned\n"
+            "positions; AdamW (betas 0.9, 0.95, weight decay 0.1 on matrices and embeddings),\n"
+            "linear warmup then cosine decay to lr/10, gradient clipping at norm 1. Each step\n"
+            "trains on --batch windows of --context bytes drawn at random positions (from --seed\n"
+            "and the step number, so a resumed run sees the same data).\n\n"
+            "options:\n"
+            "  --data FILE        training text (required; at least context + 1 bytes)\n"
+            "  --layers L         Transformer layers (default 2)\n"
+            "  --heads H          attention heads (default 4)\n"
+            "  --d-model D        model width, a multiple of H (default 128; feed-forward 4 D)\n"
+            "  --context C        context length in bytes (default 64)\n"
+            "  --steps N          optimizer steps in total (default 1000)\n"
+            "  --batch B          windows per step (default 16)\n"
+            "  --lr LR            peak learning rate (default 3e-3)\n"
+            "  --warmup W         warmup steps (default N/20)\n"
+            "  --attention NAME   attention kernel: flash (exact, tiled; the default)\n"
+            "  --seed S           initialisation and data order (default 1)\n"
+            "  --threads T        threads (default: all)\n"
+            "  --checkpoint PATH  checkpoint file (default attn-gpt.safetensors)\n"
+            "  --every N          also write the checkpoint every N steps (default 100; 0: only at\n"
+            "                     the end)\n"
+            "  --resume           continue from the checkpoint: model shape, seed, weights,\n"
+            "                     optimizer state, step, and (unless given again) --steps,\n"
+            "                     --batch, --lr and --warmup come from it: bitwise as if the run\n"
+            "                     had never stopped\n"
+            "  --stop-at K        stop after step K of the --steps schedule, writing the checkpoint\n"
+            "                     (continue later with --resume)\n"
+            "  --log-every N      print a line every N steps (default 10)\n\n"
+            "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
+            "tokens/s) and `final loss: X` at the end. Ctrl-C finishes the current step, writes\n"
+            "the checkpoint and exits with status 130 (a second Ctrl-C stops at once; the last\n"
+            "checkpoint stays intact). `attn sample PATH` generates text from a checkpoint.\n");
+}
+
+typedef struct gpt_opts {
+    const char *data, *checkpoint;
+    train_gpt_shape shape;
+    int given_layers, given_heads, given_d, given_context, given_seed, given_steps, given_batch, given_lr,
+        given_warmup;
+    int64_t steps, batch, warmup, every, log_every, threads, seed, stop_at;
+    double lr;
+    int resume;
+} gpt_opts;
+
+/* Read a whole file; NULL with errno on failure. */
+static unsigned char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    unsigned char *buf = malloc(cap);
+    int read_errno = 0;
+    while (buf) {
+        errno = 0;
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) {
+            read_errno = errno;
+            break;
+        }
+        unsigned char *nb = realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            errno = ENOMEM;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (buf && err) {
+        free(buf);
+        errno = read_errno ? read_errno : EIO;
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* Window starts for a step: counter-based (seed, step), so a resumed run draws the same ones. */
+static void draw_batch(const unsigned char *text, size_t len, int64_t batch, int64_t context, uint64_t seed,
+                       int64_t step, int64_t *x, int64_t *y) {
+    const uint64_t windows = (uint64_t)(len - (size_t)context); /* starts 0 .. len - context - 1 */
+    for (int64_t b = 0; b < batch; b++) {
+        const uint64_t hi = (uint64_t)(attn_philox_uniform(seed, (uint64_t)step, (uint64_t)(2 * b)) * 16777216.0f);
+        const uint64_t lo = (uint64_t)(attn_philox_uniform(seed, (uint64_t)step, (uint64_t)(2 * b + 1)) * 16777216.0f);
+        const size_t pos = (size_t)(((hi << 24) | lo) % windows);
+        for (int64_t t = 0; t < context; t++) {
+            x[b * context + t] = text[pos + (size_t)t];
+            y[b * context + t] = text[pos + (size_t)t + 1];
+        }
+    }
+}
+
+static int parse_gpt(int argc, char **argv, gpt_opts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int64_t *iv = NULL, lo = 1, hi = (int64_t)1 << 30;
+        const char *name = argv[i];
+        if (!strcmp(argv[i], "--resume")) {
+            o->resume = 1;
+            continue;
+        }
+        if ((v = bench_opt_value("--data", argc, argv, &i))) {
+            if (!*v) return cli_usage_error("train gpt: --data wants a file name");
+            o->data = v;
+            continue;
+        }
+        if ((v = bench_opt_value("--checkpoint", argc, argv, &i))) {
+            if (!*v) return cli_usage_error("train gpt: --checkpoint wants a file name");
+            o->checkpoint = v;
+            continue;
+        }
+        if ((v = bench_opt_value("--attention", argc, argv, &i))) {
+            if (strcmp(v, "flash") != 0)
+                return cli_usage_error("train gpt: unknown attention '%s' (available: flash)", v);
+            continue;
+        }
+        if ((v = bench_opt_value("--lr", argc, argv, &i))) {
+            if (train_parse_double(v, 0.0, 10.0, &o->lr) != 0 || !(o->lr > 0))
+                return cli_usage_error("train gpt: --lr wants a number in (0, 10], got '%s'", v);
+            o->given_lr = 1;
+            continue;
+        }
+        if ((v = bench_opt_value("--layers", argc, argv, &i))) iv = &o->shape.layers, hi = 256, o->given_layers = 1;
+        else if ((v = bench_opt_value("--heads", argc, argv, &i))) iv = &o->shape.heads, hi = 1024, o->given_heads = 1;
+        else if ((v = bench_opt_value("--d-model", argc, argv, &i))) iv = &o->shape.d_model, hi = 65536, o->given_d = 1;
+        else if ((v = bench_opt_value("--context", argc, argv, &i))) iv = &o->shape.context, hi = 1 << 20, o->given_context = 1;
+        else if ((v = bench_opt_value("--steps", argc, argv, &i))) iv = &o->steps, o->given_steps = 1;
+        else if ((v = bench_opt_value("--batch", argc, argv, &i))) iv = &o->batch, hi = 1 << 20, o->given_batch = 1;
+        else if ((v = bench_opt_value("--warmup", argc, argv, &i))) iv = &o->warmup, lo = 0, o->given_warmup = 1;
+        else if ((v = bench_opt_value("--every", argc, argv, &i))) iv = &o->every, lo = 0;
+        else if ((v = bench_opt_value("--log-every", argc, argv, &i))) iv = &o->log_every;
+        else if ((v = bench_opt_value("--stop-at", argc, argv, &i))) iv = &o->stop_at;
+        else if ((v = bench_opt_value("--threads", argc, argv, &i))) iv = &o->threads, hi = 1024;
+        else if ((v = bench_opt_value("--seed", argc, argv, &i))) iv = &o->seed, lo = 0, hi = INT64_MAX, o->given_seed = 1;
+        if (!iv) {
+            if (name[0] == '-') return cli_usage_error("train gpt: unknown option '%s' (try 'attn train gpt --help')", name);
+            return cli_usage_error("train gpt: unexpected argument '%s'", name);
+        }
+        if (train_parse_i64(v, lo, hi, iv) != 0)
+            return cli_usage_error("train gpt: %s wants an integer in %lld..%lld, got '%s'", name, (long long)lo,
+                                   (long long)hi, v);
+    }
+    if (!o->data) return cli_usage_error("train gpt: missing --data FILE (try 'attn train gpt --help')");
+    if (o->shape.d_model % o->shape.heads != 0)
+        return cli_usage_error("train gpt: --d-model %lld is not a multiple of --heads %lld", (long long)o->shape.d_model,
+                               (long long)o->shape.heads);
+    if (o->warmup > o->steps)
+        return cli_usage_error("train gpt: --warmup %lld exceeds --steps %lld", (long long)o->warmup, (long long)o->steps);
+    return 0;
+}
+
+/* The model's shape (for `attn sample`) and the run's schedule (for --resume). */
+static void fill_meta(train_meta *m, const gpt_opts *o) {
+    train_meta_fill(m, &o->shape);
+    train_meta_add(m, "train.steps", "%lld", (long long)o->steps);
+    train_meta_add(m, "train.batch", "%lld", (long long)o->batch);
+    train_meta_add(m, "train.warmup", "%lld", (long long)o->warmup);
+    train_meta_add(m, "train.lr", "%.17g", o->lr);
+}
+
+static int train_gpt(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) {
+            usage_gpt(stdout);
+            return 0;
+        }
+    gpt_opts o;
+    memset(&o, 0, sizeof o);
+    o.shape = (train_gpt_shape){TRAIN_BYTE_VOCAB, 2, 4, 128, 512, 64};
+    o.steps = 1000;
+    o.batch = 16;
+    o.warmup = -1;
+    o.every = 100;
+    o.log_every = 10;
+    o.seed = 1;
+    o.lr = 3e-3;
+    o.checkpoint = "attn-gpt.safetensors";
+    int rc = parse_gpt(argc, argv, &o);
+    if (rc) return rc;
+    if (o.threads > 0) attn_set_num_threads((int)o.threads);
+
+    size_t len = 0;
+    unsigned char *text = read_file(o.data, &len);
+    if (!text) return cli_fail("train gpt: cannot read '%s': %s", o.data, strerror(errno));
+
+    /* on resume, the model's shape and the seed come from the checkpoint */
+    if (o.resume) {
+        attn_safetensors *st = NULL;
+        if (attn_safetensors_open_file(o.checkpoint, &st) != ATTN_OK) {
+            free(text);
+            return cli_fail("train gpt: --resume: %s", attn_last_error());
+        }
+        train_gpt_shape s;
+        char err[256];
+        int bad = train_shape_from_meta(st, &s, err, sizeof err);
+        /* the run's schedule and batch, unless given again */
+        const char *mv;
+        int64_t iv;
+        double dv;
+        if (!o.given_steps && (mv = attn_safetensors_metadata_find(st, "train.steps")) &&
+            !train_parse_i64(mv, 1, (int64_t)1 << 30, &iv))
+            o.steps = iv;
+        if (!o.given_batch && (mv = attn_safetensors_metadata_find(st, "train.batch")) &&
+            !train_parse_i64(mv, 1, 1 << 20, &iv))
+            o.batch = iv;
+        if (!o.given_warmup && (mv = attn_safetensors_metadata_find(st, "train.warmup")) &&
+            !train_parse_i64(mv, 0, (int64_t)1 << 30, &iv))
+            o.warmup = iv;
+        if (!o.given_lr && (mv = attn_safetensors_metadata_find(st, "train.lr")) &&
+            !train_parse_double(mv, 0.0, 10.0, &dv) && dv > 0)
+            o.lr = dv;
+        attn_safetensors_close(st);
+        if (bad) {
+            free(text);
+            return cli_fail("train gpt: --resume: %s: %s", o.checkpoint, err);
+        }
+        const struct { int given; int64_t mine, theirs; const char *name; } chk[] = {
+            {o.given_layers, o.shape.layers, s.layers, "--layers"},
+            {o.given_heads, o.shape.heads, s.heads, "--heads"},
+            {o.given_d, o.shape.d_model, s.d_model, "--d-model"},
+            {o.given_context, o.shape.context, s.context, "--context"}};
+        for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
+            if (chk[i].given && chk[i].mine != chk[i].theirs) {
+                free(text);
+                return cli_fail("train gpt: --resume: %s %lld differs from the checkpoint's %lld", chk[i].name,
+                                (long long)chk[i].mine, (long long)chk[i].theirs);
+            }
+        o.shape = s;
+    } else {
+        o.shape.ff = 4 * o.shape.d_model;
+    }
+    if (o.warmup < 0) o.warmup = o.steps / 20;
+    if (o.warmup > o.steps) {
+        free(text);
+        return cli_fail("train gpt: warmup %lld exceeds steps %lld", (long long)o.warmup, (long long)o.steps);
+    }
+    const int64_t B = o.batch, C = o.shape.context, V = o.shape.vocab;
+    if (len < (size_t)C + 1) {
+        free(text);
+        return cli_fail("train gpt: '%s' has %zu bytes; --context %lld needs at least %lld", o.data, len, (long long)C,
+                        (long long)C + 1);
+    }
+
+    attn_gpt_config cfg = train_gpt_config(&o.shape);
+    attn_gpt *g = NULL;
+    attn_optimizer *opt = NULL;
+    int64_t *x = NULL, *y = NULL;
+    float *logits = NULL;
+    void *saved = NULL, *ws = NULL;
+    int exit_code = 1;
+    attn_status s = attn_gpt_create(&cfg, &g);
+    if (s != ATTN_OK) {
+        cli_fail("train gpt: %s", attn_last_error());
+        goto done;
+    }
+    const attn_params *ps = attn_gpt_params(g);
+    attn_adamw_config ac = attn_adamw_config_default();
+    ac.beta2 = 0.95;
+    ac.weight_decay = 0.1;
+    if ((s = attn_params_reset(ps, (uint64_t)o.seed)) != ATTN_OK || (s = attn_adamw_create(ps, &ac, &opt)) != ATTN_OK) {
+        cli_fail("train gpt: %s", attn_last_error());
+        goto done;
+    }
+    for (size_t i = 0; i < attn_params_count(ps); i++)
+        if (attn_params_get(ps, i)->rank < 2) attn_optimizer_set_weight_decay(opt, i, 0.0); /* biases, norms */
+
+    attn_train_state state = {0, 0, 0, (uint64_t)o.seed, 0};
+    if (o.resume) {
+        if (attn_checkpoint_load(o.checkpoint, ps, opt, &state, NULL) != ATTN_OK) {
+            cli_fail("train gpt: --resume: %s", attn_last_error());
+            goto done;
+        }
+        if (o.given_seed && (uint64_t)o.seed != state.rng_seed) {
+            cli_fail("train gpt: --resume: --seed %lld differs from the checkpoint's %llu", (long long)o.seed,
+                     (unsigned long long)state.rng_seed);
+            goto done;
+        }
+        printf("resuming from %s at step %lld\n", o.checkpoint, (long long)state.step);
+    }
+    const uint64_t data_seed = state.rng_seed ^ 0x5DEECE66Dull;
+
+    attn_gpt_args a = {B, C, NULL, NULL, 1, state.rng_seed, 0};
+    x = malloc(sizeof(int64_t) * (size_t)(B * C));
+    y = malloc(sizeof(int64_t) * (size_t)(B * C));
+    a.tokens = x;
+    const size_t sb = attn_gpt_saved_size(g, &a), wb = attn_gpt_workspace_size(g, &a);
+    saved = malloc(sb ? sb : 1);
+    ws = malloc(wb ? wb : 1);
+    logits = malloc(sizeof(float) * (size_t)(B * C * V));
+    if (!x || !y || !saved || !ws || !logits) {
+        cli_fail("train gpt: out of memory (%zu MB of activations)", (sb + wb) >> 20);
+        goto done;
+    }
+    printf("gpt: %lld layers, %lld heads, d_model %lld, context %lld, %zu parameters; %zu bytes of '%s'; "
+           "batch %lld, %lld steps, lr %g, %d threads\n",
+           (long long)o.shape.layers, (long long)o.shape.heads, (long long)o.shape.d_model, (long long)C,
+           attn_params_numel(ps), len, o.data, (long long)B, (long long)o.steps, o.lr, attn_get_num_threads());
+    fflush(stdout);
+
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C stops at once (the checkpoint writes are atomic) */
+    sigemptyset(&sa.sa_mask);
+    g_interrupted = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+
+    const attn_lr_schedule sched = {o.lr, o.lr / 10, o.warmup, o.steps};
+    attn_cross_entropy_config ce = attn_cross_entropy_config_default();
+    double t_last = bench_now();
+    int64_t tokens_since = 0, step0 = state.step;
+    float last_loss = NAN;
+    int failed = 0;
+    char save_err[512] = "";
+    const int64_t stop = o.stop_at > 0 && o.stop_at < o.steps ? o.stop_at : o.steps;
+    while (state.step < stop && !g_interrupted) {
+        const int64_t step = state.step;
+        draw_batch(text, len, B, C, data_seed, step, x, y);
+        a.offset = (uint64_t)step;
+        double lr = 0, gn = 0;
+        float loss = 0;
+        if ((s = attn_params_zero_grad(ps)) != ATTN_OK || (s = attn_gpt_forward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
+            (s = attn_cross_entropy_forward(logits, y, B * C, V, &ce, &loss, logits)) != ATTN_OK ||
+            (s = attn_gpt_backward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
+            (s = attn_lr_warmup_cosine(&sched, step, &lr)) != ATTN_OK) {
+            failed = 1;
+            break;
+        }
+        s = attn_train_step(opt, lr, 1.0, 1, &gn);
+        if (s == ATTN_ERR_NUMERIC) {
+            printf("step %lld: non-finite gradient norm, step skipped\n", (long long)step + 1);
+        } else if (s != ATTN_OK) {
+            failed = 1;
+            break;
+        }
+        state.step = step + 1;
+        state.data_position = state.step * B;
+        state.rng_offset = (uint64_t)state.step;
+        last_loss = loss;
+        tokens_since += B * C;
+        if (state.step % o.log_every == 0 || state.step == stop || step == step0) {
+            const double now = bench_now(), dt = now - t_last;
+            printf("step %6lld/%lld  loss %.4f  lr %.2e  |g| %7.3f  %9.0f tok/s\n", (long long)state.step,
+                   (long long)o.steps, (double)loss, lr, gn, dt > 0 ? (double)tokens_since / dt : 0.0);
+            fflush(stdout);
+            t_last = now;
+            tokens_since = 0;
+        }
+        if (o.every > 0 && state.step % o.every == 0 && state.step < stop) {
+            train_meta meta;
+            fill_meta(&meta, &o);
+            if (attn_checkpoint_save(o.checkpoint, ps, opt, &state, meta.keys, meta.values, meta.n) != ATTN_OK) {
+                snprintf(save_err, sizeof save_err, "%s", attn_last_error());
+                break;
+            }
+        }
+    }
+    const int interrupted = g_interrupted != 0;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (failed) {
+        cli_fail("train gpt: step %lld: %s", (long long)state.step + 1, attn_last_error());
+        goto done;
+    }
+    if (save_err[0]) {
+        cli_fail("train gpt: cannot write checkpoint: %s", save_err);
+        goto done;
+    }
+    train_meta meta;
+    fill_meta(&meta, &o);
+    if (attn_checkpoint_save(o.checkpoint, ps, opt, &state, meta.keys, meta.values, meta.n) != ATTN_OK) {
+        cli_fail("train gpt: cannot write checkpoint: %s", attn_last_error());
+        goto done;
+    }
+    if (interrupted) {
+        printf("interrupted after step %lld of %lld: checkpoint written to %s (continue with --resume)\n",
+               (long long)state.step, (long long)o.steps, o.checkpoint);
+        exit_code = 130;
+    } else {
+        if (state.step > step0) printf("final loss: %.9g\n", (double)last_loss);
+        printf("checkpoint: %s (step %lld)\n", o.checkpoint, (long long)state.step);
+        exit_code = 0;
+    }
+done:
+    fflush(stdout);
+    free(text);
+    free(x);
+    free(y);
+    free(logits);
+    free(saved);
+    free(ws);
+    attn_optimizer_free(opt);
+    attn_gpt_free(g);
+    return exit_code;
+}
+
+int cmd_train(int argc, char **argv) {
+    if (argc < 2) return cli_usage_error("train: which model? (gpt; try 'attn train --help')");
+    if (cli_is_help(argv[1])) {
+        usage_train(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "gpt")) return train_gpt(argc - 1, argv + 1);
+    return cli_usage_error("train: unknown model '%s' (available: gpt)", argv[1]);
+}

@@ -1,0 +1,92 @@
+/* Shared by `attn train`, `attn sample` and `attn bench train` (see train_common.h). */
+#include "train_common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+attn_gpt_config train_gpt_config(const train_gpt_shape *s) {
+    attn_gpt_config c = attn_gpt_config_default(s->vocab, s->context, s->d_model, s->heads, s->layers);
+    c.layer.dim_feedforward = s->ff;
+    c.layer.dropout = 0.0f;
+    c.layer.activation = ATTN_ACTIVATION_GELU;
+    c.positions = ATTN_POSITIONS_LEARNED;
+    c.tie_embeddings = 0;
+    return c;
+}
+
+static const char *const meta_keys[TRAIN_META_COUNT] = {
+    "model", "gpt.vocab_size", "gpt.layers", "gpt.heads", "gpt.d_model", "gpt.ff", "gpt.context", "gpt.tokenizer"};
+
+void train_meta_fill(train_meta *m, const train_gpt_shape *s) {
+    const int64_t v[TRAIN_META_COUNT] = {0, s->vocab, s->layers, s->heads, s->d_model, s->ff, s->context, 0};
+    for (int i = 0; i < TRAIN_META_COUNT; i++) {
+        m->keys[i] = meta_keys[i];
+        snprintf(m->buf[i], sizeof m->buf[i], "%lld", (long long)v[i]);
+        m->values[i] = m->buf[i];
+    }
+    m->values[0] = "gpt";
+    m->values[TRAIN_META_COUNT - 1] = "bytes";
+    m->n = TRAIN_META_COUNT;
+}
+
+void train_meta_add(train_meta *m, const char *key, const char *fmt, ...) {
+    if (m->n >= TRAIN_META_MAX) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->buf[m->n], sizeof m->buf[m->n], fmt, ap);
+    va_end(ap);
+    m->keys[m->n] = key;
+    m->values[m->n] = m->buf[m->n];
+    m->n++;
+}
+
+int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *err, size_t errsz) {
+    const char *model = attn_safetensors_metadata_find(st, "model");
+    if (!model || strcmp(model, "gpt") != 0) {
+        snprintf(err, errsz, "not a checkpoint of `attn train gpt` (metadata 'model' is %s%s%s)", model ? "'" : "",
+                 model ? model : "missing", model ? "'" : "");
+        return -1;
+    }
+    const char *tok = attn_safetensors_metadata_find(st, "gpt.tokenizer");
+    if (!tok || strcmp(tok, "bytes") != 0) {
+        snprintf(err, errsz, "unsupported tokenizer '%s' (want 'bytes')", tok ? tok : "missing");
+        return -1;
+    }
+    int64_t *dst[6] = {&s->vocab, &s->layers, &s->heads, &s->d_model, &s->ff, &s->context};
+    for (int i = 0; i < 6; i++) {
+        const char *v = attn_safetensors_metadata_find(st, meta_keys[i + 1]);
+        if (!v || train_parse_i64(v, 1, (int64_t)1 << 30, dst[i]) != 0) {
+            snprintf(err, errsz, "metadata '%s' is %s", meta_keys[i + 1], v ? "not a positive integer" : "missing");
+            return -1;
+        }
+    }
+    if (s->vocab != TRAIN_BYTE_VOCAB) {
+        snprintf(err, errsz, "vocabulary of %lld (want %d bytes)", (long long)s->vocab, TRAIN_BYTE_VOCAB);
+        return -1;
+    }
+    return 0;
+}
+
+int train_parse_i64(const char *s, int64_t minv, int64_t maxv, int64_t *out) {
+    if (!s || !*s || (*s != '-' && (*s < '0' || *s > '9'))) return -1;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno == ERANGE || *end != '\0' || v < minv || v > maxv) return -1;
+    *out = v;
+    return 0;
+}
+
+int train_parse_double(const char *s, double minv, double maxv, double *out) {
+    if (!s || !*s || *s == ' ' || *s == '\t') return -1;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno == ERANGE || *end != '\0' || !isfinite(v) || v < minv || v > maxv) return -1;
+    *out = v;
+    return 0;
+}

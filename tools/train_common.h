@@ -1,0 +1,47 @@
+/* Shared by `attn train`, `attn sample` and `attn bench train`: option values, the byte-level GPT
+ * model's shape and its round trip through checkpoint metadata. */
+#ifndef ATTN_TRAIN_COMMON_H
+#define ATTN_TRAIN_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/attn.h"
+
+/* The vocabulary of the character-level models: bytes (every UTF-8 text is a byte sequence). */
+#define TRAIN_BYTE_VOCAB 256
+
+typedef struct train_gpt_shape {
+    int64_t vocab, layers, heads, d_model, ff, context;
+} train_gpt_shape;
+
+/* The config of a byte-level GPT of that shape: learned positions (context of them), pre-norm
+ * layers with GELU, dropout 0, untied lm_head. */
+attn_gpt_config train_gpt_config(const train_gpt_shape *s);
+
+/* Checkpoint metadata: "model" = "gpt", "gpt.vocab_size", "gpt.layers", "gpt.heads",
+ * "gpt.d_model", "gpt.ff", "gpt.context", "gpt.tokenizer" = "bytes". */
+#define TRAIN_META_COUNT 8
+#define TRAIN_META_MAX 16
+typedef struct train_meta {
+    const char *keys[TRAIN_META_MAX];
+    const char *values[TRAIN_META_MAX];
+    char buf[TRAIN_META_MAX][40];
+    size_t n;
+} train_meta;
+/* The TRAIN_META_COUNT pairs above (n = TRAIN_META_COUNT). */
+void train_meta_fill(train_meta *m, const train_gpt_shape *s);
+/* Append one more pair (key kept by pointer, value formatted; ignored when full). */
+void train_meta_add(train_meta *m, const char *key, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Reads the shape back; 0 on success, else -1 with a message in err. */
+int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *err, size_t errsz);
+
+/* Strict number parsing: the whole string, within [minv, maxv]. 0 on success, -1 otherwise. */
+int train_parse_i64(const char *s, int64_t minv, int64_t maxv, int64_t *out);
+int train_parse_double(const char *s, double minv, double maxv, double *out);
+
+#endif
