@@ -96,45 +96,56 @@ static void gemm_avx512(int m, int n, int k, const float *a, int64_t ars, int64_
 }
 
 /* All column vectors of the tile advance together, row by row, so the max and sum chains of the
- * (up to 4) vectors are independent instead of one long serial chain per vector. */
+ * (up to 4) vectors are independent instead of one long serial chain per vector. NV is a
+ * compile-time constant in each instantiation so the per-vector state stays in registers. */
+static inline __attribute__((always_inline)) void softmax_block(const int nv, int rows, int ncols, float *s,
+                                                                int64_t lds, float *mrun, float *l, float *alpha,
+                                                                const float *tilemax) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
+    __mmask16 msk[4], fin[4];
+    __m512 m_old[4], mx[4], mxs[4], sum[4];
+    for (int q = 0; q < nv; q++) {
+        msk[q] = tail_mask(ncols - 16 * q);
+        m_old[q] = mx[q] = _mm512_mask_loadu_ps(ninf, msk[q], mrun + 16 * q);
+        sum[q] = _mm512_setzero_ps();
+    }
+    if (tilemax)
+        for (int q = 0; q < nv; q++) mx[q] = _mm512_max_ps(mx[q], _mm512_mask_loadu_ps(ninf, msk[q], tilemax + 16 * q));
+    else
+        for (int r = 0; r < rows; r++)
+            for (int q = 0; q < nv; q++)
+                mx[q] = _mm512_max_ps(mx[q], _mm512_mask_loadu_ps(ninf, msk[q], s + r * lds + 16 * q));
+    for (int q = 0; q < nv; q++) {
+        fin[q] = _mm512_cmp_ps_mask(mx[q], ninf, _CMP_NEQ_OQ);
+        mxs[q] = _mm512_maskz_mov_ps(fin[q], mx[q]); /* an all -inf column subtracts 0 */
+    }
+    for (int r = 0; r < rows; r++)
+        for (int q = 0; q < nv; q++) {
+            float *sp = s + r * lds + 16 * q;
+            const __m512 p = exp2_neg(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk[q], sp), mxs[q]));
+            _mm512_mask_storeu_ps(sp, msk[q], p);
+            sum[q] = _mm512_add_ps(sum[q], p);
+        }
+    for (int q = 0; q < nv; q++) {
+        const __m512 al = _mm512_mask_mov_ps(one, fin[q], exp2_neg(_mm512_sub_ps(m_old[q], mxs[q])));
+        const __m512 lv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(msk[q], l + 16 * q), al, sum[q]);
+        _mm512_mask_storeu_ps(alpha + 16 * q, msk[q], al);
+        _mm512_mask_storeu_ps(l + 16 * q, msk[q], lv);
+        _mm512_mask_storeu_ps(mrun + 16 * q, msk[q], mx[q]);
+    }
+}
+
 static void softmax_update_avx512(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
                                   float *alpha, const float *tilemax) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
     for (int c0 = 0; c0 < cols; c0 += 64) {
-        const int nv = (cols - c0 + 15) / 16 < 4 ? (cols - c0 + 15) / 16 : 4;
-        __mmask16 msk[4];
-        __m512 m_old[4], mx[4], mxs[4], sum[4];
-        __mmask16 fin[4];
-        for (int q = 0; q < 4; q++) {
-            msk[q] = q < nv ? tail_mask(cols - c0 - 16 * q) : 0;
-            m_old[q] = mx[q] = _mm512_mask_loadu_ps(ninf, msk[q], mrun + c0 + 16 * q);
-            sum[q] = _mm512_setzero_ps();
-        }
-        if (tilemax)
-            for (int q = 0; q < nv; q++)
-                mx[q] = _mm512_max_ps(mx[q], _mm512_mask_loadu_ps(ninf, msk[q], tilemax + c0 + 16 * q));
-        else
-            for (int r = 0; r < rows; r++)
-                for (int q = 0; q < nv; q++)
-                    mx[q] = _mm512_max_ps(mx[q], _mm512_mask_loadu_ps(ninf, msk[q], s + r * lds + c0 + 16 * q));
-        for (int q = 0; q < nv; q++) {
-            fin[q] = _mm512_cmp_ps_mask(mx[q], ninf, _CMP_NEQ_OQ);
-            mxs[q] = _mm512_maskz_mov_ps(fin[q], mx[q]); /* an all -inf column subtracts 0 */
-        }
-        for (int r = 0; r < rows; r++)
-            for (int q = 0; q < nv; q++) {
-                float *sp = s + r * lds + c0 + 16 * q;
-                const __m512 p = exp2_neg(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk[q], sp), mxs[q]));
-                _mm512_mask_storeu_ps(sp, msk[q], p);
-                sum[q] = _mm512_add_ps(sum[q], p);
-            }
-        for (int q = 0; q < nv; q++) {
-            const int c = c0 + 16 * q;
-            const __m512 al = _mm512_mask_mov_ps(one, fin[q], exp2_neg(_mm512_sub_ps(m_old[q], mxs[q])));
-            const __m512 lv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(msk[q], l + c), al, sum[q]);
-            _mm512_mask_storeu_ps(alpha + c, msk[q], al);
-            _mm512_mask_storeu_ps(l + c, msk[q], lv);
-            _mm512_mask_storeu_ps(mrun + c, msk[q], mx[q]);
+        const int nc = cols - c0 < 64 ? cols - c0 : 64, nv = (nc + 15) / 16;
+        float *sc = s + c0, *mc = mrun + c0, *lc = l + c0, *ac = alpha + c0;
+        const float *tc = tilemax ? tilemax + c0 : NULL;
+        switch (nv) {
+        case 4: softmax_block(4, rows, nc, sc, lds, mc, lc, ac, tc); break;
+        case 3: softmax_block(3, rows, nc, sc, lds, mc, lc, ac, tc); break;
+        case 2: softmax_block(2, rows, nc, sc, lds, mc, lc, ac, tc); break;
+        default: softmax_block(1, rows, nc, sc, lds, mc, lc, ac, tc); break;
         }
     }
 }
