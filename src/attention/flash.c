@@ -326,9 +326,11 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
         flash_bufs w = thread_bufs(&c, base);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; t++) {
-            /* within a head, the last query blocks first: under causality they are the largest, and
-             * handing them out first leaves the small ones to even out the threads' finish */
-            const int64_t qb = nqb - 1 - t % nqb, h = (t / nqb) % c.hq, b = t / (nqb * c.hq), g = h / c.group;
+            /* the last query blocks of every head first: under causality they are the largest, and
+             * handing them out first (longest processing time first) leaves the small ones to even
+             * out the threads' finish */
+            const int64_t bh = t % (c.b * c.hq), qb = nqb - 1 - t / (c.b * c.hq);
+            const int64_t h = bh % c.hq, b = bh / c.hq, g = h / c.group;
             const int64_t i0 = qb * BR;
             const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
             const float *qi = q->data + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
