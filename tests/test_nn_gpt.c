@@ -44,17 +44,6 @@ static attn_gpt_config config_from_json(const attn_json *o) {
     return c;
 }
 
-static float *fx_floats(const attn_safetensors *st, const char *name, size_t *count) {
-    const attn_safetensors_tensor *t = attn_safetensors_find(st, name);
-    if (!t) return NULL;
-    size_t n = 1;
-    for (int d = 0; d < t->rank; d++) n *= (size_t)t->shape[d];
-    float *x = xmalloc(sizeof(float) * (n ? n : 1));
-    CHECK_OK(attn_safetensors_read_f32(st, name, x, n));
-    if (count) *count = n;
-    return x;
-}
-
 static void cmp(const char *ctx, const char *what, const float *got, const float *ref, size_t n, double tol,
                 double *worst) {
     double e = rel_err_ff(got, ref, n);

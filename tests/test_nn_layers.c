@@ -12,17 +12,6 @@
 
 static double max_out_err, max_grad_err;
 
-static float *fx_floats(const attn_safetensors *st, const char *name, size_t *count) {
-    const attn_safetensors_tensor *t = attn_safetensors_find(st, name);
-    if (!t) return NULL;
-    size_t n = 1;
-    for (int d = 0; d < t->rank; d++) n *= (size_t)t->shape[d];
-    float *x = xmalloc(sizeof(float) * (n ? n : 1));
-    CHECK_OK(attn_safetensors_read_f32(st, name, x, n));
-    if (count) *count = n;
-    return x;
-}
-
 static attn_json_doc *parse(const char *s) {
     attn_json_doc *doc = NULL;
     if (!s || attn_json_parse(s, strlen(s), NULL, &doc, NULL) != ATTN_JSON_OK) return NULL;

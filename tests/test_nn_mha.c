@@ -13,20 +13,6 @@ static double max_out_err, max_grad_err;
 
 /* ---- fixture helpers ---- */
 
-static float *fx_floats(const attn_safetensors *st, const char *name, size_t *count) {
-    const attn_safetensors_tensor *t = attn_safetensors_find(st, name);
-    if (!t) return NULL;
-    size_t n = 1;
-    for (int d = 0; d < t->rank; d++) n *= (size_t)t->shape[d];
-    float *x = xmalloc(sizeof(float) * (n ? n : 1));
-    if (attn_safetensors_read_f32(st, name, x, n) != ATTN_OK) {
-        free(x);
-        return NULL;
-    }
-    if (count) *count = n;
-    return x;
-}
-
 static uint8_t *fx_bools(const attn_safetensors *st, const char *name) {
     const attn_safetensors_tensor *t = attn_safetensors_find(st, name);
     if (!t) return NULL;

@@ -11,16 +11,10 @@
 
 static double max_out_err, max_grad_err;
 
-static float *fx_floats(const attn_safetensors *st, const char *name, size_t *count) {
-    const attn_safetensors_tensor *t = attn_safetensors_find(st, name);
-    CHECK(t != NULL, "fixture lacks %s", name);
-    if (!t) return NULL;
-    size_t n = 1;
-    for (int d = 0; d < t->rank; d++) n *= (size_t)t->shape[d];
-    float *x = xmalloc(sizeof(float) * (n ? n : 1));
-    CHECK_OK(attn_safetensors_read_f32(st, name, x, n));
-    if (count) *count = n;
-    return x;
+/* fx_floats, and a missing tensor fails the test */
+static float *fx_required(const attn_safetensors *st, const char *name, size_t *count) {
+    CHECK(attn_safetensors_find(st, name) != NULL, "fixture lacks %s", name);
+    return fx_floats(st, name, count);
 }
 
 static int64_t *fx_i64(const attn_safetensors *st, const char *name, size_t *count) {
@@ -49,7 +43,7 @@ static void test_sinusoidal(const attn_safetensors *st) {
     const char *names[2] = {"sin.d16", "sin.d10"};
     for (int i = 0; i < 2; i++) {
         size_t n;
-        float *ref = fx_floats(st, names[i], &n);
+        float *ref = fx_required(st, names[i], &n);
         float *pe = xmalloc(sizeof(float) * n);
         CHECK_OK(attn_sinusoidal_table(pe, shapes[i][0], shapes[i][1]));
         if (ref) cmp(names[i], pe, ref, n, OUT_TOL, &max_out_err);
@@ -79,8 +73,8 @@ static void test_embedding(const attn_safetensors *st) {
     int64_t *idx = fx_i64(st, "emb.indices", &n);
     CHECK(idx != NULL, "emb.indices");
     if (!idx) return;
-    float *ref = fx_floats(st, "emb.out", NULL), *dout = fx_floats(st, "emb.dout", NULL);
-    float *ref_dw = fx_floats(st, "emb.dweight", NULL);
+    float *ref = fx_required(st, "emb.out", NULL), *dout = fx_required(st, "emb.dout", NULL);
+    float *ref_dw = fx_required(st, "emb.dweight", NULL);
     float *out = xmalloc(sizeof(float) * n * 8);
     CHECK_OK(attn_embedding_forward(e, idx, (int64_t)n, out));
     cmp("embedding forward", out, ref, n * 8, OUT_TOL, &max_out_err);
@@ -103,8 +97,8 @@ static void test_embedding(const attn_safetensors *st) {
     CHECK_OK(attn_embedding_create(16, 8, -1, &p));
     CHECK_OK(attn_params_load(attn_embedding_params(p), st, "lpos.", 0));
     size_t nx;
-    float *x = fx_floats(st, "lpos.x", &nx), *y = fx_floats(st, "lpos.y", NULL), *dy = fx_floats(st, "lpos.dy", NULL);
-    float *dw = fx_floats(st, "lpos.dweight", NULL);
+    float *x = fx_required(st, "lpos.x", &nx), *y = fx_required(st, "lpos.y", NULL), *dy = fx_required(st, "lpos.dy", NULL);
+    float *dw = fx_required(st, "lpos.dweight", NULL);
     CHECK_OK(attn_embedding_add_positions(p, x, 3, 5, 4));
     cmp("learned positions forward", x, y, nx, OUT_TOL, &max_out_err);
     CHECK_OK(attn_embedding_positions_backward(p, dy, 3, 5, 4));
@@ -153,13 +147,13 @@ static void test_rope(const attn_safetensors *st) {
         snprintf(key, sizeof key, "rope%d.x", ri);
         const attn_safetensors_tensor *xt = attn_safetensors_find(st, key);
         size_t n;
-        float *x = fx_floats(st, key, &n);
+        float *x = fx_required(st, key, &n);
         snprintf(key, sizeof key, "rope%d.y", ri);
-        float *y = fx_floats(st, key, NULL);
+        float *y = fx_required(st, key, NULL);
         snprintf(key, sizeof key, "rope%d.dy", ri);
-        float *dy = fx_floats(st, key, NULL);
+        float *dy = fx_required(st, key, NULL);
         snprintf(key, sizeof key, "rope%d.dx", ri);
-        float *dx = fx_floats(st, key, NULL);
+        float *dx = fx_required(st, key, NULL);
         snprintf(key, sizeof key, "rope%d.positions", ri);
         int64_t *pos = fx_i64(st, key, NULL);
         const int64_t B = xt->shape[0], N = xt->shape[1], H = xt->shape[2], d = xt->shape[3];
@@ -237,7 +231,7 @@ static void test_alibi(const attn_safetensors *st) {
         attn_json_as_i64(attn_json_at(arr, i), &h);
         char key[64];
         snprintf(key, sizeof key, "alibi.slopes%lld", (long long)h);
-        float *ref = fx_floats(st, key, NULL), *s = xmalloc(sizeof(float) * (size_t)h);
+        float *ref = fx_required(st, key, NULL), *s = xmalloc(sizeof(float) * (size_t)h);
         CHECK_OK(attn_alibi_slopes(s, h));
         if (ref) cmp(key, s, ref, (size_t)h, 1e-7, &max_out_err);
         free(ref);
@@ -249,8 +243,8 @@ static void test_alibi(const attn_safetensors *st) {
     if (!qt) return;
     const int64_t B = qt->shape[0], H = qt->shape[1], N = qt->shape[2], D = qt->shape[3];
     size_t n;
-    float *q = fx_floats(st, "alibi.q", &n), *k = fx_floats(st, "alibi.k", NULL), *v = fx_floats(st, "alibi.v", NULL);
-    float *ref = fx_floats(st, "alibi.out", NULL), *o = xmalloc(sizeof(float) * n), *slopes = xmalloc(sizeof(float) * (size_t)H);
+    float *q = fx_required(st, "alibi.q", &n), *k = fx_required(st, "alibi.k", NULL), *v = fx_required(st, "alibi.v", NULL);
+    float *ref = fx_required(st, "alibi.out", NULL), *o = xmalloc(sizeof(float) * n), *slopes = xmalloc(sizeof(float) * (size_t)H);
     CHECK_OK(attn_alibi_slopes(slopes, H));
     attn_tensor qv = attn_tensor_4d(q, B, H, N, D), kv = attn_tensor_4d(k, B, H, N, D), vv = attn_tensor_4d(v, B, H, N, D),
                 ov = attn_tensor_4d(o, B, H, N, D);

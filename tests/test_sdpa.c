@@ -448,20 +448,6 @@ static void check_errors(void) {
 }
 
 /* Parity with PyTorch: fixtures written by tests/parity/gen_sdpa.py (float64 autograd). */
-static float *read_tensor(attn_safetensors *st, const char *name, size_t *count) {
-    const attn_safetensors_tensor *t = attn_safetensors_find(st, name);
-    if (!t) return NULL;
-    size_t n = 1;
-    for (int i = 0; i < t->rank; i++) n *= (size_t)t->shape[i];
-    float *x = xmalloc(sizeof(float) * (n + 1));
-    if (attn_safetensors_read_f32(st, name, x, n) != ATTN_OK) {
-        free(x);
-        return NULL;
-    }
-    if (count) *count = n;
-    return x;
-}
-
 static void check_torch_parity(void) {
     char path[4096];
     snprintf(path, sizeof path, "%s/sdpa.safetensors", fixture_dir());
@@ -486,7 +472,7 @@ static void check_torch_parity(void) {
             CHECK(0, "bad case description '%s'", desc);
             continue;
         }
-#define T(field) (snprintf(name, sizeof name, "case%d.%s", ci, field), read_tensor(st, name, NULL))
+#define T(field) (snprintf(name, sizeof name, "case%d.%s", ci, field), fx_floats(st, name, NULL))
         const attn_safetensors_tensor *qi = (snprintf(name, sizeof name, "case%d.q", ci), attn_safetensors_find(st, name));
         const attn_safetensors_tensor *ki = (snprintf(name, sizeof name, "case%d.k", ci), attn_safetensors_find(st, name));
         const attn_safetensors_tensor *vi = (snprintf(name, sizeof name, "case%d.v", ci), attn_safetensors_find(st, name));

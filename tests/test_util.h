@@ -119,4 +119,23 @@ static inline const char *fixture_dir(void) {
     return e && *e ? e : ATTN_FIXTURE_DIR;
 }
 
+/* A fixture tensor converted to float32 (from any stored dtype), NULL when absent; *count
+ * (nullable) receives its element count. A tensor that is present but unreadable fails the test. */
+static inline float *fx_floats(const attn_safetensors *st, const char *name, size_t *count) {
+    if (count) *count = 0;
+    const attn_safetensors_tensor *t = attn_safetensors_find(st, name);
+    if (!t) return NULL;
+    size_t n = 1;
+    for (int d = 0; d < t->rank; d++) n *= (size_t)t->shape[d];
+    float *x = xmalloc(sizeof(float) * (n ? n : 1));
+    attn_status st_ = attn_safetensors_read_f32(st, name, x, n);
+    CHECK(st_ == ATTN_OK, "reading fixture tensor %s: %s", name, attn_last_error());
+    if (st_ != ATTN_OK) {
+        free(x);
+        return NULL;
+    }
+    if (count) *count = n;
+    return x;
+}
+
 #endif
