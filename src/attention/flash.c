@@ -188,8 +188,14 @@ static void scores_tile(const attn_flash_kernels *kr, const attn_ctx *c, int gen
 }
 
 /* Multiply the tile by the dropout factors keep(b, h, i, j). */
-static void apply_dropout(const attn_ctx *c, int64_t b, int64_t h, int64_t i0, int bi, int64_t j0,
-                          int bj, float *s) {
+static void apply_dropout(const attn_flash_kernels *kr, const attn_ctx *c, int64_t b, int64_t h, int64_t i0,
+                          int bi, int64_t j0, int bj, float *s, uint64_t *colbase) {
+    if (kr->dropout_tile) {
+        /* stream index of element (i, j): ((b Hq + h) Nq + i) Nk + j */
+        for (int q = 0; q < bi; q++) colbase[q] = (uint64_t)(((b * c->hq + h) * c->nq + i0 + q) * c->nk + j0);
+        kr->dropout_tile(bj, bi, s, BR, colbase, c->seed, c->offset, c->p);
+        return;
+    }
     for (int r = 0; r < bj; r++)
         for (int q = 0; q < bi; q++) s[r * BR + q] *= (float)attn_ctx_keep(c, b, h, i0 + q, j0 + r);
 }
@@ -229,6 +235,8 @@ static void store_rows(const attn_flash_kernels *kr, const float *src, int rows,
 typedef struct flash_bufs {
     float *qt, *dot, *qp, *dop, *s, *dp, *ds, *capd, *acc, *kp, *vp;
     float *m, *l, *alpha, *sh, *ll, *dsum, *tmax; /* per query row of the block */
+    float *colbase_raw;                           /* 2 BR floats holding ... */
+    uint64_t *colbase;                            /* ... the dropout stream index per query row */
 } flash_bufs;
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -236,16 +244,18 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 /* Floats per thread; lays out the buffers when base is not NULL. */
 static size_t layout(int64_t d, int64_t dv, float *base, flash_bufs *bb) {
     const int64_t dm = d > dv ? d : dv;
-    const size_t sizes[18] = {(size_t)(d * BR),  (size_t)(dv * BR), (size_t)(BR * d), (size_t)(BR * dv),
+    const size_t sizes[19] = {(size_t)(d * BR),  (size_t)(dv * BR), (size_t)(BR * d), (size_t)(BR * dv),
                               (size_t)(BC * BR), (size_t)(BC * BR), (size_t)(BC * BR), (size_t)(BC * BR),
-                              (size_t)(BR * dm), (size_t)(BC * d),  (size_t)(BC * dv), BR, BR, BR, BR, BR, BR, BR};
-    float **ptrs[18] = {&bb->qt, &bb->dot, &bb->qp, &bb->dop,   &bb->s,  &bb->dp, &bb->ds,   &bb->capd, &bb->acc,
-                        &bb->kp, &bb->vp,  &bb->m,  &bb->l,     &bb->alpha, &bb->sh, &bb->ll, &bb->dsum, &bb->tmax};
+                              (size_t)(BR * dm), (size_t)(BC * d),  (size_t)(BC * dv), BR, BR, BR, BR, BR, BR, BR, 2 * BR};
+    float **ptrs[19] = {&bb->qt, &bb->dot, &bb->qp, &bb->dop,   &bb->s,  &bb->dp, &bb->ds,   &bb->capd, &bb->acc,
+                        &bb->kp, &bb->vp,  &bb->m,  &bb->l,     &bb->alpha, &bb->sh, &bb->ll, &bb->dsum, &bb->tmax,
+                        &bb->colbase_raw};
     size_t off = 0;
-    for (int i = 0; i < 18; i++) {
+    for (int i = 0; i < 19; i++) {
         if (base) *ptrs[i] = base + off;
         off += round16(sizes[i]);
     }
+    if (base) bb->colbase = (uint64_t *)(void *)bb->colbase_raw; /* 64-byte aligned, untyped workspace */
     return off;
 }
 
@@ -350,7 +360,7 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
                 int banded;
                 scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, w.tmax, &banded);
                 kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha, isnan(w.tmax[0]) ? NULL : w.tmax);
-                if (c.p > 0) apply_dropout(&c, b, h, i0, bi, j0, bj, w.s);
+                if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
                 const float *vb = vh + j0 * v->stride[2];
                 int64_t ldv = v->stride[2];
                 if (!v_inplace) {
@@ -484,13 +494,13 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                                 kr->gemm(rows, qb - qa, (int)c.dv, vj + r0 * v->stride[2], v->stride[2], v->stride[3],
                                          w.dot + qa, BR, w.dp + r0 * BR + qa, BR, 0, NULL, NULL);
                         }
-                        if (c.p > 0) apply_dropout(&c, b, h, i0, bi, j0, bj, w.dp);
+                        if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.dp, w.colbase);
                         kr->probs_and_ds(bj, bi, w.s, w.dp, w.ds, BR, w.m, w.ll, w.dsum, (float)c.scale);
                         if (general && c.softcap > 0)
                             for (int r = 0; r < bj; r++)
                                 for (int x = 0; x < bi; x++) /* capd is only written where allowed */
                                     if (w.ds[r * BR + x] != 0) w.ds[r * BR + x] *= w.capd[r * BR + x];
-                        if (c.p > 0) apply_dropout(&c, b, h, i0, bi, j0, bj, w.s);
+                        if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
                         for (int r0 = 0; r0 < bj; r0 += banded ? 4 : bj) {
                             const int rows = banded ? (bj - r0 < 4 ? bj - r0 : 4) : bj;
                             int qa = 0, qb = bi;

@@ -134,7 +134,7 @@ static void probs_and_ds_avx2(int rows, int cols, float *s, const float *dp, flo
 
 const attn_flash_kernels *attn_flash_kernels_avx2(void) {
     static const attn_flash_kernels k = {ATTN_ISA_AVX2, gemm_avx2, softmax_update_avx2,
-                                         probs_and_ds_avx2, attn_flash_pack_transposed_ref,
+                                         probs_and_ds_avx2, attn_flash_pack_transposed_ref, NULL,
                                          attn_flash_scale_copy_rows_ref};
     return &k;
 }

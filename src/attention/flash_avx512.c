@@ -4,9 +4,13 @@
  * element so it may have any strides, B rows are read with unaligned (tail: masked) loads.
  * exp2 on x <= 0: n = round(x), f = x - n in [-1/2, 1/2], 2^f by its degree-7 Taylor polynomial
  * (truncation error 5e-9 relative), 2^n applied with vscalefps; inputs below -126 give exactly 0
- * (those probabilities are < 1.2e-38 of the row's largest and would only produce subnormals). */
+ * (those probabilities are < 1.2e-38 of the row's largest and would only produce subnormals).
+ * Dropout: Philox-4x32-10 in 16 lanes (one counter block per lane; the 32 x 32 -> 64 products from
+ * two vpmuludq on the even and odd lanes); when the stream indices of four consecutive keys share
+ * a block (Nk and the tile start multiples of 4), one block serves four rows. */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "flash_internal.h"
 
@@ -170,6 +174,98 @@ static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, f
     }
 }
 
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+/* hi and lo 32 bits of a[l] * m for 16 lanes */
+static inline void mulhilo16(__m512i a, __m512i m, __m512i *hi, __m512i *lo) {
+    const __m512i even = _mm512_mul_epu32(a, m), odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+    *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+}
+
+/* Philox-4x32-10 on 16 counters {c0, c1, c2, c3} with key {k0, k1} (the rounds of kernels/philox.c). */
+static inline void philox16(__m512i c[4], uint32_t k0, uint32_t k1) {
+    const __m512i m0 = _mm512_set1_epi32((int)PHILOX_M0), m1 = _mm512_set1_epi32((int)PHILOX_M1);
+    for (int r = 0; r < 10; r++) {
+        __m512i hi0, lo0, hi1, lo1;
+        mulhilo16(c[0], m0, &hi0, &lo0);
+        mulhilo16(c[2], m1, &hi1, &lo1);
+        const __m512i n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c[1]), _mm512_set1_epi32((int)k0));
+        const __m512i n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c[3]), _mm512_set1_epi32((int)k1));
+        c[1] = lo1;
+        c[3] = lo0;
+        c[0] = n0;
+        c[2] = n2;
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+}
+
+/* lo and hi 32-bit halves of 16 64-bit values (two 8-lane vectors) */
+static inline void split64(__m512i a, __m512i b, __m512i *lo, __m512i *hi) {
+    *lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(a)), _mm512_cvtepi64_epi32(b), 1);
+    *hi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(_mm512_srli_epi64(a, 32))),
+                             _mm512_cvtepi64_epi32(_mm512_srli_epi64(b, 32)), 1);
+}
+
+static void dropout_tile_avx512(int rows, int cols, float *s, int64_t ld, const uint64_t *colbase, uint64_t seed,
+                                uint64_t offset, float p) {
+    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    const __m512i off_lo = _mm512_set1_epi32((int)(uint32_t)offset), off_hi = _mm512_set1_epi32((int)(uint32_t)(offset >> 32));
+    /* keep iff (word >> 8) * 2^-24 >= p  <=>  (word >> 8) >= ceil(p 2^24), exactly */
+    const __m512i thr = _mm512_set1_epi32((int)(uint32_t)ceil((double)p * 16777216.0));
+    const __m512 scale = _mm512_set1_ps((float)(p < 1 ? 1.0 / (1.0 - (double)p) : 0.0));
+    for (int c0 = 0; c0 < cols; c0 += 16) {
+        const int nc = cols - c0 < 16 ? cols - c0 : 16;
+        const __mmask16 msk = tail_mask(nc);
+        uint64_t base[16];
+        int aligned = 1;
+        for (int q = 0; q < 16; q++) {
+            base[q] = colbase[c0 + (q < nc ? q : 0)];
+            aligned &= (base[q] & 3u) == 0;
+        }
+        const __m512i b0 = _mm512_loadu_si512(base), b1 = _mm512_loadu_si512(base + 8);
+        if (aligned) {
+            for (int r0 = 0; r0 < rows; r0 += 4) {
+                const __m512i add = _mm512_set1_epi64((long long)(r0 >> 2));
+                __m512i c[4];
+                split64(_mm512_add_epi64(_mm512_srli_epi64(b0, 2), add), _mm512_add_epi64(_mm512_srli_epi64(b1, 2), add),
+                        &c[0], &c[1]);
+                c[2] = off_lo;
+                c[3] = off_hi;
+                philox16(c, k0, k1);
+                for (int t = 0; t < 4 && r0 + t < rows; t++) {
+                    const __mmask16 keep = _mm512_cmp_epu32_mask(_mm512_srli_epi32(c[t], 8), thr, _MM_CMPINT_NLT);
+                    float *sp = s + (r0 + t) * ld + c0;
+                    _mm512_mask_storeu_ps(sp, msk, _mm512_maskz_mul_ps(keep, _mm512_maskz_loadu_ps(msk, sp), scale));
+                }
+            }
+        } else {
+            for (int r = 0; r < rows; r++) {
+                const __m512i add = _mm512_set1_epi64(r);
+                const __m512i i0 = _mm512_add_epi64(b0, add), i1 = _mm512_add_epi64(b1, add);
+                __m512i c[4], sel, unused;
+                split64(_mm512_srli_epi64(i0, 2), _mm512_srli_epi64(i1, 2), &c[0], &c[1]);
+                split64(i0, i1, &sel, &unused);
+                sel = _mm512_and_si512(sel, _mm512_set1_epi32(3));
+                c[2] = off_lo;
+                c[3] = off_hi;
+                philox16(c, k0, k1);
+                __m512i w = c[0];
+                w = _mm512_mask_mov_epi32(w, _mm512_cmpeq_epi32_mask(sel, _mm512_set1_epi32(1)), c[1]);
+                w = _mm512_mask_mov_epi32(w, _mm512_cmpeq_epi32_mask(sel, _mm512_set1_epi32(2)), c[2]);
+                w = _mm512_mask_mov_epi32(w, _mm512_cmpeq_epi32_mask(sel, _mm512_set1_epi32(3)), c[3]);
+                const __mmask16 keep = _mm512_cmp_epu32_mask(_mm512_srli_epi32(w, 8), thr, _MM_CMPINT_NLT);
+                float *sp = s + r * ld + c0;
+                _mm512_mask_storeu_ps(sp, msk, _mm512_maskz_mul_ps(keep, _mm512_maskz_loadu_ps(msk, sp), scale));
+            }
+        }
+    }
+}
+
 /* 16 x 16 transpose in registers: unpack pairs of rows, shuffle quads, then move 128-bit lanes
  * (column 4L + c ends up assembled from lane L of the four quad groups). */
 static inline void transpose16(__m512 r[16]) {
@@ -228,7 +324,7 @@ static void scale_copy_rows_avx512(int m, int n, const float *src, int64_t lds, 
 
 const attn_flash_kernels *attn_flash_kernels_avx512(void) {
     static const attn_flash_kernels k = {ATTN_ISA_AVX512, gemm_avx512, softmax_update_avx512,
-                                         probs_and_ds_avx512, pack_transposed_avx512,
+                                         probs_and_ds_avx512, pack_transposed_avx512, dropout_tile_avx512,
                                          scale_copy_rows_avx512};
     return &k;
 }

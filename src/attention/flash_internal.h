@@ -46,6 +46,11 @@ typedef struct attn_flash_kernels {
      * the transposed, scaled query block that S^T = K Q^T reads. */
     void (*pack_transposed)(int rows, int cols, const float *src, int64_t rs, float f, float *dst,
                             int64_t ldd);
+    /* Dropout on a tile: s[r][c] *= keep(colbase[c] + r), keep(i) = 1 / (1 - p) when Philox
+     * element i of stream (seed, offset) is >= p, else 0 (exactly attn_philox_uniform's stream).
+     * NULL: the driver's scalar loop. */
+    void (*dropout_tile)(int rows, int cols, float *s, int64_t ld, const uint64_t *colbase, uint64_t seed,
+                         uint64_t offset, float p);
     /* dst[i * ldd + j] = src[i * lds + j] * (f ? f[i] : 1) for i < m, j < n (both unit stride). */
     void (*scale_copy_rows)(int m, int n, const float *src, int64_t lds, const float *f, float *dst,
                             int64_t ldd);

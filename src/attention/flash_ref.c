@@ -65,7 +65,7 @@ void attn_flash_scale_copy_rows_ref(int m, int n, const float *src, int64_t lds,
 
 const attn_flash_kernels *attn_flash_kernels_ref(void) {
     static const attn_flash_kernels k = {ATTN_ISA_REF, gemm_ref, softmax_update_ref,
-                                         probs_and_ds_ref, attn_flash_pack_transposed_ref,
+                                         probs_and_ds_ref, attn_flash_pack_transposed_ref, NULL,
                                          attn_flash_scale_copy_rows_ref};
     return &k;
 }
