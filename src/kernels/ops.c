@@ -180,6 +180,28 @@ static attn_status check_approx(const char *fn, attn_gelu_approx approx, int64_t
 #define CHUNKS(n) (((n) + ATTN_OPS_CHUNK - 1) / ATTN_OPS_CHUNK)
 #define CHUNK_LEN(c, n) ((c) * ATTN_OPS_CHUNK + ATTN_OPS_CHUNK < (n) ? ATTN_OPS_CHUNK : (n) - (c) * ATTN_OPS_CHUNK)
 
+/* The chunked, threaded loop every elementwise op shares: chunk c covers elements
+ * [c CHUNK, min((c + 1) CHUNK, n)), whatever the thread count. */
+typedef enum ew_op { EW_GELU_FWD, EW_GELU_BWD, EW_RELU_FWD, EW_RELU_BWD, EW_ADD } ew_op;
+
+static void run_elementwise(ew_op op, const float *a, const float *b, float *y, int64_t n,
+                            attn_gelu_approx approx) {
+    const attn_ops_kernels *k = attn_ops_active();
+    const int64_t chunks = CHUNKS(n);
+    const int nt = ops_threads(chunks, n);
+    OPS_PARALLEL_FOR(nt)
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t o = c * ATTN_OPS_CHUNK, len = CHUNK_LEN(c, n);
+        switch (op) {
+        case EW_GELU_FWD: k->gelu_fwd(a + o, y + o, len, approx); break;
+        case EW_GELU_BWD: k->gelu_bwd(a + o, b + o, y + o, len, approx); break;
+        case EW_RELU_FWD: k->relu_fwd(a + o, y + o, len); break;
+        case EW_RELU_BWD: k->relu_bwd(a + o, b + o, y + o, len); break;
+        case EW_ADD: k->add(a + o, b + o, y + o, len); break;
+        }
+    }
+}
+
 attn_status attn_gelu_forward(const float *x, float *y, int64_t n, attn_gelu_approx approx) {
     static const char fn[] = "attn_gelu_forward";
     attn_status st = check_count(fn, n);
@@ -188,14 +210,7 @@ attn_status attn_gelu_forward(const float *x, float *y, int64_t n, attn_gelu_app
     if (n == 0) return ATTN_OK;
     NEED_PTR_N(fn, x, n);
     NEED_PTR_N(fn, y, n);
-    const attn_ops_kernels *k = attn_ops_active();
-    const int64_t chunks = CHUNKS(n);
-    const int nt = ops_threads(chunks, n);
-    OPS_PARALLEL_FOR(nt)
-    for (int64_t c = 0; c < chunks; c++) {
-        const int64_t o = c * ATTN_OPS_CHUNK;
-        k->gelu_fwd(x + o, y + o, CHUNK_LEN(c, n), approx);
-    }
+    run_elementwise(EW_GELU_FWD, x, NULL, y, n, approx);
     return ATTN_OK;
 }
 
@@ -209,14 +224,7 @@ attn_status attn_gelu_backward(const float *x, const float *dy, float *dx, int64
     NEED_PTR_N(fn, x, n);
     NEED_PTR_N(fn, dy, n);
     NEED_PTR_N(fn, dx, n);
-    const attn_ops_kernels *k = attn_ops_active();
-    const int64_t chunks = CHUNKS(n);
-    const int nt = ops_threads(chunks, n);
-    OPS_PARALLEL_FOR(nt)
-    for (int64_t c = 0; c < chunks; c++) {
-        const int64_t o = c * ATTN_OPS_CHUNK;
-        k->gelu_bwd(x + o, dy + o, dx + o, CHUNK_LEN(c, n), approx);
-    }
+    run_elementwise(EW_GELU_BWD, x, dy, dx, n, approx);
     return ATTN_OK;
 }
 
@@ -227,14 +235,7 @@ attn_status attn_relu_forward(const float *x, float *y, int64_t n) {
     if (n == 0) return ATTN_OK;
     NEED_PTR_N(fn, x, n);
     NEED_PTR_N(fn, y, n);
-    const attn_ops_kernels *k = attn_ops_active();
-    const int64_t chunks = CHUNKS(n);
-    const int nt = ops_threads(chunks, n);
-    OPS_PARALLEL_FOR(nt)
-    for (int64_t c = 0; c < chunks; c++) {
-        const int64_t o = c * ATTN_OPS_CHUNK;
-        k->relu_fwd(x + o, y + o, CHUNK_LEN(c, n));
-    }
+    run_elementwise(EW_RELU_FWD, x, NULL, y, n, ATTN_GELU_ERF);
     return ATTN_OK;
 }
 
@@ -246,14 +247,7 @@ attn_status attn_relu_backward(const float *x, const float *dy, float *dx, int64
     NEED_PTR_N(fn, x, n);
     NEED_PTR_N(fn, dy, n);
     NEED_PTR_N(fn, dx, n);
-    const attn_ops_kernels *k = attn_ops_active();
-    const int64_t chunks = CHUNKS(n);
-    const int nt = ops_threads(chunks, n);
-    OPS_PARALLEL_FOR(nt)
-    for (int64_t c = 0; c < chunks; c++) {
-        const int64_t o = c * ATTN_OPS_CHUNK;
-        k->relu_bwd(x + o, dy + o, dx + o, CHUNK_LEN(c, n));
-    }
+    run_elementwise(EW_RELU_BWD, x, dy, dx, n, ATTN_GELU_ERF);
     return ATTN_OK;
 }
 
@@ -305,13 +299,6 @@ attn_status attn_residual_add(const float *a, const float *b, float *y, int64_t 
     NEED_PTR_N(fn, a, n);
     NEED_PTR_N(fn, b, n);
     NEED_PTR_N(fn, y, n);
-    const attn_ops_kernels *k = attn_ops_active();
-    const int64_t chunks = CHUNKS(n);
-    const int nt = ops_threads(chunks, n);
-    OPS_PARALLEL_FOR(nt)
-    for (int64_t c = 0; c < chunks; c++) {
-        const int64_t o = c * ATTN_OPS_CHUNK;
-        k->add(a + o, b + o, y + o, CHUNK_LEN(c, n));
-    }
+    run_elementwise(EW_ADD, a, b, y, n, ATTN_GELU_ERF);
     return ATTN_OK;
 }
