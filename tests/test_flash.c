@@ -88,6 +88,27 @@ static void make(const fcase *c, test_rng *r, finputs *in) {
     fill_normal(r, in->k, nk * c->d, c->mag > 0 ? c->mag : 1);
     if (c->mag < 0) { /* query i = a multiple of key (7 i) mod Nk: its logit is -mag, the rest far below */
         const int g = c->Hq / c->Hk;
+        /* Keys of one norm and pairwise cosine < 0.9, so every other logit is at least 0.1 * mag
+         * below the chosen one and the rows are one-hot in any precision. Random keys alone do not
+         * guarantee it: a longer, nearly parallel key can tie with or beat the chosen one, and a
+         * near tie at logits of 1e4 is ill-conditioned (float rounding of the score is ~1e-3). */
+        for (int bh = 0; bh < c->B * c->Hk; bh++)
+            for (int j = 0; j < c->Nk; j++) {
+                float *kj = in->k + ((size_t)bh * c->Nk + j) * c->d;
+                for (int ok = 0; !ok;) {
+                    double nrm = 0;
+                    for (int t = 0; t < c->d; t++) nrm += (double)kj[t] * kj[t];
+                    for (int t = 0; t < c->d; t++) kj[t] = (float)(kj[t] * sqrt(c->d / nrm));
+                    ok = 1;
+                    for (int l = 0; l < j && ok; l++) {
+                        const float *kl = in->k + ((size_t)bh * c->Nk + l) * c->d;
+                        double dot = 0;
+                        for (int t = 0; t < c->d; t++) dot += (double)kj[t] * kl[t];
+                        ok = dot < 0.9 * c->d;
+                    }
+                    if (!ok) fill_normal(r, kj, (size_t)c->d, 1);
+                }
+            }
         for (int b = 0; b < c->B; b++)
             for (int h = 0; h < c->Hq; h++)
                 for (int i = 0; i < c->Nq; i++) {
