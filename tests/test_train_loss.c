@@ -66,7 +66,7 @@ static double ce_objective64(const double *x, const int64_t *t, int64_t n, int64
     return L;
 }
 
-static double fd_step(double v) { return 1e-6 * (fabs(v) > 1.0 ? fabs(v) : 1.0); }
+static double fd_step(double v) { return 1e-5 * (fabs(v) > 1.0 ? fabs(v) : 1.0); }
 
 /* The float64 analytic gradient of the objective against central differences. */
 static void fd_check_ce(const double *x0, const int64_t *t, int64_t n, int64_t c, int64_t ign, double eps,
