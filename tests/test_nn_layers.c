@@ -35,7 +35,7 @@ static nn_model *model_from_fixture(const attn_safetensors *st, const char *pre,
     attn_json_doc *doc = parse(text);
     nn_model *m = NULL;
     CHECK(doc != NULL, "config JSON: %s", text);
-    if (doc) CHECK_OK(nn_model_create(attn_json_root(doc), &m));
+    if (doc) CHECK_OK(attn_nn_model_create(attn_json_root(doc), &m));
     attn_json_free(doc);
     free(text);
     return m;
@@ -60,7 +60,7 @@ static void parity_case(const attn_safetensors *st, const char *file, int ci, in
         char text[512];
         snprintf(text, sizeof text, "{\"module\": \"multihead_attention\", %s", strchr(cfg, '{') + 1);
         attn_json_doc *doc = parse(text);
-        if (doc) CHECK_OK(nn_model_create(attn_json_root(doc), &m));
+        if (doc) CHECK_OK(attn_nn_model_create(attn_json_root(doc), &m));
         attn_json_free(doc);
     } else {
         m = model_from_fixture(st, pre, &module);
@@ -76,24 +76,24 @@ static void parity_case(const attn_safetensors *st, const char *file, int ci, in
         int v = 0;
         attn_json_as_bool(attn_json_member_value(c, i), &v);
         if (!strcmp(name, "self_attention")) continue;
-        CHECK_OK(nn_model_set_option(m, name, v));
+        CHECK_OK(attn_nn_model_set_option(m, name, v));
     }
     attn_json_free(call);
     snprintf(key, sizeof key, "%sp.", pre);
-    CHECK_OK(attn_params_load(nn_model_params(m), st, key, 1));
-    CHECK_OK(nn_model_bind(m, st, pre, 0));
-    CHECK_OK(attn_params_zero_grad(nn_model_params(m)));
-    CHECK_OK(nn_model_forward(m, 1, 0, 0, 0));
+    CHECK_OK(attn_params_load(attn_nn_model_params(m), st, key, 1));
+    CHECK_OK(attn_nn_model_bind(m, st, pre, 0));
+    CHECK_OK(attn_params_zero_grad(attn_nn_model_params(m)));
+    CHECK_OK(attn_nn_model_forward(m, 1, 0, 0, 0));
     size_t n;
     int rank;
     int64_t shape[4];
     snprintf(key, sizeof key, "%sout", pre);
     float *ref = fx_floats(st, key, &n);
-    const float *out = nn_model_output(m, &rank, shape);
+    const float *out = attn_nn_model_output(m, &rank, shape);
     CHECK(out && ref && (size_t)(shape[0] * shape[1] * shape[2]) == n, "%s: output shape", ctx);
     if (!out || !ref) {
         free(ref);
-        nn_model_free(m);
+        attn_nn_model_free(m);
         return;
     }
     compare(ctx, "output", out, ref, n, OUT_TOL, &max_out_err);
@@ -103,7 +103,7 @@ static void parity_case(const attn_safetensors *st, const char *file, int ci, in
     float *refw = fx_floats(st, key, NULL);
     if (refw) {
         int64_t ws[4];
-        const float *w = nn_model_weights(m, &rank, ws);
+        const float *w = attn_nn_model_weights(m, &rank, ws);
         size_t nw = 1;
         for (int d = 0; d < rank; d++) nw *= (size_t)ws[d];
         CHECK(w != NULL, "%s: no weights", ctx);
@@ -112,12 +112,12 @@ static void parity_case(const attn_safetensors *st, const char *file, int ci, in
     }
     snprintf(key, sizeof key, "%sdout", pre);
     float *dout = fx_floats(st, key, NULL);
-    CHECK_OK(nn_model_backward(m, dout));
+    CHECK_OK(attn_nn_model_backward(m, dout));
     const char *inputs[] = {"query", "key", "value", "src", "tgt", "memory"};
     int ngrad = 0;
     for (int i = 0; i < 6; i++) {
         size_t gn = 0;
-        const float *g = nn_model_input_grad(m, inputs[i], &gn);
+        const float *g = attn_nn_model_input_grad(m, inputs[i], &gn);
         char rk[64];
         snprintf(rk, sizeof rk, "d%s", inputs[i]);
         snprintf(key, sizeof key, "%s%s", pre, rk);
@@ -129,7 +129,7 @@ static void parity_case(const attn_safetensors *st, const char *file, int ci, in
         free(rg);
     }
     CHECK(ngrad >= 1, "%s: no input gradient compared", ctx);
-    const attn_params *ps = nn_model_params(m);
+    const attn_params *ps = attn_nn_model_params(m);
     for (size_t i = 0; i < attn_params_count(ps); i++) {
         const attn_param *p = attn_params_get(ps, i);
         snprintf(key, sizeof key, "%sg.%s", pre, p->name);
@@ -139,14 +139,14 @@ static void parity_case(const attn_safetensors *st, const char *file, int ci, in
         free(rg);
     }
     /* inference (nothing kept) gives the same output bitwise */
-    CHECK_OK(nn_model_forward(m, 0, 0, 0, 0));
-    out = nn_model_output(m, NULL, NULL);
+    CHECK_OK(attn_nn_model_forward(m, 0, 0, 0, 0));
+    out = attn_nn_model_output(m, NULL, NULL);
     CHECK(out && !memcmp(out, kept, sizeof(float) * n), "%s: inference output differs", ctx);
     printf("%s: ok (%zu parameters)\n", ctx, attn_params_numel(ps));
     free(kept);
     free(ref);
     free(dout);
-    nn_model_free(m);
+    attn_nn_model_free(m);
 }
 
 static void test_parity(const char *file, int is_mha) {
@@ -365,10 +365,10 @@ static void expect_model_error(const char *json, attn_status want, const char *n
     CHECK(doc != NULL, "bad test JSON %s", json);
     if (!doc) return;
     nn_model *m = NULL;
-    CHECK_STATUS(nn_model_create(attn_json_root(doc), &m), want);
+    CHECK_STATUS(attn_nn_model_create(attn_json_root(doc), &m), want);
     CHECK(strstr(attn_last_error(), needle) != NULL, "message for %s: '%s' lacks '%s'", json, attn_last_error(),
           needle);
-    nn_model_free(m);
+    attn_nn_model_free(m);
     attn_json_free(doc);
 }
 
@@ -451,7 +451,7 @@ static void test_errors(void) {
     attn_json_doc *doc = parse("{\"module\": \"transformer_decoder_layer\", \"d_model\": 8, \"nhead\": 2, "
                                "\"dim_feedforward\": 8, \"tgt_is_causal\": true}");
     nn_model *m = NULL;
-    CHECK_OK(nn_model_create(attn_json_root(doc), &m));
+    CHECK_OK(attn_nn_model_create(attn_json_root(doc), &m));
     attn_json_free(doc);
     attn_safetensors_writer *w = NULL;
     float tgt[2 * 3 * 8] = {0}, mem[2 * 4 * 8] = {0}, bad[2 * 4 * 7] = {0};
@@ -477,17 +477,17 @@ static void test_errors(void) {
         const char *needle[4] = {"missing input 'memory'", "input 'memory' has shape [2, 4, 7]",
                                  "input 'tgt_mask' has shape [3, 4], expected [3, 3] or [4, 3, 3]",
                                  "unknown input 'src_mask'"};
-        CHECK_STATUS(nn_model_bind(m, s, NULL, 1), want[v]);
+        CHECK_STATUS(attn_nn_model_bind(m, s, NULL, 1), want[v]);
         CHECK(strstr(attn_last_error(), needle[v]) != NULL, "bind message: %s", attn_last_error());
         if (v == 3) {
-            CHECK_OK(nn_model_bind(m, s, NULL, 0));
-            CHECK_OK(nn_model_forward(m, 0, 0, 0, 0));
+            CHECK_OK(attn_nn_model_bind(m, s, NULL, 0));
+            CHECK_OK(attn_nn_model_forward(m, 0, 0, 0, 0));
         }
         attn_safetensors_close(s);
         free(buf);
     }
-    CHECK_STATUS(nn_model_set_option(m, "need_weights", 1), ATTN_ERR_NOT_FOUND);
-    nn_model_free(m);
+    CHECK_STATUS(attn_nn_model_set_option(m, "need_weights", 1), ATTN_ERR_NOT_FOUND);
+    attn_nn_model_free(m);
 }
 
 int main(void) {

@@ -68,7 +68,7 @@ static void parity_case(const attn_safetensors *st, int ci) {
     CHECK(cdoc && kdoc, "case %d: config/call metadata missing or not JSON", ci);
     if (!cdoc || !kdoc) return;
     attn_mha_config cfg;
-    CHECK_OK(nn_json_mha_config(attn_json_root(cdoc), NULL, &cfg));
+    CHECK_OK(attn_nn_json_mha_config(attn_json_root(cdoc), NULL, &cfg));
     const attn_json *call = attn_json_root(kdoc);
     attn_mha *m = NULL;
     CHECK_OK(attn_mha_create(&cfg, &m));
@@ -617,7 +617,7 @@ static void test_errors(void) {
     attn_json_doc *doc = NULL;
     const char *bad = "{\"embed_dim\": 8, \"num_heads\": 2, \"bogus\": 1}";
     CHECK(attn_json_parse(bad, strlen(bad), NULL, &doc, NULL) == ATTN_JSON_OK, "json");
-    CHECK_STATUS(nn_json_mha_config(attn_json_root(doc), NULL, &cfg), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_nn_json_mha_config(attn_json_root(doc), NULL, &cfg), ATTN_ERR_INVALID_ARGUMENT);
     CHECK(strstr(attn_last_error(), "bogus") != NULL, "message: %s", attn_last_error());
     attn_json_free(doc);
     bufs_free(&b);

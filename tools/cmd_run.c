@@ -132,30 +132,30 @@ int cmd_run(int argc, char **argv) {
         rc = cli_fail("run: %s: %s", config, jerr.message);
         goto done;
     }
-    if (nn_model_create(attn_json_root(doc), &m)) {
+    if (attn_nn_model_create(attn_json_root(doc), &m)) {
         rc = cli_fail("run: %s: %s", config, attn_last_error());
         goto done;
     }
-    if (attn_safetensors_open_file(weights, &wst) || attn_params_load(nn_model_params(m), wst, NULL, 1)) {
+    if (attn_safetensors_open_file(weights, &wst) || attn_params_load(attn_nn_model_params(m), wst, NULL, 1)) {
         rc = cli_fail("run: %s: %s", weights, msg_for(weights));
         goto done;
     }
-    if (attn_safetensors_open_file(inputs, &ist) || nn_model_bind(m, ist, NULL, 1)) {
+    if (attn_safetensors_open_file(inputs, &ist) || attn_nn_model_bind(m, ist, NULL, 1)) {
         rc = cli_fail("run: %s: %s", inputs, msg_for(inputs));
         goto done;
     }
-    if (nn_model_forward(m, 0, 0, 0, 0)) {
+    if (attn_nn_model_forward(m, 0, 0, 0, 0)) {
         rc = cli_fail("run: %s", attn_last_error());
         goto done;
     }
     int rank = 0;
     int64_t shape[4];
-    const float *y = nn_model_output(m, &rank, shape);
+    const float *y = attn_nn_model_output(m, &rank, shape);
     if (attn_safetensors_writer_create(&w) || attn_safetensors_writer_add(w, "output", ATTN_DTYPE_F32, rank, shape, y)) {
         rc = cli_fail("run: %s: %s", out, msg_for(out));
         goto done;
     }
-    const float *aw = nn_model_weights(m, &rank, shape);
+    const float *aw = attn_nn_model_weights(m, &rank, shape);
     if (aw && attn_safetensors_writer_add(w, "attn_output_weights", ATTN_DTYPE_F32, rank, shape, aw)) {
         rc = cli_fail("run: %s: %s", out, msg_for(out));
         goto done;
@@ -165,7 +165,7 @@ done:
     attn_safetensors_writer_free(w);
     attn_safetensors_close(wst);
     attn_safetensors_close(ist);
-    nn_model_free(m);
+    attn_nn_model_free(m);
     attn_json_free(doc);
     free(text);
     return rc;

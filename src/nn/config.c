@@ -12,7 +12,7 @@ static int listed(const char *const *list, const char *name) {
     return 0;
 }
 
-attn_status nn_json_read(const char *what, const attn_json *obj, const nn_key *keys, int nkeys,
+attn_status attn_nn_json_read(const char *what, const attn_json *obj, const nn_key *keys, int nkeys,
                          const char *const *ignore) {
     if (!obj || obj->type != ATTN_JSON_OBJECT)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: expected a JSON object, got %s", what,
@@ -80,7 +80,7 @@ attn_status nn_json_read(const char *what, const attn_json *obj, const nn_key *k
     return ATTN_OK;
 }
 
-attn_status nn_json_mha_config(const attn_json *obj, const char *const *ignore, attn_mha_config *cfg) {
+attn_status attn_nn_json_mha_config(const attn_json *obj, const char *const *ignore, attn_mha_config *cfg) {
     static const char what[] = "multihead_attention";
     *cfg = attn_mha_config_default(0, 0);
     int batch_first = 1;
@@ -95,7 +95,7 @@ attn_status nn_json_mha_config(const attn_json *obj, const char *const *ignore, 
         {"vdim", NN_K_INT_OR_NULL, &cfg->vdim, 0},
         {"batch_first", NN_K_BOOL, &batch_first, 0},
     };
-    attn_status st = nn_json_read(what, obj, keys, (int)(sizeof keys / sizeof keys[0]), ignore);
+    attn_status st = attn_nn_json_read(what, obj, keys, (int)(sizeof keys / sizeof keys[0]), ignore);
     if (st) return st;
     if (!batch_first)
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: batch_first must be true (attn is batch-first)", what);
@@ -122,7 +122,7 @@ static attn_status layer_keys(const char *what, const attn_json *obj, const char
     int n = 0;
     for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) keys[n++] = base[i];
     for (int i = 0; i < nextra; i++) keys[n++] = extra[i];
-    attn_status st = nn_json_read(what, obj, keys, n, ignore);
+    attn_status st = attn_nn_json_read(what, obj, keys, n, ignore);
     if (st) return st;
     if (!batch_first)
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: batch_first must be true (attn is batch-first)", what);
@@ -137,7 +137,7 @@ static attn_status layer_keys(const char *what, const attn_json *obj, const char
     return ATTN_OK;
 }
 
-attn_status nn_json_layer_config(const attn_json *obj, const char *what, const char *const *ignore,
+attn_status attn_nn_json_layer_config(const attn_json *obj, const char *what, const char *const *ignore,
                                  attn_layer_config *cfg) {
     *cfg = attn_layer_config_default(0, 0);
     attn_status st = layer_keys(what, obj, ignore, cfg, NULL, 0);
@@ -148,7 +148,7 @@ attn_status nn_json_layer_config(const attn_json *obj, const char *what, const c
     return ATTN_OK;
 }
 
-attn_status nn_json_stack_config(const attn_json *obj, const char *what, const char *layer_key,
+attn_status attn_nn_json_stack_config(const attn_json *obj, const char *what, const char *layer_key,
                                  const char *const *ignore, attn_stack_config *cfg) {
     *cfg = attn_stack_config_default(0, 0, 0);
     const attn_json *layer = NULL;
@@ -161,14 +161,14 @@ attn_status nn_json_stack_config(const attn_json *obj, const char *what, const c
         {"mask_check", NN_K_BOOL, &mask_check, 0},
     };
     cfg->norm = 0; /* PyTorch's default: norm=None */
-    attn_status st = nn_json_read(what, obj, keys, (int)(sizeof keys / sizeof keys[0]), ignore);
+    attn_status st = attn_nn_json_read(what, obj, keys, (int)(sizeof keys / sizeof keys[0]), ignore);
     if (st) return st;
     char sub[96];
     snprintf(sub, sizeof sub, "%s: %s", what, layer_key);
-    return nn_json_layer_config(layer, sub, NULL, &cfg->layer);
+    return attn_nn_json_layer_config(layer, sub, NULL, &cfg->layer);
 }
 
-attn_status nn_json_transformer_config(const attn_json *obj, const char *const *ignore,
+attn_status attn_nn_json_transformer_config(const attn_json *obj, const char *const *ignore,
                                        attn_transformer_config *cfg) {
     *cfg = attn_transformer_config_default();
     const nn_key extra[] = {

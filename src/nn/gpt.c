@@ -43,9 +43,9 @@ void attn_gpt_free(attn_gpt *g) {
     if (!g) return;
     attn_embedding_free(g->tok);
     attn_embedding_free(g->pos);
-    nn_stack_destroy(&g->S);
-    nn_store_free(&g->head);
-    nn_params_free(g->list);
+    attn_nn_stack_destroy(&g->S);
+    attn_nn_store_free(&g->head);
+    attn_nn_params_free(g->list);
     free(g);
 }
 
@@ -60,7 +60,7 @@ attn_status attn_gpt_create(const attn_gpt_config *cfg, attn_gpt **out) {
     if (cfg->positions != ATTN_POSITIONS_LEARNED && cfg->positions != ATTN_POSITIONS_ROPE)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: positions = %d is neither learned nor rope", fn,
                           (int)cfg->positions);
-    attn_status st = nn_layer_check_config(fn, &cfg->layer);
+    attn_status st = attn_nn_layer_check_config(fn, &cfg->layer);
     if (st) return st;
     attn_gpt *g = calloc(1, sizeof *g);
     if (!g) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -79,19 +79,19 @@ attn_status attn_gpt_create(const attn_gpt_config *cfg, attn_gpt **out) {
     const int use_rope = cfg->positions == ATTN_POSITIONS_ROPE;
     if ((st = attn_embedding_create(cfg->vocab_size, d, -1, &g->tok)) ||
         (!use_rope && (st = attn_embedding_create(cfg->max_positions, d, -1, &g->pos))) ||
-        (st = nn_stack_init(&g->S, fn, &sc, 0, use_rope ? &rope : NULL))) {
+        (st = attn_nn_stack_init(&g->S, fn, &sc, 0, use_rope ? &rope : NULL))) {
         attn_gpt_free(g);
-        return nn_wrap_error(st, fn);
+        return attn_nn_wrap_error(st, fn);
     }
-    g->list = nn_params_new();
+    g->list = attn_nn_params_new();
     if (!g->list) st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    if (!st) st = nn_params_append(g->list, fn, attn_embedding_params(g->tok), "tok_emb.");
-    if (!st && g->pos) st = nn_params_append(g->list, fn, attn_embedding_params(g->pos), "pos_emb.");
-    if (!st) st = nn_params_append(g->list, fn, g->S.list, NULL);
+    if (!st) st = attn_nn_params_append(g->list, fn, attn_embedding_params(g->tok), "tok_emb.");
+    if (!st && g->pos) st = attn_nn_params_append(g->list, fn, attn_embedding_params(g->pos), "pos_emb.");
+    if (!st) st = attn_nn_params_append(g->list, fn, g->S.list, NULL);
     if (!st && !cfg->tie_embeddings) {
         nn_pdesc dh = {"lm_head.weight", 2, {cfg->vocab_size, d, 0, 0}, NN_INIT_UNIFORM, 1.0 / sqrt((double)d), 0};
-        if (!(st = nn_store_create(&g->head, fn, &dh, 1, &g->w_lm, &g->g_lm)))
-            st = nn_params_append(g->list, fn, g->head.list, NULL);
+        if (!(st = attn_nn_store_create(&g->head, fn, &dh, 1, &g->w_lm, &g->g_lm)))
+            st = attn_nn_params_append(g->list, fn, g->head.list, NULL);
     }
     if (st) {
         attn_gpt_free(g);
@@ -134,14 +134,14 @@ static size_t rows_bytes(const attn_gpt *g, const attn_gpt_args *a) {
 size_t attn_gpt_saved_size(const attn_gpt *g, const attn_gpt_args *a) {
     if (!args_ok(g, a)) return 0;
     attn_layer_args la = layer_args(a, NULL);
-    return nn_add(nn_add(NN_SLACK, nn_mul(2, rows_bytes(g, a))), nn_block(nn_stack_saved(&g->S, &la)));
+    return nn_add(nn_add(NN_SLACK, nn_mul(2, rows_bytes(g, a))), nn_block(attn_nn_stack_saved(&g->S, &la)));
 }
 
 size_t attn_gpt_workspace_size(const attn_gpt *g, const attn_gpt_args *a) {
     if (!args_ok(g, a)) return 0;
     attn_layer_args la = layer_args(a, NULL);
-    const size_t lin = nn_linear_ws(a->batch * a->n, g->cfg.layer.d_model, g->cfg.vocab_size);
-    return nn_add(nn_add(NN_SLACK, nn_mul(2, rows_bytes(g, a))), nn_max(nn_stack_ws(&g->S, &la), lin));
+    const size_t lin = attn_nn_linear_ws(a->batch * a->n, g->cfg.layer.d_model, g->cfg.vocab_size);
+    return nn_add(nn_add(NN_SLACK, nn_mul(2, rows_bytes(g, a))), nn_max(attn_nn_stack_ws(&g->S, &la), lin));
 }
 
 static attn_status check_args(const char *fn, const attn_gpt *g, const attn_gpt_args *a) {
@@ -161,7 +161,7 @@ static attn_status embed(const char *fn, const attn_gpt *g, const int64_t *token
                          float *x) {
     attn_status st = attn_embedding_forward(g->tok, tokens, B * n, x);
     if (!st && g->pos) st = attn_embedding_add_positions(g->pos, x, B, n, pos0);
-    return st ? nn_wrap_error(st, fn) : ATTN_OK;
+    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
 attn_status attn_gpt_forward(attn_gpt *g, const attn_gpt_args *a, float *logits, void *saved,
@@ -171,21 +171,21 @@ attn_status attn_gpt_forward(attn_gpt *g, const attn_gpt_args *a, float *logits,
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, logits);
     nn_arena sv, ws;
-    if ((saved && (st = nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_gpt_saved_size(g, a)))) ||
-        (st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_gpt_workspace_size(g, a))))
+    if ((saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_gpt_saved_size(g, a)))) ||
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_gpt_workspace_size(g, a))))
         return st;
     const int64_t R = a->batch * a->n, d = g->cfg.layer.d_model;
     attn_layer_args la = layer_args(a, NULL);
-    const size_t ssb = nn_stack_saved(&g->S, &la);
+    const size_t ssb = attn_nn_stack_saved(&g->S, &la);
     nn_arena *keep = saved ? &sv : &ws;
     float *x0 = nn_takef(keep, (size_t)(R * d)), *h = nn_takef(keep, (size_t)(R * d));
-    void *ss = saved ? nn_take(&sv, ssb) : NULL;
+    void *ss = saved ? attn_nn_take(&sv, ssb) : NULL;
     size_t wb;
     void *rest = nn_rest(&ws, &wb);
     if ((st = embed(fn, g, a->tokens, a->batch, a->n, 0, x0))) return st;
     la.x = x0;
-    if ((st = nn_stack_fwd(fn, &g->S, &la, 0, h, ss, ssb, rest, wb))) return st;
-    return nn_linear_fwd(fn, h, g->w_lm, NULL, logits, R, d, g->cfg.vocab_size, rest, wb);
+    if ((st = attn_nn_stack_fwd(fn, &g->S, &la, 0, h, ss, ssb, rest, wb))) return st;
+    return attn_nn_linear_fwd(fn, h, g->w_lm, NULL, logits, R, d, g->cfg.vocab_size, rest, wb);
 }
 
 attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *dlogits,
@@ -197,24 +197,24 @@ attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *
     ATTN_CHECK_NOT_NULL(fn, dlogits);
     ATTN_CHECK_NOT_NULL(fn, saved);
     nn_arena sv, ws;
-    if ((st = nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_gpt_saved_size(g, a))) ||
-        (st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_gpt_workspace_size(g, a))))
+    if ((st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_gpt_saved_size(g, a))) ||
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_gpt_workspace_size(g, a))))
         return st;
     const int64_t R = a->batch * a->n, d = g->cfg.layer.d_model;
     attn_layer_args la = layer_args(a, NULL);
-    const size_t ssb = nn_stack_saved(&g->S, &la);
+    const size_t ssb = attn_nn_stack_saved(&g->S, &la);
     float *x0 = nn_takef(&sv, (size_t)(R * d)), *h = nn_takef(&sv, (size_t)(R * d));
-    void *ss = nn_take(&sv, ssb);
+    void *ss = attn_nn_take(&sv, ssb);
     float *dh = nn_takef(&ws, (size_t)(R * d)), *dx0 = nn_takef(&ws, (size_t)(R * d));
     size_t wb;
     void *rest = nn_rest(&ws, &wb);
-    if ((st = nn_linear_bwd(fn, h, g->w_lm, dlogits, dh, 0, g->g_lm, NULL, R, d, g->cfg.vocab_size, rest, wb)))
+    if ((st = attn_nn_linear_bwd(fn, h, g->w_lm, dlogits, dh, 0, g->g_lm, NULL, R, d, g->cfg.vocab_size, rest, wb)))
         return st;
     la.x = x0;
-    if ((st = nn_stack_bwd(fn, &g->S, &la, 0, dh, dx0, NULL, ss, ssb, rest, wb))) return st;
+    if ((st = attn_nn_stack_bwd(fn, &g->S, &la, 0, dh, dx0, NULL, ss, ssb, rest, wb))) return st;
     st = attn_embedding_backward(g->tok, a->tokens, R, dx0);
     if (!st && g->pos) st = attn_embedding_positions_backward(g->pos, dx0, a->batch, a->n, 0);
-    return st ? nn_wrap_error(st, fn) : ATTN_OK;
+    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
 /* ---- generation with a cache ---- */
@@ -243,17 +243,17 @@ attn_status attn_gpt_cache_init(attn_gpt *g, void *buffer, size_t bytes, int64_t
                           fn, (long long)(g->pos ? g->cfg.max_positions : INT64_MAX), (long long)batch,
                           (long long)capacity);
     nn_arena ar;
-    attn_status st = nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_gpt_cache_size(g, batch, capacity));
+    attn_status st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_gpt_cache_size(g, batch, capacity));
     if (st) return st;
     const int64_t L = g->cfg.num_layers, d = g->cfg.layer.d_model;
-    attn_gpt_cache *c = nn_take(&ar, sizeof *c);
+    attn_gpt_cache *c = attn_nn_take(&ar, sizeof *c);
     c->layers = L;
     c->batch = batch;
     c->capacity = capacity;
-    c->self = nn_take(&ar, (size_t)L * sizeof(attn_kv_cache));
+    c->self = attn_nn_take(&ar, (size_t)L * sizeof(attn_kv_cache));
     const size_t kb = attn_kv_cache_size(batch, capacity, d);
     for (int64_t l = 0; l < L; l++)
-        if ((st = attn_kv_cache_init(&c->self[l], nn_take(&ar, kb), kb, batch, capacity, d))) return nn_wrap_error(st, fn);
+        if ((st = attn_kv_cache_init(&c->self[l], attn_nn_take(&ar, kb), kb, batch, capacity, d))) return attn_nn_wrap_error(st, fn);
     *cache = c;
     return ATTN_OK;
 }
@@ -263,8 +263,8 @@ int64_t attn_gpt_cache_length(const attn_gpt_cache *cache) { return cache ? cach
 size_t attn_gpt_step_workspace_size(const attn_gpt *g, int64_t batch, int64_t n, int64_t capacity) {
     if (!g || batch < 1 || n < 1 || capacity < 1) return 0;
     const size_t rows = nn_fblock(nn_mul(nn_mul((size_t)batch, (size_t)n), (size_t)g->cfg.layer.d_model));
-    const size_t sub = nn_max(nn_stack_step_ws(&g->S, batch, n, capacity, 1),
-                              nn_linear_ws(batch * n, g->cfg.layer.d_model, g->cfg.vocab_size));
+    const size_t sub = nn_max(attn_nn_stack_step_ws(&g->S, batch, n, capacity, 1),
+                              attn_nn_linear_ws(batch * n, g->cfg.layer.d_model, g->cfg.vocab_size));
     return nn_add(nn_add(NN_SLACK, nn_mul(2, rows)), sub);
 }
 
@@ -284,14 +284,14 @@ attn_status attn_gpt_forward_step(attn_gpt *g, attn_gpt_cache *cache, const int6
         return attn_error(ATTN_ERR_SHAPE, "%s: %lld new positions after %lld do not fit the capacity %lld", fn,
                           (long long)n, (long long)len, (long long)cache->capacity);
     nn_arena ws;
-    attn_status st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+    attn_status st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
                                    attn_gpt_step_workspace_size(g, B, n, cache->capacity));
     if (st) return st;
     float *x = nn_takef(&ws, (size_t)(B * n * d)), *h = nn_takef(&ws, (size_t)(B * n * d));
     size_t wb;
     void *rest = nn_rest(&ws, &wb);
     if ((st = embed(fn, g, tokens, B, n, len, x)) ||
-        (st = nn_stack_step(fn, &g->S, cache->self, NULL, NULL, x, B, n, h, rest, wb)))
+        (st = attn_nn_stack_step(fn, &g->S, cache->self, NULL, NULL, x, B, n, h, rest, wb)))
         return st;
-    return nn_linear_fwd(fn, h, g->w_lm, NULL, logits, B * n, d, g->cfg.vocab_size, rest, wb);
+    return attn_nn_linear_fwd(fn, h, g->w_lm, NULL, logits, B * n, d, g->cfg.vocab_size, rest, wb);
 }

@@ -38,7 +38,7 @@ attn_layer_args attn_layer_args_default(void) {
     return a;
 }
 
-attn_status nn_layer_check_config(const char *fn, const attn_layer_config *c) {
+attn_status attn_nn_layer_check_config(const char *fn, const attn_layer_config *c) {
     ATTN_CHECK_NOT_NULL(fn, c);
     if (c->d_model < 1 || c->nhead < 1 || c->d_model % c->nhead != 0)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: d_model (%lld) must be a positive multiple of nhead (%lld)",
@@ -58,9 +58,9 @@ attn_status nn_layer_check_config(const char *fn, const attn_layer_config *c) {
 
 /* ---- create / free ---- */
 
-attn_status nn_layer_init(nn_layer *L, const char *fn, const attn_layer_config *cfg, int decoder,
+attn_status attn_nn_layer_init(nn_layer *L, const char *fn, const attn_layer_config *cfg, int decoder,
                           const attn_rope_config *rope) {
-    attn_status st = nn_layer_check_config(fn, cfg);
+    attn_status st = attn_nn_layer_check_config(fn, cfg);
     if (st) return st;
     memset(L, 0, sizeof *L);
     L->cfg = *cfg;
@@ -74,8 +74,8 @@ attn_status nn_layer_init(nn_layer *L, const char *fn, const attn_layer_config *
         mc.rope = *rope;
     }
     if ((st = attn_mha_create(&mc, &L->sa)) || (decoder && (st = attn_mha_create(&cc, &L->ca)))) {
-        nn_layer_destroy(L);
-        return nn_wrap_error(st, fn);
+        attn_nn_layer_destroy(L);
+        return attn_nn_wrap_error(st, fn);
     }
     const int nn = decoder ? 3 : 2;
     /* linear1, linear2: nn.Linear's init (kaiming_uniform(a=sqrt(5)) = U(+-1/sqrt(in)), bias the same) */
@@ -92,8 +92,8 @@ attn_status nn_layer_init(nn_layer *L, const char *fn, const attn_layer_config *
         {"norm3.bias", 1, {d, 0, 0, 0}, NN_INIT_ZEROS, 0, 0},
     };
     float *p[10], *g[10];
-    if ((st = nn_store_create(&L->store, fn, desc, 4 + 2 * nn, p, g))) {
-        nn_layer_destroy(L);
+    if ((st = attn_nn_store_create(&L->store, fn, desc, 4 + 2 * nn, p, g))) {
+        attn_nn_layer_destroy(L);
         return st;
     }
     L->w1 = p[0], L->b1 = p[1], L->w2 = p[2], L->b2 = p[3];
@@ -105,25 +105,25 @@ attn_status nn_layer_init(nn_layer *L, const char *fn, const attn_layer_config *
         L->gnb[k] = g[5 + 2 * k];
     }
     /* PyTorch's order: self_attn, multihead_attn, linear1, linear2, norms */
-    L->list = nn_params_new();
+    L->list = attn_nn_params_new();
     if (!L->list) {
-        nn_layer_destroy(L);
+        attn_nn_layer_destroy(L);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
-    if ((st = nn_params_append(L->list, fn, attn_mha_params(L->sa), "self_attn.")) ||
-        (decoder && (st = nn_params_append(L->list, fn, attn_mha_params(L->ca), "multihead_attn."))) ||
-        (st = nn_params_append(L->list, fn, L->store.list, NULL))) {
-        nn_layer_destroy(L);
+    if ((st = attn_nn_params_append(L->list, fn, attn_mha_params(L->sa), "self_attn.")) ||
+        (decoder && (st = attn_nn_params_append(L->list, fn, attn_mha_params(L->ca), "multihead_attn."))) ||
+        (st = attn_nn_params_append(L->list, fn, L->store.list, NULL))) {
+        attn_nn_layer_destroy(L);
         return st;
     }
     return ATTN_OK;
 }
 
-void nn_layer_destroy(nn_layer *L) {
+void attn_nn_layer_destroy(nn_layer *L) {
     attn_mha_free(L->sa);
     attn_mha_free(L->ca);
-    nn_store_free(&L->store);
-    nn_params_free(L->list);
+    attn_nn_store_free(&L->store);
+    attn_nn_params_free(L->list);
     memset(L, 0, sizeof *L);
 }
 
@@ -182,7 +182,7 @@ static size_t saved_layout(const nn_layer *L, const attn_layer_args *a, nn_arena
             t->z = nn_takef(ar, R * d);
             t->mean = nn_takef(ar, R);
             t->rstd = nn_takef(ar, R);
-            t->mha = nn_take(ar, mb);
+            t->mha = attn_nn_take(ar, mb);
             t->mha_bytes = mb;
             t->out = nn_takef(ar, R * d);
         }
@@ -197,7 +197,7 @@ static size_t saved_layout(const nn_layer *L, const attn_layer_args *a, nn_arena
     return total;
 }
 
-size_t nn_layer_saved_bytes(const nn_layer *L, const attn_layer_args *a) {
+size_t attn_nn_layer_saved_bytes(const nn_layer *L, const attn_layer_args *a) {
     if (!L || !a || a->batch < 1 || a->n < 1) return 0;
     return saved_layout(L, a, NULL, NULL);
 }
@@ -221,7 +221,7 @@ static void take_tmp(const nn_layer *L, const attn_layer_args *a, nn_arena *ar, 
 
 static size_t sub_ws_bytes(const nn_layer *L, const attn_layer_args *a) {
     const int64_t R = a->batch * a->n, d = L->cfg.d_model, F = L->cfg.dim_feedforward;
-    size_t s = nn_max(nn_linear_ws(R, d, F), nn_linear_ws(R, F, d));
+    size_t s = nn_max(attn_nn_linear_ws(R, d, F), attn_nn_linear_ws(R, F, d));
     for (int k = 0; k < (L->decoder ? 2 : 1); k++) {
         attn_mha_args m = mha_args(L, a, k, NULL, NULL);
         s = nn_max(s, attn_mha_workspace_size(k ? L->ca : L->sa, &m));
@@ -229,13 +229,13 @@ static size_t sub_ws_bytes(const nn_layer *L, const attn_layer_args *a) {
     return s;
 }
 
-size_t nn_layer_ws_bytes(const nn_layer *L, const attn_layer_args *a) {
+size_t attn_nn_layer_ws_bytes(const nn_layer *L, const attn_layer_args *a) {
     if (!L || !a || a->batch < 1 || a->n < 1) return 0;
     /* the saved layout too: an inference forward (saved NULL) keeps it here */
     return nn_add(nn_add(NN_SLACK, saved_layout(L, a, NULL, NULL)), nn_add(tmp_bytes(L, a), sub_ws_bytes(L, a)));
 }
 
-attn_status nn_layer_check_args(const char *fn, const nn_layer *L, const attn_layer_args *a) {
+attn_status attn_nn_layer_check_args(const char *fn, const nn_layer *L, const attn_layer_args *a) {
     ATTN_CHECK_NOT_NULL(fn, L);
     ATTN_CHECK_NOT_NULL(fn, a);
     if (a->batch < 1 || a->n < 1)
@@ -258,18 +258,18 @@ attn_status nn_layer_check_args(const char *fn, const nn_layer *L, const attn_la
 static attn_status ln_fwd(const char *fn, const float *x, const float *g, const float *b, float *y, float *mean,
                           float *rstd, int64_t R, int64_t d, float eps) {
     attn_status st = attn_layernorm_forward(x, g, b, y, mean, rstd, R, d, eps);
-    return st ? nn_wrap_error(st, fn) : ATTN_OK;
+    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
 static attn_status ln_bwd(const char *fn, const float *x, const float *g, const float *mean, const float *rstd,
                           const float *dy, float *dx, float *dg, float *db, int64_t R, int64_t d) {
     attn_status st = attn_layernorm_backward(x, g, mean, rstd, dy, dx, dg, db, R, d);
-    return st ? nn_wrap_error(st, fn) : ATTN_OK;
+    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
 static attn_status add(const char *fn, const float *a, const float *b, float *y, int64_t n) {
     attn_status st = attn_residual_add(a, b, y, n);
-    return st ? nn_wrap_error(st, fn) : ATTN_OK;
+    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
 /* Attention sublayer k (0 self, 1 cross; norm index k): x -> y. */
@@ -286,9 +286,9 @@ static attn_status att_fwd(const char *fn, nn_layer *L, int k, const attn_layer_
     }
     attn_mha_args m = mha_args(L, a, k, q, k ? a->memory : q);
     if ((st = attn_mha_forward(k ? L->ca : L->sa, &m, tmp, NULL, s->mha, s->mha_bytes, ws, wsb)))
-        return nn_wrap_error(st, fn);
+        return attn_nn_wrap_error(st, fn);
     if ((st = nn_dropout_fwd(tmp, R * d, L->cfg.dropout, a->training, a->seed, a->offset + 2 * (uint64_t)k + 1)))
-        return nn_wrap_error(st, fn);
+        return attn_nn_wrap_error(st, fn);
     if (pre) return add(fn, x, tmp, y, R * d);
     if ((st = add(fn, x, tmp, s->z, R * d))) return st;
     return ln_fwd(fn, s->z, L->ng[k], L->nb[k], y, s->mean, s->rstd, R, d, eps);
@@ -311,20 +311,20 @@ static attn_status att_bwd(const char *fn, nn_layer *L, int k, const attn_layer_
     memcpy(dx, top, bytes);
     memcpy(t2, top, bytes);
     if ((st = nn_dropout_bwd(t2, R * d, L->cfg.dropout, a->training, a->seed, a->offset + 2 * (uint64_t)k + 1)))
-        return nn_wrap_error(st, fn);
+        return attn_nn_wrap_error(st, fn);
     const float *q = pre ? s->z : x;
     attn_mha_args m = mha_args(L, a, k, q, k ? a->memory : q);
     if (pre) {
         /* dn (query, and key/value for self-attention) into t1, then through norm k */
-        st = k ? nn_mha_backward(mha, &m, t2, t1, dmem, dmem, 0, acc_mem, s->mha, s->mha_bytes, ws, wsb)
-               : nn_mha_backward(mha, &m, t2, t1, t1, t1, 0, 0, s->mha, s->mha_bytes, ws, wsb);
-        if (st) return nn_wrap_error(st, fn);
+        st = k ? attn_nn_mha_backward(mha, &m, t2, t1, dmem, dmem, 0, acc_mem, s->mha, s->mha_bytes, ws, wsb)
+               : attn_nn_mha_backward(mha, &m, t2, t1, t1, t1, 0, 0, s->mha, s->mha_bytes, ws, wsb);
+        if (st) return attn_nn_wrap_error(st, fn);
         if ((st = ln_bwd(fn, x, L->ng[k], s->mean, s->rstd, t1, t2, L->gng[k], L->gnb[k], R, d))) return st;
         return add(fn, dx, t2, dx, R * d);
     }
-    st = k ? nn_mha_backward(mha, &m, t2, dx, dmem, dmem, 1, acc_mem, s->mha, s->mha_bytes, ws, wsb)
-           : nn_mha_backward(mha, &m, t2, dx, dx, dx, 1, 1, s->mha, s->mha_bytes, ws, wsb);
-    return st ? nn_wrap_error(st, fn) : ATTN_OK;
+    st = k ? attn_nn_mha_backward(mha, &m, t2, dx, dmem, dmem, 1, acc_mem, s->mha, s->mha_bytes, ws, wsb)
+           : attn_nn_mha_backward(mha, &m, t2, dx, dx, dx, 1, 1, s->mha, s->mha_bytes, ws, wsb);
+    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
 /* g = dropout(act(h)) at the feed-forward's first dropout site. */
@@ -333,7 +333,7 @@ static attn_status ffn_act(const char *fn, const nn_layer *L, const attn_layer_a
     attn_status st = L->cfg.activation == ATTN_ACTIVATION_GELU ? attn_gelu_forward(h, g, n, ATTN_GELU_ERF)
                                                                : attn_relu_forward(h, g, n);
     if (!st) st = nn_dropout_fwd(g, n, L->cfg.dropout, a->training, a->seed, a->offset + (L->decoder ? 4 : 2));
-    return st ? nn_wrap_error(st, fn) : ATTN_OK;
+    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
 static attn_status ffn_fwd(const char *fn, nn_layer *L, const attn_layer_args *a, const float *x, float *y,
@@ -348,10 +348,10 @@ static attn_status ffn_fwd(const char *fn, nn_layer *L, const attn_layer_args *a
         if ((st = ln_fwd(fn, x, L->ng[k], L->nb[k], s->z, s->mean, s->rstd, R, d, eps))) return st;
         in = s->z;
     }
-    if ((st = nn_linear_fwd(fn, in, L->w1, L->b1, s->h, R, d, F, ws, wsb)) || (st = ffn_act(fn, L, a, s->h, g, R * F)) ||
-        (st = nn_linear_fwd(fn, g, L->w2, L->b2, f, R, F, d, ws, wsb)))
+    if ((st = attn_nn_linear_fwd(fn, in, L->w1, L->b1, s->h, R, d, F, ws, wsb)) || (st = ffn_act(fn, L, a, s->h, g, R * F)) ||
+        (st = attn_nn_linear_fwd(fn, g, L->w2, L->b2, f, R, F, d, ws, wsb)))
         return st;
-    if ((st = nn_dropout_fwd(f, R * d, L->cfg.dropout, a->training, a->seed, site + 1))) return nn_wrap_error(st, fn);
+    if ((st = nn_dropout_fwd(f, R * d, L->cfg.dropout, a->training, a->seed, site + 1))) return attn_nn_wrap_error(st, fn);
     if (pre) return add(fn, x, f, y, R * d);
     if ((st = add(fn, x, f, s->z, R * d))) return st;
     return ln_fwd(fn, s->z, L->ng[k], L->nb[k], y, s->mean, s->rstd, R, d, eps);
@@ -372,16 +372,16 @@ static attn_status ffn_bwd(const char *fn, nn_layer *L, const attn_layer_args *a
     }
     memcpy(dx, top, bytes);
     memcpy(t2, top, bytes); /* df */
-    if ((st = nn_dropout_bwd(t2, R * d, L->cfg.dropout, a->training, a->seed, site + 1))) return nn_wrap_error(st, fn);
+    if ((st = nn_dropout_bwd(t2, R * d, L->cfg.dropout, a->training, a->seed, site + 1))) return attn_nn_wrap_error(st, fn);
     if ((st = ffn_act(fn, L, a, s->h, g, R * F)) ||
-        (st = nn_linear_bwd(fn, g, L->w2, t2, dg, 0, L->gw2, L->gb2, R, F, d, ws, wsb)))
+        (st = attn_nn_linear_bwd(fn, g, L->w2, t2, dg, 0, L->gw2, L->gb2, R, F, d, ws, wsb)))
         return st;
-    if ((st = nn_dropout_bwd(dg, R * F, L->cfg.dropout, a->training, a->seed, site))) return nn_wrap_error(st, fn);
+    if ((st = nn_dropout_bwd(dg, R * F, L->cfg.dropout, a->training, a->seed, site))) return attn_nn_wrap_error(st, fn);
     st = L->cfg.activation == ATTN_ACTIVATION_GELU ? attn_gelu_backward(s->h, dg, dg, R * F, ATTN_GELU_ERF)
                                                    : attn_relu_backward(s->h, dg, dg, R * F);
-    if (st) return nn_wrap_error(st, fn);
-    if (!pre) return nn_linear_bwd(fn, x, L->w1, dg, dx, 1, L->gw1, L->gb1, R, d, F, ws, wsb);
-    if ((st = nn_linear_bwd(fn, s->z, L->w1, dg, t1, 0, L->gw1, L->gb1, R, d, F, ws, wsb)) ||
+    if (st) return attn_nn_wrap_error(st, fn);
+    if (!pre) return attn_nn_linear_bwd(fn, x, L->w1, dg, dx, 1, L->gw1, L->gb1, R, d, F, ws, wsb);
+    if ((st = attn_nn_linear_bwd(fn, s->z, L->w1, dg, t1, 0, L->gw1, L->gb1, R, d, F, ws, wsb)) ||
         (st = ln_bwd(fn, x, L->ng[k], s->mean, s->rstd, t1, t2, L->gng[k], L->gnb[k], R, d)))
         return st;
     return add(fn, dx, t2, dx, R * d);
@@ -389,13 +389,13 @@ static attn_status ffn_bwd(const char *fn, nn_layer *L, const attn_layer_args *a
 
 /* ---- layer forward / backward ---- */
 
-attn_status nn_layer_fwd(const char *fn, nn_layer *L, const attn_layer_args *a, float *out, void *saved,
+attn_status attn_nn_layer_fwd(const char *fn, nn_layer *L, const attn_layer_args *a, float *out, void *saved,
                          size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     nn_arena sv, ws;
     attn_status st;
     const size_t sneed = saved_layout(L, a, NULL, NULL);
-    if ((saved && (st = nn_arena_init(&sv, fn, "saved", saved, saved_bytes, sneed))) ||
-        (st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, nn_layer_ws_bytes(L, a))))
+    if ((saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, sneed))) ||
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_nn_layer_ws_bytes(L, a))))
         return st;
     layer_saved s;
     saved_layout(L, a, saved ? &sv : &ws, &s); /* inference: the saved layout lives in the workspace */
@@ -411,13 +411,13 @@ attn_status nn_layer_fwd(const char *fn, nn_layer *L, const attn_layer_args *a, 
     return ffn_fwd(fn, L, a, x, out, &s.ffn, t.g, t.t[0], scr, wsb);
 }
 
-attn_status nn_layer_bwd(const char *fn, nn_layer *L, const attn_layer_args *a, const float *dout, float *dx,
+attn_status attn_nn_layer_bwd(const char *fn, nn_layer *L, const attn_layer_args *a, const float *dout, float *dx,
                          float *dmem, int acc_mem, const void *saved, size_t saved_bytes, void *workspace,
                          size_t workspace_bytes) {
     nn_arena sv, ws;
     attn_status st;
-    if ((st = nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, saved_layout(L, a, NULL, NULL))) ||
-        (st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, nn_layer_ws_bytes(L, a))))
+    if ((st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, saved_layout(L, a, NULL, NULL))) ||
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_nn_layer_ws_bytes(L, a))))
         return st;
     layer_saved s;
     saved_layout(L, a, &sv, &s);
@@ -454,7 +454,7 @@ attn_status attn_encoder_layer_create(const attn_layer_config *cfg, attn_encoder
     *out = NULL;
     attn_encoder_layer *l = calloc(1, sizeof *l);
     if (!l) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    attn_status st = nn_layer_init(&l->L, fn, cfg, 0, NULL);
+    attn_status st = attn_nn_layer_init(&l->L, fn, cfg, 0, NULL);
     if (st) {
         free(l);
         return st;
@@ -465,17 +465,17 @@ attn_status attn_encoder_layer_create(const attn_layer_config *cfg, attn_encoder
 
 void attn_encoder_layer_free(attn_encoder_layer *l) {
     if (!l) return;
-    nn_layer_destroy(&l->L);
+    attn_nn_layer_destroy(&l->L);
     free(l);
 }
 
 const attn_params *attn_encoder_layer_params(const attn_encoder_layer *l) { return l ? l->L.list : NULL; }
 
 size_t attn_encoder_layer_saved_size(const attn_encoder_layer *l, const attn_layer_args *a) {
-    return l ? nn_layer_saved_bytes(&l->L, a) : 0;
+    return l ? attn_nn_layer_saved_bytes(&l->L, a) : 0;
 }
 size_t attn_encoder_layer_workspace_size(const attn_encoder_layer *l, const attn_layer_args *a) {
-    return l ? nn_layer_ws_bytes(&l->L, a) : 0;
+    return l ? attn_nn_layer_ws_bytes(&l->L, a) : 0;
 }
 
 attn_status attn_encoder_layer_forward(attn_encoder_layer *l, const attn_layer_args *a, float *out,
@@ -483,10 +483,10 @@ attn_status attn_encoder_layer_forward(attn_encoder_layer *l, const attn_layer_a
                                        size_t workspace_bytes) {
     static const char fn[] = "attn_encoder_layer_forward";
     ATTN_CHECK_NOT_NULL(fn, l);
-    attn_status st = nn_layer_check_args(fn, &l->L, a);
+    attn_status st = attn_nn_layer_check_args(fn, &l->L, a);
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, out);
-    return nn_layer_fwd(fn, &l->L, a, out, saved, saved_bytes, workspace, workspace_bytes);
+    return attn_nn_layer_fwd(fn, &l->L, a, out, saved, saved_bytes, workspace, workspace_bytes);
 }
 
 attn_status attn_encoder_layer_backward(attn_encoder_layer *l, const attn_layer_args *a,
@@ -495,11 +495,11 @@ attn_status attn_encoder_layer_backward(attn_encoder_layer *l, const attn_layer_
                                         size_t workspace_bytes) {
     static const char fn[] = "attn_encoder_layer_backward";
     ATTN_CHECK_NOT_NULL(fn, l);
-    attn_status st = nn_layer_check_args(fn, &l->L, a);
+    attn_status st = attn_nn_layer_check_args(fn, &l->L, a);
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, dout);
     ATTN_CHECK_NOT_NULL(fn, saved);
-    return nn_layer_bwd(fn, &l->L, a, dout, dx, NULL, 0, saved, saved_bytes, workspace, workspace_bytes);
+    return attn_nn_layer_bwd(fn, &l->L, a, dout, dx, NULL, 0, saved, saved_bytes, workspace, workspace_bytes);
 }
 
 attn_status attn_decoder_layer_create(const attn_layer_config *cfg, attn_decoder_layer **out) {
@@ -508,7 +508,7 @@ attn_status attn_decoder_layer_create(const attn_layer_config *cfg, attn_decoder
     *out = NULL;
     attn_decoder_layer *l = calloc(1, sizeof *l);
     if (!l) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    attn_status st = nn_layer_init(&l->L, fn, cfg, 1, NULL);
+    attn_status st = attn_nn_layer_init(&l->L, fn, cfg, 1, NULL);
     if (st) {
         free(l);
         return st;
@@ -519,17 +519,17 @@ attn_status attn_decoder_layer_create(const attn_layer_config *cfg, attn_decoder
 
 void attn_decoder_layer_free(attn_decoder_layer *l) {
     if (!l) return;
-    nn_layer_destroy(&l->L);
+    attn_nn_layer_destroy(&l->L);
     free(l);
 }
 
 const attn_params *attn_decoder_layer_params(const attn_decoder_layer *l) { return l ? l->L.list : NULL; }
 
 size_t attn_decoder_layer_saved_size(const attn_decoder_layer *l, const attn_layer_args *a) {
-    return l ? nn_layer_saved_bytes(&l->L, a) : 0;
+    return l ? attn_nn_layer_saved_bytes(&l->L, a) : 0;
 }
 size_t attn_decoder_layer_workspace_size(const attn_decoder_layer *l, const attn_layer_args *a) {
-    return l ? nn_layer_ws_bytes(&l->L, a) : 0;
+    return l ? attn_nn_layer_ws_bytes(&l->L, a) : 0;
 }
 
 attn_status attn_decoder_layer_forward(attn_decoder_layer *l, const attn_layer_args *a, float *out,
@@ -537,10 +537,10 @@ attn_status attn_decoder_layer_forward(attn_decoder_layer *l, const attn_layer_a
                                        size_t workspace_bytes) {
     static const char fn[] = "attn_decoder_layer_forward";
     ATTN_CHECK_NOT_NULL(fn, l);
-    attn_status st = nn_layer_check_args(fn, &l->L, a);
+    attn_status st = attn_nn_layer_check_args(fn, &l->L, a);
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, out);
-    return nn_layer_fwd(fn, &l->L, a, out, saved, saved_bytes, workspace, workspace_bytes);
+    return attn_nn_layer_fwd(fn, &l->L, a, out, saved, saved_bytes, workspace, workspace_bytes);
 }
 
 attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_args *a,
@@ -549,11 +549,11 @@ attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_
                                         size_t workspace_bytes) {
     static const char fn[] = "attn_decoder_layer_backward";
     ATTN_CHECK_NOT_NULL(fn, l);
-    attn_status st = nn_layer_check_args(fn, &l->L, a);
+    attn_status st = attn_nn_layer_check_args(fn, &l->L, a);
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, dout);
     ATTN_CHECK_NOT_NULL(fn, saved);
-    return nn_layer_bwd(fn, &l->L, a, dout, dx, dmemory, 0, saved, saved_bytes, workspace, workspace_bytes);
+    return attn_nn_layer_bwd(fn, &l->L, a, dout, dx, dmemory, 0, saved, saved_bytes, workspace, workspace_bytes);
 }
 
 /* ---- incremental decoding step (eval) ----
@@ -561,25 +561,25 @@ attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_
  * the caches (self: append + causal; cross: the memory's cache) and no dropout. Everything but
  * attention is row-wise, so the n new rows come out as in a full causal forward. */
 
-size_t nn_layer_step_ws(const nn_layer *L, int64_t B, int64_t n, int64_t length, int64_t n_memory) {
+size_t attn_nn_layer_step_ws(const nn_layer *L, int64_t B, int64_t n, int64_t length, int64_t n_memory) {
     const int64_t R = B * n, d = L->cfg.d_model, F = L->cfg.dim_feedforward;
     size_t s = nn_add(NN_SLACK, nn_add(nn_mul(4, nn_fblock(nn_mul((size_t)R, (size_t)d))),
                                        nn_fblock(nn_mul((size_t)R, (size_t)F))));
-    size_t sub = nn_max(nn_linear_ws(R, d, F), nn_linear_ws(R, F, d));
+    size_t sub = nn_max(attn_nn_linear_ws(R, d, F), attn_nn_linear_ws(R, F, d));
     sub = nn_max(sub, attn_mha_step_workspace_size(L->sa, B, n, length));
     if (L->decoder) sub = nn_max(sub, attn_mha_step_workspace_size(L->ca, B, n, n_memory));
     return nn_add(s, sub);
 }
 
-attn_status nn_layer_step(const char *fn, nn_layer *L, attn_kv_cache *self, attn_kv_cache *cross,
+attn_status attn_nn_layer_step(const char *fn, nn_layer *L, attn_kv_cache *self, attn_kv_cache *cross,
                           const uint8_t *memory_kpm, const float *x, int64_t B, int64_t n, float *out,
                           void *workspace, size_t workspace_bytes) {
     const int64_t R = B * n, d = L->cfg.d_model, F = L->cfg.dim_feedforward;
     const int pre = L->cfg.norm_first;
     const float eps = L->cfg.layer_norm_eps;
     nn_arena ws;
-    attn_status st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
-                                   nn_layer_step_ws(L, B, n, self->length + n, cross ? cross->length : 1));
+    attn_status st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+                                   attn_nn_layer_step_ws(L, B, n, self->length + n, cross ? cross->length : 1));
     if (st) return st;
     float *z = nn_takef(&ws, (size_t)(R * d)), *a = nn_takef(&ws, (size_t)(R * d));
     float *xs[2] = {nn_takef(&ws, (size_t)(R * d)), nn_takef(&ws, (size_t)(R * d))};
@@ -595,7 +595,7 @@ attn_status nn_layer_step(const char *fn, nn_layer *L, attn_kv_cache *self, attn
         }
         attn_mha_step_args sa = {B, n, q, k == 0, k == 0, k ? memory_kpm : NULL};
         if ((st = attn_mha_forward_step(k ? L->ca : L->sa, k ? cross : self, &sa, a, scr, wsb)))
-            return nn_wrap_error(st, fn);
+            return attn_nn_wrap_error(st, fn);
         if (pre) {
             if ((st = add(fn, in, a, xs[k], R * d))) return st;
         } else if ((st = add(fn, in, a, z, R * d)) ||
@@ -610,11 +610,11 @@ attn_status nn_layer_step(const char *fn, nn_layer *L, attn_kv_cache *self, attn
         if ((st = ln_fwd(fn, in, L->ng[k], L->nb[k], z, NULL, NULL, R, d, eps))) return st;
         src = z;
     }
-    if ((st = nn_linear_fwd(fn, src, L->w1, L->b1, h, R, d, F, scr, wsb))) return st;
+    if ((st = attn_nn_linear_fwd(fn, src, L->w1, L->b1, h, R, d, F, scr, wsb))) return st;
     st = L->cfg.activation == ATTN_ACTIVATION_GELU ? attn_gelu_forward(h, h, R * F, ATTN_GELU_ERF)
                                                    : attn_relu_forward(h, h, R * F);
-    if (st) return nn_wrap_error(st, fn);
-    if ((st = nn_linear_fwd(fn, h, L->w2, L->b2, a, R, F, d, scr, wsb))) return st;
+    if (st) return attn_nn_wrap_error(st, fn);
+    if ((st = attn_nn_linear_fwd(fn, h, L->w2, L->b2, a, R, F, d, scr, wsb))) return st;
     if (pre) return add(fn, in, a, out, R * d);
     if ((st = add(fn, in, a, z, R * d))) return st;
     return ln_fwd(fn, z, L->ng[k], L->nb[k], out, NULL, NULL, R, d, eps);

@@ -4,7 +4,7 @@
  * Three SGEMMs (attn_sgemm, deterministic for any thread count) and a column sum. */
 #include "nn_internal.h"
 
-size_t nn_linear_ws(int64_t rows, int64_t in, int64_t out) {
+size_t attn_nn_linear_ws(int64_t rows, int64_t in, int64_t out) {
     size_t s = attn_sgemm_workspace_size(rows, out, in);
     s = nn_max(s, attn_sgemm_workspace_size(rows, in, out));
     return nn_max(s, attn_sgemm_workspace_size(out, in, rows));
@@ -22,17 +22,17 @@ static attn_status check_sizes(const char *fn, int64_t rows, int64_t in, int64_t
     return ATTN_OK;
 }
 
-attn_status nn_linear_fwd(const char *fn, const float *x, const float *w, const float *b, float *y,
+attn_status attn_nn_linear_fwd(const char *fn, const float *x, const float *w, const float *b, float *y,
                           int64_t rows, int64_t in, int64_t out, void *ws, size_t bytes) {
     if (rows == 0) return ATTN_OK;
     attn_status st = attn_sgemm(ATTN_NO_TRANS, ATTN_TRANS, rows, out, in, 1.0f, x, in, w, in, 0.0f, y,
                                 out, ws, bytes);
     if (!st && b) st = attn_bias_add(y, b, y, rows, out);
-    if (st) return nn_wrap_error(st, fn);
+    if (st) return attn_nn_wrap_error(st, fn);
     return ATTN_OK;
 }
 
-attn_status nn_linear_bwd(const char *fn, const float *x, const float *w, const float *dy, float *dx,
+attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, const float *dy, float *dx,
                           int acc_dx, float *dw, float *db, int64_t rows, int64_t in, int64_t out,
                           void *ws, size_t bytes) {
     attn_status st = ATTN_OK;
@@ -44,13 +44,13 @@ attn_status nn_linear_bwd(const char *fn, const float *x, const float *w, const 
         st = attn_sgemm(ATTN_TRANS, ATTN_NO_TRANS, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, ws,
                         bytes);
     if (!st && db) st = attn_bias_backward(dy, db, rows, out);
-    if (st) return nn_wrap_error(st, fn);
+    if (st) return attn_nn_wrap_error(st, fn);
     return ATTN_OK;
 }
 
 size_t attn_linear_workspace_size(int64_t rows, int64_t in_features, int64_t out_features) {
     if (rows < 0 || in_features < 1 || out_features < 1) return 0;
-    return nn_linear_ws(rows, in_features, out_features);
+    return attn_nn_linear_ws(rows, in_features, out_features);
 }
 
 attn_status attn_linear_forward(const float *x, const float *weight, const float *bias, float *y,
@@ -64,7 +64,7 @@ attn_status attn_linear_forward(const float *x, const float *weight, const float
         ATTN_CHECK_NOT_NULL(fn, weight);
         ATTN_CHECK_NOT_NULL(fn, y);
     }
-    return nn_linear_fwd(fn, x, weight, bias, y, rows, in_features, out_features, workspace,
+    return attn_nn_linear_fwd(fn, x, weight, bias, y, rows, in_features, out_features, workspace,
                          workspace_bytes);
 }
 
@@ -82,6 +82,6 @@ attn_status attn_linear_backward(const float *x, const float *weight, const floa
     }
     if (dx && (dx == x || dx == dy || dx == weight))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: dx must not alias x, dy or weight", fn);
-    return nn_linear_bwd(fn, x, weight, dy, dx, accumulate_dx, dweight, dbias, rows, in_features,
+    return attn_nn_linear_bwd(fn, x, weight, dy, dx, accumulate_dx, dweight, dbias, rows, in_features,
                          out_features, workspace, workspace_bytes);
 }

@@ -78,7 +78,7 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
                               (long long)rope.head_dim, (long long)(E / H));
         attn_tensor empty = attn_tensor_4d(NULL, 0, 1, 1, rope.head_dim); /* validates the rope settings */
         attn_status rs = attn_rope_forward(&rope, &empty, 0, NULL);
-        if (rs) return nn_wrap_error(rs, fn);
+        if (rs) return attn_nn_wrap_error(rs, fn);
     }
     attn_mha *m = calloc(1, sizeof *m);
     if (!m) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -121,7 +121,7 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
     if (cfg->bias) PARAM("out_proj.bias", 1, E, 0, 0, NN_INIT_ZEROS, 0, &m->bo, &m->gbo);
 #undef PARAM
     float *ptr[8], *gptr[8];
-    attn_status st = nn_store_create(&m->store, fn, d, n, ptr, gptr);
+    attn_status st = attn_nn_store_create(&m->store, fn, d, n, ptr, gptr);
     if (st) {
         free(m);
         return st;
@@ -152,7 +152,7 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
 
 void attn_mha_free(attn_mha *m) {
     if (!m) return;
-    nn_store_free(&m->store);
+    attn_nn_store_free(&m->store);
     free(m);
 }
 
@@ -233,7 +233,7 @@ static void build_masks(const mha_dims *d, const attn_mha_args *a, const mha_mas
     const int64_t Nq = d->Nq, Nk = d->Nk, Nk2 = d->Nk2;
     if (k->causal_flag) p->causal = ATTN_CAUSAL_TOP_LEFT;
     if (k->bool_mask) {
-        uint8_t *bm = nn_take(ws, k->bool_bytes);
+        uint8_t *bm = attn_nn_take(ws, k->bool_bytes);
         const int64_t planes = k->bool_mask == 4 ? d->B * d->H : 1;
         for (int64_t s = 0; s < planes; s++)
             for (int64_t i = 0; i < Nq; i++) {
@@ -250,7 +250,7 @@ static void build_masks(const mha_dims *d, const attn_mha_args *a, const mha_mas
         p->bool_mask = &mv->bm;
     }
     if (k->key_mask) {
-        uint8_t *km = nn_take(ws, k->key_bytes);
+        uint8_t *km = attn_nn_take(ws, k->key_bytes);
         for (int64_t b = 0; b < d->B; b++) {
             for (int64_t j = 0; j < Nk; j++) km[b * Nk2 + j] = (uint8_t)!a->key_padding_mask[b * Nk + j];
             for (int64_t j = Nk; j < Nk2; j++) km[b * Nk2 + j] = 1;
@@ -347,9 +347,9 @@ static attn_tensor head_view(float *buf, int64_t B, int64_t H, int64_t N, int64_
 
 static size_t scratch_bytes(const attn_mha *m, const mha_dims *d, const attn_mha_args *a) {
     const int64_t krows = d->nx ? d->Nk : d->B * d->Nk;
-    size_t s = nn_linear_ws(d->B * d->Nq, d->E, d->E);
-    s = nn_max(s, nn_linear_ws(krows, m->kdim, d->E));
-    s = nn_max(s, nn_linear_ws(krows, m->vdim, d->E));
+    size_t s = attn_nn_linear_ws(d->B * d->Nq, d->E, d->E);
+    s = nn_max(s, attn_nn_linear_ws(krows, m->kdim, d->E));
+    s = nn_max(s, attn_nn_linear_ws(krows, m->vdim, d->E));
     attn_tensor q = head_view(NULL, d->B, d->H, d->Nq, d->hd), k = head_view(NULL, d->B, d->H, d->Nk2, d->hd);
     s = nn_max(s, attn_flash_workspace_size(&q, &k, &k));
     if (a->need_weights && a->average_attn_weights)
@@ -401,10 +401,10 @@ static attn_status project_kv(const char *fn, const attn_mha *m, const mha_dims 
                               size_t wsb) {
     attn_status st;
     const int64_t E = d->E;
-    if (d->nx == 0) return nn_linear_fwd(fn, x, w, b, buf, d->B * d->Nk, in, E, ws, wsb);
+    if (d->nx == 0) return attn_nn_linear_fwd(fn, x, w, b, buf, d->B * d->Nk, in, E, ws, wsb);
     for (int64_t bb = 0; bb < d->B; bb++) {
         float *dst = buf + bb * d->Nk2 * E;
-        if ((st = nn_linear_fwd(fn, x + bb * d->Nk * in, w, b, dst, d->Nk, in, E, ws, wsb))) return st;
+        if ((st = attn_nn_linear_fwd(fn, x + bb * d->Nk * in, w, b, dst, d->Nk, in, E, ws, wsb))) return st;
         int64_t r = d->Nk;
         if (m->cfg.add_bias_kv) memcpy(dst + (r++) * E, extra, sizeof(float) * (size_t)E);
         if (m->cfg.add_zero_attn) memset(dst + r * E, 0, sizeof(float) * (size_t)E);
@@ -418,7 +418,7 @@ static attn_status mha_weights(const char *fn, const mha_dims *d, const attn_ten
                                const attn_sdpa_params *p, int average, int dropout, float *weights,
                                nn_arena *ws) {
     attn_status st = attn_flash_weights(qv, kv, p, 0, 0, 0, 0, dropout, weights); /* validates once */
-    if (st) return nn_wrap_error(st, fn);
+    if (st) return attn_nn_wrap_error(st, fn);
     const int64_t tasks = d->B * d->Nq, Nk2 = d->Nk2;
     const int nt = attn_threads_for(tasks);
     float *rows = NULL;
@@ -426,7 +426,7 @@ static attn_status mha_weights(const char *fn, const mha_dims *d, const attn_ten
         size_t have;
         void *rest = nn_rest(ws, &have);
         nn_arena sub;
-        if ((st = nn_arena_init(&sub, fn, "workspace", rest, have,
+        if ((st = attn_nn_arena_init(&sub, fn, "workspace", rest, have,
                                 nn_add(NN_SLACK, nn_fblock(nn_mul((size_t)nt, (size_t)Nk2))))))
             return st;
         rows = nn_takef(&sub, (size_t)nt * (size_t)Nk2);
@@ -468,7 +468,7 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     size_t wsb;
     void *scr = nn_rest(ws, &wsb);
     attn_status st;
-    if ((st = nn_linear_fwd(fn, a->query, m->wq, m->bq, t.Q, d.B * d.Nq, d.E, d.E, scr, wsb)) ||
+    if ((st = attn_nn_linear_fwd(fn, a->query, m->wq, m->bq, t.Q, d.B * d.Nq, d.E, d.E, scr, wsb)) ||
         (st = project_kv(fn, m, &d, a->key, m->kdim, m->wk, m->bk, m->bias_k, t.K, scr, wsb)) ||
         (st = project_kv(fn, m, &d, a->value, m->vdim, m->wv, m->bv, m->bias_v, t.V, scr, wsb)))
         return st;
@@ -477,9 +477,9 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     attn_tensor lse = attn_tensor_3d(t.lse, d.B, d.H, d.Nq);
     if (m->cfg.use_rope && ((st = attn_rope_forward(&m->cfg.rope, &qv, 0, NULL)) ||
                             (st = attn_rope_forward(&m->cfg.rope, &kv, 0, NULL))))
-        return nn_wrap_error(st, fn);
-    if ((st = attn_flash_forward(&qv, &kv, &vv, &p, &ov, t.lse ? &lse : NULL, scr, wsb))) return nn_wrap_error(st, fn);
-    if ((st = nn_linear_fwd(fn, t.O, m->wo, m->bo, out, d.B * d.Nq, d.E, d.E, scr, wsb))) return st;
+        return attn_nn_wrap_error(st, fn);
+    if ((st = attn_flash_forward(&qv, &kv, &vv, &p, &ov, t.lse ? &lse : NULL, scr, wsb))) return attn_nn_wrap_error(st, fn);
+    if ((st = attn_nn_linear_fwd(fn, t.O, m->wo, m->bo, out, d.B * d.Nq, d.E, d.E, scr, wsb))) return st;
     if (a->need_weights)
         return mha_weights(fn, &d, &qv, &kv, &p, a->average_attn_weights, p.dropout_p > 0, weights, ws);
     return ATTN_OK;
@@ -495,8 +495,8 @@ attn_status attn_mha_forward(attn_mha *m, const attn_mha_args *a, float *out, fl
     if (a->need_weights && !weights)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: need_weights is set but weights is NULL", fn);
     nn_arena sv, ws;
-    if (saved && (st = nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_mha_saved_size(m, a)))) return st;
-    if ((st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_mha_workspace_size(m, a))))
+    if (saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_mha_saved_size(m, a)))) return st;
+    if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_mha_workspace_size(m, a))))
         return st;
     return mha_forward_impl(fn, m, a, out, weights, saved ? &sv : NULL, &ws);
 }
@@ -509,9 +509,9 @@ static attn_status project_bwd(const char *fn, const mha_dims *d, const float *x
                                const float *dy, int64_t rows_per_batch, int64_t dy_rows_per_batch,
                                float *dx, int acc, float *gw, float *gb, void *ws, size_t wsb) {
     if (rows_per_batch == dy_rows_per_batch)
-        return nn_linear_bwd(fn, x, w, dy, dx, acc, gw, gb, d->B * rows_per_batch, in, d->E, ws, wsb);
+        return attn_nn_linear_bwd(fn, x, w, dy, dx, acc, gw, gb, d->B * rows_per_batch, in, d->E, ws, wsb);
     for (int64_t b = 0; b < d->B; b++) {
-        attn_status st = nn_linear_bwd(fn, x + b * rows_per_batch * in, w, dy + b * dy_rows_per_batch * d->E,
+        attn_status st = attn_nn_linear_bwd(fn, x + b * rows_per_batch * in, w, dy + b * dy_rows_per_batch * d->E,
                                        dx ? dx + b * rows_per_batch * in : NULL, acc, gw, gb, rows_per_batch,
                                        in, d->E, ws, wsb);
         if (st) return st;
@@ -533,7 +533,7 @@ static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha
     size_t wsb;
     void *scr = nn_rest(ws, &wsb);
     attn_status st;
-    if ((st = nn_linear_bwd(fn, t.O, m->wo, dout, g.O, 0, m->gwo, m->gbo, d.B * d.Nq, d.E, d.E, scr, wsb)))
+    if ((st = attn_nn_linear_bwd(fn, t.O, m->wo, dout, g.O, 0, m->gwo, m->gbo, d.B * d.Nq, d.E, d.E, scr, wsb)))
         return st;
     attn_tensor qv = head_view(t.Q, d.B, d.H, d.Nq, d.hd), kv = head_view(t.K, d.B, d.H, d.Nk2, d.hd),
                 vv = head_view(t.V, d.B, d.H, d.Nk2, d.hd), ov = head_view(t.O, d.B, d.H, d.Nq, d.hd);
@@ -541,11 +541,11 @@ static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha
                 dkv = head_view(g.K, d.B, d.H, d.Nk2, d.hd), dvv = head_view(g.V, d.B, d.H, d.Nk2, d.hd);
     attn_tensor lse = attn_tensor_3d(t.lse, d.B, d.H, d.Nq);
     if ((st = attn_flash_backward(&qv, &kv, &vv, &p, &ov, &dov, &lse, &dqv, &dkv, &dvv, scr, wsb)))
-        return nn_wrap_error(st, fn);
+        return attn_nn_wrap_error(st, fn);
     /* Q and K were rotated after the projection: rotate their gradients back */
     if (m->cfg.use_rope && ((st = attn_rope_backward(&m->cfg.rope, &dqv, 0, NULL)) ||
                             (st = attn_rope_backward(&m->cfg.rope, &dkv, 0, NULL))))
-        return nn_wrap_error(st, fn);
+        return attn_nn_wrap_error(st, fn);
     if (m->cfg.add_bias_kv)
         for (int64_t b = 0; b < d.B; b++) /* batches in order: deterministic */
             for (int64_t e = 0; e < d.E; e++) {
@@ -578,8 +578,8 @@ static attn_status backward_entry(const char *fn, attn_mha *m, const attn_mha_ar
                           (long long)a->nk, (long long)m->kdim, (long long)a->batch, (long long)a->nk,
                           (long long)m->vdim);
     nn_arena sv, ws;
-    if ((st = nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_mha_saved_size(m, a))) ||
-        (st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_mha_workspace_size(m, a))))
+    if ((st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_mha_saved_size(m, a))) ||
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_mha_workspace_size(m, a))))
         return st;
     return mha_backward_impl(fn, m, a, dout, dquery, dkey, dvalue, acc_q, acc_kv, &sv, &ws);
 }
@@ -591,7 +591,7 @@ attn_status attn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *
                           workspace, workspace_bytes);
 }
 
-attn_status nn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout, float *dq, float *dk,
+attn_status attn_nn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout, float *dq, float *dk,
                             float *dv, int acc_q, int acc_kv, const void *saved, size_t saved_bytes,
                             void *ws, size_t ws_bytes) {
     return backward_entry("attn_mha_backward", m, a, dout, dq, dk, dv, acc_q, acc_kv, saved, saved_bytes, ws,
@@ -617,7 +617,7 @@ attn_status attn_kv_cache_init(attn_kv_cache *c, void *buffer, size_t bytes, int
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch (%lld), capacity (%lld) and dim (%lld) must be >= 1",
                           fn, (long long)batch, (long long)capacity, (long long)dim);
     nn_arena ar;
-    attn_status st = nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_kv_cache_size(batch, capacity, dim));
+    attn_status st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_kv_cache_size(batch, capacity, dim));
     if (st) return st;
     const size_t n = (size_t)batch * (size_t)capacity * (size_t)dim;
     c->k = nn_takef(&ar, n);
@@ -653,7 +653,7 @@ static attn_status project_into(const char *fn, const attn_mha *m, const attn_kv
                                 int64_t batch, int64_t n, int64_t in, const float *w, const float *b,
                                 float *dst, int64_t row0, void *ws, size_t wsb) {
     for (int64_t bb = 0; bb < batch; bb++) {
-        attn_status st = nn_linear_fwd(fn, x + bb * n * in, w, b, dst + (bb * c->capacity + row0) * m->E, n, in,
+        attn_status st = attn_nn_linear_fwd(fn, x + bb * n * in, w, b, dst + (bb * c->capacity + row0) * m->E, n, in,
                                        m->E, ws, wsb);
         if (st) return st;
     }
@@ -662,7 +662,7 @@ static attn_status project_into(const char *fn, const attn_mha *m, const attn_kv
 
 size_t attn_mha_cache_fill_workspace_size(const attn_mha *m, int64_t batch, int64_t nk) {
     if (!m || batch < 1 || nk < 1) return 0;
-    return nn_max(nn_linear_ws(nk, m->kdim, m->E), nn_linear_ws(nk, m->vdim, m->E));
+    return nn_max(attn_nn_linear_ws(nk, m->kdim, m->E), attn_nn_linear_ws(nk, m->vdim, m->E));
 }
 
 attn_status attn_mha_cache_fill(attn_mha *m, attn_kv_cache *c, const float *key, const float *value,
@@ -675,7 +675,7 @@ attn_status attn_mha_cache_fill(attn_mha *m, attn_kv_cache *c, const float *key,
                           (long long)c->capacity);
     if (!key || !value) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key and value are required", fn);
     nn_arena ws;
-    if ((st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+    if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
                             attn_mha_cache_fill_workspace_size(m, c->batch, nk))))
         return st;
     if ((st = project_into(fn, m, c, key, c->batch, nk, m->kdim, m->wk, m->bk, c->k, 0, workspace, workspace_bytes)) ||
@@ -691,7 +691,7 @@ size_t attn_mha_step_workspace_size(const attn_mha *m, int64_t batch, int64_t n,
     size_t s = nn_add(NN_SLACK, nn_mul(2, nn_fblock(nn_mul(rows, (size_t)m->E))));
     s = nn_add(s, nn_block(nn_mul((size_t)batch, (size_t)length)));
     attn_tensor q = head_view(NULL, batch, m->H, n, m->hd), k = head_view(NULL, batch, m->H, length, m->hd);
-    size_t scr = nn_max(nn_linear_ws(batch * n, m->E, m->E), nn_linear_ws(n, m->E, m->E));
+    size_t scr = nn_max(attn_nn_linear_ws(batch * n, m->E, m->E), attn_nn_linear_ws(n, m->E, m->E));
     scr = nn_max(scr, attn_flash_workspace_size(&q, &k, &k));
     return nn_add(s, scr);
 }
@@ -718,15 +718,15 @@ attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_
         return attn_error(ATTN_ERR_SHAPE, "%s: causal step with %lld rows over %lld positions", fn, (long long)a->n,
                           (long long)L);
     nn_arena ws;
-    if ((st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+    if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
                             attn_mha_step_workspace_size(m, a->batch, a->n, L))))
         return st;
     const int64_t B = a->batch, n = a->n, E = m->E;
     float *Q = nn_takef(&ws, (size_t)(B * n * E)), *O = nn_takef(&ws, (size_t)(B * n * E));
-    uint8_t *km = nn_take(&ws, (size_t)(B * L));
+    uint8_t *km = attn_nn_take(&ws, (size_t)(B * L));
     size_t wsb;
     void *scr = nn_rest(&ws, &wsb);
-    if ((st = nn_linear_fwd(fn, a->query, m->wq, m->bq, Q, B * n, E, E, scr, wsb))) return st;
+    if ((st = attn_nn_linear_fwd(fn, a->query, m->wq, m->bq, Q, B * n, E, E, scr, wsb))) return st;
     if (a->append) {
         if ((st = project_into(fn, m, c, a->query, B, n, E, m->wk, m->bk, c->k, c->length, scr, wsb)) ||
             (st = project_into(fn, m, c, a->query, B, n, E, m->wv, m->bv, c->v, c->length, scr, wsb)))
@@ -736,7 +736,7 @@ attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_
             kr.stride[0] = c->capacity * E;
             if ((st = attn_rope_forward(&m->cfg.rope, &qr, c->length, NULL)) ||
                 (st = attn_rope_forward(&m->cfg.rope, &kr, c->length, NULL)))
-                return nn_wrap_error(st, fn);
+                return attn_nn_wrap_error(st, fn);
         }
         c->length = L;
     }
@@ -751,6 +751,6 @@ attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_
     attn_tensor qv = head_view(Q, B, m->H, n, m->hd), ov = head_view(O, B, m->H, n, m->hd);
     attn_tensor kv = head_view(c->k, B, m->H, L, m->hd), vv = head_view(c->v, B, m->H, L, m->hd);
     kv.stride[0] = vv.stride[0] = c->capacity * E;
-    if ((st = attn_flash_forward(&qv, &kv, &vv, &p, &ov, NULL, scr, wsb))) return nn_wrap_error(st, fn);
-    return nn_linear_fwd(fn, O, m->wo, m->bo, out, B * n, E, E, scr, wsb);
+    if ((st = attn_flash_forward(&qv, &kv, &vv, &p, &ov, NULL, scr, wsb))) return attn_nn_wrap_error(st, fn);
+    return attn_nn_linear_fwd(fn, O, m->wo, m->bo, out, B * n, E, E, scr, wsb);
 }

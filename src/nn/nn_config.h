@@ -7,7 +7,7 @@
 #include "attn/nn.h"
 #include "io/json.h"
 
-/* Key kinds of nn_json_read. */
+/* Key kinds of attn_nn_json_read. */
 typedef enum nn_ktype {
     NN_K_INT,         /* int64_t */
     NN_K_INT_OR_NULL, /* int64_t, null -> 0 */
@@ -28,27 +28,27 @@ typedef struct nn_key {
  * neither a key nor listed in ignore (NULL-terminated, may be NULL) is an error, and so are a
  * wrong type and a missing required key: ATTN_ERR_INVALID_ARGUMENT with a one-line message
  * "WHAT: ..." naming the key. */
-attn_status nn_json_read(const char *what, const attn_json *obj, const nn_key *keys, int nkeys,
+attn_status attn_nn_json_read(const char *what, const attn_json *obj, const nn_key *keys, int nkeys,
                          const char *const *ignore);
 
 /* nn.MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
  * add_zero_attn=False, kdim=None, vdim=None, batch_first=True (only True is accepted)). */
-attn_status nn_json_mha_config(const attn_json *obj, const char *const *ignore, attn_mha_config *cfg);
+attn_status attn_nn_json_mha_config(const attn_json *obj, const char *const *ignore, attn_mha_config *cfg);
 
 /* nn.TransformerEncoderLayer / TransformerDecoderLayer(d_model, nhead, dim_feedforward=2048,
  * dropout=0.1, activation="relu" | "gelu", layer_norm_eps=1e-5, batch_first=True, norm_first=False,
  * bias=True (only True)). what names the object in messages. */
-attn_status nn_json_layer_config(const attn_json *obj, const char *what, const char *const *ignore,
+attn_status attn_nn_json_layer_config(const attn_json *obj, const char *what, const char *const *ignore,
                                  attn_layer_config *cfg);
 /* nn.TransformerEncoder / TransformerDecoder: {"num_layers": N, "norm": true|false, layer_key:
  * {layer arguments}} (layer_key "encoder_layer" or "decoder_layer"); enable_nested_tensor and
  * mask_check are accepted and ignored (they change no result). */
-attn_status nn_json_stack_config(const attn_json *obj, const char *what, const char *layer_key,
+attn_status attn_nn_json_stack_config(const attn_json *obj, const char *what, const char *layer_key,
                                  const char *const *ignore, attn_stack_config *cfg);
 /* nn.Transformer(d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6,
  * dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5, batch_first=True,
  * norm_first=False). */
-attn_status nn_json_transformer_config(const attn_json *obj, const char *const *ignore,
+attn_status attn_nn_json_transformer_config(const attn_json *obj, const char *const *ignore,
                                        attn_transformer_config *cfg);
 
 #endif

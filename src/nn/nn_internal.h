@@ -40,17 +40,17 @@ typedef struct nn_store {
 
 /* Allocate and initialise (seed 0) the n described parameters; ptrs[i] / gptrs[i] (gptrs may be
  * NULL) receive each one's data / grad. */
-attn_status nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int n, float **ptrs,
+attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int n, float **ptrs,
                             float **gptrs);
-void nn_store_free(nn_store *s);
+void attn_nn_store_free(nn_store *s);
 
-attn_params *nn_params_new(void);
-void nn_params_free(attn_params *ps);
+attn_params *attn_nn_params_new(void);
+void attn_nn_params_free(attn_params *ps);
 /* Append every parameter of src under prefix + its name (the data stays src's). */
-attn_status nn_params_append(attn_params *dst, const char *fn, const attn_params *src,
+attn_status attn_nn_params_append(attn_params *dst, const char *fn, const attn_params *src,
                              const char *prefix);
 /* Change the init of every parameter of rank >= 2 to xavier_uniform (nn.Transformer's reset). */
-void nn_params_xavier_matrices(attn_params *ps);
+void attn_nn_params_xavier_matrices(attn_params *ps);
 
 /* ---- workspace carving ----
  * A bump allocator over a caller buffer: every block starts 64-byte aligned. Size queries add
@@ -76,13 +76,13 @@ static inline size_t nn_block(size_t bytes) {
 static inline size_t nn_fblock(size_t floats) { return nn_block(nn_mul(floats, sizeof(float))); }
 
 /* Wrap a caller buffer; ATTN_ERR_WORKSPACE when it is smaller than need (NULL allowed for 0). */
-attn_status nn_arena_init(nn_arena *a, const char *fn, const char *what, void *buf, size_t bytes,
+attn_status attn_nn_arena_init(nn_arena *a, const char *fn, const char *what, void *buf, size_t bytes,
                           size_t need);
-/* A block of bytes; never fails once nn_arena_init accepted `need` covering every block. Returns
+/* A block of bytes; never fails once attn_nn_arena_init accepted `need` covering every block. Returns
  * NULL for 0 bytes. */
-void *nn_take(nn_arena *a, size_t bytes);
+void *attn_nn_take(nn_arena *a, size_t bytes);
 static inline float *nn_takef(nn_arena *a, size_t floats) {
-    return (float *)nn_take(a, floats * sizeof(float));
+    return (float *)attn_nn_take(a, floats * sizeof(float));
 }
 /* The rest of the arena as a raw workspace for a kernel (sgemm, flash). */
 static inline void *nn_rest(const nn_arena *a, size_t *bytes) {
@@ -91,21 +91,21 @@ static inline void *nn_rest(const nn_arena *a, size_t *bytes) {
 }
 
 /* Prefix the current error message with "fn: " (a kernel's message seen from a module). */
-attn_status nn_wrap_error(attn_status st, const char *fn);
+attn_status attn_nn_wrap_error(attn_status st, const char *fn);
 
 /* ---- linear (linear.c) ---- */
-size_t nn_linear_ws(int64_t rows, int64_t in, int64_t out);
-/* y [rows, out] (row stride out) = x W^T + b; ws: raw workspace of >= nn_linear_ws bytes. */
-attn_status nn_linear_fwd(const char *fn, const float *x, const float *w, const float *b, float *y,
+size_t attn_nn_linear_ws(int64_t rows, int64_t in, int64_t out);
+/* y [rows, out] (row stride out) = x W^T + b; ws: raw workspace of >= attn_nn_linear_ws bytes. */
+attn_status attn_nn_linear_fwd(const char *fn, const float *x, const float *w, const float *b, float *y,
                           int64_t rows, int64_t in, int64_t out, void *ws, size_t bytes);
-attn_status nn_linear_bwd(const char *fn, const float *x, const float *w, const float *dy, float *dx,
+attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, const float *dy, float *dx,
                           int acc_dx, float *dw, float *db, int64_t rows, int64_t in, int64_t out,
                           void *ws, size_t bytes);
 
 /* ---- multi-head attention (mha.c) ---- */
 /* attn_mha_backward with accumulation: dq is added to when acc_q, dk / dv when acc_kv (aliases
  * among dq, dk, dv are summed as in the public function). */
-attn_status nn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout, float *dq, float *dk,
+attn_status attn_nn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout, float *dq, float *dk,
                             float *dv, int acc_q, int acc_kv, const void *saved, size_t saved_bytes,
                             void *ws, size_t ws_bytes);
 

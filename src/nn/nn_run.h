@@ -31,38 +31,38 @@
 typedef struct nn_model nn_model;
 
 /* The module names above, NULL-terminated. */
-extern const char *const nn_model_names[];
+extern const char *const attn_nn_model_names[];
 
 /* Create the module (PyTorch's initialisation) from the configuration object. Errors name the
  * module and the offending key (unknown module, unknown key, wrong type, invalid value). */
-attn_status nn_model_create(const attn_json *config, nn_model **out);
-void nn_model_free(nn_model *m);
-const char *nn_model_name(const nn_model *m);
-const attn_params *nn_model_params(nn_model *m);
+attn_status attn_nn_model_create(const attn_json *config, nn_model **out);
+void attn_nn_model_free(nn_model *m);
+const char *attn_nn_model_name(const nn_model *m);
+const attn_params *attn_nn_model_params(nn_model *m);
 
 /* Set a forward option by name (need_weights, average_attn_weights, is_causal, src_is_causal,
  * tgt_is_causal, memory_is_causal); ATTN_ERR_NOT_FOUND when the module has no such option. */
-attn_status nn_model_set_option(nn_model *m, const char *name, int value);
+attn_status attn_nn_model_set_option(nn_model *m, const char *name, int value);
 
 /* Bind the inputs from st, each looked up as prefix + argument name (prefix may be NULL). Missing
  * required inputs, mis-shaped ones and, with strict, tensors under prefix that are no argument of
  * this module are errors naming them. */
-attn_status nn_model_bind(nn_model *m, const attn_safetensors *st, const char *prefix, int strict);
+attn_status attn_nn_model_bind(nn_model *m, const attn_safetensors *st, const char *prefix, int strict);
 
 /* Forward on the bound inputs; keep_for_backward keeps the activations. The training flag with
  * seed / offset turns dropout on. */
-attn_status nn_model_forward(nn_model *m, int keep_for_backward, int training, uint64_t seed,
+attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int training, uint64_t seed,
                              uint64_t offset);
 /* The output [B, N, d] ("output") and, for multihead_attention with need_weights, the weights
  * ("attn_output_weights"); shape receives rank and dims. NULL before a forward. */
-const float *nn_model_output(const nn_model *m, int *rank, int64_t shape[4]);
-const float *nn_model_weights(const nn_model *m, int *rank, int64_t shape[4]);
+const float *attn_nn_model_output(const nn_model *m, int *rank, int64_t shape[4]);
+const float *attn_nn_model_weights(const nn_model *m, int *rank, int64_t shape[4]);
 
 /* Backward of the last forward (kept) for the upstream gradient dout (shape of the output):
  * parameter gradients accumulate; input gradients are then available by argument name ("query",
  * "key", "value", "src", "tgt", "memory"; NULL when the module has no such input, and for key /
  * value when they defaulted to query, whose gradient then includes theirs). */
-attn_status nn_model_backward(nn_model *m, const float *dout);
-const float *nn_model_input_grad(const nn_model *m, const char *name, size_t *numel);
+attn_status attn_nn_model_backward(nn_model *m, const float *dout);
+const float *attn_nn_model_input_grad(const nn_model *m, const char *name, size_t *numel);
 
 #endif

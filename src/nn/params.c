@@ -27,9 +27,9 @@ struct attn_params {
     size_t n, cap;
 };
 
-attn_params *nn_params_new(void) { return calloc(1, sizeof(attn_params)); }
+attn_params *attn_nn_params_new(void) { return calloc(1, sizeof(attn_params)); }
 
-void nn_params_free(attn_params *ps) {
+void attn_nn_params_free(attn_params *ps) {
     if (!ps) return;
     for (size_t i = 0; i < ps->n; i++) free((char *)ps->items[i].name);
     free(ps->items);
@@ -71,7 +71,7 @@ static attn_status params_push(attn_params *ps, const char *fn, const char *pref
     return ATTN_OK;
 }
 
-attn_status nn_params_append(attn_params *dst, const char *fn, const attn_params *src,
+attn_status attn_nn_params_append(attn_params *dst, const char *fn, const attn_params *src,
                              const char *prefix) {
     for (size_t i = 0; i < src->n; i++) {
         const attn_param *p = &src->items[i];
@@ -82,12 +82,12 @@ attn_status nn_params_append(attn_params *dst, const char *fn, const attn_params
     return ATTN_OK;
 }
 
-void nn_params_xavier_matrices(attn_params *ps) {
+void attn_nn_params_xavier_matrices(attn_params *ps) {
     for (size_t i = 0; i < ps->n; i++)
         if (ps->items[i].rank >= 2) ps->info[i].init = NN_INIT_XAVIER_UNIFORM;
 }
 
-attn_status nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int n, float **ptrs,
+attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int n, float **ptrs,
                             float **gptrs) {
     memset(s, 0, sizeof *s);
     size_t total = 0;
@@ -100,9 +100,9 @@ attn_status nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int 
         return attn_error(ATTN_ERR_OVERFLOW, "%s: parameter sizes overflow", fn);
     s->data = calloc(total ? total : 1, sizeof(float));
     s->grad = calloc(total ? total : 1, sizeof(float));
-    s->list = nn_params_new();
+    s->list = attn_nn_params_new();
     if (!s->data || !s->grad || !s->list) {
-        nn_store_free(s);
+        attn_nn_store_free(s);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu parameters", fn, total);
     }
     size_t off = 0;
@@ -111,7 +111,7 @@ attn_status nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int 
         attn_status st = params_push(s->list, fn, NULL, d[i].name, d[i].rank, d[i].shape,
                                      s->data + off, s->grad + off, info);
         if (st) {
-            nn_store_free(s);
+            attn_nn_store_free(s);
             return st;
         }
         ptrs[i] = s->data + off;
@@ -121,10 +121,10 @@ attn_status nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int 
     return attn_params_reset(s->list, 0);
 }
 
-void nn_store_free(nn_store *s) {
+void attn_nn_store_free(nn_store *s) {
     free(s->data);
     free(s->grad);
-    nn_params_free(s->list);
+    attn_nn_params_free(s->list);
     memset(s, 0, sizeof *s);
 }
 
@@ -364,7 +364,7 @@ attn_status attn_params_save_file(const attn_params *ps, const char *path) {
 
 /* ---- arena ---- */
 
-attn_status nn_arena_init(nn_arena *a, const char *fn, const char *what, void *buf, size_t bytes,
+attn_status attn_nn_arena_init(nn_arena *a, const char *fn, const char *what, void *buf, size_t bytes,
                           size_t need) {
     memset(a, 0, sizeof *a);
     if (need == SIZE_MAX)
@@ -381,14 +381,14 @@ attn_status nn_arena_init(nn_arena *a, const char *fn, const char *what, void *b
     return ATTN_OK;
 }
 
-void *nn_take(nn_arena *a, size_t bytes) {
+void *attn_nn_take(nn_arena *a, size_t bytes) {
     if (bytes == 0 || !a->base) return NULL;
     void *p = a->base + a->off;
     a->off += nn_block(bytes);
     return p;
 }
 
-attn_status nn_wrap_error(attn_status st, const char *fn) {
+attn_status attn_nn_wrap_error(attn_status st, const char *fn) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", attn_last_error());
     return attn_error(st, "%s: %s", fn, msg);
@@ -400,14 +400,14 @@ attn_status attn_params_join(const attn_params *const *lists, const char *const 
     ATTN_CHECK_NOT_NULL(fn, out);
     *out = NULL;
     if (n > 0) ATTN_CHECK_NOT_NULL(fn, lists);
-    attn_params *j = nn_params_new();
+    attn_params *j = attn_nn_params_new();
     if (!j) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     for (size_t i = 0; i < n; i++) {
         attn_status st;
         if (!lists[i]) st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: lists[%zu] is NULL", fn, i);
-        else st = nn_params_append(j, fn, lists[i], prefixes && prefixes[i] ? prefixes[i] : "");
+        else st = attn_nn_params_append(j, fn, lists[i], prefixes && prefixes[i] ? prefixes[i] : "");
         if (st) {
-            nn_params_free(j);
+            attn_nn_params_free(j);
             return st;
         }
     }
@@ -416,11 +416,11 @@ attn_status attn_params_join(const attn_params *const *lists, const char *const 
             if (!strcmp(j->items[a].name, j->items[b].name)) {
                 attn_status st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: parameter name '%s' appears twice",
                                             fn, j->items[a].name);
-                nn_params_free(j);
+                attn_nn_params_free(j);
                 return st;
             }
     *out = j;
     return ATTN_OK;
 }
 
-void attn_params_join_free(attn_params *joined) { nn_params_free(joined); }
+void attn_params_join_free(attn_params *joined) { attn_nn_params_free(joined); }

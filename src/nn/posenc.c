@@ -44,7 +44,7 @@ attn_status attn_posenc_add(float *x, const float *table, int64_t table_rows, in
     ATTN_CHECK_NOT_NULL(fn, table);
     for (int64_t b = 0; b < batch; b++) {
         attn_status st = attn_residual_add(x + b * n * d, table + pos0 * d, x + b * n * d, n * d);
-        if (st) return nn_wrap_error(st, fn);
+        if (st) return attn_nn_wrap_error(st, fn);
     }
     return ATTN_OK;
 }
@@ -75,7 +75,7 @@ attn_status attn_embedding_create(int64_t num_embeddings, int64_t embedding_dim,
     e->padding_idx = padding_idx < 0 ? -1 : padding_idx;
     nn_pdesc d = {"weight", 2, {num_embeddings, embedding_dim, 0, 0}, NN_INIT_NORMAL, 1.0, e->padding_idx + 1};
     float *gw;
-    attn_status st = nn_store_create(&e->store, fn, &d, 1, &e->w, &gw);
+    attn_status st = attn_nn_store_create(&e->store, fn, &d, 1, &e->w, &gw);
     if (st) {
         free(e);
         return st;
@@ -87,7 +87,7 @@ attn_status attn_embedding_create(int64_t num_embeddings, int64_t embedding_dim,
 
 void attn_embedding_free(attn_embedding *e) {
     if (!e) return;
-    nn_store_free(&e->store);
+    attn_nn_store_free(&e->store);
     free(e);
 }
 
@@ -133,7 +133,7 @@ attn_status attn_embedding_add_positions(const attn_embedding *e, float *x, int6
                                          int64_t pos0) {
     ATTN_CHECK_NOT_NULL("attn_embedding_add_positions", e);
     attn_status st = attn_posenc_add(x, e->w, e->num, batch, n, e->dim, pos0);
-    return st ? nn_wrap_error(st, "attn_embedding_add_positions") : ATTN_OK;
+    return st ? attn_nn_wrap_error(st, "attn_embedding_add_positions") : ATTN_OK;
 }
 
 attn_status attn_embedding_positions_backward(attn_embedding *e, const float *dy, int64_t batch,
@@ -193,7 +193,7 @@ static attn_status rope_apply(const char *fn, const attn_rope_config *c, attn_te
                           (long long)c->head_dim, x->rank, x->rank >= 1 ? (long long)x->shape[x->rank - 1] : 0LL);
     size_t numel;
     attn_status st = attn_tensor_numel(x, &numel);
-    if (st) return nn_wrap_error(st, fn);
+    if (st) return attn_nn_wrap_error(st, fn);
     if (numel == 0) return ATTN_OK;
     ATTN_CHECK_NOT_NULL(fn, x->data);
     if (!positions && pos0 < 0)

@@ -13,7 +13,7 @@ enum { IN_A, IN_B, IN_C, NIN };       /* float inputs */
 enum { SET_S, SET_T, SET_M, NSET };   /* mask sets: self / src, tgt, memory */
 enum { OPT_NEED_WEIGHTS = 10, OPT_AVERAGE = 11 }; /* other options: the causal flag of a set */
 
-const char *const nn_model_names[] = {"multihead_attention", "transformer_encoder_layer",
+const char *const attn_nn_model_names[] = {"multihead_attention", "transformer_encoder_layer",
                                       "transformer_decoder_layer", "transformer_encoder",
                                       "transformer_decoder", "transformer", NULL};
 
@@ -108,7 +108,7 @@ static void clear_inputs(nn_model *m) {
     m->kept = 0;
 }
 
-void nn_model_free(nn_model *m) {
+void attn_nn_model_free(nn_model *m) {
     if (!m) return;
     clear_inputs(m);
     attn_mha_free(m->mha);
@@ -124,9 +124,9 @@ void nn_model_free(nn_model *m) {
     free(m);
 }
 
-const char *nn_model_name(const nn_model *m) { return m ? nn_model_names[m->kind] : NULL; }
+const char *attn_nn_model_name(const nn_model *m) { return m ? attn_nn_model_names[m->kind] : NULL; }
 
-const attn_params *nn_model_params(nn_model *m) {
+const attn_params *attn_nn_model_params(nn_model *m) {
     if (!m) return NULL;
     switch (m->kind) {
     case K_MHA: return attn_mha_params(m->mha);
@@ -138,9 +138,9 @@ const attn_params *nn_model_params(nn_model *m) {
     }
 }
 
-attn_status nn_model_set_option(nn_model *m, const char *name, int value) {
-    ATTN_CHECK_NOT_NULL("nn_model_set_option", m);
-    ATTN_CHECK_NOT_NULL("nn_model_set_option", name);
+attn_status attn_nn_model_set_option(nn_model *m, const char *name, int value) {
+    ATTN_CHECK_NOT_NULL("attn_nn_model_set_option", m);
+    ATTN_CHECK_NOT_NULL("attn_nn_model_set_option", name);
     for (int i = 0; i < MAXO && OPTS[m->kind][i].name; i++) {
         if (strcmp(OPTS[m->kind][i].name, name)) continue;
         const int w = OPTS[m->kind][i].which;
@@ -149,10 +149,10 @@ attn_status nn_model_set_option(nn_model *m, const char *name, int value) {
         else m->causal[w] = value;
         return ATTN_OK;
     }
-    return attn_error(ATTN_ERR_NOT_FOUND, "%s: no option '%s'", nn_model_names[m->kind], name);
+    return attn_error(ATTN_ERR_NOT_FOUND, "%s: no option '%s'", attn_nn_model_names[m->kind], name);
 }
 
-attn_status nn_model_create(const attn_json *config, nn_model **out) {
+attn_status attn_nn_model_create(const attn_json *config, nn_model **out) {
     static const char fn[] = "config";
     ATTN_CHECK_NOT_NULL(fn, out);
     *out = NULL;
@@ -161,8 +161,8 @@ attn_status nn_model_create(const attn_json *config, nn_model **out) {
     const char *name = attn_json_as_string(attn_json_get(config, "module"), NULL);
     if (!name) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: missing key 'module' (a string)", fn);
     int kind = 0;
-    while (nn_model_names[kind] && strcmp(nn_model_names[kind], name)) kind++;
-    if (!nn_model_names[kind])
+    while (attn_nn_model_names[kind] && strcmp(attn_nn_model_names[kind], name)) kind++;
+    if (!attn_nn_model_names[kind])
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                           "%s: unknown module '%s' (known: multihead_attention, transformer_encoder_layer, "
                           "transformer_decoder_layer, transformer_encoder, transformer_decoder, transformer)",
@@ -177,7 +177,7 @@ attn_status nn_model_create(const attn_json *config, nn_model **out) {
     switch (kind) {
     case K_MHA: {
         attn_mha_config c;
-        if (!(st = nn_json_mha_config(config, ignore, &c))) st = attn_mha_create(&c, &m->mha);
+        if (!(st = attn_nn_json_mha_config(config, ignore, &c))) st = attn_mha_create(&c, &m->mha);
         if (!st) {
             const attn_mha_config *cc = attn_mha_get_config(m->mha);
             m->d = cc->embed_dim;
@@ -191,7 +191,7 @@ attn_status nn_model_create(const attn_json *config, nn_model **out) {
     case K_ENC_LAYER:
     case K_DEC_LAYER: {
         attn_layer_config c;
-        st = nn_json_layer_config(config, name, ignore, &c);
+        st = attn_nn_json_layer_config(config, name, ignore, &c);
         if (!st) st = kind == K_ENC_LAYER ? attn_encoder_layer_create(&c, &m->el) : attn_decoder_layer_create(&c, &m->dl);
         m->d = c.d_model;
         m->heads = c.nhead;
@@ -200,7 +200,7 @@ attn_status nn_model_create(const attn_json *config, nn_model **out) {
     case K_ENC:
     case K_DEC: {
         attn_stack_config c;
-        st = nn_json_stack_config(config, name, kind == K_ENC ? "encoder_layer" : "decoder_layer", ignore, &c);
+        st = attn_nn_json_stack_config(config, name, kind == K_ENC ? "encoder_layer" : "decoder_layer", ignore, &c);
         if (!st) st = kind == K_ENC ? attn_encoder_create(&c, &m->enc) : attn_decoder_create(&c, &m->dec);
         m->d = c.layer.d_model;
         m->heads = c.layer.nhead;
@@ -208,7 +208,7 @@ attn_status nn_model_create(const attn_json *config, nn_model **out) {
     }
     default: {
         attn_transformer_config c;
-        st = nn_json_transformer_config(config, ignore, &c);
+        st = attn_nn_json_transformer_config(config, ignore, &c);
         if (!st) st = attn_transformer_create(&c, &m->tr);
         m->d = c.layer.d_model;
         m->heads = c.layer.nhead;
@@ -222,10 +222,10 @@ attn_status nn_model_create(const attn_json *config, nn_model **out) {
         if (!attn_json_as_bool(v, &b))
             st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' must be true or false", name, OPTS[kind][i].name);
         else
-            st = nn_model_set_option(m, OPTS[kind][i].name, b);
+            st = attn_nn_model_set_option(m, OPTS[kind][i].name, b);
     }
     if (st) {
-        nn_model_free(m);
+        attn_nn_model_free(m);
         return st;
     }
     *out = m;
@@ -266,9 +266,9 @@ static attn_status shape_error(const char *what, const attn_safetensors_tensor *
                       attn_shape_str(t->shape, t->rank, s, sizeof s), want);
 }
 
-attn_status nn_model_bind(nn_model *m, const attn_safetensors *st, const char *prefix, int strict) {
-    ATTN_CHECK_NOT_NULL("nn_model_bind", m);
-    ATTN_CHECK_NOT_NULL("nn_model_bind", st);
+attn_status attn_nn_model_bind(nn_model *m, const attn_safetensors *st, const char *prefix, int strict) {
+    ATTN_CHECK_NOT_NULL("attn_nn_model_bind", m);
+    ATTN_CHECK_NOT_NULL("attn_nn_model_bind", st);
     if (!prefix) prefix = "";
     clear_inputs(m);
     const size_t lp = strlen(prefix);
@@ -280,7 +280,7 @@ attn_status nn_model_bind(nn_model *m, const attn_safetensors *st, const char *p
         snprintf(name, sizeof name, "%s%s", prefix, args[i].name);
         found[i] = attn_safetensors_find(st, name);
         if (!found[i] && args[i].required)
-            return attn_error(ATTN_ERR_NOT_FOUND, "%s: missing input '%s'", nn_model_names[m->kind], args[i].name);
+            return attn_error(ATTN_ERR_NOT_FOUND, "%s: missing input '%s'", attn_nn_model_names[m->kind], args[i].name);
     }
     if (strict) {
         for (size_t t = 0; t < attn_safetensors_count(st); t++) {
@@ -293,7 +293,7 @@ attn_status nn_model_bind(nn_model *m, const attn_safetensors *st, const char *p
                 for (int i = 0; i < MAXA && args[i].name; i++)
                     o += (size_t)snprintf(want + o, o < sizeof want ? sizeof want - o : 0, "%s%s", i ? ", " : "",
                                           args[i].name);
-                return attn_error(ATTN_ERR_NOT_FOUND, "%s: unknown input '%s' (inputs: %s)", nn_model_names[m->kind],
+                return attn_error(ATTN_ERR_NOT_FOUND, "%s: unknown input '%s' (inputs: %s)", attn_nn_model_names[m->kind],
                                   tn + lp, want);
             }
         }
@@ -455,9 +455,9 @@ static attn_status grow(void **p, size_t *have, size_t need) {
     return ATTN_OK;
 }
 
-attn_status nn_model_forward(nn_model *m, int keep_for_backward, int training, uint64_t seed, uint64_t offset) {
-    ATTN_CHECK_NOT_NULL("nn_model_forward", m);
-    if (!m->bound) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "nn_model_forward: no inputs bound");
+attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int training, uint64_t seed, uint64_t offset) {
+    ATTN_CHECK_NOT_NULL("attn_nn_model_forward", m);
+    if (!m->bound) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_nn_model_forward: no inputs bound");
     build_args(m, training, seed, offset);
     size_t sb = 0, wb = 0;
     switch (m->kind) {
@@ -469,7 +469,7 @@ attn_status nn_model_forward(nn_model *m, int keep_for_backward, int training, u
     default: sb = attn_transformer_saved_size(m->tr, &m->ta), wb = attn_transformer_workspace_size(m->tr, &m->ta);
     }
     if (sb == SIZE_MAX || wb == SIZE_MAX)
-        return attn_error(ATTN_ERR_OVERFLOW, "%s: buffer sizes overflow for these inputs", nn_model_names[m->kind]);
+        return attn_error(ATTN_ERR_OVERFLOW, "%s: buffer sizes overflow for these inputs", attn_nn_model_names[m->kind]);
     attn_status st;
     size_t cap = 0;
     const int64_t B = m->in_shape[IN_A][0], N = m->kind == K_TR ? m->in_shape[IN_B][1] : m->in_shape[IN_A][1];
@@ -509,31 +509,31 @@ attn_status nn_model_forward(nn_model *m, int keep_for_backward, int training, u
     return st;
 }
 
-const float *nn_model_output(const nn_model *m, int *rank, int64_t shape[4]) {
+const float *attn_nn_model_output(const nn_model *m, int *rank, int64_t shape[4]) {
     if (!m || !m->out) return NULL;
     if (rank) *rank = 3;
     if (shape) memcpy(shape, m->out_shape, sizeof m->out_shape);
     return m->out;
 }
 
-const float *nn_model_weights(const nn_model *m, int *rank, int64_t shape[4]) {
+const float *attn_nn_model_weights(const nn_model *m, int *rank, int64_t shape[4]) {
     if (!m || !m->w) return NULL;
     if (rank) *rank = m->w_rank;
     if (shape) memcpy(shape, m->w_shape, sizeof m->w_shape);
     return m->w;
 }
 
-attn_status nn_model_backward(nn_model *m, const float *dout) {
-    ATTN_CHECK_NOT_NULL("nn_model_backward", m);
-    ATTN_CHECK_NOT_NULL("nn_model_backward", dout);
-    if (!m->kept) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "nn_model_backward: no forward kept for a backward");
+attn_status attn_nn_model_backward(nn_model *m, const float *dout) {
+    ATTN_CHECK_NOT_NULL("attn_nn_model_backward", m);
+    ATTN_CHECK_NOT_NULL("attn_nn_model_backward", dout);
+    if (!m->kept) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_nn_model_backward: no forward kept for a backward");
     for (int i = 0; i < NIN; i++) {
         free(m->grad[i]);
         m->grad[i] = NULL;
         const int64_t *s = m->in_shape[i];
         if (!m->in[i]) continue;
         m->grad[i] = malloc(sizeof(float) * (size_t)(s[0] * s[1] * s[2]));
-        if (!m->grad[i]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "nn_model_backward: out of memory");
+        if (!m->grad[i]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_nn_model_backward: out of memory");
     }
     float **g = m->grad;
     switch (m->kind) {
@@ -555,7 +555,7 @@ attn_status nn_model_backward(nn_model *m, const float *dout) {
     }
 }
 
-const float *nn_model_input_grad(const nn_model *m, const char *name, size_t *numel) {
+const float *attn_nn_model_input_grad(const nn_model *m, const char *name, size_t *numel) {
     if (!m || !name) return NULL;
     for (int i = 0; i < NIN; i++) {
         const char *n = GRAD_NAMES[m->kind][i];

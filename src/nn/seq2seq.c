@@ -44,8 +44,8 @@ void attn_seq2seq_free(attn_seq2seq *m) {
     attn_embedding_free(m->src_emb);
     attn_embedding_free(m->tgt_emb);
     attn_transformer_free(m->tr);
-    nn_store_free(&m->proj);
-    nn_params_free(m->list);
+    attn_nn_store_free(&m->proj);
+    attn_nn_params_free(m->list);
     free(m->pe);
     free(m);
 }
@@ -73,23 +73,23 @@ attn_status attn_seq2seq_create(const attn_seq2seq_config *cfg, attn_seq2seq **o
     const nn_pdesc pd[2] = {{"weight", 2, {cfg->tgt_vocab, d}, NN_INIT_UNIFORM, bound, 0},
                             {"bias", 1, {cfg->tgt_vocab}, NN_INIT_UNIFORM, bound, 0}};
     float *ptrs[2], *gptrs[2];
-    if ((st = nn_store_create(&m->proj, fn, pd, 2, ptrs, gptrs))) goto fail;
+    if ((st = attn_nn_store_create(&m->proj, fn, pd, 2, ptrs, gptrs))) goto fail;
     m->w = ptrs[0];
     m->b = ptrs[1];
     m->gw = gptrs[0];
     m->gb = gptrs[1];
     if ((st = attn_params_reset(m->proj.list, 0x5e9u))) goto fail;
     m->pe = malloc(sizeof(float) * (size_t)cfg->max_len * (size_t)d);
-    m->list = nn_params_new();
+    m->list = attn_nn_params_new();
     if (!m->pe || !m->list) {
         st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         goto fail;
     }
     if ((st = attn_sinusoidal_table(m->pe, cfg->max_len, d)) ||
-        (st = nn_params_append(m->list, fn, attn_embedding_params(m->src_emb), "src_embedding.")) ||
-        (st = nn_params_append(m->list, fn, attn_embedding_params(m->tgt_emb), "tgt_embedding.")) ||
-        (st = nn_params_append(m->list, fn, attn_transformer_params(m->tr), "transformer.")) ||
-        (st = nn_params_append(m->list, fn, m->proj.list, "output_projection.")))
+        (st = attn_nn_params_append(m->list, fn, attn_embedding_params(m->src_emb), "src_embedding.")) ||
+        (st = attn_nn_params_append(m->list, fn, attn_embedding_params(m->tgt_emb), "tgt_embedding.")) ||
+        (st = attn_nn_params_append(m->list, fn, attn_transformer_params(m->tr), "transformer.")) ||
+        (st = attn_nn_params_append(m->list, fn, m->proj.list, "output_projection.")))
         goto fail;
     *out = m;
     return ATTN_OK;
@@ -155,7 +155,7 @@ size_t attn_seq2seq_workspace_size(const attn_seq2seq *m, const attn_seq2seq_arg
     size_t n = nn_fblock(nn_mul(nn_mul(B, (size_t)a->n_src), d));
     n = nn_add(n, nn_mul(2, nn_fblock(nn_mul(nn_mul(B, (size_t)a->n_tgt), d))));
     const size_t inner = nn_max(attn_transformer_workspace_size(m->tr, &t),
-                                nn_linear_ws(a->batch * a->n_tgt, (int64_t)d, m->cfg.tgt_vocab));
+                                attn_nn_linear_ws(a->batch * a->n_tgt, (int64_t)d, m->cfg.tgt_vocab));
     return nn_add(nn_add(n, inner), NN_SLACK);
 }
 
@@ -188,9 +188,9 @@ attn_status attn_seq2seq_forward(attn_seq2seq *m, const attn_seq2seq_args *a, fl
     ATTN_CHECK_NOT_NULL(fn, logits);
     const int64_t d = m->cfg.transformer.layer.d_model, B = a->batch;
     nn_arena ws, sv;
-    if ((st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_seq2seq_workspace_size(m, a))))
+    if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_seq2seq_workspace_size(m, a))))
         return st;
-    if (saved && (st = nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_seq2seq_saved_size(m, a))))
+    if (saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_seq2seq_saved_size(m, a))))
         return st;
     nn_arena *keep = saved ? &sv : &ws; /* inference keeps the activations in the workspace */
     float *xs = nn_takef(keep, (size_t)(B * a->n_src * d)), *xt = nn_takef(keep, (size_t)(B * a->n_tgt * d)),
@@ -200,12 +200,12 @@ attn_status attn_seq2seq_forward(attn_seq2seq *m, const attn_seq2seq_args *a, fl
                     pe_offset(m, a, 0))) ||
         (st = embed(m->tgt_emb, m->pe, m->cfg.max_len, d, p, a->tgt, B, a->n_tgt, xt, a->training, a->seed,
                     pe_offset(m, a, 1))))
-        return nn_wrap_error(st, fn);
+        return attn_nn_wrap_error(st, fn);
     attn_transformer_args t = transformer_args(a, xs, xt);
     size_t rest_bytes, tsaved_bytes = 0;
     void *rest = nn_rest(&ws, &rest_bytes), *tsaved = saved ? nn_rest(&sv, &tsaved_bytes) : NULL;
-    if ((st = attn_transformer_forward(m->tr, &t, y, tsaved, tsaved_bytes, rest, rest_bytes))) return nn_wrap_error(st, fn);
-    if ((st = nn_linear_fwd(fn, y, m->w, m->b, logits, B * a->n_tgt, d, m->cfg.tgt_vocab, rest, rest_bytes)))
+    if ((st = attn_transformer_forward(m->tr, &t, y, tsaved, tsaved_bytes, rest, rest_bytes))) return attn_nn_wrap_error(st, fn);
+    if ((st = attn_nn_linear_fwd(fn, y, m->w, m->b, logits, B * a->n_tgt, d, m->cfg.tgt_vocab, rest, rest_bytes)))
         return st;
     return ATTN_OK;
 }
@@ -220,8 +220,8 @@ attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, c
     ATTN_CHECK_NOT_NULL(fn, saved);
     const int64_t d = m->cfg.transformer.layer.d_model, B = a->batch;
     nn_arena ws, sv;
-    if ((st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_seq2seq_workspace_size(m, a))) ||
-        (st = nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_seq2seq_saved_size(m, a))))
+    if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_seq2seq_workspace_size(m, a))) ||
+        (st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_seq2seq_saved_size(m, a))))
         return st;
     const float *xs = nn_takef(&sv, (size_t)(B * a->n_src * d)), *xt = nn_takef(&sv, (size_t)(B * a->n_tgt * d)),
                 *y = nn_takef(&sv, (size_t)(B * a->n_tgt * d));
@@ -230,16 +230,16 @@ attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, c
     size_t rest_bytes, tsaved_bytes;
     void *rest = nn_rest(&ws, &rest_bytes);
     const void *tsaved = nn_rest(&sv, &tsaved_bytes);
-    if ((st = nn_linear_bwd(fn, y, m->w, dlogits, dy, 0, m->gw, m->gb, B * a->n_tgt, d, m->cfg.tgt_vocab, rest,
+    if ((st = attn_nn_linear_bwd(fn, y, m->w, dlogits, dy, 0, m->gw, m->gb, B * a->n_tgt, d, m->cfg.tgt_vocab, rest,
                             rest_bytes)))
         return st;
     attn_transformer_args t = transformer_args(a, xs, xt);
     if ((st = attn_transformer_backward(m->tr, &t, dy, dxs, dxt, tsaved, tsaved_bytes, rest, rest_bytes)))
-        return nn_wrap_error(st, fn);
+        return attn_nn_wrap_error(st, fn);
     const float p = m->cfg.transformer.layer.dropout;
     if ((st = embed_backward(m->src_emb, d, p, a->src, B, a->n_src, dxs, a->training, a->seed, pe_offset(m, a, 0))) ||
         (st = embed_backward(m->tgt_emb, d, p, a->tgt, B, a->n_tgt, dxt, a->training, a->seed, pe_offset(m, a, 1))))
-        return nn_wrap_error(st, fn);
+        return attn_nn_wrap_error(st, fn);
     return ATTN_OK;
 }
 
@@ -267,7 +267,7 @@ void attn_token_encoder_free(attn_token_encoder *m) {
     if (!m) return;
     attn_embedding_free(m->emb);
     attn_encoder_free(m->enc);
-    nn_params_free(m->list);
+    attn_nn_params_free(m->list);
     free(m->pe);
     free(m);
 }
@@ -288,14 +288,14 @@ attn_status attn_token_encoder_create(const attn_token_encoder_config *cfg, attn
     if ((st = attn_embedding_create(cfg->vocab, d, -1, &m->emb)) || (st = attn_encoder_create(&cfg->stack, &m->enc)))
         goto fail;
     m->pe = malloc(sizeof(float) * (size_t)cfg->max_len * (size_t)d);
-    m->list = nn_params_new();
+    m->list = attn_nn_params_new();
     if (!m->pe || !m->list) {
         st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         goto fail;
     }
     if ((st = attn_sinusoidal_table(m->pe, cfg->max_len, d)) ||
-        (st = nn_params_append(m->list, fn, attn_embedding_params(m->emb), "embedding.")) ||
-        (st = nn_params_append(m->list, fn, attn_encoder_params(m->enc), "")))
+        (st = attn_nn_params_append(m->list, fn, attn_embedding_params(m->emb), "embedding.")) ||
+        (st = attn_nn_params_append(m->list, fn, attn_encoder_params(m->enc), "")))
         goto fail;
     *out = m;
     return ATTN_OK;
@@ -356,18 +356,18 @@ attn_status attn_token_encoder_forward(attn_token_encoder *m, const attn_token_e
     ATTN_CHECK_NOT_NULL(fn, out);
     const int64_t d = m->cfg.stack.layer.d_model;
     nn_arena ws, sv;
-    if ((st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_token_encoder_workspace_size(m, a))))
+    if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_token_encoder_workspace_size(m, a))))
         return st;
-    if (saved && (st = nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_token_encoder_saved_size(m, a))))
+    if (saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_token_encoder_saved_size(m, a))))
         return st;
     float *x = nn_takef(saved ? &sv : &ws, (size_t)(a->batch * a->n * d));
     if ((st = embed(m->emb, m->pe, m->cfg.max_len, d, m->cfg.stack.layer.dropout, a->tokens, a->batch, a->n, x,
                     a->training, a->seed, enc_pe_offset(m, a))))
-        return nn_wrap_error(st, fn);
+        return attn_nn_wrap_error(st, fn);
     attn_layer_args l = enc_args(a, x);
     size_t rest_bytes, ssaved_bytes = 0;
     void *rest = nn_rest(&ws, &rest_bytes), *ssaved = saved ? nn_rest(&sv, &ssaved_bytes) : NULL;
-    if ((st = attn_encoder_forward(m->enc, &l, out, ssaved, ssaved_bytes, rest, rest_bytes))) return nn_wrap_error(st, fn);
+    if ((st = attn_encoder_forward(m->enc, &l, out, ssaved, ssaved_bytes, rest, rest_bytes))) return attn_nn_wrap_error(st, fn);
     return ATTN_OK;
 }
 
@@ -381,8 +381,8 @@ attn_status attn_token_encoder_backward(attn_token_encoder *m, const attn_token_
     ATTN_CHECK_NOT_NULL(fn, saved);
     const int64_t d = m->cfg.stack.layer.d_model;
     nn_arena ws, sv;
-    if ((st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_token_encoder_workspace_size(m, a))) ||
-        (st = nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_token_encoder_saved_size(m, a))))
+    if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_token_encoder_workspace_size(m, a))) ||
+        (st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_token_encoder_saved_size(m, a))))
         return st;
     const float *x = nn_takef(&sv, (size_t)(a->batch * a->n * d));
     float *dx = nn_takef(&ws, (size_t)(a->batch * a->n * d));
@@ -393,6 +393,6 @@ attn_status attn_token_encoder_backward(attn_token_encoder *m, const attn_token_
     if ((st = attn_encoder_backward(m->enc, &l, dout, dx, ssaved, ssaved_bytes, rest, rest_bytes)) ||
         (st = embed_backward(m->emb, d, m->cfg.stack.layer.dropout, a->tokens, a->batch, a->n, dx, a->training,
                              a->seed, enc_pe_offset(m, a))))
-        return nn_wrap_error(st, fn);
+        return attn_nn_wrap_error(st, fn);
     return ATTN_OK;
 }

@@ -24,15 +24,15 @@ attn_stack_config attn_stack_config_default(int64_t d_model, int64_t nhead, int6
     return c;
 }
 
-void nn_stack_destroy(nn_stack *S) {
-    for (int64_t l = 0; S->layers && l < S->cfg.num_layers; l++) nn_layer_destroy(&S->layers[l]);
+void attn_nn_stack_destroy(nn_stack *S) {
+    for (int64_t l = 0; S->layers && l < S->cfg.num_layers; l++) attn_nn_layer_destroy(&S->layers[l]);
     free(S->layers);
-    nn_store_free(&S->norm);
-    nn_params_free(S->list);
+    attn_nn_store_free(&S->norm);
+    attn_nn_params_free(S->list);
     memset(S, 0, sizeof *S);
 }
 
-attn_status nn_stack_init(nn_stack *S, const char *fn, const attn_stack_config *cfg, int decoder,
+attn_status attn_nn_stack_init(nn_stack *S, const char *fn, const attn_stack_config *cfg, int decoder,
                           const attn_rope_config *rope) {
     memset(S, 0, sizeof *S);
     ATTN_CHECK_NOT_NULL(fn, cfg);
@@ -41,22 +41,22 @@ attn_status nn_stack_init(nn_stack *S, const char *fn, const attn_stack_config *
                           (long long)cfg->num_layers);
     if (cfg->norm && (!(cfg->norm_eps > 0) || cfg->norm_eps != cfg->norm_eps))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: norm_eps must be > 0 (got %g)", fn, (double)cfg->norm_eps);
-    attn_status st = nn_layer_check_config(fn, &cfg->layer);
+    attn_status st = attn_nn_layer_check_config(fn, &cfg->layer);
     if (st) return st;
     S->cfg = *cfg;
     S->decoder = decoder;
     S->layers = calloc((size_t)cfg->num_layers, sizeof *S->layers);
-    S->list = nn_params_new();
+    S->list = attn_nn_params_new();
     if (!S->layers || !S->list) {
-        nn_stack_destroy(S);
+        attn_nn_stack_destroy(S);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     for (int64_t l = 0; l < cfg->num_layers; l++) {
         char prefix[48];
         snprintf(prefix, sizeof prefix, "layers.%lld.", (long long)l);
-        if ((st = nn_layer_init(&S->layers[l], fn, &cfg->layer, decoder, rope)) ||
-            (st = nn_params_append(S->list, fn, S->layers[l].list, prefix))) {
-            nn_stack_destroy(S);
+        if ((st = attn_nn_layer_init(&S->layers[l], fn, &cfg->layer, decoder, rope)) ||
+            (st = attn_nn_params_append(S->list, fn, S->layers[l].list, prefix))) {
+            attn_nn_stack_destroy(S);
             return st;
         }
     }
@@ -65,9 +65,9 @@ attn_status nn_stack_init(nn_stack *S, const char *fn, const attn_stack_config *
         nn_pdesc desc[2] = {{"norm.weight", 1, {d, 0, 0, 0}, NN_INIT_ONES, 0, 0},
                             {"norm.bias", 1, {d, 0, 0, 0}, NN_INIT_ZEROS, 0, 0}};
         float *p[2], *g[2];
-        if ((st = nn_store_create(&S->norm, fn, desc, 2, p, g)) ||
-            (st = nn_params_append(S->list, fn, S->norm.list, NULL))) {
-            nn_stack_destroy(S);
+        if ((st = attn_nn_store_create(&S->norm, fn, desc, 2, p, g)) ||
+            (st = attn_nn_params_append(S->list, fn, S->norm.list, NULL))) {
+            attn_nn_stack_destroy(S);
             return st;
         }
         S->nw = p[0], S->nb = p[1], S->gnw = g[0], S->gnb = g[1];
@@ -80,16 +80,16 @@ static size_t rows_d(const nn_stack *S, const attn_layer_args *a) {
 }
 
 /* saved: per layer its saved block and its output x_{l+1}; the final norm's mean and rstd. */
-size_t nn_stack_saved(const nn_stack *S, const attn_layer_args *a) {
-    const size_t per = nn_add(nn_block(nn_layer_saved_bytes(&S->layers[0], a)), nn_fblock(rows_d(S, a)));
+size_t attn_nn_stack_saved(const nn_stack *S, const attn_layer_args *a) {
+    const size_t per = nn_add(nn_block(attn_nn_layer_saved_bytes(&S->layers[0], a)), nn_fblock(rows_d(S, a)));
     return nn_add(nn_add(NN_SLACK, nn_mul((size_t)S->cfg.num_layers, per)),
                   nn_mul(2, nn_fblock(nn_mul((size_t)a->batch, (size_t)a->n))));
 }
 
-size_t nn_stack_ws(const nn_stack *S, const attn_layer_args *a) {
+size_t attn_nn_stack_ws(const nn_stack *S, const attn_layer_args *a) {
     return nn_add(nn_add(NN_SLACK, nn_mul(2, nn_fblock(rows_d(S, a)))),
                   nn_add(nn_mul(2, nn_fblock(nn_mul((size_t)a->batch, (size_t)a->n))),
-                         nn_layer_ws_bytes(&S->layers[0], a)));
+                         attn_nn_layer_ws_bytes(&S->layers[0], a)));
 }
 
 static attn_layer_args layer_args(const attn_layer_args *a, const float *x, int64_t index) {
@@ -100,25 +100,25 @@ static attn_layer_args layer_args(const attn_layer_args *a, const float *x, int6
 }
 
 /* base: index of the first layer in the model (its dropout streams follow from it). */
-attn_status nn_stack_fwd(const char *fn, nn_stack *S, const attn_layer_args *a, int64_t base, float *out,
+attn_status attn_nn_stack_fwd(const char *fn, nn_stack *S, const attn_layer_args *a, int64_t base, float *out,
                              void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     nn_arena sv, ws;
     attn_status st;
-    if ((st = nn_layer_check_args(fn, &S->layers[0], a))) return st;
-    if ((saved && (st = nn_arena_init(&sv, fn, "saved", saved, saved_bytes, nn_stack_saved(S, a)))) ||
-        (st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, nn_stack_ws(S, a))))
+    if ((st = attn_nn_layer_check_args(fn, &S->layers[0], a))) return st;
+    if ((saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_nn_stack_saved(S, a)))) ||
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_nn_stack_ws(S, a))))
         return st;
-    const size_t R = (size_t)(a->batch * a->n), n = rows_d(S, a), lsb = nn_layer_saved_bytes(&S->layers[0], a);
+    const size_t R = (size_t)(a->batch * a->n), n = rows_d(S, a), lsb = attn_nn_layer_saved_bytes(&S->layers[0], a);
     float *pp[2] = {nn_takef(&ws, n), nn_takef(&ws, n)};
     float *mean = nn_takef(saved ? &sv : &ws, R), *rstd = nn_takef(saved ? &sv : &ws, R);
     size_t lwb;
     void *lws = nn_rest(&ws, &lwb);
     const float *x = a->x;
     for (int64_t l = 0; l < S->cfg.num_layers; l++) {
-        void *ls = saved ? nn_take(&sv, lsb) : NULL;
+        void *ls = saved ? attn_nn_take(&sv, lsb) : NULL;
         float *y = saved ? nn_takef(&sv, n) : pp[l & 1];
         attn_layer_args la = layer_args(a, x, base + l);
-        if ((st = nn_layer_fwd(fn, &S->layers[l], &la, y, ls, lsb, lws, lwb))) return st;
+        if ((st = attn_nn_layer_fwd(fn, &S->layers[l], &la, y, ls, lsb, lws, lwb))) return st;
         x = y;
     }
     if (!S->cfg.norm) {
@@ -126,20 +126,20 @@ attn_status nn_stack_fwd(const char *fn, nn_stack *S, const attn_layer_args *a, 
         return ATTN_OK;
     }
     st = attn_layernorm_forward(x, S->nw, S->nb, out, mean, rstd, (int64_t)R, S->cfg.layer.d_model, S->cfg.norm_eps);
-    return st ? nn_wrap_error(st, fn) : ATTN_OK;
+    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
-attn_status nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args *a, int64_t base, const float *dout,
+attn_status attn_nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args *a, int64_t base, const float *dout,
                              float *dx, float *dmem, const void *saved, size_t saved_bytes, void *workspace,
                              size_t workspace_bytes) {
     nn_arena sv, ws;
     attn_status st;
-    if ((st = nn_layer_check_args(fn, &S->layers[0], a))) return st;
-    if ((st = nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, nn_stack_saved(S, a))) ||
-        (st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, nn_stack_ws(S, a))))
+    if ((st = attn_nn_layer_check_args(fn, &S->layers[0], a))) return st;
+    if ((st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_nn_stack_saved(S, a))) ||
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_nn_stack_ws(S, a))))
         return st;
     const int64_t L = S->cfg.num_layers;
-    const size_t R = (size_t)(a->batch * a->n), n = rows_d(S, a), lsb = nn_layer_saved_bytes(&S->layers[0], a);
+    const size_t R = (size_t)(a->batch * a->n), n = rows_d(S, a), lsb = attn_nn_layer_saved_bytes(&S->layers[0], a);
     float *pp[2] = {nn_takef(&ws, n), nn_takef(&ws, n)};
     const float *mean = nn_takef(&sv, R), *rstd = nn_takef(&sv, R);
     nn_takef(&ws, R);
@@ -154,7 +154,7 @@ attn_status nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args *a, 
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld layer pointers", fn, (long long)L);
     }
     for (int64_t l = 0; l < L; l++) {
-        ls[l] = nn_take(&sv, lsb);
+        ls[l] = attn_nn_take(&sv, lsb);
         xs[l] = nn_takef(&sv, n);
     }
     const float *g = dout;
@@ -162,14 +162,14 @@ attn_status nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args *a, 
     if (S->cfg.norm) {
         st = attn_layernorm_backward(xs[L - 1], S->nw, mean, rstd, dout, pp[0], S->gnw, S->gnb, (int64_t)R,
                                      S->cfg.layer.d_model);
-        if (st) st = nn_wrap_error(st, fn);
+        if (st) st = attn_nn_wrap_error(st, fn);
         g = pp[0];
         cur = 1;
     }
     for (int64_t l = L - 1; l >= 0 && !st; l--) {
         float *next = l == 0 && dx ? dx : pp[cur];
         attn_layer_args la = layer_args(a, l ? xs[l - 1] : a->x, base + l);
-        st = nn_layer_bwd(fn, &S->layers[l], &la, g, next, dmem, l != L - 1, ls[l], lsb, lws, lwb);
+        st = attn_nn_layer_bwd(fn, &S->layers[l], &la, g, next, dmem, l != L - 1, ls[l], lsb, lws, lwb);
         g = next;
         cur ^= 1;
     }
@@ -193,7 +193,7 @@ attn_status attn_encoder_create(const attn_stack_config *cfg, attn_encoder **out
     *out = NULL;
     attn_encoder *e = calloc(1, sizeof *e);
     if (!e) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    attn_status st = nn_stack_init(&e->S, fn, cfg, 0, NULL);
+    attn_status st = attn_nn_stack_init(&e->S, fn, cfg, 0, NULL);
     if (st) {
         free(e);
         return st;
@@ -204,17 +204,17 @@ attn_status attn_encoder_create(const attn_stack_config *cfg, attn_encoder **out
 
 void attn_encoder_free(attn_encoder *e) {
     if (!e) return;
-    nn_stack_destroy(&e->S);
+    attn_nn_stack_destroy(&e->S);
     free(e);
 }
 
 const attn_params *attn_encoder_params(const attn_encoder *e) { return e ? e->S.list : NULL; }
 
 size_t attn_encoder_saved_size(const attn_encoder *e, const attn_layer_args *a) {
-    return e && a && a->batch > 0 && a->n > 0 ? nn_stack_saved(&e->S, a) : 0;
+    return e && a && a->batch > 0 && a->n > 0 ? attn_nn_stack_saved(&e->S, a) : 0;
 }
 size_t attn_encoder_workspace_size(const attn_encoder *e, const attn_layer_args *a) {
-    return e && a && a->batch > 0 && a->n > 0 ? nn_stack_ws(&e->S, a) : 0;
+    return e && a && a->batch > 0 && a->n > 0 ? attn_nn_stack_ws(&e->S, a) : 0;
 }
 
 attn_status attn_encoder_forward(attn_encoder *e, const attn_layer_args *a, float *out, void *saved,
@@ -222,7 +222,7 @@ attn_status attn_encoder_forward(attn_encoder *e, const attn_layer_args *a, floa
     static const char fn[] = "attn_encoder_forward";
     ATTN_CHECK_NOT_NULL(fn, e);
     ATTN_CHECK_NOT_NULL(fn, out);
-    return nn_stack_fwd(fn, &e->S, a, 0, out, saved, saved_bytes, workspace, workspace_bytes);
+    return attn_nn_stack_fwd(fn, &e->S, a, 0, out, saved, saved_bytes, workspace, workspace_bytes);
 }
 
 attn_status attn_encoder_backward(attn_encoder *e, const attn_layer_args *a, const float *dout,
@@ -232,7 +232,7 @@ attn_status attn_encoder_backward(attn_encoder *e, const attn_layer_args *a, con
     ATTN_CHECK_NOT_NULL(fn, e);
     ATTN_CHECK_NOT_NULL(fn, dout);
     ATTN_CHECK_NOT_NULL(fn, saved);
-    return nn_stack_bwd(fn, &e->S, a, 0, dout, dx, NULL, saved, saved_bytes, workspace, workspace_bytes);
+    return attn_nn_stack_bwd(fn, &e->S, a, 0, dout, dx, NULL, saved, saved_bytes, workspace, workspace_bytes);
 }
 
 attn_status attn_decoder_create(const attn_stack_config *cfg, attn_decoder **out) {
@@ -241,7 +241,7 @@ attn_status attn_decoder_create(const attn_stack_config *cfg, attn_decoder **out
     *out = NULL;
     attn_decoder *d = calloc(1, sizeof *d);
     if (!d) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    attn_status st = nn_stack_init(&d->S, fn, cfg, 1, NULL);
+    attn_status st = attn_nn_stack_init(&d->S, fn, cfg, 1, NULL);
     if (st) {
         free(d);
         return st;
@@ -252,17 +252,17 @@ attn_status attn_decoder_create(const attn_stack_config *cfg, attn_decoder **out
 
 void attn_decoder_free(attn_decoder *d) {
     if (!d) return;
-    nn_stack_destroy(&d->S);
+    attn_nn_stack_destroy(&d->S);
     free(d);
 }
 
 const attn_params *attn_decoder_params(const attn_decoder *d) { return d ? d->S.list : NULL; }
 
 size_t attn_decoder_saved_size(const attn_decoder *d, const attn_layer_args *a) {
-    return d && a && a->batch > 0 && a->n > 0 ? nn_stack_saved(&d->S, a) : 0;
+    return d && a && a->batch > 0 && a->n > 0 ? attn_nn_stack_saved(&d->S, a) : 0;
 }
 size_t attn_decoder_workspace_size(const attn_decoder *d, const attn_layer_args *a) {
-    return d && a && a->batch > 0 && a->n > 0 ? nn_stack_ws(&d->S, a) : 0;
+    return d && a && a->batch > 0 && a->n > 0 ? attn_nn_stack_ws(&d->S, a) : 0;
 }
 
 attn_status attn_decoder_forward(attn_decoder *d, const attn_layer_args *a, float *out, void *saved,
@@ -270,7 +270,7 @@ attn_status attn_decoder_forward(attn_decoder *d, const attn_layer_args *a, floa
     static const char fn[] = "attn_decoder_forward";
     ATTN_CHECK_NOT_NULL(fn, d);
     ATTN_CHECK_NOT_NULL(fn, out);
-    return nn_stack_fwd(fn, &d->S, a, 0, out, saved, saved_bytes, workspace, workspace_bytes);
+    return attn_nn_stack_fwd(fn, &d->S, a, 0, out, saved, saved_bytes, workspace, workspace_bytes);
 }
 
 attn_status attn_decoder_backward(attn_decoder *d, const attn_layer_args *a, const float *dout,
@@ -280,7 +280,7 @@ attn_status attn_decoder_backward(attn_decoder *d, const attn_layer_args *a, con
     ATTN_CHECK_NOT_NULL(fn, d);
     ATTN_CHECK_NOT_NULL(fn, dout);
     ATTN_CHECK_NOT_NULL(fn, saved);
-    return nn_stack_bwd(fn, &d->S, a, 0, dout, dx, dmemory, saved, saved_bytes, workspace, workspace_bytes);
+    return attn_nn_stack_bwd(fn, &d->S, a, 0, dout, dx, dmemory, saved, saved_bytes, workspace, workspace_bytes);
 }
 
 /* ---- incremental decoding with a decoder stack ----
@@ -302,18 +302,18 @@ size_t attn_decoder_cache_size(const attn_decoder *d, int64_t batch, int64_t cap
     return nn_add(s, nn_mul((size_t)L, per));
 }
 
-size_t nn_stack_step_ws(const nn_stack *S, int64_t batch, int64_t n, int64_t capacity, int64_t n_memory) {
+size_t attn_nn_stack_step_ws(const nn_stack *S, int64_t batch, int64_t n, int64_t capacity, int64_t n_memory) {
     const size_t rows = nn_mul(nn_mul((size_t)batch, (size_t)n), (size_t)S->cfg.layer.d_model);
     size_t s = nn_add(NN_SLACK, nn_mul(2, nn_fblock(rows)));
-    return nn_add(s, nn_layer_step_ws(&S->layers[0], batch, n, capacity, n_memory));
+    return nn_add(s, attn_nn_layer_step_ws(&S->layers[0], batch, n, capacity, n_memory));
 }
 
-attn_status nn_stack_step(const char *fn, nn_stack *S, attn_kv_cache *self, attn_kv_cache *cross,
+attn_status attn_nn_stack_step(const char *fn, nn_stack *S, attn_kv_cache *self, attn_kv_cache *cross,
                           const uint8_t *memory_kpm, const float *x, int64_t B, int64_t n, float *out,
                           void *workspace, size_t workspace_bytes) {
     nn_arena ws;
-    attn_status st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
-                                   nn_stack_step_ws(S, B, n, self[0].capacity, cross ? cross[0].length : 1));
+    attn_status st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+                                   attn_nn_stack_step_ws(S, B, n, self[0].capacity, cross ? cross[0].length : 1));
     if (st) return st;
     const int64_t dm = S->cfg.layer.d_model;
     const size_t rows = (size_t)(B * n * dm);
@@ -322,7 +322,7 @@ attn_status nn_stack_step(const char *fn, nn_stack *S, attn_kv_cache *self, attn
     void *lws = nn_rest(&ws, &lwb);
     for (int64_t l = 0; l < S->cfg.num_layers; l++) {
         float *y = pp[l & 1];
-        if ((st = nn_layer_step(fn, &S->layers[l], &self[l], cross ? &cross[l] : NULL, memory_kpm, x, B, n, y, lws,
+        if ((st = attn_nn_layer_step(fn, &S->layers[l], &self[l], cross ? &cross[l] : NULL, memory_kpm, x, B, n, y, lws,
                                 lwb)))
             return st;
         x = y;
@@ -332,13 +332,13 @@ attn_status nn_stack_step(const char *fn, nn_stack *S, attn_kv_cache *self, attn
         return ATTN_OK;
     }
     st = attn_layernorm_forward(x, S->nw, S->nb, out, NULL, NULL, B * n, dm, S->cfg.norm_eps);
-    return st ? nn_wrap_error(st, fn) : ATTN_OK;
+    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
 size_t attn_decoder_step_workspace_size(const attn_decoder *d, int64_t batch, int64_t n, int64_t capacity,
                                         int64_t n_memory) {
     if (!d || batch < 1 || n < 1 || capacity < 1 || n_memory < 1) return 0;
-    const size_t s = nn_add(NN_SLACK, nn_stack_step_ws(&d->S, batch, n, capacity, n_memory));
+    const size_t s = nn_add(NN_SLACK, attn_nn_stack_step_ws(&d->S, batch, n, capacity, n_memory));
     /* the cross caches are filled through the same workspace */
     return nn_max(s, attn_mha_cache_fill_workspace_size(d->S.layers[0].ca, batch, n_memory));
 }
@@ -356,25 +356,25 @@ attn_status attn_decoder_cache_init(attn_decoder *d, void *buffer, size_t bytes,
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch (%lld), capacity (%lld), n_memory (%lld) must be >= 1",
                           fn, (long long)batch, (long long)capacity, (long long)n_memory);
     nn_arena ar;
-    attn_status st = nn_arena_init(&ar, fn, "cache buffer", buffer, bytes,
+    attn_status st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes,
                                    attn_decoder_cache_size(d, batch, capacity, n_memory));
     if (st) return st;
     const int64_t L = d->S.cfg.num_layers, dm = d->S.cfg.layer.d_model;
-    attn_decoder_cache *c = nn_take(&ar, sizeof *c);
+    attn_decoder_cache *c = attn_nn_take(&ar, sizeof *c);
     c->layers = L;
     c->batch = batch;
     c->capacity = capacity;
     c->n_memory = n_memory;
     c->memory_kpm = memory_key_padding_mask;
-    c->self = nn_take(&ar, 2 * (size_t)L * sizeof(attn_kv_cache));
+    c->self = attn_nn_take(&ar, 2 * (size_t)L * sizeof(attn_kv_cache));
     c->cross = c->self + L;
     const size_t ss = attn_kv_cache_size(batch, capacity, dm), cs = attn_kv_cache_size(batch, n_memory, dm);
     for (int64_t l = 0; l < L; l++) {
-        if ((st = attn_kv_cache_init(&c->self[l], nn_take(&ar, ss), ss, batch, capacity, dm)) ||
-            (st = attn_kv_cache_init(&c->cross[l], nn_take(&ar, cs), cs, batch, n_memory, dm)) ||
+        if ((st = attn_kv_cache_init(&c->self[l], attn_nn_take(&ar, ss), ss, batch, capacity, dm)) ||
+            (st = attn_kv_cache_init(&c->cross[l], attn_nn_take(&ar, cs), cs, batch, n_memory, dm)) ||
             (st = attn_mha_cache_fill(d->S.layers[l].ca, &c->cross[l], memory, memory, n_memory, workspace,
                                       workspace_bytes)))
-            return nn_wrap_error(st, fn);
+            return attn_nn_wrap_error(st, fn);
     }
     *cache = c;
     return ATTN_OK;
@@ -397,13 +397,13 @@ attn_status attn_decoder_forward_step(attn_decoder *d, attn_decoder_cache *cache
         return attn_error(ATTN_ERR_SHAPE, "%s: %lld new positions after %lld do not fit the capacity %lld", fn,
                           (long long)n, (long long)cache->self[0].length, (long long)cache->capacity);
     nn_arena ws;
-    attn_status st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+    attn_status st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
                                    attn_decoder_step_workspace_size(d, cache->batch, n, cache->capacity,
                                                                     cache->n_memory));
     if (st) return st;
     size_t rb;
     void *rest = nn_rest(&ws, &rb);
-    return nn_stack_step(fn, &d->S, cache->self, cache->cross, cache->memory_kpm, tgt, cache->batch, n, out, rest, rb);
+    return attn_nn_stack_step(fn, &d->S, cache->self, cache->cross, cache->memory_kpm, tgt, cache->batch, n, out, rest, rb);
 }
 
 /* ---- nn.Transformer ---- */
@@ -445,22 +445,22 @@ attn_status attn_transformer_create(const attn_transformer_config *cfg, attn_tra
     sc.norm_eps = cfg->layer.layer_norm_eps; /* nn.Transformer: LayerNorm(d_model, eps=layer_norm_eps) */
     attn_status st;
     sc.num_layers = cfg->num_encoder_layers;
-    if ((st = nn_stack_init(&t->enc.S, fn, &sc, 0, NULL))) {
+    if ((st = attn_nn_stack_init(&t->enc.S, fn, &sc, 0, NULL))) {
         free(t);
         return st;
     }
     sc.num_layers = cfg->num_decoder_layers;
-    if ((st = nn_stack_init(&t->dec.S, fn, &sc, 1, NULL))) {
-        nn_stack_destroy(&t->enc.S);
+    if ((st = attn_nn_stack_init(&t->dec.S, fn, &sc, 1, NULL))) {
+        attn_nn_stack_destroy(&t->enc.S);
         free(t);
         return st;
     }
-    t->list = nn_params_new();
+    t->list = attn_nn_params_new();
     if (!t->list) st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    if (!st) st = nn_params_append(t->list, fn, t->enc.S.list, "encoder.");
-    if (!st) st = nn_params_append(t->list, fn, t->dec.S.list, "decoder.");
+    if (!st) st = attn_nn_params_append(t->list, fn, t->enc.S.list, "encoder.");
+    if (!st) st = attn_nn_params_append(t->list, fn, t->dec.S.list, "decoder.");
     if (!st) {
-        nn_params_xavier_matrices(t->list); /* nn.Transformer._reset_parameters */
+        attn_nn_params_xavier_matrices(t->list); /* nn.Transformer._reset_parameters */
         st = attn_params_reset(t->list, 0);
     }
     if (st) {
@@ -473,9 +473,9 @@ attn_status attn_transformer_create(const attn_transformer_config *cfg, attn_tra
 
 void attn_transformer_free(attn_transformer *t) {
     if (!t) return;
-    nn_stack_destroy(&t->enc.S);
-    nn_stack_destroy(&t->dec.S);
-    nn_params_free(t->list);
+    attn_nn_stack_destroy(&t->enc.S);
+    attn_nn_stack_destroy(&t->dec.S);
+    attn_nn_params_free(t->list);
     free(t);
 }
 
@@ -513,14 +513,14 @@ size_t attn_transformer_saved_size(const attn_transformer *t, const attn_transfo
     attn_layer_args ea, da;
     split_args(a, NULL, &ea, &da);
     return nn_add(nn_add(NN_SLACK, memory_bytes(t, a)),
-                  nn_add(nn_block(nn_stack_saved(&t->enc.S, &ea)), nn_block(nn_stack_saved(&t->dec.S, &da))));
+                  nn_add(nn_block(attn_nn_stack_saved(&t->enc.S, &ea)), nn_block(attn_nn_stack_saved(&t->dec.S, &da))));
 }
 
 size_t attn_transformer_workspace_size(const attn_transformer *t, const attn_transformer_args *a) {
     if (!targs_ok(t, a)) return 0;
     attn_layer_args ea, da;
     split_args(a, NULL, &ea, &da);
-    return nn_add(nn_add(NN_SLACK, memory_bytes(t, a)), nn_max(nn_stack_ws(&t->enc.S, &ea), nn_stack_ws(&t->dec.S, &da)));
+    return nn_add(nn_add(NN_SLACK, memory_bytes(t, a)), nn_max(attn_nn_stack_ws(&t->enc.S, &ea), attn_nn_stack_ws(&t->dec.S, &da)));
 }
 
 static attn_status check_targs(const char *fn, const attn_transformer *t, const attn_transformer_args *a) {
@@ -543,19 +543,19 @@ attn_status attn_transformer_forward(attn_transformer *t, const attn_transformer
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, out);
     nn_arena sv, ws;
-    if ((saved && (st = nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_transformer_saved_size(t, a)))) ||
-        (st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_transformer_workspace_size(t, a))))
+    if ((saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_transformer_saved_size(t, a)))) ||
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_transformer_workspace_size(t, a))))
         return st;
     attn_layer_args ea, da;
     split_args(a, NULL, &ea, &da);
-    const size_t mb = memory_bytes(t, a), es = nn_stack_saved(&t->enc.S, &ea), ds = nn_stack_saved(&t->dec.S, &da);
-    float *memory = nn_take(saved ? &sv : &ws, mb);
-    void *esv = saved ? nn_take(&sv, es) : NULL, *dsv = saved ? nn_take(&sv, ds) : NULL;
+    const size_t mb = memory_bytes(t, a), es = attn_nn_stack_saved(&t->enc.S, &ea), ds = attn_nn_stack_saved(&t->dec.S, &da);
+    float *memory = attn_nn_take(saved ? &sv : &ws, mb);
+    void *esv = saved ? attn_nn_take(&sv, es) : NULL, *dsv = saved ? attn_nn_take(&sv, ds) : NULL;
     size_t rb;
     void *rest = nn_rest(&ws, &rb);
     da.memory = memory;
-    if ((st = nn_stack_fwd(fn, &t->enc.S, &ea, 0, memory, esv, es, rest, rb))) return st;
-    return nn_stack_fwd(fn, &t->dec.S, &da, t->cfg.num_encoder_layers, out, dsv, ds, rest, rb);
+    if ((st = attn_nn_stack_fwd(fn, &t->enc.S, &ea, 0, memory, esv, es, rest, rb))) return st;
+    return attn_nn_stack_fwd(fn, &t->dec.S, &da, t->cfg.num_encoder_layers, out, dsv, ds, rest, rb);
 }
 
 attn_status attn_transformer_backward(attn_transformer *t, const attn_transformer_args *a,
@@ -568,21 +568,21 @@ attn_status attn_transformer_backward(attn_transformer *t, const attn_transforme
     ATTN_CHECK_NOT_NULL(fn, dout);
     ATTN_CHECK_NOT_NULL(fn, saved);
     nn_arena sv, ws;
-    if ((st = nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_transformer_saved_size(t, a))) ||
-        (st = nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_transformer_workspace_size(t, a))))
+    if ((st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_transformer_saved_size(t, a))) ||
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_transformer_workspace_size(t, a))))
         return st;
     attn_layer_args ea, da;
     split_args(a, NULL, &ea, &da);
-    const size_t mb = memory_bytes(t, a), es = nn_stack_saved(&t->enc.S, &ea), ds = nn_stack_saved(&t->dec.S, &da);
-    const float *memory = nn_take(&sv, mb);
-    void *esv = nn_take(&sv, es), *dsv = nn_take(&sv, ds);
-    float *dmem = nn_take(&ws, mb);
+    const size_t mb = memory_bytes(t, a), es = attn_nn_stack_saved(&t->enc.S, &ea), ds = attn_nn_stack_saved(&t->dec.S, &da);
+    const float *memory = attn_nn_take(&sv, mb);
+    void *esv = attn_nn_take(&sv, es), *dsv = attn_nn_take(&sv, ds);
+    float *dmem = attn_nn_take(&ws, mb);
     size_t rb;
     void *rest = nn_rest(&ws, &rb);
     da.memory = memory;
-    if ((st = nn_stack_bwd(fn, &t->dec.S, &da, t->cfg.num_encoder_layers, dout, dtgt, dmem, dsv, ds, rest, rb)))
+    if ((st = attn_nn_stack_bwd(fn, &t->dec.S, &da, t->cfg.num_encoder_layers, dout, dtgt, dmem, dsv, ds, rest, rb)))
         return st;
-    return nn_stack_bwd(fn, &t->enc.S, &ea, 0, dmem, dsrc, NULL, esv, es, rest, rb);
+    return attn_nn_stack_bwd(fn, &t->enc.S, &ea, 0, dmem, dsrc, NULL, esv, es, rest, rb);
 }
 
 attn_encoder *attn_transformer_encoder(attn_transformer *t) { return t ? &t->enc : NULL; }
