@@ -47,24 +47,30 @@ static void softmax_fwd_avx2(const float *x, float *y, int64_t n) {
         for (i = 0; i < n; i += 8) _mm256_maskstore_ps(y + i, tail8(n - i), _mm256_setzero_ps());
         return;
     }
+    /* the sum in double, as the reference: a float sum of thousands of terms drifts by ~1e-6 */
     const __m256 vm = _mm256_set1_ps(mx);
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), s2 = _mm256_setzero_pd(), s3 = _mm256_setzero_pd();
     for (i = 0; i + 16 <= n; i += 16) {
         __m256 e0 = attn_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
         __m256 e1 = attn_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
         _mm256_storeu_ps(y + i, e0);
         _mm256_storeu_ps(y + i + 8, e1);
-        s0 = _mm256_add_ps(s0, e0);
-        s1 = _mm256_add_ps(s1, e1);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e0)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1)));
+        s2 = _mm256_add_pd(s2, _mm256_cvtps_pd(_mm256_castps256_ps128(e1)));
+        s3 = _mm256_add_pd(s3, _mm256_cvtps_pd(_mm256_extractf128_ps(e1, 1)));
     }
     for (; i < n; i += 8) {
         __m256i k = tail8(n - i);
         __m256 v = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k));
         __m256 e = attn_exp256(_mm256_sub_ps(v, vm)); /* masked lanes: e^-inf = 0 */
         _mm256_maskstore_ps(y + i, k, e);
-        s0 = _mm256_add_ps(s0, e);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
     }
-    const __m256 inv = _mm256_set1_ps(1.0f / hsum8(_mm256_add_ps(s0, s1)));
+    const __m256d s = _mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3));
+    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)))));
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), inv));
     if (i < n) {
         __m256i k = tail8(n - i);

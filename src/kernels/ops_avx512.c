@@ -31,23 +31,28 @@ static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
         for (i = 0; i < n; i += 16) _mm512_mask_storeu_ps(y + i, tail16(n - i), _mm512_setzero_ps());
         return;
     }
+    /* the sum in double, as the reference: a float sum of thousands of terms drifts by ~1e-6 */
     const __m512 vm = _mm512_set1_ps(mx);
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd(), s2 = _mm512_setzero_pd(), s3 = _mm512_setzero_pd();
     for (i = 0; i + 32 <= n; i += 32) {
         __m512 e0 = attn_exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
         __m512 e1 = attn_exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm));
         _mm512_storeu_ps(y + i, e0);
         _mm512_storeu_ps(y + i + 16, e1);
-        s0 = _mm512_add_ps(s0, e0);
-        s1 = _mm512_add_ps(s1, e1);
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e0)));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e0, 1)));
+        s2 = _mm512_add_pd(s2, _mm512_cvtps_pd(_mm512_castps512_ps256(e1)));
+        s3 = _mm512_add_pd(s3, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e1, 1)));
     }
     for (; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
         __m512 e = attn_exp512(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, k, x + i), vm)); /* 0 */
         _mm512_mask_storeu_ps(y + i, k, e);
-        s0 = _mm512_add_ps(s0, e);
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
     }
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)));
+    const double sum = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
+    const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
     for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), inv));
     if (i < n) {
         __mmask16 k = tail16(n - i);
