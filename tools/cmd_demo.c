@@ -139,15 +139,16 @@ typedef struct model {
 
 /* Scratch shared by everything: grown on demand. */
 typedef struct scratch {
-    void *ws, *saved, *lin;
-    size_t ws_cap, saved_cap, lin_cap;
+    void *ws, *saved, *lin, *cache;
+    size_t ws_cap, saved_cap, lin_cap, cache_cap;
 } scratch;
 
-static attn_status embed(const model *m, const int64_t *tok, int64_t b, int64_t n, float *x) {
+/* x [b, n, d] = embedding[tok] * sqrt(d) + pe[pos0 .. pos0 + n) */
+static attn_status embed(const model *m, const int64_t *tok, int64_t b, int64_t n, int64_t pos0, float *x) {
     attn_status st = attn_embedding_forward(m->emb, tok, b * n, x);
     if (st) return st;
     for (int64_t i = 0; i < b * n * m->d; i++) x[i] *= m->scale;
-    return attn_posenc_add(x, m->pe, m->max_pos, b, n, m->d, 0);
+    return attn_posenc_add(x, m->pe, m->max_pos, b, n, m->d, pos0);
 }
 
 /* logits [rows, VOCAB] = h [rows, d] W^T */
@@ -190,11 +191,12 @@ static int batch_alloc(batch_buf *b, int64_t B, int64_t lmax, int64_t d) {
 }
 
 /* Greedy decoding of B sources of length L (bb->src): bb->pred [B, L+1] receives the answers
- * (the last one should be EOS). The decoder is rerun over the whole prefix at each step. */
+ * (the last one should be EOS). The source is encoded once; the decoder then steps one token at a
+ * time over its key/value cache, so step t costs O(t) instead of rerunning the prefix. */
 static attn_status greedy(model *m, scratch *s, batch_buf *bb, int64_t B, int64_t L) {
     attn_encoder *enc = attn_transformer_encoder(m->t);
     attn_decoder *dec = attn_transformer_decoder(m->t);
-    attn_status st = embed(m, bb->src, B, L, bb->xs);
+    attn_status st = embed(m, bb->src, B, L, 0, bb->xs);
     if (st) return st;
     attn_layer_args ea = attn_layer_args_default();
     ea.batch = B;
@@ -203,35 +205,28 @@ static attn_status greedy(model *m, scratch *s, batch_buf *bb, int64_t B, int64_
     if (!ensure(&s->ws, &s->ws_cap, attn_encoder_workspace_size(enc, &ea))) return ATTN_ERR_OUT_OF_MEMORY;
     st = attn_encoder_forward(enc, &ea, bb->mem, NULL, 0, s->ws, s->ws_cap);
     if (st) return st;
-    const int64_t n_tgt = L + 1, d = m->d;
-    for (int64_t b = 0; b < B; b++) bb->tgt_in[b * n_tgt] = TOK_BOS;
-    for (int64_t t = 1; t <= n_tgt; t++) {
-        /* the prefix [B, t] lives in tgt_in with row stride n_tgt: gather it */
-        for (int64_t b = 0; b < B; b++)
-            memmove(bb->pred + b * t, bb->tgt_in + b * n_tgt, sizeof(int64_t) * (size_t)t);
-        st = embed(m, bb->pred, B, t, bb->xt);
-        if (st) return st;
-        attn_layer_args da = attn_layer_args_default();
-        da.batch = B;
-        da.n = t;
-        da.x = bb->xt;
-        da.self_masks.is_causal = 1;
-        da.n_memory = L;
-        da.memory = bb->mem;
-        if (!ensure(&s->ws, &s->ws_cap, attn_decoder_workspace_size(dec, &da))) return ATTN_ERR_OUT_OF_MEMORY;
-        st = attn_decoder_forward(dec, &da, bb->out, NULL, 0, s->ws, s->ws_cap);
-        if (st) return st;
-        for (int64_t b = 0; b < B; b++)
-            memcpy(bb->last + b * d, bb->out + (b * t + t - 1) * d, sizeof(float) * (size_t)d);
-        st = project(m, s, bb->last, B, bb->logits);
-        if (st) return st;
+    const int64_t n_tgt = L + 1;
+    /* the step workspace for n = n_memory also covers the cache's initial fill */
+    const size_t wsb = attn_decoder_step_workspace_size(dec, B, L > 1 ? L : 1, n_tgt, L);
+    if (!ensure(&s->ws, &s->ws_cap, wsb) || !ensure(&s->cache, &s->cache_cap, attn_decoder_cache_size(dec, B, n_tgt, L)))
+        return ATTN_ERR_OUT_OF_MEMORY;
+    attn_decoder_cache *cache;
+    st = attn_decoder_cache_init(dec, s->cache, s->cache_cap, B, n_tgt, bb->mem, L, NULL, s->ws, s->ws_cap, &cache);
+    if (st) return st;
+    for (int64_t b = 0; b < B; b++) bb->pred[b] = TOK_BOS;
+    for (int64_t t = 0; t < n_tgt; t++) {
+        /* bb->pred [B] holds the token at position t of every sequence */
+        if ((st = embed(m, bb->pred, B, 1, t, bb->xt)) ||
+            (st = attn_decoder_forward_step(dec, cache, bb->xt, 1, bb->last, s->ws, s->ws_cap)) ||
+            (st = project(m, s, bb->last, B, bb->logits)))
+            return st;
         for (int64_t b = 0; b < B; b++) {
             const float *lg = bb->logits + b * VOCAB;
             int64_t best = 0;
             for (int64_t v = 1; v < VOCAB; v++)
                 if (lg[v] > lg[best]) best = v;
-            if (t < n_tgt) bb->tgt_in[b * n_tgt + t] = best;
-            bb->ans[b * n_tgt + t - 1] = best;
+            bb->ans[b * n_tgt + t] = best;
+            bb->pred[b] = best;
         }
     }
     memcpy(bb->pred, bb->ans, sizeof(int64_t) * (size_t)(B * n_tgt));
@@ -319,7 +314,7 @@ static attn_status cross_attention(model *m, scratch *s, const int64_t *src, int
         goto done;
     }
     /* memory */
-    if ((st = embed(m, src, 1, L, xs))) goto done;
+    if ((st = embed(m, src, 1, L, 0, xs))) goto done;
     attn_layer_args ea = attn_layer_args_default();
     ea.batch = 1;
     ea.n = L;
@@ -331,7 +326,7 @@ static attn_status cross_attention(model *m, scratch *s, const int64_t *src, int
     }
     if ((st = attn_encoder_forward(enc, &ea, mem, NULL, 0, s->ws, s->ws_cap))) goto done;
     /* input of the last decoder layer */
-    if ((st = embed(m, tgt_in, 1, nt, x))) goto done;
+    if ((st = embed(m, tgt_in, 1, nt, 0, x))) goto done;
     if (nl > 1) {
         attn_stack_config sc = attn_stack_config_default(d, m->cfg.layer.nhead, nl - 1);
         sc.layer = m->cfg.layer;
@@ -755,8 +750,8 @@ int cmd_demo(int argc, char **argv) {
             }
             bb.tgt_out[b * nt + L] = TOK_EOS;
         }
-        CHECK(embed(&m, bb.src, B, L, bb.xs));
-        CHECK(embed(&m, bb.tgt_in, B, nt, bb.xt));
+        CHECK(embed(&m, bb.src, B, L, 0, bb.xs));
+        CHECK(embed(&m, bb.tgt_in, B, nt, 0, bb.xt));
         attn_transformer_args ta = attn_transformer_args_default();
         ta.batch = B;
         ta.n_src = L;
@@ -900,6 +895,7 @@ done:
     free(s.ws);
     free(s.saved);
     free(s.lin);
+    free(s.cache);
     batch_free(&bb);
     eval_free(&dev);
     eval_free(&test);
