@@ -7,9 +7,9 @@
  * (attn_transformer) with token embeddings scaled by sqrt(d_model), sinusoidal positions and an
  * output projection tied to the embedding; it is trained with teacher forcing (causal target
  * mask), cross-entropy, AdamW with linear warmup and cosine decay, and gradient clipping. Greedy
- * decoding on held-out sequences gives the exact-sequence accuracy; the cross-attention of the
- * last decoder layer for one example is written as SVG and HTML (the reversal shows up as an
- * anti-diagonal). Deterministic for a given seed and thread count. */
+ * decoding over the decoder's KV cache on held-out sequences gives the exact-sequence accuracy;
+ * the cross-attention of the last decoder layer for one example is written as SVG and HTML (the
+ * reversal shows up as an anti-diagonal). Deterministic for a given seed and thread count. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
