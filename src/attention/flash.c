@@ -336,10 +336,11 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
         flash_bufs w = thread_bufs(&c, base);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; t++) {
-            /* the last query blocks of every head first: under causality they are the largest, and
-             * handing them out first (longest processing time first) leaves the small ones to even
-             * out the threads' finish */
-            const int64_t bh = t % (c.b * c.hq), qb = nqb - 1 - t / (c.b * c.hq);
+            /* Head by head, so consecutive tasks stream the same K and V (all heads' K and V at
+             * once outgrow the cache at long N); within a head the last query blocks first: under
+             * causality they are the largest, so the small ones come last and even out the
+             * threads' finish (longest processing time first). */
+            const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb;
             const int64_t h = bh % c.hq, b = bh / c.hq, g = h / c.group;
             const int64_t i0 = qb * BR;
             const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
