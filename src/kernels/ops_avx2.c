@@ -20,6 +20,18 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* the sum of 4 doubles, low pair first */
+static inline double hsum4d(__m256d v) {
+    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
+/* lo += v[0..4), hi += v[4..8), in double */
+static inline void acc8_pd(__m256d *lo, __m256d *hi, __m256 v) {
+    *lo = _mm256_add_pd(*lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
 static inline float hmax8(__m256 v) {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
@@ -55,22 +67,18 @@ static void softmax_fwd_avx2(const float *x, float *y, int64_t n) {
         __m256 e1 = attn_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
         _mm256_storeu_ps(y + i, e0);
         _mm256_storeu_ps(y + i + 8, e1);
-        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e0)));
-        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1)));
-        s2 = _mm256_add_pd(s2, _mm256_cvtps_pd(_mm256_castps256_ps128(e1)));
-        s3 = _mm256_add_pd(s3, _mm256_cvtps_pd(_mm256_extractf128_ps(e1, 1)));
+        acc8_pd(&s0, &s1, e0);
+        acc8_pd(&s2, &s3, e1);
     }
     for (; i < n; i += 8) {
         __m256i k = tail8(n - i);
         __m256 v = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k));
         __m256 e = attn_exp256(_mm256_sub_ps(v, vm)); /* masked lanes: e^-inf = 0 */
         _mm256_maskstore_ps(y + i, k, e);
-        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+        acc8_pd(&s0, &s1, e);
     }
-    const __m256d s = _mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3));
-    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
-    const __m256 inv = _mm256_set1_ps((float)(1.0 / _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)))));
+    const double sum = hsum4d(_mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3)));
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), inv));
     if (i < n) {
         __m256i k = tail8(n - i);
@@ -90,9 +98,7 @@ static void softmax_bwd_avx2(const float *y, const float *dy, float *dx, int64_t
         s1 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
                              _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)), s1);
     }
-    __m256d s = _mm256_add_pd(s0, s1);
-    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
-    const double dot = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    const double dot = hsum4d(_mm256_add_pd(s0, s1));
     const float dhi = (float)dot, dlo = (float)(dot - (double)dhi);
     const __m256 vhi = _mm256_set1_ps(dhi), vlo = _mm256_set1_ps(dlo);
     for (i = 0; i + 8 <= n; i += 8) {
@@ -197,10 +203,8 @@ static void layernorm_param_grad_avx2(const float *x, const float *mean, const f
                 __m256 d = _mm256_maskload_ps(dr + 8 * v, k[v]);
                 __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(xr + 8 * v, k[v]), vm), vr);
                 __m256 t = _mm256_mul_ps(d, xh);
-                ag[2 * v] = _mm256_add_pd(ag[2 * v], _mm256_cvtps_pd(_mm256_castps256_ps128(t)));
-                ag[2 * v + 1] = _mm256_add_pd(ag[2 * v + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(t, 1)));
-                ab[2 * v] = _mm256_add_pd(ab[2 * v], _mm256_cvtps_pd(_mm256_castps256_ps128(d)));
-                ab[2 * v + 1] = _mm256_add_pd(ab[2 * v + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1)));
+                acc8_pd(&ag[2 * v], &ag[2 * v + 1], t);
+                acc8_pd(&ab[2 * v], &ab[2 * v + 1], d);
             }
         }
         for (int v = 0; v < 2; v++) {
@@ -225,8 +229,7 @@ static void col_sum_avx2(const float *m, float *out, int64_t rows, int64_t n, in
         for (int64_t r = 0; r < rows; r++)
             for (int v = 0; v < 4; v++) {
                 __m256 d = _mm256_maskload_ps(m + r * n + c + 8 * v, k[v]);
-                a[2 * v] = _mm256_add_pd(a[2 * v], _mm256_cvtps_pd(_mm256_castps256_ps128(d)));
-                a[2 * v + 1] = _mm256_add_pd(a[2 * v + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1)));
+                acc8_pd(&a[2 * v], &a[2 * v + 1], d);
             }
         for (int v = 0; v < 4; v++) {
             float *o = out + c + 8 * v;

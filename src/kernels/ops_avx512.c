@@ -17,6 +17,12 @@ static inline __m256 hi256(__m512 v) {
 
 /* ---- softmax ---------------------------------------------------------------------------- */
 
+/* lo += v[0..8), hi += v[8..16), in double */
+static inline void acc16_pd(__m512d *lo, __m512d *hi, __m512 v) {
+    *lo = _mm512_add_pd(*lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    *hi = _mm512_add_pd(*hi, _mm512_cvtps_pd(hi256(v)));
+}
+
 static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 m0 = ninf, m1 = ninf;
@@ -39,17 +45,14 @@ static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
         __m512 e1 = attn_exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm));
         _mm512_storeu_ps(y + i, e0);
         _mm512_storeu_ps(y + i + 16, e1);
-        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e0)));
-        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e0, 1)));
-        s2 = _mm512_add_pd(s2, _mm512_cvtps_pd(_mm512_castps512_ps256(e1)));
-        s3 = _mm512_add_pd(s3, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e1, 1)));
+        acc16_pd(&s0, &s1, e0);
+        acc16_pd(&s2, &s3, e1);
     }
     for (; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
         __m512 e = attn_exp512(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, k, x + i), vm)); /* 0 */
         _mm512_mask_storeu_ps(y + i, k, e);
-        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+        acc16_pd(&s0, &s1, e);
     }
     const double sum = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
     const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
@@ -175,10 +178,8 @@ static void layernorm_param_grad_avx512(const float *x, const float *mean, const
                 __m512 d = _mm512_maskz_loadu_ps(k[v], dr + 16 * v);
                 __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k[v], xr + 16 * v), vm), vr);
                 __m512 t = _mm512_mul_ps(d, xh);
-                ag[2 * v] = _mm512_add_pd(ag[2 * v], _mm512_cvtps_pd(_mm512_castps512_ps256(t)));
-                ag[2 * v + 1] = _mm512_add_pd(ag[2 * v + 1], _mm512_cvtps_pd(hi256(t)));
-                ab[2 * v] = _mm512_add_pd(ab[2 * v], _mm512_cvtps_pd(_mm512_castps512_ps256(d)));
-                ab[2 * v + 1] = _mm512_add_pd(ab[2 * v + 1], _mm512_cvtps_pd(hi256(d)));
+                acc16_pd(&ag[2 * v], &ag[2 * v + 1], t);
+                acc16_pd(&ab[2 * v], &ab[2 * v + 1], d);
             }
         }
         for (int v = 0; v < 4; v++) {
@@ -203,8 +204,7 @@ static void col_sum_avx512(const float *m, float *out, int64_t rows, int64_t n, 
         for (int64_t r = 0; r < rows; r++)
             for (int v = 0; v < 4; v++) {
                 __m512 d = _mm512_maskz_loadu_ps(k[v], m + r * n + c + 16 * v);
-                a[2 * v] = _mm512_add_pd(a[2 * v], _mm512_cvtps_pd(_mm512_castps512_ps256(d)));
-                a[2 * v + 1] = _mm512_add_pd(a[2 * v + 1], _mm512_cvtps_pd(hi256(d)));
+                acc16_pd(&a[2 * v], &a[2 * v + 1], d);
             }
         for (int v = 0; v < 4; v++) {
             float *o = out + c + 16 * v;
