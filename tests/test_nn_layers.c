@@ -298,15 +298,9 @@ static void fd_check(int norm_first, attn_activation act) {
     float *dir = xmalloc(sizeof(float) * nall);
     fill_normal(&g, dir, nall, 1);
     /* grads layout: out, dsrc, dtgt, params; the direction: src, tgt, params */
-    /* analytic = sum_i dir_i g_i; spread = ||dir o g||, its typical size. A random direction can
-     * make the sum cancel to far below that, where the float forward's rounding (~1e-6 of the
-     * objective, over h) dominates the differences: errors are measured against the larger. */
-    double analytic = 0, spread = 0;
-    for (size_t i = 0; i < nall; i++) {
-        const float gi = grads[r.nt + i]; /* grads: out, then dsrc, dtgt, params as dir */
-        analytic += (double)dir[i] * gi;
-        spread += ((double)dir[i] * gi) * ((double)dir[i] * gi);
-    }
+    /* errors against max(|analytic|, spread): see dir_dot */
+    double spread = 0;
+    const double analytic = dir_dot(dir, grads + r.nt, nall, &spread); /* grads: out, then as dir */
     spread = sqrt(spread);
     float *out = xmalloc(sizeof(float) * r.nt);
     float *base = xmalloc(sizeof(float) * nall);

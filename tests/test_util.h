@@ -79,6 +79,20 @@ static inline double rel_err_dd(const double *got, const double *ref, size_t n) 
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* Directional derivative for a finite-difference check: returns sum_i dir_i g_i and adds
+ * sum_i (dir_i g_i)^2 to *sumsq. sqrt(*sumsq) is the sum's typical size: a random direction can
+ * make the sum cancel far below it, where float rounding of the objective over h dominates the
+ * differences, so such checks measure their error against the larger of the two. */
+static inline double dir_dot(const float *dir, const float *g, size_t n, double *sumsq) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double c = (double)dir[i] * g[i];
+        s += c;
+        *sumsq += c * c;
+    }
+    return s;
+}
+
 /* splitmix64-based generator: seeded per test so failures reproduce; the seed is printed. */
 typedef struct { uint64_t s; } test_rng;
 static inline uint64_t rng_next(test_rng *r) {
