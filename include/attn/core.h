@@ -13,6 +13,13 @@ extern "C" {
 #define ATTN_VERSION_MINOR 1
 #define ATTN_VERSION_PATCH 0
 #define ATTN_VERSION_STRING "0.1.0"
+/* ATTN_API marks what libattn.so exports: the library is compiled with -fvisibility=hidden, so a
+ * function is public exactly when a header in include/attn/ declares it with ATTN_API. */
+#if defined(__GNUC__) || defined(__clang__)
+#define ATTN_API __attribute__((visibility("default")))
+#else
+#define ATTN_API
+#endif
 
 /* Stable numeric status codes: values never change once released. */
 typedef enum attn_status {
