@@ -314,7 +314,7 @@ static int train_gpt(int argc, char **argv) {
     }
     const uint64_t data_seed = state.rng_seed ^ 0x5DEECE66Dull;
 
-    attn_gpt_args a = {B, C, NULL, NULL, 1, state.rng_seed, 0};
+    attn_gpt_args a = {B, C, NULL, NULL, 1, state.rng_seed, 0, NULL};
     x = malloc(sizeof(int64_t) * (size_t)(B * C));
     y = malloc(sizeof(int64_t) * (size_t)(B * C));
     a.tokens = x;

@@ -113,6 +113,39 @@ attn_status attn_flash_weights(const attn_tensor *q, const attn_tensor *k,
                                const attn_sdpa_params *params, int64_t b, int64_t h, int64_t row0,
                                int64_t rows, int apply_dropout, float *weights);
 
+/* ---- attention kinds ---------------------------------------------------------------------
+ * The attention an attn_mha computes (and so every layer, stack and model that holds one) is an
+ * entry of one table: each kind supplies its forward, backward, exact weights (where it has them)
+ * and incremental-decoding step. attn_attention_kind_count / _name / _help list the table (the
+ * CLI's --attention takes these names). */
+typedef enum attn_attention_kind {
+    /* exact softmax attention, tiled (attn_flash_*): every mask, dropout, weights */
+    ATTN_ATTENTION_FLASH = 0,
+    /* softmax attention within a sliding window of `window` keys on each side that causality
+     * leaves (query i sees keys i - window .. i when causal, |i - j| <= window otherwise), on the
+     * flash kernel's window support: time and memory O(N window) */
+    ATTN_ATTENTION_WINDOW = 1
+} attn_attention_kind;
+
+typedef struct attn_attention_config {
+    attn_attention_kind kind;      /* default ATTN_ATTENTION_FLASH */
+    int64_t window;                /* ATTN_ATTENTION_WINDOW: keys on each side, >= 0 */
+} attn_attention_config;
+
+/* kind ATTN_ATTENTION_FLASH, every option 0. */
+ATTN_API attn_attention_config attn_attention_config_default(void);
+/* ATTN_OK, or ATTN_ERR_INVALID_ARGUMENT naming the kind and the option out of range. */
+ATTN_API attn_status attn_attention_config_check(const attn_attention_config *cfg);
+/* The number of kinds; kinds are 0 .. count - 1. */
+ATTN_API int attn_attention_kind_count(void);
+/* Short name ("flash", "window") and a one-line description; NULL for an unknown kind. */
+ATTN_API const char *attn_attention_kind_name(attn_attention_kind kind);
+ATTN_API const char *attn_attention_kind_help(attn_attention_kind kind);
+/* The kind of that name; ATTN_ERR_NOT_FOUND listing the names otherwise. */
+ATTN_API attn_status attn_attention_kind_from_name(const char *name, attn_attention_kind *kind);
+/* Whether the kind can return exact attention weights (need_weights, attention capture). */
+ATTN_API int attn_attention_kind_has_weights(attn_attention_kind kind);
+
 #ifdef __cplusplus
 }
 #endif

@@ -37,6 +37,7 @@
 #ifndef ATTN_NN_H
 #define ATTN_NN_H
 
+#include "attention.h"
 #include "core.h"
 #include "safetensors.h"
 
@@ -185,6 +186,9 @@ attn_status attn_alibi_slopes(float *slopes, int64_t num_heads);
  * Wq, Wk, Wv are the three row blocks of in_proj_weight [3E, E] when kdim == vdim == embed_dim,
  * else q_proj_weight [E, E], k_proj_weight [E, kdim], v_proj_weight [E, vdim]; in_proj_bias [3E],
  * bias_k, bias_v [1, 1, E], out_proj.weight [E, E], out_proj.bias [E]. */
+/* Attention capture (declared below): records chosen modules' weights during a forward. */
+typedef struct attn_capture attn_capture;
+
 typedef struct attn_mha_config {
     int64_t embed_dim, num_heads;   /* embed_dim divisible by num_heads */
     int64_t kdim, vdim;             /* 0 = embed_dim */
@@ -197,6 +201,9 @@ typedef struct attn_mha_config {
      * cached positions in a step. Not with add_bias_kv / add_zero_attn. Default off. */
     int use_rope;
     attn_rope_config rope;
+    /* The attention computed per head (attention.h: flash, the default, or another kind of the
+     * table). Kinds other than flash do not combine with add_bias_kv / add_zero_attn. */
+    attn_attention_config attention;
 } attn_mha_config;
 
 attn_mha_config attn_mha_config_default(int64_t embed_dim, int64_t num_heads);
@@ -239,6 +246,9 @@ typedef struct attn_mha_args {
     int need_weights, average_attn_weights;
     int training;                        /* dropout on only when set */
     uint64_t seed, offset;               /* dropout stream: (seed, offset) */
+    /* Attention capture (see attn_capture): this module's weights are recorded when a request
+     * matches its name (empty for a bare module; layers and models name theirs). NULL = none. */
+    attn_capture *capture;
 } attn_mha_args;
 
 /* Zero masks, no causality, no weights, eval mode; the caller fills the rest. */
@@ -287,6 +297,8 @@ typedef struct attn_layer_config {
     attn_activation activation;     /* default relu; gelu is the exact (erf) form, as F.gelu */
     float layer_norm_eps;           /* default 1e-5 */
     int norm_first;                 /* default 0 (post-norm) */
+    /* The self-attention's kind (attention.h; default flash). Cross-attention is always exact. */
+    attn_attention_config attention;
 } attn_layer_config;
 
 attn_layer_config attn_layer_config_default(int64_t d_model, int64_t nhead);
@@ -314,6 +326,7 @@ typedef struct attn_layer_args {
     attn_masks memory_masks;
     int training;
     uint64_t seed, offset;
+    attn_capture *capture;          /* nullable: modules named self_attn, multihead_attn */
 } attn_layer_args;
 
 attn_layer_args attn_layer_args_default(void);
@@ -406,6 +419,7 @@ typedef struct attn_transformer_args {
     attn_masks src_masks, tgt_masks, memory_masks;
     int training;
     uint64_t seed, offset;
+    attn_capture *capture;          /* nullable: encoder.layers.N.self_attn, decoder.layers.N.* */
 } attn_transformer_args;
 
 attn_transformer_args attn_transformer_args_default(void);
@@ -436,13 +450,23 @@ typedef struct attn_kv_cache {
     float *k, *v;                   /* [batch, capacity, dim], inside the caller's buffer */
     int64_t batch, capacity, dim;
     int64_t length;                 /* positions filled */
+    /* A recurrent attention kind's decoding state instead of keys and values (k = v = NULL);
+     * NULL for softmax kinds. Set up by attn_mha_cache_init. */
+    float *state;
+    size_t state_floats;
 } attn_kv_cache;
 
 size_t attn_kv_cache_size(int64_t batch, int64_t capacity, int64_t dim);
 attn_status attn_kv_cache_init(attn_kv_cache *c, void *buffer, size_t bytes, int64_t batch,
                                int64_t capacity, int64_t dim);
-/* Forget every position (length 0). */
+/* Forget every position (length 0; a recurrent state is zeroed). */
 attn_status attn_kv_cache_reset(attn_kv_cache *c);
+
+/* The cache a module's attention kind decodes with: keys and values (as above) for softmax kinds,
+ * a recurrent state for kinds that have one. attn_mha_cache_size(m, ...) bytes of caller memory. */
+ATTN_API size_t attn_mha_cache_size(const attn_mha *m, int64_t batch, int64_t capacity);
+ATTN_API attn_status attn_mha_cache_init(const attn_mha *m, attn_kv_cache *c, void *buffer, size_t bytes,
+                                         int64_t batch, int64_t capacity);
 
 /* Cross-attention: fill the cache with the projections of key [B, nk, kdim] and value
  * [B, nk, vdim] (the encoder's memory), once; length = nk. */
@@ -530,6 +554,7 @@ typedef struct attn_gpt_args {
     const uint8_t *key_padding_mask;   /* [B, n] PyTorch bool (true = padding), nullable */
     int training;
     uint64_t seed, offset;
+    attn_capture *capture;             /* nullable: layers.N.self_attn */
 } attn_gpt_args;
 
 typedef struct attn_gpt attn_gpt;
@@ -588,6 +613,7 @@ typedef struct attn_seq2seq_args {
     int tgt_causal;                    /* default 1 */
     int training;
     uint64_t seed, offset;
+    attn_capture *capture;             /* nullable: transformer.encoder.layers.N.self_attn, ... */
 } attn_seq2seq_args;
 
 attn_seq2seq_args attn_seq2seq_args_default(void);
@@ -627,6 +653,7 @@ typedef struct attn_token_encoder_args {
     int is_causal;
     int training;
     uint64_t seed, offset;
+    attn_capture *capture;             /* nullable: layers.N.self_attn */
 } attn_token_encoder_args;
 
 typedef struct attn_token_encoder attn_token_encoder;
@@ -643,6 +670,47 @@ attn_status attn_token_encoder_forward(attn_token_encoder *m, const attn_token_e
 attn_status attn_token_encoder_backward(attn_token_encoder *m, const attn_token_encoder_args *a, const float *dout,
                                         const void *saved, size_t saved_bytes, void *workspace,
                                         size_t workspace_bytes);
+
+/* ---- attention capture ----------------------------------------------------------------------
+ * The attention weights of chosen modules, layers, heads and rows, recorded during an ordinary
+ * forward pass (what PyTorch users get from forward hooks on MultiheadAttention). Pass a capture
+ * in the forward's args (`capture` of attn_mha_args, attn_layer_args, attn_transformer_args,
+ * attn_gpt_args, attn_seq2seq_args, attn_token_encoder_args); every attention module whose name
+ * matches a request records the weights it applied, [B, heads, rows, Nk'] (after dropout in
+ * training, exactly as MultiheadAttention(need_weights=True, average_attn_weights=False) returns
+ * them). They are recomputed row by row from the fused path for the modules, heads and rows
+ * asked for only, never as a full N x N pass of the others.
+ *
+ * Names are the module's state_dict prefix without the final dot: "layers.0.self_attn" in an
+ * encoder stack or GPT, "self_attn" / "multihead_attn" in a layer, "encoder.layers.1.self_attn" /
+ * "decoder.layers.0.multihead_attn" in nn.Transformer, "transformer.decoder.layers.0.multihead_attn"
+ * in attn_seq2seq, and "" for a bare attn_mha. A request's pattern may use '*' for any run of
+ * characters ("layers.*.self_attn", "*"). A capture owns the memory of its records; a module
+ * called again replaces its record. Not for concurrent forwards. */
+ATTN_API attn_status attn_capture_create(attn_capture **out);
+ATTN_API void attn_capture_free(attn_capture *c);
+/* Ask for heads [head0, head0 + heads) (heads 0 = to the last) and query rows [row0, row0 + rows)
+ * (rows 0 = to the last) of every module matching pattern. A request reaching past a module's
+ * heads or rows fails that forward with ATTN_ERR_SHAPE naming the module; a module whose kind
+ * has no weights fails it with ATTN_ERR_UNSUPPORTED. */
+ATTN_API attn_status attn_capture_add(attn_capture *c, const char *pattern, int64_t head0, int64_t heads,
+                                      int64_t row0, int64_t rows);
+/* Drop the records (requests stay). */
+ATTN_API void attn_capture_clear(attn_capture *c);
+
+typedef struct attn_capture_record {
+    const char *module;             /* the module's name */
+    int64_t batch, heads, rows, nk; /* weights [batch, heads, rows, nk] */
+    int64_t head0, row0;            /* the first head and query row recorded */
+    int64_t num_heads, nq;          /* the module's heads and query rows */
+    const float *weights;           /* owned by the capture, valid until the next forward, clear or free */
+} attn_capture_record;
+
+/* Records in the order the modules ran. */
+ATTN_API size_t attn_capture_count(const attn_capture *c);
+ATTN_API attn_status attn_capture_get(const attn_capture *c, size_t i, attn_capture_record *rec);
+/* The record of the module of that exact name; ATTN_ERR_NOT_FOUND listing the recorded ones. */
+ATTN_API attn_status attn_capture_find(const attn_capture *c, const char *module, attn_capture_record *rec);
 
 #ifdef __cplusplus
 }

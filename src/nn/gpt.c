@@ -120,6 +120,7 @@ static attn_layer_args layer_args(const attn_gpt_args *a, const float *x) {
     la.training = a->training;
     la.seed = a->seed;
     la.offset = a->offset;
+    la.capture = a->capture;
     return la;
 }
 
@@ -229,7 +230,7 @@ size_t attn_gpt_cache_size(const attn_gpt *g, int64_t batch, int64_t capacity) {
     const int64_t L = g->cfg.num_layers;
     size_t s = nn_add(NN_SLACK, nn_block(sizeof(attn_gpt_cache)));
     s = nn_add(s, nn_block(nn_mul((size_t)L, sizeof(attn_kv_cache))));
-    return nn_add(s, nn_mul((size_t)L, attn_kv_cache_size(batch, capacity, g->cfg.layer.d_model)));
+    return nn_add(s, nn_mul((size_t)L, attn_mha_cache_size(g->S.layers[0].sa, batch, capacity)));
 }
 
 attn_status attn_gpt_cache_init(attn_gpt *g, void *buffer, size_t bytes, int64_t batch,
@@ -245,15 +246,18 @@ attn_status attn_gpt_cache_init(attn_gpt *g, void *buffer, size_t bytes, int64_t
     nn_arena ar;
     attn_status st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_gpt_cache_size(g, batch, capacity));
     if (st) return st;
-    const int64_t L = g->cfg.num_layers, d = g->cfg.layer.d_model;
+    const int64_t L = g->cfg.num_layers;
     attn_gpt_cache *c = attn_nn_take(&ar, sizeof *c);
     c->layers = L;
     c->batch = batch;
     c->capacity = capacity;
     c->self = attn_nn_take(&ar, (size_t)L * sizeof(attn_kv_cache));
-    const size_t kb = attn_kv_cache_size(batch, capacity, d);
-    for (int64_t l = 0; l < L; l++)
-        if ((st = attn_kv_cache_init(&c->self[l], attn_nn_take(&ar, kb), kb, batch, capacity, d))) return attn_nn_wrap_error(st, fn);
+    for (int64_t l = 0; l < L; l++) {
+        const attn_mha *sa = g->S.layers[l].sa;
+        const size_t kb = attn_mha_cache_size(sa, batch, capacity);
+        if ((st = attn_mha_cache_init(sa, &c->self[l], attn_nn_take(&ar, kb), kb, batch, capacity)))
+            return attn_nn_wrap_error(st, fn);
+    }
     *cache = c;
     return ATTN_OK;
 }

@@ -68,7 +68,8 @@ attn_status attn_nn_layer_init(nn_layer *L, const char *fn, const attn_layer_con
     const int64_t d = cfg->d_model, F = cfg->dim_feedforward;
     attn_mha_config mc = attn_mha_config_default(d, cfg->nhead), cc;
     mc.dropout = cfg->dropout;
-    cc = mc; /* no rotary embedding in cross-attention */
+    cc = mc; /* no rotary embedding in cross-attention, which stays exact */
+    mc.attention = cfg->attention;
     if (rope) {
         mc.use_rope = 1;
         mc.rope = *rope;
@@ -285,8 +286,11 @@ static attn_status att_fwd(const char *fn, nn_layer *L, int k, const attn_layer_
         q = s->z;
     }
     attn_mha_args m = mha_args(L, a, k, q, k ? a->memory : q);
-    if ((st = attn_mha_forward(k ? L->ca : L->sa, &m, tmp, NULL, s->mha, s->mha_bytes, ws, wsb)))
-        return attn_nn_wrap_error(st, fn);
+    m.capture = a->capture; /* the forward alone records weights */
+    const size_t mark = attn_nn_capture_push(a->capture, "%s", k ? "multihead_attn" : "self_attn");
+    st = attn_mha_forward(k ? L->ca : L->sa, &m, tmp, NULL, s->mha, s->mha_bytes, ws, wsb);
+    attn_nn_capture_pop(a->capture, mark);
+    if (st) return attn_nn_wrap_error(st, fn);
     if ((st = nn_dropout_fwd(tmp, R * d, L->cfg.dropout, a->training, a->seed, a->offset + 2 * (uint64_t)k + 1)))
         return attn_nn_wrap_error(st, fn);
     if (pre) return add(fn, x, tmp, y, R * d);

@@ -4,7 +4,8 @@
  *   Q = query Wq^T + bq  [B, Nq, E]     K = key Wk^T + bk,  V = value Wv^T + bv  [B, Nk', E]
  *   K[:, Nk] = bias_k, V[:, Nk] = bias_v          (add_bias_kv)
  *   K[:, Nk'-1] = V[:, Nk'-1] = 0                 (add_zero_attn)
- *   O_h = dropout(softmax(Q_h K_h^T / sqrt(hd) + M)) V_h   per head h (the flash kernel)
+ *   O_h = dropout(softmax(Q_h K_h^T / sqrt(hd) + M)) V_h   per head h (the flash kernel; another
+ *         kind of attention.h's table when cfg.attention selects one)
  *   out = O Wo^T + bo,  O = [O_1 .. O_H] along the features
  * The [B, N, E] buffers are [B, N, H, hd] storage: the flash kernel gets [B, H, N, hd] views by
  * permuting strides, so heads are never transposed. M gathers the masks: PyTorch's boolean masks
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention/attention_kind.h"
 #include "nn_internal.h"
 
 #ifdef _OPENMP
@@ -28,6 +30,7 @@ struct attn_mha {
     attn_mha_config cfg;
     int64_t E, H, hd, kdim, vdim;
     int packed;
+    const attn_kind_ops *kind; /* cfg.attention's row of the attention-kind table */
     nn_store store;
     /* data and gradients; NULL when the configuration has no such parameter */
     float *wq, *wk, *wv, *bq, *bk, *bv, *bias_k, *bias_v, *wo, *bo;
@@ -68,6 +71,11 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
     if (!(cfg->dropout >= 0 && cfg->dropout <= 1))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: dropout must be in [0, 1] (got %g)", fn,
                           (double)cfg->dropout);
+    attn_status cs = attn_attention_config_check(&cfg->attention);
+    if (cs) return attn_nn_wrap_error(cs, fn);
+    if (cfg->attention.kind != ATTN_ATTENTION_FLASH && (cfg->add_bias_kv || cfg->add_zero_attn))
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' does not combine with add_bias_kv / add_zero_attn",
+                          fn, attn_attention_kind_name(cfg->attention.kind));
     attn_rope_config rope = cfg->rope;
     if (cfg->use_rope) {
         if (cfg->add_bias_kv || cfg->add_zero_attn)
@@ -92,6 +100,7 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
     m->kdim = kdim;
     m->vdim = vdim;
     m->packed = kdim == E && vdim == E;
+    m->kind = attn_kind_ops_get(cfg->attention.kind);
 
     /* PyTorch's registration order: projections, in_proj_bias, bias_k, bias_v, out_proj */
     nn_pdesc d[8];
@@ -351,7 +360,8 @@ static size_t scratch_bytes(const attn_mha *m, const mha_dims *d, const attn_mha
     s = nn_max(s, attn_nn_linear_ws(krows, m->kdim, d->E));
     s = nn_max(s, attn_nn_linear_ws(krows, m->vdim, d->E));
     attn_tensor q = head_view(NULL, d->B, d->H, d->Nq, d->hd), k = head_view(NULL, d->B, d->H, d->Nk2, d->hd);
-    s = nn_max(s, attn_flash_workspace_size(&q, &k, &k));
+    const attn_sdpa_params p = attn_sdpa_params_default();
+    s = nn_max(s, m->kind->workspace_size(&m->cfg.attention, &q, &k, &k, &p));
     if (a->need_weights && a->average_attn_weights)
         s = nn_max(s, nn_add(NN_SLACK, nn_fblock(nn_mul((size_t)attn_get_num_threads(), (size_t)d->Nk2))));
     return s;
@@ -360,7 +370,8 @@ static size_t scratch_bytes(const attn_mha *m, const mha_dims *d, const attn_mha
 size_t attn_mha_saved_size(const attn_mha *m, const attn_mha_args *a) {
     if (!m || !a || a->batch < 1 || a->nq < 1 || a->nk < 1) return 0;
     const mha_dims d = dims_of(m, a);
-    return nn_add(nn_add(NN_SLACK, acts_bytes(&d)), nn_fblock(nn_mul(nn_mul((size_t)d.B, (size_t)d.H), (size_t)d.Nq)));
+    const size_t stats = nn_mul(nn_mul((size_t)d.B, (size_t)d.H), nn_mul((size_t)d.Nq, (size_t)m->kind->stats_per_row));
+    return nn_add(nn_add(NN_SLACK, acts_bytes(&d)), nn_fblock(stats));
 }
 
 size_t attn_mha_workspace_size(const attn_mha *m, const attn_mha_args *a) {
@@ -376,13 +387,13 @@ typedef struct mha_acts {
     float *Q, *K, *V, *O, *lse;
 } mha_acts;
 
-static void take_acts(nn_arena *ar, const mha_dims *d, mha_acts *t, int with_lse) {
+static void take_acts(nn_arena *ar, const attn_mha *m, const mha_dims *d, mha_acts *t, int with_lse) {
     const size_t nq = (size_t)(d->B * d->Nq * d->E), nk = (size_t)(d->B * d->Nk2 * d->E);
     t->Q = nn_takef(ar, nq);
     t->K = nn_takef(ar, nk);
     t->V = nn_takef(ar, nk);
     t->O = nn_takef(ar, nq);
-    t->lse = with_lse ? nn_takef(ar, (size_t)(d->B * d->H * d->Nq)) : NULL;
+    t->lse = with_lse ? nn_takef(ar, (size_t)(d->B * d->H * d->Nq * m->kind->stats_per_row)) : NULL;
 }
 
 static attn_sdpa_params sdpa_params(const attn_mha *m, const attn_mha_args *a) {
@@ -412,12 +423,14 @@ static attn_status project_kv(const char *fn, const attn_mha *m, const mha_dims 
     return ATTN_OK;
 }
 
-/* need_weights: rows recomputed by attn_flash_weights (exact, double normaliser), averaged over
- * heads in head order or written per head. Tasks are (batch, query row): each owns its output. */
-static attn_status mha_weights(const char *fn, const mha_dims *d, const attn_tensor *qv, const attn_tensor *kv,
-                               const attn_sdpa_params *p, int average, int dropout, float *weights,
-                               nn_arena *ws) {
-    attn_status st = attn_flash_weights(qv, kv, p, 0, 0, 0, 0, dropout, weights); /* validates once */
+/* need_weights: rows recomputed by the kind's weights function (flash: exact, double normaliser),
+ * averaged over heads in head order or written per head. Tasks are (batch, query row): each owns
+ * its output. */
+static attn_status mha_weights(const char *fn, const attn_mha *m, const mha_dims *d, const attn_tensor *qv,
+                               const attn_tensor *kv, const attn_sdpa_params *p, int average, int dropout,
+                               float *weights, nn_arena *ws) {
+    const attn_attention_config *ac = &m->cfg.attention;
+    attn_status st = m->kind->weights(ac, qv, kv, p, 0, 0, 0, 0, dropout, weights); /* validates once */
     if (st) return attn_nn_wrap_error(st, fn);
     const int64_t tasks = d->B * d->Nq, Nk2 = d->Nk2;
     const int nt = attn_threads_for(tasks);
@@ -444,14 +457,36 @@ static attn_status mha_weights(const char *fn, const mha_dims *d, const attn_ten
             float *dst = weights + (b * d->Nq + i) * Nk2;
             for (int64_t j = 0; j < Nk2; j++) dst[j] = 0.0f;
             for (int64_t h = 0; h < d->H; h++) {
-                attn_flash_weights(qv, kv, p, b, h, i, 1, dropout, row);
+                m->kind->weights(ac, qv, kv, p, b, h, i, 1, dropout, row);
                 for (int64_t j = 0; j < Nk2; j++) dst[j] += row[j];
             }
             for (int64_t j = 0; j < Nk2; j++) dst[j] *= inv_h;
         } else {
             for (int64_t h = 0; h < d->H; h++)
-                attn_flash_weights(qv, kv, p, b, h, i, 1, dropout, weights + ((b * d->H + h) * d->Nq + i) * Nk2);
+                m->kind->weights(ac, qv, kv, p, b, h, i, 1, dropout, weights + ((b * d->H + h) * d->Nq + i) * Nk2);
         }
+    }
+    return ATTN_OK;
+}
+
+/* Attention capture: the weights of the heads and rows the capture asks of this module, per head
+ * (as need_weights with average_attn_weights = 0). Tasks are (batch, head, row). */
+static attn_status mha_capture(const char *fn, const attn_mha *m, const mha_dims *d, attn_capture *c,
+                               const attn_tensor *qv, const attn_tensor *kv, const attn_sdpa_params *p, int dropout) {
+    nn_capture_slot cs;
+    attn_status st = attn_nn_capture_begin(c, fn, d->B, d->H, d->Nq, d->Nk2, &cs);
+    if (st || !cs.w) return st;
+    if (!m->kind->weights)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' has no attention weights to capture", fn,
+                          m->kind->name);
+    const attn_attention_config *ac = &m->cfg.attention;
+    if ((st = m->kind->weights(ac, qv, kv, p, 0, 0, 0, 0, dropout, cs.w))) return attn_nn_wrap_error(st, fn);
+    const int64_t tasks = cs.batch * cs.heads * cs.rows;
+    const int nt = attn_threads_for(tasks);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t t = 0; t < tasks; t++) {
+        const int64_t i = t % cs.rows, h = (t / cs.rows) % cs.heads, b = t / (cs.rows * cs.heads);
+        m->kind->weights(ac, qv, kv, p, b, cs.head0 + h, cs.row0 + i, 1, dropout, cs.w + t * cs.nk);
     }
     return ATTN_OK;
 }
@@ -461,7 +496,7 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     const mha_dims d = dims_of(m, a);
     const mha_masks mk = mask_plan(&d, a);
     mha_acts t;
-    take_acts(saved ? saved : ws, &d, &t, saved != NULL);
+    take_acts(saved ? saved : ws, m, &d, &t, saved != NULL);
     attn_sdpa_params p = sdpa_params(m, a);
     mha_mask_views mv;
     build_masks(&d, a, &mk, ws, &mv, &p);
@@ -474,14 +509,15 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
         return st;
     attn_tensor qv = head_view(t.Q, d.B, d.H, d.Nq, d.hd), kv = head_view(t.K, d.B, d.H, d.Nk2, d.hd),
                 vv = head_view(t.V, d.B, d.H, d.Nk2, d.hd), ov = head_view(t.O, d.B, d.H, d.Nq, d.hd);
-    attn_tensor lse = attn_tensor_3d(t.lse, d.B, d.H, d.Nq);
     if (m->cfg.use_rope && ((st = attn_rope_forward(&m->cfg.rope, &qv, 0, NULL)) ||
                             (st = attn_rope_forward(&m->cfg.rope, &kv, 0, NULL))))
         return attn_nn_wrap_error(st, fn);
-    if ((st = attn_flash_forward(&qv, &kv, &vv, &p, &ov, t.lse ? &lse : NULL, scr, wsb))) return attn_nn_wrap_error(st, fn);
+    if ((st = m->kind->forward(&m->cfg.attention, &qv, &kv, &vv, &p, &ov, t.lse, scr, wsb)))
+        return attn_nn_wrap_error(st, fn);
     if ((st = attn_nn_linear_fwd(fn, t.O, m->wo, m->bo, out, d.B * d.Nq, d.E, d.E, scr, wsb))) return st;
+    if (a->capture && (st = mha_capture(fn, m, &d, a->capture, &qv, &kv, &p, p.dropout_p > 0))) return st;
     if (a->need_weights)
-        return mha_weights(fn, &d, &qv, &kv, &p, a->average_attn_weights, p.dropout_p > 0, weights, ws);
+        return mha_weights(fn, m, &d, &qv, &kv, &p, a->average_attn_weights, p.dropout_p > 0, weights, ws);
     return ATTN_OK;
 }
 
@@ -494,6 +530,9 @@ attn_status attn_mha_forward(attn_mha *m, const attn_mha_args *a, float *out, fl
     ATTN_CHECK_NOT_NULL(fn, out);
     if (a->need_weights && !weights)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: need_weights is set but weights is NULL", fn);
+    if (a->need_weights && !m->kind->weights)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' cannot return attention weights (need_weights)", fn,
+                          m->kind->name);
     nn_arena sv, ws;
     if (saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_mha_saved_size(m, a)))) return st;
     if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_mha_workspace_size(m, a))))
@@ -525,8 +564,8 @@ static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha
     const mha_dims d = dims_of(m, a);
     const mha_masks mk = mask_plan(&d, a);
     mha_acts t, g;
-    take_acts(saved, &d, &t, 1);
-    take_acts(ws, &d, &g, 0); /* g.O is dO, g.Q dQ, ... */
+    take_acts(saved, m, &d, &t, 1);
+    take_acts(ws, m, &d, &g, 0); /* g.O is dO, g.Q dQ, ... */
     attn_sdpa_params p = sdpa_params(m, a);
     mha_mask_views mv;
     build_masks(&d, a, &mk, ws, &mv, &p);
@@ -539,8 +578,7 @@ static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha
                 vv = head_view(t.V, d.B, d.H, d.Nk2, d.hd), ov = head_view(t.O, d.B, d.H, d.Nq, d.hd);
     attn_tensor dov = head_view(g.O, d.B, d.H, d.Nq, d.hd), dqv = head_view(g.Q, d.B, d.H, d.Nq, d.hd),
                 dkv = head_view(g.K, d.B, d.H, d.Nk2, d.hd), dvv = head_view(g.V, d.B, d.H, d.Nk2, d.hd);
-    attn_tensor lse = attn_tensor_3d(t.lse, d.B, d.H, d.Nq);
-    if ((st = attn_flash_backward(&qv, &kv, &vv, &p, &ov, &dov, &lse, &dqv, &dkv, &dvv, scr, wsb)))
+    if ((st = m->kind->backward(&m->cfg.attention, &qv, &kv, &vv, &p, &ov, &dov, t.lse, &dqv, &dkv, &dvv, scr, wsb)))
         return attn_nn_wrap_error(st, fn);
     /* Q and K were rotated after the projection: rotate their gradients back */
     if (m->cfg.use_rope && ((st = attn_rope_backward(&m->cfg.rope, &dqv, 0, NULL)) ||
@@ -599,10 +637,12 @@ attn_status attn_nn_mha_backward(attn_mha *m, const attn_mha_args *a, const floa
 }
 
 /* ---- incremental decoding ----
- * A step projects the n new query rows (and, appending, their keys and values into the cache rows
- * length .. length + n - 1), then runs the flash kernel on views over the cache:
+ * A step projects the n new query rows (and, appending, their keys and values), then hands them to
+ * the attention kind's step. Kinds that keep keys and values get the projections written into the
+ * cache rows length .. length + n - 1 and views over the whole cache:
  *   K, V views [B, H, L, hd] with batch stride capacity * E;  bottom-right causality
- *   (j <= i + L - n) is exactly "new row i sits at position L - n + i". */
+ *   (j <= i + L - n) is exactly "new row i sits at position L - n + i".
+ * Recurrent kinds get the new rows (from the workspace) and update their state in the cache. */
 
 size_t attn_kv_cache_size(int64_t batch, int64_t capacity, int64_t dim) {
     if (batch < 1 || capacity < 1 || dim < 1) return 0;
@@ -620,6 +660,7 @@ attn_status attn_kv_cache_init(attn_kv_cache *c, void *buffer, size_t bytes, int
     attn_status st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_kv_cache_size(batch, capacity, dim));
     if (st) return st;
     const size_t n = (size_t)batch * (size_t)capacity * (size_t)dim;
+    memset(c, 0, sizeof *c);
     c->k = nn_takef(&ar, n);
     c->v = nn_takef(&ar, n);
     c->batch = batch;
@@ -632,37 +673,85 @@ attn_status attn_kv_cache_init(attn_kv_cache *c, void *buffer, size_t bytes, int
 attn_status attn_kv_cache_reset(attn_kv_cache *c) {
     ATTN_CHECK_NOT_NULL("attn_kv_cache_reset", c);
     c->length = 0;
+    if (c->state) memset(c->state, 0, c->state_floats * sizeof(float));
+    return ATTN_OK;
+}
+
+static size_t state_floats_of(const attn_mha *m, int64_t batch) {
+    return m->kind->state_floats ? m->kind->state_floats(&m->cfg.attention, batch, m->H, m->hd, m->hd) : 0;
+}
+
+size_t attn_mha_cache_size(const attn_mha *m, int64_t batch, int64_t capacity) {
+    if (!m || batch < 1 || capacity < 1) return 0;
+    if (!m->kind->state_floats) return attn_kv_cache_size(batch, capacity, m->E);
+    return nn_add(NN_SLACK, nn_fblock(state_floats_of(m, batch)));
+}
+
+attn_status attn_mha_cache_init(const attn_mha *m, attn_kv_cache *c, void *buffer, size_t bytes, int64_t batch,
+                                int64_t capacity) {
+    static const char fn[] = "attn_mha_cache_init";
+    ATTN_CHECK_NOT_NULL(fn, m);
+    if (!m->kind->state_floats) return attn_kv_cache_init(c, buffer, bytes, batch, capacity, m->E);
+    ATTN_CHECK_NOT_NULL(fn, c);
+    if (batch < 1 || capacity < 1)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch (%lld) and capacity (%lld) must be >= 1", fn,
+                          (long long)batch, (long long)capacity);
+    nn_arena ar;
+    attn_status st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_mha_cache_size(m, batch, capacity));
+    if (st) return st;
+    memset(c, 0, sizeof *c);
+    c->state_floats = state_floats_of(m, batch);
+    c->state = nn_takef(&ar, c->state_floats);
+    memset(c->state, 0, c->state_floats * sizeof(float));
+    c->batch = batch;
+    c->capacity = capacity;
+    c->dim = m->E;
     return ATTN_OK;
 }
 
 static attn_status check_cache(const char *fn, const attn_mha *m, const attn_kv_cache *c, int64_t batch) {
     ATTN_CHECK_NOT_NULL(fn, m);
     ATTN_CHECK_NOT_NULL(fn, c);
-    if (!c->k || !c->v || c->batch != batch || c->dim != m->E || c->length < 0 || c->length > c->capacity)
+    const int kv = !m->kind->state_floats;
+    if ((kv ? (!c->k || !c->v) : (!c->state || c->state_floats != state_floats_of(m, batch))) || c->batch != batch ||
+        c->dim != m->E || c->length < 0 || c->length > c->capacity)
         return attn_error(ATTN_ERR_SHAPE,
-                          "%s: cache [batch %lld, capacity %lld, dim %lld, length %lld] does not fit batch %lld, "
-                          "embed_dim %lld", fn, (long long)c->batch, (long long)c->capacity, (long long)c->dim,
-                          (long long)c->length, (long long)batch, (long long)m->E);
+                          "%s: cache [batch %lld, capacity %lld, dim %lld, length %lld%s] does not fit batch %lld, "
+                          "embed_dim %lld, attention '%s' (use attn_mha_cache_init)", fn, (long long)c->batch,
+                          (long long)c->capacity, (long long)c->dim, (long long)c->length,
+                          c->state ? ", recurrent state" : "", (long long)batch, (long long)m->E, m->kind->name);
     if (m->cfg.add_bias_kv || m->cfg.add_zero_attn)
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: a key/value cache does not support add_bias_kv or add_zero_attn", fn);
     return ATTN_OK;
 }
 
-/* Project x [B, n, in] into rows row0 .. row0 + n - 1 of a cache buffer [B, capacity, E]. */
-static attn_status project_into(const char *fn, const attn_mha *m, const attn_kv_cache *c, const float *x,
+/* Project x [B, n, in] into rows row0 .. row0 + n - 1 of a buffer [B, rows_per_batch, E]. */
+static attn_status project_into(const char *fn, const attn_mha *m, int64_t rows_per_batch, const float *x,
                                 int64_t batch, int64_t n, int64_t in, const float *w, const float *b,
                                 float *dst, int64_t row0, void *ws, size_t wsb) {
     for (int64_t bb = 0; bb < batch; bb++) {
-        attn_status st = attn_nn_linear_fwd(fn, x + bb * n * in, w, b, dst + (bb * c->capacity + row0) * m->E, n, in,
-                                       m->E, ws, wsb);
+        attn_status st = attn_nn_linear_fwd(fn, x + bb * n * in, w, b, dst + (bb * rows_per_batch + row0) * m->E, n,
+                                            in, m->E, ws, wsb);
         if (st) return st;
     }
     return ATTN_OK;
 }
 
+/* Recurrent kinds: the projected rows [B, n, E] staged in the workspace, then absorbed. */
+static size_t staged_bytes(const attn_mha *m, int64_t batch, int64_t n) {
+    if (!m->kind->state_floats) return 0;
+    return nn_mul(2, nn_fblock(nn_mul(nn_mul((size_t)batch, (size_t)n), (size_t)m->E)));
+}
+
 size_t attn_mha_cache_fill_workspace_size(const attn_mha *m, int64_t batch, int64_t nk) {
     if (!m || batch < 1 || nk < 1) return 0;
-    return nn_max(attn_nn_linear_ws(nk, m->kdim, m->E), attn_nn_linear_ws(nk, m->vdim, m->E));
+    size_t s = nn_max(attn_nn_linear_ws(nk, m->kdim, m->E), attn_nn_linear_ws(nk, m->vdim, m->E));
+    if (m->kind->state_floats) {
+        attn_tensor k = head_view(NULL, batch, m->H, nk, m->hd);
+        s = nn_add(nn_add(NN_SLACK, staged_bytes(m, batch, nk)),
+                   nn_max(s, m->kind->step_workspace_size(&m->cfg.attention, NULL, &k, &k)));
+    }
+    return s;
 }
 
 attn_status attn_mha_cache_fill(attn_mha *m, attn_kv_cache *c, const float *key, const float *value,
@@ -678,9 +767,25 @@ attn_status attn_mha_cache_fill(attn_mha *m, attn_kv_cache *c, const float *key,
     if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
                             attn_mha_cache_fill_workspace_size(m, c->batch, nk))))
         return st;
-    if ((st = project_into(fn, m, c, key, c->batch, nk, m->kdim, m->wk, m->bk, c->k, 0, workspace, workspace_bytes)) ||
-        (st = project_into(fn, m, c, value, c->batch, nk, m->vdim, m->wv, m->bv, c->v, 0, workspace, workspace_bytes)))
-        return st;
+    const int64_t B = c->batch;
+    if (!m->kind->state_floats) {
+        if ((st = project_into(fn, m, c->capacity, key, B, nk, m->kdim, m->wk, m->bk, c->k, 0, workspace,
+                               workspace_bytes)) ||
+            (st = project_into(fn, m, c->capacity, value, B, nk, m->vdim, m->wv, m->bv, c->v, 0, workspace,
+                               workspace_bytes)))
+            return st;
+    } else { /* the memory's rows absorbed into the state, no query */
+        attn_kv_cache_reset(c);
+        float *K = nn_takef(&ws, (size_t)(B * nk * m->E)), *V = nn_takef(&ws, (size_t)(B * nk * m->E));
+        size_t wsb;
+        void *scr = nn_rest(&ws, &wsb);
+        if ((st = attn_nn_linear_fwd(fn, key, m->wk, m->bk, K, B * nk, m->kdim, m->E, scr, wsb)) ||
+            (st = attn_nn_linear_fwd(fn, value, m->wv, m->bv, V, B * nk, m->vdim, m->E, scr, wsb)))
+            return st;
+        attn_tensor kv = head_view(K, B, m->H, nk, m->hd), vv = head_view(V, B, m->H, nk, m->hd);
+        attn_kind_step s = {&m->cfg.attention, NULL, &kv, &vv, NULL, 0, NULL, c->state};
+        if ((st = m->kind->step(&s, scr, wsb))) return attn_nn_wrap_error(st, fn);
+    }
     c->length = nk;
     return ATTN_OK;
 }
@@ -689,10 +794,11 @@ size_t attn_mha_step_workspace_size(const attn_mha *m, int64_t batch, int64_t n,
     if (!m || batch < 1 || n < 1 || length < 1) return 0;
     const size_t rows = nn_mul((size_t)batch, (size_t)n);
     size_t s = nn_add(NN_SLACK, nn_mul(2, nn_fblock(nn_mul(rows, (size_t)m->E))));
-    s = nn_add(s, nn_block(nn_mul((size_t)batch, (size_t)length)));
-    attn_tensor q = head_view(NULL, batch, m->H, n, m->hd), k = head_view(NULL, batch, m->H, length, m->hd);
+    s = nn_add(s, nn_add(nn_block(nn_mul((size_t)batch, (size_t)length)), staged_bytes(m, batch, n)));
+    const int kv = !m->kind->state_floats;
+    attn_tensor q = head_view(NULL, batch, m->H, n, m->hd), k = head_view(NULL, batch, m->H, kv ? length : n, m->hd);
     size_t scr = nn_max(attn_nn_linear_ws(batch * n, m->E, m->E), attn_nn_linear_ws(n, m->E, m->E));
-    scr = nn_max(scr, attn_flash_workspace_size(&q, &k, &k));
+    scr = nn_max(scr, m->kind->step_workspace_size(&m->cfg.attention, &q, &k, &k));
     return nn_add(s, scr);
 }
 
@@ -722,35 +828,40 @@ attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_
                             attn_mha_step_workspace_size(m, a->batch, a->n, L))))
         return st;
     const int64_t B = a->batch, n = a->n, E = m->E;
+    const int kv_kind = !m->kind->state_floats;
     float *Q = nn_takef(&ws, (size_t)(B * n * E)), *O = nn_takef(&ws, (size_t)(B * n * E));
     uint8_t *km = attn_nn_take(&ws, (size_t)(B * L));
+    /* where the new keys and values go: the cache rows, or staged for a recurrent kind */
+    float *Kd = kv_kind ? c->k : nn_takef(&ws, (size_t)(B * n * E)), *Vd = kv_kind ? c->v : nn_takef(&ws, (size_t)(B * n * E));
+    const int64_t rows_per_batch = kv_kind ? c->capacity : n, row0 = kv_kind ? c->length : 0;
     size_t wsb;
     void *scr = nn_rest(&ws, &wsb);
     if ((st = attn_nn_linear_fwd(fn, a->query, m->wq, m->bq, Q, B * n, E, E, scr, wsb))) return st;
     if (a->append) {
-        if ((st = project_into(fn, m, c, a->query, B, n, E, m->wk, m->bk, c->k, c->length, scr, wsb)) ||
-            (st = project_into(fn, m, c, a->query, B, n, E, m->wv, m->bv, c->v, c->length, scr, wsb)))
+        if ((st = project_into(fn, m, rows_per_batch, a->query, B, n, E, m->wk, m->bk, Kd, row0, scr, wsb)) ||
+            (st = project_into(fn, m, rows_per_batch, a->query, B, n, E, m->wv, m->bv, Vd, row0, scr, wsb)))
             return st;
         if (m->cfg.use_rope) { /* the new queries and keys sit at positions length .. length + n - 1 */
-            attn_tensor qr = head_view(Q, B, m->H, n, m->hd), kr = head_view(c->k + c->length * E, B, m->H, n, m->hd);
-            kr.stride[0] = c->capacity * E;
+            attn_tensor qr = head_view(Q, B, m->H, n, m->hd), kr = head_view(Kd + row0 * E, B, m->H, n, m->hd);
+            kr.stride[0] = rows_per_batch * E;
             if ((st = attn_rope_forward(&m->cfg.rope, &qr, c->length, NULL)) ||
                 (st = attn_rope_forward(&m->cfg.rope, &kr, c->length, NULL)))
                 return attn_nn_wrap_error(st, fn);
         }
         c->length = L;
     }
-    attn_sdpa_params p = attn_sdpa_params_default();
-    if (a->causal) p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
     attn_btensor kmv;
     if (a->key_padding_mask) {
         for (int64_t i = 0; i < B * L; i++) km[i] = (uint8_t)!a->key_padding_mask[i];
         kmv = attn_btensor_2d(km, B, L);
-        p.key_mask = &kmv;
     }
     attn_tensor qv = head_view(Q, B, m->H, n, m->hd), ov = head_view(O, B, m->H, n, m->hd);
-    attn_tensor kv = head_view(c->k, B, m->H, L, m->hd), vv = head_view(c->v, B, m->H, L, m->hd);
-    kv.stride[0] = vv.stride[0] = c->capacity * E;
-    if ((st = attn_flash_forward(&qv, &kv, &vv, &p, &ov, NULL, scr, wsb))) return attn_nn_wrap_error(st, fn);
+    const int64_t kn = kv_kind ? L : n;
+    attn_tensor kv = head_view(Kd, B, m->H, kn, m->hd), vv = head_view(Vd, B, m->H, kn, m->hd);
+    kv.stride[0] = vv.stride[0] = rows_per_batch * E;
+    const int staged = kv_kind || a->append;
+    attn_kind_step s = {&m->cfg.attention, &qv, staged ? &kv : NULL, staged ? &vv : NULL, &ov, a->causal,
+                        a->key_padding_mask ? &kmv : NULL, c->state};
+    if ((st = m->kind->step(&s, scr, wsb))) return attn_nn_wrap_error(st, fn);
     return attn_nn_linear_fwd(fn, O, m->wo, m->bo, out, B * n, E, E, scr, wsb);
 }

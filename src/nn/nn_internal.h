@@ -109,6 +109,21 @@ attn_status attn_nn_mha_backward(attn_mha *m, const attn_mha_args *a, const floa
                             float *dv, int acc_q, int acc_kv, const void *saved, size_t saved_bytes,
                             void *ws, size_t ws_bytes);
 
+/* ---- attention capture (capture.c) ----
+ * Layers and models push the name parts of what they run ("layers.3.", "self_attn") and pop them
+ * back to the mark push returned; an attention module asks whether its full name is wanted. All
+ * no-ops on a NULL capture. */
+size_t attn_nn_capture_push(attn_capture *c, const char *fmt, ...) ATTN_PRINTF(2, 3);
+void attn_nn_capture_pop(attn_capture *c, size_t mark);
+/* Where a module writes its weights: w[((b * heads + h - head0) * rows + i - row0) * nk + j]; w NULL
+ * when no request matches the current name. */
+typedef struct nn_capture_slot {
+    float *w;
+    int64_t batch, head0, heads, row0, rows, nk;
+} nn_capture_slot;
+attn_status attn_nn_capture_begin(attn_capture *c, const char *fn, int64_t B, int64_t H, int64_t nq, int64_t nk,
+                                  nn_capture_slot *slot);
+
 /* ---- dropout on a branch: site `site` of a call with (seed, offset) ---- */
 static inline attn_status nn_dropout_fwd(float *x, int64_t n, float p, int training, uint64_t seed,
                                          uint64_t offset) {

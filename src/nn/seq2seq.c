@@ -127,6 +127,7 @@ static attn_transformer_args transformer_args(const attn_seq2seq_args *a, const 
     t.training = a->training;
     t.seed = a->seed;
     t.offset = a->offset;
+    t.capture = a->capture;
     return t;
 }
 
@@ -204,7 +205,10 @@ attn_status attn_seq2seq_forward(attn_seq2seq *m, const attn_seq2seq_args *a, fl
     attn_transformer_args t = transformer_args(a, xs, xt);
     size_t rest_bytes, tsaved_bytes = 0;
     void *rest = nn_rest(&ws, &rest_bytes), *tsaved = saved ? nn_rest(&sv, &tsaved_bytes) : NULL;
-    if ((st = attn_transformer_forward(m->tr, &t, y, tsaved, tsaved_bytes, rest, rest_bytes))) return attn_nn_wrap_error(st, fn);
+    const size_t mark = attn_nn_capture_push(a->capture, "transformer.");
+    st = attn_transformer_forward(m->tr, &t, y, tsaved, tsaved_bytes, rest, rest_bytes);
+    attn_nn_capture_pop(a->capture, mark);
+    if (st) return attn_nn_wrap_error(st, fn);
     if ((st = attn_nn_linear_fwd(fn, y, m->w, m->b, logits, B * a->n_tgt, d, m->cfg.tgt_vocab, rest, rest_bytes)))
         return st;
     return ATTN_OK;
@@ -326,6 +330,7 @@ static attn_layer_args enc_args(const attn_token_encoder_args *a, const float *x
     l.training = a->training;
     l.seed = a->seed;
     l.offset = a->offset;
+    l.capture = a->capture;
     return l;
 }
 

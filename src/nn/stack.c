@@ -118,7 +118,10 @@ attn_status attn_nn_stack_fwd(const char *fn, nn_stack *S, const attn_layer_args
         void *ls = saved ? attn_nn_take(&sv, lsb) : NULL;
         float *y = saved ? nn_takef(&sv, n) : pp[l & 1];
         attn_layer_args la = layer_args(a, x, base + l);
-        if ((st = attn_nn_layer_fwd(fn, &S->layers[l], &la, y, ls, lsb, lws, lwb))) return st;
+        const size_t mark = attn_nn_capture_push(a->capture, "layers.%lld.", (long long)l);
+        st = attn_nn_layer_fwd(fn, &S->layers[l], &la, y, ls, lsb, lws, lwb);
+        attn_nn_capture_pop(a->capture, mark);
+        if (st) return st;
         x = y;
     }
     if (!S->cfg.norm) {
@@ -295,10 +298,12 @@ struct attn_decoder_cache {
 
 size_t attn_decoder_cache_size(const attn_decoder *d, int64_t batch, int64_t capacity, int64_t n_memory) {
     if (!d || batch < 1 || capacity < 1 || n_memory < 1) return 0;
-    const int64_t L = d->S.cfg.num_layers, dm = d->S.cfg.layer.d_model;
+    const int64_t L = d->S.cfg.num_layers;
     size_t s = nn_add(NN_SLACK, nn_block(sizeof(attn_decoder_cache)));
     s = nn_add(s, nn_block(nn_mul(2 * (size_t)L, sizeof(attn_kv_cache))));
-    const size_t per = nn_add(attn_kv_cache_size(batch, capacity, dm), attn_kv_cache_size(batch, n_memory, dm));
+    /* every layer has the same kinds of attention: layer 0's caches size them all */
+    const nn_layer *l0 = &d->S.layers[0];
+    const size_t per = nn_add(attn_mha_cache_size(l0->sa, batch, capacity), attn_mha_cache_size(l0->ca, batch, n_memory));
     return nn_add(s, nn_mul((size_t)L, per));
 }
 
@@ -359,7 +364,7 @@ attn_status attn_decoder_cache_init(attn_decoder *d, void *buffer, size_t bytes,
     attn_status st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes,
                                    attn_decoder_cache_size(d, batch, capacity, n_memory));
     if (st) return st;
-    const int64_t L = d->S.cfg.num_layers, dm = d->S.cfg.layer.d_model;
+    const int64_t L = d->S.cfg.num_layers;
     attn_decoder_cache *c = attn_nn_take(&ar, sizeof *c);
     c->layers = L;
     c->batch = batch;
@@ -368,10 +373,11 @@ attn_status attn_decoder_cache_init(attn_decoder *d, void *buffer, size_t bytes,
     c->memory_kpm = memory_key_padding_mask;
     c->self = attn_nn_take(&ar, 2 * (size_t)L * sizeof(attn_kv_cache));
     c->cross = c->self + L;
-    const size_t ss = attn_kv_cache_size(batch, capacity, dm), cs = attn_kv_cache_size(batch, n_memory, dm);
     for (int64_t l = 0; l < L; l++) {
-        if ((st = attn_kv_cache_init(&c->self[l], attn_nn_take(&ar, ss), ss, batch, capacity, dm)) ||
-            (st = attn_kv_cache_init(&c->cross[l], attn_nn_take(&ar, cs), cs, batch, n_memory, dm)) ||
+        const nn_layer *ly = &d->S.layers[l];
+        const size_t ss = attn_mha_cache_size(ly->sa, batch, capacity), cs = attn_mha_cache_size(ly->ca, batch, n_memory);
+        if ((st = attn_mha_cache_init(ly->sa, &c->self[l], attn_nn_take(&ar, ss), ss, batch, capacity)) ||
+            (st = attn_mha_cache_init(ly->ca, &c->cross[l], attn_nn_take(&ar, cs), cs, batch, n_memory)) ||
             (st = attn_mha_cache_fill(d->S.layers[l].ca, &c->cross[l], memory, memory, n_memory, workspace,
                                       workspace_bytes)))
             return attn_nn_wrap_error(st, fn);
@@ -491,6 +497,7 @@ static void split_args(const attn_transformer_args *a, const float *memory, attn
     ea->training = a->training;
     ea->seed = a->seed;
     ea->offset = a->offset;
+    ea->capture = a->capture;
     *da = *ea;
     da->n = a->n_tgt;
     da->x = a->tgt;
@@ -554,8 +561,14 @@ attn_status attn_transformer_forward(attn_transformer *t, const attn_transformer
     size_t rb;
     void *rest = nn_rest(&ws, &rb);
     da.memory = memory;
-    if ((st = attn_nn_stack_fwd(fn, &t->enc.S, &ea, 0, memory, esv, es, rest, rb))) return st;
-    return attn_nn_stack_fwd(fn, &t->dec.S, &da, t->cfg.num_encoder_layers, out, dsv, ds, rest, rb);
+    size_t mark = attn_nn_capture_push(a->capture, "encoder.");
+    st = attn_nn_stack_fwd(fn, &t->enc.S, &ea, 0, memory, esv, es, rest, rb);
+    attn_nn_capture_pop(a->capture, mark);
+    if (st) return st;
+    mark = attn_nn_capture_push(a->capture, "decoder.");
+    st = attn_nn_stack_fwd(fn, &t->dec.S, &da, t->cfg.num_encoder_layers, out, dsv, ds, rest, rb);
+    attn_nn_capture_pop(a->capture, mark);
+    return st;
 }
 
 attn_status attn_transformer_backward(attn_transformer *t, const attn_transformer_args *a,

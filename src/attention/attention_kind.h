@@ -1,0 +1,66 @@
+/* The attention-kind table: what attn_mha (and through it every layer, stack and model) calls to
+ * compute attention, one row per kind (kinds.c). A kind lives in its own file and supplies the
+ * functions below; adding one is that file, its enum value in attention.h and its row.
+ *
+ * Every function takes per-head views: Q [B, H, Nq, d], K [B, Hk, Nk, d], V [B, Hk, Nk, dv],
+ * O [B, H, Nq, dv] (any strides, as attn_flash_*), and the masks, causality and dropout the caller
+ * gathered in attn_sdpa_params; a kind that cannot honour one of them says so
+ * (ATTN_ERR_UNSUPPORTED with a message). */
+#ifndef ATTN_ATTENTION_KIND_H
+#define ATTN_ATTENTION_KIND_H
+
+#include "attn/attention.h"
+
+/* One incremental-decoding step (eval): n new query rows per batch attend to the positions seen
+ * so far. Kinds that decode over stored keys and values (state_floats == NULL) get k / v as views
+ * over the whole cache [B, Hk, L, d], the new rows already appended, and `causal` means new row i
+ * sits at position L - n + i. Recurrent kinds get the new rows only in k / v (NULL when nothing
+ * is appended) and their state, which they update; q NULL (a cross-attention cache fill) asks
+ * them to absorb k / v only. key_mask: [B, L] true = real key, or NULL. */
+typedef struct attn_kind_step {
+    const attn_attention_config *cfg;
+    const attn_tensor *q, *k, *v;
+    attn_tensor *out;
+    int causal;
+    const attn_btensor *key_mask;
+    float *state;               /* recurrent kinds: state_floats(...) floats, zeroed when reset */
+} attn_kind_step;
+
+typedef struct attn_kind_ops {
+    const char *name, *help;
+    /* Options of cfg that apply to this kind, validated (fn names the caller in messages). */
+    attn_status (*check)(const char *fn, const attn_attention_config *cfg);
+    /* Floats per (batch, head, query row) the forward keeps for the backward (softmax kinds:
+     * the log-sum-exp). */
+    int64_t stats_per_row;
+    size_t (*workspace_size)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
+                             const attn_tensor *v, const attn_sdpa_params *p);
+    /* stats [B * H * Nq * stats_per_row] (NULL when no backward follows). */
+    attn_status (*forward)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
+                           const attn_tensor *v, const attn_sdpa_params *p, attn_tensor *out, float *stats,
+                           void *ws, size_t ws_bytes);
+    /* dq, dk, dv overwritten; dk and dv have unit innermost stride. */
+    attn_status (*backward)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
+                            const attn_tensor *v, const attn_sdpa_params *p, const attn_tensor *out,
+                            const attn_tensor *dout, const float *stats, attn_tensor *dq, attn_tensor *dk,
+                            attn_tensor *dv, void *ws, size_t ws_bytes);
+    /* Exact weights of rows [row0, row0 + rows) of (b, h) into w [rows, Nk], as attn_flash_weights;
+     * NULL for a kind that has none. */
+    attn_status (*weights)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
+                           const attn_sdpa_params *p, int64_t b, int64_t h, int64_t row0, int64_t rows,
+                           int apply_dropout, float *w);
+    /* Decoding: NULL for kinds that keep keys and values; else the recurrent state's floats. */
+    size_t (*state_floats)(const attn_attention_config *cfg, int64_t batch, int64_t heads, int64_t d,
+                           int64_t dv);
+    size_t (*step_workspace_size)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
+                                  const attn_tensor *v);
+    attn_status (*step)(const attn_kind_step *s, void *ws, size_t ws_bytes);
+} attn_kind_ops;
+
+/* The row of a kind, or NULL for a value outside the table. */
+const attn_kind_ops *attn_kind_ops_get(attn_attention_kind kind);
+
+/* The rows, defined in each kind's own file. */
+extern const attn_kind_ops attn_kind_flash, attn_kind_window;
+
+#endif

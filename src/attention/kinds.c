@@ -1,0 +1,71 @@
+/* The attention-kind table and its public listing. One row per kind; the kinds live in their own
+ * files (kind_softmax.c: flash, window). */
+#include <string.h>
+
+#include "attention/attention_kind.h"
+#include "core/internal.h"
+
+static const attn_kind_ops *const kinds[] = {
+    [ATTN_ATTENTION_FLASH] = &attn_kind_flash,
+    [ATTN_ATTENTION_WINDOW] = &attn_kind_window,
+};
+enum { KIND_COUNT = (int)(sizeof kinds / sizeof kinds[0]) };
+
+const attn_kind_ops *attn_kind_ops_get(attn_attention_kind kind) {
+    return (int)kind >= 0 && (int)kind < KIND_COUNT ? kinds[kind] : NULL;
+}
+
+attn_attention_config attn_attention_config_default(void) {
+    attn_attention_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = ATTN_ATTENTION_FLASH;
+    return c;
+}
+
+attn_status attn_attention_config_check(const attn_attention_config *cfg) {
+    static const char fn[] = "attn_attention_config_check";
+    ATTN_CHECK_NOT_NULL(fn, cfg);
+    const attn_kind_ops *k = attn_kind_ops_get(cfg->kind);
+    if (!k)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: unknown attention kind %d (0 .. %d)", fn, (int)cfg->kind,
+                          KIND_COUNT - 1);
+    return k->check ? k->check(fn, cfg) : ATTN_OK;
+}
+
+int attn_attention_kind_count(void) { return KIND_COUNT; }
+
+const char *attn_attention_kind_name(attn_attention_kind kind) {
+    const attn_kind_ops *k = attn_kind_ops_get(kind);
+    return k ? k->name : NULL;
+}
+
+const char *attn_attention_kind_help(attn_attention_kind kind) {
+    const attn_kind_ops *k = attn_kind_ops_get(kind);
+    return k ? k->help : NULL;
+}
+
+int attn_attention_kind_has_weights(attn_attention_kind kind) {
+    const attn_kind_ops *k = attn_kind_ops_get(kind);
+    return k && k->weights;
+}
+
+attn_status attn_attention_kind_from_name(const char *name, attn_attention_kind *kind) {
+    static const char fn[] = "attn_attention_kind_from_name";
+    ATTN_CHECK_NOT_NULL(fn, name);
+    ATTN_CHECK_NOT_NULL(fn, kind);
+    char list[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < KIND_COUNT; i++) {
+        if (!strcmp(name, kinds[i]->name)) {
+            *kind = (attn_attention_kind)i;
+            return ATTN_OK;
+        }
+        const size_t n = strlen(kinds[i]->name);
+        if (used + n + 3 < sizeof list) {
+            if (used) memcpy(list + used, ", ", 2), used += 2;
+            memcpy(list + used, kinds[i]->name, n + 1);
+            used += n;
+        }
+    }
+    return attn_error(ATTN_ERR_NOT_FOUND, "%s: unknown attention kind '%s' (available: %s)", fn, name, list);
+}
