@@ -62,7 +62,7 @@ int bench_train_cmd(int argc, char **argv) {
     if (D % H != 0) return cli_usage_error("bench train: --d-model %lld is not a multiple of --heads %lld", (long long)D,
                                            (long long)H);
 
-    const train_gpt_shape shape = {TRAIN_BYTE_VOCAB, L, H, D, 4 * D, C};
+    const train_gpt_shape shape = {TRAIN_BYTE_VOCAB, L, H, D, 4 * D, C, attn_attention_config_default()};
     const int64_t V = shape.vocab;
     attn_gpt_config cfg = train_gpt_config(&shape);
     attn_gpt *g = NULL;

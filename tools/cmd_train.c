@@ -201,7 +201,7 @@ static int train_gpt(int argc, char **argv) {
         }
     gpt_opts o;
     memset(&o, 0, sizeof o);
-    o.shape = (train_gpt_shape){TRAIN_BYTE_VOCAB, 2, 4, 128, 512, 64};
+    o.shape = (train_gpt_shape){TRAIN_BYTE_VOCAB, 2, 4, 128, 512, 64, attn_attention_config_default()};
     o.steps = 1000;
     o.batch = 16;
     o.warmup = -1;

@@ -15,6 +15,7 @@ attn_gpt_config train_gpt_config(const train_gpt_shape *s) {
     c.layer.activation = ATTN_ACTIVATION_GELU;
     c.positions = ATTN_POSITIONS_LEARNED;
     c.tie_embeddings = 0;
+    c.layer.attention = s->attention;
     return c;
 }
 
@@ -31,6 +32,8 @@ void train_meta_fill(train_meta *m, const train_gpt_shape *s) {
     m->values[0] = "gpt";
     m->values[TRAIN_META_COUNT - 1] = "bytes";
     m->n = TRAIN_META_COUNT;
+    train_meta_add(m, "gpt.attention", "%s", attn_attention_kind_name(s->attention.kind));
+    if (s->attention.kind == ATTN_ATTENTION_WINDOW) train_meta_add(m, "gpt.window", "%lld", (long long)s->attention.window);
 }
 
 void train_meta_add(train_meta *m, const char *key, const char *fmt, ...) {
@@ -63,6 +66,18 @@ int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *
             snprintf(err, errsz, "metadata '%s' is %s", meta_keys[i + 1], v ? "not a positive integer" : "missing");
             return -1;
         }
+    }
+    s->attention = attn_attention_config_default();
+    const char *kind = attn_safetensors_metadata_find(st, "gpt.attention");
+    if (kind && attn_attention_kind_from_name(kind, &s->attention.kind) != ATTN_OK) {
+        snprintf(err, errsz, "metadata 'gpt.attention' is '%s', not an attention kind of this build", kind);
+        return -1;
+    }
+    const char *win = attn_safetensors_metadata_find(st, "gpt.window");
+    if (s->attention.kind == ATTN_ATTENTION_WINDOW &&
+        (!win || train_parse_i64(win, 0, (int64_t)1 << 30, &s->attention.window) != 0)) {
+        snprintf(err, errsz, "metadata 'gpt.window' is %s", win ? "not an integer in 0..2^30" : "missing");
+        return -1;
     }
     if (s->vocab != TRAIN_BYTE_VOCAB) {
         snprintf(err, errsz, "vocabulary of %lld (want %d bytes)", (long long)s->vocab, TRAIN_BYTE_VOCAB);

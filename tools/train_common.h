@@ -13,6 +13,7 @@
 
 typedef struct train_gpt_shape {
     int64_t vocab, layers, heads, d_model, ff, context;
+    attn_attention_config attention; /* the self-attention's kind and options (default flash) */
 } train_gpt_shape;
 
 /* The config of a byte-level GPT of that shape: learned positions (context of them), pre-norm
@@ -20,7 +21,8 @@ typedef struct train_gpt_shape {
 attn_gpt_config train_gpt_config(const train_gpt_shape *s);
 
 /* Checkpoint metadata: "model" = "gpt", "gpt.vocab_size", "gpt.layers", "gpt.heads",
- * "gpt.d_model", "gpt.ff", "gpt.context", "gpt.tokenizer" = "bytes". */
+ * "gpt.d_model", "gpt.ff", "gpt.context", "gpt.tokenizer" = "bytes", then "gpt.attention" (a kind's
+ * name; absent in older checkpoints, meaning flash) and the kind's options ("gpt.window"). */
 #define TRAIN_META_COUNT 8
 #define TRAIN_META_MAX 16
 typedef struct train_meta {
@@ -29,7 +31,7 @@ typedef struct train_meta {
     char buf[TRAIN_META_MAX][40];
     size_t n;
 } train_meta;
-/* The TRAIN_META_COUNT pairs above (n = TRAIN_META_COUNT). */
+/* The pairs above (n >= TRAIN_META_COUNT). */
 void train_meta_fill(train_meta *m, const train_gpt_shape *s);
 /* Append one more pair (key kept by pointer, value formatted; ignored when full). */
 void train_meta_add(train_meta *m, const char *key, const char *fmt, ...)
