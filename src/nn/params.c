@@ -446,8 +446,8 @@ static attn_status params_load(const char *fn, const attn_params *ps, const attn
         for (int d = 0; same && d < p->rank; d++) same = x->shape[d] == p->shape[d];
         if (!same) {
             char a[200], b[96];
-            snprintf(item, sizeof item, "%s %s (expected %s)", t.full[i], attn_shape_str(x->shape, x->rank, a, sizeof a),
-                     attn_shape_str(p->shape, p->rank, b, sizeof b));
+            snprintf(item, sizeof item, "%s %s (expected %s)", t.full[i],
+                     attn_shape_str(x->shape, x->rank, a, sizeof a), attn_shape_str(p->shape, p->rank, b, sizeof b));
             msg_item(&m, P_SHAPE, item);
             shape++;
         }
