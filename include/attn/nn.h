@@ -96,6 +96,49 @@ attn_status attn_params_load_file(const attn_params *ps, const char *path);
 attn_status attn_params_write(const attn_params *ps, attn_safetensors_writer *w, const char *prefix);
 attn_status attn_params_save_file(const attn_params *ps, const char *path);
 
+/* Name maps: load and save under another naming scheme (torchvision's, timm's, ...). A rule pairs
+ * a pattern on our side with one on theirs; '*' matches one non-empty run of characters without
+ * '.' (longest first), and the runs it captures are substituted, in order, for the other side's
+ * '*'s. A rule matches a PREFIX of the name and the rest is kept; the first matching rule wins; a
+ * name no rule matches keeps its name. E.g. attn's encoder names to torchvision's ViT encoder:
+ *   {"layers.*.self_attn.", "encoder.layers.encoder_layer_*.self_attention."},
+ *   {"layers.*.norm1.",     "encoder.layers.encoder_layer_*.ln_1."},
+ *   {"layers.*.linear1.",   "encoder.layers.encoder_layer_*.mlp.0."},
+ *   {"norm.",               "encoder.ln."}
+ * maps "layers.3.linear1.weight" to "encoder.layers.encoder_layer_3.mlp.0.weight". Both patterns
+ * of a rule must be non-empty, hold the same number of '*' (at most ATTN_NAME_MAP_MAX_STARS) and
+ * no "**": every function taking a map checks it (ATTN_ERR_INVALID_ARGUMENT naming the rule).
+ * A NULL map, or one of no rules, is the identity. */
+#define ATTN_NAME_MAP_MAX_STARS 8
+typedef struct attn_name_rule {
+    const char *ours;               /* pattern on attn's side, e.g. "layers.*.linear1." */
+    const char *theirs;             /* pattern on the other side, e.g. "blocks.*.mlp.fc1." */
+} attn_name_rule;
+typedef struct attn_name_map {
+    const attn_name_rule *rules;    /* count rules, tried in order */
+    size_t count;
+} attn_name_map;
+
+/* Our name to theirs into buf (cap bytes, NUL-terminated); ATTN_ERR_INVALID_ARGUMENT naming the
+ * name and the size needed when it does not fit (buf then holds a truncated name, when cap > 0). */
+ATTN_API attn_status attn_name_map_apply(const attn_name_map *map, const char *ours, char *buf, size_t cap);
+/* Their name to ours: the same rules read from theirs to ours (the first whose theirs pattern
+ * matches wins). The inverse of attn_name_map_apply when the rules' two sides are equally
+ * unambiguous. */
+ATTN_API attn_status attn_name_map_unapply(const attn_name_map *map, const char *theirs, char *buf, size_t cap);
+/* attn_params_load with each parameter looked up as prefix + its name mapped through map: the
+ * same conversions, all-or-nothing load and errors, every name in messages being theirs; with
+ * strict, a tensor whose name starts with prefix but that no mapped parameter name produces is
+ * unexpected. Two parameters mapped to one name: ATTN_ERR_INVALID_ARGUMENT naming both. */
+ATTN_API attn_status attn_params_load_mapped(const attn_params *ps, const attn_safetensors *st,
+                                             const attn_name_map *map, const char *prefix, int strict);
+/* Strict load of a whole file through map. */
+ATTN_API attn_status attn_params_load_file_mapped(const attn_params *ps, const char *path, const attn_name_map *map);
+/* attn_params_write under prefix + mapped names (two parameters mapped to one name: an error, as above). */
+ATTN_API attn_status attn_params_write_mapped(const attn_params *ps, attn_safetensors_writer *w,
+                                              const attn_name_map *map, const char *prefix);
+ATTN_API attn_status attn_params_save_file_mapped(const attn_params *ps, const char *path, const attn_name_map *map);
+
 /* ---- linear: y = x W^T + b (torch.nn.functional.linear) --------------------------------------
  * x [rows, in], W [out, in] (PyTorch's layout), b [out] or NULL, y [rows, out]; all contiguous. */
 size_t attn_linear_workspace_size(int64_t rows, int64_t in_features, int64_t out_features);

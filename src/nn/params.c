@@ -239,50 +239,223 @@ static int is_float_dtype(attn_dtype dt) {
     return dt == ATTN_DTYPE_F32 || dt == ATTN_DTYPE_F16 || dt == ATTN_DTYPE_BF16 || dt == ATTN_DTYPE_F64;
 }
 
-attn_status attn_params_load(const attn_params *ps, const attn_safetensors *st, const char *prefix,
-                             int strict) {
-    static const char fn[] = "attn_params_load";
+/* ---- name maps ---- */
+
+typedef struct nm_cap {
+    size_t at, len;
+} nm_cap;
+
+/* '*'s in a pattern, -1 for "**". */
+static int nm_stars(const char *p) {
+    int k = 0;
+    for (; *p; p++)
+        if (*p == '*') {
+            if (p[1] == '*') return -1;
+            k++;
+        }
+    return k;
+}
+
+static const char *nm_q(const char *s) { return s ? s : "(NULL)"; }
+
+static attn_status nm_check(const char *fn, const attn_name_map *map) {
+    if (!map) return ATTN_OK;
+    if (map->count && !map->rules)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: name map of %zu rules with rules NULL", fn, map->count);
+    for (size_t i = 0; i < map->count; i++) {
+        const attn_name_rule *r = &map->rules[i];
+        const char *why = NULL;
+        int a = 0, b = 0;
+        if (!r->ours || !r->theirs || !*r->ours || !*r->theirs) why = "empty pattern";
+        else if ((a = nm_stars(r->ours)) < 0 || (b = nm_stars(r->theirs)) < 0) why = "\"**\"";
+        else if (a > ATTN_NAME_MAP_MAX_STARS || b > ATTN_NAME_MAP_MAX_STARS)
+            why = "more '*' than ATTN_NAME_MAP_MAX_STARS";
+        if (why)
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: name map rule %zu (\"%s\" -> \"%s\"): %s", fn, i,
+                              nm_q(r->ours), nm_q(r->theirs), why);
+        if (a != b)
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                              "%s: name map rule %zu (\"%s\" -> \"%s\"): %d '*' in ours, %d in theirs", fn, i,
+                              r->ours, r->theirs, a, b);
+    }
+    return ATTN_OK;
+}
+
+/* Match pattern p against name from pos on, '*' taking the longest run first; on success the
+ * end of the match and the captures. */
+static int nm_match(const char *p, const char *name, size_t pos, nm_cap *caps, int k, size_t *end) {
+    for (; *p && *p != '*'; p++, pos++)
+        if (name[pos] != *p) return 0;
+    if (!*p) {
+        *end = pos;
+        return 1;
+    }
+    size_t run = 0;
+    while (name[pos + run] && name[pos + run] != '.') run++;
+    for (; run > 0; run--) {
+        caps[k].at = pos;
+        caps[k].len = run;
+        if (nm_match(p + 1, name, pos + run, caps, k + 1, end)) return 1;
+    }
+    return 0;
+}
+
+static void nm_put(char *buf, size_t cap, size_t *len, const char *s, size_t n) {
+    if (*len < cap) memcpy(buf + *len, s, n < cap - *len ? n : cap - *len);
+    *len += n;
+}
+
+/* name mapped (ours -> theirs, or back with rev) into buf as far as it fits, NUL-terminated when
+ * cap > 0; returns the mapped name's length. The map has been checked. */
+static size_t nm_map(const attn_name_map *map, int rev, const char *name, char *buf, size_t cap) {
+    nm_cap caps[ATTN_NAME_MAP_MAX_STARS];
+    size_t end = 0, len = 0;
+    const char *to = NULL;
+    for (size_t i = 0; map && i < map->count && !to; i++) {
+        const attn_name_rule *r = &map->rules[i];
+        if (nm_match(rev ? r->theirs : r->ours, name, 0, caps, 0, &end)) to = rev ? r->ours : r->theirs;
+    }
+    if (!to) end = 0;
+    for (int k = 0; to && *to; k++) {
+        const size_t lit = strcspn(to, "*");
+        nm_put(buf, cap, &len, to, lit);
+        to += lit;
+        if (*to == '*') {
+            nm_put(buf, cap, &len, name + caps[k].at, caps[k].len);
+            to++;
+        }
+    }
+    nm_put(buf, cap, &len, name + end, strlen(name + end));
+    if (cap) buf[len < cap ? len : cap - 1] = '\0';
+    return len;
+}
+
+static attn_status nm_convert(const char *fn, const attn_name_map *map, int rev, const char *name, char *buf,
+                              size_t cap) {
+    ATTN_CHECK_NOT_NULL(fn, name);
+    if (cap) ATTN_CHECK_NOT_NULL(fn, buf);
+    attn_status s = nm_check(fn, map);
+    if (s) return s;
+    const size_t len = nm_map(map, rev, name, buf, cap);
+    if (len >= cap)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: buf of %zu bytes is too small: '%s' maps to a name of %zu characters (need %zu bytes)",
+                          fn, cap, name, len, len + 1);
+    return ATTN_OK;
+}
+
+attn_status attn_name_map_apply(const attn_name_map *map, const char *ours, char *buf, size_t cap) {
+    return nm_convert("attn_name_map_apply", map, 0, ours, buf, cap);
+}
+
+attn_status attn_name_map_unapply(const attn_name_map *map, const char *theirs, char *buf, size_t cap) {
+    return nm_convert("attn_name_map_unapply", map, 1, theirs, buf, cap);
+}
+
+/* Every parameter's prefix + mapped name, and the same sorted for lookups. */
+typedef struct nm_entry {
+    const char *name;
+    size_t param;
+} nm_entry;
+
+typedef struct nm_table {
+    char **full;      /* per parameter, in order */
+    nm_entry *sorted; /* by name */
+    size_t n;
+} nm_table;
+
+static int nm_entry_cmp(const void *a, const void *b) {
+    return strcmp(((const nm_entry *)a)->name, ((const nm_entry *)b)->name);
+}
+
+static void nm_table_free(nm_table *t) {
+    for (size_t i = 0; t->full && i < t->n; i++) free(t->full[i]);
+    free(t->full);
+    free(t->sorted);
+    memset(t, 0, sizeof *t);
+}
+
+static attn_status nm_table_build(nm_table *t, const char *fn, const attn_params *ps, const attn_name_map *map,
+                                  const char *prefix) {
+    memset(t, 0, sizeof *t);
+    attn_status s = nm_check(fn, map);
+    if (s) return s;
+    const size_t lp = strlen(prefix), n = ps->n;
+    t->full = calloc(n ? n : 1, sizeof *t->full);
+    t->sorted = malloc((n ? n : 1) * sizeof *t->sorted);
+    if (!t->full || !t->sorted) {
+        nm_table_free(t);
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    t->n = n;
+    for (size_t i = 0; i < n; i++) {
+        const size_t len = nm_map(map, 0, ps->items[i].name, NULL, 0);
+        char *f = malloc(lp + len + 1);
+        if (!f) {
+            nm_table_free(t);
+            return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        }
+        memcpy(f, prefix, lp);
+        nm_map(map, 0, ps->items[i].name, f + lp, len + 1);
+        t->full[i] = f;
+        t->sorted[i].name = f;
+        t->sorted[i].param = i;
+    }
+    if (n) qsort(t->sorted, n, sizeof *t->sorted, nm_entry_cmp);
+    for (size_t i = 1; i < n; i++)
+        if (!strcmp(t->sorted[i - 1].name, t->sorted[i].name)) {
+            const size_t a = t->sorted[i - 1].param, b = t->sorted[i].param;
+            s = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: parameters '%s' and '%s' both map to '%s'", fn,
+                           ps->items[a < b ? a : b].name, ps->items[a < b ? b : a].name, t->sorted[i].name);
+            nm_table_free(t);
+            return s;
+        }
+    return ATTN_OK;
+}
+
+static int nm_table_has(const nm_table *t, const char *name) {
+    const nm_entry key = {name, 0};
+    return t->n && bsearch(&key, t->sorted, t->n, sizeof *t->sorted, nm_entry_cmp) != NULL;
+}
+
+static attn_status params_load(const char *fn, const attn_params *ps, const attn_safetensors *st,
+                               const attn_name_map *map, const char *prefix, int strict) {
     ATTN_CHECK_NOT_NULL(fn, ps);
     ATTN_CHECK_NOT_NULL(fn, st);
     if (!prefix) prefix = "";
     const size_t lp = strlen(prefix);
-    size_t maxn = 0;
-    for (size_t i = 0; i < ps->n; i++) maxn = nn_max(maxn, strlen(ps->items[i].name));
-    char *full = malloc(lp + maxn + 1);
-    if (!full) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    memcpy(full, prefix, lp);
+    nm_table t;
+    attn_status s = nm_table_build(&t, fn, ps, map, prefix);
+    if (s) return s;
     msgbuf m;
     memset(&m, 0, sizeof m);
     char item[400];
     int missing = 0, shape = 0, unexpected = 0, dtype = 0;
     /* every check first, by kind, so that nothing is modified unless all pass */
     for (size_t i = 0; i < ps->n; i++) {
-        strcpy(full + lp, ps->items[i].name);
-        if (!attn_safetensors_find(st, full)) {
-            msg_item(&m, P_MISSING, full);
+        if (!attn_safetensors_find(st, t.full[i])) {
+            msg_item(&m, P_MISSING, t.full[i]);
             missing++;
         }
     }
     for (size_t i = 0; i < ps->n; i++) {
         const attn_param *p = &ps->items[i];
-        strcpy(full + lp, p->name);
-        const attn_safetensors_tensor *t = attn_safetensors_find(st, full);
-        if (!t) continue;
-        int same = t->rank == p->rank;
-        for (int d = 0; same && d < p->rank; d++) same = t->shape[d] == p->shape[d];
+        const attn_safetensors_tensor *x = attn_safetensors_find(st, t.full[i]);
+        if (!x) continue;
+        int same = x->rank == p->rank;
+        for (int d = 0; same && d < p->rank; d++) same = x->shape[d] == p->shape[d];
         if (!same) {
             char a[200], b[96];
-            snprintf(item, sizeof item, "%s %s (expected %s)", full, attn_shape_str(t->shape, t->rank, a, sizeof a),
-                     attn_shape_str(p->shape, p->rank, b, sizeof b));
+            snprintf(item, sizeof item, "%s %s (expected %s)", t.full[i],
+                     attn_shape_str(x->shape, x->rank, a, sizeof a), attn_shape_str(p->shape, p->rank, b, sizeof b));
             msg_item(&m, P_SHAPE, item);
             shape++;
         }
     }
     for (size_t i = 0; i < ps->n; i++) {
-        strcpy(full + lp, ps->items[i].name);
-        const attn_safetensors_tensor *t = attn_safetensors_find(st, full);
-        if (t && !is_float_dtype(t->dtype)) {
-            snprintf(item, sizeof item, "%s (%s)", full, attn_dtype_name(t->dtype));
+        const attn_safetensors_tensor *x = attn_safetensors_find(st, t.full[i]);
+        if (x && !is_float_dtype(x->dtype)) {
+            snprintf(item, sizeof item, "%s (%s)", t.full[i], attn_dtype_name(x->dtype));
             msg_item(&m, P_DTYPE, item);
             dtype++;
         }
@@ -291,75 +464,99 @@ attn_status attn_params_load(const attn_params *ps, const attn_safetensors *st, 
         const size_t n = attn_safetensors_count(st);
         for (size_t i = 0; i < n; i++) {
             const char *name = attn_safetensors_get(st, i)->name;
-            if (strncmp(name, prefix, lp) != 0 || attn_params_find(ps, name + lp)) continue;
+            if (strncmp(name, prefix, lp) != 0 || nm_table_has(&t, name)) continue;
             msg_item(&m, P_UNEXPECTED, name);
             unexpected++;
         }
     }
     if (missing || shape || unexpected || dtype) {
-        free(full);
+        nm_table_free(&t);
         const int total = missing + shape + unexpected + dtype;
-        const attn_status s = shape ? ATTN_ERR_SHAPE
-                              : missing || unexpected ? ATTN_ERR_NOT_FOUND
-                                                      : ATTN_ERR_INVALID_ARGUMENT;
+        s = shape                   ? ATTN_ERR_SHAPE
+            : missing || unexpected ? ATTN_ERR_NOT_FOUND
+                                    : ATTN_ERR_INVALID_ARGUMENT;
         char list[440];
         msg_join(&m, list, sizeof list);
         return attn_error(s, "%s: %d problem%s with the weights%s%s: %s", fn, total, total == 1 ? "" : "s",
                           lp ? " under prefix " : "", prefix, list);
     }
-    for (size_t i = 0; i < ps->n; i++) {
-        const attn_param *p = &ps->items[i];
-        strcpy(full + lp, p->name);
-        attn_status s = attn_safetensors_read_f32(st, full, p->data, p->numel);
-        if (s) {
-            free(full);
-            return s;
-        }
-    }
-    free(full);
-    return ATTN_OK;
+    for (size_t i = 0; i < ps->n && !s; i++)
+        s = attn_safetensors_read_f32(st, t.full[i], ps->items[i].data, ps->items[i].numel);
+    nm_table_free(&t);
+    return s;
 }
 
-attn_status attn_params_load_file(const attn_params *ps, const char *path) {
-    ATTN_CHECK_NOT_NULL("attn_params_load_file", ps);
-    ATTN_CHECK_NOT_NULL("attn_params_load_file", path);
+attn_status attn_params_load_mapped(const attn_params *ps, const attn_safetensors *st, const attn_name_map *map,
+                                    const char *prefix, int strict) {
+    return params_load("attn_params_load_mapped", ps, st, map, prefix, strict);
+}
+
+attn_status attn_params_load(const attn_params *ps, const attn_safetensors *st, const char *prefix,
+                             int strict) {
+    return params_load("attn_params_load", ps, st, NULL, prefix, strict);
+}
+
+static attn_status params_load_file(const char *fn, const attn_params *ps, const char *path,
+                                    const attn_name_map *map) {
+    ATTN_CHECK_NOT_NULL(fn, ps);
+    ATTN_CHECK_NOT_NULL(fn, path);
     attn_safetensors *st = NULL;
     attn_status s = attn_safetensors_open_file(path, &st);
     if (s) return s;
-    s = attn_params_load(ps, st, NULL, 1);
+    s = params_load(fn, ps, st, map, NULL, 1);
     attn_safetensors_close(st);
     return s;
 }
 
-attn_status attn_params_write(const attn_params *ps, attn_safetensors_writer *w, const char *prefix) {
-    static const char fn[] = "attn_params_write";
-    ATTN_CHECK_NOT_NULL(fn, ps);
-    ATTN_CHECK_NOT_NULL(fn, w);
-    if (!prefix) prefix = "";
-    const size_t lp = strlen(prefix);
-    for (size_t i = 0; i < ps->n; i++) {
-        const attn_param *p = &ps->items[i];
-        const size_t ln = strlen(p->name);
-        char *full = malloc(lp + ln + 1);
-        if (!full) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-        memcpy(full, prefix, lp);
-        memcpy(full + lp, p->name, ln + 1);
-        attn_status s = attn_safetensors_writer_add(w, full, ATTN_DTYPE_F32, p->rank, p->shape, p->data);
-        free(full);
-        if (s) return s;
-    }
-    return ATTN_OK;
+attn_status attn_params_load_file_mapped(const attn_params *ps, const char *path, const attn_name_map *map) {
+    return params_load_file("attn_params_load_file_mapped", ps, path, map);
 }
 
-attn_status attn_params_save_file(const attn_params *ps, const char *path) {
-    ATTN_CHECK_NOT_NULL("attn_params_save_file", ps);
-    ATTN_CHECK_NOT_NULL("attn_params_save_file", path);
+attn_status attn_params_load_file(const attn_params *ps, const char *path) {
+    return params_load_file("attn_params_load_file", ps, path, NULL);
+}
+
+static attn_status params_write(const char *fn, const attn_params *ps, attn_safetensors_writer *w,
+                                const attn_name_map *map, const char *prefix) {
+    ATTN_CHECK_NOT_NULL(fn, ps);
+    ATTN_CHECK_NOT_NULL(fn, w);
+    nm_table t;
+    attn_status s = nm_table_build(&t, fn, ps, map, prefix ? prefix : "");
+    for (size_t i = 0; i < ps->n && !s; i++) {
+        const attn_param *p = &ps->items[i];
+        s = attn_safetensors_writer_add(w, t.full[i], ATTN_DTYPE_F32, p->rank, p->shape, p->data);
+    }
+    nm_table_free(&t);
+    return s;
+}
+
+attn_status attn_params_write_mapped(const attn_params *ps, attn_safetensors_writer *w, const attn_name_map *map,
+                                     const char *prefix) {
+    return params_write("attn_params_write_mapped", ps, w, map, prefix);
+}
+
+attn_status attn_params_write(const attn_params *ps, attn_safetensors_writer *w, const char *prefix) {
+    return params_write("attn_params_write", ps, w, NULL, prefix);
+}
+
+static attn_status params_save_file(const char *fn, const attn_params *ps, const char *path,
+                                    const attn_name_map *map) {
+    ATTN_CHECK_NOT_NULL(fn, ps);
+    ATTN_CHECK_NOT_NULL(fn, path);
     attn_safetensors_writer *w = NULL;
     attn_status s = attn_safetensors_writer_create(&w);
-    if (!s) s = attn_params_write(ps, w, NULL);
+    if (!s) s = params_write(fn, ps, w, map, NULL);
     if (!s) s = attn_safetensors_writer_write_file(w, path);
     attn_safetensors_writer_free(w);
     return s;
+}
+
+attn_status attn_params_save_file_mapped(const attn_params *ps, const char *path, const attn_name_map *map) {
+    return params_save_file("attn_params_save_file_mapped", ps, path, map);
+}
+
+attn_status attn_params_save_file(const attn_params *ps, const char *path) {
+    return params_save_file("attn_params_save_file", ps, path, NULL);
 }
 
 /* ---- arena ---- */
