@@ -29,9 +29,11 @@ message(STATUS "${count} global symbols, all prefixed attn_")
 # libattn.so exports exactly the functions include/attn/*.h declares with ATTN_API (the library is
 # compiled with hidden visibility): the declared names are those followed by `(` on a declaration
 # that starts with ATTN_API at the beginning of a line (its first line; the name may be on a later
-# one). The toolchain's _init, _fini, __bss_start, _edata, _end and __-prefixed names are skipped.
+# one); a declaration in those headers without ATTN_API is an error too. The toolchain's _init,
+# _fini, __bss_start, _edata, _end and __-prefixed names are skipped.
 file(GLOB headers ${HEADERS}/*.h)
 set(declared "")
+set(unmarked "")
 foreach(h ${headers})
   # One list element per line: `;` (a list separator) becomes `@`, and brackets (which keep a
   # list element whole up to the matching one) become `<` `>`.
@@ -44,6 +46,9 @@ foreach(h ${headers})
   foreach(line IN LISTS hlines)
     if(decl STREQUAL "" AND line MATCHES "^ATTN_API[ \t]")
       set(decl "${line}")
+    elseif(decl STREQUAL "" AND NOT line MATCHES "^(typedef|static|extern \"C\")"
+           AND line MATCHES "^[A-Za-z_][A-Za-z0-9_ \t*]*[ \t*]([A-Za-z_][A-Za-z0-9_]*)[ \t]*\\(")
+      list(APPEND unmarked ${CMAKE_MATCH_1}) # a declaration without ATTN_API: hidden in the .so
     elseif(NOT decl STREQUAL "")
       string(APPEND decl " ${line}")
     endif()
@@ -58,6 +63,10 @@ foreach(h ${headers})
     endif()
   endforeach()
 endforeach()
+if(unmarked)
+  list(JOIN unmarked " " u)
+  message(FATAL_ERROR "functions declared in ${HEADERS} without ATTN_API (not exported): ${u}")
+endif()
 list(LENGTH declared ndeclared)
 if(ndeclared LESS 100)
   message(FATAL_ERROR "only ${ndeclared} ATTN_API declarations found in ${HEADERS}: headers not understood")
