@@ -54,23 +54,23 @@ typedef struct attn_sdpa_params {
 } attn_sdpa_params;
 
 /* Defaults: scale 1/sqrt(d), no masks, no window, no dropout. */
-attn_sdpa_params attn_sdpa_params_default(void);
+ATTN_API attn_sdpa_params attn_sdpa_params_default(void);
 
 /* Scratch bytes attn_sdpa_forward / attn_sdpa_backward need for these shapes and the current
  * thread count. */
-size_t attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v);
+ATTN_API size_t attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v);
 
 /* O = attention(Q, K, V). weights (nullable) receives P' [B, Hq, Nq, Nk], the weights actually
  * applied to V (after dropout, as torch.nn.MultiheadAttention returns them).
  * lse (nullable) receives the per-row log-sum-exp of S [B, Hq, Nq] (-inf for a masked row). */
-attn_status attn_sdpa_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+ATTN_API attn_status attn_sdpa_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                               const attn_sdpa_params *params, attn_tensor *out,
                               attn_tensor *weights, attn_tensor *lse, void *workspace,
                               size_t workspace_bytes);
 
 /* Gradients of the forward: dQ, dK, dV are overwritten (any may be NULL when not wanted).
  * Recomputes the weights from Q and K. */
-attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+ATTN_API attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                const attn_sdpa_params *params, const attn_tensor *dout,
                                attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
                                void *workspace, size_t workspace_bytes);
@@ -82,23 +82,23 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
  * tiles per thread (attn_flash_workspace_size). Bitwise identical for any thread count.
  * dk and dv must have unit innermost stride (stride[3] == 1): they are accumulated in place;
  * every other tensor may have any strides. */
-size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v);
+ATTN_API size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v);
 
 /* The number of (query block, key block) tiles attn_flash_forward computes for these shapes and
  * params, and in *total (nullable) the number a dense pass would: tiles that causality or the
  * window masks completely are never visited, so a window of w costs O(N w). Benchmarks use it to
  * count the flops actually done. Returns 0 for invalid arguments. */
-int64_t attn_flash_tile_count(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_params *params,
+ATTN_API int64_t attn_flash_tile_count(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_params *params,
                               int64_t *total);
 
 /* O = attention(Q, K, V); lse [B, Hq, Nq] (nullable unless a backward follows) receives the
  * natural-log log-sum-exp of each row's logits (-inf for a fully masked row, whose output is 0). */
-attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+ATTN_API attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse,
                                void *workspace, size_t workspace_bytes);
 
 /* dQ, dK, dV (overwritten; dq may be NULL) from the forward's out and lse. */
-attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+ATTN_API attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                 const attn_sdpa_params *params, const attn_tensor *out,
                                 const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
                                 attn_tensor *dk, attn_tensor *dv, void *workspace,
@@ -109,7 +109,7 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
  * the probabilities before dropout (with apply_dropout, the weights applied to V). Each row's
  * normaliser is recomputed in double from its own logits rather than read from the forward's
  * float lse, which at logits of magnitude 1e4 would cost 1e-4 relative accuracy. */
-attn_status attn_flash_weights(const attn_tensor *q, const attn_tensor *k,
+ATTN_API attn_status attn_flash_weights(const attn_tensor *q, const attn_tensor *k,
                                const attn_sdpa_params *params, int64_t b, int64_t h, int64_t row0,
                                int64_t rows, int apply_dropout, float *weights);
 

@@ -53,12 +53,12 @@ typedef enum attn_status {
 } attn_status;
 
 /* A short constant description of a status code ("invalid argument", ...). */
-const char *attn_status_str(attn_status s);
+ATTN_API const char *attn_status_str(attn_status s);
 
 /* The message of the last error raised on the calling thread: it names the function, the
  * argument and the shapes involved. Empty string when no error happened on this thread. */
-const char *attn_last_error(void);
-void attn_clear_error(void);
+ATTN_API const char *attn_last_error(void);
+ATTN_API void attn_clear_error(void);
 
 /* ---- tensor views ----------------------------------------------------------------------
  * A view does not own memory. Shapes and strides are in elements; a stride of 0 broadcasts. */
@@ -80,40 +80,40 @@ typedef struct attn_btensor {
 } attn_btensor;
 
 /* Contiguous row-major views. */
-attn_tensor attn_tensor_1d(float *data, int64_t n0);
-attn_tensor attn_tensor_2d(float *data, int64_t n0, int64_t n1);
-attn_tensor attn_tensor_3d(float *data, int64_t n0, int64_t n1, int64_t n2);
-attn_tensor attn_tensor_4d(float *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
-attn_btensor attn_btensor_2d(const uint8_t *data, int64_t n0, int64_t n1);
-attn_btensor attn_btensor_4d(const uint8_t *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
+ATTN_API attn_tensor attn_tensor_1d(float *data, int64_t n0);
+ATTN_API attn_tensor attn_tensor_2d(float *data, int64_t n0, int64_t n1);
+ATTN_API attn_tensor attn_tensor_3d(float *data, int64_t n0, int64_t n1, int64_t n2);
+ATTN_API attn_tensor attn_tensor_4d(float *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
+ATTN_API attn_btensor attn_btensor_2d(const uint8_t *data, int64_t n0, int64_t n1);
+ATTN_API attn_btensor attn_btensor_4d(const uint8_t *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
 
 /* Number of elements, with overflow checks (ATTN_ERR_OVERFLOW on a hostile shape). */
-attn_status attn_tensor_numel(const attn_tensor *t, size_t *numel);
+ATTN_API attn_status attn_tensor_numel(const attn_tensor *t, size_t *numel);
 
 /* Checked size arithmetic: return 0 and store the result, or return 1 on overflow. */
-int attn_mul_overflow(size_t a, size_t b, size_t *out);
-int attn_add_overflow(size_t a, size_t b, size_t *out);
+ATTN_API int attn_mul_overflow(size_t a, size_t b, size_t *out);
+ATTN_API int attn_add_overflow(size_t a, size_t b, size_t *out);
 
 /* ---- threads ------------------------------------------------------------------------------
  * Work is partitioned independently of the thread count, so results are bitwise identical for
  * any number of threads. n <= 0 restores the default (OpenMP's, or ATTN_NUM_THREADS). */
-void attn_set_num_threads(int n);
-int attn_get_num_threads(void);
+ATTN_API void attn_set_num_threads(int n);
+ATTN_API int attn_get_num_threads(void);
 
 /* ---- CPU dispatch --------------------------------------------------------------------------
  * Kernels are chosen once at first use from cpuid; ATTN_ISA=ref|avx2|avx512 forces one (an ISA
  * the CPU lacks falls back to the best supported one). */
 typedef enum attn_isa { ATTN_ISA_REF = 0, ATTN_ISA_AVX2 = 1, ATTN_ISA_AVX512 = 2 } attn_isa;
 
-attn_isa attn_active_isa(void);
-const char *attn_isa_name(attn_isa isa);
+ATTN_API attn_isa attn_active_isa(void);
+ATTN_API const char *attn_isa_name(attn_isa isa);
 /* Best ISA the CPU supports (ignores ATTN_ISA). */
-attn_isa attn_detected_isa(void);
+ATTN_API attn_isa attn_detected_isa(void);
 /* Force an ISA at run time (tests use this to compare kernels); returns ATTN_ERR_UNSUPPORTED when
  * the CPU cannot run it. */
-attn_status attn_force_isa(attn_isa isa);
+ATTN_API attn_status attn_force_isa(attn_isa isa);
 /* Comma-separated CPU features attn looked for and found, e.g. "avx2,fma,avx512f,avx512bf16". */
-const char *attn_cpu_features(void);
+ATTN_API const char *attn_cpu_features(void);
 
 #ifdef __cplusplus
 }

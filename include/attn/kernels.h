@@ -19,68 +19,68 @@ extern "C" {
  * (it depends on the thread count at the time of the query). */
 typedef enum attn_transpose { ATTN_NO_TRANS = 0, ATTN_TRANS = 1 } attn_transpose;
 
-size_t attn_sgemm_workspace_size(int64_t m, int64_t n, int64_t k);
-attn_status attn_sgemm(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
+ATTN_API size_t attn_sgemm_workspace_size(int64_t m, int64_t n, int64_t k);
+ATTN_API attn_status attn_sgemm(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
                        int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                        int64_t ldb, float beta, float *c, int64_t ldc, void *workspace,
                        size_t workspace_bytes);
 /* The portable reference (naive triple loop, float accumulation in k order): the oracle. */
-attn_status attn_sgemm_ref(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
+ATTN_API attn_status attn_sgemm_ref(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
                            int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                            int64_t ldb, float beta, float *c, int64_t ldc);
 
 /* ---- row-wise ops on [rows, n] contiguous matrices ---------------------------------------- */
 
 /* y = softmax(x) along each row (max-subtracted). Rows that are all -inf give 0. x == y allowed. */
-attn_status attn_softmax_forward(const float *x, float *y, int64_t rows, int64_t n);
+ATTN_API attn_status attn_softmax_forward(const float *x, float *y, int64_t rows, int64_t n);
 /* dx = y * (dy - sum(dy * y)) per row. */
-attn_status attn_softmax_backward(const float *y, const float *dy, float *dx, int64_t rows,
+ATTN_API attn_status attn_softmax_backward(const float *y, const float *dy, float *dx, int64_t rows,
                                   int64_t n);
 
 /* y = (x - mean) / sqrt(var + eps) * gamma + beta (biased variance, as torch.nn.LayerNorm).
  * gamma / beta may be NULL (no affine). mean and rstd [rows] are written for the backward
  * (may be NULL when not needed). */
-attn_status attn_layernorm_forward(const float *x, const float *gamma, const float *beta,
+ATTN_API attn_status attn_layernorm_forward(const float *x, const float *gamma, const float *beta,
                                    float *y, float *mean, float *rstd, int64_t rows, int64_t n,
                                    float eps);
 /* dx = gradient w.r.t. x (written); dgamma, dbeta [n] are accumulated (+=) when not NULL.
  * Uses mean/rstd saved by the forward. */
-attn_status attn_layernorm_backward(const float *x, const float *gamma, const float *mean,
+ATTN_API attn_status attn_layernorm_backward(const float *x, const float *gamma, const float *mean,
                                     const float *rstd, const float *dy, float *dx, float *dgamma,
                                     float *dbeta, int64_t rows, int64_t n);
 
 /* ---- elementwise ops on n contiguous floats (in-place allowed: y == x) ------------------- */
 typedef enum attn_gelu_approx { ATTN_GELU_ERF = 0, ATTN_GELU_TANH = 1 } attn_gelu_approx;
 
-attn_status attn_gelu_forward(const float *x, float *y, int64_t n, attn_gelu_approx approx);
+ATTN_API attn_status attn_gelu_forward(const float *x, float *y, int64_t n, attn_gelu_approx approx);
 /* dx = dy * gelu'(x); dx == dy allowed. */
-attn_status attn_gelu_backward(const float *x, const float *dy, float *dx, int64_t n,
+ATTN_API attn_status attn_gelu_backward(const float *x, const float *dy, float *dx, int64_t n,
                                attn_gelu_approx approx);
-attn_status attn_relu_forward(const float *x, float *y, int64_t n);
+ATTN_API attn_status attn_relu_forward(const float *x, float *y, int64_t n);
 /* dx = dy where x > 0, else 0 (PyTorch's convention at 0). */
-attn_status attn_relu_backward(const float *x, const float *dy, float *dx, int64_t n);
+ATTN_API attn_status attn_relu_backward(const float *x, const float *dy, float *dx, int64_t n);
 
 /* y[r, :] = x[r, :] + bias[:] for r < rows. */
-attn_status attn_bias_add(const float *x, const float *bias, float *y, int64_t rows, int64_t n);
+ATTN_API attn_status attn_bias_add(const float *x, const float *bias, float *y, int64_t rows, int64_t n);
 /* dbias[:] += sum over rows of dy[r, :] (fixed summation order). */
-attn_status attn_bias_backward(const float *dy, float *dbias, int64_t rows, int64_t n);
+ATTN_API attn_status attn_bias_backward(const float *dy, float *dbias, int64_t rows, int64_t n);
 /* y = a + b elementwise. */
-attn_status attn_residual_add(const float *a, const float *b, float *y, int64_t n);
+ATTN_API attn_status attn_residual_add(const float *a, const float *b, float *y, int64_t n);
 
 /* ---- Philox-4x32-10 and dropout ----------------------------------------------------------
  * Counter-based: the random number for element i depends only on (seed, offset, i), never on
  * the thread count or call order. Element i of a stream uses counter block
  * {lo(i/4), hi(i/4), lo(offset), hi(offset)} with key {lo(seed), hi(seed)} and takes word i%4. */
-void attn_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
+ATTN_API void attn_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
 /* Uniform float in [0, 1) with 24 random bits for element index i of stream (seed, offset). */
-float attn_philox_uniform(uint64_t seed, uint64_t offset, uint64_t i);
+ATTN_API float attn_philox_uniform(uint64_t seed, uint64_t offset, uint64_t i);
 
 /* Inverted dropout: keep element i when attn_philox_uniform(seed, offset, i) >= p, scaling kept
  * values by 1 / (1 - p); p == 1 drops everything. mask (nullable) receives 1 for kept elements. */
-attn_status attn_dropout_forward(const float *x, float *y, uint8_t *mask, int64_t n, float p,
+ATTN_API attn_status attn_dropout_forward(const float *x, float *y, uint8_t *mask, int64_t n, float p,
                                  uint64_t seed, uint64_t offset);
 /* dx = dy * keep(i) / (1 - p), recomputing the mask from (seed, offset). */
-attn_status attn_dropout_backward(const float *dy, float *dx, int64_t n, float p, uint64_t seed,
+ATTN_API attn_status attn_dropout_backward(const float *dy, float *dx, int64_t n, float p, uint64_t seed,
                                   uint64_t offset);
 
 #ifdef __cplusplus

@@ -59,42 +59,42 @@ typedef struct attn_param {
 
 typedef struct attn_params attn_params;
 
-size_t attn_params_count(const attn_params *ps);
+ATTN_API size_t attn_params_count(const attn_params *ps);
 /* NULL when i >= count. */
-const attn_param *attn_params_get(const attn_params *ps, size_t i);
+ATTN_API const attn_param *attn_params_get(const attn_params *ps, size_t i);
 /* NULL when absent. */
-const attn_param *attn_params_find(const attn_params *ps, const char *name);
+ATTN_API const attn_param *attn_params_find(const attn_params *ps, const char *name);
 /* Total number of parameter elements. */
-size_t attn_params_numel(const attn_params *ps);
+ATTN_API size_t attn_params_numel(const attn_params *ps);
 /* Set every gradient to 0. */
-attn_status attn_params_zero_grad(const attn_params *ps);
+ATTN_API attn_status attn_params_zero_grad(const attn_params *ps);
 /* Re-initialise every parameter as PyTorch's reset_parameters() does (xavier_uniform for packed
  * projections, kaiming_uniform(a=sqrt(5)) for nn.Linear weights and U(+-1/sqrt(fan_in)) for their
  * biases, zeros / ones for LayerNorm, ...), with random numbers from Philox stream (seed, index of
  * the parameter). PyTorch's own random numbers are not reproduced: load its weights instead. */
-attn_status attn_params_reset(const attn_params *ps, uint64_t seed);
+ATTN_API attn_status attn_params_reset(const attn_params *ps, uint64_t seed);
 
 /* A list naming the parameters of several lists, prefixes[i] + name (prefixes nullable, or an
  * entry NULL for none), without copying them: one optimizer, one clip norm and one checkpoint for
  * a model made of several modules. Names must stay unique (ATTN_ERR_INVALID_ARGUMENT naming the
  * duplicate otherwise). The joined list refers to the modules' memory: free it
  * (attn_params_join_free) before them. */
-attn_status attn_params_join(const attn_params *const *lists, const char *const *prefixes, size_t n,
+ATTN_API attn_status attn_params_join(const attn_params *const *lists, const char *const *prefixes, size_t n,
                              attn_params **out);
-void attn_params_join_free(attn_params *joined);
+ATTN_API void attn_params_join_free(attn_params *joined);
 
 /* Load every parameter from st, looking each up as prefix + name (prefix may be NULL or "").
  * F32, F16, BF16 and F64 tensors are converted. Missing names and mismatched shapes are errors
  * (ATTN_ERR_NOT_FOUND / ATTN_ERR_SHAPE) whose message lists them all (truncated at the message
  * size); with strict, so is a tensor of st whose name starts with prefix but is no parameter
  * (ATTN_ERR_NOT_FOUND, "unexpected"). Nothing is modified unless every check passes. */
-attn_status attn_params_load(const attn_params *ps, const attn_safetensors *st, const char *prefix,
+ATTN_API attn_status attn_params_load(const attn_params *ps, const attn_safetensors *st, const char *prefix,
                              int strict);
 /* Strict load of a whole file (PyTorch's torch.save(module.state_dict()) through safetensors). */
-attn_status attn_params_load_file(const attn_params *ps, const char *path);
+ATTN_API attn_status attn_params_load_file(const attn_params *ps, const char *path);
 /* Add every parameter to a writer as F32 under prefix + name (data referenced, not copied). */
-attn_status attn_params_write(const attn_params *ps, attn_safetensors_writer *w, const char *prefix);
-attn_status attn_params_save_file(const attn_params *ps, const char *path);
+ATTN_API attn_status attn_params_write(const attn_params *ps, attn_safetensors_writer *w, const char *prefix);
+ATTN_API attn_status attn_params_save_file(const attn_params *ps, const char *path);
 
 /* Name maps: load and save under another naming scheme (torchvision's, timm's, ...). A rule pairs
  * a pattern on our side with one on theirs; '*' matches one non-empty run of characters without
@@ -141,13 +141,13 @@ ATTN_API attn_status attn_params_save_file_mapped(const attn_params *ps, const c
 
 /* ---- linear: y = x W^T + b (torch.nn.functional.linear) --------------------------------------
  * x [rows, in], W [out, in] (PyTorch's layout), b [out] or NULL, y [rows, out]; all contiguous. */
-size_t attn_linear_workspace_size(int64_t rows, int64_t in_features, int64_t out_features);
-attn_status attn_linear_forward(const float *x, const float *weight, const float *bias, float *y,
+ATTN_API size_t attn_linear_workspace_size(int64_t rows, int64_t in_features, int64_t out_features);
+ATTN_API attn_status attn_linear_forward(const float *x, const float *weight, const float *bias, float *y,
                                 int64_t rows, int64_t in_features, int64_t out_features,
                                 void *workspace, size_t workspace_bytes);
 /* dx = dy W (nullable; overwritten, or added to when accumulate_dx), dweight += dy^T x and
  * dbias += column sums of dy (each nullable). dx must not alias x, dy or weight. */
-attn_status attn_linear_backward(const float *x, const float *weight, const float *dy, float *dx,
+ATTN_API attn_status attn_linear_backward(const float *x, const float *weight, const float *dy, float *dx,
                                  int accumulate_dx, float *dweight, float *dbias, int64_t rows,
                                  int64_t in_features, int64_t out_features, void *workspace,
                                  size_t workspace_bytes);
@@ -157,10 +157,10 @@ attn_status attn_linear_backward(const float *x, const float *weight, const floa
  *   div[i] = exp(2i * (-ln(10000) / d)),  pe[p, 2i] = sin(p div[i]),  pe[p, 2i+1] = cos(p div[i])
  * evaluated in double and rounded once (PyTorch's float32 evaluation of the same formula drifts
  * by up to ~p * 6e-8 radians). Odd d_model: the last column is a sine. pe [n_positions, d_model]. */
-attn_status attn_sinusoidal_table(float *pe, int64_t n_positions, int64_t d_model);
+ATTN_API attn_status attn_sinusoidal_table(float *pe, int64_t n_positions, int64_t d_model);
 /* x [B, N, d] += table[pos0 + n] for row n (any [positions, d] table: sinusoidal or learned). The
  * gradient of x is the identity; attn_embedding_positions_backward gives the table's. */
-attn_status attn_posenc_add(float *x, const float *table, int64_t table_rows, int64_t batch,
+ATTN_API attn_status attn_posenc_add(float *x, const float *table, int64_t table_rows, int64_t batch,
                             int64_t n, int64_t d, int64_t pos0);
 
 /* Learned embeddings: torch.nn.Embedding(num_embeddings, embedding_dim, padding_idx), parameter
@@ -169,19 +169,19 @@ attn_status attn_posenc_add(float *x, const float *table, int64_t table_rows, in
 typedef struct attn_embedding attn_embedding;
 /* padding_idx < 0: none (PyTorch's None; a negative PyTorch index must be given as
  * num_embeddings + padding_idx). */
-attn_status attn_embedding_create(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx,
+ATTN_API attn_status attn_embedding_create(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx,
                                   attn_embedding **out);
-void attn_embedding_free(attn_embedding *e);
-const attn_params *attn_embedding_params(const attn_embedding *e);
+ATTN_API void attn_embedding_free(attn_embedding *e);
+ATTN_API const attn_params *attn_embedding_params(const attn_embedding *e);
 /* out [n, dim] = weight[indices[t]]; an index outside [0, num_embeddings) is an error naming it. */
-attn_status attn_embedding_forward(const attn_embedding *e, const int64_t *indices, int64_t n, float *out);
+ATTN_API attn_status attn_embedding_forward(const attn_embedding *e, const int64_t *indices, int64_t n, float *out);
 /* weight.grad[indices[t]] += dout[t] (t in order). */
-attn_status attn_embedding_backward(attn_embedding *e, const int64_t *indices, int64_t n, const float *dout);
+ATTN_API attn_status attn_embedding_backward(attn_embedding *e, const int64_t *indices, int64_t n, const float *dout);
 /* Learned positions: x [B, N, dim] += weight[pos0 + n], and its backward weight.grad[pos0 + n] +=
  * sum_b dy[b, n] (batches in order). */
-attn_status attn_embedding_add_positions(const attn_embedding *e, float *x, int64_t batch, int64_t n,
+ATTN_API attn_status attn_embedding_add_positions(const attn_embedding *e, float *x, int64_t batch, int64_t n,
                                          int64_t pos0);
-attn_status attn_embedding_positions_backward(attn_embedding *e, const float *dy, int64_t batch,
+ATTN_API attn_status attn_embedding_positions_backward(attn_embedding *e, const float *dy, int64_t batch,
                                               int64_t n, int64_t pos0);
 
 /* Rotary position embedding (RoPE, Su et al.) applied in place to Q or K viewed as
@@ -209,17 +209,17 @@ typedef struct attn_rope_config {
     attn_rope_scaling scaling;
     double factor;          /* > 0 for linear / NTK scaling (default 1) */
 } attn_rope_config;
-attn_rope_config attn_rope_config_default(int64_t head_dim);
+ATTN_API attn_rope_config attn_rope_config_default(int64_t head_dim);
 /* positions (nullable) [N]: explicit positions, else pos0 + n. */
-attn_status attn_rope_forward(const attn_rope_config *cfg, attn_tensor *x, int64_t pos0,
+ATTN_API attn_status attn_rope_forward(const attn_rope_config *cfg, attn_tensor *x, int64_t pos0,
                               const int64_t *positions);
-attn_status attn_rope_backward(const attn_rope_config *cfg, attn_tensor *dx, int64_t pos0,
+ATTN_API attn_status attn_rope_backward(const attn_rope_config *cfg, attn_tensor *dx, int64_t pos0,
                                const int64_t *positions);
 
 /* ALiBi slopes for num_heads heads (Press et al., the reference code's get_slopes): for a power of
  * two n, slope_h = 2^(-8 (h + 1) / n); otherwise the slopes of the closest lower power of two m
  * followed by every other slope of 2m, taking the first n - m. For attn_sdpa_params.alibi_slopes. */
-attn_status attn_alibi_slopes(float *slopes, int64_t num_heads);
+ATTN_API attn_status attn_alibi_slopes(float *slopes, int64_t num_heads);
 
 /* ---- multi-head attention: torch.nn.MultiheadAttention(batch_first=True) -----------------
  *   Q = query Wq^T + bq,  K = key Wk^T + bk,  V = value Wv^T + bv          (in-projections)
@@ -249,14 +249,14 @@ typedef struct attn_mha_config {
     attn_attention_config attention;
 } attn_mha_config;
 
-attn_mha_config attn_mha_config_default(int64_t embed_dim, int64_t num_heads);
+ATTN_API attn_mha_config attn_mha_config_default(int64_t embed_dim, int64_t num_heads);
 
 typedef struct attn_mha attn_mha;
 
-attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out);
-void attn_mha_free(attn_mha *m);
-const attn_params *attn_mha_params(const attn_mha *m);
-const attn_mha_config *attn_mha_get_config(const attn_mha *m);
+ATTN_API attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out);
+ATTN_API void attn_mha_free(attn_mha *m);
+ATTN_API const attn_params *attn_mha_params(const attn_mha *m);
+ATTN_API const attn_mha_config *attn_mha_get_config(const attn_mha *m);
 
 /* One call's inputs, batch-first and contiguous. Masks follow nn.MultiheadAttention: a boolean
  * mask's true (nonzero) means NOT allowed (the opposite of attn_sdpa_params), a float mask is added
@@ -295,20 +295,20 @@ typedef struct attn_mha_args {
 } attn_mha_args;
 
 /* Zero masks, no causality, no weights, eval mode; the caller fills the rest. */
-attn_mha_args attn_mha_args_default(void);
+ATTN_API attn_mha_args attn_mha_args_default(void);
 
-size_t attn_mha_saved_size(const attn_mha *m, const attn_mha_args *a);
-size_t attn_mha_workspace_size(const attn_mha *m, const attn_mha_args *a);
+ATTN_API size_t attn_mha_saved_size(const attn_mha *m, const attn_mha_args *a);
+ATTN_API size_t attn_mha_workspace_size(const attn_mha *m, const attn_mha_args *a);
 
 /* out [B, Nq, embed_dim]; weights as described (required when need_weights, else ignored);
  * saved NULL for inference. */
-attn_status attn_mha_forward(attn_mha *m, const attn_mha_args *a, float *out, float *weights,
+ATTN_API attn_status attn_mha_forward(attn_mha *m, const attn_mha_args *a, float *out, float *weights,
                              void *saved, size_t saved_bytes, void *workspace,
                              size_t workspace_bytes);
 /* dquery [B, Nq, E], dkey [B, Nk, kdim], dvalue [B, Nk, vdim], each nullable, are overwritten;
  * two or three of them may be the same buffer (self-attention), which then receives their sum.
  * Parameter gradients are accumulated. */
-attn_status attn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout,
+ATTN_API attn_status attn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout,
                               float *dquery, float *dkey, float *dvalue, const void *saved,
                               size_t saved_bytes, void *workspace, size_t workspace_bytes);
 
@@ -344,7 +344,7 @@ typedef struct attn_layer_config {
     attn_attention_config attention;
 } attn_layer_config;
 
-attn_layer_config attn_layer_config_default(int64_t d_model, int64_t nhead);
+ATTN_API attn_layer_config attn_layer_config_default(int64_t d_model, int64_t nhead);
 
 /* Masks of one attention in PyTorch's convention (see attn_mha_args): boolean true = not allowed,
  * float added; attn_mask [Nq, Nk] or [B * nhead, Nq, Nk] (attn_mask_3d); key_padding_mask [B, Nk]. */
@@ -372,36 +372,36 @@ typedef struct attn_layer_args {
     attn_capture *capture;          /* nullable: modules named self_attn, multihead_attn */
 } attn_layer_args;
 
-attn_layer_args attn_layer_args_default(void);
+ATTN_API attn_layer_args attn_layer_args_default(void);
 
 typedef struct attn_encoder_layer attn_encoder_layer;
 typedef struct attn_decoder_layer attn_decoder_layer;
 
-attn_status attn_encoder_layer_create(const attn_layer_config *cfg, attn_encoder_layer **out);
-void attn_encoder_layer_free(attn_encoder_layer *l);
-const attn_params *attn_encoder_layer_params(const attn_encoder_layer *l);
-size_t attn_encoder_layer_saved_size(const attn_encoder_layer *l, const attn_layer_args *a);
-size_t attn_encoder_layer_workspace_size(const attn_encoder_layer *l, const attn_layer_args *a);
+ATTN_API attn_status attn_encoder_layer_create(const attn_layer_config *cfg, attn_encoder_layer **out);
+ATTN_API void attn_encoder_layer_free(attn_encoder_layer *l);
+ATTN_API const attn_params *attn_encoder_layer_params(const attn_encoder_layer *l);
+ATTN_API size_t attn_encoder_layer_saved_size(const attn_encoder_layer *l, const attn_layer_args *a);
+ATTN_API size_t attn_encoder_layer_workspace_size(const attn_encoder_layer *l, const attn_layer_args *a);
 /* out [B, n, d_model]; saved NULL for inference. */
-attn_status attn_encoder_layer_forward(attn_encoder_layer *l, const attn_layer_args *a, float *out,
+ATTN_API attn_status attn_encoder_layer_forward(attn_encoder_layer *l, const attn_layer_args *a, float *out,
                                        void *saved, size_t saved_bytes, void *workspace,
                                        size_t workspace_bytes);
 /* dx [B, n, d_model] overwritten (nullable); parameter gradients accumulated. */
-attn_status attn_encoder_layer_backward(attn_encoder_layer *l, const attn_layer_args *a,
+ATTN_API attn_status attn_encoder_layer_backward(attn_encoder_layer *l, const attn_layer_args *a,
                                         const float *dout, float *dx, const void *saved,
                                         size_t saved_bytes, void *workspace,
                                         size_t workspace_bytes);
 
-attn_status attn_decoder_layer_create(const attn_layer_config *cfg, attn_decoder_layer **out);
-void attn_decoder_layer_free(attn_decoder_layer *l);
-const attn_params *attn_decoder_layer_params(const attn_decoder_layer *l);
-size_t attn_decoder_layer_saved_size(const attn_decoder_layer *l, const attn_layer_args *a);
-size_t attn_decoder_layer_workspace_size(const attn_decoder_layer *l, const attn_layer_args *a);
-attn_status attn_decoder_layer_forward(attn_decoder_layer *l, const attn_layer_args *a, float *out,
+ATTN_API attn_status attn_decoder_layer_create(const attn_layer_config *cfg, attn_decoder_layer **out);
+ATTN_API void attn_decoder_layer_free(attn_decoder_layer *l);
+ATTN_API const attn_params *attn_decoder_layer_params(const attn_decoder_layer *l);
+ATTN_API size_t attn_decoder_layer_saved_size(const attn_decoder_layer *l, const attn_layer_args *a);
+ATTN_API size_t attn_decoder_layer_workspace_size(const attn_decoder_layer *l, const attn_layer_args *a);
+ATTN_API attn_status attn_decoder_layer_forward(attn_decoder_layer *l, const attn_layer_args *a, float *out,
                                        void *saved, size_t saved_bytes, void *workspace,
                                        size_t workspace_bytes);
 /* dx [B, n, d_model] and dmemory [B, n_memory, d_model] overwritten (each nullable). */
-attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_args *a,
+ATTN_API attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_args *a,
                                         const float *dout, float *dx, float *dmemory,
                                         const void *saved, size_t saved_bytes, void *workspace,
                                         size_t workspace_bytes);
@@ -415,30 +415,30 @@ typedef struct attn_stack_config {
     float norm_eps;                 /* default 1e-5 (nn.LayerNorm's default) */
 } attn_stack_config;
 
-attn_stack_config attn_stack_config_default(int64_t d_model, int64_t nhead, int64_t num_layers);
+ATTN_API attn_stack_config attn_stack_config_default(int64_t d_model, int64_t nhead, int64_t num_layers);
 
 typedef struct attn_encoder attn_encoder;
 typedef struct attn_decoder attn_decoder;
 
-attn_status attn_encoder_create(const attn_stack_config *cfg, attn_encoder **out);
-void attn_encoder_free(attn_encoder *e);
-const attn_params *attn_encoder_params(const attn_encoder *e);
-size_t attn_encoder_saved_size(const attn_encoder *e, const attn_layer_args *a);
-size_t attn_encoder_workspace_size(const attn_encoder *e, const attn_layer_args *a);
-attn_status attn_encoder_forward(attn_encoder *e, const attn_layer_args *a, float *out, void *saved,
+ATTN_API attn_status attn_encoder_create(const attn_stack_config *cfg, attn_encoder **out);
+ATTN_API void attn_encoder_free(attn_encoder *e);
+ATTN_API const attn_params *attn_encoder_params(const attn_encoder *e);
+ATTN_API size_t attn_encoder_saved_size(const attn_encoder *e, const attn_layer_args *a);
+ATTN_API size_t attn_encoder_workspace_size(const attn_encoder *e, const attn_layer_args *a);
+ATTN_API attn_status attn_encoder_forward(attn_encoder *e, const attn_layer_args *a, float *out, void *saved,
                                  size_t saved_bytes, void *workspace, size_t workspace_bytes);
-attn_status attn_encoder_backward(attn_encoder *e, const attn_layer_args *a, const float *dout,
+ATTN_API attn_status attn_encoder_backward(attn_encoder *e, const attn_layer_args *a, const float *dout,
                                   float *dx, const void *saved, size_t saved_bytes,
                                   void *workspace, size_t workspace_bytes);
 
-attn_status attn_decoder_create(const attn_stack_config *cfg, attn_decoder **out);
-void attn_decoder_free(attn_decoder *d);
-const attn_params *attn_decoder_params(const attn_decoder *d);
-size_t attn_decoder_saved_size(const attn_decoder *d, const attn_layer_args *a);
-size_t attn_decoder_workspace_size(const attn_decoder *d, const attn_layer_args *a);
-attn_status attn_decoder_forward(attn_decoder *d, const attn_layer_args *a, float *out, void *saved,
+ATTN_API attn_status attn_decoder_create(const attn_stack_config *cfg, attn_decoder **out);
+ATTN_API void attn_decoder_free(attn_decoder *d);
+ATTN_API const attn_params *attn_decoder_params(const attn_decoder *d);
+ATTN_API size_t attn_decoder_saved_size(const attn_decoder *d, const attn_layer_args *a);
+ATTN_API size_t attn_decoder_workspace_size(const attn_decoder *d, const attn_layer_args *a);
+ATTN_API attn_status attn_decoder_forward(attn_decoder *d, const attn_layer_args *a, float *out, void *saved,
                                  size_t saved_bytes, void *workspace, size_t workspace_bytes);
-attn_status attn_decoder_backward(attn_decoder *d, const attn_layer_args *a, const float *dout,
+ATTN_API attn_status attn_decoder_backward(attn_decoder *d, const attn_layer_args *a, const float *dout,
                                   float *dx, float *dmemory, const void *saved, size_t saved_bytes,
                                   void *workspace, size_t workspace_bytes);
 
@@ -450,7 +450,7 @@ typedef struct attn_transformer_config {
     int64_t num_encoder_layers, num_decoder_layers; /* default 6, 6 */
 } attn_transformer_config;
 
-attn_transformer_config attn_transformer_config_default(void);
+ATTN_API attn_transformer_config attn_transformer_config_default(void);
 
 /* src [B, n_src, d], tgt [B, n_tgt, d]; src_masks -> the encoder's self-attention (src_mask,
  * src_key_padding_mask), tgt_masks -> the decoder's self-attention (tgt_mask,
@@ -465,21 +465,21 @@ typedef struct attn_transformer_args {
     attn_capture *capture;          /* nullable: encoder.layers.N.self_attn, decoder.layers.N.* */
 } attn_transformer_args;
 
-attn_transformer_args attn_transformer_args_default(void);
+ATTN_API attn_transformer_args attn_transformer_args_default(void);
 
 typedef struct attn_transformer attn_transformer;
 
-attn_status attn_transformer_create(const attn_transformer_config *cfg, attn_transformer **out);
-void attn_transformer_free(attn_transformer *t);
-const attn_params *attn_transformer_params(const attn_transformer *t);
-size_t attn_transformer_saved_size(const attn_transformer *t, const attn_transformer_args *a);
-size_t attn_transformer_workspace_size(const attn_transformer *t, const attn_transformer_args *a);
+ATTN_API attn_status attn_transformer_create(const attn_transformer_config *cfg, attn_transformer **out);
+ATTN_API void attn_transformer_free(attn_transformer *t);
+ATTN_API const attn_params *attn_transformer_params(const attn_transformer *t);
+ATTN_API size_t attn_transformer_saved_size(const attn_transformer *t, const attn_transformer_args *a);
+ATTN_API size_t attn_transformer_workspace_size(const attn_transformer *t, const attn_transformer_args *a);
 /* out [B, n_tgt, d_model]. */
-attn_status attn_transformer_forward(attn_transformer *t, const attn_transformer_args *a, float *out,
+ATTN_API attn_status attn_transformer_forward(attn_transformer *t, const attn_transformer_args *a, float *out,
                                      void *saved, size_t saved_bytes, void *workspace,
                                      size_t workspace_bytes);
 /* dsrc [B, n_src, d], dtgt [B, n_tgt, d] overwritten (each nullable). */
-attn_status attn_transformer_backward(attn_transformer *t, const attn_transformer_args *a,
+ATTN_API attn_status attn_transformer_backward(attn_transformer *t, const attn_transformer_args *a,
                                       const float *dout, float *dsrc, float *dtgt,
                                       const void *saved, size_t saved_bytes, void *workspace,
                                       size_t workspace_bytes);
@@ -499,11 +499,11 @@ typedef struct attn_kv_cache {
     size_t state_floats;
 } attn_kv_cache;
 
-size_t attn_kv_cache_size(int64_t batch, int64_t capacity, int64_t dim);
-attn_status attn_kv_cache_init(attn_kv_cache *c, void *buffer, size_t bytes, int64_t batch,
+ATTN_API size_t attn_kv_cache_size(int64_t batch, int64_t capacity, int64_t dim);
+ATTN_API attn_status attn_kv_cache_init(attn_kv_cache *c, void *buffer, size_t bytes, int64_t batch,
                                int64_t capacity, int64_t dim);
 /* Forget every position (length 0; a recurrent state is zeroed). */
-attn_status attn_kv_cache_reset(attn_kv_cache *c);
+ATTN_API attn_status attn_kv_cache_reset(attn_kv_cache *c);
 
 /* The cache a module's attention kind decodes with: keys and values (as above) for softmax kinds,
  * a recurrent state for kinds that have one. attn_mha_cache_size(m, ...) bytes of caller memory. */
@@ -513,8 +513,8 @@ ATTN_API attn_status attn_mha_cache_init(const attn_mha *m, attn_kv_cache *c, vo
 
 /* Cross-attention: fill the cache with the projections of key [B, nk, kdim] and value
  * [B, nk, vdim] (the encoder's memory), once; length = nk. */
-size_t attn_mha_cache_fill_workspace_size(const attn_mha *m, int64_t batch, int64_t nk);
-attn_status attn_mha_cache_fill(attn_mha *m, attn_kv_cache *c, const float *key, const float *value,
+ATTN_API size_t attn_mha_cache_fill_workspace_size(const attn_mha *m, int64_t batch, int64_t nk);
+ATTN_API attn_status attn_mha_cache_fill(attn_mha *m, attn_kv_cache *c, const float *key, const float *value,
                                 int64_t nk, void *workspace, size_t workspace_bytes);
 
 /* One step: n new query rows. With append (self-attention; needs kdim == vdim == embed_dim) the
@@ -529,9 +529,9 @@ typedef struct attn_mha_step_args {
     const uint8_t *key_padding_mask;
 } attn_mha_step_args;
 
-size_t attn_mha_step_workspace_size(const attn_mha *m, int64_t batch, int64_t n, int64_t length);
+ATTN_API size_t attn_mha_step_workspace_size(const attn_mha *m, int64_t batch, int64_t n, int64_t length);
 /* out [B, n, embed_dim]. */
-attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_step_args *a,
+ATTN_API attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_step_args *a,
                                   float *out, void *workspace, size_t workspace_bytes);
 
 /* Decoder stacks: one self-attention cache per layer (capacity positions) and one cross-attention
@@ -541,28 +541,28 @@ attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_
  * attn_decoder_forward over all positions with tgt_masks.is_causal (eval). */
 typedef struct attn_decoder_cache attn_decoder_cache;
 
-size_t attn_decoder_cache_size(const attn_decoder *d, int64_t batch, int64_t capacity,
+ATTN_API size_t attn_decoder_cache_size(const attn_decoder *d, int64_t batch, int64_t capacity,
                                int64_t n_memory);
 /* memory [B, n_memory, d_model]; memory_key_padding_mask [B, n_memory] (PyTorch's bool,
  * nullable) is kept by pointer and used by every step. workspace: attn_decoder_step_workspace_size
  * for n = n_memory suffices. */
-attn_status attn_decoder_cache_init(attn_decoder *d, void *buffer, size_t bytes, int64_t batch,
+ATTN_API attn_status attn_decoder_cache_init(attn_decoder *d, void *buffer, size_t bytes, int64_t batch,
                                     int64_t capacity, const float *memory, int64_t n_memory,
                                     const uint8_t *memory_key_padding_mask, void *workspace,
                                     size_t workspace_bytes, attn_decoder_cache **cache);
 /* Positions decoded so far. */
-int64_t attn_decoder_cache_length(const attn_decoder_cache *cache);
-size_t attn_decoder_step_workspace_size(const attn_decoder *d, int64_t batch, int64_t n,
+ATTN_API int64_t attn_decoder_cache_length(const attn_decoder_cache *cache);
+ATTN_API size_t attn_decoder_step_workspace_size(const attn_decoder *d, int64_t batch, int64_t n,
                                         int64_t capacity, int64_t n_memory);
 /* tgt [B, n, d_model] at positions length .. length + n - 1; out [B, n, d_model]. */
-attn_status attn_decoder_forward_step(attn_decoder *d, attn_decoder_cache *cache, const float *tgt,
+ATTN_API attn_status attn_decoder_forward_step(attn_decoder *d, attn_decoder_cache *cache, const float *tgt,
                                       int64_t n, float *out, void *workspace,
                                       size_t workspace_bytes);
 
 /* The two stacks of a Transformer (for encode-once, decode-step-by-step generation: memory =
  * attn_encoder_forward(encoder), then attn_decoder_cache_init / attn_decoder_forward_step). */
-attn_encoder *attn_transformer_encoder(attn_transformer *t);
-attn_decoder *attn_transformer_decoder(attn_transformer *t);
+ATTN_API attn_encoder *attn_transformer_encoder(attn_transformer *t);
+ATTN_API attn_decoder *attn_transformer_decoder(attn_transformer *t);
 
 /* ---- decoder-only (GPT-style) language model -----------------------------------------------
  *   x = tok_emb[tokens] (+ pos_emb[position])    learned positions, or RoPE inside self-attention
@@ -588,7 +588,7 @@ typedef struct attn_gpt_config {
     int tie_embeddings;
 } attn_gpt_config;
 
-attn_gpt_config attn_gpt_config_default(int64_t vocab_size, int64_t max_positions, int64_t d_model,
+ATTN_API attn_gpt_config attn_gpt_config_default(int64_t vocab_size, int64_t max_positions, int64_t d_model,
                                         int64_t nhead, int64_t num_layers);
 
 typedef struct attn_gpt_args {
@@ -602,16 +602,16 @@ typedef struct attn_gpt_args {
 
 typedef struct attn_gpt attn_gpt;
 
-attn_status attn_gpt_create(const attn_gpt_config *cfg, attn_gpt **out);
-void attn_gpt_free(attn_gpt *g);
-const attn_params *attn_gpt_params(const attn_gpt *g);
-size_t attn_gpt_saved_size(const attn_gpt *g, const attn_gpt_args *a);
-size_t attn_gpt_workspace_size(const attn_gpt *g, const attn_gpt_args *a);
+ATTN_API attn_status attn_gpt_create(const attn_gpt_config *cfg, attn_gpt **out);
+ATTN_API void attn_gpt_free(attn_gpt *g);
+ATTN_API const attn_params *attn_gpt_params(const attn_gpt *g);
+ATTN_API size_t attn_gpt_saved_size(const attn_gpt *g, const attn_gpt_args *a);
+ATTN_API size_t attn_gpt_workspace_size(const attn_gpt *g, const attn_gpt_args *a);
 /* logits [B, n, vocab_size]. */
-attn_status attn_gpt_forward(attn_gpt *g, const attn_gpt_args *a, float *logits, void *saved,
+ATTN_API attn_status attn_gpt_forward(attn_gpt *g, const attn_gpt_args *a, float *logits, void *saved,
                              size_t saved_bytes, void *workspace, size_t workspace_bytes);
 /* Parameter gradients (accumulated) from dlogits [B, n, vocab_size]. */
-attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *dlogits,
+ATTN_API attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *dlogits,
                               const void *saved, size_t saved_bytes, void *workspace,
                               size_t workspace_bytes);
 
@@ -619,13 +619,13 @@ attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *
  * (a prompt, then one at a time) gives the logits of those positions, equal to the last n rows of
  * attn_gpt_forward over the whole sequence (eval). */
 typedef struct attn_gpt_cache attn_gpt_cache;
-size_t attn_gpt_cache_size(const attn_gpt *g, int64_t batch, int64_t capacity);
-attn_status attn_gpt_cache_init(attn_gpt *g, void *buffer, size_t bytes, int64_t batch,
+ATTN_API size_t attn_gpt_cache_size(const attn_gpt *g, int64_t batch, int64_t capacity);
+ATTN_API attn_status attn_gpt_cache_init(attn_gpt *g, void *buffer, size_t bytes, int64_t batch,
                                 int64_t capacity, attn_gpt_cache **cache);
-int64_t attn_gpt_cache_length(const attn_gpt_cache *cache);
-size_t attn_gpt_step_workspace_size(const attn_gpt *g, int64_t batch, int64_t n, int64_t capacity);
+ATTN_API int64_t attn_gpt_cache_length(const attn_gpt_cache *cache);
+ATTN_API size_t attn_gpt_step_workspace_size(const attn_gpt *g, int64_t batch, int64_t n, int64_t capacity);
 /* tokens [B, n]; logits [B, n, vocab_size]. */
-attn_status attn_gpt_forward_step(attn_gpt *g, attn_gpt_cache *cache, const int64_t *tokens,
+ATTN_API attn_status attn_gpt_forward_step(attn_gpt *g, attn_gpt_cache *cache, const int64_t *tokens,
                                   int64_t n, float *logits, void *workspace,
                                   size_t workspace_bytes);
 
@@ -645,7 +645,7 @@ typedef struct attn_seq2seq_config {
     attn_transformer_config transformer;
 } attn_seq2seq_config;
 
-attn_seq2seq_config attn_seq2seq_config_default(int64_t src_vocab, int64_t tgt_vocab, int64_t d_model,
+ATTN_API attn_seq2seq_config attn_seq2seq_config_default(int64_t src_vocab, int64_t tgt_vocab, int64_t d_model,
                                                 int64_t nhead, int64_t num_layers);
 
 typedef struct attn_seq2seq_args {
@@ -659,21 +659,21 @@ typedef struct attn_seq2seq_args {
     attn_capture *capture;             /* nullable: transformer.encoder.layers.N.self_attn, ... */
 } attn_seq2seq_args;
 
-attn_seq2seq_args attn_seq2seq_args_default(void);
+ATTN_API attn_seq2seq_args attn_seq2seq_args_default(void);
 
 typedef struct attn_seq2seq attn_seq2seq;
 
-attn_status attn_seq2seq_create(const attn_seq2seq_config *cfg, attn_seq2seq **out);
-void attn_seq2seq_free(attn_seq2seq *m);
-const attn_params *attn_seq2seq_params(const attn_seq2seq *m);
-attn_transformer *attn_seq2seq_transformer(attn_seq2seq *m);
-size_t attn_seq2seq_saved_size(const attn_seq2seq *m, const attn_seq2seq_args *a);
-size_t attn_seq2seq_workspace_size(const attn_seq2seq *m, const attn_seq2seq_args *a);
+ATTN_API attn_status attn_seq2seq_create(const attn_seq2seq_config *cfg, attn_seq2seq **out);
+ATTN_API void attn_seq2seq_free(attn_seq2seq *m);
+ATTN_API const attn_params *attn_seq2seq_params(const attn_seq2seq *m);
+ATTN_API attn_transformer *attn_seq2seq_transformer(attn_seq2seq *m);
+ATTN_API size_t attn_seq2seq_saved_size(const attn_seq2seq *m, const attn_seq2seq_args *a);
+ATTN_API size_t attn_seq2seq_workspace_size(const attn_seq2seq *m, const attn_seq2seq_args *a);
 /* logits [B, n_tgt, tgt_vocab]; saved NULL for inference. */
-attn_status attn_seq2seq_forward(attn_seq2seq *m, const attn_seq2seq_args *a, float *logits, void *saved,
+ATTN_API attn_status attn_seq2seq_forward(attn_seq2seq *m, const attn_seq2seq_args *a, float *logits, void *saved,
                                  size_t saved_bytes, void *workspace, size_t workspace_bytes);
 /* Parameter gradients (accumulated) from dlogits [B, n_tgt, tgt_vocab]. */
-attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, const float *dlogits,
+ATTN_API attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, const float *dlogits,
                                   const void *saved, size_t saved_bytes, void *workspace,
                                   size_t workspace_bytes);
 
@@ -686,7 +686,7 @@ typedef struct attn_token_encoder_config {
     attn_stack_config stack;          /* stack.norm selects the final norm (default on) */
 } attn_token_encoder_config;
 
-attn_token_encoder_config attn_token_encoder_config_default(int64_t vocab, int64_t d_model, int64_t nhead,
+ATTN_API attn_token_encoder_config attn_token_encoder_config_default(int64_t vocab, int64_t d_model, int64_t nhead,
                                                             int64_t num_layers);
 
 typedef struct attn_token_encoder_args {
@@ -701,16 +701,16 @@ typedef struct attn_token_encoder_args {
 
 typedef struct attn_token_encoder attn_token_encoder;
 
-attn_status attn_token_encoder_create(const attn_token_encoder_config *cfg, attn_token_encoder **out);
-void attn_token_encoder_free(attn_token_encoder *m);
-const attn_params *attn_token_encoder_params(const attn_token_encoder *m);
-size_t attn_token_encoder_saved_size(const attn_token_encoder *m, const attn_token_encoder_args *a);
-size_t attn_token_encoder_workspace_size(const attn_token_encoder *m, const attn_token_encoder_args *a);
+ATTN_API attn_status attn_token_encoder_create(const attn_token_encoder_config *cfg, attn_token_encoder **out);
+ATTN_API void attn_token_encoder_free(attn_token_encoder *m);
+ATTN_API const attn_params *attn_token_encoder_params(const attn_token_encoder *m);
+ATTN_API size_t attn_token_encoder_saved_size(const attn_token_encoder *m, const attn_token_encoder_args *a);
+ATTN_API size_t attn_token_encoder_workspace_size(const attn_token_encoder *m, const attn_token_encoder_args *a);
 /* out [B, n, d_model]; saved NULL for inference. */
-attn_status attn_token_encoder_forward(attn_token_encoder *m, const attn_token_encoder_args *a, float *out,
+ATTN_API attn_status attn_token_encoder_forward(attn_token_encoder *m, const attn_token_encoder_args *a, float *out,
                                        void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes);
 /* Parameter gradients (accumulated) from dout [B, n, d_model]. */
-attn_status attn_token_encoder_backward(attn_token_encoder *m, const attn_token_encoder_args *a, const float *dout,
+ATTN_API attn_status attn_token_encoder_backward(attn_token_encoder *m, const attn_token_encoder_args *a, const float *dout,
                                         const void *saved, size_t saved_bytes, void *workspace,
                                         size_t workspace_bytes);
 

@@ -24,8 +24,8 @@ typedef enum attn_dtype {
     ATTN_DTYPE_COUNT
 } attn_dtype;
 
-const char *attn_dtype_name(attn_dtype dt); /* "F32", ... */
-size_t attn_dtype_size(attn_dtype dt);     /* bytes per element */
+ATTN_API const char *attn_dtype_name(attn_dtype dt); /* "F32", ... */
+ATTN_API size_t attn_dtype_size(attn_dtype dt);     /* bytes per element */
 
 typedef struct attn_safetensors_tensor {
     const char *name;      /* NUL-terminated, owned by the file object */
@@ -39,29 +39,29 @@ typedef struct attn_safetensors_tensor {
 typedef struct attn_safetensors attn_safetensors;
 
 /* Open and validate. On failure *out is NULL and attn_last_error() names the problem. */
-attn_status attn_safetensors_open_file(const char *path, attn_safetensors **out);
+ATTN_API attn_status attn_safetensors_open_file(const char *path, attn_safetensors **out);
 /* The buffer is not copied: it must outlive the returned object. */
-attn_status attn_safetensors_open_memory(const void *buf, size_t len, attn_safetensors **out);
-void attn_safetensors_close(attn_safetensors *st);
+ATTN_API attn_status attn_safetensors_open_memory(const void *buf, size_t len, attn_safetensors **out);
+ATTN_API void attn_safetensors_close(attn_safetensors *st);
 
-size_t attn_safetensors_count(const attn_safetensors *st);
+ATTN_API size_t attn_safetensors_count(const attn_safetensors *st);
 /* Tensors in data-offset order. NULL when i is out of range. */
-const attn_safetensors_tensor *attn_safetensors_get(const attn_safetensors *st, size_t i);
+ATTN_API const attn_safetensors_tensor *attn_safetensors_get(const attn_safetensors *st, size_t i);
 /* NULL when absent. */
-const attn_safetensors_tensor *attn_safetensors_find(const attn_safetensors *st,
+ATTN_API const attn_safetensors_tensor *attn_safetensors_find(const attn_safetensors *st,
                                                      const char *name);
-size_t attn_safetensors_metadata_count(const attn_safetensors *st);
-attn_status attn_safetensors_metadata_get(const attn_safetensors *st, size_t i, const char **key,
+ATTN_API size_t attn_safetensors_metadata_count(const attn_safetensors *st);
+ATTN_API attn_status attn_safetensors_metadata_get(const attn_safetensors *st, size_t i, const char **key,
                                           const char **value);
 /* NULL when absent. */
-const char *attn_safetensors_metadata_find(const attn_safetensors *st, const char *key);
+ATTN_API const char *attn_safetensors_metadata_find(const attn_safetensors *st, const char *key);
 
 /* Copy a tensor to float32, converting from F32, F16, BF16 or F64 (and integer/bool types by
  * value). count must equal the tensor's element count (ATTN_ERR_SHAPE otherwise). */
-attn_status attn_safetensors_read_f32(const attn_safetensors *st, const char *name, float *dst,
+ATTN_API attn_status attn_safetensors_read_f32(const attn_safetensors *st, const char *name, float *dst,
                                       size_t count);
 /* The same, also checking the shape: rank and every dimension must match. */
-attn_status attn_safetensors_read_f32_shape(const attn_safetensors *st, const char *name,
+ATTN_API attn_status attn_safetensors_read_f32_shape(const attn_safetensors *st, const char *name,
                                             float *dst, int rank, const int64_t *shape);
 
 /* ---- writer ------------------------------------------------------------------------------
@@ -70,17 +70,17 @@ attn_status attn_safetensors_read_f32_shape(const attn_safetensors *st, const ch
  * multiple of 8 bytes (as the reference implementation does). */
 typedef struct attn_safetensors_writer attn_safetensors_writer;
 
-attn_status attn_safetensors_writer_create(attn_safetensors_writer **out);
-void attn_safetensors_writer_free(attn_safetensors_writer *w);
-attn_status attn_safetensors_writer_add(attn_safetensors_writer *w, const char *name,
+ATTN_API attn_status attn_safetensors_writer_create(attn_safetensors_writer **out);
+ATTN_API void attn_safetensors_writer_free(attn_safetensors_writer *w);
+ATTN_API attn_status attn_safetensors_writer_add(attn_safetensors_writer *w, const char *name,
                                         attn_dtype dtype, int rank, const int64_t *shape,
                                         const void *data);
-attn_status attn_safetensors_writer_add_metadata(attn_safetensors_writer *w, const char *key,
+ATTN_API attn_status attn_safetensors_writer_add_metadata(attn_safetensors_writer *w, const char *key,
                                                  const char *value);
 /* Written to PATH.tmp, fsynced, then renamed over path (a crash leaves the old file intact). */
-attn_status attn_safetensors_writer_write_file(attn_safetensors_writer *w, const char *path);
+ATTN_API attn_status attn_safetensors_writer_write_file(attn_safetensors_writer *w, const char *path);
 /* Serialized into a malloc'ed buffer that the caller frees with free(). */
-attn_status attn_safetensors_writer_write_memory(attn_safetensors_writer *w, void **buf,
+ATTN_API attn_status attn_safetensors_writer_write_memory(attn_safetensors_writer *w, void **buf,
                                                  size_t *len);
 
 #ifdef __cplusplus

@@ -57,18 +57,18 @@ typedef struct attn_cross_entropy_config {
     attn_reduction reduction;   /* default mean */
 } attn_cross_entropy_config;
 
-attn_cross_entropy_config attn_cross_entropy_config_default(void);
+ATTN_API attn_cross_entropy_config attn_cross_entropy_config_default(void);
 
 /* loss: 1 float (mean, sum) or N floats (none). dlogits [N, C] (nullable): also writes the
  * gradient of the loss for an upstream gradient of 1 (every loss_i weighted 1 for none) — the
  * fused form a training step uses, saving the backward's second pass. dlogits may be logits itself
  * (overwritten in place) but must not overlap it otherwise. cfg NULL = defaults. */
-attn_status attn_cross_entropy_forward(const float *logits, const int64_t *targets, int64_t n,
+ATTN_API attn_status attn_cross_entropy_forward(const float *logits, const int64_t *targets, int64_t n,
                                        int64_t c, const attn_cross_entropy_config *cfg,
                                        float *loss, float *dlogits);
 /* dlogits [N, C] = gradient for the upstream gradient dloss: 1 float (mean, sum) or N floats
  * (none); dloss NULL means 1. Recomputes the softmax from logits; dlogits == logits allowed. */
-attn_status attn_cross_entropy_backward(const float *logits, const int64_t *targets, int64_t n,
+ATTN_API attn_status attn_cross_entropy_backward(const float *logits, const int64_t *targets, int64_t n,
                                         int64_t c, const attn_cross_entropy_config *cfg,
                                         const float *dloss, float *dlogits);
 
@@ -76,11 +76,11 @@ attn_status attn_cross_entropy_backward(const float *logits, const int64_t *targ
  *   loss_i = (x_i - y_i)^2,   mean = sum_i loss_i / n   (NaN for n = 0, as PyTorch)
  *   dloss/dx_i = 2 (x_i - y_i) g_i,   dloss/dy_i = -dloss/dx_i
  * with g_i = dloss (sum), dloss / n (mean) or dloss[i] (none). loss: 1 float, or n for none. */
-attn_status attn_mse_forward(const float *input, const float *target, int64_t n,
+ATTN_API attn_status attn_mse_forward(const float *input, const float *target, int64_t n,
                              attn_reduction reduction, float *loss);
 /* dloss: 1 float (mean, sum) or n (none), NULL means 1. dinput, dtarget [n] each nullable,
  * overwritten; either may be the same buffer as input or target. */
-attn_status attn_mse_backward(const float *input, const float *target, int64_t n,
+ATTN_API attn_status attn_mse_backward(const float *input, const float *target, int64_t n,
                               attn_reduction reduction, const float *dloss, float *dinput,
                               float *dtarget);
 
@@ -115,8 +115,8 @@ typedef struct attn_sgd_config {
     int maximize;               /* default 0 */
 } attn_sgd_config;
 
-attn_adamw_config attn_adamw_config_default(void);
-attn_sgd_config attn_sgd_config_default(void);
+ATTN_API attn_adamw_config attn_adamw_config_default(void);
+ATTN_API attn_sgd_config attn_sgd_config_default(void);
 
 typedef enum attn_optimizer_kind { ATTN_OPTIMIZER_ADAMW = 0, ATTN_OPTIMIZER_SGD = 1 } attn_optimizer_kind;
 
@@ -124,26 +124,26 @@ typedef struct attn_optimizer attn_optimizer;
 
 /* Allocate the optimizer and its zeroed state for the parameters of ps (cfg NULL = defaults).
  * ps must outlive the optimizer and keep its parameters (same count and sizes). */
-attn_status attn_adamw_create(const attn_params *ps, const attn_adamw_config *cfg,
+ATTN_API attn_status attn_adamw_create(const attn_params *ps, const attn_adamw_config *cfg,
                               attn_optimizer **out);
-attn_status attn_sgd_create(const attn_params *ps, const attn_sgd_config *cfg, attn_optimizer **out);
-void attn_optimizer_free(attn_optimizer *o);
+ATTN_API attn_status attn_sgd_create(const attn_params *ps, const attn_sgd_config *cfg, attn_optimizer **out);
+ATTN_API void attn_optimizer_free(attn_optimizer *o);
 
 /* One update of every parameter with learning rate lr (finite, >= 0). */
-attn_status attn_optimizer_step(attn_optimizer *o, double lr);
+ATTN_API attn_status attn_optimizer_step(attn_optimizer *o, double lr);
 
-attn_optimizer_kind attn_optimizer_get_kind(const attn_optimizer *o);
-const attn_params *attn_optimizer_params(const attn_optimizer *o);
+ATTN_API attn_optimizer_kind attn_optimizer_get_kind(const attn_optimizer *o);
+ATTN_API const attn_params *attn_optimizer_params(const attn_optimizer *o);
 /* Steps taken so far (t of the last step; restored by attn_checkpoint_load). */
-int64_t attn_optimizer_steps(const attn_optimizer *o);
+ATTN_API int64_t attn_optimizer_steps(const attn_optimizer *o);
 /* A weight decay for parameter i alone (PyTorch's parameter groups, e.g. 0 for biases and norms);
  * every parameter starts with the config's. */
-attn_status attn_optimizer_set_weight_decay(attn_optimizer *o, size_t param_index,
+ATTN_API attn_status attn_optimizer_set_weight_decay(attn_optimizer *o, size_t param_index,
                                             double weight_decay);
 /* The state tensor `name` of parameter i, with PyTorch's state keys: "exp_avg", "exp_avg_sq",
  * "max_exp_avg_sq" (AdamW with amsgrad), "momentum_buffer" (SGD with momentum); numel floats.
  * ATTN_ERR_NOT_FOUND when this optimizer has no such state. */
-attn_status attn_optimizer_state(const attn_optimizer *o, size_t param_index, const char *name,
+ATTN_API attn_status attn_optimizer_state(const attn_optimizer *o, size_t param_index, const char *name,
                                  float **data);
 
 /* ---- learning-rate schedule: linear warmup, then cosine decay to min_lr ----------------------
@@ -159,21 +159,21 @@ typedef struct attn_lr_schedule {
     int64_t warmup_steps, total_steps;
 } attn_lr_schedule;
 
-attn_status attn_lr_warmup_cosine(const attn_lr_schedule *s, int64_t step, double *lr);
+ATTN_API attn_status attn_lr_warmup_cosine(const attn_lr_schedule *s, int64_t step, double *lr);
 
 /* ---- gradients ------------------------------------------------------------------------------
  * The global L2 norm of every gradient of ps, as if concatenated: sqrt(sum of g^2) in double, in
  * parameter order. */
-attn_status attn_grad_norm(const attn_params *ps, double *norm);
+ATTN_API attn_status attn_grad_norm(const attn_params *ps, double *norm);
 /* torch.nn.utils.clip_grad_norm_(max_norm, norm_type=2): with n = the global norm,
  *   c = max_norm / (n + 1e-6);  every g <- g c  when c < 1
  * (PyTorch multiplies by min(c, 1); multiplying by 1 changes nothing). *norm (nullable) receives n,
  * the norm before clipping, as PyTorch returns it. A non-finite n is ATTN_ERR_NUMERIC (PyTorch's
  * error_if_nonfinite=True) with every gradient left bitwise unchanged; *norm still receives it. */
-attn_status attn_grad_clip_norm(const attn_params *ps, double max_norm, double *norm);
+ATTN_API attn_status attn_grad_clip_norm(const attn_params *ps, double max_norm, double *norm);
 /* g <- g factor for every gradient (gradient accumulation: factor = 1/k after k micro-batches
  * whose losses were not divided by k). */
-attn_status attn_grad_scale(const attn_params *ps, double factor);
+ATTN_API attn_status attn_grad_scale(const attn_params *ps, double factor);
 
 /* The step of a training loop over the optimizer's parameters, whose gradients are the SUM over
  * accum_steps >= 1 micro-batches (losses not divided by accum_steps):
@@ -184,7 +184,7 @@ attn_status attn_grad_scale(const attn_params *ps, double factor);
  * parameters, gradients and optimizer state (its step count included) bitwise unchanged; the caller
  * zeroes the gradients and goes on. Gradients are left scaled after a step (zero them before the
  * next accumulation). */
-attn_status attn_train_step(attn_optimizer *o, double lr, double max_norm, int64_t accum_steps,
+ATTN_API attn_status attn_train_step(attn_optimizer *o, double lr, double max_norm, int64_t accum_steps,
                             double *grad_norm);
 
 /* ---- checkpoints ----------------------------------------------------------------------------
@@ -214,7 +214,7 @@ typedef struct attn_train_state {
 /* ps required; opt (nullable) has its state saved under the names of its own parameters (normally
  * those of ps); state nullable (not saved). meta_keys / meta_values: n_meta user strings (UTF-8).
  * Errors leave PATH as it was. */
-attn_status attn_checkpoint_save(const char *path, const attn_params *ps, const attn_optimizer *opt,
+ATTN_API attn_status attn_checkpoint_save(const char *path, const attn_params *ps, const attn_optimizer *opt,
                                  const attn_train_state *state, const char *const *meta_keys,
                                  const char *const *meta_values, size_t n_meta);
 /* Validate, then restore ps, opt (nullable: model only) and state (nullable). Every expected
@@ -223,7 +223,7 @@ attn_status attn_checkpoint_save(const char *path, const attn_params *ps, const 
  * the problems (missing / wrong shape / wrong dtype names) and NOTHING is modified. Tensors the
  * objects do not need are ignored. file (nullable) receives the opened checkpoint, for the
  * caller's metadata (attn_safetensors_metadata_find); the caller closes it. */
-attn_status attn_checkpoint_load(const char *path, const attn_params *ps, attn_optimizer *opt,
+ATTN_API attn_status attn_checkpoint_load(const char *path, const attn_params *ps, attn_optimizer *opt,
                                  attn_train_state *state, attn_safetensors **file);
 
 #ifdef __cplusplus
