@@ -73,31 +73,19 @@ static attn_status softmax_step(const attn_kind_step *s, void *ws, size_t ws_byt
     return attn_flash_forward(s->q, s->k, s->v, &w, s->out, NULL, ws, ws_bytes);
 }
 
-const attn_kind_ops attn_kind_flash = {
-    .name = "flash",
-    .help = "exact softmax attention, tiled (FlashAttention-2); every mask, dropout, weights",
-    .check = NULL,
-    .stats_per_row = 1,
-    .workspace_size = softmax_ws,
-    .forward = softmax_fwd,
-    .backward = softmax_bwd,
-    .weights = softmax_weights,
-    .state_floats = NULL,
-    .step_workspace_size = softmax_step_ws,
-    .step = softmax_step,
-};
+/* The two rows differ only in name, help and option check. */
+#define SOFTMAX_KIND(nm, hlp, chk)                                                             \
+    {                                                                                          \
+        .name = nm, .help = hlp, .check = chk, .stats_per_row = 1, .workspace_size = softmax_ws, \
+        .forward = softmax_fwd, .backward = softmax_bwd, .weights = softmax_weights,           \
+        .state_floats = NULL, .step_workspace_size = softmax_step_ws, .step = softmax_step       \
+    }
 
-const attn_kind_ops attn_kind_window = {
-    .name = "window",
-    .help = "sliding-window softmax attention: keys within `window` positions (i - w .. i causal, "
-            "|i - j| <= w otherwise); O(N w)",
-    .check = check_window,
-    .stats_per_row = 1,
-    .workspace_size = softmax_ws,
-    .forward = softmax_fwd,
-    .backward = softmax_bwd,
-    .weights = softmax_weights,
-    .state_floats = NULL,
-    .step_workspace_size = softmax_step_ws,
-    .step = softmax_step,
-};
+const attn_kind_ops attn_kind_flash =
+    SOFTMAX_KIND("flash", "exact softmax attention, tiled (FlashAttention-2); every mask, dropout, weights", NULL);
+
+const attn_kind_ops attn_kind_window =
+    SOFTMAX_KIND("window",
+                 "sliding-window softmax attention: keys within `window` positions (i - w .. i causal, "
+                 "|i - j| <= w otherwise); O(N w)",
+                 check_window);

@@ -19,6 +19,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st  # noqa: E402
+from gen_nn_layers import randomize  # noqa: E402  (float parameters, LayerNorm weights around 1; double, eval)
 from gen_nn_seq2seq import Seq2Seq  # noqa: E402
 
 
@@ -37,15 +38,6 @@ def record_weights(mha, store, key):
     mha.forward = forward
 
 
-def randomize(m, gen):
-    for name, p in m.named_parameters():
-        r = torch.randn(p.shape, generator=gen) * 0.3
-        if "norm" in name and name.endswith("weight"):
-            r = 1.0 + r
-        p.data = r.float()
-    return m
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "fixtures"))
@@ -59,8 +51,7 @@ def main():
     B, N, d, h, ff, L = 2, 9, 16, 4, 32, 2
     layer = nn.TransformerEncoderLayer(d, h, ff, dropout=0.0, batch_first=True)
     enc = randomize(nn.TransformerEncoder(layer, L, enable_nested_tensor=False), gen)
-    state = {k: v.detach().clone() for k, v in enc.state_dict().items()}
-    enc = enc.double().eval()
+    state = {k: v.detach().float().clone() for k, v in enc.state_dict().items()}
     store = {}
     for i, lyr in enumerate(enc.layers):
         record_weights(lyr.self_attn, store, "enc.layers.%d" % i)
@@ -79,8 +70,7 @@ def main():
     # ---- encoder-decoder ----
     B, S, T, d, h, L, ff, sv, tv, max_len = 2, 7, 6, 16, 2, 2, 32, 11, 13, 32
     m = randomize(Seq2Seq(sv, tv, d, h, L, ff, max_len), gen)
-    state = {k: v.detach().clone() for k, v in m.state_dict().items()}
-    m = m.double().eval()
+    state = {k: v.detach().float().clone() for k, v in m.state_dict().items()}
     store = {}
     for i, lyr in enumerate(m.transformer.decoder.layers):
         record_weights(lyr.multihead_attn, store, "cross.%d" % i)
