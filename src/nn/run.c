@@ -417,8 +417,9 @@ const char *attn_nn_model_known(size_t i) { return i < NMODULES ? MODULES[i].nam
 
 /* The argument name of a float input slot (also its gradient's name). */
 static const char *slot_name(const nn_module_ops *o, int slot) {
-    FOR_ARGS(o, i)
-    if (o->args[i].in == slot) return o->args[i].name;
+    FOR_ARGS(o, i) {
+        if (o->args[i].in == slot) return o->args[i].name;
+    }
     return NULL;
 }
 
@@ -538,13 +539,16 @@ static attn_status check_known(const nn_module_ops *o, const attn_safetensors *s
         const char *tn = attn_safetensors_get(st, t)->name;
         if (strncmp(tn, prefix, lp)) continue;
         int known = 0;
-        FOR_ARGS(o, i) known = known || !strcmp(tn + lp, o->args[i].name);
+        FOR_ARGS(o, i) {
+            known = known || !strcmp(tn + lp, o->args[i].name);
+        }
         if (known) continue;
-        char want[160];
+        char want[160] = "";
         size_t n = 0;
-        want[0] = '\0';
-        FOR_ARGS(o, i)
-        n += (size_t)snprintf(want + n, n < sizeof want ? sizeof want - n : 0, "%s%s", i ? ", " : "", o->args[i].name);
+        FOR_ARGS(o, i) {
+            n += (size_t)snprintf(want + n, n < sizeof want ? sizeof want - n : 0, "%s%s", i ? ", " : "",
+                                  o->args[i].name);
+        }
         return attn_error(ATTN_ERR_NOT_FOUND, "%s: unknown input '%s' (inputs: %s)", o->name, tn + lp, want);
     }
     return ATTN_OK;
@@ -621,16 +625,18 @@ attn_status attn_nn_model_bind(nn_model *m, const attn_safetensors *st, const ch
     }
     if (strict && (s = check_known(o, st, prefix))) return s;
     /* float inputs first: they fix B and the sequence lengths */
-    FOR_ARGS(o, i)
-    if (found[i] && o->args[i].in >= 0 && (s = bind_input(m, &o->args[i], st, found[i], name[i]))) return s;
+    FOR_ARGS(o, i) {
+        if (found[i] && o->args[i].in >= 0 && (s = bind_input(m, &o->args[i], st, found[i], name[i]))) return s;
+    }
     const int64_t B = batch_of(m);
     for (int slot = 1; slot < NIN; slot++)
         if (m->in[slot] && m->in_shape[slot][0] != B)
             return attn_error(ATTN_ERR_SHAPE, "input '%s' has batch %lld, '%s' has %lld", slot_name(o, slot),
                               (long long)m->in_shape[slot][0], slot_name(o, IN_A), (long long)B);
     if (o->bind_check && (s = o->bind_check(m))) return s;
-    FOR_ARGS(o, i)
-    if (found[i] && o->args[i].in < 0 && (s = bind_mask(m, &o->args[i], st, found[i], name[i]))) return s;
+    FOR_ARGS(o, i) {
+        if (found[i] && o->args[i].in < 0 && (s = bind_mask(m, &o->args[i], st, found[i], name[i]))) return s;
+    }
     m->bound = 1;
     return ATTN_OK;
 }
