@@ -124,8 +124,9 @@ static void set_size(nn_model *m, const attn_layer_config *c) {
     m->heads = c->nhead;
 }
 
-/* Module ops that are the library's entry points under one prefix T, on the argument member A of
- * m->a: T_free, T_params, T_saved_size / T_workspace_size and (FORWARD) T_forward. */
+/* Module ops that only forward to the library's entry points of prefix T on the argument member A
+ * of m->a: NN_SIZE_OPS defines pre_free, pre_params and pre_sizes (T_saved_size and
+ * T_workspace_size), NN_FORWARD_OP pre_forward (T_forward without attention weights). */
 #define NN_SIZE_OPS(pre, T, A)                                                                   \
     static void pre##_free(void *p) { T##_free(p); }                                              \
     static const attn_params *pre##_params(const void *p) { return T##_params(p); }               \
