@@ -30,8 +30,8 @@
 
 typedef struct nn_model nn_model;
 
-/* The module names above, NULL-terminated. */
-extern const char *const attn_nn_model_names[];
+/* The i-th module name above (the order of the list), NULL past the last. */
+const char *attn_nn_model_known(size_t i);
 
 /* Create the module (PyTorch's initialisation) from the configuration object. Errors name the
  * module and the offending key (unknown module, unknown key, wrong type, invalid value). */

@@ -1,5 +1,9 @@
 /* Models by name with inputs bound by PyTorch forward-argument names (see nn_run.h): maps a JSON
- * configuration and a safetensors file of inputs onto the modules' create / forward / backward. */
+ * configuration and a safetensors file of inputs onto the modules' create / forward / backward.
+ *
+ * Every module is one row of MODULES (an nn_module_ops): its forward() arguments and options as
+ * data, and a handful of small functions over the library's entry points. The code after the
+ * table knows no module: adding one to `attn run` is its ops functions plus its row. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,70 +12,39 @@
 #include "nn_internal.h"
 #include "nn_run.h"
 
-enum { K_MHA, K_ENC_LAYER, K_DEC_LAYER, K_ENC, K_DEC, K_TR, K_COUNT };
-enum { IN_A, IN_B, IN_C, NIN };       /* float inputs */
+enum { IN_A, IN_B, IN_C, NIN };       /* float input slots, in the order of the arguments */
 enum { SET_S, SET_T, SET_M, NSET };   /* mask sets: self / src, tgt, memory */
-enum { OPT_NEED_WEIGHTS = 10, OPT_AVERAGE = 11 }; /* other options: the causal flag of a set */
+/* Forward flags: the causal flag of each mask set, then multihead_attention's weights options. */
+enum { F_NEED_WEIGHTS = NSET, F_AVERAGE, NFLAG };
 
-const char *const attn_nn_model_names[] = {"multihead_attention", "transformer_encoder_layer",
-                                      "transformer_decoder_layer", "transformer_encoder",
-                                      "transformer_decoder", "transformer", NULL};
+#define MAXA 8 /* forward tensor arguments per module */
+#define MAXO 4 /* forward options per module */
 
-/* A forward argument: a float input (in >= 0) or a mask (set, kpm). */
-typedef struct arg_spec {
+/* A forward tensor argument: a float input (in = its slot) or a mask (in = -1) of a set, the
+ * key_padding_mask of the set when kpm, else its attn_mask. */
+typedef struct nn_arg {
     const char *name;
     int in, set, kpm, required;
-} arg_spec;
+} nn_arg;
+#define NN_IN(name, slot, required) {name, slot, 0, 0, required}
+#define NN_MASK(name, set) {name, -1, set, 0, 0}
+#define NN_KPM(name, set) {name, -1, set, 1, 0}
 
-typedef struct opt_spec {
+/* A forward option (a non-tensor argument, also accepted as a configuration key): the flag it
+ * sets and PyTorch's default. */
+typedef struct nn_opt {
     const char *name;
-    int which; /* a set index (its causal flag) or OPT_* */
-} opt_spec;
+    int flag, dflt;
+} nn_opt;
 
-#define MAXA 8
-static const arg_spec ARGS[K_COUNT][MAXA] = {
-    [K_MHA] = {{"query", IN_A, 0, 0, 1}, {"key", IN_B, 0, 0, 0}, {"value", IN_C, 0, 0, 0},
-               {"key_padding_mask", -1, SET_S, 1, 0}, {"attn_mask", -1, SET_S, 0, 0}},
-    [K_ENC_LAYER] = {{"src", IN_A, 0, 0, 1}, {"src_mask", -1, SET_S, 0, 0}, {"src_key_padding_mask", -1, SET_S, 1, 0}},
-    [K_DEC_LAYER] = {{"tgt", IN_A, 0, 0, 1}, {"memory", IN_B, 0, 0, 1}, {"tgt_mask", -1, SET_T, 0, 0},
-                     {"memory_mask", -1, SET_M, 0, 0}, {"tgt_key_padding_mask", -1, SET_T, 1, 0},
-                     {"memory_key_padding_mask", -1, SET_M, 1, 0}},
-    [K_ENC] = {{"src", IN_A, 0, 0, 1}, {"mask", -1, SET_S, 0, 0}, {"src_key_padding_mask", -1, SET_S, 1, 0}},
-    [K_DEC] = {{"tgt", IN_A, 0, 0, 1}, {"memory", IN_B, 0, 0, 1}, {"tgt_mask", -1, SET_T, 0, 0},
-               {"memory_mask", -1, SET_M, 0, 0}, {"tgt_key_padding_mask", -1, SET_T, 1, 0},
-               {"memory_key_padding_mask", -1, SET_M, 1, 0}},
-    [K_TR] = {{"src", IN_A, 0, 0, 1}, {"tgt", IN_B, 0, 0, 1}, {"src_mask", -1, SET_S, 0, 0},
-              {"tgt_mask", -1, SET_T, 0, 0}, {"memory_mask", -1, SET_M, 0, 0},
-              {"src_key_padding_mask", -1, SET_S, 1, 0}, {"tgt_key_padding_mask", -1, SET_T, 1, 0},
-              {"memory_key_padding_mask", -1, SET_M, 1, 0}},
-};
-
-#define MAXO 4
-static const opt_spec OPTS[K_COUNT][MAXO] = {
-    [K_MHA] = {{"need_weights", OPT_NEED_WEIGHTS}, {"average_attn_weights", OPT_AVERAGE}, {"is_causal", SET_S}},
-    [K_ENC_LAYER] = {{"is_causal", SET_S}},
-    [K_DEC_LAYER] = {{"tgt_is_causal", SET_T}, {"memory_is_causal", SET_M}},
-    [K_ENC] = {{"is_causal", SET_S}},
-    [K_DEC] = {{"tgt_is_causal", SET_T}, {"memory_is_causal", SET_M}},
-    [K_TR] = {{"src_is_causal", SET_S}, {"tgt_is_causal", SET_T}, {"memory_is_causal", SET_M}},
-};
-
-/* Input gradient names by kind and slot. */
-static const char *const GRAD_NAMES[K_COUNT][NIN] = {
-    [K_MHA] = {"query", "key", "value"}, [K_ENC_LAYER] = {"src"}, [K_DEC_LAYER] = {"tgt", "memory"},
-    [K_ENC] = {"src"}, [K_DEC] = {"tgt", "memory"}, [K_TR] = {"src", "tgt"},
-};
+typedef struct nn_module_ops nn_module_ops;
 
 struct nn_model {
-    int kind;
-    attn_mha *mha;
-    attn_encoder_layer *el;
-    attn_decoder_layer *dl;
-    attn_encoder *enc;
-    attn_decoder *dec;
-    attn_transformer *tr;
-    int64_t d, kdim, vdim, heads, extra_keys;
-    int need_weights, average, causal[NSET];
+    const nn_module_ops *ops;
+    void *mod;                 /* the module (attn_mha, attn_encoder_layer, ...) */
+    int64_t d, heads;          /* d_model / embed_dim and the number of heads */
+    int64_t width[NIN];        /* last dimension of each float input (0 at create: d) */
+    int flag[NFLAG];
     /* bound inputs */
     float *in[NIN];
     int64_t in_shape[NIN][3];
@@ -85,10 +58,371 @@ struct nn_model {
     int w_rank, kept;
     void *saved, *ws;
     size_t saved_bytes, ws_bytes;
-    attn_mha_args ma;
-    attn_layer_args la;
-    attn_transformer_args ta;
+    union {
+        attn_mha_args mha;
+        attn_layer_args layer;
+        attn_transformer_args tr;
+    } a; /* the call's arguments, built by ops->build */
 };
+
+/* One module of `attn run`. */
+struct nn_module_ops {
+    const char *name;      /* the configuration's "module" */
+    nn_arg args[MAXA];     /* forward() tensor arguments in PyTorch's order; the names of the
+                              float ones also name their input gradients */
+    nn_opt opts[MAXO];     /* forward() options */
+    int dims[NSET][2];     /* mask set -> the slots whose lengths are its (Nq, Nk) */
+    int out_slot;          /* the output is [batch, length of this slot, d] */
+    /* Read the configuration (a key neither the constructor's nor in ignore is an error) and
+     * create the module into m->mod, setting m->d, m->heads and the widths that are not d. */
+    attn_status (*create)(nn_model *m, const attn_json *config, const char *const *ignore);
+    void (*free)(void *mod);
+    const attn_params *(*params)(const void *mod);
+    /* Optional: checks after the float inputs are bound, before the masks; may fill in_shape of
+     * an input that defaults to another. */
+    attn_status (*bind_check)(nn_model *m);
+    /* The call's arguments into m->a from the bound inputs, masks and flags. */
+    void (*build)(nn_model *m, int training, uint64_t seed, uint64_t offset);
+    void (*sizes)(const nn_model *m, size_t *saved, size_t *workspace);
+    /* Forward on m->a into m->out (allocated) and, when the module has them, m->w / w_shape. */
+    attn_status (*forward)(nn_model *m, void *saved, size_t saved_bytes);
+    /* Backward of the kept forward; g[slot] receives the gradient of each bound float input
+     * (NULL for the others). */
+    attn_status (*backward)(nn_model *m, const float *dout, float *const *g);
+};
+
+/* ---- helpers of the modules' ops ---- */
+
+static attn_status grow(void **p, size_t *have, size_t need) {
+    if (need <= *have && *p) return ATTN_OK;
+    void *q = realloc(*p, need ? need : 1);
+    if (!q) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory for %zu bytes of buffers", need);
+    *p = q;
+    *have = need;
+    return ATTN_OK;
+}
+
+/* The bound masks of a set with its causal flag. */
+static attn_masks masks_of(const nn_model *m, int set) {
+    attn_masks k;
+    memset(&k, 0, sizeof k);
+    k.attn_mask = m->mb[set][0];
+    k.attn_mask_float = m->mf[set][0];
+    k.attn_mask_3d = m->m3d[set];
+    k.key_padding_mask = m->mb[set][1];
+    k.key_padding_mask_float = m->mf[set][1];
+    k.is_causal = m->flag[set];
+    return k;
+}
+
+static int64_t batch_of(const nn_model *m) { return m->in_shape[IN_A][0]; }
+static int64_t len_of(const nn_model *m, int slot) { return m->in_shape[slot][1]; }
+
+/* The configuration's layer sizes into m. */
+static void set_size(nn_model *m, const attn_layer_config *c) {
+    m->d = c->d_model;
+    m->heads = c->nhead;
+}
+
+/* Module ops that only forward to the library's entry points of prefix T on the argument member A
+ * of m->a: NN_SIZE_OPS defines pre_free, pre_params and pre_sizes (T_saved_size and
+ * T_workspace_size), NN_FORWARD_OP pre_forward (T_forward without attention weights). */
+#define NN_SIZE_OPS(pre, T, A)                                                                   \
+    static void pre##_free(void *p) { T##_free(p); }                                              \
+    static const attn_params *pre##_params(const void *p) { return T##_params(p); }               \
+    static void pre##_sizes(const nn_model *m, size_t *sb, size_t *wb) {                          \
+        *sb = T##_saved_size(m->mod, &m->a.A);                                                    \
+        *wb = T##_workspace_size(m->mod, &m->a.A);                                                \
+    }
+#define NN_FORWARD_OP(pre, T, A)                                                                  \
+    static attn_status pre##_forward(nn_model *m, void *sv, size_t svb) {                         \
+        return T##_forward(m->mod, &m->a.A, m->out, sv, svb, m->ws, m->ws_bytes);                 \
+    }
+
+/* ---- multihead_attention ---- */
+
+static attn_status mha_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    attn_mha_config c;
+    attn_mha *mod = NULL;
+    attn_status st = attn_nn_json_mha_config(config, ignore, &c);
+    if (!st) st = attn_mha_create(&c, &mod);
+    if (st) return st;
+    m->mod = mod;
+    const attn_mha_config *cc = attn_mha_get_config(mod);
+    m->d = cc->embed_dim;
+    m->heads = cc->num_heads;
+    m->width[IN_B] = cc->kdim;
+    m->width[IN_C] = cc->vdim;
+    return ATTN_OK;
+}
+
+/* key and value: both or neither (then both are query, and must have its width). */
+static attn_status mha_bind_check(nn_model *m) {
+    if (!m->in[IN_B] != !m->in[IN_C])
+        return attn_error(ATTN_ERR_NOT_FOUND, "multihead_attention: give both key and value, or neither (self-attention)");
+    if (!m->in[IN_B]) {
+        if (m->width[IN_B] != m->d || m->width[IN_C] != m->d)
+            return attn_error(ATTN_ERR_NOT_FOUND, "multihead_attention: key and value are required when kdim or vdim differ from embed_dim");
+        memcpy(m->in_shape[IN_B], m->in_shape[IN_A], sizeof m->in_shape[IN_A]);
+    } else if (m->in_shape[IN_C][1] != m->in_shape[IN_B][1]) {
+        return attn_error(ATTN_ERR_SHAPE, "input 'value' has length %lld, 'key' has %lld",
+                          (long long)m->in_shape[IN_C][1], (long long)m->in_shape[IN_B][1]);
+    }
+    return ATTN_OK;
+}
+
+static void mha_build(nn_model *m, int training, uint64_t seed, uint64_t offset) {
+    attn_mha_args *a = &m->a.mha;
+    const attn_masks k = masks_of(m, SET_S);
+    *a = attn_mha_args_default();
+    a->batch = batch_of(m);
+    a->nq = len_of(m, IN_A);
+    a->nk = len_of(m, IN_B);
+    a->query = m->in[IN_A];
+    a->key = m->in[IN_B] ? m->in[IN_B] : m->in[IN_A];
+    a->value = m->in[IN_C] ? m->in[IN_C] : m->in[IN_A];
+    a->attn_mask = k.attn_mask;
+    a->attn_mask_float = k.attn_mask_float;
+    a->attn_mask_3d = k.attn_mask_3d;
+    a->key_padding_mask = k.key_padding_mask;
+    a->key_padding_mask_float = k.key_padding_mask_float;
+    a->is_causal = k.is_causal;
+    a->need_weights = m->flag[F_NEED_WEIGHTS];
+    a->average_attn_weights = m->flag[F_AVERAGE];
+    a->training = training;
+    a->seed = seed;
+    a->offset = offset;
+}
+
+NN_SIZE_OPS(mha, attn_mha, mha)
+
+static attn_status mha_forward(nn_model *m, void *sv, size_t svb) {
+    const attn_mha_args *a = &m->a.mha;
+    if (a->need_weights) {
+        const attn_mha_config *cc = attn_mha_get_config(m->mod);
+        const int64_t B = a->batch, nk2 = a->nk + (cc->add_bias_kv ? 1 : 0) + (cc->add_zero_attn ? 1 : 0);
+        const int avg = a->average_attn_weights;
+        int64_t *ws = m->w_shape;
+        m->w_rank = avg ? 3 : 4;
+        if (avg) ws[0] = B, ws[1] = a->nq, ws[2] = nk2;
+        else ws[0] = B, ws[1] = m->heads, ws[2] = a->nq, ws[3] = nk2;
+        size_t n = (size_t)(B * a->nq * nk2 * (avg ? 1 : m->heads)), cap = 0;
+        attn_status st = grow((void **)&m->w, &cap, sizeof(float) * n);
+        if (st) return st;
+    }
+    return attn_mha_forward(m->mod, a, m->out, m->w, sv, svb, m->ws, m->ws_bytes);
+}
+
+/* key / value that defaulted to query give their gradients to query's. */
+static attn_status mha_backward(nn_model *m, const float *dout, float *const *g) {
+    float *dk = g[IN_B] ? g[IN_B] : g[IN_A], *dv = g[IN_C] ? g[IN_C] : g[IN_A];
+    return attn_mha_backward(m->mod, &m->a.mha, dout, g[IN_A], dk, dv, m->saved, m->saved_bytes, m->ws,
+                             m->ws_bytes);
+}
+
+/* ---- layers and stacks (attn_layer_args): x = slot A, memory = slot B ---- */
+
+static attn_status layer_config(nn_model *m, const attn_json *config, const char *const *ignore,
+                                attn_layer_config *c) {
+    attn_status st = attn_nn_json_layer_config(config, m->ops->name, ignore, c);
+    if (!st) set_size(m, c);
+    return st;
+}
+
+static attn_status stack_config(nn_model *m, const attn_json *config, const char *layer_key,
+                                const char *const *ignore, attn_stack_config *c) {
+    attn_status st = attn_nn_json_stack_config(config, m->ops->name, layer_key, ignore, c);
+    if (!st) set_size(m, &c->layer);
+    return st;
+}
+
+/* Self-attention masks of set self; with memory, the memory input and the memory set. */
+static void layer_build(nn_model *m, int self, int memory, int training, uint64_t seed, uint64_t offset) {
+    attn_layer_args *a = &m->a.layer;
+    *a = attn_layer_args_default();
+    a->batch = batch_of(m);
+    a->n = len_of(m, IN_A);
+    a->x = m->in[IN_A];
+    a->self_masks = masks_of(m, self);
+    if (memory) {
+        a->memory = m->in[IN_B];
+        a->n_memory = len_of(m, IN_B);
+        a->memory_masks = masks_of(m, SET_M);
+    }
+    a->training = training;
+    a->seed = seed;
+    a->offset = offset;
+}
+
+static void enc_build(nn_model *m, int training, uint64_t seed, uint64_t offset) {
+    layer_build(m, SET_S, 0, training, seed, offset);
+}
+
+static void dec_build(nn_model *m, int training, uint64_t seed, uint64_t offset) {
+    layer_build(m, SET_T, 1, training, seed, offset);
+}
+
+/* transformer_encoder_layer */
+static attn_status enc_layer_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    attn_layer_config c;
+    attn_encoder_layer *mod = NULL;
+    attn_status st = layer_config(m, config, ignore, &c);
+    if (!st) st = attn_encoder_layer_create(&c, &mod);
+    m->mod = mod;
+    return st;
+}
+NN_SIZE_OPS(enc_layer, attn_encoder_layer, layer)
+NN_FORWARD_OP(enc_layer, attn_encoder_layer, layer)
+static attn_status enc_layer_backward(nn_model *m, const float *dout, float *const *g) {
+    return attn_encoder_layer_backward(m->mod, &m->a.layer, dout, g[IN_A], m->saved, m->saved_bytes, m->ws,
+                                       m->ws_bytes);
+}
+
+/* transformer_decoder_layer */
+static attn_status dec_layer_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    attn_layer_config c;
+    attn_decoder_layer *mod = NULL;
+    attn_status st = layer_config(m, config, ignore, &c);
+    if (!st) st = attn_decoder_layer_create(&c, &mod);
+    m->mod = mod;
+    return st;
+}
+NN_SIZE_OPS(dec_layer, attn_decoder_layer, layer)
+NN_FORWARD_OP(dec_layer, attn_decoder_layer, layer)
+static attn_status dec_layer_backward(nn_model *m, const float *dout, float *const *g) {
+    return attn_decoder_layer_backward(m->mod, &m->a.layer, dout, g[IN_A], g[IN_B], m->saved, m->saved_bytes,
+                                       m->ws, m->ws_bytes);
+}
+
+/* transformer_encoder */
+static attn_status enc_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    attn_stack_config c;
+    attn_encoder *mod = NULL;
+    attn_status st = stack_config(m, config, "encoder_layer", ignore, &c);
+    if (!st) st = attn_encoder_create(&c, &mod);
+    m->mod = mod;
+    return st;
+}
+NN_SIZE_OPS(enc, attn_encoder, layer)
+NN_FORWARD_OP(enc, attn_encoder, layer)
+static attn_status enc_backward(nn_model *m, const float *dout, float *const *g) {
+    return attn_encoder_backward(m->mod, &m->a.layer, dout, g[IN_A], m->saved, m->saved_bytes, m->ws, m->ws_bytes);
+}
+
+/* transformer_decoder */
+static attn_status dec_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    attn_stack_config c;
+    attn_decoder *mod = NULL;
+    attn_status st = stack_config(m, config, "decoder_layer", ignore, &c);
+    if (!st) st = attn_decoder_create(&c, &mod);
+    m->mod = mod;
+    return st;
+}
+NN_SIZE_OPS(dec, attn_decoder, layer)
+NN_FORWARD_OP(dec, attn_decoder, layer)
+static attn_status dec_backward(nn_model *m, const float *dout, float *const *g) {
+    return attn_decoder_backward(m->mod, &m->a.layer, dout, g[IN_A], g[IN_B], m->saved, m->saved_bytes, m->ws,
+                                 m->ws_bytes);
+}
+
+/* ---- transformer: src = slot A, tgt = slot B ---- */
+
+static attn_status tr_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    attn_transformer_config c;
+    attn_transformer *mod = NULL;
+    attn_status st = attn_nn_json_transformer_config(config, ignore, &c);
+    if (!st) {
+        set_size(m, &c.layer);
+        st = attn_transformer_create(&c, &mod);
+    }
+    m->mod = mod;
+    return st;
+}
+
+static void tr_build(nn_model *m, int training, uint64_t seed, uint64_t offset) {
+    attn_transformer_args *a = &m->a.tr;
+    *a = attn_transformer_args_default();
+    a->batch = batch_of(m);
+    a->n_src = len_of(m, IN_A);
+    a->n_tgt = len_of(m, IN_B);
+    a->src = m->in[IN_A];
+    a->tgt = m->in[IN_B];
+    a->src_masks = masks_of(m, SET_S);
+    a->tgt_masks = masks_of(m, SET_T);
+    a->memory_masks = masks_of(m, SET_M);
+    a->training = training;
+    a->seed = seed;
+    a->offset = offset;
+}
+
+NN_SIZE_OPS(tr, attn_transformer, tr)
+NN_FORWARD_OP(tr, attn_transformer, tr)
+static attn_status tr_backward(nn_model *m, const float *dout, float *const *g) {
+    return attn_transformer_backward(m->mod, &m->a.tr, dout, g[IN_A], g[IN_B], m->saved, m->saved_bytes, m->ws,
+                                     m->ws_bytes);
+}
+
+/* ---- the modules of `attn run` ---- */
+
+#define NN_OPS(pre, bind_check_fn, build_fn)                                                      \
+    .create = pre##_create, .free = pre##_free, .params = pre##_params, .bind_check = bind_check_fn, \
+    .build = build_fn, .sizes = pre##_sizes, .forward = pre##_forward, .backward = pre##_backward
+
+static const nn_module_ops MODULES[] = {
+    {.name = "multihead_attention",
+     .args = {NN_IN("query", IN_A, 1), NN_IN("key", IN_B, 0), NN_IN("value", IN_C, 0),
+              NN_KPM("key_padding_mask", SET_S), NN_MASK("attn_mask", SET_S)},
+     .opts = {{"need_weights", F_NEED_WEIGHTS, 0}, {"average_attn_weights", F_AVERAGE, 1}, {"is_causal", SET_S, 0}},
+     .dims = {[SET_S] = {IN_A, IN_B}}, .out_slot = IN_A,
+     NN_OPS(mha, mha_bind_check, mha_build)},
+    {.name = "transformer_encoder_layer",
+     .args = {NN_IN("src", IN_A, 1), NN_MASK("src_mask", SET_S), NN_KPM("src_key_padding_mask", SET_S)},
+     .opts = {{"is_causal", SET_S, 0}},
+     .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
+     NN_OPS(enc_layer, NULL, enc_build)},
+    {.name = "transformer_decoder_layer",
+     .args = {NN_IN("tgt", IN_A, 1), NN_IN("memory", IN_B, 1), NN_MASK("tgt_mask", SET_T),
+              NN_MASK("memory_mask", SET_M), NN_KPM("tgt_key_padding_mask", SET_T),
+              NN_KPM("memory_key_padding_mask", SET_M)},
+     .opts = {{"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
+     .dims = {[SET_T] = {IN_A, IN_A}, [SET_M] = {IN_A, IN_B}}, .out_slot = IN_A,
+     NN_OPS(dec_layer, NULL, dec_build)},
+    {.name = "transformer_encoder",
+     .args = {NN_IN("src", IN_A, 1), NN_MASK("mask", SET_S), NN_KPM("src_key_padding_mask", SET_S)},
+     .opts = {{"is_causal", SET_S, 0}},
+     .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
+     NN_OPS(enc, NULL, enc_build)},
+    {.name = "transformer_decoder",
+     .args = {NN_IN("tgt", IN_A, 1), NN_IN("memory", IN_B, 1), NN_MASK("tgt_mask", SET_T),
+              NN_MASK("memory_mask", SET_M), NN_KPM("tgt_key_padding_mask", SET_T),
+              NN_KPM("memory_key_padding_mask", SET_M)},
+     .opts = {{"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
+     .dims = {[SET_T] = {IN_A, IN_A}, [SET_M] = {IN_A, IN_B}}, .out_slot = IN_A,
+     NN_OPS(dec, NULL, dec_build)},
+    {.name = "transformer",
+     .args = {NN_IN("src", IN_A, 1), NN_IN("tgt", IN_B, 1), NN_MASK("src_mask", SET_S), NN_MASK("tgt_mask", SET_T),
+              NN_MASK("memory_mask", SET_M), NN_KPM("src_key_padding_mask", SET_S),
+              NN_KPM("tgt_key_padding_mask", SET_T), NN_KPM("memory_key_padding_mask", SET_M)},
+     .opts = {{"src_is_causal", SET_S, 0}, {"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
+     .dims = {[SET_S] = {IN_A, IN_A}, [SET_T] = {IN_B, IN_B}, [SET_M] = {IN_B, IN_A}}, .out_slot = IN_B,
+     NN_OPS(tr, NULL, tr_build)},
+};
+#define NMODULES (sizeof MODULES / sizeof MODULES[0])
+
+/* ---- the model: everything below works from the module's row ---- */
+
+#define FOR_ARGS(o, i) for (int i = 0; i < MAXA && (o)->args[i].name; i++)
+#define FOR_OPTS(o, i) for (int i = 0; i < MAXO && (o)->opts[i].name; i++)
+
+const char *attn_nn_model_known(size_t i) { return i < NMODULES ? MODULES[i].name : NULL; }
+
+/* The argument name of a float input slot (also its gradient's name). */
+static const char *slot_name(const nn_module_ops *o, int slot) {
+    FOR_ARGS(o, i) {
+        if (o->args[i].in == slot) return o->args[i].name;
+    }
+    return NULL;
+}
 
 static void clear_inputs(nn_model *m) {
     for (int i = 0; i < NIN; i++) {
@@ -111,12 +445,7 @@ static void clear_inputs(nn_model *m) {
 void attn_nn_model_free(nn_model *m) {
     if (!m) return;
     clear_inputs(m);
-    attn_mha_free(m->mha);
-    attn_encoder_layer_free(m->el);
-    attn_decoder_layer_free(m->dl);
-    attn_encoder_free(m->enc);
-    attn_decoder_free(m->dec);
-    attn_transformer_free(m->tr);
+    if (m->mod) m->ops->free(m->mod);
     free(m->out);
     free(m->w);
     free(m->saved);
@@ -124,32 +453,19 @@ void attn_nn_model_free(nn_model *m) {
     free(m);
 }
 
-const char *attn_nn_model_name(const nn_model *m) { return m ? attn_nn_model_names[m->kind] : NULL; }
+const char *attn_nn_model_name(const nn_model *m) { return m ? m->ops->name : NULL; }
 
-const attn_params *attn_nn_model_params(nn_model *m) {
-    if (!m) return NULL;
-    switch (m->kind) {
-    case K_MHA: return attn_mha_params(m->mha);
-    case K_ENC_LAYER: return attn_encoder_layer_params(m->el);
-    case K_DEC_LAYER: return attn_decoder_layer_params(m->dl);
-    case K_ENC: return attn_encoder_params(m->enc);
-    case K_DEC: return attn_decoder_params(m->dec);
-    default: return attn_transformer_params(m->tr);
-    }
-}
+const attn_params *attn_nn_model_params(nn_model *m) { return m ? m->ops->params(m->mod) : NULL; }
 
 attn_status attn_nn_model_set_option(nn_model *m, const char *name, int value) {
     ATTN_CHECK_NOT_NULL("attn_nn_model_set_option", m);
     ATTN_CHECK_NOT_NULL("attn_nn_model_set_option", name);
-    for (int i = 0; i < MAXO && OPTS[m->kind][i].name; i++) {
-        if (strcmp(OPTS[m->kind][i].name, name)) continue;
-        const int w = OPTS[m->kind][i].which;
-        if (w == OPT_NEED_WEIGHTS) m->need_weights = value;
-        else if (w == OPT_AVERAGE) m->average = value;
-        else m->causal[w] = value;
+    FOR_OPTS(m->ops, i) {
+        if (strcmp(m->ops->opts[i].name, name)) continue;
+        m->flag[m->ops->opts[i].flag] = value;
         return ATTN_OK;
     }
-    return attn_error(ATTN_ERR_NOT_FOUND, "%s: no option '%s'", attn_nn_model_names[m->kind], name);
+    return attn_error(ATTN_ERR_NOT_FOUND, "%s: no option '%s'", m->ops->name, name);
 }
 
 attn_status attn_nn_model_create(const attn_json *config, nn_model **out) {
@@ -160,69 +476,36 @@ attn_status attn_nn_model_create(const attn_json *config, nn_model **out) {
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: expected a JSON object", fn);
     const char *name = attn_json_as_string(attn_json_get(config, "module"), NULL);
     if (!name) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: missing key 'module' (a string)", fn);
-    int kind = 0;
-    while (attn_nn_model_names[kind] && strcmp(attn_nn_model_names[kind], name)) kind++;
-    if (!attn_nn_model_names[kind])
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: unknown module '%s' (known: multihead_attention, transformer_encoder_layer, "
-                          "transformer_decoder_layer, transformer_encoder, transformer_decoder, transformer)",
-                          fn, name);
+    const nn_module_ops *ops = MODULES;
+    while (ops < MODULES + NMODULES && strcmp(ops->name, name)) ops++;
+    if (ops == MODULES + NMODULES) {
+        char known[512];
+        size_t o = 0;
+        for (size_t k = 0; k < NMODULES; k++)
+            o += (size_t)snprintf(known + o, o < sizeof known ? sizeof known - o : 0, "%s%s", k ? ", " : "",
+                                  MODULES[k].name);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: unknown module '%s' (known: %s)", fn, name, known);
+    }
     nn_model *m = calloc(1, sizeof *m);
     if (!m) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    m->kind = kind;
-    m->average = 1;
+    m->ops = ops;
     const char *ignore[MAXO + 2] = {"module"};
-    for (int i = 0; i < MAXO && OPTS[kind][i].name; i++) ignore[i + 1] = OPTS[kind][i].name;
-    attn_status st;
-    switch (kind) {
-    case K_MHA: {
-        attn_mha_config c;
-        if (!(st = attn_nn_json_mha_config(config, ignore, &c))) st = attn_mha_create(&c, &m->mha);
-        if (!st) {
-            const attn_mha_config *cc = attn_mha_get_config(m->mha);
-            m->d = cc->embed_dim;
-            m->kdim = cc->kdim;
-            m->vdim = cc->vdim;
-            m->heads = cc->num_heads;
-            m->extra_keys = (cc->add_bias_kv ? 1 : 0) + (cc->add_zero_attn ? 1 : 0);
-        }
-        break;
+    FOR_OPTS(ops, i) {
+        ignore[i + 1] = ops->opts[i].name;
+        m->flag[ops->opts[i].flag] = ops->opts[i].dflt;
     }
-    case K_ENC_LAYER:
-    case K_DEC_LAYER: {
-        attn_layer_config c;
-        st = attn_nn_json_layer_config(config, name, ignore, &c);
-        if (!st) st = kind == K_ENC_LAYER ? attn_encoder_layer_create(&c, &m->el) : attn_decoder_layer_create(&c, &m->dl);
-        m->d = c.d_model;
-        m->heads = c.nhead;
-        break;
-    }
-    case K_ENC:
-    case K_DEC: {
-        attn_stack_config c;
-        st = attn_nn_json_stack_config(config, name, kind == K_ENC ? "encoder_layer" : "decoder_layer", ignore, &c);
-        if (!st) st = kind == K_ENC ? attn_encoder_create(&c, &m->enc) : attn_decoder_create(&c, &m->dec);
-        m->d = c.layer.d_model;
-        m->heads = c.layer.nhead;
-        break;
-    }
-    default: {
-        attn_transformer_config c;
-        st = attn_nn_json_transformer_config(config, ignore, &c);
-        if (!st) st = attn_transformer_create(&c, &m->tr);
-        m->d = c.layer.d_model;
-        m->heads = c.layer.nhead;
-        break;
-    }
-    }
-    for (int i = 0; !st && i < MAXO && OPTS[kind][i].name; i++) {
-        const attn_json *v = attn_json_get(config, OPTS[kind][i].name);
+    attn_status st = ops->create(m, config, ignore);
+    for (int i = 0; i < NIN; i++)
+        if (!m->width[i]) m->width[i] = m->d;
+    FOR_OPTS(ops, i) {
+        const attn_json *v = attn_json_get(config, ops->opts[i].name);
         int b;
+        if (st) break;
         if (!v) continue;
         if (!attn_json_as_bool(v, &b))
-            st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' must be true or false", name, OPTS[kind][i].name);
+            st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' must be true or false", name, ops->opts[i].name);
         else
-            st = attn_nn_model_set_option(m, OPTS[kind][i].name, b);
+            st = attn_nn_model_set_option(m, ops->opts[i].name, b);
     }
     if (st) {
         attn_nn_model_free(m);
@@ -244,26 +527,86 @@ static size_t numel_of(const attn_safetensors_tensor *t) {
     return n;
 }
 
-/* (Nq, Nk) of a mask set. */
-static void set_dims(const nn_model *m, int set, int64_t *nq, int64_t *nk) {
-    const int64_t na = m->in_shape[IN_A][1], nb = m->in_shape[IN_B][1];
-    switch (m->kind) {
-    case K_MHA: *nq = na, *nk = nb; break;
-    case K_ENC_LAYER:
-    case K_ENC: *nq = *nk = na; break;
-    case K_DEC_LAYER:
-    case K_DEC: *nq = na, *nk = set == SET_M ? nb : na; break;
-    default: /* transformer: A = src, B = tgt */
-        if (set == SET_S) *nq = *nk = na;
-        else if (set == SET_T) *nq = *nk = nb;
-        else *nq = nb, *nk = na;
-    }
-}
-
 static attn_status shape_error(const char *what, const attn_safetensors_tensor *t, const char *want) {
     char s[200];
     return attn_error(ATTN_ERR_SHAPE, "input '%s' has shape %s, expected %s", what,
                       attn_shape_str(t->shape, t->rank, s, sizeof s), want);
+}
+
+/* With strict: a tensor under prefix that is no argument of the module is an error. */
+static attn_status check_known(const nn_module_ops *o, const attn_safetensors *st, const char *prefix) {
+    const size_t lp = strlen(prefix);
+    for (size_t t = 0; t < attn_safetensors_count(st); t++) {
+        const char *tn = attn_safetensors_get(st, t)->name;
+        if (strncmp(tn, prefix, lp)) continue;
+        int known = 0;
+        FOR_ARGS(o, i) {
+            known = known || !strcmp(tn + lp, o->args[i].name);
+        }
+        if (known) continue;
+        char want[160] = "";
+        size_t n = 0;
+        FOR_ARGS(o, i) {
+            n += (size_t)snprintf(want + n, n < sizeof want ? sizeof want - n : 0, "%s%s", i ? ", " : "",
+                                  o->args[i].name);
+        }
+        return attn_error(ATTN_ERR_NOT_FOUND, "%s: unknown input '%s' (inputs: %s)", o->name, tn + lp, want);
+    }
+    return ATTN_OK;
+}
+
+/* A float input [batch, length, width] into its slot. */
+static attn_status bind_input(nn_model *m, const nn_arg *arg, const attn_safetensors *st,
+                              const attn_safetensors_tensor *t, const char *name) {
+    const int slot = arg->in;
+    char want[160];
+    snprintf(want, sizeof want, "[batch, length, %lld] (batch-first)", (long long)m->width[slot]);
+    if (!is_float(t->dtype))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "input '%s' must be floating point, got %s", arg->name,
+                          attn_dtype_name(t->dtype));
+    if (t->rank != 3 || t->shape[2] != m->width[slot] || t->shape[0] < 1 || t->shape[1] < 1)
+        return shape_error(arg->name, t, want);
+    m->in[slot] = malloc(sizeof(float) * numel_of(t));
+    if (!m->in[slot]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "input '%s': out of memory", arg->name);
+    attn_status s = attn_safetensors_read_f32(st, name, m->in[slot], numel_of(t));
+    if (s) return s;
+    for (int d = 0; d < 3; d++) m->in_shape[slot][d] = t->shape[d];
+    return ATTN_OK;
+}
+
+/* A mask: key_padding_mask [B, Nk], attn_mask [Nq, Nk] or [B * heads, Nq, Nk] of its set. */
+static attn_status bind_mask(nn_model *m, const nn_arg *arg, const attn_safetensors *st,
+                             const attn_safetensors_tensor *t, const char *name) {
+    const int set = arg->set, kpm = arg->kpm;
+    const int64_t B = batch_of(m), nq = len_of(m, m->ops->dims[set][0]), nk = len_of(m, m->ops->dims[set][1]);
+    char want[160];
+    int ok;
+    if (kpm) {
+        ok = t->rank == 2 && t->shape[0] == B && t->shape[1] == nk;
+        snprintf(want, sizeof want, "[%lld, %lld]", (long long)B, (long long)nk);
+    } else {
+        ok = (t->rank == 2 && t->shape[0] == nq && t->shape[1] == nk) ||
+             (t->rank == 3 && t->shape[0] == B * m->heads && t->shape[1] == nq && t->shape[2] == nk);
+        snprintf(want, sizeof want, "[%lld, %lld] or [%lld, %lld, %lld]", (long long)nq, (long long)nk,
+                 (long long)(B * m->heads), (long long)nq, (long long)nk);
+        m->m3d[set] = t->rank == 3;
+    }
+    if (!ok) return shape_error(arg->name, t, want);
+    const size_t n = numel_of(t);
+    if (t->dtype == ATTN_DTYPE_BOOL || t->dtype == ATTN_DTYPE_U8) {
+        m->mb[set][kpm] = malloc(n ? n : 1);
+        if (!m->mb[set][kpm]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "input '%s': out of memory", arg->name);
+        const uint8_t *src = t->data;
+        for (size_t e = 0; e < n; e++) m->mb[set][kpm][e] = src[e] != 0;
+        return ATTN_OK;
+    }
+    if (is_float(t->dtype)) {
+        m->mf[set][kpm] = malloc(sizeof(float) * (n ? n : 1));
+        if (!m->mf[set][kpm]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "input '%s': out of memory", arg->name);
+        return attn_safetensors_read_f32(st, name, m->mf[set][kpm], n);
+    }
+    return attn_error(ATTN_ERR_INVALID_ARGUMENT, "input '%s' must be BOOL, U8 or floating point, got %s", arg->name,
+                      attn_dtype_name(t->dtype));
 }
 
 attn_status attn_nn_model_bind(nn_model *m, const attn_safetensors *st, const char *prefix, int strict) {
@@ -271,100 +614,29 @@ attn_status attn_nn_model_bind(nn_model *m, const attn_safetensors *st, const ch
     ATTN_CHECK_NOT_NULL("attn_nn_model_bind", st);
     if (!prefix) prefix = "";
     clear_inputs(m);
-    const size_t lp = strlen(prefix);
-    const arg_spec *args = ARGS[m->kind];
+    const nn_module_ops *o = m->ops;
     const attn_safetensors_tensor *found[MAXA] = {0};
-    char name[256], want[160];
+    char name[MAXA][256];
     attn_status s = ATTN_OK;
-    for (int i = 0; i < MAXA && args[i].name; i++) {
-        snprintf(name, sizeof name, "%s%s", prefix, args[i].name);
-        found[i] = attn_safetensors_find(st, name);
-        if (!found[i] && args[i].required)
-            return attn_error(ATTN_ERR_NOT_FOUND, "%s: missing input '%s'", attn_nn_model_names[m->kind], args[i].name);
+    FOR_ARGS(o, i) {
+        snprintf(name[i], sizeof name[i], "%s%s", prefix, o->args[i].name);
+        found[i] = attn_safetensors_find(st, name[i]);
+        if (!found[i] && o->args[i].required)
+            return attn_error(ATTN_ERR_NOT_FOUND, "%s: missing input '%s'", o->name, o->args[i].name);
     }
-    if (strict) {
-        for (size_t t = 0; t < attn_safetensors_count(st); t++) {
-            const char *tn = attn_safetensors_get(st, t)->name;
-            if (strncmp(tn, prefix, lp)) continue;
-            int known = 0;
-            for (int i = 0; i < MAXA && args[i].name && !known; i++) known = !strcmp(tn + lp, args[i].name);
-            if (!known) {
-                size_t o = 0;
-                for (int i = 0; i < MAXA && args[i].name; i++)
-                    o += (size_t)snprintf(want + o, o < sizeof want ? sizeof want - o : 0, "%s%s", i ? ", " : "",
-                                          args[i].name);
-                return attn_error(ATTN_ERR_NOT_FOUND, "%s: unknown input '%s' (inputs: %s)", attn_nn_model_names[m->kind],
-                                  tn + lp, want);
-            }
-        }
-    }
+    if (strict && (s = check_known(o, st, prefix))) return s;
     /* float inputs first: they fix B and the sequence lengths */
-    for (int i = 0; i < MAXA && args[i].name; i++) {
-        const attn_safetensors_tensor *t = found[i];
-        if (!t || args[i].in < 0) continue;
-        const int slot = args[i].in;
-        const int64_t width = m->kind == K_MHA ? (slot == IN_B ? m->kdim : slot == IN_C ? m->vdim : m->d) : m->d;
-        snprintf(want, sizeof want, "[batch, length, %lld] (batch-first)", (long long)width);
-        if (!is_float(t->dtype))
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "input '%s' must be floating point, got %s", args[i].name,
-                              attn_dtype_name(t->dtype));
-        if (t->rank != 3 || t->shape[2] != width || t->shape[0] < 1 || t->shape[1] < 1) return shape_error(args[i].name, t, want);
-        m->in[slot] = malloc(sizeof(float) * numel_of(t));
-        if (!m->in[slot]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "input '%s': out of memory", args[i].name);
-        snprintf(name, sizeof name, "%s%s", prefix, args[i].name);
-        if ((s = attn_safetensors_read_f32(st, name, m->in[slot], numel_of(t)))) return s;
-        for (int d = 0; d < 3; d++) m->in_shape[slot][d] = t->shape[d];
+    FOR_ARGS(o, i) {
+        if (found[i] && o->args[i].in >= 0 && (s = bind_input(m, &o->args[i], st, found[i], name[i]))) return s;
     }
-    const int64_t B = m->in_shape[IN_A][0];
+    const int64_t B = batch_of(m);
     for (int slot = 1; slot < NIN; slot++)
         if (m->in[slot] && m->in_shape[slot][0] != B)
-            return attn_error(ATTN_ERR_SHAPE, "input '%s' has batch %lld, '%s' has %lld", GRAD_NAMES[m->kind][slot],
-                              (long long)m->in_shape[slot][0], GRAD_NAMES[m->kind][0], (long long)B);
-    if (m->kind == K_MHA) {
-        if (!m->in[IN_B] != !m->in[IN_C])
-            return attn_error(ATTN_ERR_NOT_FOUND, "multihead_attention: give both key and value, or neither (self-attention)");
-        if (!m->in[IN_B]) {
-            if (m->kdim != m->d || m->vdim != m->d)
-                return attn_error(ATTN_ERR_NOT_FOUND, "multihead_attention: key and value are required when kdim or vdim differ from embed_dim");
-            memcpy(m->in_shape[IN_B], m->in_shape[IN_A], sizeof m->in_shape[IN_A]);
-        } else if (m->in_shape[IN_C][1] != m->in_shape[IN_B][1]) {
-            return attn_error(ATTN_ERR_SHAPE, "input 'value' has length %lld, 'key' has %lld",
-                              (long long)m->in_shape[IN_C][1], (long long)m->in_shape[IN_B][1]);
-        }
-    }
-    for (int i = 0; i < MAXA && args[i].name; i++) {
-        const attn_safetensors_tensor *t = found[i];
-        if (!t || args[i].in >= 0) continue;
-        const int set = args[i].set, kpm = args[i].kpm;
-        int64_t nq, nk;
-        set_dims(m, set, &nq, &nk);
-        int ok;
-        if (kpm) {
-            ok = t->rank == 2 && t->shape[0] == B && t->shape[1] == nk;
-            snprintf(want, sizeof want, "[%lld, %lld]", (long long)B, (long long)nk);
-        } else {
-            ok = (t->rank == 2 && t->shape[0] == nq && t->shape[1] == nk) ||
-                 (t->rank == 3 && t->shape[0] == B * m->heads && t->shape[1] == nq && t->shape[2] == nk);
-            snprintf(want, sizeof want, "[%lld, %lld] or [%lld, %lld, %lld]", (long long)nq, (long long)nk,
-                     (long long)(B * m->heads), (long long)nq, (long long)nk);
-            m->m3d[set] = t->rank == 3;
-        }
-        if (!ok) return shape_error(args[i].name, t, want);
-        const size_t n = numel_of(t);
-        snprintf(name, sizeof name, "%s%s", prefix, args[i].name);
-        if (t->dtype == ATTN_DTYPE_BOOL || t->dtype == ATTN_DTYPE_U8) {
-            m->mb[set][kpm] = malloc(n ? n : 1);
-            if (!m->mb[set][kpm]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "input '%s': out of memory", args[i].name);
-            const uint8_t *src = t->data;
-            for (size_t e = 0; e < n; e++) m->mb[set][kpm][e] = src[e] != 0;
-        } else if (is_float(t->dtype)) {
-            m->mf[set][kpm] = malloc(sizeof(float) * (n ? n : 1));
-            if (!m->mf[set][kpm]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "input '%s': out of memory", args[i].name);
-            if ((s = attn_safetensors_read_f32(st, name, m->mf[set][kpm], n))) return s;
-        } else {
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "input '%s' must be BOOL, U8 or floating point, got %s",
-                              args[i].name, attn_dtype_name(t->dtype));
-        }
+            return attn_error(ATTN_ERR_SHAPE, "input '%s' has batch %lld, '%s' has %lld", slot_name(o, slot),
+                              (long long)m->in_shape[slot][0], slot_name(o, IN_A), (long long)B);
+    if (o->bind_check && (s = o->bind_check(m))) return s;
+    FOR_ARGS(o, i) {
+        if (found[i] && o->args[i].in < 0 && (s = bind_mask(m, &o->args[i], st, found[i], name[i]))) return s;
     }
     m->bound = 1;
     return ATTN_OK;
@@ -372,107 +644,17 @@ attn_status attn_nn_model_bind(nn_model *m, const attn_safetensors *st, const ch
 
 /* ---- forward / backward ---- */
 
-static attn_masks masks_of(const nn_model *m, int set) {
-    attn_masks k;
-    memset(&k, 0, sizeof k);
-    k.attn_mask = m->mb[set][0];
-    k.attn_mask_float = m->mf[set][0];
-    k.attn_mask_3d = m->m3d[set];
-    k.key_padding_mask = m->mb[set][1];
-    k.key_padding_mask_float = m->mf[set][1];
-    k.is_causal = m->causal[set];
-    return k;
-}
-
-static void build_args(nn_model *m, int training, uint64_t seed, uint64_t offset) {
-    const int64_t B = m->in_shape[IN_A][0];
-    switch (m->kind) {
-    case K_MHA: {
-        attn_mha_args *a = &m->ma;
-        const attn_masks k = masks_of(m, SET_S);
-        *a = attn_mha_args_default();
-        a->batch = B;
-        a->nq = m->in_shape[IN_A][1];
-        a->nk = m->in_shape[IN_B][1];
-        a->query = m->in[IN_A];
-        a->key = m->in[IN_B] ? m->in[IN_B] : m->in[IN_A];
-        a->value = m->in[IN_C] ? m->in[IN_C] : m->in[IN_A];
-        a->attn_mask = k.attn_mask;
-        a->attn_mask_float = k.attn_mask_float;
-        a->attn_mask_3d = k.attn_mask_3d;
-        a->key_padding_mask = k.key_padding_mask;
-        a->key_padding_mask_float = k.key_padding_mask_float;
-        a->is_causal = k.is_causal;
-        a->need_weights = m->need_weights;
-        a->average_attn_weights = m->average;
-        a->training = training;
-        a->seed = seed;
-        a->offset = offset;
-        break;
-    }
-    case K_TR: {
-        attn_transformer_args *a = &m->ta;
-        *a = attn_transformer_args_default();
-        a->batch = B;
-        a->n_src = m->in_shape[IN_A][1];
-        a->n_tgt = m->in_shape[IN_B][1];
-        a->src = m->in[IN_A];
-        a->tgt = m->in[IN_B];
-        a->src_masks = masks_of(m, SET_S);
-        a->tgt_masks = masks_of(m, SET_T);
-        a->memory_masks = masks_of(m, SET_M);
-        a->training = training;
-        a->seed = seed;
-        a->offset = offset;
-        break;
-    }
-    default: {
-        attn_layer_args *a = &m->la;
-        const int dec = m->kind == K_DEC_LAYER || m->kind == K_DEC;
-        *a = attn_layer_args_default();
-        a->batch = B;
-        a->n = m->in_shape[IN_A][1];
-        a->x = m->in[IN_A];
-        a->self_masks = masks_of(m, dec ? SET_T : SET_S);
-        if (dec) {
-            a->memory = m->in[IN_B];
-            a->n_memory = m->in_shape[IN_B][1];
-            a->memory_masks = masks_of(m, SET_M);
-        }
-        a->training = training;
-        a->seed = seed;
-        a->offset = offset;
-    }
-    }
-}
-
-static attn_status grow(void **p, size_t *have, size_t need) {
-    if (need <= *have && *p) return ATTN_OK;
-    void *q = realloc(*p, need ? need : 1);
-    if (!q) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory for %zu bytes of buffers", need);
-    *p = q;
-    *have = need;
-    return ATTN_OK;
-}
-
 attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int training, uint64_t seed, uint64_t offset) {
     ATTN_CHECK_NOT_NULL("attn_nn_model_forward", m);
     if (!m->bound) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_nn_model_forward: no inputs bound");
-    build_args(m, training, seed, offset);
+    m->ops->build(m, training, seed, offset);
     size_t sb = 0, wb = 0;
-    switch (m->kind) {
-    case K_MHA: sb = attn_mha_saved_size(m->mha, &m->ma), wb = attn_mha_workspace_size(m->mha, &m->ma); break;
-    case K_ENC_LAYER: sb = attn_encoder_layer_saved_size(m->el, &m->la), wb = attn_encoder_layer_workspace_size(m->el, &m->la); break;
-    case K_DEC_LAYER: sb = attn_decoder_layer_saved_size(m->dl, &m->la), wb = attn_decoder_layer_workspace_size(m->dl, &m->la); break;
-    case K_ENC: sb = attn_encoder_saved_size(m->enc, &m->la), wb = attn_encoder_workspace_size(m->enc, &m->la); break;
-    case K_DEC: sb = attn_decoder_saved_size(m->dec, &m->la), wb = attn_decoder_workspace_size(m->dec, &m->la); break;
-    default: sb = attn_transformer_saved_size(m->tr, &m->ta), wb = attn_transformer_workspace_size(m->tr, &m->ta);
-    }
+    m->ops->sizes(m, &sb, &wb);
     if (sb == SIZE_MAX || wb == SIZE_MAX)
-        return attn_error(ATTN_ERR_OVERFLOW, "%s: buffer sizes overflow for these inputs", attn_nn_model_names[m->kind]);
+        return attn_error(ATTN_ERR_OVERFLOW, "%s: buffer sizes overflow for these inputs", m->ops->name);
     attn_status st;
     size_t cap = 0;
-    const int64_t B = m->in_shape[IN_A][0], N = m->kind == K_TR ? m->in_shape[IN_B][1] : m->in_shape[IN_A][1];
+    const int64_t B = batch_of(m), N = len_of(m, m->ops->out_slot);
     free(m->out);
     m->out = NULL;
     if ((st = grow((void **)&m->out, &cap, sizeof(float) * (size_t)(B * N * m->d)))) return st;
@@ -482,29 +664,8 @@ attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int traini
     free(m->w);
     m->w = NULL;
     m->w_rank = 0;
-    void *sv = keep_for_backward ? m->saved : NULL;
-    const size_t svb = keep_for_backward ? m->saved_bytes : 0;
     m->kept = 0;
-    switch (m->kind) {
-    case K_MHA: {
-        if (m->need_weights) {
-            const int64_t nk2 = m->ma.nk + m->extra_keys;
-            m->w_rank = m->average ? 3 : 4;
-            int64_t *ws = m->w_shape;
-            if (m->average) ws[0] = B, ws[1] = m->ma.nq, ws[2] = nk2;
-            else ws[0] = B, ws[1] = m->heads, ws[2] = m->ma.nq, ws[3] = nk2;
-            size_t n = (size_t)(B * m->ma.nq * nk2 * (m->average ? 1 : m->heads)), c2 = 0;
-            if ((st = grow((void **)&m->w, &c2, sizeof(float) * n))) return st;
-        }
-        st = attn_mha_forward(m->mha, &m->ma, m->out, m->w, sv, svb, m->ws, m->ws_bytes);
-        break;
-    }
-    case K_ENC_LAYER: st = attn_encoder_layer_forward(m->el, &m->la, m->out, sv, svb, m->ws, m->ws_bytes); break;
-    case K_DEC_LAYER: st = attn_decoder_layer_forward(m->dl, &m->la, m->out, sv, svb, m->ws, m->ws_bytes); break;
-    case K_ENC: st = attn_encoder_forward(m->enc, &m->la, m->out, sv, svb, m->ws, m->ws_bytes); break;
-    case K_DEC: st = attn_decoder_forward(m->dec, &m->la, m->out, sv, svb, m->ws, m->ws_bytes); break;
-    default: st = attn_transformer_forward(m->tr, &m->ta, m->out, sv, svb, m->ws, m->ws_bytes);
-    }
+    st = m->ops->forward(m, keep_for_backward ? m->saved : NULL, keep_for_backward ? m->saved_bytes : 0);
     m->kept = !st && keep_for_backward;
     return st;
 }
@@ -523,6 +684,11 @@ const float *attn_nn_model_weights(const nn_model *m, int *rank, int64_t shape[4
     return m->w;
 }
 
+static size_t input_numel(const nn_model *m, int slot) {
+    const int64_t *s = m->in_shape[slot];
+    return (size_t)(s[0] * s[1] * s[2]);
+}
+
 attn_status attn_nn_model_backward(nn_model *m, const float *dout) {
     ATTN_CHECK_NOT_NULL("attn_nn_model_backward", m);
     ATTN_CHECK_NOT_NULL("attn_nn_model_backward", dout);
@@ -530,37 +696,19 @@ attn_status attn_nn_model_backward(nn_model *m, const float *dout) {
     for (int i = 0; i < NIN; i++) {
         free(m->grad[i]);
         m->grad[i] = NULL;
-        const int64_t *s = m->in_shape[i];
         if (!m->in[i]) continue;
-        m->grad[i] = malloc(sizeof(float) * (size_t)(s[0] * s[1] * s[2]));
+        m->grad[i] = malloc(sizeof(float) * input_numel(m, i));
         if (!m->grad[i]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_nn_model_backward: out of memory");
     }
-    float **g = m->grad;
-    switch (m->kind) {
-    case K_MHA: {
-        float *dk = g[IN_B] ? g[IN_B] : g[IN_A], *dv = g[IN_C] ? g[IN_C] : g[IN_A];
-        return attn_mha_backward(m->mha, &m->ma, dout, g[IN_A], dk, dv, m->saved, m->saved_bytes, m->ws, m->ws_bytes);
-    }
-    case K_ENC_LAYER:
-        return attn_encoder_layer_backward(m->el, &m->la, dout, g[IN_A], m->saved, m->saved_bytes, m->ws, m->ws_bytes);
-    case K_DEC_LAYER:
-        return attn_decoder_layer_backward(m->dl, &m->la, dout, g[IN_A], g[IN_B], m->saved, m->saved_bytes, m->ws,
-                                           m->ws_bytes);
-    case K_ENC: return attn_encoder_backward(m->enc, &m->la, dout, g[IN_A], m->saved, m->saved_bytes, m->ws, m->ws_bytes);
-    case K_DEC:
-        return attn_decoder_backward(m->dec, &m->la, dout, g[IN_A], g[IN_B], m->saved, m->saved_bytes, m->ws, m->ws_bytes);
-    default:
-        return attn_transformer_backward(m->tr, &m->ta, dout, g[IN_A], g[IN_B], m->saved, m->saved_bytes, m->ws,
-                                         m->ws_bytes);
-    }
+    return m->ops->backward(m, dout, m->grad);
 }
 
 const float *attn_nn_model_input_grad(const nn_model *m, const char *name, size_t *numel) {
     if (!m || !name) return NULL;
     for (int i = 0; i < NIN; i++) {
-        const char *n = GRAD_NAMES[m->kind][i];
+        const char *n = slot_name(m->ops, i);
         if (!n || strcmp(n, name) || !m->grad[i]) continue;
-        if (numel) *numel = (size_t)(m->in_shape[i][0] * m->in_shape[i][1] * m->in_shape[i][2]);
+        if (numel) *numel = input_numel(m, i);
         return m->grad[i];
     }
     return NULL;
