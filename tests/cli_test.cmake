@@ -41,7 +41,8 @@ expect(0 "kernels: +(ref|avx2|avx512)" info)
 set(ENV{ATTN_ISA} ref)
 expect(0 "kernels: +ref" info)
 unset(ENV{ATTN_ISA})
-expect(2 "info: unexpected argument" info --bogus)
+expect(2 "info: unknown option '--bogus'" info --bogus)
+expect(2 "info: unexpected argument 'extra'" info extra)
 
 # inspect: a good file, then hostile ones
 expect(0 "case0\\.q.*F32.*parameters" inspect ${FIXTURES}/sdpa.safetensors)
