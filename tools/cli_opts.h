@@ -24,6 +24,7 @@
 #ifndef ATTN_CLI_OPTS_H
 #define ATTN_CLI_OPTS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum cli_kind {
@@ -59,13 +60,17 @@ typedef struct cli_opt {
 /* dst: int *, long * or long long * (int64_t is one of the last two). */
 #define CLI_INT(n, d, lo, hi) \
     {.name = (n), .kind = CLI_KIND_INT, .itype = CLI_INT_TYPE(d), .dst = (d), .min = (lo), .max = (hi)}
-#define CLI_DOUBLE(n, d, lo, hi) {.name = (n), .kind = CLI_KIND_DOUBLE, .dst = (d), .dmin = (lo), .dmax = (hi)}
+/* The destination's type is checked at compile time (_Generic has no other association). */
+#define CLI_DOUBLE(n, d, lo, hi) \
+    {.name = (n), .kind = CLI_KIND_DOUBLE, .dst = _Generic((d), double *: (d)), .dmin = (lo), .dmax = (hi)}
 /* lo < value <= hi */
-#define CLI_DOUBLE_ABOVE(n, d, lo, hi) \
-    {.name = (n), .kind = CLI_KIND_DOUBLE, .dst = (d), .dmin = (lo), .dmax = (hi), .flags = CLI_MIN_EXCLUSIVE}
-#define CLI_STRING(n, d) {.name = (n), .kind = CLI_KIND_STRING, .dst = (d)}
-#define CLI_STRING_NONEMPTY(n, d) {.name = (n), .kind = CLI_KIND_STRING, .dst = (d), .flags = CLI_NONEMPTY}
-#define CLI_FLAG(n, d) {.name = (n), .kind = CLI_KIND_FLAG, .dst = (d)}
+#define CLI_DOUBLE_ABOVE(n, d, lo, hi)                                                                       \
+    {.name = (n), .kind = CLI_KIND_DOUBLE, .dst = _Generic((d), double *: (d)), .dmin = (lo), .dmax = (hi), \
+     .flags = CLI_MIN_EXCLUSIVE}
+#define CLI_STRING(n, d) {.name = (n), .kind = CLI_KIND_STRING, .dst = _Generic((d), const char **: (d))}
+#define CLI_STRING_NONEMPTY(n, d) \
+    {.name = (n), .kind = CLI_KIND_STRING, .dst = _Generic((d), const char **: (d)), .flags = CLI_NONEMPTY}
+#define CLI_FLAG(n, d) {.name = (n), .kind = CLI_KIND_FLAG, .dst = _Generic((d), int *: (d))}
 /* arr: an array of int, long or long long with room for capacity values. */
 #define CLI_LIST(n, arr, cnt, capacity, lo, hi)                                                              \
     {.name = (n), .kind = CLI_KIND_LIST, .itype = CLI_INT_TYPE(&(arr)[0]), .dst = &(arr)[0], .min = (lo), \
