@@ -15,6 +15,20 @@ function(expect rc regex)
   endif()
 endfunction()
 
+# expect_usage_error(REGEX args...): exit 2, nothing on stdout, exactly one line on stderr that
+# starts with "attn: " and matches REGEX.
+function(expect_usage_error regex)
+  execute_process(COMMAND ${ATTN} ${ARGN} RESULT_VARIABLE got OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(REGEX MATCHALL "\n" lines "${err}")
+  list(LENGTH lines n)
+  if(NOT got STREQUAL "2" OR NOT n EQUAL 1 OR NOT err MATCHES "^attn: " OR NOT err MATCHES "${regex}"
+     OR NOT out STREQUAL "")
+    message(SEND_ERROR "attn ${ARGN}: exit ${got} (want 2), stdout:\n${out}\nstderr (want one 'attn: ' line /${regex}/):\n${err}")
+  else()
+    message(STATUS "ok: attn ${ARGN} -> ${got}: ${err}")
+  endif()
+endfunction()
+
 # expect_one_line_error(RC args...): exactly one line on stderr starting with "attn: ".
 function(expect_one_line_error rc)
   execute_process(COMMAND ${ATTN} ${ARGN} RESULT_VARIABLE got OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -41,7 +55,8 @@ expect(0 "kernels: +(ref|avx2|avx512)" info)
 set(ENV{ATTN_ISA} ref)
 expect(0 "kernels: +ref" info)
 unset(ENV{ATTN_ISA})
-expect(2 "info: unexpected argument" info --bogus)
+expect(2 "info: unknown option '--bogus'" info --bogus)
+expect(2 "info: unexpected argument 'extra'" info extra)
 
 # inspect: a good file, then hostile ones
 expect(0 "case0\\.q.*F32.*parameters" inspect ${FIXTURES}/sdpa.safetensors)
@@ -66,3 +81,39 @@ expect(0 "\"op\": *\"attention\".*\"impl\": *\"sdpa\".*\"gflops\".*\"peak_fracti
 expect(0 "GFLOP/s" bench attention --impl sdpa --b 1 --h 1 --n 32,48 --d 16 --causal --backward --threads 1,2)
 expect(0 "\"variant\": *\"forward causal window\".*\"window\": *16" bench attention --b 1 --h 1 --n 128 --d 16 --window 16 --causal --threads 1 --json)
 expect_one_line_error(2 bench attention --window -3)
+
+# the shared option parser (tools/cli_opts.c), through several commands
+# --name=value is the same as --name value
+expect(0 "\"op\": *\"attention\".*\"impl\": *\"sdpa\".*\"n\": *32"
+  bench attention --impl=sdpa --b=1 --h=1 --n=32 --d=16 --threads=1 --repeats=5 --json)
+expect(2 "run: missing --weights" run --config=${WORK}/model.json)
+expect(1 "train gpt: cannot read '${WORK}/none\\.txt'" train gpt --data=${WORK}/none.txt --layers=1)
+expect_usage_error("demo: --steps wants an integer in 1\\.\\.10000000, got 'abc'" demo --steps=abc)
+# a missing value
+expect_usage_error("bench gemm: --m needs a value" bench gemm --m)
+expect_usage_error("run: --config needs a value" run --config)
+expect_usage_error("demo: --seed needs a value" demo --seed)
+expect_usage_error("sample: --prompt needs a value" sample x.safetensors --prompt)
+expect_usage_error("train gpt: --data needs a non-empty value" train gpt --data=)
+# out of range: the message names the option, the value and the bounds
+expect_usage_error("bench attention: --d wants .*1\\.\\.512, got '1000'" bench attention --d 1000)
+expect_usage_error("bench gemm: --threads wants .*1\\.\\.1024, got '1,0'" bench gemm --threads 1,0)
+expect_usage_error("train gpt: --layers wants an integer in 1\\.\\.256, got '300'" train gpt --data x --layers=300)
+expect_usage_error("demo: --lr wants a number in \\[1e-07, 1\\], got '2'" demo --lr 2)
+expect_usage_error("train gpt: --lr wants a number in \\(0, 10\\], got '0'" train gpt --data x --lr 0)
+expect_usage_error("run: --threads wants an integer in 1\\.\\.4096, got '0'" run --threads=0)
+expect_usage_error("sample: --seed wants an integer >= 0, got '-5'" sample x.safetensors --seed -5)
+string(REPEAT "1," 64 many)
+expect_usage_error("bench gemm: --m takes at most 64 values" bench gemm --m ${many}1)
+# unknown options (also in the --name=value form), values given to flags, extra arguments
+expect_usage_error("bench train: unknown option '--bogus'" bench train --bogus=1)
+expect_usage_error("run: unknown option '--nope'" run --nope)
+expect_usage_error("inspect: unknown option '-x'" inspect -x)
+expect_usage_error("sample: unknown option '--frob'" sample x.safetensors --frob 3)
+expect_usage_error("bench peak: unknown option '--n'" bench peak --n 4)
+expect_usage_error("bench attention: --causal takes no value" bench attention --causal=1)
+expect_usage_error("sample: unexpected argument 'y'" sample x.safetensors y)
+# --help anywhere before "--" wins; "--" ends the options
+expect(0 "usage: attn bench gemm" bench gemm --m 64 --help)
+expect(0 "usage: attn sample" sample x.safetensors --tokens -1 -h)
+expect(1 "inspect: -x: " inspect -- -x)

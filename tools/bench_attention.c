@@ -75,50 +75,38 @@ int bench_attention_cmd(int argc, char **argv) {
     int nb = 1, nh = 1, nn = 1, nd = 1, causal = 0, backward = 0;
     int64_t window = -1;
     int use[sizeof impls / sizeof impls[0]] = {0, 1};
-    for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) {
-            usage(stdout);
-            return 0;
+    const char *impl_list = NULL;
+    cli_opt opts[] = {
+        BENCH_COMMON_OPTS(&o),
+        CLI_STRING("--impl", &impl_list),
+        CLI_LIST("--b", bs, &nb, BENCH_MAX_LIST, 1, 4096),
+        CLI_LIST("--h", hs, &nh, BENCH_MAX_LIST, 1, 4096),
+        CLI_LIST("--n", ns, &nn, BENCH_MAX_LIST, 1, MAX_DIM),
+        CLI_LIST("--d", ds, &nd, BENCH_MAX_LIST, 1, 512),
+        CLI_FLAG("--causal", &causal),
+        CLI_INT("--window", &window, 0, MAX_DIM),
+        CLI_FLAG("--backward", &backward),
+        CLI_END,
+    };
+    int parsed = cli_parse("bench attention", opts, argc, argv, NULL, 0);
+    if (parsed == CLI_HELP) {
+        usage(stdout);
+        return 0;
+    }
+    if (parsed) return parsed;
+    if (impl_list) {
+        memset(use, 0, sizeof use);
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", impl_list);
+        int any = 0;
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            size_t k = 0;
+            while (k < sizeof impls / sizeof impls[0] && strcmp(tok, impls[k])) k++;
+            if (k == sizeof impls / sizeof impls[0])
+                return cli_usage_error("bench attention: unknown --impl '%s' (available: sdpa, flash)", tok);
+            use[k] = any = 1;
         }
-        int r = bench_common_option(&o, "bench attention", argc, argv, &i);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *v;
-        if (!strcmp(argv[i], "--causal")) causal = 1;
-        else if (!strcmp(argv[i], "--backward")) backward = 1;
-        else if ((v = bench_opt_value("--window", argc, argv, &i))) {
-            int64_t wv[1];
-            if (bench_parse_list(v, wv, 1, 0, MAX_DIM) != 1)
-                return cli_usage_error("bench attention: --window wants one size in 0..%d, got '%s'", MAX_DIM, v);
-            window = wv[0];
-        } else if ((v = bench_opt_value("--impl", argc, argv, &i))) {
-            memset(use, 0, sizeof use);
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", v);
-            int any = 0;
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                size_t k = 0;
-                while (k < sizeof impls / sizeof impls[0] && strcmp(tok, impls[k])) k++;
-                if (k == sizeof impls / sizeof impls[0])
-                    return cli_usage_error("bench attention: unknown --impl '%s' (available: sdpa, flash)", tok);
-                use[k] = any = 1;
-            }
-            if (!any) return cli_usage_error("bench attention: --impl needs a name");
-        } else if ((v = bench_opt_value("--b", argc, argv, &i))) {
-            if ((nb = bench_parse_list(v, bs, BENCH_MAX_LIST, 1, 4096)) < 0)
-                return cli_usage_error("bench attention: --b wants sizes in 1..4096, got '%s'", v);
-        } else if ((v = bench_opt_value("--h", argc, argv, &i))) {
-            if ((nh = bench_parse_list(v, hs, BENCH_MAX_LIST, 1, 4096)) < 0)
-                return cli_usage_error("bench attention: --h wants sizes in 1..4096, got '%s'", v);
-        } else if ((v = bench_opt_value("--n", argc, argv, &i))) {
-            if ((nn = bench_parse_list(v, ns, BENCH_MAX_LIST, 1, MAX_DIM)) < 0)
-                return cli_usage_error("bench attention: --n wants sizes in 1..%d, got '%s'", MAX_DIM, v);
-        } else if ((v = bench_opt_value("--d", argc, argv, &i))) {
-            if ((nd = bench_parse_list(v, ds, BENCH_MAX_LIST, 1, 512)) < 0)
-                return cli_usage_error("bench attention: --d wants sizes in 1..512, got '%s'", v);
-        } else {
-            return cli_usage_error("bench attention: unknown option '%s'", argv[i]);
-        }
+        if (!any) return cli_usage_error("bench attention: --impl needs a name");
     }
     bench_print_header(stdout, o.json);
     for (int ib = 0; ib < nb; ib++)

@@ -2,13 +2,11 @@
 #define _POSIX_C_SOURCE 200809L
 #include "bench_common.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "cli.h"
 #include "kernels/gemm_internal.h"
 
 #ifdef _OPENMP
@@ -74,66 +72,6 @@ void bench_opts_init(bench_opts *o) {
     o->nthreads = 1;
     o->repeats = 7;
     o->json = 0;
-}
-
-const char *bench_opt_value(const char *name, int argc, char **argv, int *i) {
-    const char *arg = argv[*i];
-    size_t len = strlen(name);
-    if (strncmp(arg, name, len) != 0) return NULL;
-    if (arg[len] == '=') return arg + len + 1;
-    if (arg[len] != '\0') return NULL;
-    if (*i + 1 >= argc) return "";
-    return argv[++*i];
-}
-
-int bench_parse_list(const char *s, int64_t *out, int max, int64_t minv, int64_t maxv) {
-    int n = 0;
-    const char *p = s;
-    if (!s || !*s) return -1;
-    for (;;) {
-        if (*p < '0' || *p > '9') return -1; /* no sign, no blanks, no empty item */
-        errno = 0;
-        char *end;
-        long long v = strtoll(p, &end, 10);
-        if (errno == ERANGE || v < minv || v > maxv || n >= max) return -1;
-        out[n++] = v;
-        if (*end == '\0') break;
-        if (*end != ',') return -1;
-        p = end + 1;
-    }
-    return n;
-}
-
-int bench_common_option(bench_opts *o, const char *cmd, int argc, char **argv, int *i) {
-    const char *v;
-    const char *arg = argv[*i];
-    if (!strcmp(arg, "--json")) {
-        o->json = 1;
-        return 1;
-    }
-    if ((v = bench_opt_value("--threads", argc, argv, i))) {
-        int64_t t[BENCH_MAX_LIST];
-        int n = bench_parse_list(v, t, BENCH_MAX_LIST, 1, 1024);
-        if (n < 0) {
-            cli_usage_error("%s: --threads wants a comma-separated list of thread counts in "
-                            "1..1024, got '%s'", cmd, v);
-            return -1;
-        }
-        for (int j = 0; j < n; j++) o->threads[j] = (int)t[j];
-        o->nthreads = n;
-        return 1;
-    }
-    if ((v = bench_opt_value("--repeats", argc, argv, i))) {
-        int64_t r;
-        if (bench_parse_list(v, &r, 1, BENCH_MIN_REPEATS, 100000) != 1) {
-            cli_usage_error("%s: --repeats wants one integer >= %d, got '%s'", cmd,
-                            BENCH_MIN_REPEATS, v);
-            return -1;
-        }
-        o->repeats = (int)r;
-        return 1;
-    }
-    return 0;
 }
 
 void bench_set_threads(int t) { attn_set_num_threads(t); }

@@ -1,18 +1,17 @@
 /* Shared benchmark infrastructure for `attn bench ...`: a monotonic timer, warmup plus a median
- * of repeated timed samples, option parsing (integer lists, --threads, --repeats, --json), a
- * table printer and a JSON-lines printer, and this machine's measured FP32 FMA peak.
+ * of repeated timed samples, the options every benchmark takes (--threads, --repeats, --json, as
+ * cli_opts.h table entries), a table printer and a JSON-lines printer, and this machine's
+ * measured FP32 FMA peak.
  *
  * Typical use in a benchmark command:
  *     bench_opts o;
  *     bench_opts_init(&o);
- *     for (int i = 1; i < argc; i++) {
- *         int r = bench_common_option(&o, "bench foo", argc, argv, &i);
- *         if (r < 0) return 2;            // message already printed
- *         if (r > 0) continue;            // --threads / --repeats / --json
- *         const char *v;
- *         if ((v = bench_opt_value("--n", argc, argv, &i))) { ... bench_parse_list(v, ...) ... }
- *         else return cli_usage_error("bench foo: unknown option '%s'", argv[i]);
- *     }
+ *     int64_t ns[BENCH_MAX_LIST] = {1024};
+ *     int nn = 1;
+ *     cli_opt opts[] = {BENCH_COMMON_OPTS(&o), CLI_LIST("--n", ns, &nn, BENCH_MAX_LIST, 1, 4096), CLI_END};
+ *     int r = cli_parse("bench foo", opts, argc, argv, NULL, 0);
+ *     if (r == CLI_HELP) { usage(stdout); return 0; }
+ *     if (r) return r;
  *     bench_print_header(stdout, o.json);
  *     for each thread count T in o.threads: bench_set_threads(T); bench_measure(...);
  *         bench_result r; bench_result_init(&r, "foo", "attn", T); bench_result_dim(&r, "n", n);
@@ -23,6 +22,8 @@
 
 #include <stdint.h>
 #include <stdio.h>
+
+#include "cli_opts.h"
 
 /* Monotonic clock, seconds. */
 double bench_now(void);
@@ -59,19 +60,11 @@ typedef struct bench_opts {
 
 void bench_opts_init(bench_opts *o);
 
-/* The value of option `name` at argv[*i], given as "--name VALUE" (advances *i) or
- * "--name=VALUE"; NULL when argv[*i] is not that option. A missing VALUE returns "" (so the
- * caller's list parser reports it). */
-const char *bench_opt_value(const char *name, int argc, char **argv, int *i);
-
-/* Handles the options every benchmark shares: --threads, --repeats, --json. Returns 1 when
- * argv[*i] was one (advancing *i past its value), 0 when it is not, -1 after printing a
- * one-line usage error (the command then returns 2). cmd prefixes messages ("bench gemm"). */
-int bench_common_option(bench_opts *o, const char *cmd, int argc, char **argv, int *i);
-
-/* "512,1024,2048" -> out[]; every value in [minv, maxv]. Returns the count (>= 1), or -1 on an
- * empty list, a non-number, a value out of range or more than max values. */
-int bench_parse_list(const char *s, int64_t *out, int max, int64_t minv, int64_t maxv);
+/* The table entries (cli_opts.h) of the options every benchmark takes: --threads T[,T...] in
+ * 1..1024, --repeats R in BENCH_MIN_REPEATS..100000, --json. */
+#define BENCH_COMMON_OPTS(o)                                                      \
+    CLI_LIST("--threads", (o)->threads, &(o)->nthreads, BENCH_MAX_LIST, 1, 1024), \
+        CLI_INT("--repeats", &(o)->repeats, BENCH_MIN_REPEATS, 100000), CLI_FLAG("--json", &(o)->json)
 
 /* attn_set_num_threads(t) (benchmarks call it before each thread count). */
 void bench_set_threads(int t);

@@ -174,34 +174,23 @@ int bench_gemm_cmd(int argc, char **argv) {
     int64_t ms[BENCH_MAX_LIST], ns[BENCH_MAX_LIST], ks[BENCH_MAX_LIST];
     int nm = 0, nn = 0, nk = 0, ntr = 1;
     int trans[4] = {0};
-    for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) {
-            usage(stdout);
-            return 0;
-        }
-        int r = bench_common_option(&o, "bench gemm", argc, argv, &i);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *v, *opt = argv[i];
-        int64_t *dst = NULL;
-        int *cnt = NULL;
-        if ((v = bench_opt_value("--m", argc, argv, &i))) dst = ms, cnt = &nm;
-        else if ((v = bench_opt_value("--n", argc, argv, &i))) dst = ns, cnt = &nn;
-        else if ((v = bench_opt_value("--k", argc, argv, &i))) dst = ks, cnt = &nk;
-        else if ((v = bench_opt_value("--trans", argc, argv, &i))) {
-            ntr = parse_trans(v, trans, 4);
-            if (ntr < 0)
-                return cli_usage_error("bench gemm: --trans wants a list of NN, NT, TN or TT, "
-                                       "got '%s'", v);
-            continue;
-        } else
-            return cli_usage_error("bench gemm: unknown option '%s' (see attn bench gemm --help)",
-                                   opt);
-        *cnt = bench_parse_list(v, dst, BENCH_MAX_LIST, 1, MAX_DIM);
-        if (*cnt < 0)
-            return cli_usage_error("bench gemm: %.3s wants a comma-separated list of sizes in "
-                                   "1..%d, got '%s'", opt, MAX_DIM, v);
+    const char *trans_list = NULL;
+    cli_opt opts[] = {
+        BENCH_COMMON_OPTS(&o),
+        CLI_LIST("--m", ms, &nm, BENCH_MAX_LIST, 1, MAX_DIM),
+        CLI_LIST("--n", ns, &nn, BENCH_MAX_LIST, 1, MAX_DIM),
+        CLI_LIST("--k", ks, &nk, BENCH_MAX_LIST, 1, MAX_DIM),
+        CLI_STRING("--trans", &trans_list),
+        CLI_END,
+    };
+    int parsed = cli_parse("bench gemm", opts, argc, argv, NULL, 0);
+    if (parsed == CLI_HELP) {
+        usage(stdout);
+        return 0;
     }
+    if (parsed) return parsed;
+    if (trans_list && (ntr = parse_trans(trans_list, trans, 4)) < 0)
+        return cli_usage_error("bench gemm: --trans wants a list of NN, NT, TN or TT, got '%s'", trans_list);
     if (nm == 0) ms[0] = 1024, nm = 1;
     /* an absent --n / --k follows m (square shapes); given lists combine with every m */
     int n_tied = nn == 0, k_tied = nk == 0;

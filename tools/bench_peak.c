@@ -1,6 +1,5 @@
 /* attn bench peak: this machine's FP32 FMA throughput per thread count. */
 #include <stdio.h>
-#include <string.h>
 
 #include "bench_common.h"
 #include "cli.h"
@@ -21,21 +20,15 @@ static void usage(FILE *f) {
 int bench_peak_cmd(int argc, char **argv) {
     bench_opts o;
     bench_opts_init(&o);
-    int threads_given = 0;
-    for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strncmp(argv[i], "--threads", 9)) threads_given = 1;
-        int r = bench_common_option(&o, "bench peak", argc, argv, &i);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        return cli_usage_error("bench peak: unknown option '%s' (see attn bench peak --help)",
-                               argv[i]);
+    cli_opt opts[] = {BENCH_COMMON_OPTS(&o), CLI_END};
+    int parsed = cli_parse("bench peak", opts, argc, argv, NULL, 0);
+    if (parsed == CLI_HELP) {
+        usage(stdout);
+        return 0;
     }
+    if (parsed) return parsed;
     /* default: one thread and attn's thread count, so the per-core figure is always there */
-    if (o.nthreads == 1 && !threads_given && o.threads[0] > 1) {
+    if (!cli_seen(opts, "--threads") && o.threads[0] > 1) {
         o.threads[1] = o.threads[0];
         o.threads[0] = 1;
         o.nthreads = 2;

@@ -35,30 +35,25 @@ static void usage(FILE *f) {
 }
 
 int bench_train_cmd(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (cli_is_help(argv[i])) {
-            usage(stdout);
-            return 0;
-        }
     bench_opts o;
     bench_opts_init(&o);
     int64_t L = 2, C = 1024, B = 1, D = 768, H = 12, steps = 3;
-    for (int i = 1; i < argc; i++) {
-        int r = bench_common_option(&o, "bench train", argc, argv, &i);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *v, *name = argv[i];
-        int64_t *iv = NULL, hi = 1 << 20;
-        if ((v = bench_opt_value("--layers", argc, argv, &i))) iv = &L, hi = 96;
-        else if ((v = bench_opt_value("--context", argc, argv, &i))) iv = &C;
-        else if ((v = bench_opt_value("--batch", argc, argv, &i))) iv = &B, hi = 4096;
-        else if ((v = bench_opt_value("--d-model", argc, argv, &i))) iv = &D, hi = 16384;
-        else if ((v = bench_opt_value("--heads", argc, argv, &i))) iv = &H, hi = 1024;
-        else if ((v = bench_opt_value("--steps", argc, argv, &i))) iv = &steps, hi = 1000;
-        if (!iv) return cli_usage_error("bench train: unknown option '%s' (try 'attn bench train --help')", name);
-        if (train_parse_i64(v, 1, hi, iv) != 0)
-            return cli_usage_error("bench train: %s wants an integer in 1..%lld, got '%s'", name, (long long)hi, v);
+    cli_opt opts[] = {
+        BENCH_COMMON_OPTS(&o),
+        CLI_INT("--layers", &L, 1, 96),
+        CLI_INT("--context", &C, 1, 1 << 20),
+        CLI_INT("--batch", &B, 1, 4096),
+        CLI_INT("--d-model", &D, 1, 16384),
+        CLI_INT("--heads", &H, 1, 1024),
+        CLI_INT("--steps", &steps, 1, 1000),
+        CLI_END,
+    };
+    int parsed = cli_parse("bench train", opts, argc, argv, NULL, 0);
+    if (parsed == CLI_HELP) {
+        usage(stdout);
+        return 0;
     }
+    if (parsed) return parsed;
     if (D % H != 0) return cli_usage_error("bench train: --d-model %lld is not a multiple of --heads %lld", (long long)D,
                                            (long long)H);
 

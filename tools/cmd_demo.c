@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 
 enum { TOK_PAD = 10, TOK_BOS = 11, TOK_EOS = 12, VOCAB = 13 };
 #define HELD_OUT_MOD 10 /* one sequence in ten is held out */
@@ -81,22 +82,6 @@ static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || errno || v < lo || v > hi) return 0;
-    *out = v;
-    return 1;
-}
-static int parse_double(const char *s, double lo, double hi, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi)) return 0;
-    *out = v;
-    return 1;
 }
 
 /* Grow *buf to at least need bytes (contents not kept). */
@@ -579,51 +564,34 @@ static void progress(int tty, long step, long steps, double loss, double acc, do
 
 /* ---- the command -------------------------------------------------------------------------------- */
 static int parse_args(int argc, char **argv, demo_opts *o, int *help) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) {
-            *help = 1;
-            return 0;
-        }
-        if (!strcmp(a, "--no-accuracy-gate")) {
-            o->gate = 0;
-            continue;
-        }
-        static const char *const with_value[] = {
-            "--steps", "--seed", "--min-len", "--max-len", "--threads", "--batch", "--eval",
-            "--d-model", "--heads", "--layers", "--ff", "--lr", "--clip", "--out", "--warmup",
-            "--log-every"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
-        if (!known) return cli_usage_error("demo: unknown option '%s' (see attn demo --help)", a);
-        if (i + 1 >= argc) return cli_usage_error("demo: %s needs a value", a);
-        const char *v = argv[++i];
-        long *target = NULL, lo = 0, hi = 0;
-        if (!strcmp(a, "--steps")) target = &o->steps, lo = 1, hi = 10000000;
-        else if (!strcmp(a, "--seed")) target = &o->seed, lo = 0, hi = 2147483647L;
-        else if (!strcmp(a, "--min-len")) target = &o->min_len, lo = 1, hi = 32;
-        else if (!strcmp(a, "--max-len")) target = &o->max_len, lo = 1, hi = 32;
-        else if (!strcmp(a, "--threads")) target = &o->threads, lo = 1, hi = 1024;
-        else if (!strcmp(a, "--batch")) target = &o->batch, lo = 1, hi = 4096;
-        else if (!strcmp(a, "--eval")) target = &o->eval_n, lo = 1, hi = 1000000;
-        else if (!strcmp(a, "--d-model")) target = &o->d_model, lo = 2, hi = 4096;
-        else if (!strcmp(a, "--heads")) target = &o->heads, lo = 1, hi = 256;
-        else if (!strcmp(a, "--layers")) target = &o->layers, lo = 1, hi = 64;
-        else if (!strcmp(a, "--ff")) target = &o->ff, lo = 1, hi = 65536;
-        else if (!strcmp(a, "--warmup")) target = &o->warmup, lo = 0, hi = 10000000;
-        else if (!strcmp(a, "--log-every")) target = &o->log_every, lo = 1, hi = 10000000;
-        if (target) {
-            if (!parse_long(v, lo, hi, target))
-                return cli_usage_error("demo: %s must be an integer in %ld..%ld, got '%s'", a, lo, hi, v);
-        } else if (!strcmp(a, "--lr")) {
-            if (!parse_double(v, 1e-7, 1.0, &o->lr)) return cli_usage_error("demo: --lr must be in (0, 1], got '%s'", v);
-        } else if (!strcmp(a, "--clip")) {
-            if (!parse_double(v, 0, 1e6, &o->clip)) return cli_usage_error("demo: --clip must be >= 0, got '%s'", v);
-        } else if (!strcmp(a, "--out")) {
-            if (!*v) return cli_usage_error("demo: --out needs a directory");
-            o->out = v;
-        }
+    int no_gate = 0;
+    cli_opt opts[] = {
+        CLI_INT("--steps", &o->steps, 1, 10000000),
+        CLI_INT("--seed", &o->seed, 0, 2147483647L),
+        CLI_INT("--min-len", &o->min_len, 1, 32),
+        CLI_INT("--max-len", &o->max_len, 1, 32),
+        CLI_INT("--threads", &o->threads, 1, 1024),
+        CLI_INT("--batch", &o->batch, 1, 4096),
+        CLI_INT("--eval", &o->eval_n, 1, 1000000),
+        CLI_INT("--d-model", &o->d_model, 2, 4096),
+        CLI_INT("--heads", &o->heads, 1, 256),
+        CLI_INT("--layers", &o->layers, 1, 64),
+        CLI_INT("--ff", &o->ff, 1, 65536),
+        CLI_INT("--warmup", &o->warmup, 0, 10000000),
+        CLI_INT("--log-every", &o->log_every, 1, 10000000),
+        CLI_DOUBLE("--lr", &o->lr, 1e-7, 1.0),
+        CLI_DOUBLE("--clip", &o->clip, 0.0, 1e6),
+        CLI_STRING_NONEMPTY("--out", &o->out),
+        CLI_FLAG("--no-accuracy-gate", &no_gate),
+        CLI_END,
+    };
+    int parsed = cli_parse("demo", opts, argc, argv, NULL, 0);
+    if (parsed == CLI_HELP) {
+        *help = 1;
+        return 0;
     }
+    if (parsed) return parsed;
+    if (no_gate) o->gate = 0;
     if (o->min_len > o->max_len)
         return cli_usage_error("demo: --min-len %ld is above --max-len %ld", o->min_len, o->max_len);
     if (o->d_model % o->heads)

@@ -2,17 +2,18 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 
 int cmd_info(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) {
-            printf("usage: attn info\n\nPrints the version, the CPU features found, the kernels "
-                   "chosen for this CPU\n(ATTN_ISA=ref|avx2|avx512 forces one) and the thread "
-                   "count (ATTN_NUM_THREADS or OMP_NUM_THREADS).\n");
-            return 0;
-        }
-        return cli_usage_error("info: unexpected argument '%s'", argv[i]);
+    cli_opt opts[] = {CLI_END};
+    int parsed = cli_parse("info", opts, argc, argv, NULL, 0);
+    if (parsed == CLI_HELP) {
+        printf("usage: attn info\n\nPrints the version, the CPU features found, the kernels "
+               "chosen for this CPU\n(ATTN_ISA=ref|avx2|avx512 forces one) and the thread "
+               "count (ATTN_NUM_THREADS or OMP_NUM_THREADS).\n");
+        return 0;
     }
+    if (parsed) return parsed;
     printf("attn %s\n", ATTN_VERSION_STRING);
     printf("cpu features: %s\n", attn_cpu_features()[0] ? attn_cpu_features() : "(none)");
     printf("best isa:     %s\n", attn_isa_name(attn_detected_isa()));

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -44,24 +45,13 @@ static const char *plural(size_t n) { return n == 1 ? "" : "s"; }
 
 int cmd_inspect(int argc, char **argv) {
     const char *file = NULL;
-    int opts = 1;
-    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
-        if (cli_is_help(argv[i])) {
-            usage(stdout);
-            return 0;
-        }
+    cli_opt opts[] = {CLI_END};
+    int parsed = cli_parse("inspect", opts, argc, argv, &file, 1);
+    if (parsed == CLI_HELP) {
+        usage(stdout);
+        return 0;
     }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (opts && !strcmp(a, "--")) {
-            opts = 0;
-            continue;
-        }
-        if (opts && a[0] == '-' && a[1] != '\0')
-            return cli_usage_error("inspect: unknown option '%s' (try 'attn inspect --help')", a);
-        if (file) return cli_usage_error("inspect: unexpected argument '%s'", a);
-        file = a;
-    }
+    if (parsed) return parsed;
     if (!file) return cli_usage_error("inspect: missing FILE.safetensors (try 'attn inspect --help')");
 
     attn_safetensors *st = NULL;

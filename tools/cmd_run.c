@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "io/json.h"
 #include "nn/nn_run.h"
 
@@ -80,37 +81,20 @@ static const char *msg_for(const char *path) {
 int cmd_run(int argc, char **argv) {
     const char *config = NULL, *weights = NULL, *inputs = NULL, *out = NULL;
     int threads = 0;
-    for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) {
-            usage(stdout);
-            return 0;
-        }
+    cli_opt opts[] = {
+        CLI_STRING("--config", &config),
+        CLI_STRING("--weights", &weights),
+        CLI_STRING("--inputs", &inputs),
+        CLI_STRING("--out", &out),
+        CLI_INT("--threads", &threads, 1, 4096),
+        CLI_END,
+    };
+    int parsed = cli_parse("run", opts, argc, argv, NULL, 0);
+    if (parsed == CLI_HELP) {
+        usage(stdout);
+        return 0;
     }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char **dst = !strcmp(a, "--config")    ? &config
-                           : !strcmp(a, "--weights") ? &weights
-                           : !strcmp(a, "--inputs")  ? &inputs
-                           : !strcmp(a, "--out")     ? &out
-                                                     : NULL;
-        if (dst || !strcmp(a, "--threads")) {
-            if (i + 1 >= argc) return cli_usage_error("run: %s needs a value (try 'attn run --help')", a);
-            const char *v = argv[++i];
-            if (dst) {
-                *dst = v;
-                continue;
-            }
-            char *end;
-            errno = 0;
-            long t = strtol(v, &end, 10);
-            if (errno || *end || end == v || t < 1 || t > 4096)
-                return cli_usage_error("run: --threads wants a positive integer, got '%s'", v);
-            threads = (int)t;
-            continue;
-        }
-        if (a[0] == '-') return cli_usage_error("run: unknown option '%s' (try 'attn run --help')", a);
-        return cli_usage_error("run: unexpected argument '%s' (try 'attn run --help')", a);
-    }
+    if (parsed) return parsed;
     if (!config || !weights || !inputs || !out)
         return cli_usage_error("run: missing %s (try 'attn run --help')",
                                !config ? "--config" : !weights ? "--weights" : !inputs ? "--inputs" : "--out");

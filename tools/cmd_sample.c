@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
 #include "cli.h"
+#include "cli_opts.h"
 #include "train_common.h"
 
 static void usage(FILE *f) {
@@ -60,41 +60,24 @@ static int64_t pick(const float *logits, int64_t V, double temperature, int64_t 
 }
 
 int cmd_sample(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (cli_is_help(argv[i])) {
-            usage(stdout);
-            return 0;
-        }
     const char *path = NULL, *prompt = "\n";
     int64_t tokens = 200, top_k = 0, seed = 1, threads = 0;
     double temperature = 0.8;
-    for (int i = 1; i < argc; i++) {
-        const char *v, *name = argv[i];
-        if ((v = bench_opt_value("--prompt", argc, argv, &i))) {
-            prompt = v;
-        } else if ((v = bench_opt_value("--tokens", argc, argv, &i))) {
-            if (train_parse_i64(v, 0, (int64_t)1 << 30, &tokens))
-                return cli_usage_error("sample: --tokens wants an integer >= 0, got '%s'", v);
-        } else if ((v = bench_opt_value("--temperature", argc, argv, &i))) {
-            if (train_parse_double(v, 0.0, 1e6, &temperature))
-                return cli_usage_error("sample: --temperature wants a number >= 0, got '%s'", v);
-        } else if ((v = bench_opt_value("--top-k", argc, argv, &i))) {
-            if (train_parse_i64(v, 0, 1 << 20, &top_k))
-                return cli_usage_error("sample: --top-k wants an integer >= 0, got '%s'", v);
-        } else if ((v = bench_opt_value("--seed", argc, argv, &i))) {
-            if (train_parse_i64(v, 0, INT64_MAX, &seed))
-                return cli_usage_error("sample: --seed wants an integer >= 0, got '%s'", v);
-        } else if ((v = bench_opt_value("--threads", argc, argv, &i))) {
-            if (train_parse_i64(v, 1, 1024, &threads))
-                return cli_usage_error("sample: --threads wants an integer in 1..1024, got '%s'", v);
-        } else if (name[0] == '-' && name[1] != '\0') {
-            return cli_usage_error("sample: unknown option '%s' (try 'attn sample --help')", name);
-        } else if (path) {
-            return cli_usage_error("sample: unexpected argument '%s'", name);
-        } else {
-            path = name;
-        }
+    cli_opt opts[] = {
+        CLI_STRING("--prompt", &prompt),
+        CLI_INT("--tokens", &tokens, 0, (int64_t)1 << 30),
+        CLI_DOUBLE("--temperature", &temperature, 0.0, 1e6),
+        CLI_INT("--top-k", &top_k, 0, 1 << 20),
+        CLI_INT("--seed", &seed, 0, INT64_MAX),
+        CLI_INT("--threads", &threads, 1, 1024),
+        CLI_END,
+    };
+    int parsed = cli_parse("sample", opts, argc, argv, &path, 1);
+    if (parsed == CLI_HELP) {
+        usage(stdout);
+        return 0;
     }
+    if (parsed) return parsed;
     if (!path) return cli_usage_error("sample: missing CHECKPOINT (try 'attn sample --help')");
     if (!prompt[0]) return cli_usage_error("sample: --prompt must not be empty");
     if (threads > 0) attn_set_num_threads((int)threads);

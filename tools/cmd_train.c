@@ -11,6 +11,7 @@
 
 #include "bench_common.h"
 #include "cli.h"
+#include "cli_opts.h"
 #include "train_common.h"
 
 static volatile sig_atomic_t g_interrupted;
@@ -125,56 +126,42 @@ static void draw_batch(const unsigned char *text, size_t len, int64_t batch, int
     }
 }
 
+/* CLI_OK, CLI_HELP or 2 (usage error, printed). */
 static int parse_gpt(int argc, char **argv, gpt_opts *o) {
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int64_t *iv = NULL, lo = 1, hi = (int64_t)1 << 30;
-        const char *name = argv[i];
-        if (!strcmp(argv[i], "--resume")) {
-            o->resume = 1;
-            continue;
-        }
-        if ((v = bench_opt_value("--data", argc, argv, &i))) {
-            if (!*v) return cli_usage_error("train gpt: --data wants a file name");
-            o->data = v;
-            continue;
-        }
-        if ((v = bench_opt_value("--checkpoint", argc, argv, &i))) {
-            if (!*v) return cli_usage_error("train gpt: --checkpoint wants a file name");
-            o->checkpoint = v;
-            continue;
-        }
-        if ((v = bench_opt_value("--attention", argc, argv, &i))) {
-            if (strcmp(v, "flash") != 0)
-                return cli_usage_error("train gpt: unknown attention '%s' (available: flash)", v);
-            continue;
-        }
-        if ((v = bench_opt_value("--lr", argc, argv, &i))) {
-            if (train_parse_double(v, 0.0, 10.0, &o->lr) != 0 || !(o->lr > 0))
-                return cli_usage_error("train gpt: --lr wants a number in (0, 10], got '%s'", v);
-            o->given_lr = 1;
-            continue;
-        }
-        if ((v = bench_opt_value("--layers", argc, argv, &i))) iv = &o->shape.layers, hi = 256, o->given_layers = 1;
-        else if ((v = bench_opt_value("--heads", argc, argv, &i))) iv = &o->shape.heads, hi = 1024, o->given_heads = 1;
-        else if ((v = bench_opt_value("--d-model", argc, argv, &i))) iv = &o->shape.d_model, hi = 65536, o->given_d = 1;
-        else if ((v = bench_opt_value("--context", argc, argv, &i))) iv = &o->shape.context, hi = 1 << 20, o->given_context = 1;
-        else if ((v = bench_opt_value("--steps", argc, argv, &i))) iv = &o->steps, o->given_steps = 1;
-        else if ((v = bench_opt_value("--batch", argc, argv, &i))) iv = &o->batch, hi = 1 << 20, o->given_batch = 1;
-        else if ((v = bench_opt_value("--warmup", argc, argv, &i))) iv = &o->warmup, lo = 0, o->given_warmup = 1;
-        else if ((v = bench_opt_value("--every", argc, argv, &i))) iv = &o->every, lo = 0;
-        else if ((v = bench_opt_value("--log-every", argc, argv, &i))) iv = &o->log_every;
-        else if ((v = bench_opt_value("--stop-at", argc, argv, &i))) iv = &o->stop_at;
-        else if ((v = bench_opt_value("--threads", argc, argv, &i))) iv = &o->threads, hi = 1024;
-        else if ((v = bench_opt_value("--seed", argc, argv, &i))) iv = &o->seed, lo = 0, hi = INT64_MAX, o->given_seed = 1;
-        if (!iv) {
-            if (name[0] == '-') return cli_usage_error("train gpt: unknown option '%s' (try 'attn train gpt --help')", name);
-            return cli_usage_error("train gpt: unexpected argument '%s'", name);
-        }
-        if (train_parse_i64(v, lo, hi, iv) != 0)
-            return cli_usage_error("train gpt: %s wants an integer in %lld..%lld, got '%s'", name, (long long)lo,
-                                   (long long)hi, v);
-    }
+    const char *attention = "flash";
+    cli_opt opts[] = {
+        CLI_STRING_NONEMPTY("--data", &o->data),
+        CLI_STRING_NONEMPTY("--checkpoint", &o->checkpoint),
+        CLI_STRING("--attention", &attention),
+        CLI_FLAG("--resume", &o->resume),
+        CLI_DOUBLE_ABOVE("--lr", &o->lr, 0.0, 10.0),
+        CLI_INT("--layers", &o->shape.layers, 1, 256),
+        CLI_INT("--heads", &o->shape.heads, 1, 1024),
+        CLI_INT("--d-model", &o->shape.d_model, 1, 65536),
+        CLI_INT("--context", &o->shape.context, 1, 1 << 20),
+        CLI_INT("--steps", &o->steps, 1, 1 << 30),
+        CLI_INT("--batch", &o->batch, 1, 1 << 20),
+        CLI_INT("--warmup", &o->warmup, 0, 1 << 30),
+        CLI_INT("--every", &o->every, 0, 1 << 30),
+        CLI_INT("--log-every", &o->log_every, 1, 1 << 30),
+        CLI_INT("--stop-at", &o->stop_at, 1, 1 << 30),
+        CLI_INT("--threads", &o->threads, 1, 1024),
+        CLI_INT("--seed", &o->seed, 0, INT64_MAX),
+        CLI_END,
+    };
+    int parsed = cli_parse("train gpt", opts, argc, argv, NULL, 0);
+    if (parsed) return parsed;
+    if (strcmp(attention, "flash") != 0)
+        return cli_usage_error("train gpt: unknown attention '%s' (available: flash)", attention);
+    o->given_layers = cli_seen(opts, "--layers");
+    o->given_heads = cli_seen(opts, "--heads");
+    o->given_d = cli_seen(opts, "--d-model");
+    o->given_context = cli_seen(opts, "--context");
+    o->given_seed = cli_seen(opts, "--seed");
+    o->given_steps = cli_seen(opts, "--steps");
+    o->given_batch = cli_seen(opts, "--batch");
+    o->given_lr = cli_seen(opts, "--lr");
+    o->given_warmup = cli_seen(opts, "--warmup");
     if (!o->data) return cli_usage_error("train gpt: missing --data FILE (try 'attn train gpt --help')");
     if (o->shape.d_model % o->shape.heads != 0)
         return cli_usage_error("train gpt: --d-model %lld is not a multiple of --heads %lld", (long long)o->shape.d_model,
@@ -194,11 +181,6 @@ static void fill_meta(train_meta *m, const gpt_opts *o) {
 }
 
 static int train_gpt(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (cli_is_help(argv[i])) {
-            usage_gpt(stdout);
-            return 0;
-        }
     gpt_opts o;
     memset(&o, 0, sizeof o);
     o.shape = (train_gpt_shape){TRAIN_BYTE_VOCAB, 2, 4, 128, 512, 64, attn_attention_config_default()};
@@ -211,6 +193,10 @@ static int train_gpt(int argc, char **argv) {
     o.lr = 3e-3;
     o.checkpoint = "attn-gpt.safetensors";
     int rc = parse_gpt(argc, argv, &o);
+    if (rc == CLI_HELP) {
+        usage_gpt(stdout);
+        return 0;
+    }
     if (rc) return rc;
     if (o.threads > 0) attn_set_num_threads((int)o.threads);
 
@@ -233,16 +219,16 @@ static int train_gpt(int argc, char **argv) {
         int64_t iv;
         double dv;
         if (!o.given_steps && (mv = attn_safetensors_metadata_find(st, "train.steps")) &&
-            !train_parse_i64(mv, 1, (int64_t)1 << 30, &iv))
+            !cli_parse_i64(mv, 1, (int64_t)1 << 30, &iv))
             o.steps = iv;
         if (!o.given_batch && (mv = attn_safetensors_metadata_find(st, "train.batch")) &&
-            !train_parse_i64(mv, 1, 1 << 20, &iv))
+            !cli_parse_i64(mv, 1, 1 << 20, &iv))
             o.batch = iv;
         if (!o.given_warmup && (mv = attn_safetensors_metadata_find(st, "train.warmup")) &&
-            !train_parse_i64(mv, 0, (int64_t)1 << 30, &iv))
+            !cli_parse_i64(mv, 0, (int64_t)1 << 30, &iv))
             o.warmup = iv;
         if (!o.given_lr && (mv = attn_safetensors_metadata_find(st, "train.lr")) &&
-            !train_parse_double(mv, 0.0, 10.0, &dv) && dv > 0)
+            !cli_parse_double(mv, 0.0, 10.0, &dv) && dv > 0)
             o.lr = dv;
         attn_safetensors_close(st);
         if (bad) {

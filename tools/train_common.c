@@ -1,12 +1,11 @@
 /* Shared by `attn train`, `attn sample` and `attn bench train` (see train_common.h). */
 #include "train_common.h"
 
-#include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
+
+#include "cli_opts.h"
 
 attn_gpt_config train_gpt_config(const train_gpt_shape *s) {
     attn_gpt_config c = attn_gpt_config_default(s->vocab, s->context, s->d_model, s->heads, s->layers);
@@ -62,7 +61,7 @@ int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *
     int64_t *dst[6] = {&s->vocab, &s->layers, &s->heads, &s->d_model, &s->ff, &s->context};
     for (int i = 0; i < 6; i++) {
         const char *v = attn_safetensors_metadata_find(st, meta_keys[i + 1]);
-        if (!v || train_parse_i64(v, 1, (int64_t)1 << 30, dst[i]) != 0) {
+        if (!v || cli_parse_i64(v, 1, (int64_t)1 << 30, dst[i]) != 0) {
             snprintf(err, errsz, "metadata '%s' is %s", meta_keys[i + 1], v ? "not a positive integer" : "missing");
             return -1;
         }
@@ -83,25 +82,5 @@ int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *
         snprintf(err, errsz, "vocabulary of %lld (want %d bytes)", (long long)s->vocab, TRAIN_BYTE_VOCAB);
         return -1;
     }
-    return 0;
-}
-
-int train_parse_i64(const char *s, int64_t minv, int64_t maxv, int64_t *out) {
-    if (!s || !*s || (*s != '-' && (*s < '0' || *s > '9'))) return -1;
-    errno = 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (errno == ERANGE || *end != '\0' || v < minv || v > maxv) return -1;
-    *out = v;
-    return 0;
-}
-
-int train_parse_double(const char *s, double minv, double maxv, double *out) {
-    if (!s || !*s || *s == ' ' || *s == '\t') return -1;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno == ERANGE || *end != '\0' || !isfinite(v) || v < minv || v > maxv) return -1;
-    *out = v;
     return 0;
 }

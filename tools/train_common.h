@@ -1,5 +1,5 @@
-/* Shared by `attn train`, `attn sample` and `attn bench train`: option values, the byte-level GPT
- * model's shape and its round trip through checkpoint metadata. */
+/* Shared by `attn train`, `attn sample` and `attn bench train`: the byte-level GPT model's
+ * shape and its round trip through checkpoint metadata. */
 #ifndef ATTN_TRAIN_COMMON_H
 #define ATTN_TRAIN_COMMON_H
 
@@ -41,9 +41,5 @@ void train_meta_add(train_meta *m, const char *key, const char *fmt, ...)
     ;
 /* Reads the shape back; 0 on success, else -1 with a message in err. */
 int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *err, size_t errsz);
-
-/* Strict number parsing: the whole string, within [minv, maxv]. 0 on success, -1 otherwise. */
-int train_parse_i64(const char *s, int64_t minv, int64_t maxv, int64_t *out);
-int train_parse_double(const char *s, double minv, double maxv, double *out);
 
 #endif
