@@ -57,7 +57,10 @@ expect(0 "usage: attn bench train.*--layers" bench train --help)
 expect_one_line_error(2 "which model" train)
 expect_one_line_error(2 "unknown model 'bert'" train bert)
 expect_one_line_error(2 "missing --data" train gpt)
-expect_one_line_error(2 "unknown attention 'sdpa' \\(available: flash\\)" train gpt --data abc.txt --attention sdpa)
+expect_one_line_error(2 "unknown attention kind 'sdpa' \\(available: flash, window" train gpt --data abc.txt --attention sdpa)
+expect_one_line_error(2 "--window goes with --attention window" train gpt --data abc.txt --window 4)
+expect_one_line_error(2 "--attention window needs it" train gpt --data abc.txt --attention window)
+expect(0 "--attention NAME.*flash +exact softmax.*window +softmax over a sliding window" train gpt --help)
 expect_one_line_error(2 "--layers wants an integer" train gpt --data abc.txt --layers 0)
 expect_one_line_error(2 "--lr wants a number" train gpt --data abc.txt --lr fast)
 expect_one_line_error(2 "not a multiple of --heads" train gpt --data abc.txt --d-model 30 --heads 4)
@@ -130,6 +133,18 @@ if(NOT s1_rc EQUAL 0 OR NOT s1_out STREQUAL s2_out OR NOT s1_out STREQUAL "${wan
 else()
   message(STATUS "ok: greedy sample: ${s1_out}")
 endif()
+# the same with sliding-window attention (3 keys back suffice for "abc"): the kind is kept in the
+# checkpoint, sampling decodes with it, and resuming with another kind is refused
+run(tw train gpt --data abc.txt --layers 1 --heads 2 --d-model 32 --context 16 --batch 8 --steps 200 --lr 1e-2
+  --threads 2 --checkpoint abcw.safetensors --log-every 50 --attention window --window 3)
+run(sw sample abcw.safetensors --prompt "ab" --tokens 40 --temperature 0)
+if(NOT tw_rc EQUAL 0 OR NOT tw MATCHES "window 3 attention" OR NOT sw_out STREQUAL "${want}\n")
+  message(SEND_ERROR "window attention: train ${tw_rc}, sample ${sw_rc}:\n${tw}\n${sw}")
+else()
+  message(STATUS "ok: window-attention model samples ${sw_out}")
+endif()
+expect_one_line_error(1 "--attention flash differs from the checkpoint's window" train gpt --data abc.txt
+  --checkpoint abcw.safetensors --resume --attention flash)
 # sampling with temperature and top-k: the same seed gives the same text; prompts longer than the
 # context and generations past it work
 string(REPEAT "bca" 10 longprompt)

@@ -46,7 +46,12 @@ static void usage_gpt(FILE *f) {
             "  --batch B          windows per step (default 16)\n"
             "  --lr LR            peak learning rate (default 3e-3)\n"
             "  --warmup W         warmup steps (default N/20)\n"
-            "  --attention NAME   attention kernel: flash (exact, tiled; the default)\n"
+            "  --attention NAME   the self-attention, one of attn's attention kinds (default flash):\n");
+    for (int k = 0; k < attn_attention_kind_count(); k++)
+        fprintf(f, "                       %-8s %s\n", attn_attention_kind_name((attn_attention_kind)k),
+                attn_attention_kind_help((attn_attention_kind)k));
+    fprintf(f,
+            "  --window W         keys on each side for --attention window (required with it)\n"
             "  --seed S           initialisation and data order (default 1)\n"
             "  --threads T        threads (default: all)\n"
             "  --checkpoint PATH  checkpoint file (default attn-gpt.safetensors)\n"
@@ -71,6 +76,7 @@ typedef struct gpt_opts {
     int given_layers, given_heads, given_d, given_context, given_seed, given_steps, given_batch, given_lr,
         given_warmup;
     int64_t steps, batch, warmup, every, log_every, threads, seed, stop_at;
+    int given_attention;
     double lr;
     int resume;
 } gpt_opts;
@@ -128,11 +134,13 @@ static void draw_batch(const unsigned char *text, size_t len, int64_t batch, int
 
 /* CLI_OK, CLI_HELP or 2 (usage error, printed). */
 static int parse_gpt(int argc, char **argv, gpt_opts *o) {
-    const char *attention = "flash";
+    const char *attention = NULL;
+    int64_t window = -1;
     cli_opt opts[] = {
         CLI_STRING_NONEMPTY("--data", &o->data),
         CLI_STRING_NONEMPTY("--checkpoint", &o->checkpoint),
         CLI_STRING("--attention", &attention),
+        CLI_INT("--window", &window, 0, 1 << 30),
         CLI_FLAG("--resume", &o->resume),
         CLI_DOUBLE_ABOVE("--lr", &o->lr, 0.0, 10.0),
         CLI_INT("--layers", &o->shape.layers, 1, 256),
@@ -151,8 +159,12 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
     };
     int parsed = cli_parse("train gpt", opts, argc, argv, NULL, 0);
     if (parsed) return parsed;
-    if (strcmp(attention, "flash") != 0)
-        return cli_usage_error("train gpt: unknown attention '%s' (available: flash)", attention);
+    o->given_attention = attention != NULL;
+    if (attention && attn_attention_kind_from_name(attention, &o->shape.attention.kind) != ATTN_OK)
+        return cli_usage_error("train gpt: --attention: %s", strchr(attn_last_error(), ' ') + 1);
+    if ((o->shape.attention.kind == ATTN_ATTENTION_WINDOW) != (window >= 0))
+        return cli_usage_error("train gpt: --window goes with --attention window, and --attention window needs it");
+    if (window >= 0) o->shape.attention.window = window;
     o->given_layers = cli_seen(opts, "--layers");
     o->given_heads = cli_seen(opts, "--heads");
     o->given_d = cli_seen(opts, "--d-model");
@@ -246,6 +258,11 @@ static int train_gpt(int argc, char **argv) {
                 return cli_fail("train gpt: --resume: %s %lld differs from the checkpoint's %lld", chk[i].name,
                                 (long long)chk[i].mine, (long long)chk[i].theirs);
             }
+        if (o.given_attention && (o.shape.attention.kind != s.attention.kind || o.shape.attention.window != s.attention.window)) {
+            free(text);
+            return cli_fail("train gpt: --resume: --attention %s differs from the checkpoint's %s",
+                            attn_attention_kind_name(o.shape.attention.kind), attn_attention_kind_name(s.attention.kind));
+        }
         o.shape = s;
     } else {
         o.shape.ff = 4 * o.shape.d_model;
@@ -312,9 +329,12 @@ static int train_gpt(int argc, char **argv) {
         cli_fail("train gpt: out of memory (%zu MB of activations)", (sb + wb) >> 20);
         goto done;
     }
-    printf("gpt: %lld layers, %lld heads, d_model %lld, context %lld, %zu parameters; %zu bytes of '%s'; "
-           "batch %lld, %lld steps, lr %g, %d threads\n",
-           (long long)o.shape.layers, (long long)o.shape.heads, (long long)o.shape.d_model, (long long)C,
+    char att[64];
+    snprintf(att, sizeof att, o.shape.attention.kind == ATTN_ATTENTION_WINDOW ? "%s %lld" : "%s",
+             attn_attention_kind_name(o.shape.attention.kind), (long long)o.shape.attention.window);
+    printf("gpt: %lld layers, %lld heads, d_model %lld, context %lld, %s attention, %zu parameters; %zu bytes of "
+           "'%s'; batch %lld, %lld steps, lr %g, %d threads\n",
+           (long long)o.shape.layers, (long long)o.shape.heads, (long long)o.shape.d_model, (long long)C, att,
            attn_params_numel(ps), len, o.data, (long long)B, (long long)o.steps, o.lr, attn_get_num_threads());
     fflush(stdout);
 

@@ -74,7 +74,7 @@ int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *
     }
     const char *win = attn_safetensors_metadata_find(st, "gpt.window");
     if (s->attention.kind == ATTN_ATTENTION_WINDOW &&
-        (!win || train_parse_i64(win, 0, (int64_t)1 << 30, &s->attention.window) != 0)) {
+        (!win || cli_parse_i64(win, 0, (int64_t)1 << 30, &s->attention.window) != 0)) {
         snprintf(err, errsz, "metadata 'gpt.window' is %s", win ? "not an integer in 0..2^30" : "missing");
         return -1;
     }

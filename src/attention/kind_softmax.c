@@ -82,10 +82,9 @@ static attn_status softmax_step(const attn_kind_step *s, void *ws, size_t ws_byt
     }
 
 const attn_kind_ops attn_kind_flash =
-    SOFTMAX_KIND("flash", "exact softmax attention, tiled (FlashAttention-2); every mask, dropout, weights", NULL);
+    SOFTMAX_KIND("flash", "exact softmax attention, tiled (FlashAttention-2)", NULL);
 
 const attn_kind_ops attn_kind_window =
     SOFTMAX_KIND("window",
-                 "sliding-window softmax attention: keys within `window` positions (i - w .. i causal, "
-                 "|i - j| <= w otherwise); O(N w)",
+                 "softmax over a sliding window of w keys each side, O(N w)",
                  check_window);
