@@ -117,9 +117,7 @@ static attn_layer_args layer_args(const attn_gpt_args *a, const float *x) {
     la.x = x;
     la.self_masks.is_causal = 1;
     la.self_masks.key_padding_mask = a->key_padding_mask;
-    la.training = a->training;
-    la.seed = a->seed;
-    la.offset = a->offset;
+    NN_MODE_SET(&la, NN_MODE_OF(a));
     la.capture = a->capture;
     return la;
 }

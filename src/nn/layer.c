@@ -128,72 +128,82 @@ void attn_nn_layer_destroy(nn_layer *L) {
     memset(L, 0, sizeof *L);
 }
 
-/* ---- sizes and the saved layout ---- */
+/* ---- sublayers, their dropout sites and the saved layout ----
+ * Sublayer j of a layer uses norm j: 0 self-attention, then (decoder) 1 cross-attention, then the
+ * feed-forward. Its dropout sites: an inner one (the attention weights / the feed-forward's
+ * hidden dropout) and its output dropout. */
 
-static attn_mha_args mha_args(const nn_layer *L, const attn_layer_args *a, int cross, const float *q,
+static int ffn_sub(const nn_layer *L) { return L->decoder ? 2 : 1; } /* = the attention count */
+
+typedef struct sub_sites {
+    unsigned inner, out;
+} sub_sites;
+
+static const sub_sites layer_sites[2][3] = {
+    {{NN_SITE_SELF_ATTN_WEIGHTS, NN_SITE_DROPOUT1}, {NN_SITE_ENC_FF_DROPOUT, NN_SITE_ENC_DROPOUT2}, {0, 0}},
+    {{NN_SITE_SELF_ATTN_WEIGHTS, NN_SITE_DROPOUT1},
+     {NN_SITE_CROSS_ATTN_WEIGHTS, NN_SITE_DEC_DROPOUT2},
+     {NN_SITE_DEC_FF_DROPOUT, NN_SITE_DEC_DROPOUT3}},
+};
+
+static sub_sites sites_of(const nn_layer *L, int j) { return layer_sites[L->decoder ? 1 : 0][j]; }
+
+/* Attention k's (0 self, 1 cross) arguments: its masks and its weights' dropout site. */
+static attn_mha_args mha_args(const nn_layer *L, const attn_layer_args *a, int k, const float *q,
                               const float *kv) {
     attn_mha_args m = attn_mha_args_default();
-    const attn_masks *mk = cross ? &a->memory_masks : &a->self_masks;
     m.batch = a->batch;
     m.nq = a->n;
-    m.nk = cross ? a->n_memory : a->n;
+    m.nk = k ? a->n_memory : a->n;
     m.query = q;
     m.key = m.value = kv;
-    m.key_padding_mask = mk->key_padding_mask;
-    m.key_padding_mask_float = mk->key_padding_mask_float;
-    m.attn_mask = mk->attn_mask;
-    m.attn_mask_float = mk->attn_mask_float;
-    m.attn_mask_3d = mk->attn_mask_3d;
-    m.is_causal = mk->is_causal;
-    m.training = a->training;
-    m.seed = a->seed;
-    m.offset = a->offset + (cross ? 2 : 0);
-    (void)L;
+    nn_mha_set_masks(&m, k ? &a->memory_masks : &a->self_masks);
+    nn_mha_set_mode(&m, NN_MODE_OF(a), sites_of(L, k).inner);
     return m;
 }
 
-typedef struct att_saved {
-    float *z, *mean, *rstd, *out; /* z: LN input r (post-norm) or LN output n (pre-norm) */
-    void *mha;
-    size_t mha_bytes;
-} att_saved;
-
-typedef struct ffn_saved {
-    float *z, *mean, *rstd, *h;
-} ffn_saved;
+/* What sublayer j keeps for the backward: z = its norm's input x + f(x) (post-norm) or output
+ * LN(x) (pre-norm), and the norm's mean and rstd. */
+typedef struct sub_saved {
+    float *z, *mean, *rstd;
+} sub_saved;
 
 typedef struct layer_saved {
-    att_saved att[2];
-    ffn_saved ffn;
+    sub_saved sub[3];
+    void *mha[2]; /* the attentions' own saved blocks */
+    size_t mha_bytes[2];
+    float *out[2]; /* the attention sublayers' outputs */
+    float *h;      /* the feed-forward's W1 z + b1 */
 } layer_saved;
 
 static size_t rows_of(const attn_layer_args *a) { return (size_t)a->batch * (size_t)a->n; }
 
-/* Walk the saved layout: with ar == NULL only count bytes. */
+/* Walk the saved layout: with ar == NULL only count bytes. Per attention: z, mean, rstd, its
+ * block, its output; then the feed-forward's z, mean, rstd, h. */
 static size_t saved_layout(const nn_layer *L, const attn_layer_args *a, nn_arena *ar, layer_saved *s) {
     const size_t R = rows_of(a), d = (size_t)L->cfg.d_model, F = (size_t)L->cfg.dim_feedforward;
     const size_t rd = nn_fblock(nn_mul(R, d)), r1 = nn_fblock(R);
     size_t total = NN_SLACK;
-    for (int k = 0; k < (L->decoder ? 2 : 1); k++) {
-        attn_mha_args m = mha_args(L, a, k, NULL, NULL);
-        const size_t mb = attn_mha_saved_size(k ? L->ca : L->sa, &m);
-        total = nn_add(total, nn_add(nn_add(rd, rd), nn_add(nn_add(r1, r1), nn_block(mb))));
-        if (ar) {
-            att_saved *t = &s->att[k];
-            t->z = nn_takef(ar, R * d);
-            t->mean = nn_takef(ar, R);
-            t->rstd = nn_takef(ar, R);
-            t->mha = attn_nn_take(ar, mb);
-            t->mha_bytes = mb;
-            t->out = nn_takef(ar, R * d);
+    for (int j = 0; j <= ffn_sub(L); j++) {
+        const int att = j < ffn_sub(L);
+        size_t mb = 0;
+        if (att) {
+            attn_mha_args m = mha_args(L, a, j, NULL, NULL);
+            mb = attn_mha_saved_size(j ? L->ca : L->sa, &m);
         }
-    }
-    total = nn_add(total, nn_add(nn_add(rd, nn_add(r1, r1)), nn_fblock(nn_mul(R, F))));
-    if (ar) {
-        s->ffn.z = nn_takef(ar, R * d);
-        s->ffn.mean = nn_takef(ar, R);
-        s->ffn.rstd = nn_takef(ar, R);
-        s->ffn.h = nn_takef(ar, R * F);
+        total = nn_add(total, nn_add(nn_add(rd, nn_add(r1, r1)), att ? nn_add(rd, nn_block(mb)) : nn_fblock(nn_mul(R, F))));
+        if (!ar) continue;
+        sub_saved *t = &s->sub[j];
+        t->z = nn_takef(ar, R * d);
+        t->mean = nn_takef(ar, R);
+        t->rstd = nn_takef(ar, R);
+        if (att) {
+            s->mha[j] = attn_nn_take(ar, mb);
+            s->mha_bytes[j] = mb;
+            s->out[j] = nn_takef(ar, R * d);
+        } else {
+            s->h = nn_takef(ar, R * F);
+        }
     }
     return total;
 }
@@ -223,7 +233,7 @@ static void take_tmp(const nn_layer *L, const attn_layer_args *a, nn_arena *ar, 
 static size_t sub_ws_bytes(const nn_layer *L, const attn_layer_args *a) {
     const int64_t R = a->batch * a->n, d = L->cfg.d_model, F = L->cfg.dim_feedforward;
     size_t s = nn_max(attn_nn_linear_ws(R, d, F), attn_nn_linear_ws(R, F, d));
-    for (int k = 0; k < (L->decoder ? 2 : 1); k++) {
+    for (int k = 0; k < ffn_sub(L); k++) {
         attn_mha_args m = mha_args(L, a, k, NULL, NULL);
         s = nn_max(s, attn_mha_workspace_size(k ? L->ca : L->sa, &m));
     }
@@ -254,18 +264,30 @@ attn_status attn_nn_layer_check_args(const char *fn, const nn_layer *L, const at
     return ATTN_OK;
 }
 
-/* ---- sublayers ---- */
+/* ---- one call of a layer, as its sublayers see it ---- */
 
-static attn_status ln_fwd(const char *fn, const float *x, const float *g, const float *b, float *y, float *mean,
-                          float *rstd, int64_t R, int64_t d, float eps) {
-    attn_status st = attn_layernorm_forward(x, g, b, y, mean, rstd, R, d, eps);
-    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
-}
+typedef struct layer_call {
+    const char *fn;
+    nn_layer *L;
+    const attn_layer_args *a; /* NULL in an incremental step */
+    nn_mode md;               /* the layer's dropout streams (off in a step) */
+    int64_t R, d, F;          /* rows B * n, d_model, dim_feedforward */
+    void *ws;                 /* the sub-calls' workspace: the arena's rest */
+    size_t wsb;
+} layer_call;
 
-static attn_status ln_bwd(const char *fn, const float *x, const float *g, const float *mean, const float *rstd,
-                          const float *dy, float *dx, float *dg, float *db, int64_t R, int64_t d) {
-    attn_status st = attn_layernorm_backward(x, g, mean, rstd, dy, dx, dg, db, R, d);
-    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
+static layer_call call_of(const char *fn, nn_layer *L, const attn_layer_args *a, int64_t B, int64_t n,
+                          const nn_arena *ws) {
+    layer_call c;
+    c.fn = fn;
+    c.L = L;
+    c.a = a;
+    c.md = a ? NN_MODE_OF(a) : (nn_mode){0, 0, 0};
+    c.R = B * n;
+    c.d = L->cfg.d_model;
+    c.F = L->cfg.dim_feedforward;
+    c.ws = nn_rest(ws, &c.wsb);
+    return c;
 }
 
 static attn_status add(const char *fn, const float *a, const float *b, float *y, int64_t n) {
@@ -273,122 +295,168 @@ static attn_status add(const char *fn, const float *a, const float *b, float *y,
     return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
-/* Attention sublayer k (0 self, 1 cross; norm index k): x -> y. */
-static attn_status att_fwd(const char *fn, nn_layer *L, int k, const attn_layer_args *a, const float *x, float *y,
-                           att_saved *s, float *tmp, void *ws, size_t wsb) {
-    const int64_t R = a->batch * a->n, d = L->cfg.d_model;
-    const int pre = L->cfg.norm_first;
-    const float eps = L->cfg.layer_norm_eps;
-    attn_status st;
-    const float *q = x;
-    if (pre) {
-        if ((st = ln_fwd(fn, x, L->ng[k], L->nb[k], s->z, s->mean, s->rstd, R, d, eps))) return st;
-        q = s->z;
-    }
-    attn_mha_args m = mha_args(L, a, k, q, k ? a->memory : q);
-    m.capture = a->capture; /* the forward alone records weights */
-    const size_t mark = attn_nn_capture_push(a->capture, "%s", k ? "multihead_attn" : "self_attn");
-    st = attn_mha_forward(k ? L->ca : L->sa, &m, tmp, NULL, s->mha, s->mha_bytes, ws, wsb);
-    attn_nn_capture_pop(a->capture, mark);
-    if (st) return attn_nn_wrap_error(st, fn);
-    if ((st = nn_dropout_fwd(tmp, R * d, L->cfg.dropout, a->training, a->seed, a->offset + 2 * (uint64_t)k + 1)))
-        return attn_nn_wrap_error(st, fn);
-    if (pre) return add(fn, x, tmp, y, R * d);
-    if ((st = add(fn, x, tmp, s->z, R * d))) return st;
-    return ln_fwd(fn, s->z, L->ng[k], L->nb[k], y, s->mean, s->rstd, R, d, eps);
+/* norm j: x -> y (mean / rstd nullable) and its backward dy -> dx, accumulating its gradients. */
+static attn_status norm_fwd(const layer_call *c, int j, const float *x, float *y, const sub_saved *s) {
+    const nn_layer *L = c->L;
+    attn_status st = attn_layernorm_forward(x, L->ng[j], L->nb[j], y, s->mean, s->rstd, c->R, c->d, L->cfg.layer_norm_eps);
+    return st ? attn_nn_wrap_error(st, c->fn) : ATTN_OK;
 }
 
-/* dy -> dx (written); dmem written or accumulated (acc_mem) by the cross-attention. */
-static attn_status att_bwd(const char *fn, nn_layer *L, int k, const attn_layer_args *a, const float *x,
-                           const float *dy, float *dx, float *dmem, int acc_mem, const att_saved *s, float *t1,
-                           float *t2, void *ws, size_t wsb) {
-    const int64_t R = a->batch * a->n, d = L->cfg.d_model;
-    const size_t bytes = sizeof(float) * (size_t)(R * d);
-    const int pre = L->cfg.norm_first;
-    attn_mha *mha = k ? L->ca : L->sa;
+static attn_status norm_bwd(const layer_call *c, int j, const float *x, const sub_saved *s, const float *dy,
+                            float *dx) {
+    nn_layer *L = c->L;
+    attn_status st = attn_layernorm_backward(x, L->ng[j], s->mean, s->rstd, dy, dx, L->gng[j], L->gnb[j], c->R, c->d);
+    return st ? attn_nn_wrap_error(st, c->fn) : ATTN_OK;
+}
+
+/* ---- the residual wiring of sublayer j around its branch f ----
+ *   pre-norm   y = x + dropout(f(LN_j(x)))          post-norm   y = LN_j(x + dropout(f(x)))
+ * Forward: sub_enter gives f's input, f writes its output, sub_leave applies the output dropout,
+ * the residual and (post-norm) the norm. Backward: sub_back_enter writes dx = the gradient through
+ * the residual and t2 = df, the gradient at f's output, and says where f's backward puts its
+ * input's gradient (*din, accumulated when *acc); sub_back_leave takes that (pre-norm: t1) back
+ * through the norm into dx. t1, t2: [R, d] scratch. */
+
+static const float *sub_input(const layer_call *c, const float *x, const sub_saved *s) {
+    return c->L->cfg.norm_first ? s->z : x;
+}
+
+static attn_status sub_enter(const layer_call *c, int j, const float *x, const sub_saved *s, const float **in) {
+    *in = sub_input(c, x, s);
+    return c->L->cfg.norm_first ? norm_fwd(c, j, x, s->z, s) : ATTN_OK;
+}
+
+static attn_status sub_leave(const layer_call *c, int j, const float *x, float *f, float *y, const sub_saved *s) {
+    const int64_t n = c->R * c->d;
+    attn_status st = nn_site_dropout_fwd(f, n, c->L->cfg.dropout, c->md, sites_of(c->L, j).out);
+    if (st) return attn_nn_wrap_error(st, c->fn);
+    if (c->L->cfg.norm_first) return add(c->fn, x, f, y, n);
+    if ((st = add(c->fn, x, f, s->z, n))) return st;
+    return norm_fwd(c, j, s->z, y, s);
+}
+
+static attn_status sub_back_enter(const layer_call *c, int j, const float *dy, float *dx, const sub_saved *s,
+                                  float *t1, float *t2, float **din, int *acc) {
+    const int pre = c->L->cfg.norm_first;
+    const size_t bytes = sizeof(float) * (size_t)(c->R * c->d);
     attn_status st;
     const float *top = dy;
     if (!pre) {
-        if ((st = ln_bwd(fn, s->z, L->ng[k], s->mean, s->rstd, dy, t1, L->gng[k], L->gnb[k], R, d))) return st;
+        if ((st = norm_bwd(c, j, s->z, s, dy, t1))) return st;
         top = t1;
     }
     memcpy(dx, top, bytes);
     memcpy(t2, top, bytes);
-    if ((st = nn_dropout_bwd(t2, R * d, L->cfg.dropout, a->training, a->seed, a->offset + 2 * (uint64_t)k + 1)))
-        return attn_nn_wrap_error(st, fn);
-    const float *q = pre ? s->z : x;
-    attn_mha_args m = mha_args(L, a, k, q, k ? a->memory : q);
-    if (pre) {
-        /* dn (query, and key/value for self-attention) into t1, then through norm k */
-        st = k ? attn_nn_mha_backward(mha, &m, t2, t1, dmem, dmem, 0, acc_mem, s->mha, s->mha_bytes, ws, wsb)
-               : attn_nn_mha_backward(mha, &m, t2, t1, t1, t1, 0, 0, s->mha, s->mha_bytes, ws, wsb);
-        if (st) return attn_nn_wrap_error(st, fn);
-        if ((st = ln_bwd(fn, x, L->ng[k], s->mean, s->rstd, t1, t2, L->gng[k], L->gnb[k], R, d))) return st;
-        return add(fn, dx, t2, dx, R * d);
-    }
-    st = k ? attn_nn_mha_backward(mha, &m, t2, dx, dmem, dmem, 1, acc_mem, s->mha, s->mha_bytes, ws, wsb)
-           : attn_nn_mha_backward(mha, &m, t2, dx, dx, dx, 1, 1, s->mha, s->mha_bytes, ws, wsb);
-    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
+    if ((st = nn_site_dropout_bwd(t2, c->R * c->d, c->L->cfg.dropout, c->md, sites_of(c->L, j).out)))
+        return attn_nn_wrap_error(st, c->fn);
+    *din = pre ? t1 : dx;
+    *acc = !pre;
+    return ATTN_OK;
 }
 
-/* g = dropout(act(h)) at the feed-forward's first dropout site. */
-static attn_status ffn_act(const char *fn, const nn_layer *L, const attn_layer_args *a, const float *h, float *g,
-                           int64_t n) {
-    attn_status st = L->cfg.activation == ATTN_ACTIVATION_GELU ? attn_gelu_forward(h, g, n, ATTN_GELU_ERF)
-                                                               : attn_relu_forward(h, g, n);
-    if (!st) st = nn_dropout_fwd(g, n, L->cfg.dropout, a->training, a->seed, a->offset + (L->decoder ? 4 : 2));
-    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
-}
-
-static attn_status ffn_fwd(const char *fn, nn_layer *L, const attn_layer_args *a, const float *x, float *y,
-                           const ffn_saved *s, float *g, float *f, void *ws, size_t wsb) {
-    const int64_t R = a->batch * a->n, d = L->cfg.d_model, F = L->cfg.dim_feedforward;
-    const int pre = L->cfg.norm_first, k = L->decoder ? 2 : 1;
-    const uint64_t site = a->offset + (L->decoder ? 4 : 2);
-    const float eps = L->cfg.layer_norm_eps;
+static attn_status sub_back_leave(const layer_call *c, int j, const float *x, float *dx, const sub_saved *s,
+                                  const float *t1, float *t2) {
     attn_status st;
-    const float *in = x;
-    if (pre) {
-        if ((st = ln_fwd(fn, x, L->ng[k], L->nb[k], s->z, s->mean, s->rstd, R, d, eps))) return st;
-        in = s->z;
-    }
-    if ((st = attn_nn_linear_fwd(fn, in, L->w1, L->b1, s->h, R, d, F, ws, wsb)) || (st = ffn_act(fn, L, a, s->h, g, R * F)) ||
-        (st = attn_nn_linear_fwd(fn, g, L->w2, L->b2, f, R, F, d, ws, wsb)))
-        return st;
-    if ((st = nn_dropout_fwd(f, R * d, L->cfg.dropout, a->training, a->seed, site + 1))) return attn_nn_wrap_error(st, fn);
-    if (pre) return add(fn, x, f, y, R * d);
-    if ((st = add(fn, x, f, s->z, R * d))) return st;
-    return ln_fwd(fn, s->z, L->ng[k], L->nb[k], y, s->mean, s->rstd, R, d, eps);
+    if (!c->L->cfg.norm_first) return ATTN_OK;
+    if ((st = norm_bwd(c, j, x, s, t1, t2))) return st;
+    return add(c->fn, dx, t2, dx, c->R * c->d);
 }
 
-static attn_status ffn_bwd(const char *fn, nn_layer *L, const attn_layer_args *a, const float *x, const float *dy,
-                           float *dx, const ffn_saved *s, float *t1, float *t2, float *g, float *dg, void *ws,
-                           size_t wsb) {
-    const int64_t R = a->batch * a->n, d = L->cfg.d_model, F = L->cfg.dim_feedforward;
-    const size_t bytes = sizeof(float) * (size_t)(R * d);
-    const int pre = L->cfg.norm_first, k = L->decoder ? 2 : 1;
-    const uint64_t site = a->offset + (L->decoder ? 4 : 2);
+/* ---- attention sublayers: k = 0 self, 1 cross ---- */
+
+/* x -> y, the branch's output in f ([R, d] scratch). */
+static attn_status att_fwd(const layer_call *c, int k, const float *x, float *y, const layer_saved *s, float *f) {
+    const attn_layer_args *a = c->a;
+    const float *q;
+    attn_status st = sub_enter(c, k, x, &s->sub[k], &q);
+    if (st) return st;
+    attn_mha_args m = mha_args(c->L, a, k, q, k ? a->memory : q);
+    m.capture = a->capture; /* the forward alone records weights */
+    const size_t mark = attn_nn_capture_push(a->capture, "%s", k ? "multihead_attn" : "self_attn");
+    st = attn_mha_forward(k ? c->L->ca : c->L->sa, &m, f, NULL, s->mha[k], s->mha_bytes[k], c->ws, c->wsb);
+    attn_nn_capture_pop(a->capture, mark);
+    if (st) return attn_nn_wrap_error(st, c->fn);
+    return sub_leave(c, k, x, f, y, &s->sub[k]);
+}
+
+/* dy -> dx (written); dmem written or accumulated (acc_mem) by the cross-attention. */
+static attn_status att_bwd(const layer_call *c, int k, const float *x, const float *dy, float *dx, float *dmem,
+                           int acc_mem, const layer_saved *s, float *t1, float *t2) {
+    const sub_saved *ss = &s->sub[k];
+    float *din;
+    int acc;
+    attn_status st = sub_back_enter(c, k, dy, dx, ss, t1, t2, &din, &acc);
+    if (st) return st;
+    const float *q = sub_input(c, x, ss);
+    attn_mha_args m = mha_args(c->L, c->a, k, q, k ? c->a->memory : q);
+    /* dq (and, for self-attention, dk / dv) into din; the cross-attention's dk / dv into dmem */
+    st = k ? attn_nn_mha_backward(c->L->ca, &m, t2, din, dmem, dmem, acc, acc_mem, s->mha[k], s->mha_bytes[k], c->ws, c->wsb)
+           : attn_nn_mha_backward(c->L->sa, &m, t2, din, din, din, acc, acc, s->mha[k], s->mha_bytes[k], c->ws, c->wsb);
+    if (st) return attn_nn_wrap_error(st, c->fn);
+    return sub_back_leave(c, k, x, dx, ss, t1, t2);
+}
+
+/* ---- the feed-forward sublayer: f(z) = W2 dropout(act(W1 z + b1)) + b2 ---- */
+
+/* The activation (relu, or gelu in its exact erf form): g = act(h), and dg <- act'(h) dg. */
+static attn_status act_fwd(const layer_call *c, const float *h, float *g, int64_t n) {
+    attn_status st = c->L->cfg.activation == ATTN_ACTIVATION_GELU ? attn_gelu_forward(h, g, n, ATTN_GELU_ERF)
+                                                                  : attn_relu_forward(h, g, n);
+    return st ? attn_nn_wrap_error(st, c->fn) : ATTN_OK;
+}
+
+static attn_status act_bwd(const layer_call *c, const float *h, float *dg, int64_t n) {
+    attn_status st = c->L->cfg.activation == ATTN_ACTIVATION_GELU ? attn_gelu_backward(h, dg, dg, n, ATTN_GELU_ERF)
+                                                                  : attn_relu_backward(h, dg, dg, n);
+    return st ? attn_nn_wrap_error(st, c->fn) : ATTN_OK;
+}
+
+/* g = dropout(act(h)) at the feed-forward's inner site. */
+static attn_status ffn_act(const layer_call *c, const float *h, float *g) {
+    const int64_t n = c->R * c->F;
+    attn_status st = act_fwd(c, h, g, n);
+    if (!st && (st = nn_site_dropout_fwd(g, n, c->L->cfg.dropout, c->md, sites_of(c->L, ffn_sub(c->L)).inner)))
+        st = attn_nn_wrap_error(st, c->fn);
+    return st;
+}
+
+/* The branch: in -> h = W1 in + b1, g = dropout(act(h)) (g may be h), f = W2 g + b2. */
+static attn_status ffn_branch(const layer_call *c, const float *in, float *h, float *g, float *f) {
+    const nn_layer *L = c->L;
     attn_status st;
-    const float *top = dy;
-    if (!pre) {
-        if ((st = ln_bwd(fn, s->z, L->ng[k], s->mean, s->rstd, dy, t1, L->gng[k], L->gnb[k], R, d))) return st;
-        top = t1;
-    }
-    memcpy(dx, top, bytes);
-    memcpy(t2, top, bytes); /* df */
-    if ((st = nn_dropout_bwd(t2, R * d, L->cfg.dropout, a->training, a->seed, site + 1))) return attn_nn_wrap_error(st, fn);
-    if ((st = ffn_act(fn, L, a, s->h, g, R * F)) ||
-        (st = attn_nn_linear_bwd(fn, g, L->w2, t2, dg, 0, L->gw2, L->gb2, R, F, d, ws, wsb)))
+    if ((st = attn_nn_linear_fwd(c->fn, in, L->w1, L->b1, h, c->R, c->d, c->F, c->ws, c->wsb)) || (st = ffn_act(c, h, g)))
         return st;
-    if ((st = nn_dropout_bwd(dg, R * F, L->cfg.dropout, a->training, a->seed, site))) return attn_nn_wrap_error(st, fn);
-    st = L->cfg.activation == ATTN_ACTIVATION_GELU ? attn_gelu_backward(s->h, dg, dg, R * F, ATTN_GELU_ERF)
-                                                   : attn_relu_backward(s->h, dg, dg, R * F);
-    if (st) return attn_nn_wrap_error(st, fn);
-    if (!pre) return attn_nn_linear_bwd(fn, x, L->w1, dg, dx, 1, L->gw1, L->gb1, R, d, F, ws, wsb);
-    if ((st = attn_nn_linear_bwd(fn, s->z, L->w1, dg, t1, 0, L->gw1, L->gb1, R, d, F, ws, wsb)) ||
-        (st = ln_bwd(fn, x, L->ng[k], s->mean, s->rstd, t1, t2, L->gng[k], L->gnb[k], R, d)))
+    return attn_nn_linear_fwd(c->fn, g, L->w2, L->b2, f, c->R, c->F, c->d, c->ws, c->wsb);
+}
+
+static attn_status ffn_fwd(const layer_call *c, const float *x, float *y, const layer_saved *s, float *g, float *f) {
+    const int j = ffn_sub(c->L);
+    const float *in;
+    attn_status st;
+    if ((st = sub_enter(c, j, x, &s->sub[j], &in)) || (st = ffn_branch(c, in, s->h, g, f))) return st;
+    return sub_leave(c, j, x, f, y, &s->sub[j]);
+}
+
+/* dg = the W2-product of df, dh = act'(h) dropout'(dg), dz = dh W1; dW2 += df^T g, dW1 += dh^T z,
+ * with g = dropout(act(h)) recomputed. */
+static attn_status ffn_bwd(const layer_call *c, const float *x, const float *dy, float *dx, const layer_saved *s,
+                           float *t1, float *t2, float *g, float *dg) {
+    nn_layer *L = c->L;
+    const int j = ffn_sub(L);
+    const int64_t R = c->R, d = c->d, F = c->F;
+    const sub_saved *ss = &s->sub[j];
+    float *din;
+    int acc;
+    attn_status st;
+    if ((st = sub_back_enter(c, j, dy, dx, ss, t1, t2, &din, &acc)) || (st = ffn_act(c, s->h, g)) ||
+        (st = attn_nn_linear_bwd(c->fn, g, L->w2, t2, dg, 0, L->gw2, L->gb2, R, F, d, c->ws, c->wsb)))
         return st;
-    return add(fn, dx, t2, dx, R * d);
+    if ((st = nn_site_dropout_bwd(dg, R * F, L->cfg.dropout, c->md, sites_of(L, j).inner)))
+        return attn_nn_wrap_error(st, c->fn);
+    if ((st = act_bwd(c, s->h, dg, R * F)) ||
+        (st = attn_nn_linear_bwd(c->fn, sub_input(c, x, ss), L->w1, dg, din, acc, L->gw1, L->gb1, R, d, F, c->ws, c->wsb)))
+        return st;
+    return sub_back_leave(c, j, x, dx, ss, t1, t2);
 }
 
 /* ---- layer forward / backward ---- */
@@ -405,14 +473,13 @@ attn_status attn_nn_layer_fwd(const char *fn, nn_layer *L, const attn_layer_args
     saved_layout(L, a, saved ? &sv : &ws, &s); /* inference: the saved layout lives in the workspace */
     layer_tmp t;
     take_tmp(L, a, &ws, &t);
-    size_t wsb;
-    void *scr = nn_rest(&ws, &wsb);
+    const layer_call c = call_of(fn, L, a, a->batch, a->n, &ws);
     const float *x = a->x;
-    for (int k = 0; k < (L->decoder ? 2 : 1); k++) {
-        if ((st = att_fwd(fn, L, k, a, x, s.att[k].out, &s.att[k], t.t[0], scr, wsb))) return st;
-        x = s.att[k].out;
+    for (int k = 0; k < ffn_sub(L); k++) {
+        if ((st = att_fwd(&c, k, x, s.out[k], &s, t.t[0]))) return st;
+        x = s.out[k];
     }
-    return ffn_fwd(fn, L, a, x, out, &s.ffn, t.g, t.t[0], scr, wsb);
+    return ffn_fwd(&c, x, out, &s, t.g, t.t[0]);
 }
 
 attn_status attn_nn_layer_bwd(const char *fn, nn_layer *L, const attn_layer_args *a, const float *dout, float *dx,
@@ -427,23 +494,21 @@ attn_status attn_nn_layer_bwd(const char *fn, nn_layer *L, const attn_layer_args
     saved_layout(L, a, &sv, &s);
     layer_tmp t;
     take_tmp(L, a, &ws, &t);
-    size_t wsb;
-    void *scr = nn_rest(&ws, &wsb);
+    const layer_call c = call_of(fn, L, a, a->batch, a->n, &ws);
     /* gradients flow back through the sublayers; t[0] / t[1] carry them, t[2] / t[3] are scratch */
-    const int na = L->decoder ? 2 : 1;
-    const float *xin[3] = {a->x, s.att[0].out, L->decoder ? s.att[1].out : NULL};
+    const int na = ffn_sub(L);
+    const float *xin[3] = {a->x, s.out[0], L->decoder ? s.out[1] : NULL};
     float *g = t.t[0];
-    if ((st = ffn_bwd(fn, L, a, xin[na], dout, g, &s.ffn, t.t[2], t.t[3], t.g, t.dg, scr, wsb))) return st;
+    if ((st = ffn_bwd(&c, xin[na], dout, g, &s, t.t[2], t.t[3], t.g, t.dg))) return st;
     for (int k = na - 1; k >= 0; k--) {
         float *next = k == 0 && dx ? dx : (g == t.t[0] ? t.t[1] : t.t[0]);
-        if ((st = att_bwd(fn, L, k, a, xin[k], g, next, dmem, acc_mem, &s.att[k], t.t[2], t.t[3], scr, wsb)))
-            return st;
+        if ((st = att_bwd(&c, k, xin[k], g, next, dmem, acc_mem, &s, t.t[2], t.t[3]))) return st;
         g = next;
     }
     return ATTN_OK;
 }
 
-/* ---- public encoder / decoder layers ---- */
+/* ---- public encoder / decoder layers: thin shims over nn_layer (decoder 0 / 1) ---- */
 
 struct attn_encoder_layer {
     nn_layer L;
@@ -452,25 +517,53 @@ struct attn_decoder_layer {
     nn_layer L;
 };
 
+/* A zeroed public layer of `size` bytes whose first member is its nn_layer, initialised. */
+static void *layer_new(const char *fn, const attn_layer_config *cfg, int decoder, size_t size, attn_status *st) {
+    nn_layer *L = calloc(1, size);
+    if (!L) {
+        *st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        return NULL;
+    }
+    if ((*st = attn_nn_layer_init(L, fn, cfg, decoder, NULL))) {
+        free(L);
+        return NULL;
+    }
+    return L;
+}
+
+static void layer_free(nn_layer *L) {
+    attn_nn_layer_destroy(L);
+    free(L);
+}
+
+static attn_status layer_forward(const char *fn, nn_layer *L, const attn_layer_args *a, float *out, void *saved,
+                                 size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+    attn_status st = attn_nn_layer_check_args(fn, L, a);
+    if (st) return st;
+    ATTN_CHECK_NOT_NULL(fn, out);
+    return attn_nn_layer_fwd(fn, L, a, out, saved, saved_bytes, workspace, workspace_bytes);
+}
+
+static attn_status layer_backward(const char *fn, nn_layer *L, const attn_layer_args *a, const float *dout,
+                                  float *dx, float *dmemory, const void *saved, size_t saved_bytes, void *workspace,
+                                  size_t workspace_bytes) {
+    attn_status st = attn_nn_layer_check_args(fn, L, a);
+    if (st) return st;
+    ATTN_CHECK_NOT_NULL(fn, dout);
+    ATTN_CHECK_NOT_NULL(fn, saved);
+    return attn_nn_layer_bwd(fn, L, a, dout, dx, dmemory, 0, saved, saved_bytes, workspace, workspace_bytes);
+}
+
 attn_status attn_encoder_layer_create(const attn_layer_config *cfg, attn_encoder_layer **out) {
     static const char fn[] = "attn_encoder_layer_create";
     ATTN_CHECK_NOT_NULL(fn, out);
-    *out = NULL;
-    attn_encoder_layer *l = calloc(1, sizeof *l);
-    if (!l) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    attn_status st = attn_nn_layer_init(&l->L, fn, cfg, 0, NULL);
-    if (st) {
-        free(l);
-        return st;
-    }
-    *out = l;
-    return ATTN_OK;
+    attn_status st;
+    *out = layer_new(fn, cfg, 0, sizeof **out, &st);
+    return st;
 }
 
 void attn_encoder_layer_free(attn_encoder_layer *l) {
-    if (!l) return;
-    attn_nn_layer_destroy(&l->L);
-    free(l);
+    if (l) layer_free(&l->L);
 }
 
 const attn_params *attn_encoder_layer_params(const attn_encoder_layer *l) { return l ? l->L.list : NULL; }
@@ -487,10 +580,7 @@ attn_status attn_encoder_layer_forward(attn_encoder_layer *l, const attn_layer_a
                                        size_t workspace_bytes) {
     static const char fn[] = "attn_encoder_layer_forward";
     ATTN_CHECK_NOT_NULL(fn, l);
-    attn_status st = attn_nn_layer_check_args(fn, &l->L, a);
-    if (st) return st;
-    ATTN_CHECK_NOT_NULL(fn, out);
-    return attn_nn_layer_fwd(fn, &l->L, a, out, saved, saved_bytes, workspace, workspace_bytes);
+    return layer_forward(fn, &l->L, a, out, saved, saved_bytes, workspace, workspace_bytes);
 }
 
 attn_status attn_encoder_layer_backward(attn_encoder_layer *l, const attn_layer_args *a,
@@ -499,32 +589,19 @@ attn_status attn_encoder_layer_backward(attn_encoder_layer *l, const attn_layer_
                                         size_t workspace_bytes) {
     static const char fn[] = "attn_encoder_layer_backward";
     ATTN_CHECK_NOT_NULL(fn, l);
-    attn_status st = attn_nn_layer_check_args(fn, &l->L, a);
-    if (st) return st;
-    ATTN_CHECK_NOT_NULL(fn, dout);
-    ATTN_CHECK_NOT_NULL(fn, saved);
-    return attn_nn_layer_bwd(fn, &l->L, a, dout, dx, NULL, 0, saved, saved_bytes, workspace, workspace_bytes);
+    return layer_backward(fn, &l->L, a, dout, dx, NULL, saved, saved_bytes, workspace, workspace_bytes);
 }
 
 attn_status attn_decoder_layer_create(const attn_layer_config *cfg, attn_decoder_layer **out) {
     static const char fn[] = "attn_decoder_layer_create";
     ATTN_CHECK_NOT_NULL(fn, out);
-    *out = NULL;
-    attn_decoder_layer *l = calloc(1, sizeof *l);
-    if (!l) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    attn_status st = attn_nn_layer_init(&l->L, fn, cfg, 1, NULL);
-    if (st) {
-        free(l);
-        return st;
-    }
-    *out = l;
-    return ATTN_OK;
+    attn_status st;
+    *out = layer_new(fn, cfg, 1, sizeof **out, &st);
+    return st;
 }
 
 void attn_decoder_layer_free(attn_decoder_layer *l) {
-    if (!l) return;
-    attn_nn_layer_destroy(&l->L);
-    free(l);
+    if (l) layer_free(&l->L);
 }
 
 const attn_params *attn_decoder_layer_params(const attn_decoder_layer *l) { return l ? l->L.list : NULL; }
@@ -541,10 +618,7 @@ attn_status attn_decoder_layer_forward(attn_decoder_layer *l, const attn_layer_a
                                        size_t workspace_bytes) {
     static const char fn[] = "attn_decoder_layer_forward";
     ATTN_CHECK_NOT_NULL(fn, l);
-    attn_status st = attn_nn_layer_check_args(fn, &l->L, a);
-    if (st) return st;
-    ATTN_CHECK_NOT_NULL(fn, out);
-    return attn_nn_layer_fwd(fn, &l->L, a, out, saved, saved_bytes, workspace, workspace_bytes);
+    return layer_forward(fn, &l->L, a, out, saved, saved_bytes, workspace, workspace_bytes);
 }
 
 attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_args *a,
@@ -553,11 +627,7 @@ attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_
                                         size_t workspace_bytes) {
     static const char fn[] = "attn_decoder_layer_backward";
     ATTN_CHECK_NOT_NULL(fn, l);
-    attn_status st = attn_nn_layer_check_args(fn, &l->L, a);
-    if (st) return st;
-    ATTN_CHECK_NOT_NULL(fn, dout);
-    ATTN_CHECK_NOT_NULL(fn, saved);
-    return attn_nn_layer_bwd(fn, &l->L, a, dout, dx, dmemory, 0, saved, saved_bytes, workspace, workspace_bytes);
+    return layer_backward(fn, &l->L, a, dout, dx, dmemory, saved, saved_bytes, workspace, workspace_bytes);
 }
 
 /* ---- incremental decoding step (eval) ----
@@ -579,47 +649,26 @@ attn_status attn_nn_layer_step(const char *fn, nn_layer *L, attn_kv_cache *self,
                           const uint8_t *memory_kpm, const float *x, int64_t B, int64_t n, float *out,
                           void *workspace, size_t workspace_bytes) {
     const int64_t R = B * n, d = L->cfg.d_model, F = L->cfg.dim_feedforward;
-    const int pre = L->cfg.norm_first;
-    const float eps = L->cfg.layer_norm_eps;
     nn_arena ws;
     attn_status st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
                                    attn_nn_layer_step_ws(L, B, n, self->length + n, cross ? cross->length : 1));
     if (st) return st;
-    float *z = nn_takef(&ws, (size_t)(R * d)), *a = nn_takef(&ws, (size_t)(R * d));
+    /* z: every sublayer's norm input / output (no mean / rstd kept) */
+    const sub_saved z = {nn_takef(&ws, (size_t)(R * d)), NULL, NULL};
+    float *a = nn_takef(&ws, (size_t)(R * d));
     float *xs[2] = {nn_takef(&ws, (size_t)(R * d)), nn_takef(&ws, (size_t)(R * d))};
     float *h = nn_takef(&ws, (size_t)(R * F));
-    size_t wsb;
-    void *scr = nn_rest(&ws, &wsb);
-    const float *in = x;
-    for (int k = 0; k < (L->decoder ? 2 : 1); k++) {
-        const float *q = in;
-        if (pre) {
-            if ((st = ln_fwd(fn, in, L->ng[k], L->nb[k], z, NULL, NULL, R, d, eps))) return st;
-            q = z;
-        }
+    const layer_call c = call_of(fn, L, NULL, B, n, &ws); /* mode off: no dropout */
+    const float *in = x, *q;
+    for (int k = 0; k < ffn_sub(L); k++) {
+        if ((st = sub_enter(&c, k, in, &z, &q))) return st;
         attn_mha_step_args sa = {B, n, q, k == 0, k == 0, k ? memory_kpm : NULL};
-        if ((st = attn_mha_forward_step(k ? L->ca : L->sa, k ? cross : self, &sa, a, scr, wsb)))
+        if ((st = attn_mha_forward_step(k ? L->ca : L->sa, k ? cross : self, &sa, a, c.ws, c.wsb)))
             return attn_nn_wrap_error(st, fn);
-        if (pre) {
-            if ((st = add(fn, in, a, xs[k], R * d))) return st;
-        } else if ((st = add(fn, in, a, z, R * d)) ||
-                   (st = ln_fwd(fn, z, L->ng[k], L->nb[k], xs[k], NULL, NULL, R, d, eps))) {
-            return st;
-        }
+        if ((st = sub_leave(&c, k, in, a, xs[k], &z))) return st;
         in = xs[k];
     }
-    const int k = L->decoder ? 2 : 1;
-    const float *src = in;
-    if (pre) {
-        if ((st = ln_fwd(fn, in, L->ng[k], L->nb[k], z, NULL, NULL, R, d, eps))) return st;
-        src = z;
-    }
-    if ((st = attn_nn_linear_fwd(fn, src, L->w1, L->b1, h, R, d, F, scr, wsb))) return st;
-    st = L->cfg.activation == ATTN_ACTIVATION_GELU ? attn_gelu_forward(h, h, R * F, ATTN_GELU_ERF)
-                                                   : attn_relu_forward(h, h, R * F);
-    if (st) return attn_nn_wrap_error(st, fn);
-    if ((st = attn_nn_linear_fwd(fn, h, L->w2, L->b2, a, R, F, d, scr, wsb))) return st;
-    if (pre) return add(fn, in, a, out, R * d);
-    if ((st = add(fn, in, a, z, R * d))) return st;
-    return ln_fwd(fn, z, L->ng[k], L->nb[k], out, NULL, NULL, R, d, eps);
+    const int j = ffn_sub(L);
+    if ((st = sub_enter(&c, j, in, &z, &q)) || (st = ffn_branch(&c, q, h, h, a))) return st;
+    return sub_leave(&c, j, in, a, out, &z);
 }

@@ -124,6 +124,55 @@ typedef struct nn_capture_slot {
 attn_status attn_nn_capture_begin(attn_capture *c, const char *fn, int64_t B, int64_t H, int64_t nq, int64_t nk,
                                   nn_capture_slot *slot);
 
+/* ---- training mode and dropout sites ----
+ * A call's training mode: dropout on only when `training`, drawing from the Philox streams
+ * (seed, offset + site). Every public args struct carries it as three loose fields; inside the
+ * library it travels as one nn_mode. */
+typedef struct nn_mode {
+    int training;
+    uint64_t seed, offset;
+} nn_mode;
+
+/* The mode of any args struct with training / seed / offset fields, and the reverse. */
+#define NN_MODE_OF(args) ((nn_mode){(args)->training, (args)->seed, (args)->offset})
+#define NN_MODE_SET(args, mode)                                                                     \
+    do {                                                                                            \
+        const nn_mode nn_mode_set_ = (mode);                                                        \
+        (args)->training = nn_mode_set_.training;                                                   \
+        (args)->seed = nn_mode_set_.seed;                                                           \
+        (args)->offset = nn_mode_set_.offset;                                                       \
+    } while (0)
+
+/* Dropout sites of one transformer layer call (nn.h, "Dropout sites"): layer l of a model draws
+ * from offset + NN_SITES_PER_LAYER * l + site. Sublayer j of a layer (its norm j + 1) owns two
+ * sites: an inner one (the attention weights, the feed-forward's hidden dropout) and its output
+ * dropout (dropout1 / dropout2 / dropout3). */
+typedef enum nn_site {
+    NN_SITE_SELF_ATTN_WEIGHTS = 0,  /* self_attn's attention weights */
+    NN_SITE_DROPOUT1 = 1,           /* dropout1: the self-attention's output */
+    NN_SITE_ENC_FF_DROPOUT = 2,     /* encoder: the feed-forward's hidden dropout */
+    NN_SITE_ENC_DROPOUT2 = 3,       /* encoder: dropout2, the feed-forward's output */
+    NN_SITE_CROSS_ATTN_WEIGHTS = 2, /* decoder: multihead_attn's attention weights */
+    NN_SITE_DEC_DROPOUT2 = 3,       /* decoder: dropout2, the cross-attention's output */
+    NN_SITE_DEC_FF_DROPOUT = 4,     /* decoder: the feed-forward's hidden dropout */
+    NN_SITE_DEC_DROPOUT3 = 5,       /* decoder: dropout3, the feed-forward's output */
+    NN_SITES_PER_LAYER = 8,
+    /* The token models' positional dropouts sit in the slot after every layer's (layer index =
+     * the model's layer count): source (or the token encoder's input), target. */
+    NN_SITE_POS_SRC = 0,
+    NN_SITE_POS_TGT = 1
+} nn_site;
+
+/* The stream offset of `site` of layer `layer` in a call at `offset`. */
+static inline uint64_t nn_site_offset(uint64_t offset, int64_t layer, unsigned site) {
+    return offset + (uint64_t)NN_SITES_PER_LAYER * (uint64_t)layer + site;
+}
+/* The mode of layer `layer` of a model called with mode m (its sites count from the result). */
+static inline nn_mode nn_mode_layer(nn_mode m, int64_t layer) {
+    m.offset = nn_site_offset(m.offset, layer, 0);
+    return m;
+}
+
 /* ---- dropout on a branch: site `site` of a call with (seed, offset) ---- */
 static inline attn_status nn_dropout_fwd(float *x, int64_t n, float p, int training, uint64_t seed,
                                          uint64_t offset) {
@@ -134,6 +183,28 @@ static inline attn_status nn_dropout_bwd(float *dx, int64_t n, float p, int trai
                                          uint64_t offset) {
     if (!training || p <= 0) return ATTN_OK;
     return attn_dropout_backward(dx, dx, n, p, seed, offset);
+}
+/* The same at `site` of a call in mode m. */
+static inline attn_status nn_site_dropout_fwd(float *x, int64_t n, float p, nn_mode m, unsigned site) {
+    return nn_dropout_fwd(x, n, p, m.training, m.seed, m.offset + site);
+}
+static inline attn_status nn_site_dropout_bwd(float *dx, int64_t n, float p, nn_mode m, unsigned site) {
+    return nn_dropout_bwd(dx, n, p, m.training, m.seed, m.offset + site);
+}
+
+/* ---- an attention's masks and mode into multi-head attention arguments ---- */
+static inline void nn_mha_set_masks(attn_mha_args *m, const attn_masks *k) {
+    m->attn_mask = k->attn_mask;
+    m->attn_mask_float = k->attn_mask_float;
+    m->attn_mask_3d = k->attn_mask_3d;
+    m->key_padding_mask = k->key_padding_mask;
+    m->key_padding_mask_float = k->key_padding_mask_float;
+    m->is_causal = k->is_causal;
+}
+/* The attention weights' dropout at `site` of a call in mode md. */
+static inline void nn_mha_set_mode(attn_mha_args *m, nn_mode md, unsigned site) {
+    md.offset += site;
+    NN_MODE_SET(m, md);
 }
 
 #endif

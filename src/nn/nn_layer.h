@@ -53,7 +53,8 @@ attn_status attn_nn_stack_init(nn_stack *S, const char *fn, const attn_stack_con
 void attn_nn_stack_destroy(nn_stack *S);
 size_t attn_nn_stack_saved(const nn_stack *S, const attn_layer_args *a);
 size_t attn_nn_stack_ws(const nn_stack *S, const attn_layer_args *a);
-/* base: index of the first layer in the model (layer l's dropout streams: offset + 8 (base + l)). */
+/* base: index of the first layer in the model (layer l's dropout streams: nn_mode_layer(mode, base + l),
+ * i.e. offset + NN_SITES_PER_LAYER (base + l) + site). */
 attn_status attn_nn_stack_fwd(const char *fn, nn_stack *S, const attn_layer_args *a, int64_t base, float *out,
                          void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes);
 attn_status attn_nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args *a, int64_t base, const float *dout,

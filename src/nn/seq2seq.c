@@ -124,17 +124,15 @@ static attn_transformer_args transformer_args(const attn_seq2seq_args *a, const 
     t.memory_masks.key_padding_mask = a->src_key_padding_mask;
     t.tgt_masks.key_padding_mask = a->tgt_key_padding_mask;
     t.tgt_masks.is_causal = a->tgt_causal;
-    t.training = a->training;
-    t.seed = a->seed;
-    t.offset = a->offset;
+    NN_MODE_SET(&t, NN_MODE_OF(a));
     t.capture = a->capture;
     return t;
 }
 
 /* Offsets of the two positional-dropout sites: after every layer's. */
 static uint64_t pe_offset(const attn_seq2seq *m, const attn_seq2seq_args *a, int which) {
-    return a->offset + 8u * (uint64_t)(m->cfg.transformer.num_encoder_layers + m->cfg.transformer.num_decoder_layers) +
-           (uint64_t)which;
+    return nn_site_offset(a->offset, m->cfg.transformer.num_encoder_layers + m->cfg.transformer.num_decoder_layers,
+                          which ? NN_SITE_POS_TGT : NN_SITE_POS_SRC);
 }
 
 /* saved: xs, xt, y, then the transformer's. */
@@ -327,15 +325,13 @@ static attn_layer_args enc_args(const attn_token_encoder_args *a, const float *x
     l.x = x;
     l.self_masks.key_padding_mask = a->key_padding_mask;
     l.self_masks.is_causal = a->is_causal;
-    l.training = a->training;
-    l.seed = a->seed;
-    l.offset = a->offset;
+    NN_MODE_SET(&l, NN_MODE_OF(a));
     l.capture = a->capture;
     return l;
 }
 
 static uint64_t enc_pe_offset(const attn_token_encoder *m, const attn_token_encoder_args *a) {
-    return a->offset + 8u * (uint64_t)m->cfg.stack.num_layers;
+    return nn_site_offset(a->offset, m->cfg.stack.num_layers, NN_SITE_POS_SRC);
 }
 
 /* saved: x, then the stack's; workspace: x (inference) or dx (backward), then the stack's. */

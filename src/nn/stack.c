@@ -92,10 +92,11 @@ size_t attn_nn_stack_ws(const nn_stack *S, const attn_layer_args *a) {
                          attn_nn_layer_ws_bytes(&S->layers[0], a)));
 }
 
+/* Layer `index` of the model: input x, dropout streams from its slot (nn_mode_layer). */
 static attn_layer_args layer_args(const attn_layer_args *a, const float *x, int64_t index) {
     attn_layer_args la = *a;
     la.x = x;
-    la.offset = a->offset + 8 * (uint64_t)index;
+    NN_MODE_SET(&la, nn_mode_layer(NN_MODE_OF(a), index));
     return la;
 }
 
@@ -181,7 +182,7 @@ attn_status attn_nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args
     return st;
 }
 
-/* ---- public stacks ---- */
+/* ---- public stacks: thin shims over nn_stack (decoder 0 / 1) ---- */
 
 struct attn_encoder {
     nn_stack S;
@@ -190,34 +191,46 @@ struct attn_decoder {
     nn_stack S;
 };
 
+/* A zeroed public stack of `size` bytes whose first member is its nn_stack, initialised. */
+static void *stack_new(const char *fn, const attn_stack_config *cfg, int decoder, size_t size, attn_status *st) {
+    nn_stack *S = calloc(1, size);
+    if (!S) {
+        *st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        return NULL;
+    }
+    if ((*st = attn_nn_stack_init(S, fn, cfg, decoder, NULL))) {
+        free(S);
+        return NULL;
+    }
+    return S;
+}
+
+static void stack_free(nn_stack *S) {
+    attn_nn_stack_destroy(S);
+    free(S);
+}
+
+static int stack_args_ok(const attn_layer_args *a) { return a && a->batch > 0 && a->n > 0; }
+
 attn_status attn_encoder_create(const attn_stack_config *cfg, attn_encoder **out) {
     static const char fn[] = "attn_encoder_create";
     ATTN_CHECK_NOT_NULL(fn, out);
-    *out = NULL;
-    attn_encoder *e = calloc(1, sizeof *e);
-    if (!e) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    attn_status st = attn_nn_stack_init(&e->S, fn, cfg, 0, NULL);
-    if (st) {
-        free(e);
-        return st;
-    }
-    *out = e;
-    return ATTN_OK;
+    attn_status st;
+    *out = stack_new(fn, cfg, 0, sizeof **out, &st);
+    return st;
 }
 
 void attn_encoder_free(attn_encoder *e) {
-    if (!e) return;
-    attn_nn_stack_destroy(&e->S);
-    free(e);
+    if (e) stack_free(&e->S);
 }
 
 const attn_params *attn_encoder_params(const attn_encoder *e) { return e ? e->S.list : NULL; }
 
 size_t attn_encoder_saved_size(const attn_encoder *e, const attn_layer_args *a) {
-    return e && a && a->batch > 0 && a->n > 0 ? attn_nn_stack_saved(&e->S, a) : 0;
+    return e && stack_args_ok(a) ? attn_nn_stack_saved(&e->S, a) : 0;
 }
 size_t attn_encoder_workspace_size(const attn_encoder *e, const attn_layer_args *a) {
-    return e && a && a->batch > 0 && a->n > 0 ? attn_nn_stack_ws(&e->S, a) : 0;
+    return e && stack_args_ok(a) ? attn_nn_stack_ws(&e->S, a) : 0;
 }
 
 attn_status attn_encoder_forward(attn_encoder *e, const attn_layer_args *a, float *out, void *saved,
@@ -241,31 +254,22 @@ attn_status attn_encoder_backward(attn_encoder *e, const attn_layer_args *a, con
 attn_status attn_decoder_create(const attn_stack_config *cfg, attn_decoder **out) {
     static const char fn[] = "attn_decoder_create";
     ATTN_CHECK_NOT_NULL(fn, out);
-    *out = NULL;
-    attn_decoder *d = calloc(1, sizeof *d);
-    if (!d) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    attn_status st = attn_nn_stack_init(&d->S, fn, cfg, 1, NULL);
-    if (st) {
-        free(d);
-        return st;
-    }
-    *out = d;
-    return ATTN_OK;
+    attn_status st;
+    *out = stack_new(fn, cfg, 1, sizeof **out, &st);
+    return st;
 }
 
 void attn_decoder_free(attn_decoder *d) {
-    if (!d) return;
-    attn_nn_stack_destroy(&d->S);
-    free(d);
+    if (d) stack_free(&d->S);
 }
 
 const attn_params *attn_decoder_params(const attn_decoder *d) { return d ? d->S.list : NULL; }
 
 size_t attn_decoder_saved_size(const attn_decoder *d, const attn_layer_args *a) {
-    return d && a && a->batch > 0 && a->n > 0 ? attn_nn_stack_saved(&d->S, a) : 0;
+    return d && stack_args_ok(a) ? attn_nn_stack_saved(&d->S, a) : 0;
 }
 size_t attn_decoder_workspace_size(const attn_decoder *d, const attn_layer_args *a) {
-    return d && a && a->batch > 0 && a->n > 0 ? attn_nn_stack_ws(&d->S, a) : 0;
+    return d && stack_args_ok(a) ? attn_nn_stack_ws(&d->S, a) : 0;
 }
 
 attn_status attn_decoder_forward(attn_decoder *d, const attn_layer_args *a, float *out, void *saved,
@@ -487,6 +491,7 @@ void attn_transformer_free(attn_transformer *t) {
 
 const attn_params *attn_transformer_params(const attn_transformer *t) { return t ? t->list : NULL; }
 
+/* The encoder's and the decoder's arguments of one call (masks and mode shared as given). */
 static void split_args(const attn_transformer_args *a, const float *memory, attn_layer_args *ea,
                        attn_layer_args *da) {
     *ea = attn_layer_args_default();
@@ -494,9 +499,7 @@ static void split_args(const attn_transformer_args *a, const float *memory, attn
     ea->n = a->n_src;
     ea->x = a->src;
     ea->self_masks = a->src_masks;
-    ea->training = a->training;
-    ea->seed = a->seed;
-    ea->offset = a->offset;
+    NN_MODE_SET(ea, NN_MODE_OF(a));
     ea->capture = a->capture;
     *da = *ea;
     da->n = a->n_tgt;
