@@ -45,6 +45,17 @@ static void test_table(void) {
     mc.add_bias_kv = 1;
     CHECK_STATUS(attn_mha_create(&mc, &m), ATTN_ERR_UNSUPPORTED);
     CHECK(m == NULL, "failed create left a module");
+    /* a kind without global tokens refuses a global_attention_mask */
+    CHECK_OK(attn_mha_create(&(attn_mha_config){.embed_dim = 8, .num_heads = 2, .bias = 1}, &m));
+    if (m) {
+        float x[2 * 3 * 8] = {0}, out[2 * 3 * 8];
+        uint8_t g[6] = {1, 0, 0, 0, 0, 1};
+        attn_mha_args a = attn_mha_args_default();
+        a.batch = 2, a.nq = a.nk = 3, a.query = a.key = a.value = x, a.global_attention_mask = g;
+        char ws[1 << 16];
+        CHECK_STATUS(attn_mha_forward(m, &a, out, NULL, NULL, 0, ws, sizeof ws), ATTN_ERR_UNSUPPORTED);
+        attn_mha_free(m);
+    }
 }
 
 /* Window kind against flash with the band as a PyTorch boolean attn_mask (true = not allowed). */

@@ -287,6 +287,10 @@ typedef struct attn_mha_args {
      * PyTorch returns them. Computed from the fused path row by row, never as a per-head N x N
      * matrix beyond the output itself. */
     int need_weights, average_attn_weights;
+    /* Longformer's global_attention_mask [B, Nq] (self-attention): true = a global token, which
+     * attends to every key and which every query attends to. Only for attention kinds that take
+     * one (ATTN_ERR_UNSUPPORTED otherwise). */
+    const uint8_t *global_attention_mask;
     int training;                        /* dropout on only when set */
     uint64_t seed, offset;               /* dropout stream: (seed, offset) */
     /* Attention capture (see attn_capture): this module's weights are recorded when a request
@@ -355,6 +359,7 @@ typedef struct attn_masks {
     const uint8_t *key_padding_mask;
     const float *key_padding_mask_float;
     int is_causal;                  /* PyTorch's src_is_causal / tgt_is_causal (see attn_mha_args) */
+    const uint8_t *global_attention_mask; /* [B, n] (see attn_mha_args), self-attention only */
 } attn_masks;
 
 /* One call of a layer or stack. Encoder: x = src, self_masks = src_mask / src_key_padding_mask.

@@ -26,29 +26,38 @@ typedef struct attn_kind_step {
     float *state;               /* recurrent kinds: state_floats(...) floats, zeroed when reset */
 } attn_kind_step;
 
+/* Per-call inputs some kinds take beyond attn_sdpa_params (NULL = absent). A kind that does not
+ * take one is never handed it: attn_mha refuses the call first (takes_* flags below). */
+typedef struct attn_kind_extra {
+    /* [B, Nq] true = a global token (Longformer): it attends to every key and every query attends
+     * to it; self-attention (Nq == Nk) */
+    const attn_btensor *global_mask;
+} attn_kind_extra;
+
 typedef struct attn_kind_ops {
     const char *name, *help;
     /* Options of cfg that apply to this kind, validated (fn names the caller in messages). */
     attn_status (*check)(const char *fn, const attn_attention_config *cfg);
+    int takes_global_mask;      /* attn_kind_extra.global_mask */
     /* Floats per (batch, head, query row) the forward keeps for the backward (softmax kinds:
      * the log-sum-exp). */
     int64_t stats_per_row;
     size_t (*workspace_size)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                             const attn_tensor *v, const attn_sdpa_params *p);
+                             const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x);
     /* stats [B * H * Nq * stats_per_row] (NULL when no backward follows). */
     attn_status (*forward)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                           const attn_tensor *v, const attn_sdpa_params *p, attn_tensor *out, float *stats,
-                           void *ws, size_t ws_bytes);
+                           const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x,
+                           attn_tensor *out, float *stats, void *ws, size_t ws_bytes);
     /* dq, dk, dv overwritten; dk and dv have unit innermost stride. */
     attn_status (*backward)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                            const attn_tensor *v, const attn_sdpa_params *p, const attn_tensor *out,
-                            const attn_tensor *dout, const float *stats, attn_tensor *dq, attn_tensor *dk,
-                            attn_tensor *dv, void *ws, size_t ws_bytes);
+                            const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x,
+                            const attn_tensor *out, const attn_tensor *dout, const float *stats, attn_tensor *dq,
+                            attn_tensor *dk, attn_tensor *dv, void *ws, size_t ws_bytes);
     /* Exact weights of rows [row0, row0 + rows) of (b, h) into w [rows, Nk], as attn_flash_weights;
      * NULL for a kind that has none. */
     attn_status (*weights)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                           const attn_sdpa_params *p, int64_t b, int64_t h, int64_t row0, int64_t rows,
-                           int apply_dropout, float *w);
+                           const attn_sdpa_params *p, const attn_kind_extra *x, int64_t b, int64_t h,
+                           int64_t row0, int64_t rows, int apply_dropout, float *w);
     /* Decoding: NULL for kinds that keep keys and values; else the recurrent state's floats. */
     size_t (*state_floats)(const attn_attention_config *cfg, int64_t batch, int64_t heads, int64_t d,
                            int64_t dv);

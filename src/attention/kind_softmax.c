@@ -26,8 +26,8 @@ static attn_status check_window(const char *fn, const attn_attention_config *cfg
 }
 
 static size_t softmax_ws(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                         const attn_tensor *v, const attn_sdpa_params *p) {
-    (void)cfg, (void)p;
+                         const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x) {
+    (void)cfg, (void)p, (void)x;
     return attn_flash_workspace_size(q, k, v);
 }
 
@@ -36,25 +36,28 @@ static attn_tensor lse_view(const attn_tensor *q, float *stats) {
 }
 
 static attn_status softmax_fwd(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                               const attn_tensor *v, const attn_sdpa_params *p, attn_tensor *out, float *stats,
-                               void *ws, size_t ws_bytes) {
+                               const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x,
+                               attn_tensor *out, float *stats, void *ws, size_t ws_bytes) {
+    (void)x;
     const attn_sdpa_params w = with_window(cfg, p);
     attn_tensor lse = lse_view(q, stats);
     return attn_flash_forward(q, k, v, &w, out, stats ? &lse : NULL, ws, ws_bytes);
 }
 
 static attn_status softmax_bwd(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                               const attn_tensor *v, const attn_sdpa_params *p, const attn_tensor *out,
-                               const attn_tensor *dout, const float *stats, attn_tensor *dq, attn_tensor *dk,
-                               attn_tensor *dv, void *ws, size_t ws_bytes) {
+                               const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x,
+                               const attn_tensor *out, const attn_tensor *dout, const float *stats, attn_tensor *dq,
+                               attn_tensor *dk, attn_tensor *dv, void *ws, size_t ws_bytes) {
+    (void)x;
     const attn_sdpa_params w = with_window(cfg, p);
     attn_tensor lse = lse_view(q, (float *)stats);
     return attn_flash_backward(q, k, v, &w, out, dout, &lse, dq, dk, dv, ws, ws_bytes);
 }
 
 static attn_status softmax_weights(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                                   const attn_sdpa_params *p, int64_t b, int64_t h, int64_t row0, int64_t rows,
-                                   int apply_dropout, float *wts) {
+                                   const attn_sdpa_params *p, const attn_kind_extra *x, int64_t b, int64_t h,
+                                   int64_t row0, int64_t rows, int apply_dropout, float *wts) {
+    (void)x;
     const attn_sdpa_params w = with_window(cfg, p);
     return attn_flash_weights(q, k, &w, b, h, row0, rows, apply_dropout, wts);
 }

@@ -332,6 +332,11 @@ static attn_status check_args(const char *fn, const attn_mha *m, const attn_mha_
     if (a->key_padding_mask && a->key_padding_mask_float)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                           "%s: give key_padding_mask either as bool or as float, not both", fn);
+    if (a->global_attention_mask && !m->kind->takes_global_mask)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' takes no global_attention_mask", fn, m->kind->name);
+    if (a->global_attention_mask && a->nq != a->nk)
+        return attn_error(ATTN_ERR_SHAPE, "%s: global_attention_mask is for self-attention (nq %lld != nk %lld)", fn,
+                          (long long)a->nq, (long long)a->nk);
     if (a->attn_mask && a->attn_mask_float)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: give attn_mask either as bool or as float, not both", fn);
     return ATTN_OK;
@@ -354,14 +359,26 @@ static attn_tensor head_view(float *buf, int64_t B, int64_t H, int64_t N, int64_
     return t;
 }
 
+/* The kind's per-call extras (gm: storage for the global mask's view). */
+static attn_kind_extra kind_extra(const mha_dims *d, const attn_mha_args *a, attn_btensor *gm) {
+    attn_kind_extra x = {NULL};
+    if (a->global_attention_mask) {
+        *gm = attn_btensor_2d(a->global_attention_mask, d->B, d->Nq);
+        x.global_mask = gm;
+    }
+    return x;
+}
+
 static size_t scratch_bytes(const attn_mha *m, const mha_dims *d, const attn_mha_args *a) {
+    attn_btensor gm;
+    const attn_kind_extra x = kind_extra(d, a, &gm);
     const int64_t krows = d->nx ? d->Nk : d->B * d->Nk;
     size_t s = attn_nn_linear_ws(d->B * d->Nq, d->E, d->E);
     s = nn_max(s, attn_nn_linear_ws(krows, m->kdim, d->E));
     s = nn_max(s, attn_nn_linear_ws(krows, m->vdim, d->E));
     attn_tensor q = head_view(NULL, d->B, d->H, d->Nq, d->hd), k = head_view(NULL, d->B, d->H, d->Nk2, d->hd);
     const attn_sdpa_params p = attn_sdpa_params_default();
-    s = nn_max(s, m->kind->workspace_size(&m->cfg.attention, &q, &k, &k, &p));
+    s = nn_max(s, m->kind->workspace_size(&m->cfg.attention, &q, &k, &k, &p, &x));
     if (a->need_weights && a->average_attn_weights)
         s = nn_max(s, nn_add(NN_SLACK, nn_fblock(nn_mul((size_t)attn_get_num_threads(), (size_t)d->Nk2))));
     return s;
@@ -427,10 +444,11 @@ static attn_status project_kv(const char *fn, const attn_mha *m, const mha_dims 
  * averaged over heads in head order or written per head. Tasks are (batch, query row): each owns
  * its output. */
 static attn_status mha_weights(const char *fn, const attn_mha *m, const mha_dims *d, const attn_tensor *qv,
-                               const attn_tensor *kv, const attn_sdpa_params *p, int average, int dropout,
+                               const attn_tensor *kv, const attn_sdpa_params *p, const attn_kind_extra *x, int average,
+                               int dropout,
                                float *weights, nn_arena *ws) {
     const attn_attention_config *ac = &m->cfg.attention;
-    attn_status st = m->kind->weights(ac, qv, kv, p, 0, 0, 0, 0, dropout, weights); /* validates once */
+    attn_status st = m->kind->weights(ac, qv, kv, p, x, 0, 0, 0, 0, dropout, weights); /* validates once */
     if (st) return attn_nn_wrap_error(st, fn);
     const int64_t tasks = d->B * d->Nq, Nk2 = d->Nk2;
     const int nt = attn_threads_for(tasks);
@@ -457,13 +475,13 @@ static attn_status mha_weights(const char *fn, const attn_mha *m, const mha_dims
             float *dst = weights + (b * d->Nq + i) * Nk2;
             for (int64_t j = 0; j < Nk2; j++) dst[j] = 0.0f;
             for (int64_t h = 0; h < d->H; h++) {
-                m->kind->weights(ac, qv, kv, p, b, h, i, 1, dropout, row);
+                m->kind->weights(ac, qv, kv, p, x, b, h, i, 1, dropout, row);
                 for (int64_t j = 0; j < Nk2; j++) dst[j] += row[j];
             }
             for (int64_t j = 0; j < Nk2; j++) dst[j] *= inv_h;
         } else {
             for (int64_t h = 0; h < d->H; h++)
-                m->kind->weights(ac, qv, kv, p, b, h, i, 1, dropout, weights + ((b * d->H + h) * d->Nq + i) * Nk2);
+                m->kind->weights(ac, qv, kv, p, x, b, h, i, 1, dropout, weights + ((b * d->H + h) * d->Nq + i) * Nk2);
         }
     }
     return ATTN_OK;
@@ -472,7 +490,8 @@ static attn_status mha_weights(const char *fn, const attn_mha *m, const mha_dims
 /* Attention capture: the weights of the heads and rows the capture asks of this module, per head
  * (as need_weights with average_attn_weights = 0). Tasks are (batch, head, row). */
 static attn_status mha_capture(const char *fn, const attn_mha *m, const mha_dims *d, attn_capture *c,
-                               const attn_tensor *qv, const attn_tensor *kv, const attn_sdpa_params *p, int dropout) {
+                               const attn_tensor *qv, const attn_tensor *kv, const attn_sdpa_params *p,
+                               const attn_kind_extra *x, int dropout) {
     nn_capture_slot cs;
     attn_status st = attn_nn_capture_begin(c, fn, d->B, d->H, d->Nq, d->Nk2, &cs);
     if (st || !cs.w) return st;
@@ -480,13 +499,13 @@ static attn_status mha_capture(const char *fn, const attn_mha *m, const mha_dims
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' has no attention weights to capture", fn,
                           m->kind->name);
     const attn_attention_config *ac = &m->cfg.attention;
-    if ((st = m->kind->weights(ac, qv, kv, p, 0, 0, 0, 0, dropout, cs.w))) return attn_nn_wrap_error(st, fn);
+    if ((st = m->kind->weights(ac, qv, kv, p, x, 0, 0, 0, 0, dropout, cs.w))) return attn_nn_wrap_error(st, fn);
     const int64_t tasks = cs.batch * cs.heads * cs.rows;
     const int nt = attn_threads_for(tasks);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t t = 0; t < tasks; t++) {
         const int64_t i = t % cs.rows, h = (t / cs.rows) % cs.heads, b = t / (cs.rows * cs.heads);
-        m->kind->weights(ac, qv, kv, p, b, cs.head0 + h, cs.row0 + i, 1, dropout, cs.w + t * cs.nk);
+        m->kind->weights(ac, qv, kv, p, x, b, cs.head0 + h, cs.row0 + i, 1, dropout, cs.w + t * cs.nk);
     }
     return ATTN_OK;
 }
@@ -498,6 +517,8 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     mha_acts t;
     take_acts(saved ? saved : ws, m, &d, &t, saved != NULL);
     attn_sdpa_params p = sdpa_params(m, a);
+    attn_btensor gm;
+    const attn_kind_extra x = kind_extra(&d, a, &gm);
     mha_mask_views mv;
     build_masks(&d, a, &mk, ws, &mv, &p);
     size_t wsb;
@@ -512,12 +533,12 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     if (m->cfg.use_rope && ((st = attn_rope_forward(&m->cfg.rope, &qv, 0, NULL)) ||
                             (st = attn_rope_forward(&m->cfg.rope, &kv, 0, NULL))))
         return attn_nn_wrap_error(st, fn);
-    if ((st = m->kind->forward(&m->cfg.attention, &qv, &kv, &vv, &p, &ov, t.lse, scr, wsb)))
+    if ((st = m->kind->forward(&m->cfg.attention, &qv, &kv, &vv, &p, &x, &ov, t.lse, scr, wsb)))
         return attn_nn_wrap_error(st, fn);
     if ((st = attn_nn_linear_fwd(fn, t.O, m->wo, m->bo, out, d.B * d.Nq, d.E, d.E, scr, wsb))) return st;
-    if (a->capture && (st = mha_capture(fn, m, &d, a->capture, &qv, &kv, &p, p.dropout_p > 0))) return st;
+    if (a->capture && (st = mha_capture(fn, m, &d, a->capture, &qv, &kv, &p, &x, p.dropout_p > 0))) return st;
     if (a->need_weights)
-        return mha_weights(fn, m, &d, &qv, &kv, &p, a->average_attn_weights, p.dropout_p > 0, weights, ws);
+        return mha_weights(fn, m, &d, &qv, &kv, &p, &x, a->average_attn_weights, p.dropout_p > 0, weights, ws);
     return ATTN_OK;
 }
 
@@ -567,6 +588,8 @@ static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha
     take_acts(saved, m, &d, &t, 1);
     take_acts(ws, m, &d, &g, 0); /* g.O is dO, g.Q dQ, ... */
     attn_sdpa_params p = sdpa_params(m, a);
+    attn_btensor gm;
+    const attn_kind_extra x = kind_extra(&d, a, &gm);
     mha_mask_views mv;
     build_masks(&d, a, &mk, ws, &mv, &p);
     size_t wsb;
@@ -578,7 +601,7 @@ static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha
                 vv = head_view(t.V, d.B, d.H, d.Nk2, d.hd), ov = head_view(t.O, d.B, d.H, d.Nq, d.hd);
     attn_tensor dov = head_view(g.O, d.B, d.H, d.Nq, d.hd), dqv = head_view(g.Q, d.B, d.H, d.Nq, d.hd),
                 dkv = head_view(g.K, d.B, d.H, d.Nk2, d.hd), dvv = head_view(g.V, d.B, d.H, d.Nk2, d.hd);
-    if ((st = m->kind->backward(&m->cfg.attention, &qv, &kv, &vv, &p, &ov, &dov, t.lse, &dqv, &dkv, &dvv, scr, wsb)))
+    if ((st = m->kind->backward(&m->cfg.attention, &qv, &kv, &vv, &p, &x, &ov, &dov, t.lse, &dqv, &dkv, &dvv, scr, wsb)))
         return attn_nn_wrap_error(st, fn);
     /* Q and K were rotated after the projection: rotate their gradients back */
     if (m->cfg.use_rope && ((st = attn_rope_backward(&m->cfg.rope, &dqv, 0, NULL)) ||

@@ -200,6 +200,7 @@ static inline void nn_mha_set_masks(attn_mha_args *m, const attn_masks *k) {
     m->key_padding_mask = k->key_padding_mask;
     m->key_padding_mask_float = k->key_padding_mask_float;
     m->is_causal = k->is_causal;
+    m->global_attention_mask = k->global_attention_mask;
 }
 /* The attention weights' dropout at `site` of a call in mode md. */
 static inline void nn_mha_set_mode(attn_mha_args *m, nn_mode md, unsigned site) {
