@@ -598,6 +598,8 @@ attn_status attn_seq2seq_create(const attn_seq2seq_config *cfg, attn_seq2seq **o
 void attn_seq2seq_free(attn_seq2seq *m);
 const attn_params *attn_seq2seq_params(const attn_seq2seq *m);
 attn_transformer *attn_seq2seq_transformer(attn_seq2seq *m);
+/* The configuration the model was created with (NULL for NULL). */
+ATTN_API const attn_seq2seq_config *attn_seq2seq_get_config(const attn_seq2seq *m);
 size_t attn_seq2seq_saved_size(const attn_seq2seq *m, const attn_seq2seq_args *a);
 size_t attn_seq2seq_workspace_size(const attn_seq2seq *m, const attn_seq2seq_args *a);
 /* logits [B, n_tgt, tgt_vocab]; saved NULL for inference. */

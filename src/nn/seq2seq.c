@@ -100,6 +100,7 @@ fail:
 
 const attn_params *attn_seq2seq_params(const attn_seq2seq *m) { return m ? m->list : NULL; }
 attn_transformer *attn_seq2seq_transformer(attn_seq2seq *m) { return m ? m->tr : NULL; }
+const attn_seq2seq_config *attn_seq2seq_get_config(const attn_seq2seq *m) { return m ? &m->cfg : NULL; }
 
 static attn_status check_args(const char *fn, const attn_seq2seq *m, const attn_seq2seq_args *a) {
     ATTN_CHECK_NOT_NULL(fn, m);
