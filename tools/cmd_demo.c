@@ -146,13 +146,12 @@ static attn_status demo_cross_attention(attn_seq2seq *m, const int64_t *src, int
     for (int64_t i = 0; i < nt; i++)
         for (int64_t k = 0; k < d; k++) x[i * d + k] = emb->data[tgt[i] * d + k] * scale;
     if ((st = attn_sinusoidal_table(pe, nt, d)) || (st = attn_posenc_add(x, pe, nt, 1, nt, d, 0))) goto done;
-    const attn_params *tp = attn_seq2seq_params(m);
     if (nl > 1) {
         attn_stack_config sc = attn_stack_config_default(d, lc->nhead, nl - 1);
         sc.layer = *lc;
         sc.norm = 0;
         if ((st = attn_decoder_create(&sc, &pre))) goto done;
-        if ((st = copy_params(attn_decoder_params(pre), tp, "transformer.decoder."))) goto done;
+        if ((st = copy_params(attn_decoder_params(pre), ps, "transformer.decoder."))) goto done;
         attn_layer_args da = attn_layer_args_default();
         da.batch = 1;
         da.n = nt;
@@ -171,15 +170,15 @@ static attn_status demo_cross_attention(attn_seq2seq *m, const int64_t *src, int
     attn_mha_config mc = attn_mha_config_default(d, lc->nhead);
     if ((st = attn_mha_create(&mc, &sa)) || (st = attn_mha_create(&mc, &ca))) goto done;
     snprintf(prefix, sizeof prefix, "transformer.decoder.layers.%lld.self_attn.", (long long)(nl - 1));
-    if ((st = copy_params(attn_mha_params(sa), tp, prefix))) goto done;
+    if ((st = copy_params(attn_mha_params(sa), ps, prefix))) goto done;
     snprintf(prefix, sizeof prefix, "transformer.decoder.layers.%lld.multihead_attn.", (long long)(nl - 1));
-    if ((st = copy_params(attn_mha_params(ca), tp, prefix))) goto done;
+    if ((st = copy_params(attn_mha_params(ca), ps, prefix))) goto done;
     snprintf(n1w, sizeof n1w, "transformer.decoder.layers.%lld.norm1.weight", (long long)(nl - 1));
     snprintf(n1b, sizeof n1b, "transformer.decoder.layers.%lld.norm1.bias", (long long)(nl - 1));
     snprintf(n2w, sizeof n2w, "transformer.decoder.layers.%lld.norm2.weight", (long long)(nl - 1));
     snprintf(n2b, sizeof n2b, "transformer.decoder.layers.%lld.norm2.bias", (long long)(nl - 1));
-    const attn_param *g1 = attn_params_find(tp, n1w), *b1 = attn_params_find(tp, n1b),
-                     *g2 = attn_params_find(tp, n2w), *b2 = attn_params_find(tp, n2b);
+    const attn_param *g1 = attn_params_find(ps, n1w), *b1 = attn_params_find(ps, n1b),
+                     *g2 = attn_params_find(ps, n2w), *b2 = attn_params_find(ps, n2b);
     if (!g1 || !b1 || !g2 || !b2) {
         st = ATTN_ERR_NOT_FOUND;
         goto done;
@@ -233,7 +232,7 @@ done:
 /* ---- the figure: SVG and HTML heat maps ----------------------------------------------------------- */
 /* 0, or the exit code after the message. */
 static int write_figure(const char *svg_path, const char *html_path, const int64_t *src, int64_t L,
-                                const int64_t *pred, const float *w) {
+                        const int64_t *pred, const float *w) {
     const char *cols[DEMO_MAX_LEN], *rows[DEMO_MAX_LEN + 1];
     for (int64_t j = 0; j < L; j++) cols[j] = demo_tok_str(src[j]);
     for (int64_t i = 0; i <= L; i++) rows[i] = demo_tok_str(pred[i]);
