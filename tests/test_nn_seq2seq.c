@@ -64,6 +64,77 @@ int main(void) {
     CHECK_OK(attn_seq2seq_forward(m, &a, inf, NULL, 0, ws, wb));
     CHECK(!memcmp(inf, logits, sizeof(float) * (size_t)(B * T * V)), "inference differs from the training forward");
 
+    /* encode once, then decode step by step (a prompt, then one token at a time): the steps give
+     * the rows of the full forward over the whole target (causal, no target padding mask) */
+    {
+        attn_seq2seq_args f = a;
+        f.tgt_key_padding_mask = NULL;
+        const size_t fw = attn_seq2seq_workspace_size(m, &f);
+        void *fws = xmalloc(fw);
+        float *full = xmalloc(sizeof(float) * (size_t)(B * T * V)), *got = xmalloc(sizeof(float) * (size_t)(B * T * V)),
+              *step = xmalloc(sizeof(float) * (size_t)(B * T * V)), *mem = xmalloc(sizeof(float) * (size_t)(B * S * d));
+        int64_t *tt = xmalloc(sizeof(int64_t) * (size_t)(B * T));
+        CHECK_OK(attn_seq2seq_forward(m, &f, full, NULL, 0, fws, fw));
+        const size_t ew = attn_seq2seq_encode_workspace_size(m, B, S), cb = attn_seq2seq_cache_size(m, B, T, S);
+        size_t sw = 0;
+        for (int64_t n = 1; n <= T; n++) {
+            const size_t w = attn_seq2seq_step_workspace_size(m, B, n, T, S);
+            if (w > sw) sw = w;
+        }
+        CHECK(ew > 0 && cb > 0 && sw > 0, "size queries gave 0");
+        void *ews = xmalloc(ew), *cbuf = xmalloc(cb), *sws = xmalloc(sw);
+        attn_seq2seq_cache *c = NULL;
+        CHECK_OK(attn_seq2seq_encode(m, src, B, S, skpm, mem, ews, ew));
+        CHECK_OK(attn_seq2seq_cache_init(m, cbuf, cb, B, T, mem, S, skpm, sws, sw, &c));
+        const int64_t P = T > 2 ? T / 2 : 1; /* prompt length */
+        for (int64_t len = 0, n = P; c && len < T; len += n, n = 1) {
+            for (int64_t b = 0; b < B; b++) memcpy(tt + b * n, tgt + b * T + len, sizeof(int64_t) * (size_t)n);
+            CHECK_OK(attn_seq2seq_forward_step(m, c, tt, n, step, sws, sw));
+            CHECK(attn_seq2seq_cache_length(c) == len + n, "cache length %lld after %lld positions",
+                  (long long)attn_seq2seq_cache_length(c), (long long)(len + n));
+            for (int64_t b = 0; b < B; b++)
+                memcpy(got + (b * T + len) * V, step + b * n * V, sizeof(float) * (size_t)(n * V));
+        }
+        double es = rel_err_ff(got, full, (size_t)(B * T * V));
+        CHECK(es <= 1e-5, "cached steps vs full forward: rel err %.3g", es);
+        printf("  cached decode (prompt %lld, then 1 at a time) vs full forward: rel err %.2e\n", (long long)P, es);
+
+        /* argument errors, with messages naming the problem */
+        if (c) {
+            CHECK_STATUS(attn_seq2seq_forward_step(m, c, tt, 1, step, sws, sw), ATTN_ERR_SHAPE); /* cache full */
+            CHECK(strstr(attn_last_error(), "capacity") != NULL, "message: %s", attn_last_error());
+        }
+        CHECK_OK(attn_seq2seq_cache_init(m, cbuf, cb, B, T, mem, S, skpm, sws, sw, &c));
+        CHECK(c && attn_seq2seq_cache_length(c) == 0, "a new init does not reset the cache");
+        CHECK_STATUS(attn_seq2seq_forward_step(m, c, tt, T + 1, step, sws, sw), ATTN_ERR_SHAPE);
+        CHECK_STATUS(attn_seq2seq_forward_step(m, c, tt, 0, step, sws, sw), ATTN_ERR_SHAPE);
+        CHECK_STATUS(attn_seq2seq_forward_step(m, c, tt, 1, step, sws, 16), ATTN_ERR_WORKSPACE);
+        CHECK_STATUS(attn_seq2seq_forward_step(m, c, NULL, 1, step, sws, sw), ATTN_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(attn_seq2seq_forward_step(m, NULL, tt, 1, step, sws, sw), ATTN_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(attn_seq2seq_forward_step(m, c, tt, 1, NULL, sws, sw), ATTN_ERR_INVALID_ARGUMENT);
+        int64_t badt[64];
+        for (int i = 0; i < 64; i++) badt[i] = V;
+        CHECK_STATUS(attn_seq2seq_forward_step(m, c, badt, 1, step, sws, sw), ATTN_ERR_INVALID_ARGUMENT);
+        CHECK(c && attn_seq2seq_cache_length(c) == 0, "a failed step changed the cache length");
+        attn_seq2seq_cache *c2 = NULL;
+        CHECK_STATUS(attn_seq2seq_cache_init(m, cbuf, cb, B, cfg.max_len + 1, mem, S, skpm, sws, sw, &c2),
+                     ATTN_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(attn_last_error(), "max_len") != NULL, "message: %s", attn_last_error());
+        CHECK(c2 == NULL, "a failed init left a cache");
+        CHECK_STATUS(attn_seq2seq_cache_init(m, cbuf, 64, B, T, mem, S, skpm, sws, sw, &c2), ATTN_ERR_WORKSPACE);
+        CHECK_STATUS(attn_seq2seq_cache_init(m, cbuf, cb, B, T, mem, S, skpm, sws, 16, &c2), ATTN_ERR_WORKSPACE);
+        CHECK_STATUS(attn_seq2seq_cache_init(m, cbuf, cb, B, T, NULL, S, skpm, sws, sw, &c2), ATTN_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(attn_seq2seq_cache_init(m, cbuf, cb, 0, T, mem, S, skpm, sws, sw, &c2), ATTN_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(attn_seq2seq_encode(m, src, B, cfg.max_len + 1, NULL, mem, ews, ew), ATTN_ERR_SHAPE);
+        CHECK(strstr(attn_last_error(), "n_src") != NULL, "message: %s", attn_last_error());
+        CHECK_STATUS(attn_seq2seq_encode(m, NULL, B, S, NULL, mem, ews, ew), ATTN_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(attn_seq2seq_encode(m, src, B, S, NULL, mem, ews, 16), ATTN_ERR_WORKSPACE);
+        CHECK(attn_seq2seq_cache_size(m, 0, T, S) == 0 && attn_seq2seq_step_workspace_size(NULL, B, 1, T, S) == 0 &&
+                  attn_seq2seq_encode_workspace_size(m, B, 0) == 0 && attn_seq2seq_cache_length(NULL) == 0,
+              "size queries of invalid shapes are not 0");
+        free(fws); free(full); free(got); free(step); free(mem); free(tt); free(ews); free(cbuf); free(sws);
+    }
+
     CHECK_OK(attn_params_zero_grad(ps));
     CHECK_OK(attn_seq2seq_backward(m, &a, dl, saved, sb, ws, wb));
     double worst = 0;

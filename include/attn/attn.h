@@ -8,5 +8,6 @@
 #include "safetensors.h"
 #include "nn.h"
 #include "train.h"
+#include "viz.h"
 
 #endif

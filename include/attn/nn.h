@@ -672,6 +672,8 @@ ATTN_API attn_status attn_seq2seq_create(const attn_seq2seq_config *cfg, attn_se
 ATTN_API void attn_seq2seq_free(attn_seq2seq *m);
 ATTN_API const attn_params *attn_seq2seq_params(const attn_seq2seq *m);
 ATTN_API attn_transformer *attn_seq2seq_transformer(attn_seq2seq *m);
+/* The configuration the model was created with (NULL for NULL). */
+ATTN_API const attn_seq2seq_config *attn_seq2seq_get_config(const attn_seq2seq *m);
 ATTN_API size_t attn_seq2seq_saved_size(const attn_seq2seq *m, const attn_seq2seq_args *a);
 ATTN_API size_t attn_seq2seq_workspace_size(const attn_seq2seq *m, const attn_seq2seq_args *a);
 /* logits [B, n_tgt, tgt_vocab]; saved NULL for inference. */
@@ -681,6 +683,43 @@ ATTN_API attn_status attn_seq2seq_forward(attn_seq2seq *m, const attn_seq2seq_ar
 ATTN_API attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, const float *dlogits,
                                   const void *saved, size_t saved_bytes, void *workspace,
                                   size_t workspace_bytes);
+
+/* Generation: encode the source once, then decode step by step over the decoder's key/value caches
+ * (attn_decoder_cache: one self-attention cache per decoder layer, capacity target positions, and
+ * one cross-attention cache per layer filled from the memory at init). Eval mode: no dropout.
+ *   memory = attn_seq2seq_encode(src)            [B, n_src, d_model], the encoder stack's output
+ *   attn_seq2seq_cache_init(memory)              the cache object lives at the start of the buffer
+ *   attn_seq2seq_forward_step(tgt [B, n])        positions length .. length + n - 1
+ * A step gives logits [B, n, tgt_vocab] equal to the last n rows of attn_seq2seq_forward over the
+ * whole target so far (tgt_causal, no tgt_key_padding_mask, the same src_key_padding_mask): a
+ * prompt of several tokens, then one at a time. src_key_padding_mask [B, n_src] (PyTorch's bool,
+ * nullable) masks the encoder's self-attention in encode and the cross-attention in every step;
+ * cache_init keeps it by pointer, so it must outlive the cache's use. */
+ATTN_API size_t attn_seq2seq_encode_workspace_size(const attn_seq2seq *m, int64_t batch, int64_t n_src);
+/* src [B, n_src] token ids; memory [B, n_src, d_model]. */
+ATTN_API attn_status attn_seq2seq_encode(attn_seq2seq *m, const int64_t *src, int64_t batch, int64_t n_src,
+                                         const uint8_t *src_key_padding_mask, float *memory, void *workspace,
+                                         size_t workspace_bytes);
+
+typedef struct attn_seq2seq_cache attn_seq2seq_cache;
+
+/* capacity: target positions the cache holds (<= max_len); n_src: the memory's length. */
+ATTN_API size_t attn_seq2seq_cache_size(const attn_seq2seq *m, int64_t batch, int64_t capacity, int64_t n_src);
+/* workspace: attn_seq2seq_step_workspace_size(m, batch, n, capacity, n_src) for any n >= 1. The
+ * cache refers to the model (a step with another model is an error) and is reset by a new init. */
+ATTN_API attn_status attn_seq2seq_cache_init(attn_seq2seq *m, void *buffer, size_t bytes, int64_t batch,
+                                             int64_t capacity, const float *memory, int64_t n_src,
+                                             const uint8_t *src_key_padding_mask, void *workspace,
+                                             size_t workspace_bytes, attn_seq2seq_cache **cache);
+/* Target positions decoded so far. */
+ATTN_API int64_t attn_seq2seq_cache_length(const attn_seq2seq_cache *cache);
+ATTN_API size_t attn_seq2seq_step_workspace_size(const attn_seq2seq *m, int64_t batch, int64_t n,
+                                                 int64_t capacity, int64_t n_src);
+/* tgt [B, n] token ids at positions length .. length + n - 1 (length + n <= capacity);
+ * logits [B, n, tgt_vocab]. */
+ATTN_API attn_status attn_seq2seq_forward_step(attn_seq2seq *m, attn_seq2seq_cache *cache, const int64_t *tgt,
+                                               int64_t n, float *logits, void *workspace,
+                                               size_t workspace_bytes);
 
 /* The seed's TransformerEncoder over tokens: x = embedding[tokens] * sqrt(d_model) + pe (dropout in
  * training), then the encoder stack with its final norm. Parameters: embedding.weight,

@@ -100,6 +100,7 @@ fail:
 
 const attn_params *attn_seq2seq_params(const attn_seq2seq *m) { return m ? m->list : NULL; }
 attn_transformer *attn_seq2seq_transformer(attn_seq2seq *m) { return m ? m->tr : NULL; }
+const attn_seq2seq_config *attn_seq2seq_get_config(const attn_seq2seq *m) { return m ? &m->cfg : NULL; }
 
 static attn_status check_args(const char *fn, const attn_seq2seq *m, const attn_seq2seq_args *a) {
     ATTN_CHECK_NOT_NULL(fn, m);
@@ -158,16 +159,22 @@ size_t attn_seq2seq_workspace_size(const attn_seq2seq *m, const attn_seq2seq_arg
     return nn_add(nn_add(n, inner), NN_SLACK);
 }
 
-/* x [B, n, d] = emb[tokens] * sqrt(d) + pe, then dropout; and its backward into the embedding */
-static attn_status embed(const attn_embedding *e, const float *pe, int64_t max_len, int64_t d, float p,
-                         const int64_t *tok, int64_t B, int64_t n, float *x, int training, uint64_t seed,
-                         uint64_t offset) {
+/* x [B, n, d] = emb[tokens] * sqrt(d) + pe[pos0 ..], then dropout; and its backward into the embedding */
+static attn_status embed_at(const attn_embedding *e, const float *pe, int64_t max_len, int64_t d, float p,
+                            const int64_t *tok, int64_t B, int64_t n, int64_t pos0, float *x, int training,
+                            uint64_t seed, uint64_t offset) {
     attn_status st = attn_embedding_forward(e, tok, B * n, x);
     if (st) return st;
     const float sc = (float)sqrt((double)d);
     for (int64_t i = 0; i < B * n * d; i++) x[i] *= sc;
-    if ((st = attn_posenc_add(x, pe, max_len, B, n, d, 0))) return st;
+    if ((st = attn_posenc_add(x, pe, max_len, B, n, d, pos0))) return st;
     return nn_dropout_fwd(x, B * n * d, p, training, seed, offset);
+}
+
+static attn_status embed(const attn_embedding *e, const float *pe, int64_t max_len, int64_t d, float p,
+                         const int64_t *tok, int64_t B, int64_t n, float *x, int training, uint64_t seed,
+                         uint64_t offset) {
+    return embed_at(e, pe, max_len, d, p, tok, B, n, 0, x, training, seed, offset);
 }
 
 static attn_status embed_backward(attn_embedding *e, int64_t d, float p, const int64_t *tok, int64_t B, int64_t n,
@@ -243,6 +250,141 @@ attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, c
         (st = embed_backward(m->tgt_emb, d, p, a->tgt, B, a->n_tgt, dxt, a->training, a->seed, pe_offset(m, a, 1))))
         return attn_nn_wrap_error(st, fn);
     return ATTN_OK;
+}
+
+/* ---- encode once, decode step by step ---------------------------------------------------------- */
+
+/* workspace: xs, then the encoder's, with or without a key padding mask (the query has no mask
+ * argument: it covers both). */
+size_t attn_seq2seq_encode_workspace_size(const attn_seq2seq *m, int64_t batch, int64_t n_src) {
+    if (!m || batch < 1 || n_src < 1) return 0;
+    static const uint8_t any_mask = 0; /* only its presence matters to the size query */
+    attn_layer_args l = attn_layer_args_default();
+    l.batch = batch;
+    l.n = n_src;
+    const attn_encoder *e = attn_transformer_encoder(m->tr);
+    size_t enc = attn_encoder_workspace_size(e, &l);
+    l.self_masks.key_padding_mask = &any_mask;
+    enc = nn_max(enc, attn_encoder_workspace_size(e, &l));
+    const size_t rows = nn_mul(nn_mul((size_t)batch, (size_t)n_src), (size_t)m->cfg.transformer.layer.d_model);
+    return nn_add(nn_add(nn_fblock(rows), enc), NN_SLACK);
+}
+
+attn_status attn_seq2seq_encode(attn_seq2seq *m, const int64_t *src, int64_t batch, int64_t n_src,
+                                const uint8_t *src_key_padding_mask, float *memory, void *workspace,
+                                size_t workspace_bytes) {
+    static const char fn[] = "attn_seq2seq_encode";
+    ATTN_CHECK_NOT_NULL(fn, m);
+    ATTN_CHECK_NOT_NULL(fn, src);
+    ATTN_CHECK_NOT_NULL(fn, memory);
+    if (batch < 1 || n_src < 1 || n_src > m->cfg.max_len)
+        return attn_error(ATTN_ERR_SHAPE, "%s: batch = %lld, n_src = %lld must be >= 1 and n_src <= max_len %lld", fn,
+                          (long long)batch, (long long)n_src, (long long)m->cfg.max_len);
+    const int64_t d = m->cfg.transformer.layer.d_model;
+    nn_arena ws;
+    attn_status st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+                                        attn_seq2seq_encode_workspace_size(m, batch, n_src));
+    if (st) return st;
+    float *xs = nn_takef(&ws, (size_t)(batch * n_src * d));
+    if ((st = embed(m->src_emb, m->pe, m->cfg.max_len, d, 0.0f, src, batch, n_src, xs, 0, 0, 0)))
+        return attn_nn_wrap_error(st, fn);
+    attn_layer_args l = attn_layer_args_default();
+    l.batch = batch;
+    l.n = n_src;
+    l.x = xs;
+    l.self_masks.key_padding_mask = src_key_padding_mask;
+    size_t rb;
+    void *rest = nn_rest(&ws, &rb);
+    if ((st = attn_encoder_forward(attn_transformer_encoder(m->tr), &l, memory, NULL, 0, rest, rb)))
+        return attn_nn_wrap_error(st, fn);
+    return ATTN_OK;
+}
+
+struct attn_seq2seq_cache {
+    const attn_seq2seq *model;
+    int64_t batch, capacity, n_src;
+    attn_decoder_cache *dec;
+};
+
+size_t attn_seq2seq_cache_size(const attn_seq2seq *m, int64_t batch, int64_t capacity, int64_t n_src) {
+    if (!m || batch < 1 || capacity < 1 || n_src < 1) return 0;
+    return nn_add(nn_add(NN_SLACK, nn_block(sizeof(attn_seq2seq_cache))),
+                  attn_decoder_cache_size(attn_transformer_decoder(m->tr), batch, capacity, n_src));
+}
+
+/* step workspace: x, h, then the larger of the decoder step's and the projection's (the decoder
+ * step's covers filling the cross-attention caches at init). */
+size_t attn_seq2seq_step_workspace_size(const attn_seq2seq *m, int64_t batch, int64_t n, int64_t capacity,
+                                        int64_t n_src) {
+    if (!m || batch < 1 || n < 1 || capacity < 1 || n_src < 1) return 0;
+    const int64_t d = m->cfg.transformer.layer.d_model;
+    const size_t rows = nn_fblock(nn_mul(nn_mul((size_t)batch, (size_t)n), (size_t)d));
+    const size_t sub = nn_max(attn_decoder_step_workspace_size(attn_transformer_decoder(m->tr), batch, n, capacity, n_src),
+                              attn_nn_linear_ws(batch * n, d, m->cfg.tgt_vocab));
+    return nn_add(nn_add(NN_SLACK, nn_mul(2, rows)), sub);
+}
+
+attn_status attn_seq2seq_cache_init(attn_seq2seq *m, void *buffer, size_t bytes, int64_t batch, int64_t capacity,
+                                    const float *memory, int64_t n_src, const uint8_t *src_key_padding_mask,
+                                    void *workspace, size_t workspace_bytes, attn_seq2seq_cache **cache) {
+    static const char fn[] = "attn_seq2seq_cache_init";
+    ATTN_CHECK_NOT_NULL(fn, cache);
+    *cache = NULL;
+    ATTN_CHECK_NOT_NULL(fn, m);
+    ATTN_CHECK_NOT_NULL(fn, memory);
+    if (batch < 1 || capacity < 1 || n_src < 1 || capacity > m->cfg.max_len || n_src > m->cfg.max_len)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: batch = %lld, capacity = %lld, n_src = %lld must be >= 1 and capacity, n_src <= "
+                          "max_len %lld", fn, (long long)batch, (long long)capacity, (long long)n_src,
+                          (long long)m->cfg.max_len);
+    nn_arena ar, ws;
+    attn_status st;
+    if ((st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_seq2seq_cache_size(m, batch, capacity, n_src))) ||
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+                                 attn_seq2seq_step_workspace_size(m, batch, 1, capacity, n_src))))
+        return st;
+    attn_seq2seq_cache *c = attn_nn_take(&ar, sizeof *c);
+    c->model = m;
+    c->batch = batch;
+    c->capacity = capacity;
+    c->n_src = n_src;
+    size_t db, wb;
+    void *dbuf = nn_rest(&ar, &db), *rest = nn_rest(&ws, &wb);
+    if ((st = attn_decoder_cache_init(attn_transformer_decoder(m->tr), dbuf, db, batch, capacity, memory, n_src,
+                                      src_key_padding_mask, rest, wb, &c->dec)))
+        return attn_nn_wrap_error(st, fn);
+    *cache = c;
+    return ATTN_OK;
+}
+
+int64_t attn_seq2seq_cache_length(const attn_seq2seq_cache *cache) {
+    return cache ? attn_decoder_cache_length(cache->dec) : 0;
+}
+
+attn_status attn_seq2seq_forward_step(attn_seq2seq *m, attn_seq2seq_cache *cache, const int64_t *tgt, int64_t n,
+                                      float *logits, void *workspace, size_t workspace_bytes) {
+    static const char fn[] = "attn_seq2seq_forward_step";
+    ATTN_CHECK_NOT_NULL(fn, m);
+    ATTN_CHECK_NOT_NULL(fn, cache);
+    ATTN_CHECK_NOT_NULL(fn, tgt);
+    ATTN_CHECK_NOT_NULL(fn, logits);
+    if (cache->model != m)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: the cache was initialised for another model", fn);
+    const int64_t len = attn_decoder_cache_length(cache->dec), B = cache->batch, d = m->cfg.transformer.layer.d_model;
+    if (n < 1 || len + n > cache->capacity)
+        return attn_error(ATTN_ERR_SHAPE, "%s: n = %lld new positions after %lld do not fit the capacity %lld", fn,
+                          (long long)n, (long long)len, (long long)cache->capacity);
+    nn_arena ws;
+    attn_status st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+                                        attn_seq2seq_step_workspace_size(m, B, n, cache->capacity, cache->n_src));
+    if (st) return st;
+    float *x = nn_takef(&ws, (size_t)(B * n * d)), *h = nn_takef(&ws, (size_t)(B * n * d));
+    size_t rb;
+    void *rest = nn_rest(&ws, &rb);
+    if ((st = embed_at(m->tgt_emb, m->pe, m->cfg.max_len, d, 0.0f, tgt, B, n, len, x, 0, 0, 0)) ||
+        (st = attn_decoder_forward_step(attn_transformer_decoder(m->tr), cache->dec, x, n, h, rest, rb)))
+        return attn_nn_wrap_error(st, fn);
+    return attn_nn_linear_fwd(fn, h, m->w, m->b, logits, B * n, d, m->cfg.tgt_vocab, rest, rb);
 }
 
 /* ---- attn_token_encoder ---------------------------------------------------------------------- */
