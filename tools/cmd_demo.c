@@ -84,132 +84,45 @@ static int ensure(void **buf, size_t *cap, size_t need) {
 }
 
 /* ---- cross-attention of the last decoder layer --------------------------------------------------
- * Recomputed from the public modules (to be replaced by the library's attention capture): the
- * memory by attn_seq2seq_encode; the teacher-forced target [BOS, pred[0 .. L)) embedded as the
- * model does (tgt_embedding * sqrt(d) + sinusoidal positions); copies of the trained parameters
- * run the first num_decoder_layers - 1 decoder layers (a stack without final norm), then the last
- * layer's self-attention block, then its multihead_attn with need_weights averaged over heads. */
-static attn_status copy_params(const attn_params *dst, const attn_params *src, const char *prefix) {
-    char name[256];
-    for (size_t i = 0; i < attn_params_count(dst); i++) {
-        const attn_param *p = attn_params_get(dst, i);
-        snprintf(name, sizeof name, "%s%s", prefix, p->name);
-        const attn_param *q = attn_params_find(src, name);
-        if (!q || q->numel != p->numel) return ATTN_ERR_NOT_FOUND;
-        memcpy(p->data, q->data, sizeof(float) * p->numel);
-    }
-    return ATTN_OK;
-}
-
+ * One teacher-forced forward of the model on (src, [BOS, pred[0 .. L))) with an attention capture
+ * asking for the last decoder layer's multihead_attn: eval mode and a causal target, so these are
+ * the weights greedy decoding applied when it produced pred. Averaged over heads, as
+ * nn.MultiheadAttention's default average_attn_weights. */
 static attn_status demo_cross_attention(attn_seq2seq *m, const int64_t *src, int64_t L, const int64_t *pred,
                                         float *weights /* [L+1, L] */) {
     const attn_seq2seq_config *cfg = attn_seq2seq_get_config(m);
-    const attn_layer_config *lc = &cfg->transformer.layer;
-    const int64_t d = lc->d_model, nt = L + 1, nl = cfg->transformer.num_decoder_layers;
-    const attn_params *ps = attn_seq2seq_params(m);
-    const attn_param *emb = attn_params_find(ps, "tgt_embedding.weight");
-    if (!emb) return ATTN_ERR_NOT_FOUND;
-    attn_status st = ATTN_OK;
-    attn_decoder *pre = NULL;
-    attn_mha *sa = NULL, *ca = NULL;
-    void *ws = NULL;
-    size_t ws_cap = 0;
+    const int64_t nt = L + 1, nl = cfg->transformer.num_decoder_layers, V = cfg->tgt_vocab;
+    char name[128];
+    snprintf(name, sizeof name, "transformer.decoder.layers.%lld.multihead_attn", (long long)(nl - 1));
     int64_t tgt[DEMO_MAX_LEN + 1];
-    float *mem = malloc(sizeof(float) * (size_t)(L * d)), *x = malloc(sizeof(float) * (size_t)(nt * d)),
-          *y = malloc(sizeof(float) * (size_t)(nt * d)), *h = malloc(sizeof(float) * (size_t)(nt * d)),
-          *q = malloc(sizeof(float) * (size_t)(nt * d)), *pe = malloc(sizeof(float) * (size_t)(nt * d));
-    if (!mem || !x || !y || !h || !q || !pe || !ensure(&ws, &ws_cap, attn_seq2seq_encode_workspace_size(m, 1, L))) {
-        st = ATTN_ERR_OUT_OF_MEMORY;
-        goto done;
-    }
-    /* memory, and the last decoder layer's input */
-    if ((st = attn_seq2seq_encode(m, src, 1, L, NULL, mem, ws, ws_cap))) goto done;
     tgt[0] = DEMO_BOS;
     memcpy(tgt + 1, pred, sizeof(int64_t) * (size_t)L);
-    const float scale = (float)sqrt((double)d);
-    for (int64_t i = 0; i < nt; i++)
-        for (int64_t k = 0; k < d; k++) x[i * d + k] = emb->data[tgt[i] * d + k] * scale;
-    if ((st = attn_sinusoidal_table(pe, nt, d)) || (st = attn_posenc_add(x, pe, nt, 1, nt, d, 0))) goto done;
-    if (nl > 1) {
-        attn_stack_config sc = attn_stack_config_default(d, lc->nhead, nl - 1);
-        sc.layer = *lc;
-        sc.norm = 0;
-        if ((st = attn_decoder_create(&sc, &pre))) goto done;
-        if ((st = copy_params(attn_decoder_params(pre), ps, "transformer.decoder."))) goto done;
-        attn_layer_args da = attn_layer_args_default();
-        da.batch = 1;
-        da.n = nt;
-        da.x = x;
-        da.self_masks.is_causal = 1;
-        da.n_memory = L;
-        da.memory = mem;
-        if (!ensure(&ws, &ws_cap, attn_decoder_workspace_size(pre, &da))) {
-            st = ATTN_ERR_OUT_OF_MEMORY;
-            goto done;
-        }
-        if ((st = attn_decoder_forward(pre, &da, y, NULL, 0, ws, ws_cap))) goto done;
-        memcpy(x, y, sizeof(float) * (size_t)(nt * d));
-    }
-    char prefix[128], n1w[128], n1b[128], n2w[128], n2b[128];
-    attn_mha_config mc = attn_mha_config_default(d, lc->nhead);
-    if ((st = attn_mha_create(&mc, &sa)) || (st = attn_mha_create(&mc, &ca))) goto done;
-    snprintf(prefix, sizeof prefix, "transformer.decoder.layers.%lld.self_attn.", (long long)(nl - 1));
-    if ((st = copy_params(attn_mha_params(sa), ps, prefix))) goto done;
-    snprintf(prefix, sizeof prefix, "transformer.decoder.layers.%lld.multihead_attn.", (long long)(nl - 1));
-    if ((st = copy_params(attn_mha_params(ca), ps, prefix))) goto done;
-    snprintf(n1w, sizeof n1w, "transformer.decoder.layers.%lld.norm1.weight", (long long)(nl - 1));
-    snprintf(n1b, sizeof n1b, "transformer.decoder.layers.%lld.norm1.bias", (long long)(nl - 1));
-    snprintf(n2w, sizeof n2w, "transformer.decoder.layers.%lld.norm2.weight", (long long)(nl - 1));
-    snprintf(n2b, sizeof n2b, "transformer.decoder.layers.%lld.norm2.bias", (long long)(nl - 1));
-    const attn_param *g1 = attn_params_find(ps, n1w), *b1 = attn_params_find(ps, n1b),
-                     *g2 = attn_params_find(ps, n2w), *b2 = attn_params_find(ps, n2b);
-    if (!g1 || !b1 || !g2 || !b2) {
-        st = ATTN_ERR_NOT_FOUND;
-        goto done;
-    }
-    const float eps = lc->layer_norm_eps;
-    /* self-attention block: post-norm h = norm1(x + SA(x)); pre-norm h = norm2(x + SA(norm1 x)) */
-    const float *sa_in = x;
-    if (lc->norm_first) {
-        if ((st = attn_layernorm_forward(x, g1->data, b1->data, h, NULL, NULL, nt, d, eps))) goto done;
-        sa_in = h;
-    }
-    attn_mha_args a = attn_mha_args_default();
+    attn_capture *cap = NULL;
+    attn_status st = attn_capture_create(&cap);
+    if (st) return st;
+    attn_seq2seq_args a = attn_seq2seq_args_default();
     a.batch = 1;
-    a.nq = a.nk = nt;
-    a.query = a.key = a.value = sa_in;
-    a.is_causal = 1;
-    if (!ensure(&ws, &ws_cap, attn_mha_workspace_size(sa, &a))) {
-        st = ATTN_ERR_OUT_OF_MEMORY;
-        goto done;
+    a.n_src = L;
+    a.n_tgt = nt;
+    a.src = src;
+    a.tgt = tgt;
+    a.capture = cap;
+    const size_t wb = attn_seq2seq_workspace_size(m, &a);
+    void *ws = malloc(wb ? wb : 1);
+    float *logits = malloc(sizeof(float) * (size_t)(nt * V));
+    attn_capture_record r;
+    if (!ws || !logits) st = ATTN_ERR_OUT_OF_MEMORY;
+    if (!st) st = attn_capture_add(cap, name, 0, 0, 0, 0);
+    if (!st) st = attn_seq2seq_forward(m, &a, logits, NULL, 0, ws, wb);
+    if (!st) st = attn_capture_find(cap, name, &r);
+    if (!st) { /* r.weights [1, heads, nt, L] */
+        for (int64_t i = 0; i < nt * L; i++) weights[i] = 0.0f;
+        for (int64_t h = 0; h < r.heads; h++)
+            for (int64_t i = 0; i < nt * L; i++) weights[i] += r.weights[h * nt * L + i] / (float)r.heads;
     }
-    if ((st = attn_mha_forward(sa, &a, y, NULL, NULL, 0, ws, ws_cap))) goto done;
-    for (int64_t i = 0; i < nt * d; i++) y[i] += x[i];
-    if (lc->norm_first)
-        st = attn_layernorm_forward(y, g2->data, b2->data, q, NULL, NULL, nt, d, eps);
-    else
-        st = attn_layernorm_forward(y, g1->data, b1->data, q, NULL, NULL, nt, d, eps);
-    if (st) goto done;
-    /* cross-attention weights, averaged over heads */
-    a = attn_mha_args_default();
-    a.batch = 1;
-    a.nq = nt;
-    a.nk = L;
-    a.query = q;
-    a.key = a.value = mem;
-    a.need_weights = 1;
-    a.average_attn_weights = 1;
-    if (!ensure(&ws, &ws_cap, attn_mha_workspace_size(ca, &a))) {
-        st = ATTN_ERR_OUT_OF_MEMORY;
-        goto done;
-    }
-    st = attn_mha_forward(ca, &a, y, weights, NULL, 0, ws, ws_cap);
-done:
-    attn_decoder_free(pre);
-    attn_mha_free(sa);
-    attn_mha_free(ca);
+    attn_capture_free(cap);
     free(ws);
-    free(mem); free(x); free(y); free(h); free(q); free(pe);
+    free(logits);
     return st;
 }
 
