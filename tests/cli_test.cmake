@@ -48,7 +48,7 @@ expect(2 "unknown command 'frobnicate'" frobnicate)
 foreach(cmd info inspect bench demo run)
   expect(0 "usage: attn ${cmd}" ${cmd} --help)
 endforeach()
-foreach(sub peak gemm attention)
+foreach(sub peak gemm attention train scaling)
   expect(0 "usage: attn bench ${sub}" bench ${sub} --help)
 endforeach()
 expect(0 "kernels: +(ref|avx2|avx512)" info)
@@ -81,6 +81,16 @@ expect(0 "\"op\": *\"attention\".*\"impl\": *\"sdpa\".*\"gflops\".*\"peak_fracti
 expect(0 "GFLOP/s" bench attention --impl sdpa --b 1 --h 1 --n 32,48 --d 16 --causal --backward --threads 1,2)
 expect(0 "\"variant\": *\"forward causal window\".*\"window\": *16" bench attention --b 1 --h 1 --n 128 --d 16 --window 16 --causal --threads 1 --json)
 expect_one_line_error(2 bench attention --window -3)
+# bench scaling: every variant this build has, JSON keys (impl, shape with n, ms, extra_bytes), the plot
+expect(0 "\"impl\": \"flash\", \"shape\": {\"b\": 1, \"h\": 2, \"n\": 64, \"d\": 16}, \"threads\": 1, \"ms\": [0-9.e+-]+, \"extra_bytes\": [0-9]+.*\"impl\": \"window\".*\"n\": 128"
+  bench scaling --n 64,128 --h 2 --d 16 --threads 1 --backward --json --svg ${WORK}/scaling.svg)
+file(READ ${WORK}/scaling.svg svg)
+if(NOT svg MATCHES "^<svg .*sequence length N \\(log scale\\).*<polyline.*flash, 1 thread.*</svg>")
+  message(SEND_ERROR "bench scaling --svg: unexpected plot:\n${svg}")
+endif()
+expect(0 "window beats flash|window does not beat flash" bench scaling --impl flash,window --n 64,128 --h 1 --d 16 --threads 1)
+expect_one_line_error(2 bench scaling --impl nonsense)
+expect_one_line_error(2 bench scaling --n 8)
 
 # the shared option parser (tools/cli_opts.c), through several commands
 # --name=value is the same as --name value
