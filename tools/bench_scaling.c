@@ -154,7 +154,7 @@ static int write_svg(const char *path, const point *pts, int np, int64_t B, int6
         nmin = fmin(nmin, (double)pts[i].n), nmax = fmax(nmax, (double)pts[i].n);
         tmin = fmin(tmin, pts[i].ms), tmax = fmax(tmax, pts[i].ms);
     }
-    const double W = 720, Hh = 460, L = 80, R = 170, T = 50, Bm = 60;
+    const double W = 780, Hh = 460, L = 80, R = 230, T = 50, Bm = 60;
     const double lx0 = floor(log10(nmin)), lx1 = ceil(log10(nmax)), ly0 = floor(log10(tmin)), ly1 = ceil(log10(tmax));
     const double sx = (W - L - R) / (lx1 > lx0 ? lx1 - lx0 : 1), sy = (Hh - T - Bm) / (ly1 > ly0 ? ly1 - ly0 : 1);
     static const char *colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"};
@@ -188,7 +188,7 @@ static int write_svg(const char *path, const point *pts, int np, int64_t B, int6
         for (int j = 0; j < i; j++)
             if (pts[j].vi == pts[i].vi && pts[j].threads == pts[i].threads && pts[j].pass == pts[i].pass) first = 0;
         if (!first) continue;
-        const char *col = colours[series % 7];
+        const char *col = colours[(pts[i].vi + NV * (pts[i].threads > 1)) % 7]; /* backward: dashed */
         fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", col,
                 pts[i].pass ? " stroke-dasharray=\"6 4\"" : "");
         for (int j = i; j < np; j++)
@@ -204,9 +204,10 @@ static int write_svg(const char *path, const point *pts, int np, int64_t B, int6
                         variants[pts[j].vi].name, (long long)pts[j].n, pts[j].ms);
         const double ly = T + 10 + 18 * series;
         fprintf(f,
-                "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"/>"
+                "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"%s/>"
                 "<text x=\"%.0f\" y=\"%.0f\">%s%s, %d thread%s</text>\n",
-                W - R + 10, ly, W - R + 34, ly, col, W - R + 40, ly + 4, variants[pts[i].vi].name,
+                W - R + 10, ly, W - R + 34, ly, col, pts[i].pass ? " stroke-dasharray=\"6 4\"" : "", W - R + 40, ly + 4,
+                variants[pts[i].vi].name,
                 pts[i].pass ? " bwd" : "", pts[i].threads, pts[i].threads == 1 ? "" : "s");
         series++;
     }
