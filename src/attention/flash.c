@@ -10,10 +10,16 @@
  *   dP^T = V_j dO_i^T (* keep) ;  dS^T = P^T (dP^T - D) scale (* softcap derivative)
  *   dV_j += (P * keep)^T dO_i ;  dK_j += dS^T Q_i ;  dQ_i += dS K_j
  * Work is split into tasks that each own their outputs — (batch, query head, query block) in the
- * forward and (batch, key/value head) in the backward, which walks the group's query heads and
- * query blocks in a fixed order — so results never depend on the thread count. Tiles that
- * causality or a window masks completely are never visited. */
+ * forward; in the backward (batch, key/value head, run of key blocks), which owns dK and dV of
+ * its keys and walks the group's query heads and query blocks in a fixed order, while the dQ
+ * shares of the key blocks are added to each dQ block in increasing key order (a counter per
+ * query block orders them) — so results never depend on the thread count, and one key/value head
+ * still keeps every thread busy. Tiles that causality or a window masks completely are never
+ * visited. */
+#define _POSIX_C_SOURCE 200809L /* sched_yield */
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "attention_common.h"
@@ -259,28 +265,76 @@ static size_t layout(int64_t d, int64_t dv, float *base, flash_bufs *bb) {
     return off;
 }
 
-static size_t workspace_bytes(int64_t d, int64_t dv) {
+/* After the per-thread buffers, the backward's per-query-row statistics (filled by its first
+ * pass, read by every key block's task): the row's lse in log2 units relative to its shift, the
+ * small remainder ll, D_i = rowsum(dO_i * O_i) and the shift itself; then one counter per
+ * (batch, query head, query block): how many key blocks have added their dQ share so far. */
+typedef struct flash_rows {
+    float *m, *ll, *dsum, *sh;
+    atomic_int *done;
+} flash_rows;
+
+/* Floats for the row statistics of rows query rows in nblk query blocks; lays them out when base
+ * is not NULL. 0 (and SIZE_MAX on overflow) for no rows. */
+static size_t rows_layout(int64_t rows, int64_t nblk, float *base, flash_rows *rr) {
+    size_t r16, total, ints;
+    if (rows <= 0) return 0;
+    r16 = round16((size_t)rows);
+    if (attn_mul_overflow(r16, 4, &total) || attn_mul_overflow((size_t)nblk, sizeof(atomic_int), &ints) ||
+        attn_add_overflow(total, round16((ints + sizeof(float) - 1) / sizeof(float)), &total))
+        return SIZE_MAX;
+    if (base) {
+        rr->m = base;
+        rr->ll = base + r16;
+        rr->dsum = base + 2 * r16;
+        rr->sh = base + 3 * r16;
+        rr->done = (atomic_int *)(void *)(base + 4 * r16); /* 64-byte aligned, untyped workspace */
+    }
+    return total;
+}
+
+/* Bytes of workspace: per-thread tile buffers, then the backward's row statistics for
+ * rows = B Hq Nq query rows in nblk = B Hq ceil(Nq / BR) blocks. */
+static size_t workspace_bytes(int64_t d, int64_t dv, int64_t rows, int64_t nblk) {
     flash_bufs unused;
-    size_t per = layout(d, dv, NULL, &unused), total;
-    if (attn_mul_overflow(per, sizeof(float), &per) ||
-        attn_mul_overflow(per, (size_t)attn_get_num_threads(), &total) ||
+    flash_rows unused_rows;
+    size_t per = layout(d, dv, NULL, &unused), total, extra = rows_layout(rows, nblk, NULL, &unused_rows);
+    if (extra == SIZE_MAX || attn_mul_overflow(per, (size_t)attn_get_num_threads(), &total) ||
+        attn_add_overflow(total, extra, &total) || attn_mul_overflow(total, sizeof(float), &total) ||
         attn_add_overflow(total, 64, &total))
         return SIZE_MAX;
     return total;
 }
 
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v) {
     if (!q || !k || !v || q->rank != 4 || k->rank != 4 || v->rank != 4 || q->shape[3] < 1 ||
         v->shape[3] < 1 || q->shape[3] > (1 << 20) || v->shape[3] > (1 << 20))
         return 0;
-    return workspace_bytes(q->shape[3], v->shape[3]);
+    size_t rows, nblk;
+    if (q->shape[0] < 0 || q->shape[1] < 0 || q->shape[2] < 0 ||
+        attn_mul_overflow((size_t)q->shape[0], (size_t)q->shape[1], &nblk) ||
+        attn_mul_overflow(nblk, (size_t)q->shape[2], &rows) ||
+        attn_mul_overflow(nblk, (size_t)ceil_div(q->shape[2], BR), &nblk) || rows > (size_t)INT64_MAX / 64)
+        return SIZE_MAX;
+    return workspace_bytes(q->shape[3], v->shape[3], (int64_t)rows, (int64_t)nblk);
 }
 
 static attn_status get_bufs(const char *fn, const attn_ctx *c, void *ws, size_t bytes, float **base) {
     void *aligned;
-    attn_status st = attn_ctx_workspace(fn, ws, bytes, workspace_bytes(c->d, c->dv), &aligned);
+    const int64_t nblk = c->b * c->hq * ceil_div(c->nq, BR);
+    attn_status st = attn_ctx_workspace(fn, ws, bytes, workspace_bytes(c->d, c->dv, c->b * c->hq * c->nq, nblk), &aligned);
     *base = aligned;
     return st;
+}
+
+static flash_rows backward_rows(const attn_ctx *c, float *base) {
+    flash_bufs unused;
+    flash_rows rr = {NULL, NULL, NULL, NULL, NULL};
+    const size_t per = layout(c->d, c->dv, NULL, &unused);
+    rows_layout(c->b * c->hq * c->nq, c->b * c->hq * ceil_div(c->nq, BR), base + per * (size_t)attn_get_num_threads(), &rr);
+    return rr;
 }
 
 static flash_bufs thread_bufs(const attn_ctx *c, float *base) {
@@ -394,6 +448,22 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
     return ATTN_OK;
 }
 
+/* Wait until *x == want (another thread's key block adds its dQ share first). Spins briefly, then
+ * yields: the machine may run fewer cores than threads. */
+static void wait_turn(atomic_int *x, int want) {
+    for (int spins = 0; atomic_load_explicit(x, memory_order_acquire) != want; spins++)
+        if (spins > 64) sched_yield();
+}
+
+/* Key blocks [*kb0, *kb1) that query block qb visits (exactly the forward's tiles). */
+static void key_blocks(const attn_ctx *c, int64_t qb, int64_t *kb0, int64_t *kb1) {
+    int64_t jlo, jhi;
+    const int64_t i0 = qb * BR, i1 = i0 + BR < c->nq ? i0 + BR : c->nq;
+    key_range(c, i0, i1, &jlo, &jhi);
+    *kb0 = jlo / BC;
+    *kb1 = jhi > jlo ? ceil_div(jhi, BC) : *kb0;
+}
+
 attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                 const attn_sdpa_params *params, const attn_tensor *out,
                                 const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
@@ -419,84 +489,148 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
     const attn_flash_kernels *kr = flash_kernels();
     const int general = needs_general_epilogue(&c);
     const float qscale = (float)(general ? c.scale : c.scale * LOG2E);
-    const int64_t nqb = (c.nq + BR - 1) / BR, tasks = c.b * c.hk;
+    const int64_t nqb = ceil_div(c.nq, BR), nkb = ceil_div(c.nk, BC);
     const int k_inplace = k->stride[3] == 1;
-#pragma omp parallel num_threads(attn_threads_for(tasks))
+    const flash_rows rs = backward_rows(&c, base);
+
+    /* Pass 1, one task per (batch, query head, query block): the row statistics (shift, lse split
+     * into m + ll, D_i), dQ zeroed, the block's dQ counter reset. */
+    const int64_t rtasks = c.b * c.hq * nqb;
+#pragma omp parallel num_threads(attn_threads_for(rtasks))
     {
         flash_bufs w = thread_bufs(&c, base);
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < tasks; t++) {
-            const int64_t g = t % c.hk, b = t / c.hk;
+        for (int64_t t = 0; t < rtasks; t++) {
+            const int64_t bh = t / nqb, qb = t % nqb, h = bh % c.hq, b = bh / c.hq, g = h / c.group;
+            const int64_t i0 = qb * BR, row0 = bh * c.nq + i0;
+            const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
+            const float *qi = q->data + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
+            const float *goi = dout->data + b * dout->stride[0] + h * dout->stride[1] + i0 * dout->stride[2];
+            const float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
+            const float *kh = k->data + b * k->stride[0] + g * k->stride[1];
+            float *m = rs.m + row0, *ll = rs.ll + row0, *sh = rs.sh + row0;
+            pack_rows(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
+            row_shifts(&c, general, b, h, i0, bi, sh);
+            int large = 0; /* a row whose |lse| float cannot carry to 1e-7 of its probabilities */
+            for (int r = 0; r < bi; r++) {
+                const double lv = lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]];
+                /* P = exp2((s - m) - ll): m the row's log2-unit lse relative to its shift */
+                m[r] = lv == -INFINITY ? -INFINITY : (float)(lv * LOG2E - sh[r]);
+                ll[r] = 0.0f;
+                large |= lv != -INFINITY && fabs(lv) > 64.0;
+                double dsum = 0;
+                for (int64_t x = 0; x < c.dv; x++)
+                    dsum += (double)w.dop[r * c.dv + x] * oi[r * out->stride[2] + x * out->stride[3]];
+                rs.dsum[row0 + r] = (float)dsum; /* D_i */
+            }
+            if (large) {
+                /* Recompute the forward's running max and sum exactly (same tiles, same kernels,
+                 * same order), so P = exp2((s - max) - log2(sum)) keeps full accuracy where the
+                 * float lse has lost it (logits ~1e4). Costs one extra S^T pass, only for such
+                 * blocks. */
+                int64_t jlo, jhi;
+                key_range(&c, i0, i0 + bi, &jlo, &jhi);
+                pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
+                for (int r = 0; r < bi; r++) {
+                    m[r] = -INFINITY;
+                    w.l[r] = 0.0f;
+                }
+                for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
+                    const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
+                    int banded;
+                    scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, NULL, NULL, &banded);
+                    kr->softmax_update(bj, bi, w.s, BR, m, w.l, w.alpha, NULL);
+                }
+                for (int r = 0; r < bi; r++) ll[r] = w.l[r] > 0 ? (float)log2((double)w.l[r]) : 0.0f;
+            }
+            if (dq) {
+                float *dqi = dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2];
+                for (int r = 0; r < bi; r++)
+                    for (int64_t x = 0; x < c.d; x++) dqi[r * dq->stride[2] + x * dq->stride[3]] = 0.0f;
+            }
+            atomic_store_explicit(rs.done + bh * nqb + qb, 0, memory_order_relaxed);
+        }
+    }
+
+    /* Pass 2, one task per (batch, key/value head, run of kc key blocks), taken in increasing
+     * order: the task owns dK and dV of its keys and walks the group's query heads and the query
+     * blocks that see them in a fixed order (each query block packed once for its kc key blocks);
+     * its share of each dQ block is added after the previous tasks' (a per-block counter of key
+     * blocks added), so every dQ element sums its key blocks in increasing order whatever kc and
+     * the thread count. Tasks start in order and wait only on earlier ones, so the earliest
+     * unfinished task always runs. kc only sets the granularity: about 16 tasks or more. */
+    const int64_t bgs = c.b * c.hk;
+    int64_t kc = bgs * nkb / 16;
+    kc = kc < 1 ? 1 : kc > 4 ? 4 : kc;
+    const int64_t nchunk = ceil_div(nkb, kc), tasks = bgs * nchunk;
+    atomic_llong next;
+    atomic_init(&next, 0);
+#pragma omp parallel num_threads(attn_threads_for(tasks))
+    {
+        flash_bufs w = thread_bufs(&c, base);
+        for (;;) {
+            const int64_t t = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
+            if (t >= tasks) break;
+            const int64_t bg = t / nchunk, g = bg % c.hk, b = bg / c.hk;
+            const int64_t kbs = t % nchunk * kc, kbe = kbs + kc < nkb ? kbs + kc : nkb;
             const float *kh = k->data + b * k->stride[0] + g * k->stride[1];
             const float *vh = v->data + b * v->stride[0] + g * v->stride[1];
             float *dkh = dk->data + b * dk->stride[0] + g * dk->stride[1];
             float *dvh = dv->data + b * dv->stride[0] + g * dv->stride[1];
-            for (int64_t j = 0; j < c.nk; j++) {
+            for (int64_t j = kbs * BC; j < c.nk && j < kbe * BC; j++) {
                 memset(dkh + j * dk->stride[2], 0, sizeof(float) * (size_t)c.d);
                 memset(dvh + j * dv->stride[2], 0, sizeof(float) * (size_t)c.dv);
             }
             for (int64_t h = g * c.group; h < (g + 1) * c.group; h++)
                 for (int64_t qb = 0; qb < nqb; qb++) {
-                    const int64_t i0 = qb * BR;
+                    int64_t kb0, kb1;
+                    key_blocks(&c, qb, &kb0, &kb1);
+                    const int64_t ka = kbs > kb0 ? kbs : kb0, ke = kbe < kb1 ? kbe : kb1;
+                    if (ka >= ke) continue;
+                    const int64_t i0 = qb * BR, bh = b * c.hq + h, row0 = bh * c.nq + i0;
                     const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
                     const float *qi = q->data + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
                     const float *goi = dout->data + b * dout->stride[0] + h * dout->stride[1] + i0 * dout->stride[2];
-                    const float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
+                    const float *sh = rs.sh + row0;
                     pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
                     pack_transposed(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, 1.0f, w.dot);
                     pack_rows(kr, qi, q->stride[2], q->stride[3], bi, c.d, w.qp);
                     pack_rows(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
-                    row_shifts(&c, general, b, h, i0, bi, w.sh);
-                    int large = 0; /* a row whose |lse| float cannot carry to 1e-7 of its probabilities */
-                    for (int r = 0; r < bi; r++) {
-                        const double lv = lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]];
-                        /* P = exp2((s - m) - ll): m the row's log2-unit lse relative to its shift */
-                        w.m[r] = lv == -INFINITY ? -INFINITY : (float)(lv * LOG2E - w.sh[r]);
-                        w.ll[r] = 0.0f;
-                        large |= lv != -INFINITY && fabs(lv) > 64.0;
-                        double dsum = 0;
-                        for (int64_t x = 0; x < c.dv; x++)
-                            dsum += (double)w.dop[r * c.dv + x] * oi[r * out->stride[2] + x * out->stride[3]];
-                        w.dsum[r] = (float)dsum; /* D_i */
-                    }
-                    int64_t jlo, jhi;
-                    key_range(&c, i0, i0 + bi, &jlo, &jhi);
-                    if (large) {
-                        /* Recompute the forward's running max and sum exactly (same tiles, same
-                         * kernels, same order), so P = exp2((s - max) - log2(sum)) keeps full accuracy
-                         * where the float lse has lost it (logits ~1e4). Costs one extra S^T pass, only
-                         * for such blocks. */
-                        for (int r = 0; r < bi; r++) {
-                            w.m[r] = -INFINITY;
-                            w.l[r] = 0.0f;
+                    float *dqi = dq ? dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2] : NULL;
+                    float *acc = dqi;
+                    int64_t lda = dq ? dq->stride[2] : 0;
+                    atomic_int *done = rs.done + bh * nqb + qb;
+                    if (dq) {
+                        /* dQ_i += dS K_j, after the shares of key blocks kb0 .. ka - 1 */
+                        wait_turn(done, (int)(ka - kb0));
+                        if (dq->stride[3] != 1) { /* through a contiguous copy: the same sums, bit for bit */
+                            for (int r = 0; r < bi; r++)
+                                for (int64_t x = 0; x < c.d; x++) w.acc[r * c.d + x] = dqi[r * dq->stride[2] + x * dq->stride[3]];
+                            acc = w.acc;
+                            lda = c.d;
                         }
-                        for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
-                            const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
-                            int banded;
-                            scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, NULL, &banded);
-                            kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha, NULL);
-                        }
-                        for (int r = 0; r < bi; r++) w.ll[r] = w.l[r] > 0 ? (float)log2((double)w.l[r]) : 0.0f;
                     }
-                    memset(w.acc, 0, sizeof(float) * (size_t)bi * (size_t)c.d);
-                    for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
+                    for (int64_t kb = ka; kb < ke; kb++) {
+                        const int64_t j0 = kb * BC;
                         const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
                         const float *kj = kh + j0 * k->stride[2];
                         const float *vj = vh + j0 * v->stride[2];
+                        float *dkj = dkh + j0 * dk->stride[2], *dvj = dvh + j0 * dv->stride[2];
                         /* on tiles the band crosses, every product runs over the band only: outside
                          * it P and dS are exactly 0 (probs_and_ds zeroes dS wherever P is 0) */
                         int banded;
-                        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, w.capd, NULL, &banded);
+                        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, w.capd, NULL, &banded);
                         for (int r0 = 0; r0 < bj; r0 += banded ? 4 : bj) {
                             const int rows = banded ? (bj - r0 < 4 ? bj - r0 : 4) : bj;
-                            int qa = 0, qb = bi;
-                            if (banded) band_cols(&c, i0, bi, j0, r0, rows, &qa, &qb);
-                            if (qa < qb)
-                                kr->gemm(rows, qb - qa, (int)c.dv, vj + r0 * v->stride[2], v->stride[2], v->stride[3],
+                            int qa = 0, qe = bi;
+                            if (banded) band_cols(&c, i0, bi, j0, r0, rows, &qa, &qe);
+                            if (qa < qe)
+                                kr->gemm(rows, qe - qa, (int)c.dv, vj + r0 * v->stride[2], v->stride[2], v->stride[3],
                                          w.dot + qa, BR, w.dp + r0 * BR + qa, BR, 0, NULL, NULL);
                         }
                         if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.dp, w.colbase);
-                        kr->probs_and_ds(bj, bi, w.s, w.dp, w.ds, BR, w.m, w.ll, w.dsum, (float)c.scale);
+                        kr->probs_and_ds(bj, bi, w.s, w.dp, w.ds, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0,
+                                         (float)c.scale);
                         if (general && c.softcap > 0)
                             for (int r = 0; r < bj; r++)
                                 for (int x = 0; x < bi; x++) /* capd is only written where allowed */
@@ -504,19 +638,20 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                         if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
                         for (int r0 = 0; r0 < bj; r0 += banded ? 4 : bj) {
                             const int rows = banded ? (bj - r0 < 4 ? bj - r0 : 4) : bj;
-                            int qa = 0, qb = bi;
-                            if (banded) band_cols(&c, i0, bi, j0, r0, rows, &qa, &qb);
-                            if (qa >= qb) continue;
-                            kr->gemm(rows, (int)c.dv, qb - qa, w.s + r0 * BR + qa, BR, 1, w.dop + qa * c.dv, c.dv,
-                                     dvh + (j0 + r0) * dv->stride[2], dv->stride[2], 1, NULL, NULL);
-                            kr->gemm(rows, (int)c.d, qb - qa, w.ds + r0 * BR + qa, BR, 1, w.qp + qa * c.d, c.d,
-                                     dkh + (j0 + r0) * dk->stride[2], dk->stride[2], 1, NULL, NULL);
+                            int qa = 0, qe = bi;
+                            if (banded) band_cols(&c, i0, bi, j0, r0, rows, &qa, &qe);
+                            if (qa >= qe) continue;
+                            kr->gemm(rows, (int)c.dv, qe - qa, w.s + r0 * BR + qa, BR, 1, w.dop + qa * c.dv, c.dv,
+                                     dvj + r0 * dv->stride[2], dv->stride[2], 1, NULL, NULL);
+                            kr->gemm(rows, (int)c.d, qe - qa, w.ds + r0 * BR + qa, BR, 1, w.qp + qa * c.d, c.d,
+                                     dkj + r0 * dk->stride[2], dk->stride[2], 1, NULL, NULL);
                         }
-                        const float *kb = kj;
+                        if (!dq) continue;
+                        const float *kbp = kj;
                         int64_t ldk = k->stride[2];
                         if (!k_inplace) {
                             pack_rows(kr, kj, k->stride[2], k->stride[3], bj, c.d, w.kp);
-                            kb = w.kp;
+                            kbp = w.kp;
                             ldk = c.d;
                         }
                         for (int q0 = 0; q0 < bi; q0 += banded ? 4 : bi) {
@@ -524,14 +659,15 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                             int ra = 0, rb = bj;
                             if (banded) band_rows(&c, i0, q0, cols, j0, bj, &ra, &rb);
                             if (ra >= rb) continue;
-                            kr->gemm(cols, (int)c.d, rb - ra, w.ds + ra * BR + q0, 1, BR, kb + ra * ldk, ldk,
-                                     w.acc + q0 * c.d, c.d, 1, NULL, NULL);
+                            kr->gemm(cols, (int)c.d, rb - ra, w.ds + ra * BR + q0, 1, BR, kbp + ra * ldk, ldk,
+                                     acc + q0 * lda, lda, 1, NULL, NULL);
                         }
                     }
-                    if (dq)
-                        store_rows(kr, w.acc, bi, c.d, NULL,
-                                   dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2],
-                                   dq->stride[2], dq->stride[3]);
+                    if (!dq) continue;
+                    if (acc != dqi)
+                        for (int r = 0; r < bi; r++)
+                            for (int64_t x = 0; x < c.d; x++) dqi[r * dq->stride[2] + x * dq->stride[3]] = w.acc[r * c.d + x];
+                    atomic_store_explicit(done, (int)(ke - kb0), memory_order_release);
                 }
         }
     }
