@@ -61,15 +61,53 @@ ATTN_API const char *attn_last_error(void);
 ATTN_API void attn_clear_error(void);
 
 /* ---- tensor views ----------------------------------------------------------------------
- * A view does not own memory. Shapes and strides are in elements; a stride of 0 broadcasts. */
+ * A view does not own memory. Shapes and strides are in elements; a stride of 0 broadcasts.
+ *
+ * Element types (attn_type; safetensors.h's attn_dtype is the file format's, a different list):
+ * f32 is the zero value, so every view built without naming a type (including
+ * `attn_tensor t = {0}` and positional initialisers) is f32. bf16 (bfloat16: the top half of an
+ * IEEE float) and f16 (IEEE half, for storage) elements are 16-bit words reached through the
+ * same pointer (the `data16` / `ptr` members of the union). Every entry point that takes views
+ * checks their types and answers ATTN_ERR_UNSUPPORTED, naming the argument and the type, where
+ * it has no kernel for it. */
 #define ATTN_MAX_RANK 4
 
+typedef enum attn_type {
+    ATTN_TYPE_F32 = 0,
+    ATTN_TYPE_BF16 = 1,
+    ATTN_TYPE_F16 = 2
+} attn_type;
+#define ATTN_TYPE_COUNT 3
+
+/* Storage of one bf16 / f16 element. */
+typedef uint16_t attn_bf16;
+typedef uint16_t attn_f16;
+
 typedef struct attn_tensor {
-    float *data;
+    union {
+        float *data;       /* f32 */
+        uint16_t *data16;  /* bf16, f16 */
+        void *ptr;
+    };
     int rank;
     int64_t shape[ATTN_MAX_RANK];
     int64_t stride[ATTN_MAX_RANK];
+    attn_type dtype;      /* ATTN_TYPE_F32 (0) unless set */
 } attn_tensor;
+
+/* "f32", "bf16", "f16"; NULL for a value outside the enum. */
+ATTN_API const char *attn_type_name(attn_type dtype);
+/* Bytes per element (4 or 2); 0 for a value outside the enum. */
+ATTN_API size_t attn_type_size(attn_type dtype);
+
+/* Conversions. f32 -> bf16 / f16 round to nearest, ties to even (NaN stays NaN, quiet;
+ * overflow goes to infinity); the widening ones are exact. attn_convert copies n elements between
+ * any two types (src and dst may not overlap). */
+ATTN_API attn_bf16 attn_f32_to_bf16(float x);
+ATTN_API float attn_bf16_to_f32(attn_bf16 x);
+ATTN_API attn_f16 attn_f32_to_f16(float x);
+ATTN_API float attn_f16_to_f32(attn_f16 x);
+ATTN_API attn_status attn_convert(const void *src, attn_type src_type, void *dst, attn_type dst_type, size_t n);
 
 /* Boolean view: one byte per element, nonzero = true. */
 typedef struct attn_btensor {
@@ -84,8 +122,18 @@ ATTN_API attn_tensor attn_tensor_1d(float *data, int64_t n0);
 ATTN_API attn_tensor attn_tensor_2d(float *data, int64_t n0, int64_t n1);
 ATTN_API attn_tensor attn_tensor_3d(float *data, int64_t n0, int64_t n1, int64_t n2);
 ATTN_API attn_tensor attn_tensor_4d(float *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
+/* Contiguous row-major views of any element type (data points at elements of that type). */
+ATTN_API attn_tensor attn_tensor_2d_typed(void *data, attn_type dtype, int64_t n0, int64_t n1);
+ATTN_API attn_tensor attn_tensor_4d_typed(void *data, attn_type dtype, int64_t n0, int64_t n1, int64_t n2,
+                                          int64_t n3);
 ATTN_API attn_btensor attn_btensor_2d(const uint8_t *data, int64_t n0, int64_t n1);
 ATTN_API attn_btensor attn_btensor_4d(const uint8_t *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
+
+/* ATTN_OK when t (non-NULL) has one of the types in `allowed` (a mask of 1u << ATTN_TYPE_*);
+ * ATTN_ERR_INVALID_ARGUMENT for a value outside the enum; ATTN_ERR_UNSUPPORTED otherwise, the
+ * message naming fn, the argument and its type. */
+#define ATTN_TYPES(x) (1u << (x))
+ATTN_API attn_status attn_tensor_check_type(const char *fn, const char *name, const attn_tensor *t, unsigned allowed);
 
 /* Number of elements, with overflow checks (ATTN_ERR_OVERFLOW on a hostile shape). */
 ATTN_API attn_status attn_tensor_numel(const attn_tensor *t, size_t *numel);

@@ -4,17 +4,24 @@
 #include "attention_common.h"
 #include "core/internal.h"
 
-static attn_status check_view(const char *fn, const char *name, const attn_tensor *t, int rank) {
+static attn_status check_view_typed(const char *fn, const char *name, const attn_tensor *t, int rank,
+                                    unsigned types) {
     char s[96];
+    attn_status st;
     if (!t) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
+    if ((st = attn_tensor_check_type(fn, name, t, types))) return st;
     if (t->rank != rank)
         return attn_error(ATTN_ERR_SHAPE, "%s: %s must have rank %d, got rank %d %s", fn, name, rank,
                           t->rank, attn_shape_str(t->shape, t->rank < 0 || t->rank > 4 ? 0 : t->rank, s, sizeof s));
     size_t n;
-    attn_status st = attn_tensor_numel(t, &n);
+    st = attn_tensor_numel(t, &n);
     if (st) return attn_error(st, "%s: %s has invalid shape %s", fn, name, attn_shape_str(t->shape, rank, s, sizeof s));
     if (n > 0 && !t->data) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, name);
     return ATTN_OK;
+}
+
+static attn_status check_view(const char *fn, const char *name, const attn_tensor *t, int rank) {
+    return check_view_typed(fn, name, t, rank, ATTN_TYPES(ATTN_TYPE_F32));
 }
 
 static attn_status shape_eq(const char *fn, const char *name, const attn_tensor *t,
@@ -50,11 +57,21 @@ static attn_status broadcast(const char *fn, const char *name, int rank, const i
 attn_status attn_ctx_init(attn_ctx *c, const char *fn, const attn_tensor *q, const attn_tensor *k,
                           const attn_tensor *v, const attn_sdpa_params *params,
                           const attn_tensor *out, const char *out_name) {
+    return attn_ctx_init_typed(c, fn, q, k, v, params, out, out_name, ATTN_TYPES(ATTN_TYPE_F32),
+                               ATTN_TYPES(ATTN_TYPE_F32));
+}
+
+attn_status attn_ctx_init_typed(attn_ctx *c, const char *fn, const attn_tensor *q, const attn_tensor *k,
+                                const attn_tensor *v, const attn_sdpa_params *params, const attn_tensor *out,
+                                const char *out_name, unsigned in_types, unsigned out_types) {
     attn_status st;
     char a[96], b[96];
-    if ((st = check_view(fn, "q", q, 4)) || (st = check_view(fn, "k", k, 4)) ||
-        (st = check_view(fn, "v", v, 4)) || (st = check_view(fn, out_name, out, 4)))
+    if ((st = check_view_typed(fn, "q", q, 4, in_types)) || (st = check_view_typed(fn, "k", k, 4, in_types)) ||
+        (st = check_view_typed(fn, "v", v, 4, in_types)) || (st = check_view_typed(fn, out_name, out, 4, out_types)))
         return st;
+    if (k->dtype != q->dtype || v->dtype != q->dtype)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: q, k and v must share one type (got %s, %s, %s)", fn,
+                          attn_type_name(q->dtype), attn_type_name(k->dtype), attn_type_name(v->dtype));
     if (!params) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: params is NULL", fn);
     memset(c, 0, sizeof *c);
     c->b = q->shape[0];
@@ -112,6 +129,7 @@ attn_status attn_ctx_init(attn_ctx *c, const char *fn, const attn_tensor *q, con
     }
     if (params->add_mask) {
         const attn_tensor *m = params->add_mask;
+        if ((st = attn_tensor_check_type(fn, "add_mask", m, ATTN_TYPES(ATTN_TYPE_F32)))) return st;
         if ((st = broadcast(fn, "add_mask", m->rank, m->shape, m->stride, target, c->ams))) return st;
         if (!m->data) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: add_mask->data is NULL", fn);
         c->am = m->data;
@@ -143,8 +161,13 @@ attn_status attn_ctx_check_rows(const attn_ctx *c, const char *fn, const attn_te
 
 attn_status attn_ctx_check_like(const char *fn, const attn_tensor *t, const char *name,
                                 const attn_tensor *ref) {
+    return attn_ctx_check_like_typed(fn, t, name, ref, ATTN_TYPES(ATTN_TYPE_F32));
+}
+
+attn_status attn_ctx_check_like_typed(const char *fn, const attn_tensor *t, const char *name,
+                                      const attn_tensor *ref, unsigned types) {
     if (!t) return ATTN_OK;
-    attn_status st = check_view(fn, name, t, 4);
+    attn_status st = check_view_typed(fn, name, t, 4, types);
     if (st) return st;
     return shape_eq(fn, name, t, ref->shape, 4);
 }

@@ -35,12 +35,19 @@ typedef struct attn_ctx {
 attn_status attn_ctx_init(attn_ctx *c, const char *fn, const attn_tensor *q, const attn_tensor *k,
                           const attn_tensor *v, const attn_sdpa_params *params,
                           const attn_tensor *out, const char *out_name);
+/* The same with the element types allowed for q, k, v (which must share one) and for out (masks
+ * of ATTN_TYPES(...)); attn_ctx_init allows f32 only. */
+attn_status attn_ctx_init_typed(attn_ctx *c, const char *fn, const attn_tensor *q, const attn_tensor *k,
+                                const attn_tensor *v, const attn_sdpa_params *params, const attn_tensor *out,
+                                const char *out_name, unsigned in_types, unsigned out_types);
 /* Optional per-row outputs: with_nk ? [B, Hq, Nq, Nk] : [B, Hq, Nq]. NULL passes. */
 attn_status attn_ctx_check_rows(const attn_ctx *c, const char *fn, const attn_tensor *t,
                                 const char *name, int with_nk);
 /* Optional tensor with the same shape as ref. NULL passes. */
 attn_status attn_ctx_check_like(const char *fn, const attn_tensor *t, const char *name,
                                 const attn_tensor *ref);
+attn_status attn_ctx_check_like_typed(const char *fn, const attn_tensor *t, const char *name,
+                                      const attn_tensor *ref, unsigned types);
 /* Check the caller's workspace against `need` bytes and return it 64-byte aligned. */
 attn_status attn_ctx_workspace(const char *fn, void *ws, size_t bytes, size_t need, void **aligned);
 

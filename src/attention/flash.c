@@ -352,6 +352,7 @@ int64_t attn_flash_tile_count(const attn_tensor *q, const attn_tensor *k, const 
     /* only shapes matter: views without data are fine, and K stands in for V and Q for the output */
     static float shape_only;
     attn_tensor qq = *q, kk = *k;
+    qq.dtype = kk.dtype = ATTN_TYPE_F32; /* any element type: only the shapes count */
     if (!qq.data) qq.data = &shape_only;
     if (!kk.data) kk.data = &shape_only;
     attn_tensor out = qq;

@@ -171,6 +171,8 @@ static attn_status rope_apply(const char *fn, const attn_rope_config *c, attn_te
                               const int64_t *positions, double sign) {
     ATTN_CHECK_NOT_NULL(fn, c);
     ATTN_CHECK_NOT_NULL(fn, x);
+    attn_status tst = attn_tensor_check_type(fn, "x", x, ATTN_TYPES(ATTN_TYPE_F32));
+    if (tst) return tst;
     const int64_t rd = c->rotary_dim ? c->rotary_dim : c->head_dim;
     if (c->head_dim < 2 || rd < 2 || rd % 2 || rd > c->head_dim)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
