@@ -29,6 +29,18 @@ ATTN_API attn_status attn_sgemm_ref(attn_transpose transa, attn_transpose transb
                            int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                            int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* ---- bf16 GEMM ----------------------------------------------------------------------------
+ * C = (accumulate ? C : 0) + op(A) op(B) with bf16 A and B (attn_bf16, round-to-nearest-even
+ * conversions in core.h) and float accumulation and output: the products of bf16 pairs are
+ * exact and summed in float in increasing k, as AVX512-BF16's vdpbf16ps does (subnormals read
+ * as 0). Runs on vdpbf16ps where the CPU has AVX512-BF16 and the active ISA is avx512, on a
+ * bit-exact portable emulation otherwise. Bitwise identical for any thread count. The workspace
+ * holds both operands repacked (4 (m + n) ceil(k / 2) bytes and a little). */
+ATTN_API size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k);
+ATTN_API attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
+                                    const attn_bf16 *a, int64_t lda, const attn_bf16 *b, int64_t ldb,
+                                    int accumulate, float *c, int64_t ldc, void *workspace, size_t workspace_bytes);
+
 /* ---- row-wise ops on [rows, n] contiguous matrices ---------------------------------------- */
 
 /* y = softmax(x) along each row (max-subtracted). Rows that are all -inf give 0. x == y allowed. */

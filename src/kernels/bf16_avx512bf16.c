@@ -1,0 +1,121 @@
+/* bf16 kernels on AVX512-BF16: vdpbf16ps for the pair products (semantics in bf16_internal.h),
+ * vcvtneps2bf16 for the rounding. The only file compiled with -mavx512bf16. */
+#include <immintrin.h>
+
+#include "bf16_internal.h"
+
+static inline __mmask16 tail_mask(int rem) {
+    return rem >= 16 ? (__mmask16)0xffff : rem > 0 ? (__mmask16)((1u << rem) - 1) : (__mmask16)0;
+}
+
+/* Register tile: 4 rows x 64 columns (16 accumulators); masked loads and stores at the edges
+ * (masked-off lanes read 0, whose products add nothing). */
+static void gemm_pairs_bf16(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
+                            int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
+                            float outscale) {
+    const __m512 os = _mm512_set1_ps(outscale);
+    for (int j0 = 0; j0 < n; j0 += 64) {
+        const int nj = n - j0;
+        const __mmask16 k0 = tail_mask(nj), k1 = tail_mask(nj - 16), k2 = tail_mask(nj - 32), k3 = tail_mask(nj - 48);
+        for (int i0 = 0; i0 < m; i0 += 4) {
+            const int mi = m - i0 < 4 ? m - i0 : 4;
+            __m512 c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33;
+            c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = _mm512_setzero_ps();
+            c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = _mm512_setzero_ps();
+#define LOADC(r, v, kk, dst)                                                                          \
+    if (accumulate && (r) < mi) {                                                                     \
+        const __m512 f = _mm512_set1_ps(rowscale ? rowscale[i0 + (r)] : 1.0f);                         \
+        dst = _mm512_mul_ps(_mm512_maskz_loadu_ps(kk, c + (int64_t)(i0 + (r)) * ldc + j0 + 16 * (v)), f); \
+    }
+            LOADC(0, 0, k0, c00) LOADC(0, 1, k1, c01) LOADC(0, 2, k2, c02) LOADC(0, 3, k3, c03)
+            LOADC(1, 0, k0, c10) LOADC(1, 1, k1, c11) LOADC(1, 2, k2, c12) LOADC(1, 3, k3, c13)
+            LOADC(2, 0, k0, c20) LOADC(2, 1, k1, c21) LOADC(2, 2, k2, c22) LOADC(2, 3, k3, c23)
+            LOADC(3, 0, k0, c30) LOADC(3, 1, k1, c31) LOADC(3, 2, k2, c32) LOADC(3, 3, k3, c33)
+#undef LOADC
+            const uint32_t *a0 = a + (int64_t)i0 * ars, *a1 = a + (int64_t)(i0 + (mi > 1)) * ars,
+                           *a2 = a + (int64_t)(i0 + (mi > 2 ? 2 : 0)) * ars, *a3 = a + (int64_t)(i0 + (mi > 3 ? 3 : 0)) * ars;
+            const uint32_t *bp = b + j0;
+            for (int p = 0; p < kp; p++, bp += ldb) {
+                const __m512bh b0 = (__m512bh)_mm512_maskz_loadu_epi32(k0, bp);
+                const __m512bh b1 = (__m512bh)_mm512_maskz_loadu_epi32(k1, bp + 16);
+                const __m512bh b2 = (__m512bh)_mm512_maskz_loadu_epi32(k2, bp + 32);
+                const __m512bh b3 = (__m512bh)_mm512_maskz_loadu_epi32(k3, bp + 48);
+                const int64_t o = (int64_t)p * acs;
+                __m512bh x = (__m512bh)_mm512_set1_epi32((int)a0[o]);
+                c00 = _mm512_dpbf16_ps(c00, x, b0);
+                c01 = _mm512_dpbf16_ps(c01, x, b1);
+                c02 = _mm512_dpbf16_ps(c02, x, b2);
+                c03 = _mm512_dpbf16_ps(c03, x, b3);
+                x = (__m512bh)_mm512_set1_epi32((int)a1[o]);
+                c10 = _mm512_dpbf16_ps(c10, x, b0);
+                c11 = _mm512_dpbf16_ps(c11, x, b1);
+                c12 = _mm512_dpbf16_ps(c12, x, b2);
+                c13 = _mm512_dpbf16_ps(c13, x, b3);
+                x = (__m512bh)_mm512_set1_epi32((int)a2[o]);
+                c20 = _mm512_dpbf16_ps(c20, x, b0);
+                c21 = _mm512_dpbf16_ps(c21, x, b1);
+                c22 = _mm512_dpbf16_ps(c22, x, b2);
+                c23 = _mm512_dpbf16_ps(c23, x, b3);
+                x = (__m512bh)_mm512_set1_epi32((int)a3[o]);
+                c30 = _mm512_dpbf16_ps(c30, x, b0);
+                c31 = _mm512_dpbf16_ps(c31, x, b1);
+                c32 = _mm512_dpbf16_ps(c32, x, b2);
+                c33 = _mm512_dpbf16_ps(c33, x, b3);
+            }
+#define STOREC(r, v, kk, src)                                                                           \
+    if ((r) < mi) _mm512_mask_storeu_ps(c + (int64_t)(i0 + (r)) * ldc + j0 + 16 * (v), kk, _mm512_mul_ps(src, os));
+            STOREC(0, 0, k0, c00) STOREC(0, 1, k1, c01) STOREC(0, 2, k2, c02) STOREC(0, 3, k3, c03)
+            STOREC(1, 0, k0, c10) STOREC(1, 1, k1, c11) STOREC(1, 2, k2, c12) STOREC(1, 3, k3, c13)
+            STOREC(2, 0, k0, c20) STOREC(2, 1, k1, c21) STOREC(2, 2, k2, c22) STOREC(2, 3, k3, c23)
+            STOREC(3, 0, k0, c30) STOREC(3, 1, k1, c31) STOREC(3, 2, k2, c32) STOREC(3, 3, k3, c33)
+#undef STOREC
+        }
+    }
+}
+
+/* 16 words: the low halves from lo, the high halves from hi. */
+static inline __m512i interleave16(__m256i lo, __m256i hi) {
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+}
+
+static void pair_rows_f32_bf16(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    for (int p = 0; p < (rows + 1) / 2; p++) {
+        const float *r0 = src + 2 * p * lds, *r1 = r0 + lds;
+        const int has1 = 2 * p + 1 < rows;
+        for (int j = 0; j < cols; j += 16) {
+            const __mmask16 k = tail_mask(cols - j);
+            const __m256i lo = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, r0 + j));
+            const __m256i hi = has1 ? (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, r1 + j)) : _mm256_setzero_si256();
+            _mm512_mask_storeu_epi32(dst + p * ldd + j, k, interleave16(lo, hi));
+        }
+    }
+}
+
+static void pair_rows_bf16_bf16(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    for (int p = 0; p < (rows + 1) / 2; p++) {
+        const uint16_t *r0 = src + 2 * p * lds, *r1 = r0 + lds;
+        const int has1 = 2 * p + 1 < rows;
+        for (int j = 0; j < cols; j += 16) {
+            const __mmask16 k = tail_mask(cols - j);
+            const __m256i lo = _mm256_maskz_loadu_epi16(k, r0 + j);
+            const __m256i hi = has1 ? _mm256_maskz_loadu_epi16(k, r1 + j) : _mm256_setzero_si256();
+            _mm512_mask_storeu_epi32(dst + p * ldd + j, k, interleave16(lo, hi));
+        }
+    }
+}
+
+static void round_row_bf16(int n, const float *src, const float *f, uint16_t *dst) {
+    const __m512 s = _mm512_set1_ps(f ? *f : 1.0f);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        __m512 x = _mm512_maskz_loadu_ps(k, src + i);
+        if (f) x = _mm512_mul_ps(x, s);
+        _mm256_mask_storeu_epi16(dst + i, k, (__m256i)_mm512_cvtneps_pbh(x));
+    }
+}
+
+const attn_bf16_kernels *attn_bf16_kernels_avx512bf16(void) {
+    static const attn_bf16_kernels k = {"avx512bf16", gemm_pairs_bf16, pair_rows_f32_bf16, pair_rows_bf16_bf16,
+                                        round_row_bf16};
+    return &k;
+}

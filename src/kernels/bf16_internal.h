@@ -1,0 +1,67 @@
+/* bf16 kernels: products of bfloat16 pairs accumulated in float, the semantics of AVX512-BF16's
+ * vdpbf16ps, one implementation per ISA: bf16_ref.c (portable, bit-exact emulation: the oracle)
+ * and bf16_avx512bf16.c (vdpbf16ps, compiled with -mavx512bf16 only there).
+ *
+ * Operands are "pair words": a uint32 holding two bf16, element 2p in the low half and 2p + 1 in
+ * the high half (the VNNI layout). One step of a dot product, per output element:
+ *   c = ftz(c + x[2p+1] y[2p+1]) ; c = ftz(c + x[2p] y[2p])
+ * the high product first, each product exact (8-bit significands), each sum rounded to nearest
+ * even, subnormal bf16 inputs and accumulators read as 0 and subnormal sums flushed (DAZ, FTZ;
+ * the products themselves are not flushed): what vdpbf16ps does on AMD Zen 4 (measured) and, for
+ * the order, what the SDM's pseudocode says for Intel. Overflow past the float range is not
+ * emulated bit for bit. */
+#ifndef ATTN_BF16_INTERNAL_H
+#define ATTN_BF16_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "attn/core.h"
+
+typedef struct attn_bf16_kernels {
+    const char *name;
+    /* C[m x n] = ((accumulate ? f_i C : 0) + sum_p A(i, p) . B(p, j)) * outscale, the sum over
+     * pair words p = 0 .. kp - 1 in increasing order, one chain per element; A(i, p) =
+     * a[i * ars + p * acs] (any strides: A is only broadcast), B(p, j) = b[p * ldb + j],
+     * C(i, j) = c[i * ldc + j], f_i = rowscale[i] (1 when NULL). */
+    void (*gemm_pairs)(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
+                       int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale, float outscale);
+    /* dst[p * ldd + j] = pair(bf16(src[2p * lds + j]), bf16(src[(2p + 1) * lds + j])) for
+     * p < ceil(rows / 2), j < cols; the missing row of an odd count reads 0. bf16() rounds to
+     * nearest even with subnormal inputs flushed (vcvtneps2bf16). */
+    void (*pair_rows_f32)(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd);
+    /* The same from bf16 rows (no rounding: the VNNI interleave). */
+    void (*pair_rows_bf16)(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd);
+    /* dst[i] = bf16(src[i] * (f ? *f : 1)), i < n. */
+    void (*round_row)(int n, const float *src, const float *f, uint16_t *dst);
+} attn_bf16_kernels;
+
+const attn_bf16_kernels *attn_bf16_kernels_ref(void);
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+const attn_bf16_kernels *attn_bf16_kernels_avx512bf16(void);
+#endif
+/* The kernels for the active ISA: vdpbf16ps when the active ISA is AVX-512 and the CPU has
+ * AVX512-BF16, the reference otherwise (ATTN_ISA=ref or attn_force_isa select it). */
+const attn_bf16_kernels *attn_bf16_kernels_active(void);
+/* Does the CPU have AVX512-BF16? */
+int attn_cpu_has_avx512bf16(void);
+
+/* Scalar helpers shared by the reference and the drivers. */
+static inline float attn_bf16_f(uint16_t x) {
+    const uint32_t u = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* Round to nearest even, subnormal inputs to signed zero, NaN to a quiet NaN (vcvtneps2bf16). */
+static inline uint16_t attn_bf16_rne_daz(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline uint32_t attn_pair(uint16_t lo, uint16_t hi) { return (uint32_t)lo | (uint32_t)hi << 16; }
+
+#endif

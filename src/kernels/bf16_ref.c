@@ -1,0 +1,70 @@
+/* Portable bf16 kernels: a bit-exact emulation of vdpbf16ps (see bf16_internal.h), the oracle the
+ * fast kernels are tested against. */
+#include <float.h>
+#include <math.h>
+
+#include "bf16_internal.h"
+
+static inline float ftz(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
+
+/* One vdpbf16ps lane step: the high pair's product first; subnormal bf16 inputs and a subnormal
+ * accumulator read as 0, subnormal sums are flushed, products are not (measured on Zen 4: a
+ * subnormal product added to a normal sum counts). Products of two normal bf16 are exact in
+ * float unless they overflow; the hardware's results past the float range (an infinite product
+ * followed by an opposite one) are not emulated. */
+static inline float dp_step(float c, uint32_t x, uint32_t y) {
+    const float xh = ftz(attn_bf16_f((uint16_t)(x >> 16))), yh = ftz(attn_bf16_f((uint16_t)(y >> 16)));
+    const float xl = ftz(attn_bf16_f((uint16_t)x)), yl = ftz(attn_bf16_f((uint16_t)y));
+    c = ftz(ftz(c) + xh * yh);
+    return ftz(c + xl * yl);
+}
+
+static void gemm_pairs_ref(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
+                           int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale, float outscale) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float s = accumulate ? c[i * ldc + j] * (rowscale ? rowscale[i] : 1.0f) : 0.0f;
+            for (int p = 0; p < kp; p++) s = dp_step(s, a[i * ars + p * acs], b[p * ldb + j]);
+            c[i * ldc + j] = s * outscale;
+        }
+}
+
+static void pair_rows_f32_ref(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    for (int p = 0; p < (rows + 1) / 2; p++)
+        for (int j = 0; j < cols; j++) {
+            const uint16_t lo = attn_bf16_rne_daz(src[2 * p * lds + j]);
+            const uint16_t hi = 2 * p + 1 < rows ? attn_bf16_rne_daz(src[(2 * p + 1) * lds + j]) : 0;
+            dst[p * ldd + j] = attn_pair(lo, hi);
+        }
+}
+
+static void pair_rows_bf16_ref(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    for (int p = 0; p < (rows + 1) / 2; p++)
+        for (int j = 0; j < cols; j++)
+            dst[p * ldd + j] = attn_pair(src[2 * p * lds + j], 2 * p + 1 < rows ? src[(2 * p + 1) * lds + j] : 0);
+}
+
+static void round_row_ref(int n, const float *src, const float *f, uint16_t *dst) {
+    for (int i = 0; i < n; i++) dst[i] = attn_bf16_rne_daz(f ? src[i] * *f : src[i]);
+}
+
+const attn_bf16_kernels *attn_bf16_kernels_ref(void) {
+    static const attn_bf16_kernels k = {"ref", gemm_pairs_ref, pair_rows_f32_ref, pair_rows_bf16_ref, round_row_ref};
+    return &k;
+}
+
+int attn_cpu_has_avx512bf16(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16");
+#else
+    return 0;
+#endif
+}
+
+const attn_bf16_kernels *attn_bf16_kernels_active(void) {
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    if (attn_active_isa() == ATTN_ISA_AVX512 && attn_cpu_has_avx512bf16()) return attn_bf16_kernels_avx512bf16();
+#endif
+    return attn_bf16_kernels_ref();
+}

@@ -1,0 +1,74 @@
+/* GEMM with bf16 inputs, float accumulation and output: C = (accumulate ? C : 0) + op(A) op(B).
+ * Both operands are packed into pair words (bf16_internal.h): A row by row, B in the VNNI layout;
+ * each task computes a block of C over the whole of k, so every element is one chain in
+ * increasing k and results are bitwise identical for any thread count. */
+#include "attn/kernels.h"
+#include "bf16_internal.h"
+#include "core/internal.h"
+#include "gemm_internal.h"
+
+#define MB 64
+#define NB 256
+
+static size_t round_up(size_t x) { return (x + 15) & ~(size_t)15; }
+
+size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k) {
+    if (m < 0 || n < 0 || k < 0) return 0;
+    const size_t kp = (size_t)(k + 1) / 2;
+    size_t a, b, t;
+    if (attn_mul_overflow((size_t)m, kp, &a) || attn_mul_overflow((size_t)n, kp, &b) ||
+        attn_add_overflow(round_up(a), round_up(b), &t) || attn_mul_overflow(t, 4, &t) || attn_add_overflow(t, 64, &t))
+        return SIZE_MAX;
+    return t;
+}
+
+attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
+                           const attn_bf16 *a, int64_t lda, const attn_bf16 *b, int64_t ldb, int accumulate,
+                           float *c, int64_t ldc, void *workspace, size_t workspace_bytes) {
+    static const char fn[] = "attn_gemm_bf16";
+    attn_status st = attn_gemm_check_args(fn, transa, transb, m, n, k, (const float *)(const void *)a, lda,
+                                          (const float *)(const void *)b, ldb, c, ldc);
+    if (st) return st;
+    if (m == 0 || n == 0) return ATTN_OK;
+    const size_t need = attn_gemm_bf16_workspace_size(m, n, k);
+    if (need == SIZE_MAX) return attn_error(ATTN_ERR_OVERFLOW, "%s: workspace size overflows", fn);
+    if (!workspace || workspace_bytes < need)
+        return attn_error(ATTN_ERR_WORKSPACE, "%s: workspace of %zu bytes at %p, need %zu (attn_gemm_bf16_workspace_size)",
+                          fn, workspace_bytes, workspace, need);
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: sizes above 2^31 (m = %lld, n = %lld, k = %lld)", fn,
+                          (long long)m, (long long)n, (long long)k);
+    const attn_bf16_kernels *kr = attn_bf16_kernels_active();
+    const int64_t kp = (k + 1) / 2;
+    uint32_t *ap = (uint32_t *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
+    uint32_t *bp = ap + round_up((size_t)m * (size_t)kp);
+    const int ta = transa == ATTN_TRANS, tb = transb == ATTN_TRANS;
+    /* A(i, p) = a[i lda + p] (or a[p lda + i] transposed); B(p, j) likewise */
+#pragma omp parallel num_threads(attn_threads_for((m + MB - 1) / MB))
+    {
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t p = 0; p < kp; p++) {
+                const attn_bf16 lo = ta ? a[2 * p * lda + i] : a[i * lda + 2 * p];
+                const attn_bf16 hi = 2 * p + 1 < k ? (ta ? a[(2 * p + 1) * lda + i] : a[i * lda + 2 * p + 1]) : 0;
+                ap[i * kp + p] = attn_pair(lo, hi);
+            }
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < kp; p++) {
+            if (!tb) {
+                kr->pair_rows_bf16(2 * p + 1 < k ? 2 : 1, (int)n, b + 2 * p * ldb, ldb, bp + p * n, n);
+                continue;
+            }
+            for (int64_t j = 0; j < n; j++)
+                bp[p * n + j] = attn_pair(b[j * ldb + 2 * p], 2 * p + 1 < k ? b[j * ldb + 2 * p + 1] : 0);
+        }
+    }
+    const int64_t tm = (m + MB - 1) / MB, tn = (n + NB - 1) / NB, tasks = tm * tn;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(attn_threads_for(tasks))
+    for (int64_t t = 0; t < tasks; t++) {
+        const int64_t i0 = t / tn * MB, j0 = t % tn * NB;
+        const int mb = (int)(m - i0 < MB ? m - i0 : MB), nb = (int)(n - j0 < NB ? n - j0 : NB);
+        kr->gemm_pairs(mb, nb, (int)kp, ap + i0 * kp, kp, 1, bp + j0, n, c + i0 * ldc + j0, ldc, accumulate, NULL, 1.0f);
+    }
+    return ATTN_OK;
+}

@@ -1,0 +1,137 @@
+/* attn_gemm_bf16: the vdpbf16ps kernels bit for bit against the portable emulation (and that
+ * against the float64 product of the bf16-rounded inputs), transposes, odd k, accumulate, edges,
+ * bitwise determinism across thread counts. Without AVX512-BF16 the fast comparison is skipped
+ * with a notice. */
+#include <string.h>
+
+#include "kernels/bf16_internal.h"
+#include "test_util.h"
+
+static void fill_bf16(test_rng *r, attn_bf16 *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = attn_f32_to_bf16((float)rng_normal(r));
+}
+
+static void run(attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, int64_t k, int acc, const attn_bf16 *a,
+                const attn_bf16 *b, const float *c0, float *c) {
+    const int64_t lda = ta ? m + 1 : k + 3, ldb = tb ? k + 2 : n + 1, ldc = n + 5;
+    (void)lda;
+    (void)ldb;
+    size_t wsb = attn_gemm_bf16_workspace_size(m, n, k);
+    void *ws = xmalloc(wsb);
+    memcpy(c, c0, sizeof(float) * (size_t)(m * ldc));
+    CHECK_OK(attn_gemm_bf16(ta, tb, m, n, k, a, ta ? m + 1 : k + 3, b, tb ? k + 2 : n + 1, acc, c, ldc, ws, wsb));
+    free(ws);
+}
+
+static void check_case(test_rng *r, attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, int64_t k, int acc,
+                       int fast) {
+    const int64_t lda = ta ? m + 1 : k + 3, ldb = tb ? k + 2 : n + 1, ldc = n + 5;
+    const size_t na = (size_t)((ta ? k : m) * lda), nb = (size_t)((tb ? n : k) * ldb), nc = (size_t)(m * ldc);
+    attn_bf16 *a = xmalloc(2 * na + 2), *b = xmalloc(2 * nb + 2);
+    float *c0 = xmalloc(4 * nc + 4), *cr = xmalloc(4 * nc + 4), *cf = xmalloc(4 * nc + 4);
+    fill_bf16(r, a, na);
+    fill_bf16(r, b, nb);
+    fill_normal(r, c0, nc, 1);
+    attn_force_isa(ATTN_ISA_REF);
+    run(ta, tb, m, n, k, acc, a, b, c0, cr);
+    attn_force_isa(attn_detected_isa());
+    /* the emulation against float64 */
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = acc ? c0[i * ldc + j] : 0, mag = fabs(s);
+            for (int64_t p = 0; p < k; p++) {
+                const double x = attn_bf16_to_f32(ta ? a[p * lda + i] : a[i * lda + p]);
+                const double y = attn_bf16_to_f32(tb ? b[j * ldb + p] : b[p * ldb + j]);
+                s += x * y;
+                mag += fabs(x * y);
+            }
+            const double e = fabs(cr[i * ldc + j] - s);
+            num = e / (mag + 1e-30) > num ? e / (mag + 1e-30) : num;
+            den += 0;
+        }
+    CHECK(num < 1e-6 * (double)(k + 2), "bf16 gemm ref %lldx%lldx%lld: error %.3g of the magnitude", (long long)m,
+          (long long)n, (long long)k, num);
+    if (fast) {
+        run(ta, tb, m, n, k, acc, a, b, c0, cf);
+        CHECK(!memcmp(cf, cr, sizeof(float) * nc), "bf16 gemm avx512bf16 %lldx%lldx%lld ta%d tb%d acc%d differs from ref",
+              (long long)m, (long long)n, (long long)k, (int)ta, (int)tb, acc);
+        for (int t = 1; t <= 3; t++) { /* any thread count: bit for bit */
+            attn_set_num_threads(t);
+            float *ct = xmalloc(4 * nc + 4);
+            run(ta, tb, m, n, k, acc, a, b, c0, ct);
+            CHECK(!memcmp(ct, cf, sizeof(float) * nc), "bf16 gemm differs with %d threads", t);
+            free(ct);
+        }
+        attn_set_num_threads(0);
+    }
+    free(a);
+    free(b);
+    free(c0);
+    free(cr);
+    free(cf);
+}
+
+/* vcvtneps2bf16 and the scalar rounding agree (subnormals flushed), and the pair products agree
+ * with the emulation on values near the subnormal range. */
+static void check_kernels(test_rng *r, int fast) {
+    if (!fast) return;
+    attn_force_isa(ATTN_ISA_AVX512);
+    const attn_bf16_kernels *f = attn_bf16_kernels_active(), *g = attn_bf16_kernels_ref();
+    CHECK(!strcmp(f->name, "avx512bf16"), "active bf16 kernels: %s", f->name);
+    float src[2 * 67];
+    for (int i = 0; i < 2 * 67; i++) {
+        const double e = rng_uniform(r) * 300 - 150;
+        src[i] = (float)(rng_normal(r) * pow(2, e));
+    }
+    src[0] = 1e-40f;
+    src[1] = -1e-41f;
+    src[2] = NAN;
+    src[3] = INFINITY;
+    src[4] = 3.4e38f;
+    uint32_t df[67], dg[67];
+    f->pair_rows_f32(2, 67, src, 67, df, 67);
+    g->pair_rows_f32(2, 67, src, 67, dg, 67);
+    int same = 1;
+    for (int j = 0; j < 67; j++) same &= df[j] == dg[j] || (j == 2 && ((df[j] & 0x7fff) > 0x7f80) == ((dg[j] & 0x7fff) > 0x7f80));
+    CHECK(same, "vcvtneps2bf16 and the scalar rounding disagree");
+    uint16_t rf[67], rg[67];
+    const float two = 2.0f;
+    f->round_row(67, src + 5, &two, rf);
+    g->round_row(67, src + 5, &two, rg);
+    CHECK(!memcmp(rf, rg, sizeof rf), "round_row differs");
+    /* tiny magnitudes through the pair products (subnormal products and sums; overflow is not
+     * emulated) */
+    for (int i = 0; i < 2 * 67; i++) src[i] = (float)(rng_normal(r) * pow(2, rng_uniform(r) * 120 - 130));
+    uint32_t a[4 * 9], b[9 * 70];
+    for (int i = 0; i < 4 * 9; i++) a[i] = attn_pair(attn_f32_to_bf16(src[i % 134]), attn_f32_to_bf16(src[(i * 7 + 1) % 134]));
+    for (int i = 0; i < 9 * 70; i++) b[i] = attn_pair(attn_f32_to_bf16(src[(i * 3 + 2) % 134]), attn_f32_to_bf16(src[(i * 5) % 134]));
+    a[0] = b[0] = attn_pair(attn_f32_to_bf16(1.0f), 0);
+    float cf[4 * 70], cg[4 * 70];
+    for (int i = 0; i < 4 * 70; i++) cf[i] = cg[i] = (float)rng_normal(r) * 1e-38f;
+    f->gemm_pairs(4, 70, 9, a, 9, 1, b, 70, cf, 70, 1, NULL, 0.5f);
+    g->gemm_pairs(4, 70, 9, a, 9, 1, b, 70, cg, 70, 1, NULL, 0.5f);
+    int eq = 1;
+    for (int i = 0; i < 4 * 70; i++) eq &= cf[i] == cg[i] || (isnan(cf[i]) && isnan(cg[i]));
+    CHECK(eq, "vdpbf16ps and the emulation disagree near the subnormal range");
+}
+
+int main(void) {
+    test_rng r = rng_seeded(31337);
+    const int fast = attn_cpu_has_avx512bf16() && attn_detected_isa() == ATTN_ISA_AVX512;
+    if (!fast) printf("  notice: no AVX512-BF16 on this CPU: only the portable bf16 kernels are tested\n");
+    printf("  AMX: not built for (the bf16 kernels have no AMX tile path yet)\n");
+    static const int64_t sz[][3] = {{1, 1, 1}, {4, 64, 2}, {5, 17, 3}, {64, 64, 64}, {67, 130, 31}, {130, 300, 128},
+                                    {3, 513, 77}, {200, 70, 260}};
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                check_case(&r, (attn_transpose)ta, (attn_transpose)tb, sz[i][0], sz[i][1], sz[i][2], (int)((i + ta) % 2), fast);
+    check_kernels(&r, fast);
+    /* errors */
+    float c[4];
+    attn_bf16 x[4] = {0};
+    CHECK_STATUS(attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, 2, 2, 2, x, 2, x, 2, 0, c, 2, NULL, 0), ATTN_ERR_WORKSPACE);
+    CHECK_STATUS(attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, 2, 2, 2, NULL, 2, x, 2, 0, c, 2, c, 1000), ATTN_ERR_INVALID_ARGUMENT);
+    return test_summary("test_gemm_bf16");
+}
