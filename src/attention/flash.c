@@ -25,6 +25,7 @@
 #include "attention_common.h"
 #include "core/internal.h"
 #include "flash_internal.h"
+#include "kernels/bf16_internal.h"
 
 #define BR ATTN_FLASH_BR
 #define BC ATTN_FLASH_BC
@@ -370,6 +371,110 @@ int64_t attn_flash_tile_count(const attn_tensor *q, const attn_tensor *k, const 
     return c.b * c.hq * n;
 }
 
+/* ---- bf16 forward ----
+ * Q, K, V in bf16; S^T = K Q^T and O += P V on pair products with float accumulation
+ * (bf16_internal.h), the online softmax and its statistics in float, P rounded to bf16 for P V
+ * (as FlashAttention does), the output float or bf16. The same tiles, masks and order as the
+ * float path; tiles the band crosses are computed whole and masked by the epilogue. The
+ * per-thread buffers of the float path are reused (pair words take at most as much room). */
+static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, const attn_tensor *k,
+                                      const attn_tensor *v, attn_tensor *out, attn_tensor *lse, float *base) {
+    const attn_ctx c = *cp;
+    const attn_flash_kernels *kr = flash_kernels();
+    const attn_bf16_kernels *hk = attn_bf16_kernels_active();
+    const int general = needs_general_epilogue(&c);
+    const float qscale = (float)(general ? c.scale : c.scale * LOG2E);
+    const int64_t nqb = ceil_div(c.nq, BR), tasks = c.b * c.hq * nqb;
+    const int dp = (int)((c.d + 1) / 2); /* pair words per q / k row */
+    /* K rows are read in place as pair words when they are: unit stride, even length and row
+     * stride, 4-byte aligned */
+    const int k_words = k->stride[3] == 1 && c.d % 2 == 0 && k->stride[2] % 2 == 0 && k->stride[0] % 2 == 0 &&
+                        k->stride[1] % 2 == 0 && ((uintptr_t)k->ptr & 3) == 0;
+#pragma omp parallel num_threads(attn_threads_for(tasks))
+    {
+        flash_bufs w = thread_bufs(&c, base);
+        uint32_t *qp = (uint32_t *)(void *)w.qt, *kp = (uint32_t *)(void *)w.kp, *vp = (uint32_t *)(void *)w.vp,
+                 *pw = (uint32_t *)(void *)w.dp;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tasks; t++) {
+            const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb;
+            const int64_t h = bh % c.hq, b = bh / c.hq, g = h / c.group;
+            const int64_t i0 = qb * BR;
+            const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
+            const uint16_t *qi = q->data16 + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
+            const uint16_t *kh = k->data16 + b * k->stride[0] + g * k->stride[1];
+            const uint16_t *vh = v->data16 + b * v->stride[0] + g * v->stride[1];
+            /* Q^T as pair words: qp[p * BR + r] = (q[r][2p], q[r][2p + 1]) */
+            for (int r = 0; r < bi; r++)
+                for (int p = 0; p < dp; p++) {
+                    const uint16_t lo = qi[r * q->stride[2] + 2 * p * q->stride[3]];
+                    const uint16_t hi = 2 * p + 1 < c.d ? qi[r * q->stride[2] + (2 * p + 1) * q->stride[3]] : 0;
+                    qp[p * BR + r] = attn_pair(lo, hi);
+                }
+            row_shifts(&c, general, b, h, i0, bi, w.sh);
+            for (int r = 0; r < bi; r++) {
+                w.m[r] = -INFINITY;
+                w.l[r] = 0.0f;
+            }
+            memset(w.acc, 0, sizeof(float) * (size_t)bi * (size_t)c.dv);
+            int64_t jlo, jhi;
+            key_range(&c, i0, i0 + bi, &jlo, &jhi);
+            for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
+                const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
+                const uint16_t *kj = kh + j0 * k->stride[2];
+                const uint32_t *ka = kp;
+                int64_t ars = dp;
+                if (k_words) {
+                    ka = (const uint32_t *)(const void *)kj;
+                    ars = k->stride[2] / 2;
+                } else {
+                    for (int r = 0; r < bj; r++)
+                        for (int p = 0; p < dp; p++)
+                            kp[r * dp + p] =
+                                attn_pair(kj[r * k->stride[2] + 2 * p * k->stride[3]],
+                                          2 * p + 1 < c.d ? kj[r * k->stride[2] + (2 * p + 1) * k->stride[3]] : 0);
+                }
+                hk->gemm_pairs(bj, bi, dp, ka, ars, 1, qp, BR, w.s, BR, 0, NULL, qscale);
+                epilogue(&c, general, b, h, i0, bi, j0, bj, w.sh, w.s, NULL);
+                kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha, NULL);
+                if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
+                /* P^T rows paired: pw[p * BR + q] = (P[q][2p], P[q][2p + 1]); V paired by rows */
+                hk->pair_rows_f32(bj, bi, w.s, BR, pw, BR);
+                const uint16_t *vj = vh + j0 * v->stride[2];
+                if (v->stride[3] == 1) {
+                    hk->pair_rows_bf16(bj, (int)c.dv, vj, v->stride[2], vp, c.dv);
+                } else {
+                    for (int p = 0; p < (bj + 1) / 2; p++)
+                        for (int64_t x = 0; x < c.dv; x++)
+                            vp[p * c.dv + x] = attn_pair(vj[2 * p * v->stride[2] + x * v->stride[3]],
+                                                         2 * p + 1 < bj ? vj[(2 * p + 1) * v->stride[2] + x * v->stride[3]] : 0);
+                }
+                hk->gemm_pairs(bi, (int)c.dv, (bj + 1) / 2, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
+            }
+            for (int r = 0; r < bi; r++) w.alpha[r] = w.l[r] > 0 ? 1.0f / w.l[r] : 0.0f;
+            if (out->dtype == ATTN_TYPE_BF16) {
+                uint16_t *oi = out->data16 + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
+                for (int r = 0; r < bi; r++) {
+                    if (out->stride[3] == 1) {
+                        hk->round_row((int)c.dv, w.acc + r * c.dv, w.alpha + r, oi + r * out->stride[2]);
+                        continue;
+                    }
+                    for (int64_t x = 0; x < c.dv; x++)
+                        oi[r * out->stride[2] + x * out->stride[3]] = attn_bf16_rne_daz(w.acc[r * c.dv + x] * w.alpha[r]);
+                }
+            } else {
+                float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
+                store_rows(kr, w.acc, bi, c.dv, w.alpha, oi, out->stride[2], out->stride[3]);
+            }
+            for (int r = 0; r < bi; r++)
+                if (lse)
+                    lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]] =
+                        w.l[r] > 0 ? (float)(((double)w.sh[r] + w.m[r] + log2((double)w.l[r])) * LN2) : -INFINITY;
+        }
+    }
+    return ATTN_OK;
+}
+
 attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse,
                                void *workspace, size_t workspace_bytes_) {
@@ -377,10 +482,13 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
     attn_ctx c;
     attn_status st;
     float *base;
-    if ((st = attn_ctx_init(&c, fn, q, k, v, params, out, "out")) ||
+    const unsigned in_types = ATTN_TYPES(ATTN_TYPE_F32) | ATTN_TYPES(ATTN_TYPE_BF16);
+    const unsigned out_types = q && q->dtype == ATTN_TYPE_BF16 ? in_types : ATTN_TYPES(ATTN_TYPE_F32);
+    if ((st = attn_ctx_init_typed(&c, fn, q, k, v, params, out, "out", in_types, out_types)) ||
         (st = attn_ctx_check_rows(&c, fn, lse, "lse", 0)) ||
         (st = get_bufs(fn, &c, workspace, workspace_bytes_, &base)))
         return st;
+    if (q->dtype == ATTN_TYPE_BF16) return flash_forward_bf16(&c, q, k, v, out, lse, base);
     const attn_flash_kernels *kr = flash_kernels();
     const int general = needs_general_epilogue(&c);
     const float qscale = (float)(general ? c.scale : c.scale * LOG2E);
