@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
+#include "kernels/bf16_internal.h"
 #include "kernels/gemm_internal.h"
 
 #ifdef _OPENMP
@@ -95,7 +97,7 @@ void bench_result_dim(bench_result *r, const char *name, int64_t value) {
 void bench_result_finish(bench_result *r, double flops, double ms) {
     r->ms = ms;
     r->gflops = ms > 0 ? flops / (ms * 1e6) : 0.0;
-    double peak = bench_peak_gflops(r->threads);
+    double peak = r->bf16 ? bench_peak_gflops_bf16(r->threads) : bench_peak_gflops(r->threads);
     r->peak_fraction = peak > 0 ? r->gflops / peak : 0.0;
 }
 
@@ -192,13 +194,21 @@ void bench_print(FILE *f, const bench_result *r, int json) {
 /* ---- peak -------------------------------------------------------------------------------- */
 
 #define PEAK_CACHE 1025
-static double peak_cache[PEAK_CACHE], peak_ms[PEAK_CACHE];
-static int peak_chains, peak_lanes;
+static double peak_cache[2][PEAK_CACHE], peak_ms[2][PEAK_CACHE];
+static int peak_chains[2], peak_lanes[2];
 static attn_isa peak_isa;
 static volatile float peak_sink; /* keeps the loops' results alive */
 
+static float peak_loop(int bf16, int64_t iters, int *chains, int *lanes, attn_isa *isa) {
+    if (bf16) {
+        *isa = ATTN_ISA_AVX512;
+        return attn_dpbf16_loop(iters, chains, lanes);
+    }
+    return attn_fma_loop_best(iters, chains, lanes, isa);
+}
+
 /* Seconds for `threads` threads each running `iters` iterations at once. */
-static double peak_run(int threads, int64_t iters) {
+static double peak_run(int bf16, int threads, int64_t iters) {
     double t0 = 0, el = 0;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads)
@@ -208,22 +218,24 @@ static double peak_run(int threads, int64_t iters) {
         t0 = bench_now();
         int chains, lanes;
         attn_isa isa;
-        float s = attn_fma_loop_best(iters, &chains, &lanes, &isa);
+        float s = peak_loop(bf16, iters, &chains, &lanes, &isa);
 #pragma omp barrier
 #pragma omp master
         {
             el = bench_now() - t0;
             peak_sink = s;
-            peak_chains = chains;
-            peak_lanes = lanes;
-            peak_isa = isa;
+            peak_chains[bf16] = chains;
+            peak_lanes[bf16] = lanes;
+            if (!bf16) peak_isa = isa;
         }
     }
 #else
     (void)threads;
+    attn_isa isa;
     t0 = bench_now();
-    peak_sink = attn_fma_loop_best(iters, &peak_chains, &peak_lanes, &peak_isa);
+    peak_sink = peak_loop(bf16, iters, &peak_chains[bf16], &peak_lanes[bf16], &isa);
     el = bench_now() - t0;
+    if (!bf16) peak_isa = isa;
 #endif
     return el;
 }
@@ -243,39 +255,69 @@ static int peak_threads_granted(int threads) {
 #endif
 }
 
-double bench_peak_gflops(int threads) {
+static double peak_gflops(int bf16, int threads) {
     if (threads < 1) threads = 1;
-    if (threads < PEAK_CACHE && peak_cache[threads] > 0) return peak_cache[threads];
+    if (threads < PEAK_CACHE && peak_cache[bf16][threads] > 0) return peak_cache[bf16][threads];
+    if (bf16) {
+        int c, l;
+        attn_dpbf16_loop(1, &c, &l);
+        if (!c) return 0.0; /* no AVX512-BF16 */
+    }
     int granted = peak_threads_granted(threads);
     /* calibrate: a sample of about 50 ms */
     int64_t iters = 1 << 16;
     double el;
-    while ((el = peak_run(threads, iters)) < 0.01) iters *= 4;
+    while ((el = peak_run(bf16, threads, iters)) < 0.01) iters *= 4;
     iters = (int64_t)((double)iters * 0.05 / el) + 1;
     double s[BENCH_MIN_REPEATS];
-    for (int r = 0; r < BENCH_MIN_REPEATS; r++) s[r] = peak_run(threads, iters);
+    for (int r = 0; r < BENCH_MIN_REPEATS; r++) s[r] = peak_run(bf16, threads, iters);
     /* a peak is a capability: the fastest sample (anything else on the machine only slows) */
     double sec = s[0];
     for (int r = 1; r < BENCH_MIN_REPEATS; r++)
         if (s[r] < sec) sec = s[r];
-    double flops = (double)granted * (double)iters * peak_chains * peak_lanes * 2.0;
+    /* an FMA is 2 flops per lane, a vdpbf16ps 4 (two products and their sums) */
+    double flops = (double)granted * (double)iters * peak_chains[bf16] * peak_lanes[bf16] * (bf16 ? 4.0 : 2.0);
     double g = flops / sec * 1e-9;
     if (threads < PEAK_CACHE) {
-        peak_cache[threads] = g;
-        peak_ms[threads] = sec * 1e3;
+        peak_cache[bf16][threads] = g;
+        peak_ms[bf16][threads] = sec * 1e3;
     }
     return g;
 }
 
-double bench_peak_sample_ms(int threads) {
+double bench_peak_gflops(int threads) { return peak_gflops(0, threads); }
+double bench_peak_gflops_bf16(int threads) { return peak_gflops(1, threads); }
+
+static double sample_ms(int bf16, int threads) {
     if (threads < 1 || threads >= PEAK_CACHE) return NAN;
-    if (peak_cache[threads] <= 0) bench_peak_gflops(threads);
-    return peak_ms[threads];
+    if (peak_cache[bf16][threads] <= 0) peak_gflops(bf16, threads);
+    return peak_ms[bf16][threads];
 }
+double bench_peak_sample_ms(int threads) { return sample_ms(0, threads); }
+double bench_peak_sample_ms_bf16(int threads) { return sample_ms(1, threads); }
 
 const char *bench_peak_isa(int *chains, int *lanes) {
-    if (peak_chains == 0) bench_peak_gflops(1);
-    if (chains) *chains = peak_chains;
-    if (lanes) *lanes = peak_lanes;
+    if (peak_chains[0] == 0) bench_peak_gflops(1);
+    if (chains) *chains = peak_chains[0];
+    if (lanes) *lanes = peak_lanes[0];
     return attn_isa_name(peak_isa);
+}
+
+int bench_parse_dtypes(const char *cmd, const char *list, int *f32, int *bf16) {
+    *f32 = !list;
+    *bf16 = 0;
+    if (!list) return 0;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (!strcmp(tok, "f32")) *f32 = 1;
+        else if (!strcmp(tok, "bf16")) *bf16 = 1;
+        else {
+            return cli_usage_error("%s: unknown --dtype '%s' (available: f32, bf16)", cmd, tok);
+        }
+    }
+    if (!*f32 && !*bf16) {
+        return cli_usage_error("%s: --dtype needs f32 and/or bf16", cmd);
+    }
+    return 0;
 }

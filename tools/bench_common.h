@@ -82,7 +82,8 @@ typedef struct bench_result {
     int threads;
     double ms;            /* median per call */
     double gflops;        /* flops / time */
-    double peak_fraction; /* gflops / bench_peak_gflops(threads) */
+    double peak_fraction; /* gflops / bench_peak_gflops(threads), or the bf16 peak when bf16 */
+    int bf16;             /* a bf16 computation: its peak is bench_peak_gflops_bf16 */
     double ratio;         /* to the peer (NAN: none) */
     const char *peer;     /* the peer's impl name when ratio is set */
 } bench_result;
@@ -110,5 +111,12 @@ double bench_peak_gflops(int threads);
 double bench_peak_sample_ms(int threads);
 /* The ISA name and the loop shape the peak measurement used ("avx512", 12 chains, 16 lanes). */
 const char *bench_peak_isa(int *chains, int *lanes);
+/* The same for bf16 pair products (vdpbf16ps, 4 flops per lane); 0 without AVX512-BF16. */
+double bench_peak_gflops_bf16(int threads);
+double bench_peak_sample_ms_bf16(int threads);
+
+/* --dtype LIST (f32, bf16, comma-separated; NULL: f32) into flags; 0, or cli_usage_error's
+ * code when bad. */
+int bench_parse_dtypes(const char *cmd, const char *list, int *f32, int *bf16);
 
 #endif

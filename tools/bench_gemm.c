@@ -17,7 +17,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attn bench gemm [--m M,...] [--n N,...] [--k K,...] [--trans NN,NT,TN,TT]\n"
-            "                       [--threads T,...] [--repeats R] [--json]\n\n"
+            "                       [--dtype f32,bf16] [--threads T,...] [--repeats R] [--json]\n\n"
             "C = A * B (alpha = 1, beta = 0, row-major, op(A) m x k, op(B) k x n) for every\n"
             "combination of the lists; flops = 2*m*n*k. Without --n (--k), n (k) equals m for\n"
             "each m (square shapes); m defaults to 1024. Each attn row is followed by OpenBLAS\n"
@@ -26,6 +26,9 @@ static void usage(FILE *f) {
             "after a warmup.\n\n"
             "  --m, --n, --k    comma-separated sizes in 1..%d\n"
             "  --trans          transposes of A and B (N or T each), default NN\n"
+            "  --dtype          f32 (attn_sgemm, default) and/or bf16 (attn_gemm_bf16: bf16 A and B,\n"
+            "                   float C; its peak fraction is of `attn bench peak --dtype bf16`, its\n"
+            "                   ratio is to the f32 row when both run; no OpenBLAS peer)\n"
             "  --threads T,...  thread counts (default: attn's, ATTN_NUM_THREADS/OMP_NUM_THREADS)\n"
             "  --repeats R      timed samples per measurement (default 7)\n"
             "  --json           one JSON object per line\n"
@@ -43,6 +46,7 @@ typedef struct gemm_ctx {
     attn_transpose ta, tb;
     int64_t m, n, k, lda, ldb, ldc;
     const float *a, *b;
+    const attn_bf16 *ah, *bh;
     float *c;
     void *ws;
     size_t ws_bytes;
@@ -53,6 +57,13 @@ static void run_attn(void *p) {
     gemm_ctx *g = p;
     attn_status st = attn_sgemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b, g->ldb,
                                 0.0f, g->c, g->ldc, g->ws, g->ws_bytes);
+    if (st != ATTN_OK) g->st = st;
+}
+
+static void run_bf16(void *p) {
+    gemm_ctx *g = p;
+    attn_status st = attn_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, g->ah, g->lda, g->bh, g->ldb, 0, g->c, g->ldc,
+                                    g->ws, g->ws_bytes);
     if (st != ATTN_OK) g->st = st;
 }
 
@@ -88,7 +99,7 @@ static int parse_trans(const char *v, int *codes, int max) {
     }
 }
 
-static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64_t k) {
+static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64_t k, int f32, int bf16) {
     static const char *names[4] = {"NN", "NT", "TN", "TT"};
     gemm_ctx g = {0};
     g.ta = trans & 2 ? ATTN_TRANS : ATTN_NO_TRANS;
@@ -99,16 +110,48 @@ static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64
     g.ldc = n;
     float *a = alloc_random(m * k, 1), *b = alloc_random(k * n, 2), *c = calloc((size_t)(m * n), sizeof(float));
     float *c2 = calloc((size_t)(m * n), sizeof(float));
+    attn_bf16 *ah = malloc(sizeof(attn_bf16) * (size_t)(m * k)), *bh = malloc(sizeof(attn_bf16) * (size_t)(k * n));
     int rc = 0;
-    if (!a || !b || !c || !c2) {
+    if (!a || !b || !c || !c2 || !ah || !bh) {
         rc = cli_fail("bench gemm: out of memory for m = %lld, n = %lld, k = %lld", (long long)m,
                       (long long)n, (long long)k);
         goto done;
     }
     g.a = a, g.b = b, g.c = c;
+    attn_convert(a, ATTN_TYPE_F32, ah, ATTN_TYPE_BF16, (size_t)(m * k));
+    attn_convert(b, ATTN_TYPE_F32, bh, ATTN_TYPE_BF16, (size_t)(k * n));
+    g.ah = ah, g.bh = bh;
     for (int t = 0; t < o->nthreads; t++) {
         int T = o->threads[t];
         bench_set_threads(T);
+        bench_result rh;
+        if (bf16) {
+            g.ws_bytes = attn_gemm_bf16_workspace_size(m, n, k);
+            g.ws = malloc(g.ws_bytes ? g.ws_bytes : 1);
+            if (!g.ws) {
+                rc = cli_fail("bench gemm: out of memory for a %zu-byte workspace", g.ws_bytes);
+                goto done;
+            }
+            g.st = ATTN_OK;
+            g.c = c2;
+            bench_timing th = bench_measure(run_bf16, &g, o->repeats);
+            free(g.ws);
+            if (g.st != ATTN_OK) {
+                rc = cli_fail("bench gemm: attn_gemm_bf16 failed: %s", attn_last_error());
+                goto done;
+            }
+            bench_result_init(&rh, "gemm", "attn.bf16", T);
+            rh.variant = names[trans];
+            rh.bf16 = 1;
+            bench_result_dim(&rh, "m", m);
+            bench_result_dim(&rh, "n", n);
+            bench_result_dim(&rh, "k", k);
+            bench_result_finish(&rh, 2.0 * (double)m * (double)n * (double)k, th.median_ms);
+            if (!f32) {
+                bench_print(stdout, &rh, o->json);
+                continue;
+            }
+        }
         g.ws_bytes = attn_sgemm_workspace_size(m, n, k);
         g.ws = malloc(g.ws_bytes ? g.ws_bytes : 1);
         if (!g.ws) {
@@ -131,6 +174,10 @@ static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64
         bench_result_dim(&ra, "k", k);
         double flops = 2.0 * (double)m * (double)n * (double)k;
         bench_result_finish(&ra, flops, ta.median_ms);
+        if (bf16) {
+            bench_result_ratio(&rh, &ra);
+            bench_print(stdout, &rh, o->json);
+        }
 #ifdef ATTN_HAVE_OPENBLAS
         openblas_set_num_threads(T);
         g.c = c2;
@@ -165,6 +212,8 @@ done:
     free(b);
     free(c);
     free(c2);
+    free(ah);
+    free(bh);
     return rc;
 }
 
@@ -174,13 +223,14 @@ int bench_gemm_cmd(int argc, char **argv) {
     int64_t ms[BENCH_MAX_LIST], ns[BENCH_MAX_LIST], ks[BENCH_MAX_LIST];
     int nm = 0, nn = 0, nk = 0, ntr = 1;
     int trans[4] = {0};
-    const char *trans_list = NULL;
+    const char *trans_list = NULL, *dtype_list = NULL;
     cli_opt opts[] = {
         BENCH_COMMON_OPTS(&o),
         CLI_LIST("--m", ms, &nm, BENCH_MAX_LIST, 1, MAX_DIM),
         CLI_LIST("--n", ns, &nn, BENCH_MAX_LIST, 1, MAX_DIM),
         CLI_LIST("--k", ks, &nk, BENCH_MAX_LIST, 1, MAX_DIM),
         CLI_STRING("--trans", &trans_list),
+        CLI_STRING("--dtype", &dtype_list),
         CLI_END,
     };
     int parsed = cli_parse("bench gemm", opts, argc, argv, NULL, 0);
@@ -191,6 +241,8 @@ int bench_gemm_cmd(int argc, char **argv) {
     if (parsed) return parsed;
     if (trans_list && (ntr = parse_trans(trans_list, trans, 4)) < 0)
         return cli_usage_error("bench gemm: --trans wants a list of NN, NT, TN or TT, got '%s'", trans_list);
+    int f32, bf16;
+    if ((parsed = bench_parse_dtypes("bench gemm", dtype_list, &f32, &bf16))) return parsed;
     if (nm == 0) ms[0] = 1024, nm = 1;
     /* an absent --n / --k follows m (square shapes); given lists combine with every m */
     int n_tied = nn == 0, k_tied = nk == 0;
@@ -203,7 +255,7 @@ int bench_gemm_cmd(int argc, char **argv) {
             for (int in = 0; in < nn; in++)
                 for (int ik = 0; ik < nk; ik++) {
                     int64_t m = ms[im], n = n_tied ? m : ns[in], k = k_tied ? m : ks[ik];
-                    int rc = one_shape(&o, trans[t], m, n, k);
+                    int rc = one_shape(&o, trans[t], m, n, k, f32, bf16);
                     if (rc) return rc;
                 }
     return 0;

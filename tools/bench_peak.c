@@ -1,4 +1,5 @@
-/* attn bench peak: this machine's FP32 FMA throughput per thread count. */
+/* attn bench peak: this machine's FP32 FMA throughput per thread count, and with --dtype bf16
+ * the AVX512-BF16 pair-product (vdpbf16ps) throughput. */
 #include <stdio.h>
 
 #include "bench_common.h"
@@ -6,11 +7,14 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: attn bench peak [--threads T[,T...]] [--json]\n\n"
+            "usage: attn bench peak [--dtype f32,bf16] [--threads T[,T...]] [--json]\n\n"
             "Measures FP32 FMA throughput with independent FMA chains in the best vector ISA of\n"
             "this CPU (enough chains to cover the FMA latency), every thread running its own\n"
             "loop; the fastest of %d samples of ~50 ms. Other benchmarks report fractions of\n"
-            "this peak.\n\n"
+            "this peak. --dtype bf16 measures vdpbf16ps the same way (4 flops per lane: two\n"
+            "products and their sums), the peak of bf16 results; it is absent without\n"
+            "AVX512-BF16.\n\n"
+            "  --dtype f32,bf16 which peaks (default f32)\n"
             "  --threads T,...  thread counts (default: 1 and attn's, ATTN_NUM_THREADS or\n"
             "                   OMP_NUM_THREADS)\n"
             "  --json           one JSON object per line\n",
@@ -20,13 +24,16 @@ static void usage(FILE *f) {
 int bench_peak_cmd(int argc, char **argv) {
     bench_opts o;
     bench_opts_init(&o);
-    cli_opt opts[] = {BENCH_COMMON_OPTS(&o), CLI_END};
+    const char *dtypes = NULL;
+    cli_opt opts[] = {BENCH_COMMON_OPTS(&o), CLI_STRING("--dtype", &dtypes), CLI_END};
     int parsed = cli_parse("bench peak", opts, argc, argv, NULL, 0);
     if (parsed == CLI_HELP) {
         usage(stdout);
         return 0;
     }
     if (parsed) return parsed;
+    int f32, bf16;
+    if ((parsed = bench_parse_dtypes("bench peak", dtypes, &f32, &bf16))) return parsed;
     /* default: one thread and attn's thread count, so the per-core figure is always there */
     if (!cli_seen(opts, "--threads") && o.threads[0] > 1) {
         o.threads[1] = o.threads[0];
@@ -37,14 +44,36 @@ int bench_peak_cmd(int argc, char **argv) {
     const char *isa = bench_peak_isa(&chains, &lanes);
     bench_print_header(stdout, o.json);
     for (int t = 0; t < o.nthreads; t++) {
-        bench_result r;
-        bench_result_init(&r, "fma_peak", isa, o.threads[t]);
-        bench_result_dim(&r, "chains", chains);
-        bench_result_dim(&r, "lanes", lanes);
-        r.gflops = bench_peak_gflops(o.threads[t]);
-        r.ms = bench_peak_sample_ms(o.threads[t]);
-        r.peak_fraction = 1.0;
-        bench_print(stdout, &r, o.json);
+        if (f32) {
+            bench_result r;
+            bench_result_init(&r, "fma_peak", isa, o.threads[t]);
+            bench_result_dim(&r, "chains", chains);
+            bench_result_dim(&r, "lanes", lanes);
+            r.gflops = bench_peak_gflops(o.threads[t]);
+            r.ms = bench_peak_sample_ms(o.threads[t]);
+            r.peak_fraction = 1.0;
+            bench_print(stdout, &r, o.json);
+        }
+        if (bf16) {
+            const double g = bench_peak_gflops_bf16(o.threads[t]);
+            if (g <= 0) {
+                fprintf(o.json ? stderr : stdout, "bf16 peak: this CPU has no AVX512-BF16\n");
+                break;
+            }
+            bench_result r;
+            bench_result_init(&r, "bf16_peak", "avx512bf16", o.threads[t]);
+            bench_result_dim(&r, "chains", 12);
+            bench_result_dim(&r, "lanes", 16);
+            r.gflops = g;
+            r.ms = bench_peak_sample_ms_bf16(o.threads[t]);
+            r.peak_fraction = 1.0;
+            r.bf16 = 1;
+            if (f32) {
+                r.ratio = g / bench_peak_gflops(o.threads[t]);
+                r.peer = "fma_peak";
+            }
+            bench_print(stdout, &r, o.json);
+        }
     }
     return 0;
 }

@@ -39,7 +39,11 @@ typedef struct attn_bf16_kernels {
 const attn_bf16_kernels *attn_bf16_kernels_ref(void);
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
 const attn_bf16_kernels *attn_bf16_kernels_avx512bf16(void);
+float attn_dpbf16_loop_avx512bf16(int64_t iters, int *chains, int *lanes);
 #endif
+/* Peak loop for `attn bench peak --dtype bf16`: iters rounds of *chains independent vdpbf16ps
+ * of *lanes lanes (4 flops per lane each); *chains = 0 when the CPU has no AVX512-BF16. */
+float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes);
 /* The kernels for the active ISA: vdpbf16ps when the active ISA is AVX-512 and the CPU has
  * AVX512-BF16, the reference otherwise (ATTN_ISA=ref or attn_force_isa select it). */
 const attn_bf16_kernels *attn_bf16_kernels_active(void);

@@ -68,3 +68,12 @@ const attn_bf16_kernels *attn_bf16_kernels_active(void) {
 #endif
     return attn_bf16_kernels_ref();
 }
+
+float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes) {
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    if (attn_cpu_has_avx512bf16()) return attn_dpbf16_loop_avx512bf16(iters, chains, lanes);
+#endif
+    (void)iters;
+    *chains = *lanes = 0;
+    return 0.0f;
+}
