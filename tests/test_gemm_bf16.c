@@ -116,11 +116,44 @@ static void check_kernels(test_rng *r, int fast) {
     CHECK(eq, "vdpbf16ps and the emulation disagree near the subnormal range");
 }
 
+/* AMX tiles against the emulation: the same pair products, TDPBF16PS's own rounding of the sums,
+ * so close rather than bitwise; skipped with a notice where the CPU has no AMX-BF16 or Linux
+ * refuses the tile state. */
+static void check_amx(test_rng *r) {
+    const attn_bf16_kernels *amx = attn_bf16_kernels_try_amx(), *ref = attn_bf16_kernels_ref();
+    if (!amx) {
+        printf("  notice: no AMX-BF16 on this CPU (or the tile state was refused): AMX kernels compiled, not tested\n");
+        return;
+    }
+    static const int sz[][3] = {{1, 1, 1}, {16, 16, 16}, {33, 70, 9}, {64, 64, 32}, {64, 128, 64}, {5, 300, 40}};
+    for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++) {
+        const int m = sz[s][0], n = sz[s][1], kp = sz[s][2];
+        uint32_t *a = xmalloc(4 * (size_t)m * kp), *b = xmalloc(4 * (size_t)kp * n);
+        float *c0 = xmalloc(4 * (size_t)m * n), *c1 = xmalloc(4 * (size_t)m * n), *f = xmalloc(4 * (size_t)m);
+        for (int i = 0; i < m * kp; i++)
+            a[i] = attn_pair(attn_f32_to_bf16((float)rng_normal(r)), attn_f32_to_bf16((float)rng_normal(r)));
+        for (int i = 0; i < kp * n; i++)
+            b[i] = attn_pair(attn_f32_to_bf16((float)rng_normal(r)), attn_f32_to_bf16((float)rng_normal(r)));
+        for (int i = 0; i < m * n; i++) c0[i] = c1[i] = (float)rng_normal(r);
+        for (int i = 0; i < m; i++) f[i] = (float)rng_uniform(r);
+        amx->gemm_pairs(m, n, kp, a, kp, 1, b, n, c0, n, 1, f, 0.5f);
+        ref->gemm_pairs(m, n, kp, a, kp, 1, b, n, c1, n, 1, f, 0.5f);
+        const double e = rel_err_ff(c0, c1, (size_t)m * n);
+        CHECK(e < 1e-6, "AMX gemm_pairs %dx%dx%d: %.3g from the emulation", m, n, kp, e);
+        printf("  AMX %dx%dx%d: %s the emulation\n", m, n, kp, memcmp(c0, c1, 4 * (size_t)m * n) ? "close to" : "bitwise equal to");
+        free(a);
+        free(b);
+        free(c0);
+        free(c1);
+        free(f);
+    }
+}
+
 int main(void) {
     test_rng r = rng_seeded(31337);
     const int fast = attn_cpu_has_avx512bf16() && attn_detected_isa() == ATTN_ISA_AVX512;
     if (!fast) printf("  notice: no AVX512-BF16 on this CPU: only the portable bf16 kernels are tested\n");
-    printf("  AMX: not built for (the bf16 kernels have no AMX tile path yet)\n");
+    check_amx(&r);
     static const int64_t sz[][3] = {{1, 1, 1}, {4, 64, 2}, {5, 17, 3}, {64, 64, 64}, {67, 130, 31}, {130, 300, 128},
                                     {3, 513, 77}, {200, 70, 260}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)

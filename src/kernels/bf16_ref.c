@@ -2,6 +2,7 @@
  * fast kernels are tested against. */
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "bf16_internal.h"
 
@@ -64,7 +65,15 @@ int attn_cpu_has_avx512bf16(void) {
 
 const attn_bf16_kernels *attn_bf16_kernels_active(void) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    if (attn_active_isa() == ATTN_ISA_AVX512 && attn_cpu_has_avx512bf16()) return attn_bf16_kernels_avx512bf16();
+    if (attn_active_isa() == ATTN_ISA_AVX512 && attn_cpu_has_avx512bf16()) {
+        static int amx_env = -1;
+        if (amx_env < 0) {
+            const char *e = getenv("ATTN_AMX");
+            amx_env = !(e && !strcmp(e, "0"));
+        }
+        const attn_bf16_kernels *amx = amx_env ? attn_bf16_kernels_amx() : NULL;
+        return amx ? amx : attn_bf16_kernels_avx512bf16();
+    }
 #endif
     return attn_bf16_kernels_ref();
 }
@@ -76,4 +85,12 @@ float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes) {
     (void)iters;
     *chains = *lanes = 0;
     return 0.0f;
+}
+
+const attn_bf16_kernels *attn_bf16_kernels_try_amx(void) {
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    return attn_cpu_has_avx512bf16() ? attn_bf16_kernels_amx() : NULL;
+#else
+    return NULL;
+#endif
 }
