@@ -16,9 +16,14 @@
  * query block orders them) — so results never depend on the thread count, and one key/value head
  * still keeps every thread busy. Tiles that causality or a window masks completely are never
  * visited. */
-#define _POSIX_C_SOURCE 200809L /* sched_yield */
+#define _DEFAULT_SOURCE /* syscall, sched_yield */
 #include <math.h>
 #include <sched.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <stdatomic.h>
 #include <string.h>
 
@@ -557,11 +562,33 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
     return ATTN_OK;
 }
 
-/* Wait until *x == want (another thread's key block adds its dQ share first). Spins briefly, then
- * yields: the machine may run fewer cores than threads. */
-static void wait_turn(atomic_int *x, int want) {
-    for (int spins = 0; atomic_load_explicit(x, memory_order_acquire) != want; spins++)
-        if (spins > 64) sched_yield();
+/* Wait until *x == want (an earlier key block adds its dQ share first): a short spin, then sleep
+ * on a futex (Linux; elsewhere yield), so a waiting thread leaves its core to the one it waits
+ * for when the machine runs more threads than cores. *sleepers counts the threads asleep, so
+ * the common case wakes nobody and makes no system call. */
+static void wait_turn(atomic_int *x, int want, atomic_int *sleepers) {
+    for (int spins = 0;; spins++) {
+        const int cur = atomic_load(x);
+        if (cur == want) return;
+        if (spins < 256) continue;
+#ifdef __linux__
+        atomic_fetch_add(sleepers, 1);
+        syscall(SYS_futex, (void *)x, FUTEX_WAIT_PRIVATE, cur, NULL, NULL, 0); /* returns at once if *x != cur */
+        atomic_fetch_sub(sleepers, 1);
+#else
+        (void)sleepers;
+        sched_yield();
+#endif
+    }
+}
+
+static void post_turn(atomic_int *x, int value, atomic_int *sleepers) {
+    atomic_store(x, value);
+#ifdef __linux__
+    if (atomic_load(sleepers) > 0) syscall(SYS_futex, (void *)x, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+#else
+    (void)sleepers;
+#endif
 }
 
 /* Key blocks [*kb0, *kb1) that query block qb visits (exactly the forward's tiles). */
@@ -673,7 +700,9 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
     kc = kc < 1 ? 1 : kc > 4 ? 4 : kc;
     const int64_t nchunk = ceil_div(nkb, kc), tasks = bgs * nchunk;
     atomic_llong next;
+    atomic_int sleepers;
     atomic_init(&next, 0);
+    atomic_init(&sleepers, 0);
 #pragma omp parallel num_threads(attn_threads_for(tasks))
     {
         flash_bufs w = thread_bufs(&c, base);
@@ -711,7 +740,7 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                     atomic_int *done = rs.done + bh * nqb + qb;
                     if (dq) {
                         /* dQ_i += dS K_j, after the shares of key blocks kb0 .. ka - 1 */
-                        wait_turn(done, (int)(ka - kb0));
+                        wait_turn(done, (int)(ka - kb0), &sleepers);
                         if (dq->stride[3] != 1) { /* through a contiguous copy: the same sums, bit for bit */
                             for (int r = 0; r < bi; r++)
                                 for (int64_t x = 0; x < c.d; x++) w.acc[r * c.d + x] = dqi[r * dq->stride[2] + x * dq->stride[3]];
@@ -776,7 +805,7 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                     if (acc != dqi)
                         for (int r = 0; r < bi; r++)
                             for (int64_t x = 0; x < c.d; x++) dqi[r * dq->stride[2] + x * dq->stride[3]] = w.acc[r * c.d + x];
-                    atomic_store_explicit(done, (int)(ke - kb0), memory_order_release);
+                    post_turn(done, (int)(ke - kb0), &sleepers);
                 }
         }
     }
