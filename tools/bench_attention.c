@@ -30,9 +30,9 @@ static void usage(FILE *f) {
             "  --window W   sliding window: keys within W before (and, without --causal, after)\n"
             "               each query; flops count only the admitted pairs\n"
             "  --backward   also time the backward pass\n"
-            "  --dtype      f32 (default) and/or bf16: flash with bf16 Q, K, V and output (forward\n"
-            "               only; peak fraction of `attn bench peak --dtype bf16`, ratio to the f32\n"
-            "               flash forward of the same shape when both run)\n"
+            "  --dtype      f32 (default) and/or bf16: flash with bf16 Q, K, V, dO and output, float\n"
+            "               gradients (peak fraction of `attn bench peak --dtype bf16`, ratio to the\n"
+            "               f32 flash row of the same shape and pass when both run)\n"
             "  --threads    thread counts (default: attn's)\n"
             "  --repeats R  timed samples per measurement (default 7)\n"
             "  --json       one JSON object per line\n",
@@ -114,8 +114,6 @@ int bench_attention_cmd(int argc, char **argv) {
     }
     int want_f32, want_bf16;
     if ((parsed = bench_parse_dtypes("bench attention", dtype_list, &want_f32, &want_bf16))) return parsed;
-    if (want_bf16 && backward)
-        fprintf(o.json ? stderr : stdout, "note: the bf16 flash backward is not implemented: bf16 rows are forward only\n");
     bench_print_header(stdout, o.json);
     for (int ib = 0; ib < nb; ib++)
         for (int ih = 0; ih < nh; ih++)
@@ -160,24 +158,24 @@ int bench_attention_cmd(int argc, char **argv) {
                                 }
                                 flops = 4.0 * B * H * D * pairs;
                             }
-                            bench_result f32_fwd;
+                            bench_result f32_res[2];
                             int have_f32 = 0;
                             for (int dt = 0; dt < 2; dt++) {
                                 if (dt == 0 ? !want_f32 : !want_bf16 || !c.flash) continue;
                                 att_ctx cc = c;
                                 uint16_t *h = NULL;
                                 if (dt) { /* bf16 Q, K, V and output; lse stays float */
-                                    h = malloc(sizeof(uint16_t) * n * 4);
+                                    h = malloc(sizeof(uint16_t) * n * 5);
                                     if (!h) {
                                         free(c.ws);
                                         free(buf);
                                         return cli_fail("bench attention: out of memory for bf16 copies");
                                     }
-                                    attn_convert(buf, ATTN_TYPE_F32, h, ATTN_TYPE_BF16, n * 3);
-                                    attn_tensor *tv[4] = {&cc.q, &cc.k, &cc.v, &cc.o};
-                                    for (int t = 0; t < 4; t++) *tv[t] = attn_tensor_4d_typed(h + n * t, ATTN_TYPE_BF16, B, H, N, D);
+                                    attn_convert(buf, ATTN_TYPE_F32, h, ATTN_TYPE_BF16, n * 5);
+                                    attn_tensor *tv[5] = {&cc.q, &cc.k, &cc.v, &cc.o, &cc.go};
+                                    for (int t = 0; t < 5; t++) *tv[t] = attn_tensor_4d_typed(h + n * t, ATTN_TYPE_BF16, B, H, N, D);
                                 }
-                                for (int pass = 0; pass < 1 + (backward && !dt); pass++) {
+                                for (int pass = 0; pass < 1 + backward; pass++) {
                                     if (pass) run_forward(&cc); /* the backward reads the forward's out and lse */
                                     bench_timing t = bench_measure(pass ? run_backward : run_forward, &cc, o.repeats);
                                     if (cc.st != ATTN_OK) {
@@ -199,11 +197,11 @@ int bench_attention_cmd(int argc, char **argv) {
                                     bench_result_dim(&r, "d", D);
                                     if (window >= 0) bench_result_dim(&r, "window", window);
                                     bench_result_finish(&r, pass ? 2.5 * flops : flops, t.median_ms);
-                                    if (!dt && !pass && c.flash) {
-                                        f32_fwd = r;
+                                    if (!dt && c.flash) {
+                                        f32_res[pass] = r;
                                         have_f32 = 1;
                                     }
-                                    if (dt && have_f32) bench_result_ratio(&r, &f32_fwd);
+                                    if (dt && have_f32) bench_result_ratio(&r, &f32_res[pass]);
                                     bench_print(stdout, &r, o.json);
                                     fflush(stdout);
                                 }

@@ -99,12 +99,15 @@ ATTN_API int64_t attn_flash_tile_count(const attn_tensor *q, const attn_tensor *
  * path forms Q K^T and P V from bf16 pairs with float accumulation (AVX512-BF16's vdpbf16ps
  * where the CPU has it, a bit-exact emulation elsewhere), keeps the softmax statistics in float
  * and rounds P to bf16 for P V; every mask and option of attn_sdpa_params applies. Other types
- * answer ATTN_ERR_UNSUPPORTED. The backward and attn_flash_weights take f32 only. */
+ * answer ATTN_ERR_UNSUPPORTED. attn_flash_weights takes f32 only. */
 ATTN_API attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse,
                                void *workspace, size_t workspace_bytes);
 
-/* dQ, dK, dV (overwritten; dq may be NULL) from the forward's out and lse. */
+/* dQ, dK, dV (overwritten; dq may be NULL) from the forward's out and lse. With bf16 q, k, v the
+ * dout must be bf16 too and out may be f32 or bf16; the gradients are f32. The bf16 path forms
+ * S, dP, dV, dK and dQ from bf16 pair products with float accumulation (P and dS rounded to
+ * bf16, as FlashAttention does); the statistics stay float. */
 ATTN_API attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                 const attn_sdpa_params *params, const attn_tensor *out,
                                 const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,

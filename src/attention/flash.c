@@ -246,6 +246,7 @@ static void store_rows(const attn_flash_kernels *kr, const float *src, int rows,
 /* ---- workspace: per-thread buffers, each 64-byte aligned ---- */
 typedef struct flash_bufs {
     float *qt, *dot, *qp, *dop, *s, *dp, *ds, *capd, *acc, *kp, *vp;
+    float *w1, *w2, *kv;                          /* bf16 backward: pair words of P, dS and K */
     float *m, *l, *alpha, *sh, *ll, *dsum, *tmax; /* per query row of the block */
     float *colbase_raw;                           /* 2 BR floats holding ... */
     uint64_t *colbase;                            /* ... the dropout stream index per query row */
@@ -256,14 +257,15 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 /* Floats per thread; lays out the buffers when base is not NULL. */
 static size_t layout(int64_t d, int64_t dv, float *base, flash_bufs *bb) {
     const int64_t dm = d > dv ? d : dv;
-    const size_t sizes[19] = {(size_t)(d * BR),  (size_t)(dv * BR), (size_t)(BR * d), (size_t)(BR * dv),
+    const size_t sizes[22] = {(size_t)(d * BR),  (size_t)(dv * BR), (size_t)(BR * d), (size_t)(BR * dv),
                               (size_t)(BC * BR), (size_t)(BC * BR), (size_t)(BC * BR), (size_t)(BC * BR),
-                              (size_t)(BR * dm), (size_t)(BC * d),  (size_t)(BC * dv), BR, BR, BR, BR, BR, BR, BR, 2 * BR};
-    float **ptrs[19] = {&bb->qt, &bb->dot, &bb->qp, &bb->dop,   &bb->s,  &bb->dp, &bb->ds,   &bb->capd, &bb->acc,
+                              (size_t)(BR * dm), (size_t)(BC * d),  (size_t)(BC * dv), BR, BR, BR, BR, BR, BR, BR, 2 * BR,
+                              (size_t)(BC * BR / 2), (size_t)(BC * BR / 2), (size_t)(BC / 2 * d)};
+    float **ptrs[22] = {&bb->qt, &bb->dot, &bb->qp, &bb->dop,   &bb->s,  &bb->dp, &bb->ds,   &bb->capd, &bb->acc,
                         &bb->kp, &bb->vp,  &bb->m,  &bb->l,     &bb->alpha, &bb->sh, &bb->ll, &bb->dsum, &bb->tmax,
-                        &bb->colbase_raw};
+                        &bb->colbase_raw, &bb->w1, &bb->w2, &bb->kv};
     size_t off = 0;
-    for (int i = 0; i < 19; i++) {
+    for (int i = 0; i < 22; i++) {
         if (base) *ptrs[i] = base + off;
         off += round16(sizes[i]);
     }
@@ -562,6 +564,110 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
     return ATTN_OK;
 }
 
+/* ---- bf16 operand packing (pair words, kernels/bf16_internal.h) ---- */
+
+/* Can the rows of a bf16 [.., N, D] view be read in place as pair words (A operands)? */
+static int rows_are_words(const attn_tensor *x) {
+    return x->stride[3] == 1 && x->shape[3] % 2 == 0 && x->stride[2] % 2 == 0 && x->stride[1] % 2 == 0 &&
+           x->stride[0] % 2 == 0 && ((uintptr_t)x->ptr & 3) == 0;
+}
+/* dst[r * ceil(D / 2) + p] = (x[r][2p], x[r][2p + 1]): rows as A-operand words. */
+static void words_rows(const uint16_t *x, int64_t rs, int64_t cs, int rows, int64_t D, uint32_t *dst) {
+    const int64_t dp = (D + 1) / 2;
+    for (int r = 0; r < rows; r++)
+        for (int64_t p = 0; p < dp; p++)
+            dst[r * dp + p] = attn_pair(x[r * rs + 2 * p * cs], 2 * p + 1 < D ? x[r * rs + (2 * p + 1) * cs] : 0);
+}
+/* dst[p * BR + r] = (x[r][2p], x[r][2p + 1]): a block's rows as the B operand of a product over D. */
+static void words_rows_t(const uint16_t *x, int64_t rs, int64_t cs, int rows, int64_t D, uint32_t *dst) {
+    const int64_t dp = (D + 1) / 2;
+    for (int r = 0; r < rows; r++)
+        for (int64_t p = 0; p < dp; p++)
+            dst[p * BR + r] = attn_pair(x[r * rs + 2 * p * cs], 2 * p + 1 < D ? x[r * rs + (2 * p + 1) * cs] : 0);
+}
+/* dst[p * D + t] = (x[2p][t], x[2p + 1][t]): rows paired (VNNI), the B operand of a product over
+ * the rows. */
+static void words_vnni(const attn_bf16_kernels *hk, const uint16_t *x, int64_t rs, int64_t cs, int rows, int64_t D,
+                       uint32_t *dst) {
+    if (cs == 1) {
+        hk->pair_rows_bf16(rows, (int)D, x, rs, dst, D);
+        return;
+    }
+    for (int p = 0; p < (rows + 1) / 2; p++)
+        for (int64_t t = 0; t < D; t++)
+            dst[p * D + t] = attn_pair(x[2 * p * rs + t * cs], 2 * p + 1 < rows ? x[(2 * p + 1) * rs + t * cs] : 0);
+}
+/* dst[r * (BR / 2) + p] = (bf16(s[r][2p]), bf16(s[r][2p + 1])) for the cols columns of a tile:
+ * its rows as A-operand words over the query columns. */
+static void words_of_cols(const float *s, int rows, int cols, uint32_t *dst) {
+    for (int r = 0; r < rows; r++)
+        for (int p = 0; p < (cols + 1) / 2; p++)
+            dst[r * (BR / 2) + p] = attn_pair(attn_bf16_rne_daz(s[r * BR + 2 * p]),
+                                              2 * p + 1 < cols ? attn_bf16_rne_daz(s[r * BR + 2 * p + 1]) : 0);
+}
+/* The S^T tile of keys [j0, j0 + bj) of head (b, g) against qw (Q^T as pair words), whole (the
+ * epilogue masks the band), in log2 units (qscale). kbuf: room for the keys as words. */
+static void scores_tile_bf16(const attn_bf16_kernels *hk, const attn_ctx *c, int general, const attn_tensor *k,
+                             int64_t b, int64_t g, int64_t h, int64_t i0, int bi, int64_t j0, int bj, const uint32_t *qw,
+                             const float *sh, float *s, float *capd, float qscale, uint32_t *kbuf) {
+    const uint16_t *kj = k->data16 + b * k->stride[0] + g * k->stride[1] + j0 * k->stride[2];
+    const int dp = (int)((c->d + 1) / 2);
+    const uint32_t *ka = kbuf;
+    int64_t ars = dp;
+    if (rows_are_words(k)) {
+        ka = (const uint32_t *)(const void *)kj;
+        ars = k->stride[2] / 2;
+    } else {
+        words_rows(kj, k->stride[2], k->stride[3], bj, c->d, kbuf);
+    }
+    hk->gemm_pairs(bj, bi, dp, ka, ars, 1, qw, BR, s, BR, 0, NULL, qscale);
+    epilogue(c, general, b, h, i0, bi, j0, bj, sh, s, capd);
+}
+
+/* One tile of the bf16 backward (keys [j0, j0 + bj) against the packed query block in w): S^T and
+ * dP^T from pair products, P and dS in float, then dV_j += P^T dO, dK_j += dS^T Q and (acc not
+ * NULL) dQ_i += dS K_j with P and dS rounded to bf16. Whole tiles: outside the band P and dS
+ * are exactly 0. */
+static void bf16_backward_tile(const attn_bf16_kernels *hk, const attn_flash_kernels *kr, const attn_ctx *c,
+                               int general, const attn_tensor *k, const attn_tensor *v, int64_t b, int64_t g,
+                               int64_t h, int64_t i0, int bi, int64_t j0, int bj, const flash_bufs *w,
+                               flash_rows rs, int64_t row0, float qscale, int dpq, int dpv, float *dkj, int64_t lddk,
+                               float *dvj, int64_t lddv, float *acc, int64_t lda) {
+    uint32_t *qw = (uint32_t *)(void *)w->qt, *dow = (uint32_t *)(void *)w->dot, *qv = (uint32_t *)(void *)w->qp,
+             *dov = (uint32_t *)(void *)w->dop, *w1 = (uint32_t *)(void *)w->w1, *w2 = (uint32_t *)(void *)w->w2,
+             *kv = (uint32_t *)(void *)w->kv, *vbuf = (uint32_t *)(void *)w->vp;
+    scores_tile_bf16(hk, c, general, k, b, g, h, i0, bi, j0, bj, qw, rs.sh + row0, w->s, w->capd, qscale,
+                     (uint32_t *)(void *)w->kp);
+    const uint16_t *vj = v->data16 + b * v->stride[0] + g * v->stride[1] + j0 * v->stride[2];
+    const uint32_t *va = vbuf;
+    int64_t vars = dpv;
+    if (rows_are_words(v)) {
+        va = (const uint32_t *)(const void *)vj;
+        vars = v->stride[2] / 2;
+    } else {
+        words_rows(vj, v->stride[2], v->stride[3], bj, c->dv, vbuf);
+    }
+    hk->gemm_pairs(bj, bi, dpv, va, vars, 1, dow, BR, w->dp, BR, 0, NULL, 1.0f);
+    if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->dp, w->colbase);
+    kr->probs_and_ds(bj, bi, w->s, w->dp, w->ds, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0, (float)c->scale);
+    if (general && c->softcap > 0)
+        for (int r = 0; r < bj; r++)
+            for (int x = 0; x < bi; x++)
+                if (w->ds[r * BR + x] != 0) w->ds[r * BR + x] *= w->capd[r * BR + x];
+    if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->s, w->colbase);
+    const int bip = (bi + 1) / 2;
+    words_of_cols(w->s, bj, bi, w1);
+    hk->gemm_pairs(bj, (int)c->dv, bip, w1, BR / 2, 1, dov, c->dv, dvj, lddv, 1, NULL, 1.0f);
+    words_of_cols(w->ds, bj, bi, w2);
+    hk->gemm_pairs(bj, (int)c->d, bip, w2, BR / 2, 1, qv, c->d, dkj, lddk, 1, NULL, 1.0f);
+    if (!acc) return;
+    const uint16_t *kj = k->data16 + b * k->stride[0] + g * k->stride[1] + j0 * k->stride[2];
+    hk->pair_rows_f32(bj, bi, w->ds, BR, w1, BR);
+    words_vnni(hk, kj, k->stride[2], k->stride[3], bj, c->d, kv);
+    hk->gemm_pairs(bi, (int)c->d, (bj + 1) / 2, w1, 1, BR, kv, c->d, acc, lda, 1, NULL, 1.0f);
+    (void)dpq;
+}
+
 /* Wait until *x == want (an earlier key block adds its dQ share first): a short spin, then sleep
  * on a futex (Linux; elsewhere yield), so a waiting thread leaves its core to the one it waits
  * for when the machine runs more threads than cores. *sleepers counts the threads asleep, so
@@ -609,8 +715,10 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
     attn_ctx c;
     attn_status st;
     float *base;
-    if ((st = attn_ctx_init(&c, fn, q, k, v, params, dout, "dout")) ||
-        (st = attn_ctx_check_like(fn, out, "out", dout)) ||
+    const int bf = q && q->dtype == ATTN_TYPE_BF16; /* bf16 q, k, v, dout; out f32 or bf16 */
+    const unsigned f32t = ATTN_TYPES(ATTN_TYPE_F32), bft = ATTN_TYPES(ATTN_TYPE_BF16);
+    if ((st = attn_ctx_init_typed(&c, fn, q, k, v, params, dout, "dout", f32t | bft, bf ? bft : f32t)) ||
+        (st = attn_ctx_check_like_typed(fn, out, "out", dout, bf ? f32t | bft : f32t)) ||
         (st = attn_ctx_check_like(fn, dq, "dq", q)) || (st = attn_ctx_check_like(fn, dk, "dk", k)) ||
         (st = attn_ctx_check_like(fn, dv, "dv", v)))
         return st;
@@ -628,6 +736,8 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
     const int64_t nqb = ceil_div(c.nq, BR), nkb = ceil_div(c.nk, BC);
     const int k_inplace = k->stride[3] == 1;
     const flash_rows rs = backward_rows(&c, base);
+    const attn_bf16_kernels *hk = attn_bf16_kernels_active();
+    const int dpq = (int)((c.d + 1) / 2), dpv = (int)((c.dv + 1) / 2);
 
     /* Pass 1, one task per (batch, query head, query block): the row statistics (shift, lse split
      * into m + ll, D_i), dQ zeroed, the block's dQ counter reset. */
@@ -640,12 +750,19 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
             const int64_t bh = t / nqb, qb = t % nqb, h = bh % c.hq, b = bh / c.hq, g = h / c.group;
             const int64_t i0 = qb * BR, row0 = bh * c.nq + i0;
             const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
-            const float *qi = q->data + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
-            const float *goi = dout->data + b * dout->stride[0] + h * dout->stride[1] + i0 * dout->stride[2];
-            const float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
-            const float *kh = k->data + b * k->stride[0] + g * k->stride[1];
+            const int64_t qoff = b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
+            const int64_t goff = b * dout->stride[0] + h * dout->stride[1] + i0 * dout->stride[2];
+            const int64_t ooff = b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
+            const float *qi = bf ? NULL : q->data + qoff;
+            const float *kh = bf ? NULL : k->data + b * k->stride[0] + g * k->stride[1];
             float *m = rs.m + row0, *ll = rs.ll + row0, *sh = rs.sh + row0;
-            pack_rows(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
+            if (bf) {
+                for (int r = 0; r < bi; r++)
+                    for (int64_t x = 0; x < c.dv; x++)
+                        w.dop[r * c.dv + x] = attn_bf16_f(dout->data16[goff + r * dout->stride[2] + x * dout->stride[3]]);
+            } else {
+                pack_rows(kr, dout->data + goff, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
+            }
             row_shifts(&c, general, b, h, i0, bi, sh);
             int large = 0; /* a row whose |lse| float cannot carry to 1e-7 of its probabilities */
             for (int r = 0; r < bi; r++) {
@@ -655,8 +772,10 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                 ll[r] = 0.0f;
                 large |= lv != -INFINITY && fabs(lv) > 64.0;
                 double dsum = 0;
-                for (int64_t x = 0; x < c.dv; x++)
-                    dsum += (double)w.dop[r * c.dv + x] * oi[r * out->stride[2] + x * out->stride[3]];
+                for (int64_t x = 0; x < c.dv; x++) {
+                    const int64_t e = ooff + r * out->stride[2] + x * out->stride[3];
+                    dsum += (double)w.dop[r * c.dv + x] * (out->dtype == ATTN_TYPE_BF16 ? attn_bf16_f(out->data16[e]) : out->data[e]);
+                }
                 rs.dsum[row0 + r] = (float)dsum; /* D_i */
             }
             if (large) {
@@ -666,7 +785,8 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                  * blocks. */
                 int64_t jlo, jhi;
                 key_range(&c, i0, i0 + bi, &jlo, &jhi);
-                pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
+                if (bf) words_rows_t(q->data16 + qoff, q->stride[2], q->stride[3], bi, c.d, (uint32_t *)(void *)w.qt);
+                else pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
                 for (int r = 0; r < bi; r++) {
                     m[r] = -INFINITY;
                     w.l[r] = 0.0f;
@@ -674,7 +794,11 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                 for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
                     const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
                     int banded;
-                    scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, NULL, NULL, &banded);
+                    if (bf)
+                        scores_tile_bf16(hk, &c, general, k, b, g, h, i0, bi, j0, bj, (const uint32_t *)(void *)w.qt, sh,
+                                         w.s, NULL, qscale, (uint32_t *)(void *)w.kp);
+                    else
+                        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, NULL, NULL, &banded);
                     kr->softmax_update(bj, bi, w.s, BR, m, w.l, w.alpha, NULL);
                 }
                 for (int r = 0; r < bi; r++) ll[r] = w.l[r] > 0 ? (float)log2((double)w.l[r]) : 0.0f;
@@ -711,8 +835,8 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
             if (t >= tasks) break;
             const int64_t bg = t / nchunk, g = bg % c.hk, b = bg / c.hk;
             const int64_t kbs = t % nchunk * kc, kbe = kbs + kc < nkb ? kbs + kc : nkb;
-            const float *kh = k->data + b * k->stride[0] + g * k->stride[1];
-            const float *vh = v->data + b * v->stride[0] + g * v->stride[1];
+            const float *kh = bf ? NULL : k->data + b * k->stride[0] + g * k->stride[1];
+            const float *vh = bf ? NULL : v->data + b * v->stride[0] + g * v->stride[1];
             float *dkh = dk->data + b * dk->stride[0] + g * dk->stride[1];
             float *dvh = dv->data + b * dv->stride[0] + g * dv->stride[1];
             for (int64_t j = kbs * BC; j < c.nk && j < kbe * BC; j++) {
@@ -727,13 +851,21 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                     if (ka >= ke) continue;
                     const int64_t i0 = qb * BR, bh = b * c.hq + h, row0 = bh * c.nq + i0;
                     const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
-                    const float *qi = q->data + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
-                    const float *goi = dout->data + b * dout->stride[0] + h * dout->stride[1] + i0 * dout->stride[2];
+                    const int64_t qoff = b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
+                    const int64_t goff = b * dout->stride[0] + h * dout->stride[1] + i0 * dout->stride[2];
                     const float *sh = rs.sh + row0;
-                    pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
-                    pack_transposed(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, 1.0f, w.dot);
-                    pack_rows(kr, qi, q->stride[2], q->stride[3], bi, c.d, w.qp);
-                    pack_rows(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
+                    if (bf) { /* Q^T and dO^T as B words over d / dv; Q and dO rows paired */
+                        words_rows_t(q->data16 + qoff, q->stride[2], q->stride[3], bi, c.d, (uint32_t *)(void *)w.qt);
+                        words_rows_t(dout->data16 + goff, dout->stride[2], dout->stride[3], bi, c.dv, (uint32_t *)(void *)w.dot);
+                        words_vnni(hk, q->data16 + qoff, q->stride[2], q->stride[3], bi, c.d, (uint32_t *)(void *)w.qp);
+                        words_vnni(hk, dout->data16 + goff, dout->stride[2], dout->stride[3], bi, c.dv, (uint32_t *)(void *)w.dop);
+                    } else {
+                        const float *qi = q->data + qoff, *goi = dout->data + goff;
+                        pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
+                        pack_transposed(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, 1.0f, w.dot);
+                        pack_rows(kr, qi, q->stride[2], q->stride[3], bi, c.d, w.qp);
+                        pack_rows(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
+                    }
                     float *dqi = dq ? dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2] : NULL;
                     float *acc = dqi;
                     int64_t lda = dq ? dq->stride[2] : 0;
@@ -751,9 +883,14 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                     for (int64_t kb = ka; kb < ke; kb++) {
                         const int64_t j0 = kb * BC;
                         const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
+                        float *dkj = dkh + j0 * dk->stride[2], *dvj = dvh + j0 * dv->stride[2];
+                        if (bf) {
+                            bf16_backward_tile(hk, kr, &c, general, k, v, b, g, h, i0, bi, j0, bj, &w, rs, row0, qscale,
+                                               dpq, dpv, dkj, dk->stride[2], dvj, dv->stride[2], dq ? acc : NULL, lda);
+                            continue;
+                        }
                         const float *kj = kh + j0 * k->stride[2];
                         const float *vj = vh + j0 * v->stride[2];
-                        float *dkj = dkh + j0 * dk->stride[2], *dvj = dvh + j0 * dv->stride[2];
                         /* on tiles the band crosses, every product runs over the band only: outside
                          * it P and dS are exactly 0 (probs_and_ds zeroes dS wherever P is 0) */
                         int banded;
