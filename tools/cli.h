@@ -17,6 +17,7 @@ int cmd_sample(int argc, char **argv);
 int bench_peak_cmd(int argc, char **argv);
 int bench_gemm_cmd(int argc, char **argv);
 int bench_attention_cmd(int argc, char **argv);
+int bench_decode_cmd(int argc, char **argv);
 int bench_train_cmd(int argc, char **argv);
 int bench_scaling_cmd(int argc, char **argv);
 

@@ -175,8 +175,21 @@ static void row_shifts(const attn_ctx *c, int general, int64_t b, int64_t h, int
  * the tile's column maxima when they come for free with the product; tilemax[0] is NaN otherwise. */
 static void scores_tile(const attn_flash_kernels *kr, const attn_ctx *c, int general, const float *kh,
                         const attn_tensor *k, int64_t b, int64_t h, int64_t i0, int bi, int64_t j0, int bj,
-                        const float *qt, const float *sh, float *s, float *capd, float *tilemax, int *banded) {
+                        const float *qt, const float *sh, float *s, float *capd, float *tilemax, int *banded,
+                        float *ktbuf, float *tmp) {
     *banded = !general && !tile_inside(c, i0, i0 + bi, j0, j0 + bj);
+    if (!*banded && ktbuf && bi < 16 && k->stride[3] == 1) {
+        /* Few query rows (decode): S = Q K^T with the keys along the vector lanes, then transposed
+         * into S^T. Each element is the same chain of products in increasing t as K Q^T would
+         * make (an FMA does not care which operand is broadcast), so the bits are the same. */
+        kr->pack_transposed(bj, (int)c->d, kh + j0 * k->stride[2], k->stride[2], 1.0f, ktbuf, BR);
+        kr->gemm(bi, bj, (int)c->d, qt, 1, BR, ktbuf, BR, tmp, BR, 0, NULL, NULL);
+        for (int r = 0; r < bj; r++)
+            for (int q = 0; q < bi; q++) s[r * BR + q] = tmp[q * BR + r];
+        if (tilemax) tilemax[0] = NAN;
+        epilogue(c, general, b, h, i0, bi, j0, bj, sh, s, capd);
+        return;
+    }
     if (*banded) {
         for (int r0 = 0; r0 < bj; r0 += 4) {
             const int rows = bj - r0 < 4 ? bj - r0 : 4;
@@ -529,7 +542,7 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
             for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
                 const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
                 int banded;
-                scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, w.tmax, &banded);
+                scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, w.tmax, &banded, w.kp, w.dp);
                 kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha, isnan(w.tmax[0]) ? NULL : w.tmax);
                 if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
                 const float *vb = vh + j0 * v->stride[2];
@@ -798,7 +811,7 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                         scores_tile_bf16(hk, &c, general, k, b, g, h, i0, bi, j0, bj, (const uint32_t *)(void *)w.qt, sh,
                                          w.s, NULL, qscale, (uint32_t *)(void *)w.kp);
                     else
-                        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, NULL, NULL, &banded);
+                        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, NULL, NULL, &banded, NULL, NULL);
                     kr->softmax_update(bj, bi, w.s, BR, m, w.l, w.alpha, NULL);
                 }
                 for (int r = 0; r < bi; r++) ll[r] = w.l[r] > 0 ? (float)log2((double)w.l[r]) : 0.0f;
@@ -894,7 +907,7 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                         /* on tiles the band crosses, every product runs over the band only: outside
                          * it P and dS are exactly 0 (probs_and_ds zeroes dS wherever P is 0) */
                         int banded;
-                        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, w.capd, NULL, &banded);
+                        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, w.capd, NULL, &banded, NULL, NULL);
                         for (int r0 = 0; r0 < bj; r0 += banded ? 4 : bj) {
                             const int rows = banded ? (bj - r0 < 4 ? bj - r0 : 4) : bj;
                             int qa = 0, qe = bi;
