@@ -162,6 +162,21 @@ ATTN_API attn_isa attn_detected_isa(void);
 ATTN_API attn_status attn_force_isa(attn_isa isa);
 /* Comma-separated CPU features attn looked for and found, e.g. "avx2,fma,avx512f,avx512bf16". */
 ATTN_API const char *attn_cpu_features(void);
+/* The same as bits, detected once per process (cpuid, and the OS's support of the wider
+ * register state). Every kernel family's choice derives from them: one dispatch context per
+ * ISA, built once. */
+#define ATTN_CPU_SSE42 (1u << 0)
+#define ATTN_CPU_AVX (1u << 1)
+#define ATTN_CPU_AVX2 (1u << 2)
+#define ATTN_CPU_FMA (1u << 3)
+#define ATTN_CPU_AVX512F (1u << 4)
+#define ATTN_CPU_AVX512BW (1u << 5)
+#define ATTN_CPU_AVX512DQ (1u << 6)
+#define ATTN_CPU_AVX512VL (1u << 7)
+#define ATTN_CPU_AVX512BF16 (1u << 8)
+#define ATTN_CPU_AMX_TILE (1u << 9)
+#define ATTN_CPU_AMX_BF16 (1u << 10)
+ATTN_API uint32_t attn_cpu_feature_bits(void);
 
 #ifdef __cplusplus
 }

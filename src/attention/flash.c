@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "attention_common.h"
+#include "core/dispatch.h"
 #include "core/internal.h"
 #include "flash_internal.h"
 #include "kernels/bf16_internal.h"
@@ -37,9 +38,11 @@
 #define LOG2E 1.4426950408889634
 #define LN2 0.6931471805599453
 
-static const attn_flash_kernels *flash_kernels(void) {
+static const attn_flash_kernels *flash_kernels(void) { return attn_kernel_ctx_active()->flash; }
+
+const attn_flash_kernels *attn_flash_kernels_for(attn_isa isa) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    switch (attn_active_isa()) {
+    switch (isa) {
     case ATTN_ISA_AVX512: return attn_flash_kernels_avx512();
     case ATTN_ISA_AVX2: return attn_flash_kernels_avx2();
     default: break;
@@ -401,7 +404,7 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
                                       const attn_tensor *v, attn_tensor *out, attn_tensor *lse, float *base) {
     const attn_ctx c = *cp;
     const attn_flash_kernels *kr = flash_kernels();
-    const attn_bf16_kernels *hk = attn_bf16_kernels_active();
+    const attn_bf16_kernels *hk = attn_kernel_ctx_active()->bf16;
     const int general = needs_general_epilogue(&c);
     const float qscale = (float)(general ? c.scale : c.scale * LOG2E);
     const int64_t nqb = ceil_div(c.nq, BR), tasks = c.b * c.hq * nqb;
@@ -644,7 +647,7 @@ static void scores_tile_bf16(const attn_bf16_kernels *hk, const attn_ctx *c, int
 static void bf16_backward_tile(const attn_bf16_kernels *hk, const attn_flash_kernels *kr, const attn_ctx *c,
                                int general, const attn_tensor *k, const attn_tensor *v, int64_t b, int64_t g,
                                int64_t h, int64_t i0, int bi, int64_t j0, int bj, const flash_bufs *w,
-                               flash_rows rs, int64_t row0, float qscale, int dpq, int dpv, float *dkj, int64_t lddk,
+                               flash_rows rs, int64_t row0, float qscale, int dpv, float *dkj, int64_t lddk,
                                float *dvj, int64_t lddv, float *acc, int64_t lda) {
     uint32_t *qw = (uint32_t *)(void *)w->qt, *dow = (uint32_t *)(void *)w->dot, *qv = (uint32_t *)(void *)w->qp,
              *dov = (uint32_t *)(void *)w->dop, *w1 = (uint32_t *)(void *)w->w1, *w2 = (uint32_t *)(void *)w->w2,
@@ -678,7 +681,6 @@ static void bf16_backward_tile(const attn_bf16_kernels *hk, const attn_flash_ker
     hk->pair_rows_f32(bj, bi, w->ds, BR, w1, BR);
     words_vnni(hk, kj, k->stride[2], k->stride[3], bj, c->d, kv);
     hk->gemm_pairs(bi, (int)c->d, (bj + 1) / 2, w1, 1, BR, kv, c->d, acc, lda, 1, NULL, 1.0f);
-    (void)dpq;
 }
 
 /* Wait until *x == want (an earlier key block adds its dQ share first): a short spin, then sleep
@@ -749,8 +751,8 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
     const int64_t nqb = ceil_div(c.nq, BR), nkb = ceil_div(c.nk, BC);
     const int k_inplace = k->stride[3] == 1;
     const flash_rows rs = backward_rows(&c, base);
-    const attn_bf16_kernels *hk = attn_bf16_kernels_active();
-    const int dpq = (int)((c.d + 1) / 2), dpv = (int)((c.dv + 1) / 2);
+    const attn_bf16_kernels *hk = attn_kernel_ctx_active()->bf16;
+    const int dpv = (int)((c.dv + 1) / 2);
 
     /* Pass 1, one task per (batch, query head, query block): the row statistics (shift, lse split
      * into m + ll, D_i), dQ zeroed, the block's dQ counter reset. */
@@ -831,10 +833,14 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
      * its share of each dQ block is added after the previous tasks' (a per-block counter of key
      * blocks added), so every dQ element sums its key blocks in increasing order whatever kc and
      * the thread count. Tasks start in order and wait only on earlier ones, so the earliest
-     * unfinished task always runs. kc only sets the granularity: about 16 tasks or more. */
-    const int64_t bgs = c.b * c.hk;
-    int64_t kc = bgs * nkb / 16;
-    kc = kc < 1 ? 1 : kc > 4 ? 4 : kc;
+     * unfinished task always runs. kc sets only the granularity, never a bit of the results (dK
+     * and dV are per key block, and dQ sums its key blocks in increasing order whatever the runs),
+     * so it follows the thread count: about 8 tasks per thread, and one run of all key blocks on
+     * one thread, where each query block is packed once per head as a single task would. */
+    const int64_t bgs = c.b * c.hk, nthreads = attn_threads_for(bgs * nkb);
+    int64_t kc = nthreads > 1 ? ceil_div(bgs * nkb, 8 * nthreads) : nkb;
+    kc = kc > nkb ? nkb : kc;
+    kc = kc < 1 ? 1 : kc;
     const int64_t nchunk = ceil_div(nkb, kc), tasks = bgs * nchunk;
     atomic_llong next;
     atomic_int sleepers;
@@ -899,7 +905,7 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                         float *dkj = dkh + j0 * dk->stride[2], *dvj = dvh + j0 * dv->stride[2];
                         if (bf) {
                             bf16_backward_tile(hk, kr, &c, general, k, v, b, g, h, i0, bi, j0, bj, &w, rs, row0, qscale,
-                                               dpq, dpv, dkj, dk->stride[2], dvj, dv->stride[2], dq ? acc : NULL, lda);
+                                               dpv, dkj, dk->stride[2], dvj, dv->stride[2], dq ? acc : NULL, lda);
                             continue;
                         }
                         const float *kj = kh + j0 * k->stride[2];

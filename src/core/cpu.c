@@ -1,23 +1,59 @@
-/* Runtime CPU detection and ISA selection (the dispatch tables of each kernel family index by
- * attn_active_isa()). */
+/* Runtime CPU detection (feature bits, once per process) and ISA selection; the kernel tables of
+ * the chosen ISA live in one dispatch context (dispatch.c). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "internal.h"
 
 static int isa_forced = -1;
 static int isa_env = -2; /* -2: not read yet, -1: none */
 
-attn_isa attn_detected_isa(void) {
+static const char *const feature_names[] = {"sse4.2",   "avx",      "avx2",       "fma",      "avx512f", "avx512bw",
+                                            "avx512dq", "avx512vl", "avx512bf16", "amx-tile", "amx-bf16"};
+#define NFEATURES ((int)(sizeof feature_names / sizeof feature_names[0]))
+
+static uint32_t detect_features(void) {
+    uint32_t f = 0;
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
     /* libgcc's checks include the OS's XSAVE support for the wider registers */
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("fma"))
-        return ATTN_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ATTN_ISA_AVX2;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2")) f |= ATTN_CPU_SSE42;
+    if (__builtin_cpu_supports("avx")) f |= ATTN_CPU_AVX;
+    if (__builtin_cpu_supports("avx2")) f |= ATTN_CPU_AVX2;
+    if (__builtin_cpu_supports("fma")) f |= ATTN_CPU_FMA;
+    if (__builtin_cpu_supports("avx512f")) f |= ATTN_CPU_AVX512F;
+    if (__builtin_cpu_supports("avx512bw")) f |= ATTN_CPU_AVX512BW;
+    if (__builtin_cpu_supports("avx512dq")) f |= ATTN_CPU_AVX512DQ;
+    if (__builtin_cpu_supports("avx512vl")) f |= ATTN_CPU_AVX512VL;
+    if (__builtin_cpu_supports("avx512bf16")) f |= ATTN_CPU_AVX512BF16;
+    unsigned a, b, c, d;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) { /* the tile state itself is granted later */
+        if (d >> 24 & 1) f |= ATTN_CPU_AMX_TILE;
+        if (d >> 22 & 1) f |= ATTN_CPU_AMX_BF16;
+    }
 #endif
+    return f;
+}
+
+uint32_t attn_cpu_feature_bits(void) {
+    static atomic_uint cache; /* the bits | 1u << 31 once detected */
+    unsigned v = atomic_load_explicit(&cache, memory_order_relaxed);
+    if (!(v >> 31)) {
+        v = detect_features() | 1u << 31;
+        atomic_store_explicit(&cache, v, memory_order_relaxed);
+    }
+    return v & ~(1u << 31);
+}
+
+attn_isa attn_detected_isa(void) {
+    const uint32_t f = attn_cpu_feature_bits();
+    const uint32_t avx512 = ATTN_CPU_AVX512F | ATTN_CPU_AVX512BW | ATTN_CPU_AVX512DQ | ATTN_CPU_AVX512VL | ATTN_CPU_FMA;
+    if ((f & avx512) == avx512) return ATTN_ISA_AVX512;
+    if ((f & (ATTN_CPU_AVX2 | ATTN_CPU_FMA)) == (ATTN_CPU_AVX2 | ATTN_CPU_FMA)) return ATTN_ISA_AVX2;
     return ATTN_ISA_REF;
 }
 
@@ -59,23 +95,14 @@ attn_status attn_force_isa(attn_isa isa) {
 }
 
 const char *attn_cpu_features(void) {
-    static char buf[128];
-    buf[0] = '\0';
-#if defined(__x86_64__) || defined(__i386__)
-    static const char *names[] = {"sse4.2",   "avx",      "avx2",     "fma",     "avx512f",
-                                  "avx512bw", "avx512dq", "avx512vl", "avx512bf16"};
-    __builtin_cpu_init();
-    int found[9] = {
-        __builtin_cpu_supports("sse4.2"),   __builtin_cpu_supports("avx"),
-        __builtin_cpu_supports("avx2"),     __builtin_cpu_supports("fma"),
-        __builtin_cpu_supports("avx512f"),  __builtin_cpu_supports("avx512bw"),
-        __builtin_cpu_supports("avx512dq"), __builtin_cpu_supports("avx512vl"),
-        __builtin_cpu_supports("avx512bf16")};
-    for (int i = 0; i < 9; i++) {
-        if (!found[i]) continue;
-        if (buf[0]) strcat(buf, ",");
-        strcat(buf, names[i]);
+    static char buf[160];
+    char tmp[160] = "";
+    const uint32_t f = attn_cpu_feature_bits();
+    for (int i = 0; i < NFEATURES; i++) {
+        if (!(f >> i & 1)) continue;
+        if (tmp[0]) strcat(tmp, ",");
+        strcat(tmp, feature_names[i]);
     }
-#endif
+    memcpy(buf, tmp, sizeof buf);
     return buf;
 }

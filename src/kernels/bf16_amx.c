@@ -9,7 +9,6 @@
  * may differ in the last bits from vdpbf16ps (never between thread counts: every thread runs
  * the same kernel). The other three kernels of the table are vdpbf16ps's. */
 #define _DEFAULT_SOURCE /* syscall */
-#include <cpuid.h>
 #include <immintrin.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -92,9 +91,8 @@ static void gemm_pairs_amx(int m, int n, int kp, const uint32_t *a, int64_t ars,
 }
 
 int attn_cpu_has_amx_bf16(void) {
-    unsigned eax, ebx, ecx, edx;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
-    return (edx >> 22 & 1) && (edx >> 24 & 1); /* AMX-BF16, AMX-TILE */
+    const uint32_t want = ATTN_CPU_AMX_TILE | ATTN_CPU_AMX_BF16;
+    return (attn_cpu_feature_bits() & want) == want;
 }
 
 const attn_bf16_kernels *attn_bf16_kernels_amx(void) {

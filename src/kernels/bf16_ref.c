@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "bf16_internal.h"
+#include "core/dispatch.h"
 
 static inline float ftz(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
 
@@ -54,29 +55,21 @@ const attn_bf16_kernels *attn_bf16_kernels_ref(void) {
     return &k;
 }
 
-int attn_cpu_has_avx512bf16(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bf16");
-#else
-    return 0;
-#endif
-}
+int attn_cpu_has_avx512bf16(void) { return (attn_cpu_feature_bits() & ATTN_CPU_AVX512BF16) != 0; }
 
-const attn_bf16_kernels *attn_bf16_kernels_active(void) {
+const attn_bf16_kernels *attn_bf16_kernels_for(attn_isa isa) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    if (attn_active_isa() == ATTN_ISA_AVX512 && attn_cpu_has_avx512bf16()) {
-        static int amx_env = -1;
-        if (amx_env < 0) {
-            const char *e = getenv("ATTN_AMX");
-            amx_env = !(e && !strcmp(e, "0"));
-        }
-        const attn_bf16_kernels *amx = amx_env ? attn_bf16_kernels_amx() : NULL;
+    if (isa == ATTN_ISA_AVX512 && attn_cpu_has_avx512bf16()) {
+        const char *e = getenv("ATTN_AMX");
+        const attn_bf16_kernels *amx = e && !strcmp(e, "0") ? NULL : attn_bf16_kernels_amx();
         return amx ? amx : attn_bf16_kernels_avx512bf16();
     }
 #endif
+    (void)isa;
     return attn_bf16_kernels_ref();
 }
+
+const attn_bf16_kernels *attn_bf16_kernels_active(void) { return attn_kernel_ctx_active()->bf16; }
 
 float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86

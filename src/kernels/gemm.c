@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/dispatch.h"
 #include "gemm_internal.h"
 
 #include "core/internal.h"
@@ -52,7 +53,7 @@
 
 /* ---- dispatch ----------------------------------------------------------------------------- */
 
-static const attn_gemm_arch *arch_for(attn_isa isa) {
+const attn_gemm_arch *attn_gemm_arch_for(attn_isa isa) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
     if (isa == ATTN_ISA_AVX512) return attn_gemm_arch_avx512();
     if (isa == ATTN_ISA_AVX2) return attn_gemm_arch_avx2();
@@ -61,7 +62,7 @@ static const attn_gemm_arch *arch_for(attn_isa isa) {
     return attn_gemm_arch_ref();
 }
 
-const attn_gemm_arch *attn_gemm_arch_active(void) { return arch_for(attn_active_isa()); }
+const attn_gemm_arch *attn_gemm_arch_active(void) { return attn_kernel_ctx_active()->gemm; }
 
 /* ---- argument checks ---------------------------------------------------------------------- */
 
@@ -206,7 +207,7 @@ size_t attn_sgemm_workspace_size(int64_t m, int64_t n, int64_t k) {
     if (m <= 0 || n <= 0 || k <= 0) return 0;
     size_t best = 0;
     for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
-        const attn_gemm_arch *ar = arch_for((attn_isa)isa);
+        const attn_gemm_arch *ar = attn_gemm_arch_for((attn_isa)isa);
         size_t s = thread_bytes(ar, m, n, k) * (size_t)threads_wanted(ar, m, n, k);
         if (s > best) best = s;
     }

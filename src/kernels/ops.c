@@ -3,10 +3,11 @@
  * Work items depend only on the sizes (one row; one ATTN_OPS_CHUNK of elements; one block of
  * ATTN_OPS_COLS columns), never on the thread count, and every output element is written by
  * exactly one item with a fixed operation order, so results are bitwise identical for any
- * number of threads. Kernels come from the table of attn_active_isa(), read at each call. */
+ * number of threads. Kernels come from the dispatch context of attn_active_isa() (core/dispatch.h). */
 #include <math.h>
 
 #include "core/internal.h"
+#include "core/dispatch.h"
 #include "ops_internal.h"
 
 #ifdef _OPENMP
@@ -19,9 +20,11 @@
 /* Below this many floats a call stays on the calling thread (thread start-up costs more). */
 #define OPS_MIN_PARALLEL 32768
 
-const attn_ops_kernels *attn_ops_active(void) {
+const attn_ops_kernels *attn_ops_active(void) { return attn_kernel_ctx_active()->ops; }
+
+const attn_ops_kernels *attn_ops_for(attn_isa isa) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    switch (attn_active_isa()) {
+    switch (isa) {
     case ATTN_ISA_AVX512: return &attn_ops_avx512;
     case ATTN_ISA_AVX2: return &attn_ops_avx2;
     case ATTN_ISA_REF: break;

@@ -1,0 +1,35 @@
+/* The dispatch context: feature bits detected once and consistent with attn_cpu_features();
+ * one context per ISA whose tables all belong to that ISA, the same object on every call;
+ * attn_force_isa (and ATTN_ISA) switch contexts. */
+#include <string.h>
+
+#include "attention/flash_internal.h"
+#include "core/dispatch.h"
+#include "kernels/bf16_internal.h"
+#include "kernels/gemm_internal.h"
+#include "kernels/ops_internal.h"
+#include "test_util.h"
+
+int main(void) {
+    const uint32_t f = attn_cpu_feature_bits();
+    CHECK(f == attn_cpu_feature_bits(), "feature bits change between calls");
+    const char *s = attn_cpu_features();
+    CHECK(!!(f & ATTN_CPU_AVX2) == !!strstr(s, "avx2") && !!(f & ATTN_CPU_AVX512F) == !!strstr(s, "avx512f") &&
+              !!(f & ATTN_CPU_AVX512BF16) == !!strstr(s, "avx512bf16") && !!(f & ATTN_CPU_AMX_BF16) == !!strstr(s, "amx-bf16"),
+          "feature bits %#x disagree with '%s'", f, s);
+    printf("  features %#x: %s; detected ISA %s\n", f, s, attn_isa_name(attn_detected_isa()));
+    for (int isa = 0; isa <= (int)attn_detected_isa(); isa++) {
+        CHECK_OK(attn_force_isa((attn_isa)isa));
+        const attn_kernel_ctx *c = attn_kernel_ctx_active();
+        CHECK(c == attn_kernel_ctx_active() && c == attn_kernel_ctx_for((attn_isa)isa), "%s: context not shared", attn_isa_name((attn_isa)isa));
+        CHECK(c->isa == (attn_isa)isa && c->features == f, "%s: context isa/features", attn_isa_name((attn_isa)isa));
+        CHECK(c->ops->isa == (attn_isa)isa && c->flash->isa == (attn_isa)isa && c->gemm == attn_gemm_arch_active(),
+              "%s: a table of another ISA in the context", attn_isa_name((attn_isa)isa));
+        const int fast = isa == ATTN_ISA_AVX512 && (f & ATTN_CPU_AVX512BF16);
+        CHECK(fast ? strcmp(c->bf16->name, "ref") != 0 : !strcmp(c->bf16->name, "ref"), "%s: bf16 kernels %s",
+              attn_isa_name((attn_isa)isa), c->bf16->name);
+        printf("  %s: bf16 kernels %s\n", attn_isa_name((attn_isa)isa), c->bf16->name);
+    }
+    attn_force_isa(attn_detected_isa());
+    return test_summary("test_dispatch");
+}
