@@ -835,10 +835,10 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
      * the thread count. Tasks start in order and wait only on earlier ones, so the earliest
      * unfinished task always runs. kc sets only the granularity, never a bit of the results (dK
      * and dV are per key block, and dQ sums its key blocks in increasing order whatever the runs),
-     * so it follows the thread count: about 8 tasks per thread, and one run of all key blocks on
+     * so it follows the thread count: about 4 tasks per thread, and one run of all key blocks on
      * one thread, where each query block is packed once per head as a single task would. */
     const int64_t bgs = c.b * c.hk, nthreads = attn_threads_for(bgs * nkb);
-    int64_t kc = nthreads > 1 ? ceil_div(bgs * nkb, 8 * nthreads) : nkb;
+    int64_t kc = nthreads > 1 ? ceil_div(bgs * nkb, 4 * nthreads) : nkb;
     kc = kc > nkb ? nkb : kc;
     kc = kc < 1 ? 1 : kc;
     const int64_t nchunk = ceil_div(nkb, kc), tasks = bgs * nchunk;
@@ -873,6 +873,8 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                     const int64_t qoff = b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
                     const int64_t goff = b * dout->stride[0] + h * dout->stride[1] + i0 * dout->stride[2];
                     const float *sh = rs.sh + row0;
+                    const float *qrows = w.qp, *dorows = w.dop;
+                    int64_t ldq = c.d, lddo = c.dv;
                     if (bf) { /* Q^T and dO^T as B words over d / dv; Q and dO rows paired */
                         words_rows_t(q->data16 + qoff, q->stride[2], q->stride[3], bi, c.d, (uint32_t *)(void *)w.qt);
                         words_rows_t(dout->data16 + goff, dout->stride[2], dout->stride[3], bi, c.dv, (uint32_t *)(void *)w.dot);
@@ -882,8 +884,19 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                         const float *qi = q->data + qoff, *goi = dout->data + goff;
                         pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
                         pack_transposed(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, 1.0f, w.dot);
-                        pack_rows(kr, qi, q->stride[2], q->stride[3], bi, c.d, w.qp);
-                        pack_rows(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
+                        /* Q and dO rows are read in place when they have unit stride */
+                        if (q->stride[3] == 1) {
+                            qrows = qi;
+                            ldq = q->stride[2];
+                        } else {
+                            pack_rows(kr, qi, q->stride[2], q->stride[3], bi, c.d, w.qp);
+                        }
+                        if (dout->stride[3] == 1) {
+                            dorows = goi;
+                            lddo = dout->stride[2];
+                        } else {
+                            pack_rows(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
+                        }
                     }
                     float *dqi = dq ? dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2] : NULL;
                     float *acc = dqi;
@@ -935,9 +948,9 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                             int qa = 0, qe = bi;
                             if (banded) band_cols(&c, i0, bi, j0, r0, rows, &qa, &qe);
                             if (qa >= qe) continue;
-                            kr->gemm(rows, (int)c.dv, qe - qa, w.s + r0 * BR + qa, BR, 1, w.dop + qa * c.dv, c.dv,
+                            kr->gemm(rows, (int)c.dv, qe - qa, w.s + r0 * BR + qa, BR, 1, dorows + qa * lddo, lddo,
                                      dvj + r0 * dv->stride[2], dv->stride[2], 1, NULL, NULL);
-                            kr->gemm(rows, (int)c.d, qe - qa, w.ds + r0 * BR + qa, BR, 1, w.qp + qa * c.d, c.d,
+                            kr->gemm(rows, (int)c.d, qe - qa, w.ds + r0 * BR + qa, BR, 1, qrows + qa * ldq, ldq,
                                      dkj + r0 * dk->stride[2], dk->stride[2], 1, NULL, NULL);
                         }
                         if (!dq) continue;
