@@ -102,6 +102,14 @@ static void check_entry_points(void) {
     check_rejects(attn_flash_backward(&q, &k, &v, &p, &o, &o, &l, &dq, &h16, &dv, ws, wsb), ATTN_ERR_UNSUPPORTED,
                   "attn_flash_backward", "f16");
     check_rejects(attn_flash_weights(&h16, &k, &p, 0, 0, 0, 1, 0, buf + 9000), ATTN_ERR_UNSUPPORTED, "attn_flash_weights", "f16");
+    check_rejects(attn_flash_weights(&h, &h, &p, 0, 0, 0, 1, 0, buf + 9000), ATTN_ERR_UNSUPPORTED, "attn_flash_weights", "bf16");
+    /* the bf16 backward wants a bf16 dout and float gradients */
+    attn_tensor hk = k, hv = v, hdq = dq;
+    hk.dtype = hv.dtype = hdq.dtype = ATTN_TYPE_BF16;
+    check_rejects(attn_flash_backward(&h, &hk, &hv, &p, &o, &o, &l, &dq, &dk, &dv, ws, wsb), ATTN_ERR_UNSUPPORTED,
+                  "attn_flash_backward", "f32");
+    check_rejects(attn_flash_backward(&h, &hk, &hv, &p, &o, &h, &l, &hdq, &dk, &dv, ws, wsb), ATTN_ERR_UNSUPPORTED,
+                  "attn_flash_backward", "bf16");
     /* a mixed q/k/v is refused too */
     attn_tensor kb = k;
     kb.dtype = ATTN_TYPE_BF16;
