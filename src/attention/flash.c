@@ -835,10 +835,11 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
      * the thread count. Tasks start in order and wait only on earlier ones, so the earliest
      * unfinished task always runs. kc sets only the granularity, never a bit of the results (dK
      * and dV are per key block, and dQ sums its key blocks in increasing order whatever the runs),
-     * so it follows the thread count: about 4 tasks per thread, and one run of all key blocks on
-     * one thread, where each query block is packed once per head as a single task would. */
+     * so it follows the thread count: one run of all key blocks per head (each query block
+     * packed once, no waiting: the old schedule) when the heads alone give every thread two
+     * tasks, otherwise about 4 tasks per thread. */
     const int64_t bgs = c.b * c.hk, nthreads = attn_threads_for(bgs * nkb);
-    int64_t kc = nthreads > 1 ? ceil_div(bgs * nkb, 4 * nthreads) : nkb;
+    int64_t kc = nthreads > 1 && bgs < 2 * nthreads ? ceil_div(bgs * nkb, 4 * nthreads) : nkb;
     kc = kc > nkb ? nkb : kc;
     kc = kc < 1 ? 1 : kc;
     const int64_t nchunk = ceil_div(nkb, kc), tasks = bgs * nchunk;
