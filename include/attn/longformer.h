@@ -36,9 +36,10 @@ typedef struct attn_local_global_params {
     float scale;                      /* 0 selects 1 / sqrt(d) */
 } attn_local_global_params;
 
-/* Scratch bytes the forward / backward need (the larger of the two): it depends on the shapes, the
- * thread count and on the global mask's contents (the most global tokens any batch holds), so
- * query it with the mask the calls will use. 0 for invalid arguments; SIZE_MAX on overflow. */
+/* Scratch bytes the forward / backward need (the larger of the two). It depends on the shapes, the
+ * thread count and the global mask's contents (the most global tokens any batch holds), not on the
+ * window, causality, key mask or scale: query it with the mask the calls will use. 0 for invalid
+ * arguments; SIZE_MAX on overflow. */
 ATTN_API size_t attn_local_global_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                                  const attn_local_global_params *params);
 

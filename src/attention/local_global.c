@@ -102,7 +102,7 @@ static int key_real(const lg_plan *pl, int64_t b, int64_t j) {
 typedef struct lg_bufs {
     int64_t *pos, *cnt;                /* [B, G], [B] */
     float *kg, *vg;                    /* [B, Hk, G, d | dv] */
-    uint8_t *m2, *m3;                  /* [B, N, G], [B, G, N] (m3 only when causal) */
+    uint8_t *m2, *m3;                  /* [B, N, G], [B, G, N] (m3 used only when causal) */
     float *qg, *og, *lg;               /* [B, H, G, d | dv], [B, H, G] */
     float *o2, *l1, *l2;               /* forward: [B, H, N, dv], [B, H, N] x 2 */
     float *dol, *dq2, *dog, *dqg;      /* backward: [B, H, N, dv | d], [B, H, G, dv | d] */
@@ -138,7 +138,9 @@ static size_t layout(const lg_plan *pl, const attn_tensor *q, const attn_tensor 
         bb->kg = take(&a, B * Hk, G, d, sizeof(float));
         bb->vg = take(&a, B * Hk, G, dv, sizeof(float));
         bb->m2 = take(&a, B, N, G, 1);
-        if (pl->causal) bb->m3 = take(&a, B, G, N, 1);
+        /* reserved whether or not the call is causal: the size does not depend on it */
+        uint8_t *m3 = take(&a, B, G, N, 1);
+        if (pl->causal) bb->m3 = m3;
         bb->qg = take(&a, B * H, G, d, sizeof(float));
         bb->og = take(&a, B * H, G, dv, sizeof(float));
         bb->lg = take(&a, B * H, G, 1, sizeof(float));
