@@ -485,6 +485,48 @@ static void test_layer(void) {
     attn_encoder_layer_free(ll);
 }
 
+/* Decoding: the step carries no global mask, so a GPT of the local_global kind decodes as the
+ * window kind; its cached steps give its full forward's rows, which equal the window kind's. */
+static void test_gpt_steps(void) {
+    const int64_t V = 23, P = 32, d = 16, H = 2, L = 2, n = 14, w = 4;
+    attn_gpt_config gc = attn_gpt_config_default(V, P, d, H, L);
+    gc.layer.dim_feedforward = 32;
+    gc.layer.dropout = 0;
+    gc.layer.attention.kind = ATTN_ATTENTION_LOCAL_GLOBAL;
+    gc.layer.attention.window = w;
+    attn_gpt_config wc = gc;
+    wc.layer.attention.kind = ATTN_ATTENTION_WINDOW;
+    attn_gpt *g = NULL, *wg = NULL;
+    CHECK_OK(attn_gpt_create(&gc, &g));
+    CHECK_OK(attn_gpt_create(&wc, &wg));
+    if (!g || !wg) return;
+    CHECK_OK(attn_params_reset(attn_gpt_params(g), 4));
+    copy_params(attn_gpt_params(wg), attn_gpt_params(g));
+    int64_t tok[14];
+    for (int64_t i = 0; i < n; i++) tok[i] = (i * 7 + 3) % V;
+    attn_gpt_args a = {1, n, tok, NULL, 0, 0, 0, NULL};
+    const size_t wb = attn_gpt_workspace_size(g, &a);
+    void *ws = xmalloc(wb);
+    float *full = xmalloc(sizeof(float) * (size_t)(n * V)), *win = xmalloc(sizeof(float) * (size_t)(n * V)),
+          *step = xmalloc(sizeof(float) * (size_t)(n * V));
+    CHECK_OK(attn_gpt_forward(g, &a, full, NULL, 0, ws, wb));
+    CHECK_OK(attn_gpt_forward(wg, &a, win, NULL, 0, ws, wb));
+    const size_t cb = attn_gpt_cache_size(g, 1, n), sw = attn_gpt_step_workspace_size(g, 1, 5, n);
+    void *cbuf = xmalloc(cb), *sws = xmalloc(sw);
+    attn_gpt_cache *c = NULL;
+    CHECK_OK(attn_gpt_cache_init(g, cbuf, cb, 1, n, &c));
+    CHECK_OK(attn_gpt_forward_step(g, c, tok, 5, step, sws, sw)); /* a prompt of 5 */
+    for (int64_t t = 5; t < n; t++) CHECK_OK(attn_gpt_forward_step(g, c, tok + t, 1, step + t * V, sws, sw));
+    const double e = rel_err_ff(step, full, (size_t)(n * V)), ew = rel_err_ff(full, win, (size_t)(n * V));
+    CHECK(e <= 1e-5, "GPT local_global steps vs forward: %.3g", e);
+    CHECK(ew == 0, "GPT local_global without globals vs window kind: %.3g", ew);
+    printf("  GPT local_global (no globals), window %lld: steps vs forward %.2e, vs window kind %.2e\n", (long long)w, e,
+           ew);
+    free(ws), free(full), free(win), free(step), free(cbuf), free(sws);
+    attn_gpt_free(g);
+    attn_gpt_free(wg);
+}
+
 static void test_errors(void) {
     const lcase c = {"err", 2, 2, 2, 20, 8, 8, 3, 0, 3, 0, 0, 0};
     test_rng rng = rng_seeded(9);
@@ -569,6 +611,7 @@ int main(void) {
     test_mha(0);
     test_mha(1);
     test_layer();
+    test_gpt_steps();
     test_errors();
     return test_summary("test_local_global");
 }
