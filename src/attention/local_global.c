@@ -48,9 +48,9 @@ static attn_status check_mask2(const char *fn, const char *name, const attn_bten
     return ATTN_OK;
 }
 
-/* Shapes and params (the flash passes check the rest); G from the global mask. */
+/* Shapes and params (the flash passes check the rest); G from the global mask when count_g. */
 static attn_status plan_init(const char *fn, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                             const attn_local_global_params *p, lg_plan *pl) {
+                             const attn_local_global_params *p, int count_g, lg_plan *pl) {
     char a[96], b[96];
     memset(pl, 0, sizeof *pl);
     if (!q || !k || !v || !p)
@@ -81,7 +81,7 @@ static attn_status plan_init(const char *fn, const attn_tensor *q, const attn_te
     if ((st = check_mask2(fn, "global_mask", p->global_mask, pl->B, pl->N, &pl->gm, pl->gms)) ||
         (st = check_mask2(fn, "key_mask", p->key_mask, pl->B, pl->N, &pl->km, pl->kms)))
         return st;
-    if (pl->gm)
+    if (pl->gm && count_g)
         for (int64_t bb = 0; bb < pl->B; bb++) {
             int64_t n = 0;
             for (int64_t i = 0; i < pl->N; i++) n += pl->gm[bb * pl->gms[0] + i * pl->gms[1]] != 0;
@@ -172,7 +172,7 @@ size_t attn_local_global_workspace_size(const attn_tensor *q, const attn_tensor 
                                         const attn_local_global_params *params) {
     lg_plan pl;
     lg_bufs bb;
-    attn_status st = plan_init("attn_local_global_workspace_size", q, k, v, params, &pl);
+    attn_status st = plan_init("attn_local_global_workspace_size", q, k, v, params, 1, &pl);
     if (st) return 0;
     return layout(&pl, q, k, v, NULL, &bb);
 }
@@ -269,7 +269,7 @@ attn_status attn_local_global_forward(const attn_tensor *q, const attn_tensor *k
     attn_ctx c;
     attn_btensor kmv;
     attn_status st;
-    if ((st = plan_init(fn, q, k, v, params, &pl))) return st;
+    if ((st = plan_init(fn, q, k, v, params, 1, &pl))) return st;
     const attn_sdpa_params p1 = window_params(&pl, params, &kmv);
     if ((st = attn_ctx_init(&c, fn, q, k, v, &p1, out, "out")) || (st = attn_ctx_check_rows(&c, fn, lse, "lse", 0)) ||
         (st = get_bufs(fn, &pl, q, k, v, workspace, workspace_bytes, &bb)))
@@ -348,7 +348,7 @@ attn_status attn_local_global_backward(const attn_tensor *q, const attn_tensor *
     attn_ctx c;
     attn_btensor kmv;
     attn_status st;
-    if ((st = plan_init(fn, q, k, v, params, &pl))) return st;
+    if ((st = plan_init(fn, q, k, v, params, 1, &pl))) return st;
     const attn_sdpa_params p1 = window_params(&pl, params, &kmv);
     if ((st = attn_ctx_init(&c, fn, q, k, v, &p1, dout, "dout")) || (st = attn_ctx_check_like(fn, out, "out", dout)) ||
         (st = attn_ctx_check_like(fn, dq, "dq", q)) || (st = attn_ctx_check_like(fn, dk, "dk", k)) ||
@@ -473,8 +473,9 @@ attn_status attn_local_global_weights(const attn_tensor *q, const attn_tensor *k
     attn_ctx c;
     attn_btensor kmv;
     attn_status st;
-    /* K stands in for V and Q for the output: only their shapes are checked */
-    if ((st = plan_init(fn, q, k, k, params, &pl))) return st;
+    /* K stands in for V and Q for the output: only their shapes are checked; G is not needed (a row
+     * at a time must not cost a scan of the whole mask) */
+    if ((st = plan_init(fn, q, k, k, params, 0, &pl))) return st;
     const attn_sdpa_params p1 = window_params(&pl, params, &kmv);
     if ((st = attn_ctx_init(&c, fn, q, k, k, &p1, q, "q"))) return st;
     if (b < 0 || b >= pl.B || h < 0 || h >= pl.H || row0 < 0 || rows < 0 || row0 > pl.N || rows > pl.N - row0)
@@ -517,7 +518,7 @@ int64_t attn_local_global_tile_count(const attn_tensor *q, const attn_tensor *k,
     lg_plan pl;
     attn_btensor kmv;
     if (total) *total = 0;
-    if (plan_init("attn_local_global_tile_count", q, k, k, params, &pl)) return 0;
+    if (plan_init("attn_local_global_tile_count", q, k, k, params, 1, &pl)) return 0;
     attn_sdpa_params p1 = window_params(&pl, params, &kmv);
     p1.key_mask = NULL; /* masks do not change which tiles are visited */
     int64_t n = attn_flash_tile_count(q, k, &p1, total);
