@@ -124,12 +124,16 @@ typedef enum attn_attention_kind {
     /* softmax attention within a sliding window of `window` keys on each side that causality
      * leaves (query i sees keys i - window .. i when causal, |i - j| <= window otherwise), on the
      * flash kernel's window support: time and memory O(N window) */
-    ATTN_ATTENTION_WINDOW = 1
+    ATTN_ATTENTION_WINDOW = 1,
+    /* Longformer (attn/longformer.h): the window kind plus global tokens, given per call as a
+     * global_attention_mask [B, N]; a global token sees every key and every query sees it.
+     * O(N (window + g)). Without a mask it is the window kind; decoding treats no token as global */
+    ATTN_ATTENTION_LOCAL_GLOBAL = 2
 } attn_attention_kind;
 
 typedef struct attn_attention_config {
     attn_attention_kind kind;      /* default ATTN_ATTENTION_FLASH */
-    int64_t window;                /* ATTN_ATTENTION_WINDOW: keys on each side, >= 0 */
+    int64_t window;                /* ATTN_ATTENTION_WINDOW, _LOCAL_GLOBAL: keys on each side, >= 0 */
 } attn_attention_config;
 
 /* kind ATTN_ATTENTION_FLASH, every option 0. */

@@ -8,6 +8,7 @@
 static const attn_kind_ops *const kinds[] = {
     [ATTN_ATTENTION_FLASH] = &attn_kind_flash,
     [ATTN_ATTENTION_WINDOW] = &attn_kind_window,
+    [ATTN_ATTENTION_LOCAL_GLOBAL] = &attn_kind_local_global,
 };
 enum { KIND_COUNT = (int)(sizeof kinds / sizeof kinds[0]) };
 
