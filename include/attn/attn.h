@@ -5,6 +5,7 @@
 #include "core.h"
 #include "kernels.h"
 #include "attention.h"
+#include "linear_attention.h"
 #include "safetensors.h"
 #include "nn.h"
 #include "train.h"
