@@ -505,3 +505,45 @@ attn_status attn_linear_attention_step(const attn_tensor *q, const attn_tensor *
     const lin_map m = elu_map(r->shape[3]);
     return attn_lin_step(fn, &m, q, k, v, causal, key_mask, state, out, workspace, workspace_bytes);
 }
+
+/* ---- what the kinds refuse ---- */
+
+attn_status attn_lin_kind_params(const char *kind, const attn_sdpa_params *p) {
+    const char *what = NULL;
+    if (p->bool_mask) what = "a boolean attn_mask";
+    else if (p->add_mask) what = "a float attn_mask / key_padding_mask (additive mask)";
+    else if (p->alibi_slopes) what = "ALiBi slopes";
+    else if (p->softcap != 0.0f) what = "softcap";
+    else if (p->window_left >= 0 || p->window_right >= 0) what = "a sliding window";
+    else if (p->dropout_p > 0.0f) what = "attention dropout (dropout > 0)";
+    if (what)
+        return attn_error(ATTN_ERR_UNSUPPORTED,
+                          "attention '%s' does not support %s (only causality and a boolean key mask)", kind, what);
+    return ATTN_OK;
+}
+
+attn_status attn_lin_step_mask(const char *kind, const attn_kind_step *s, attn_btensor *view,
+                               const attn_btensor **mask) {
+    *mask = NULL;
+    const attn_btensor *km = s->key_mask;
+    if (!km) return ATTN_OK;
+    const int64_t n = s->k ? s->k->shape[2] : 0;
+    if (km->rank != 2 || km->shape[1] < n || !km->data)
+        return attn_error(ATTN_ERR_SHAPE, "attention '%s' step: key_mask must be [B, L] with L >= %lld new keys", kind,
+                          (long long)n);
+    /* columns before the new keys belong to keys already absorbed into the state: they cannot be
+     * hidden any more */
+    for (int64_t b = 0; b < km->shape[0]; b++)
+        for (int64_t j = 0; j < km->shape[1] - n; j++)
+            if (!km->data[b * km->stride[0] + j * km->stride[1]])
+                return attn_error(ATTN_ERR_UNSUPPORTED,
+                                  "attention '%s' step: the key mask hides key %lld of batch %lld, which the recurrent "
+                                  "state has already absorbed (mask keys when they are appended)",
+                                  kind, (long long)j, (long long)b);
+    if (!n) return ATTN_OK;
+    *view = *km;
+    view->data = km->data + (km->shape[1] - n) * km->stride[1];
+    view->shape[1] = n;
+    *mask = view;
+    return ATTN_OK;
+}

@@ -4,6 +4,7 @@
 #ifndef ATTN_LINEAR_INTERNAL_H
 #define ATTN_LINEAR_INTERNAL_H
 
+#include "attention/attention_kind.h"
 #include "attn/linear_attention.h"
 
 /* A feature map: elu + 1 (w == NULL, p == d) or FAVOR+ (w [Hw, p, d] contiguous). */
@@ -40,5 +41,14 @@ size_t attn_lin_step_ws_bytes(const lin_map *mp, const attn_tensor *q, const att
 void attn_lin_features(const lin_map *mp, int64_t h, int64_t d, const float *x, int64_t rs, int64_t cs, int64_t n,
                        int is_query, const uint8_t *keep, int64_t ks, float *kmax, float *F, float *xs, void *gws,
                        size_t gwsb);
+
+/* The kinds' refusal of every attn_sdpa_params option but causality and the key mask
+ * (ATTN_ERR_UNSUPPORTED naming the option). */
+attn_status attn_lin_kind_params(const char *kind, const attn_sdpa_params *p);
+
+/* The step's key mask [B, L] as a view over its new keys (the last n' columns); ATTN_ERR_UNSUPPORTED
+ * when it hides a key the state already absorbed. *mask NULL when there is none. */
+attn_status attn_lin_step_mask(const char *kind, const attn_kind_step *s, attn_btensor *view,
+                               const attn_btensor **mask);
 
 #endif
