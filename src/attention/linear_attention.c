@@ -59,11 +59,17 @@ static void prim(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64
         return;
     }
     const int64_t nch = (no + CH - 1) / CH;
+    int64_t done = mode == PRIM_FWD ? 0 : ni; /* the state holds inputs [0, done) resp. [done, ni) */
     for (int64_t ci = 0; ci < nch; ci++) {
         const int64_t c = mode == PRIM_FWD ? ci : nch - 1 - ci;
         const int64_t o0 = c * CH, o1 = o0 + CH < no ? o0 + CH : no, rows = o1 - o0;
         const int64_t a = clamp64(mode == PRIM_FWD ? o0 + off : o0 - off, 0, ni);
         const int64_t b = clamp64(mode == PRIM_FWD ? o1 + off : o1 - off, 0, ni);
+        /* inputs every row of the chunk sees that the state lacks yet (the first chunk's, when
+         * the diagonal starts inside the inputs) */
+        const int64_t g0 = mode == PRIM_FWD ? done : b, g1 = mode == PRIM_FWD ? a : done;
+        if (g1 > g0) gemm(ATTN_TRANS, ATTN_NO_TRANS, p, r, g1 - g0, B + g0 * p, p, C + g0 * r, r, 1.0f, St, r, gws, gwsb);
+        done = mode == PRIM_FWD ? (b > a ? b : a) : (a < b ? a : b);
         float *y = Y + o0 * r;
         gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, rows, r, p, A + o0 * p, p, St, r, 0.0f, y, r, gws, gwsb);
         if (b <= a) continue;
