@@ -72,13 +72,14 @@ ATTN_API attn_status attn_performer_backward(const attn_tensor *q, const attn_te
                                              size_t workspace_bytes);
 
 /* ---- recurrent steps (token-by-token decoding) -----------------------------------------
- * The causal form as a recurrence: a state per (batch, query head) holds S and z of the keys seen
+ * The causal form as a recurrence: a state per (batch, head) holds S and z of the keys seen
  * so far, as a [p, dv + 1] row-major matrix (column dv is z); the Performer's also holds the
  * running key maximum the features are scaled by and a flag "not empty" (2 floats after the
  * matrix): when new keys raise the maximum, S and z are rescaled, which keeps the ratio exact.
- * state: [B, Hq, state_floats] floats, zeroed to start.
- * A step takes n new queries q [B, Hq, n, d] (nullable: absorb keys only, e.g. a cross-attention
- * memory) and n' new keys / values k [B, Hk, n', d], v [B, Hk, n', dv] (both nullable: nothing
+ * state: [B, H, state_floats] floats, zeroed to start. A step takes as many query heads as
+ * key / value heads (H; w [1 or H, m, d]).
+ * A step takes n new queries q [B, H, n, d] (nullable: absorb keys only, e.g. a cross-attention
+ * memory) and n' new keys / values k [B, H, n', d], v [B, H, n', dv] (both nullable: nothing
  * appended): query i sees the state plus the new keys j <= i + n' - n (causal) or all new keys,
  * then every new key is absorbed. key_mask [B, n'] (nullable) covers the new keys only. Feeding
  * a sequence one token (or chunk) at a time equals the causal parallel form. */
