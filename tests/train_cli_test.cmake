@@ -148,8 +148,8 @@ else()
   message(STATUS "ok: window-attention model samples ${sw_out}")
 endif()
 # linear attention: trains, and sampling decodes with its recurrent state
-run(tl train gpt --data abc.txt --layers 1 --heads 2 --d-model 32 --context 16 --batch 8 --steps 200 --lr 1e-2
-  --threads 2 --checkpoint abcl.safetensors --log-every 100 --attention linear)
+run(tl train gpt --data abc.txt --layers 1 --heads 2 --d-model 16 --context 8 --batch 4 --steps 60 --lr 2e-2
+  --threads 2 --checkpoint abcl.safetensors --log-every 30 --attention linear)
 run(sl sample abcl.safetensors --prompt "ab" --tokens 40 --temperature 0)
 if(NOT tl_rc EQUAL 0 OR NOT sl_out STREQUAL "${want}\n")
   message(SEND_ERROR "linear attention: train ${tl_rc}, sample ${sl_rc}:\n${tl}\n${sl}")
