@@ -147,6 +147,15 @@ if(NOT tw_rc EQUAL 0 OR NOT tw MATCHES "window 3 attention" OR NOT sw_out STREQU
 else()
   message(STATUS "ok: window-attention model samples ${sw_out}")
 endif()
+# linear attention: trains, and sampling decodes with its recurrent state
+run(tl train gpt --data abc.txt --layers 1 --heads 2 --d-model 16 --context 8 --batch 4 --steps 60 --lr 2e-2
+  --threads 2 --checkpoint abcl.safetensors --log-every 30 --attention linear)
+run(sl sample abcl.safetensors --prompt "ab" --tokens 40 --temperature 0)
+if(NOT tl_rc EQUAL 0 OR NOT sl_out STREQUAL "${want}\n")
+  message(SEND_ERROR "linear attention: train ${tl_rc}, sample ${sl_rc}:\n${tl}\n${sl}")
+else()
+  message(STATUS "ok: linear-attention model samples ${sl_out}")
+endif()
 expect_one_line_error(1 "--attention flash differs from the checkpoint's window" train gpt --data abc.txt
   --checkpoint abcw.safetensors --resume --attention flash)
 # sampling with temperature and top-k: the same seed gives the same text; prompts longer than the

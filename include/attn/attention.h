@@ -128,12 +128,24 @@ typedef enum attn_attention_kind {
     /* Longformer (attn/longformer.h): the window kind plus global tokens, given per call as a
      * global_attention_mask [B, N]; a global token sees every key and every query sees it.
      * O(N (window + g)). Without a mask it is the window kind; decoding treats no token as global */
-    ATTN_ATTENTION_LOCAL_GLOBAL = 2
+    ATTN_ATTENTION_LOCAL_GLOBAL = 2,
+    /* linear attention (Katharopoulos 2020), phi = elu + 1, O(N): linear_attention.h */
+    ATTN_ATTENTION_LINEAR = 3,
+    /* Performer FAVOR+ (Choromanski 2021): softmax approximated by num_features positive
+     * orthogonal random features drawn from seed, O(N m): linear_attention.h */
+    ATTN_ATTENTION_PERFORMER = 4
 } attn_attention_kind;
 
 typedef struct attn_attention_config {
     attn_attention_kind kind;      /* default ATTN_ATTENTION_FLASH */
     int64_t window;                /* ATTN_ATTENTION_WINDOW, _LOCAL_GLOBAL: keys on each side, >= 0 */
+    /* ATTN_ATTENTION_PERFORMER: random features m (0 = 256; at most 2^16) and the seed of their
+     * projection W [m, head_dim] (attn_orf_draw(W, m, head_dim, seed), one W shared by every head
+     * and layer that holds this config). W is a buffer, not a parameter: the forward, backward
+     * and decoding steps redraw it from (seed, m, head_dim), so a redraw is a new seed
+     * (attn_mha_redraw_features). */
+    int64_t num_features;
+    uint64_t seed;
 } attn_attention_config;
 
 /* kind ATTN_ATTENTION_FLASH, every option 0. */

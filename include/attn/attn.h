@@ -6,6 +6,7 @@
 #include "kernels.h"
 #include "attention.h"
 #include "longformer.h"
+#include "linear_attention.h"
 #include "safetensors.h"
 #include "nn.h"
 #include "train.h"

@@ -257,6 +257,10 @@ ATTN_API attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out)
 ATTN_API void attn_mha_free(attn_mha *m);
 ATTN_API const attn_params *attn_mha_params(const attn_mha *m);
 ATTN_API const attn_mha_config *attn_mha_get_config(const attn_mha *m);
+/* Redraw a Performer attention's random features: its projection W is drawn from
+ * cfg.attention.seed on every call, so this sets that seed (a recurrent cache built with the old
+ * features no longer matches them: reset it). ATTN_ERR_UNSUPPORTED for other kinds. */
+ATTN_API attn_status attn_mha_redraw_features(attn_mha *m, uint64_t seed);
 
 /* One call's inputs, batch-first and contiguous. Masks follow nn.MultiheadAttention: a boolean
  * mask's true (nonzero) means NOT allowed (the opposite of attn_sdpa_params), a float mask is added

@@ -72,5 +72,6 @@ const attn_kind_ops *attn_kind_ops_get(attn_attention_kind kind);
 /* The rows, defined in each kind's own file. */
 extern const attn_kind_ops attn_kind_flash, attn_kind_window;
 extern const attn_kind_ops attn_kind_local_global;
+extern const attn_kind_ops attn_kind_linear, attn_kind_performer;
 
 #endif

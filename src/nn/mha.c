@@ -47,6 +47,15 @@ attn_mha_config attn_mha_config_default(int64_t embed_dim, int64_t num_heads) {
     return c;
 }
 
+attn_status attn_mha_redraw_features(attn_mha *m, uint64_t seed) {
+    static const char fn[] = "attn_mha_redraw_features";
+    ATTN_CHECK_NOT_NULL(fn, m);
+    if (m->cfg.attention.kind != ATTN_ATTENTION_PERFORMER)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' has no random features", fn, m->kind->name);
+    m->cfg.attention.seed = seed;
+    return ATTN_OK;
+}
+
 attn_mha_args attn_mha_args_default(void) {
     attn_mha_args a;
     memset(&a, 0, sizeof a);
