@@ -228,7 +228,15 @@ ATTN_API attn_status attn_alibi_slopes(float *slopes, int64_t num_heads);
  *   out = concat_h(O_h) Wo^T + bo
  * Wq, Wk, Wv are the three row blocks of in_proj_weight [3E, E] when kdim == vdim == embed_dim,
  * else q_proj_weight [E, E], k_proj_weight [E, kdim], v_proj_weight [E, vdim]; in_proj_bias [3E],
- * bias_k, bias_v [1, 1, E], out_proj.weight [E, E], out_proj.bias [E]. */
+ * bias_k, bias_v [1, 1, E], out_proj.weight [E, E], out_proj.bias [E]. With separate_projections
+ * the same function is stored as four nn.Linear layers (the layout of most hand-written attention
+ * modules, the seed's W_q / W_k / W_v / W_o among them): q_proj.weight [E, E], q_proj.bias [E],
+ * k_proj.weight [E, kdim], k_proj.bias [E], v_proj.weight [E, vdim], v_proj.bias [E], (bias_k,
+ * bias_v,) out_proj.weight [E, E], out_proj.bias [E], in that order, each initialised as
+ * nn.Linear (kaiming_uniform(a=sqrt(5)) for weights, i.e. U(+-1/sqrt(fan_in)), and biases
+ * U(+-1/sqrt(fan_in))). Another module's names are reached through a name map, e.g.
+ * {"q_proj.", "W_q."}, {"k_proj.", "W_k."}, {"v_proj.", "W_v."}, {"out_proj.", "W_o."}
+ * (attn_params_load_mapped). */
 /* Attention capture (declared below): records chosen modules' weights during a forward. */
 typedef struct attn_capture attn_capture;
 
@@ -237,6 +245,9 @@ typedef struct attn_mha_config {
     int64_t kdim, vdim;             /* 0 = embed_dim */
     int bias;                       /* in_proj_bias and out_proj.bias (default 1) */
     int add_bias_kv, add_zero_attn; /* default 0 */
+    /* Store Wq, Wk, Wv, Wo as four nn.Linear layers q_proj, k_proj, v_proj, out_proj (see above)
+     * instead of PyTorch's packed in_proj_weight / in_proj_bias. Default 0. */
+    int separate_projections;
     float dropout;                  /* on the attention weights, in training (default 0) */
     /* Rotary position embedding of Q and K after the in-projection (not part of PyTorch's
      * MultiheadAttention: GPT-NeoX / Llama-style self-attention). rope.head_dim must be

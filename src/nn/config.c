@@ -94,6 +94,7 @@ attn_status attn_nn_json_mha_config(const attn_json *obj, const char *const *ign
         {"kdim", NN_K_INT_OR_NULL, &cfg->kdim, 0},
         {"vdim", NN_K_INT_OR_NULL, &cfg->vdim, 0},
         {"batch_first", NN_K_BOOL, &batch_first, 0},
+        {"separate_projections", NN_K_BOOL, &cfg->separate_projections, 0},
     };
     attn_status st = attn_nn_json_read(what, obj, keys, (int)(sizeof keys / sizeof keys[0]), ignore);
     if (st) return st;
