@@ -327,6 +327,56 @@ ATTN_API attn_status attn_mha_backward(attn_mha *m, const attn_mha_args *a, cons
                               float *dquery, float *dkey, float *dvalue, const void *saved,
                               size_t saved_bytes, void *workspace, size_t workspace_bytes);
 
+/* ---- local + global attention (the seed's LocalGlobalAttention, its mask corrected) ----------
+ * Self-attention over x [B, N, d_model] by two multi-head attentions whose outputs are summed,
+ * then projected:
+ *   out = projection(global_attn(x, x, x) + local_attn(x, x, x))
+ * global_attn attends to every key; local_attn is the window kind (attention.h): query i attends
+ * to key j when |i - j| <= local_window, at O(N local_window) cost. Both attentions use separate
+ * projections (attn_mha_config.separate_projections). Parameters, in the seed's (PyTorch's)
+ * order: local_attn.{q,k,v,out}_proj.{weight,bias}, global_attn.{q,k,v,out}_proj.{weight,bias},
+ * projection.weight [d, d], projection.bias [d], initialised as nn.Linear; the seed's names
+ * (local_attn.W_q.weight, ...) are reached with the name map {"*.q_proj.", "*.W_q."},
+ * {"*.k_proj.", "*.W_k."}, {"*.v_proj.", "*.W_v."}, {"*.out_proj.", "*.W_o."}.
+ * Dropout (training) on the attention weights: global_attn's from (seed, offset), local_attn's
+ * from (seed, offset + 1). Attention capture names the two "global_attn" and "local_attn". */
+typedef struct attn_local_global_config {
+    int64_t d_model, num_heads;     /* d_model divisible by num_heads */
+    int64_t local_window;           /* keys on each side, >= 0 */
+    float dropout;                  /* on both attentions' weights (default 0.1, the seed's) */
+} attn_local_global_config;
+
+ATTN_API attn_local_global_config attn_local_global_config_default(int64_t d_model, int64_t num_heads,
+                                                                   int64_t local_window);
+
+typedef struct attn_local_global_args {
+    int64_t batch, n;
+    const float *x;                 /* [B, n, d_model] */
+    int training;
+    uint64_t seed, offset;
+    attn_capture *capture;          /* nullable: global_attn, local_attn */
+} attn_local_global_args;
+
+/* Eval mode, no capture; the caller fills batch, n and x. */
+ATTN_API attn_local_global_args attn_local_global_args_default(void);
+
+typedef struct attn_local_global attn_local_global;
+
+ATTN_API attn_status attn_local_global_create(const attn_local_global_config *cfg, attn_local_global **out);
+ATTN_API void attn_local_global_free(attn_local_global *m);
+ATTN_API const attn_params *attn_local_global_params(const attn_local_global *m);
+ATTN_API const attn_local_global_config *attn_local_global_get_config(const attn_local_global *m);
+ATTN_API size_t attn_local_global_saved_size(const attn_local_global *m, const attn_local_global_args *a);
+ATTN_API size_t attn_local_global_workspace_size(const attn_local_global *m, const attn_local_global_args *a);
+/* out [B, n, d_model]; saved NULL for inference. */
+ATTN_API attn_status attn_local_global_forward(attn_local_global *m, const attn_local_global_args *a, float *out,
+                                               void *saved, size_t saved_bytes, void *workspace,
+                                               size_t workspace_bytes);
+/* dx [B, n, d_model] overwritten (nullable); parameter gradients accumulated. */
+ATTN_API attn_status attn_local_global_backward(attn_local_global *m, const attn_local_global_args *a,
+                                                const float *dout, float *dx, const void *saved,
+                                                size_t saved_bytes, void *workspace, size_t workspace_bytes);
+
 /* ---- transformer layers, stacks and nn.Transformer -----------------------------------------
  * torch.nn.TransformerEncoderLayer / TransformerDecoderLayer (batch_first=True), their stacks
  * TransformerEncoder / TransformerDecoder and torch.nn.Transformer, forward and backward, with
