@@ -130,7 +130,9 @@ int cmd_run(int argc, char **argv) {
         rc = cli_fail("run: %s: %s", config, attn_last_error());
         goto done;
     }
-    if (attn_safetensors_open_file(weights, &wst) || attn_params_load_mapped(attn_nn_model_params(m), wst, attn_nn_model_name_map(m), NULL, 1)) {
+    /* the state_dict under the PyTorch module's names (the seed modules' W_q ... through their map) */
+    if (attn_safetensors_open_file(weights, &wst) ||
+        attn_params_load_mapped(attn_nn_model_params(m), wst, attn_nn_model_name_map(m), NULL, 1)) {
         rc = cli_fail("run: %s: %s", weights, msg_for(weights));
         goto done;
     }

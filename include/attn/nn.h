@@ -1,6 +1,7 @@
 /* attn nn: modules with PyTorch semantics, forward and backward, parameters named as PyTorch's
  * state_dict and loaded from / saved to safetensors: linear layers, positional encodings
- * (sinusoidal, learned, RoPE, ALiBi slopes), nn.MultiheadAttention, TransformerEncoderLayer /
+ * (sinusoidal, learned, RoPE, ALiBi slopes), nn.MultiheadAttention (packed or separate
+ * projections), local + global attention, TransformerEncoderLayer /
  * TransformerDecoderLayer, their stacks and nn.Transformer; key/value caches for incremental
  * decoding; a decoder-only (GPT-style) language model.
  *
