@@ -123,7 +123,9 @@ static void test_mha(test_rng *r) {
     CHECK_STATUS(attn_model_bind(m), ATTN_ERR_NOT_FOUND);
     CHECK(strstr(attn_last_error(), "querry") != NULL, "message names the input: %s", attn_last_error());
     const int64_t bad[3] = {B, N, E + 1};
-    CHECK_OK(attn_model_input(m, "query", ATTN_DTYPE_F32, 3, bad, q));
+    float wide[B * N * (E + 1)]; /* the staged data must hold the shape it claims */
+    memset(wide, 0, sizeof wide);
+    CHECK_OK(attn_model_input(m, "query", ATTN_DTYPE_F32, 3, bad, wide));
     CHECK_STATUS(attn_model_bind(m), ATTN_ERR_SHAPE);
     CHECK_STATUS(attn_model_input(m, "query", ATTN_DTYPE_I32, 3, xs, q), ATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(attn_model_forward(NULL, 0, 0, 0, 0, NULL), ATTN_ERR_INVALID_ARGUMENT);
