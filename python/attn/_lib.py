@@ -161,12 +161,16 @@ def _load() -> ctypes.CDLL:
 lib = _load()
 
 
+def error(status: int) -> AttnError:
+    """The AttnError of a failed call: status and the calling thread's attn_last_error()."""
+    msg = lib.attn_last_error().decode("utf-8", "replace")
+    return AttnError(status, msg, lib.attn_status_str(status).decode("utf-8", "replace"))
+
+
 def check(status: int) -> None:
     """Raise AttnError with the C message when status is not ATTN_OK."""
     if status:
-        msg = lib.attn_last_error().decode("utf-8", "replace")
-        name = lib.attn_status_str(status).decode("utf-8", "replace")
-        raise AttnError(status, msg, name)
+        raise error(status)
 
 
 def library_path() -> str:

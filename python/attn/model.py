@@ -214,7 +214,7 @@ class Model:
         records attention weights. Returns the output [batch, length, d] (a copy)."""
         if not inputs:
             raise ValueError(f"{self.name}: no inputs given")
-        keep = []
+        staged = []  # every input checked and converted before the first is staged
         for name, x in inputs.items():
             a = _to_numpy(x)
             if a.dtype == np.bool_:
@@ -226,17 +226,18 @@ class Model:
             else:
                 raise TypeError(f"{self.name}: input '{name}' has dtype {a.dtype} (floating point, or bool for masks)")
             if a.ndim > 8:
-                raise ValueError(f"{self.name}: input '{name}' has rank {a.ndim}")
-            a = np.ascontiguousarray(a)
-            keep.append(a)
+                raise ValueError(f"{self.name}: input '{name}' has rank {a.ndim} (at most 8)")
+            staged.append((name, dt, np.ascontiguousarray(a)))
+        for name, dt, a in staged:
             shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
             st = lib.attn_model_input(self._m, name.encode(), dt, a.ndim, shape, a.ctypes.data)
             if st:
-                lib.attn_model_bind(self._m)  # drops the stage (fails: the error raised is st's)
-                check(st)
+                err = _lib.error(st)
+                lib.attn_model_bind(self._m)  # drops what was staged (and fails: err is the one raised)
+                raise err
         check(lib.attn_model_bind(self._m))
-        self._shapes = {name: a.shape for name, a in zip(inputs, keep)}
-        del keep
+        self._shapes = {name: a.shape for name, _, a in staged}
+        del staged
         check(lib.attn_model_forward(self._m, int(keep_for_backward), int(training), seed, offset,
                                      capture._c if capture is not None else None))
         return self._result(lib.attn_model_output)

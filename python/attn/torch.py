@@ -37,8 +37,6 @@ def _np(name: str, t: torch.Tensor) -> np.ndarray:
     t = t.detach()
     if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64):
         t = t.float()
-    if t.is_conj() if hasattr(t, "is_conj") else False:
-        t = t.resolve_conj()
     return t.numpy()
 
 

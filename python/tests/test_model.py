@@ -123,3 +123,12 @@ def test_errors_carry_the_c_message(rng):
         m.load_state_dict({})
     with pytest.raises(TypeError, match="dtype"):
         m(query=np.zeros((1, 3, 8), np.int64))
+
+
+def test_failed_calls_leave_nothing_staged(rng):
+    m = attn.Model({"module": "multihead_attention", "embed_dim": 8, "num_heads": 2, "batch_first": True})
+    with pytest.raises(ValueError, match="rank 9"):
+        m(query=randn(rng, 1, 3, 8), attn_mask=np.zeros((1,) * 9, bool))
+    with pytest.raises(attn.AttnError, match="attn_mask"):
+        m(query=randn(rng, 1, 3, 8), attn_mask=np.zeros((2, 2), bool))
+    assert m(query=randn(rng, 1, 3, 8)).shape == (1, 3, 8)
