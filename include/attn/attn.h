@@ -11,5 +11,6 @@
 #include "nn.h"
 #include "train.h"
 #include "viz.h"
+#include "model.h"
 
 #endif

@@ -559,7 +559,8 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     if ((st = m->kind->forward(&m->cfg.attention, &qv, &kv, &vv, &p, &x, &ov, t.lse, scr, wsb)))
         return attn_nn_wrap_error(st, fn);
     if ((st = attn_nn_linear_fwd(fn, t.O, m->wo, m->bo, out, d.B * d.Nq, d.E, d.E, scr, wsb))) return st;
-    if (a->capture && (st = mha_capture(fn, m, &d, a->capture, &qv, &kv, &p, &x, p.dropout_p > 0))) return st;
+    attn_capture *cap = attn_nn_capture_of(a->capture);
+    if (cap && (st = mha_capture(fn, m, &d, cap, &qv, &kv, &p, &x, p.dropout_p > 0))) return st;
     if (a->need_weights)
         return mha_weights(fn, m, &d, &qv, &kv, &p, &x, a->average_attn_weights, p.dropout_p > 0, weights, ws);
     return ATTN_OK;

@@ -115,6 +115,13 @@ attn_status attn_nn_mha_backward(attn_mha *m, const attn_mha_args *a, const floa
  * no-ops on a NULL capture. */
 size_t attn_nn_capture_push(attn_capture *c, const char *fmt, ...) ATTN_PRINTF(2, 3);
 void attn_nn_capture_pop(attn_capture *c, size_t mark);
+/* The ambient capture of the calling thread: push, pop and begin given a NULL capture use it, and an
+ * attention module whose args carry no capture records into it (attn_nn_capture_of). It lets a
+ * caller that cannot reach the args (attn_model over the internal `attn run` engine) capture a
+ * forward: set it around the call, then restore the previous one (returned). NULL = none. */
+attn_capture *attn_nn_capture_set_ambient(attn_capture *c);
+/* c when non-NULL, else the ambient capture (NULL when none). */
+attn_capture *attn_nn_capture_of(attn_capture *c);
 /* Where a module writes its weights: w[((b * heads + h - head0) * rows + i - row0) * nk + j]; w NULL
  * when no request matches the current name. */
 typedef struct nn_capture_slot {
