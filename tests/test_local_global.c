@@ -1,4 +1,4 @@
-/* Local + global (Longformer) attention: attn_local_global_* against the float64 oracle with the
+/* Local + global (Longformer) attention: attn_longformer_* against the float64 oracle with the
  * equivalent dense mask (forward, lse, weights, backward) over shapes, global sets, causality, key
  * masks, strides and GQA; finite differences; bitwise determinism across thread counts; the cost
  * (tiles visited) linear in N; the 'local_global' kind through attn_mha against the flash kind with
@@ -89,7 +89,7 @@ typedef struct {
     uint8_t *gm, *km;
     attn_btensor gmv, kmv;
     attn_tensor tq, tk, tv, to, tl, tgo, tdq, tdk, tdv;
-    attn_local_global_params p;
+    attn_longformer_params p;
     void *ws;
     size_t wsb;
 } lrun;
@@ -133,7 +133,7 @@ static void lrun_init(lrun *r, const lcase *c, test_rng *rng) {
     r->p.causal = c->causal;
     r->p.key_mask = c->key_mask ? &r->kmv : NULL;
     r->p.scale = c->scale;
-    r->wsb = attn_local_global_workspace_size(&r->tq, &r->tk, &r->tv, &r->p);
+    r->wsb = attn_longformer_workspace_size(&r->tq, &r->tk, &r->tv, &r->p);
     CHECK(r->wsb > 0, "%s: workspace size 0: %s", c->name, attn_last_error());
     r->ws = xmalloc(r->wsb);
 }
@@ -142,10 +142,10 @@ static void lrun_free(lrun *r) {
     free(r->gm), free(r->km), free(r->ws);
 }
 static attn_status lrun_fwd(lrun *r) {
-    return attn_local_global_forward(&r->tq, &r->tk, &r->tv, &r->p, &r->to, &r->tl, r->ws, r->wsb);
+    return attn_longformer_forward(&r->tq, &r->tk, &r->tv, &r->p, &r->to, &r->tl, r->ws, r->wsb);
 }
 static attn_status lrun_bwd(lrun *r) {
-    return attn_local_global_backward(&r->tq, &r->tk, &r->tv, &r->p, &r->to, &r->tgo, &r->tl, &r->tdq, &r->tdk,
+    return attn_longformer_backward(&r->tq, &r->tk, &r->tv, &r->p, &r->to, &r->tgo, &r->tl, &r->tdq, &r->tdk,
                                       &r->tdv, r->ws, r->wsb);
 }
 
@@ -197,12 +197,12 @@ static void test_case(const lcase *c, int ci) {
     float *w = xmalloc(sizeof(float) * (size_t)c->N * c->N);
     for (int b = 0; b < c->B; b++)
         for (int h = 0; h < c->H; h++) {
-            CHECK_OK(attn_local_global_weights(&r.tq, &r.tk, &r.p, b, h, 0, c->N, w));
+            CHECK_OK(attn_longformer_weights(&r.tq, &r.tk, &r.p, b, h, 0, c->N, w));
             const double e = rel_err_fd(w, p + OIDX4(b, h, 0, 0, c->H, c->N, c->N), (size_t)c->N * c->N);
             ew = e > ew ? e : ew;
         }
     CHECK(ew <= 1e-5, "%s: weights rel err %.3g", c->name, ew);
-    CHECK_OK(attn_local_global_weights(&r.tq, &r.tk, &r.p, c->B - 1, c->H - 1, c->N - 2, 2, w));
+    CHECK_OK(attn_longformer_weights(&r.tq, &r.tk, &r.p, c->B - 1, c->H - 1, c->N - 2, 2, w));
     const double ew2 = rel_err_fd(w, p + OIDX4(c->B - 1, c->H - 1, c->N - 2, 0, c->H, c->N, c->N), 2 * (size_t)c->N);
     CHECK(ew2 <= 1e-5, "%s: weights of the last 2 rows %.3g", c->name, ew2);
     free(w);
@@ -218,7 +218,7 @@ static void test_case(const lcase *c, int ci) {
     /* dq NULL leaves dk, dv as they were */
     float *dk1 = xmalloc(sizeof(float) * r.nk);
     memcpy(dk1, r.dk, sizeof(float) * r.nk);
-    CHECK_OK(attn_local_global_backward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tgo, &r.tl, NULL, &r.tdk, &r.tdv, r.ws, r.wsb));
+    CHECK_OK(attn_longformer_backward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tgo, &r.tl, NULL, &r.tdk, &r.tdv, r.ws, r.wsb));
     CHECK(!memcmp(dk1, r.dk, sizeof(float) * r.nk), "%s: dk differs without dq", c->name);
     free(dk1);
     printf("  %-42s fwd %.1e lse %.1e wts %.1e | dq %.1e dk %.1e dv %.1e (%d empty rows)\n", c->name, eo, el, ew, eq,
@@ -308,9 +308,9 @@ static void test_linear_cost(void) {
         for (int64_t i = 0; i < N; i++) G += g[i];
         attn_btensor gm = attn_btensor_2d(g, B, N);
         attn_tensor q = attn_tensor_4d(NULL, B, H, N, d);
-        attn_local_global_params p = {w, &gm, 0, NULL, 0};
+        attn_longformer_params p = {w, &gm, 0, NULL, 0};
         int64_t total = 0;
-        const int64_t n = attn_local_global_tile_count(&q, &q, &p, &total);
+        const int64_t n = attn_longformer_tile_count(&q, &q, &p, &total);
         /* per 64-row query block: (64 + 2w) / 64 + 1 window tiles, one global-key tile per 64
          * globals; plus the global rows' pass: a query block per 64 globals over N / 64 key tiles */
         const int64_t blocks = N / 64, gb = (G + 63) / 64;
@@ -532,43 +532,43 @@ static void test_errors(void) {
     test_rng rng = rng_seeded(9);
     lrun r;
     lrun_init(&r, &c, &rng);
-    attn_local_global_params p = r.p;
+    attn_longformer_params p = r.p;
     p.window = -1;
-    CHECK_STATUS(attn_local_global_forward(&r.tq, &r.tk, &r.tv, &p, &r.to, &r.tl, r.ws, r.wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_longformer_forward(&r.tq, &r.tk, &r.tv, &p, &r.to, &r.tl, r.ws, r.wsb), ATTN_ERR_INVALID_ARGUMENT);
     CHECK(strstr(attn_last_error(), "window"), "message names the window: %s", attn_last_error());
-    CHECK(attn_local_global_workspace_size(&r.tq, &r.tk, &r.tv, &p) == 0, "workspace size for window -1");
+    CHECK(attn_longformer_workspace_size(&r.tq, &r.tk, &r.tv, &p) == 0, "workspace size for window -1");
     /* global mask of the wrong shape */
     attn_btensor g2 = attn_btensor_2d(r.gm, 2, 19);
     p = r.p;
     p.global_mask = &g2;
-    CHECK_STATUS(attn_local_global_forward(&r.tq, &r.tk, &r.tv, &p, &r.to, &r.tl, r.ws, r.wsb), ATTN_ERR_SHAPE);
+    CHECK_STATUS(attn_longformer_forward(&r.tq, &r.tk, &r.tv, &p, &r.to, &r.tl, r.ws, r.wsb), ATTN_ERR_SHAPE);
     CHECK(strstr(attn_last_error(), "global_mask") && strstr(attn_last_error(), "[2, 19]"), "message: %s",
           attn_last_error());
     /* cross-attention shapes */
     attn_tensor k2 = r.tk, v2 = r.tv;
     k2.shape[2] = v2.shape[2] = 19;
-    CHECK_STATUS(attn_local_global_forward(&r.tq, &k2, &v2, &r.p, &r.to, &r.tl, r.ws, r.wsb), ATTN_ERR_SHAPE);
+    CHECK_STATUS(attn_longformer_forward(&r.tq, &k2, &v2, &r.p, &r.to, &r.tl, r.ws, r.wsb), ATTN_ERR_SHAPE);
     CHECK(strstr(attn_last_error(), "self-attention"), "message: %s", attn_last_error());
     /* heads not a multiple, workspace too small, dk strides, weights rows */
     attn_tensor k3 = r.tk, v3 = r.tv;
     k3.shape[1] = v3.shape[1] = 3;
-    CHECK_STATUS(attn_local_global_forward(&r.tq, &k3, &v3, &r.p, &r.to, &r.tl, r.ws, r.wsb), ATTN_ERR_SHAPE);
-    CHECK_STATUS(attn_local_global_forward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tl, r.ws, r.wsb / 2), ATTN_ERR_WORKSPACE);
+    CHECK_STATUS(attn_longformer_forward(&r.tq, &k3, &v3, &r.p, &r.to, &r.tl, r.ws, r.wsb), ATTN_ERR_SHAPE);
+    CHECK_STATUS(attn_longformer_forward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tl, r.ws, r.wsb / 2), ATTN_ERR_WORKSPACE);
     CHECK_OK(lrun_fwd(&r));
     attn_tensor dk2 = r.tdk;
     dk2.stride[3] = 2;
     dk2.stride[2] *= 2;
     dk2.stride[1] *= 2;
     dk2.stride[0] *= 2;
-    CHECK_STATUS(attn_local_global_backward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tgo, &r.tl, &r.tdq, &dk2, &r.tdv, r.ws,
+    CHECK_STATUS(attn_longformer_backward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tgo, &r.tl, &r.tdq, &dk2, &r.tdv, r.ws,
                                             r.wsb),
                  ATTN_ERR_UNSUPPORTED);
-    CHECK_STATUS(attn_local_global_backward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tgo, NULL, &r.tdq, &r.tdk, &r.tdv, r.ws,
+    CHECK_STATUS(attn_longformer_backward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tgo, NULL, &r.tdq, &r.tdk, &r.tdv, r.ws,
                                             r.wsb),
                  ATTN_ERR_INVALID_ARGUMENT);
     float wrow[20];
-    CHECK_STATUS(attn_local_global_weights(&r.tq, &r.tk, &r.p, 0, 0, 19, 2, wrow), ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_local_global_forward(&r.tq, &r.tk, &r.tv, NULL, &r.to, &r.tl, r.ws, r.wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_longformer_weights(&r.tq, &r.tk, &r.p, 0, 0, 19, 2, wrow), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_longformer_forward(&r.tq, &r.tk, &r.tv, NULL, &r.to, &r.tl, r.ws, r.wsb), ATTN_ERR_INVALID_ARGUMENT);
     lrun_free(&r);
     /* the kind's option */
     attn_attention_config ac = attn_attention_config_default();

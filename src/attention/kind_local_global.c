@@ -1,7 +1,7 @@
 /* The local_global kind: Longformer's local + global attention (attn/longformer.h).
  *   Without a global mask it is the window kind exactly (flash over the band |i - j| <= window,
  *   every option of the call honoured). With one (attn_kind_extra.global_mask, [B, N] self-attention)
- *   it is attn_local_global_*: global tokens see every key and are seen by every query, at
+ *   it is attn_longformer_*: global tokens see every key and are seen by every query, at
  *   O(N (window + g)); the call may then bring causality and the key mask, nothing else (an
  *   attn_mask, ALiBi, soft-capping or attention dropout are refused with ATTN_ERR_UNSUPPORTED).
  * Decoding keeps keys and values: a step is the window kind's step (flash of the new rows over the
@@ -32,7 +32,7 @@ static int has_global(const attn_kind_extra *x) { return x && x->global_mask; }
 
 /* The op's params from the call's, refusing what the global passes cannot honour. */
 static attn_status lg_params(const attn_attention_config *cfg, const attn_sdpa_params *p, const attn_kind_extra *x,
-                             attn_local_global_params *lp) {
+                             attn_longformer_params *lp) {
     const char *what = p->bool_mask ? "a boolean attn_mask"
                        : p->add_mask ? "an additive mask (float attn_mask or key_padding_mask)"
                        : p->alibi_slopes ? "ALiBi"
@@ -54,10 +54,10 @@ static attn_status lg_params(const attn_attention_config *cfg, const attn_sdpa_p
 
 static size_t lg_ws(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                     const attn_sdpa_params *p, const attn_kind_extra *x) {
-    attn_local_global_params lp;
+    attn_longformer_params lp;
     if (!has_global(x)) return attn_flash_workspace_size(q, k, v);
     if (lg_params(cfg, p, x, &lp)) return 0; /* the call itself reports it */
-    return attn_local_global_workspace_size(q, k, v, &lp);
+    return attn_longformer_workspace_size(q, k, v, &lp);
 }
 
 static attn_tensor lse_view(const attn_tensor *q, float *stats) {
@@ -72,9 +72,9 @@ static attn_status lg_fwd(const attn_attention_config *cfg, const attn_tensor *q
         const attn_sdpa_params w = with_window(cfg, p);
         return attn_flash_forward(q, k, v, &w, out, stats ? &lse : NULL, ws, ws_bytes);
     }
-    attn_local_global_params lp;
+    attn_longformer_params lp;
     attn_status st = lg_params(cfg, p, x, &lp);
-    return st ? st : attn_local_global_forward(q, k, v, &lp, out, stats ? &lse : NULL, ws, ws_bytes);
+    return st ? st : attn_longformer_forward(q, k, v, &lp, out, stats ? &lse : NULL, ws, ws_bytes);
 }
 
 static attn_status lg_bwd(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
@@ -86,9 +86,9 @@ static attn_status lg_bwd(const attn_attention_config *cfg, const attn_tensor *q
         const attn_sdpa_params w = with_window(cfg, p);
         return attn_flash_backward(q, k, v, &w, out, dout, &lse, dq, dk, dv, ws, ws_bytes);
     }
-    attn_local_global_params lp;
+    attn_longformer_params lp;
     attn_status st = lg_params(cfg, p, x, &lp);
-    return st ? st : attn_local_global_backward(q, k, v, &lp, out, dout, &lse, dq, dk, dv, ws, ws_bytes);
+    return st ? st : attn_longformer_backward(q, k, v, &lp, out, dout, &lse, dq, dk, dv, ws, ws_bytes);
 }
 
 static attn_status lg_weights(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
@@ -98,9 +98,9 @@ static attn_status lg_weights(const attn_attention_config *cfg, const attn_tenso
         const attn_sdpa_params w = with_window(cfg, p);
         return attn_flash_weights(q, k, &w, b, h, row0, rows, apply_dropout, wts);
     }
-    attn_local_global_params lp;
+    attn_longformer_params lp;
     attn_status st = lg_params(cfg, p, x, &lp); /* refuses dropout, so apply_dropout has nothing to apply */
-    return st ? st : attn_local_global_weights(q, k, &lp, b, h, row0, rows, wts);
+    return st ? st : attn_longformer_weights(q, k, &lp, b, h, row0, rows, wts);
 }
 
 static size_t lg_step_ws(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,

@@ -50,7 +50,7 @@ static attn_status check_mask2(const char *fn, const char *name, const attn_bten
 
 /* Shapes and params (the flash passes check the rest); G from the global mask when count_g. */
 static attn_status plan_init(const char *fn, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                             const attn_local_global_params *p, int count_g, lg_plan *pl) {
+                             const attn_longformer_params *p, int count_g, lg_plan *pl) {
     char a[96], b[96];
     memset(pl, 0, sizeof *pl);
     if (!q || !k || !v || !p)
@@ -168,11 +168,11 @@ static size_t layout(const lg_plan *pl, const attn_tensor *q, const attn_tensor 
     return total;
 }
 
-size_t attn_local_global_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                        const attn_local_global_params *params) {
+size_t attn_longformer_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                        const attn_longformer_params *params) {
     lg_plan pl;
     lg_bufs bb;
-    attn_status st = plan_init("attn_local_global_workspace_size", q, k, v, params, 1, &pl);
+    attn_status st = plan_init("attn_longformer_workspace_size", q, k, v, params, 1, &pl);
     if (st) return 0;
     return layout(&pl, q, k, v, NULL, &bb);
 }
@@ -189,7 +189,7 @@ static attn_status get_bufs(const char *fn, const lg_plan *pl, const attn_tensor
 
 /* ---- the passes' parameters and gathers ---- */
 
-static attn_sdpa_params window_params(const lg_plan *pl, const attn_local_global_params *p, attn_btensor *km) {
+static attn_sdpa_params window_params(const lg_plan *pl, const attn_longformer_params *p, attn_btensor *km) {
     attn_sdpa_params s = attn_sdpa_params_default();
     s.scale = p->scale;
     s.causal = pl->causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
@@ -260,10 +260,10 @@ static attn_tensor contiguous(float *data, int64_t B, int64_t H, int64_t N, int6
 
 /* ---- forward ---- */
 
-attn_status attn_local_global_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                      const attn_local_global_params *params, attn_tensor *out, attn_tensor *lse,
+attn_status attn_longformer_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                      const attn_longformer_params *params, attn_tensor *out, attn_tensor *lse,
                                       void *workspace, size_t workspace_bytes) {
-    static const char fn[] = "attn_local_global_forward";
+    static const char fn[] = "attn_longformer_forward";
     lg_plan pl;
     lg_bufs bb;
     attn_ctx c;
@@ -338,11 +338,11 @@ attn_status attn_local_global_forward(const attn_tensor *q, const attn_tensor *k
 
 /* ---- backward ---- */
 
-attn_status attn_local_global_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                       const attn_local_global_params *params, const attn_tensor *out,
+attn_status attn_longformer_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                       const attn_longformer_params *params, const attn_tensor *out,
                                        const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
                                        attn_tensor *dk, attn_tensor *dv, void *workspace, size_t workspace_bytes) {
-    static const char fn[] = "attn_local_global_backward";
+    static const char fn[] = "attn_longformer_backward";
     lg_plan pl;
     lg_bufs bb;
     attn_ctx c;
@@ -466,9 +466,9 @@ static double exact_logit(const lg_plan *pl, double scale, const float *qi, int6
     return s * scale;
 }
 
-attn_status attn_local_global_weights(const attn_tensor *q, const attn_tensor *k, const attn_local_global_params *params,
+attn_status attn_longformer_weights(const attn_tensor *q, const attn_tensor *k, const attn_longformer_params *params,
                                       int64_t b, int64_t h, int64_t row0, int64_t rows, float *weights) {
-    static const char fn[] = "attn_local_global_weights";
+    static const char fn[] = "attn_longformer_weights";
     lg_plan pl;
     attn_ctx c;
     attn_btensor kmv;
@@ -513,12 +513,12 @@ attn_status attn_local_global_weights(const attn_tensor *q, const attn_tensor *k
 
 /* ---- cost ---- */
 
-int64_t attn_local_global_tile_count(const attn_tensor *q, const attn_tensor *k, const attn_local_global_params *params,
+int64_t attn_longformer_tile_count(const attn_tensor *q, const attn_tensor *k, const attn_longformer_params *params,
                                      int64_t *total) {
     lg_plan pl;
     attn_btensor kmv;
     if (total) *total = 0;
-    if (plan_init("attn_local_global_tile_count", q, k, k, params, 1, &pl)) return 0;
+    if (plan_init("attn_longformer_tile_count", q, k, k, params, 1, &pl)) return 0;
     attn_sdpa_params p1 = window_params(&pl, params, &kmv);
     p1.key_mask = NULL; /* masks do not change which tiles are visited */
     int64_t n = attn_flash_tile_count(q, k, &p1, total);
