@@ -159,6 +159,9 @@ ATTN_API const char *attn_attention_kind_name(attn_attention_kind kind);
 ATTN_API const char *attn_attention_kind_help(attn_attention_kind kind);
 /* The kind of that name; ATTN_ERR_NOT_FOUND listing the names otherwise. */
 ATTN_API attn_status attn_attention_kind_from_name(const char *name, attn_attention_kind *kind);
+/* The attn_attention_config fields the kind reads, comma-separated ("window!", "num_features,seed",
+ * "" for none); '!' marks one the caller must set. NULL for an unknown kind. */
+ATTN_API const char *attn_attention_kind_options(attn_attention_kind kind);
 /* Whether the kind can return exact attention weights (need_weights, attention capture). */
 ATTN_API int attn_attention_kind_has_weights(attn_attention_kind kind);
 

@@ -52,6 +52,7 @@ static attn_status lin_step(const attn_kind_step *s, void *ws, size_t ws_bytes) 
 
 const attn_kind_ops attn_kind_linear = {
     .name = "linear",
+    .options = "",
     .help = "linear attention, phi = elu + 1 (Katharopoulos 2020), O(N), recurrent decoding",
     .check = NULL,
     .stats_per_row = 0,

@@ -119,6 +119,7 @@ static attn_status lg_step(const attn_kind_step *s, void *ws, size_t ws_bytes) {
 
 const attn_kind_ops attn_kind_local_global = {
     .name = kind_name,
+    .options = "window!",
     .help = "Longformer: sliding window of w keys each side plus global tokens (global_attention_mask), "
             "O(N (w + g))",
     .check = check_lg,

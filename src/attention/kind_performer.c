@@ -106,6 +106,7 @@ static attn_status perf_step(const attn_kind_step *s, void *ws, size_t ws_bytes)
 
 const attn_kind_ops attn_kind_performer = {
     .name = "performer",
+    .options = "num_features,seed",
     .help = "Performer FAVOR+: softmax via m orthogonal random features (num_features, seed), O(N m)",
     .check = perf_check,
     .stats_per_row = 0,

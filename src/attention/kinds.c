@@ -47,6 +47,11 @@ const char *attn_attention_kind_help(attn_attention_kind kind) {
     return k ? k->help : NULL;
 }
 
+const char *attn_attention_kind_options(attn_attention_kind kind) {
+    const attn_kind_ops *k = attn_kind_ops_get(kind);
+    return k ? k->options : NULL;
+}
+
 int attn_attention_kind_has_weights(attn_attention_kind kind) {
     const attn_kind_ops *k = attn_kind_ops_get(kind);
     return k && k->weights;
