@@ -12,6 +12,7 @@ int cmd_demo(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
+int cmd_viz(int argc, char **argv);
 
 /* `attn bench` subcommands. */
 int bench_peak_cmd(int argc, char **argv);
