@@ -10,7 +10,8 @@ its parameters, input, the captured weights "<case>.attn.L" [B, H, N, N] and "<c
 - causal: a 2-layer pre-norm encoder with is_causal (a GPT stack's attention pattern);
 - vit: a 4-layer pre-norm encoder on 1 + 16 tokens (a ViT: the CLS token then 4 x 4 patches);
   the CLS row R[:, 0, 1:] is what the overlay shows.
-Writes DIR/viz_rollout.safetensors. Runs with /usr/bin/python3 and Debian's python3-torch."""
+Writes DIR/viz_rollout.safetensors, and the enc case as `attn run` files for the `attn viz` test:
+DIR/viz_run_w.safetensors (its state_dict) and DIR/viz_run_in.safetensors (src, src_key_padding_mask). Runs with /usr/bin/python3 and Debian's python3-torch."""
 import argparse
 import os
 import sys
@@ -83,10 +84,15 @@ def main():
         tensors[name + ".rollout"] = rollout(ws)  # float64
         # the rollout of the float32-rounded weights the fixture stores (what the C side is fed)
         tensors[name + ".rollout32"] = rollout([w.float() for w in ws])
+        if name == "enc":
+            run_w = dict(state)
+            run_in = {"src": src.float(), "src_key_padding_mask": kpm.to(torch.uint8)}
         meta.update({name + ".B": B, name + ".N": N, name + ".d_model": d, name + ".nhead": h, name + ".ff": ff,
                      name + ".layers": L, name + ".norm_first": int(norm_first), name + ".causal": int(causal)})
     os.makedirs(a.out, exist_ok=True)
     st.save(os.path.join(a.out, "viz_rollout.safetensors"), tensors, meta)
+    st.save(os.path.join(a.out, "viz_run_w.safetensors"), run_w)
+    st.save(os.path.join(a.out, "viz_run_in.safetensors"), run_in)
 
 
 if __name__ == "__main__":
