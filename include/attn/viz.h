@@ -5,7 +5,7 @@
  * XML; one label per row / column. Colours run from white (vmin) to dark blue (vmax); values
  * outside are clamped, non-finite ones drawn grey. Every cell is a <rect class="cell"> with a
  * <title> tooltip "row label -> col label: value"; column labels are <text class="col">, row
- * labels <text class="row">. */
+ * labels <text class="row">. Also attention rollout (below), the input of `attn viz --rollout`. */
 #ifndef ATTN_VIZ_H
 #define ATTN_VIZ_H
 
