@@ -432,6 +432,10 @@ static void test_buffer_errors(void) {
         const float *got = attn_nn_model_output(m, NULL, NULL), *gdx = attn_nn_model_input_grad(m, "x", NULL);
         CHECK(got && gdx && !memcmp(got, out, sizeof out) && !memcmp(gdx, dx, sizeof dx),
               "R = drawn W^T: not bitwise the drawn performer");
+        /* the sketch's forward never applies its dropout: training changes nothing */
+        CHECK_OK(attn_nn_model_forward(m, 0, 1, 3, 0));
+        got = attn_nn_model_output(m, NULL, NULL);
+        CHECK(got && !memcmp(got, out, sizeof out), "performer_attention: training changed the output");
         free(sv), free(ws);
         attn_mha_free(ref);
     }

@@ -140,14 +140,15 @@ attn_status attn_nn_json_seed_kernel_config(const attn_json *obj, const char *wh
     };
     attn_status st = attn_nn_json_read(what, obj, keys, performer ? 5 : 3, ignore);
     if (st) return st;
-    if (d < 1 || h < 1 || d % h != 0)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: d_model (%lld) must be a positive multiple of num_heads (%lld)",
-                          what, (long long)d, (long long)h);
+    if (d < 1 || h < 1 || d > (1 << 24) || d % h != 0)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: d_model (%lld) must be a multiple of num_heads (%lld) in [1, 2^24]", what, (long long)d,
+                          (long long)h);
     if (performer && (features < 1 || features > (1 << 16)))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key 'num_features' must be in [1, 65536] (got %lld)", what,
                           (long long)features);
     *cfg = attn_mha_config_default(d, h);
-    cfg->dropout = performer ? dropout : 0.0f;
+    cfg->dropout = 0; /* PerformerAttention's forward never applies its nn.Dropout */
     cfg->separate_projections = 1;
     cfg->attention.kind = kind;
     if (performer) cfg->attention.num_features = features;

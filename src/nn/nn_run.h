@@ -30,7 +30,8 @@
  *                              elu + 1 on queries and keys, eps 1e-6, no scale (the linear kind);
  *                              causal by prefix sums
  *   performer_attention        the seed's PerformerAttention, corrected  input x; keys d_model,
- *                              num_heads, num_features (256), dropout (0.1, eval: unused), causal
+ *                              num_heads, num_features (256), dropout (0.1, unused: the sketch's
+ *                              forward never applies it), causal
  *                              (false): FAVOR+ (the performer kind) on the module's buffer R
  *                              [num_heads, d_k, num_features], head h's random features the columns
  *                              of R[h] (passed to the kind transposed, as attention.projection)

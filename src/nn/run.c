@@ -350,6 +350,8 @@ static attn_status performer_create(nn_model *m, const attn_json *config, const 
     return kernel_create(m, config, ignore, ATTN_ATTENTION_PERFORMER);
 }
 
+static int is_float(attn_dtype t);
+
 /* R [num_heads, d_k, num_features] (head h's features are the columns of R[h]) into the kind's
  * projection [num_heads, num_features, d_k]: each head's R transposed. */
 static attn_status performer_load_buffers(nn_model *m, const attn_safetensors *st, const char *prefix) {
@@ -363,10 +365,13 @@ static attn_status performer_load_buffers(nn_model *m, const attn_safetensors *s
     if (t->rank != 3 || t->shape[0] != H || t->shape[1] != dk || t->shape[2] != F)
         return attn_error(ATTN_ERR_SHAPE, "%s: buffer '%s' has shape %s, expected %s", m->ops->name, name,
                           attn_shape_str(t->shape, t->rank, got, sizeof got), want);
+    if (!is_float(t->dtype))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: buffer '%s' must be floating point, got %s", m->ops->name,
+                          name, attn_dtype_name(t->dtype));
     const size_t n = (size_t)(H * dk * F);
     float *r = malloc(sizeof(float) * n);
     if (!r) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the buffer '%s'", m->ops->name, name);
-    attn_status s = attn_safetensors_read_f32(st, name, r, n); /* also refuses a tensor that is no float */
+    attn_status s = attn_safetensors_read_f32(st, name, r, n);
     for (int64_t h = 0; !s && h < H; h++)
         for (int64_t i = 0; i < dk; i++)
             for (int64_t f = 0; f < F; f++) m->buffer[(h * F + f) * dk + i] = r[(h * dk + i) * F + f];

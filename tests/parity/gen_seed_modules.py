@@ -150,7 +150,7 @@ class PerformerAttention(nn.Module):
         self.W_k = nn.Linear(d_model, d_model)
         self.W_v = nn.Linear(d_model, d_model)
         self.W_o = nn.Linear(d_model, d_model)
-        self.dropout = dropout  # eval: unused
+        self.dropout = dropout  # unused: the sketch's forward never applies it
 
     def features(self, x, is_query):
         xs = x * self.d_k ** -0.25
