@@ -1,7 +1,7 @@
 /* The 'linear' and 'performer' attention kinds through attn_mha (forward and backward against the
  * ops on the module's own projections; weights, capture and unsupported options refused), through
- * a GPT (cached decode steps against the full forward), thread-count determinism, option checks
- * and attn_mha_redraw_features. */
+ * a GPT (cached decode steps against the full forward), thread-count determinism, option checks,
+ * attn_mha_redraw_features and an explicit Performer projection (attention.projection). */
 #include "test_util.h"
 
 static const attn_param *param(const attn_params *ps, const char *name) {
@@ -160,15 +160,128 @@ static void test_mha(attn_attention_kind kind, int causal) {
     attn_mha_free(mh);
 }
 
+/* An mha's forward output and input gradients (query = key = value = x) into out / dx. */
+static void mha_run(attn_mha *mh, const float *x, const float *dout, int64_t B, int64_t N, int causal, float *out,
+                    float *dx) {
+    attn_mha_args a = attn_mha_args_default();
+    a.batch = B, a.nq = a.nk = N, a.query = a.key = a.value = x, a.is_causal = causal;
+    const size_t sb = attn_mha_saved_size(mh, &a), wb = attn_mha_workspace_size(mh, &a);
+    void *saved = xmalloc(sb), *ws = xmalloc(wb);
+    CHECK_OK(attn_params_zero_grad(attn_mha_params(mh)));
+    CHECK_OK(attn_mha_forward(mh, &a, out, NULL, saved, sb, ws, wb));
+    memset(dx, 0, sizeof(float) * (size_t)(B * N * attn_mha_get_config(mh)->embed_dim));
+    CHECK_OK(attn_mha_backward(mh, &a, dout, dx, dx, dx, saved, sb, ws, wb));
+    free(saved), free(ws);
+}
+
+/* attention.projection: the explicit W equal to attn_orf_draw(seed) gives bitwise the drawn path's
+ * outputs and gradients; a per-head W [H, m, d] matches the op on the module's projections
+ * (forward and backward), GPT decoding steps with it match the full forward; shape errors. */
+static void test_explicit_projection(int causal) {
+    test_rng rng = rng_seeded(71 + (uint64_t)causal);
+    const int64_t B = 2, N = 29, E = 24, H = 3, hd = E / H, m = 20;
+    const size_t nx = (size_t)(B * N * E);
+    float *x = xmalloc(sizeof(float) * nx), *dout = xmalloc(sizeof(float) * nx);
+    fill_normal(&rng, x, nx, 1.0), fill_normal(&rng, dout, nx, 1.0);
+    float *o1 = xmalloc(sizeof(float) * nx), *o2 = xmalloc(sizeof(float) * nx), *d1 = xmalloc(sizeof(float) * nx),
+          *d2 = xmalloc(sizeof(float) * nx);
+    float *w1 = xmalloc(sizeof(float) * (size_t)(m * hd)), *wh = xmalloc(sizeof(float) * (size_t)(H * m * hd));
+    CHECK_OK(attn_orf_draw(w1, m, hd, 77));
+    for (int64_t h = 0; h < H; h++) CHECK_OK(attn_orf_draw(wh + h * m * hd, m, hd, 500 + (uint64_t)h));
+
+    attn_mha_config mc = attn_mha_config_default(E, H);
+    mc.attention.kind = ATTN_ATTENTION_PERFORMER;
+    mc.attention.num_features = m;
+    mc.attention.seed = 77;
+    attn_mha *drawn = NULL, *given = NULL, *per_head = NULL;
+    CHECK_OK(attn_mha_create(&mc, &drawn));
+    attn_mha_config gc = mc;
+    gc.attention.seed = 5; /* ignored: the projection is given */
+    gc.attention.projection = w1;
+    gc.attention.projection_heads = 1;
+    CHECK_OK(attn_mha_create(&gc, &given));
+    gc.attention.projection = wh;
+    gc.attention.projection_heads = H;
+    CHECK_OK(attn_mha_create(&gc, &per_head));
+    if (!drawn || !given || !per_head) goto done;
+    CHECK_OK(attn_params_reset(attn_mha_params(drawn), 9));
+    CHECK_OK(attn_params_reset(attn_mha_params(given), 9));
+    CHECK_OK(attn_params_reset(attn_mha_params(per_head), 9));
+    mha_run(drawn, x, dout, B, N, causal, o1, d1);
+    mha_run(given, x, dout, B, N, causal, o2, d2);
+    int same = !memcmp(o1, o2, sizeof(float) * nx) && !memcmp(d1, d2, sizeof(float) * nx);
+    const attn_params *pd = attn_mha_params(drawn), *pg = attn_mha_params(given);
+    for (size_t i = 0; i < attn_params_count(pd); i++)
+        same &= !memcmp(attn_params_get(pd, i)->grad, attn_params_get(pg, i)->grad,
+                        sizeof(float) * attn_params_get(pd, i)->numel);
+    CHECK(same, "causal %d: projection = attn_orf_draw(seed) is not bitwise the drawn path", causal);
+
+    /* per head: against the op with w [H, m, hd] on the module's own projections */
+    mha_run(per_head, x, dout, B, N, causal, o2, d2);
+    {
+        const attn_params *ps = attn_mha_params(per_head);
+        const float *wi = param(ps, "in_proj_weight")->data, *bi = param(ps, "in_proj_bias")->data;
+        const float *wo = param(ps, "out_proj.weight")->data, *bo = param(ps, "out_proj.bias")->data;
+        float *Q = xmalloc(sizeof(float) * nx), *K = xmalloc(sizeof(float) * nx), *V = xmalloc(sizeof(float) * nx);
+        float *O = xmalloc(sizeof(float) * nx), *ref = xmalloc(sizeof(float) * nx), *dO = xmalloc(sizeof(float) * nx);
+        float *dQ = xmalloc(sizeof(float) * nx), *dK = xmalloc(sizeof(float) * nx), *dV = xmalloc(sizeof(float) * nx);
+        linear_ref(x, wi, bi, Q, B * N, E, E);
+        linear_ref(x, wi + E * E, bi + E, K, B * N, E, E);
+        linear_ref(x, wi + 2 * E * E, bi + 2 * E, V, B * N, E, E);
+        attn_tensor tq = heads(Q, B, H, N, hd), tk = heads(K, B, H, N, hd), tv = heads(V, B, H, N, hd),
+                    to = heads(O, B, H, N, hd), tw = attn_tensor_3d(wh, H, m, hd);
+        const attn_causal cz = causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
+        const size_t ob = attn_performer_workspace_size(&tq, &tk, &tv, &tw);
+        void *ows = xmalloc(ob);
+        CHECK_OK(attn_performer_forward(&tq, &tk, &tv, &tw, cz, NULL, &to, ows, ob));
+        linear_ref(O, wo, bo, ref, B * N, E, E);
+        const double ef = rel_err_ff(o2, ref, nx);
+        CHECK(ef <= 1e-5, "causal %d: per-head projection forward vs the op: %.3g", causal, ef);
+        attn_sgemm_ref(ATTN_NO_TRANS, ATTN_NO_TRANS, B * N, E, E, 1.0f, dout, E, wo, E, 0.0f, dO, E);
+        attn_tensor tdo = heads(dO, B, H, N, hd), tdq = heads(dQ, B, H, N, hd), tdk = heads(dK, B, H, N, hd),
+                    tdv = heads(dV, B, H, N, hd);
+        CHECK_OK(attn_performer_backward(&tq, &tk, &tv, &tw, cz, NULL, &tdo, &tdq, &tdk, &tdv, ows, ob));
+        /* dx = dQ Wq + dK Wk + dV Wv */
+        attn_sgemm_ref(ATTN_NO_TRANS, ATTN_NO_TRANS, B * N, E, E, 1.0f, dQ, E, wi, E, 0.0f, ref, E);
+        attn_sgemm_ref(ATTN_NO_TRANS, ATTN_NO_TRANS, B * N, E, E, 1.0f, dK, E, wi + E * E, E, 1.0f, ref, E);
+        attn_sgemm_ref(ATTN_NO_TRANS, ATTN_NO_TRANS, B * N, E, E, 1.0f, dV, E, wi + 2 * E * E, E, 1.0f, ref, E);
+        const double eg = rel_err_ff(d2, ref, nx);
+        CHECK(eg <= 1e-4, "causal %d: per-head projection input gradient vs the op: %.3g", causal, eg);
+        CHECK(rel_err_ff(o2, o1, nx) > 1e-3, "causal %d: a per-head projection did not change the output", causal);
+        printf("  explicit projection, causal %d: = drawn bitwise; per head vs op: forward %.2e, dx %.2e\n", causal,
+               ef, eg);
+        free(Q), free(K), free(V), free(O), free(ref), free(dO), free(dQ), free(dK), free(dV), free(ows);
+    }
+    CHECK_STATUS(attn_mha_redraw_features(given, 3), ATTN_ERR_UNSUPPORTED);
+
+    /* errors: heads neither 1 nor H, heads without a projection, a projection without heads */
+    gc.attention.projection_heads = 2;
+    attn_mha *bad = NULL;
+    CHECK_STATUS(attn_mha_create(&gc, &bad), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(attn_last_error(), "projection_heads") != NULL, "message: %s", attn_last_error());
+    gc.attention.projection_heads = 0;
+    CHECK_STATUS(attn_attention_config_check(&gc.attention), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(attn_last_error(), "projection_heads") != NULL, "message: %s", attn_last_error());
+    gc.attention.projection = NULL;
+    gc.attention.projection_heads = 1;
+    CHECK_STATUS(attn_attention_config_check(&gc.attention), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(attn_last_error(), "without a projection") != NULL, "message: %s", attn_last_error());
+done:
+    attn_mha_free(drawn), attn_mha_free(given), attn_mha_free(per_head);
+    free(x), free(dout), free(o1), free(o2), free(d1), free(d2), free(w1), free(wh);
+}
+
 /* A GPT with the kind: cached (recurrent) steps give the full forward's rows; capture refused. */
-static void test_gpt_steps(attn_attention_kind kind) {
-    const char *kn = attn_attention_kind_name(kind);
+static void test_gpt_steps(attn_attention_kind kind, const float *projection) {
+    const char *kn = projection ? "performer (per-head projection)" : attn_attention_kind_name(kind);
     const int64_t V = 23, P = 40, d = 16, H = 2, L = 2, n = 30;
     attn_gpt_config gc = attn_gpt_config_default(V, P, d, H, L);
     gc.layer.dim_feedforward = 32;
     gc.layer.dropout = 0;
     gc.layer.attention.kind = kind;
     gc.layer.attention.num_features = 64;
+    gc.layer.attention.projection = projection; /* [H, 64, d / H] */
+    gc.layer.attention.projection_heads = projection ? H : 0;
     attn_gpt *g = NULL;
     CHECK_OK(attn_gpt_create(&gc, &g));
     if (!g) return;
@@ -246,7 +359,14 @@ int main(void) {
         test_mha(ATTN_ATTENTION_LINEAR, causal);
         test_mha(ATTN_ATTENTION_PERFORMER, causal);
     }
-    test_gpt_steps(ATTN_ATTENTION_LINEAR);
-    test_gpt_steps(ATTN_ATTENTION_PERFORMER);
+    test_explicit_projection(0);
+    test_explicit_projection(1);
+    test_gpt_steps(ATTN_ATTENTION_LINEAR, NULL);
+    test_gpt_steps(ATTN_ATTENTION_PERFORMER, NULL);
+    float *w = xmalloc(sizeof(float) * 2 * 64 * 8);
+    CHECK_OK(attn_orf_draw(w, 64, 8, 3));
+    CHECK_OK(attn_orf_draw(w + 64 * 8, 64, 8, 4));
+    test_gpt_steps(ATTN_ATTENTION_PERFORMER, w);
+    free(w);
     return test_summary("test_linear_kinds");
 }

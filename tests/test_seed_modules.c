@@ -1,9 +1,11 @@
 /* The reference sketch's attention modules, corrected (tests/parity/gen_seed_modules.py): its
  * MultiHeadAttention (multihead_attention with separate_projections, the W_q / W_k / W_v / W_o
- * names through a name map), SparseAttention (sparse_attention) and LocalGlobalAttention
- * (local_global_attention, attn_local_global), each built from the fixture's configuration through
- * run.c's API: output, input and parameter gradients against PyTorch's float64 autograd; the
- * public attn_local_global API directly; configuration and input errors.
+ * names through a name map), SparseAttention (sparse_attention), LocalGlobalAttention
+ * (local_global_attention, attn_local_global), LinearAttention (linear_attention) and
+ * PerformerAttention (performer_attention, with its buffer R), causal and not, each built from the
+ * fixture's configuration through run.c's API: output, input and parameter gradients against
+ * PyTorch's float64 autograd; the public attn_local_global API directly; configuration, weights
+ * (buffer) and input errors.
  *
  * Also a helper of tests/cli_test.cmake (which runs `attn run` on a fixture case):
  *   test_seed_modules --split FIXTURE CASE DIR    writes DIR/model.json, DIR/w.safetensors (the
@@ -83,11 +85,14 @@ static void parity_case(const attn_safetensors *st, int ci) {
     nn_model *m = model_of(st, ci);
     if (!m) return;
     snprintf(ctx, sizeof ctx, "case %d (%s)", ci, attn_nn_model_name(m));
+    /* softmax attentions: the k bias gradient is zero in exact arithmetic (below) */
+    const int softmax = strcmp(attn_nn_model_name(m), "linear_attention") && strcmp(attn_nn_model_name(m), "performer_attention");
     const double out0 = max_out_err, grad0 = max_grad_err;
     max_out_err = max_grad_err = 0;
     const attn_params *ps = attn_nn_model_params(m);
     snprintf(key, sizeof key, "%sp.", pre);
-    CHECK_OK(attn_params_load_mapped(ps, st, map_of(m), key, 1));
+    if (attn_nn_model_name_map(m)) CHECK_OK(attn_nn_model_load(m, st, key, 1));
+    else CHECK_OK(attn_params_load_mapped(ps, st, map_of(m), key, 1));
     CHECK_OK(attn_nn_model_bind(m, st, pre, 0));
     CHECK_OK(attn_params_zero_grad(ps));
     CHECK_OK(attn_nn_model_forward(m, 1, 0, 0, 0));
@@ -133,7 +138,7 @@ static void parity_case(const attn_safetensors *st, int ci) {
         float *rg = fx_floats(st, key, &rn);
         CHECK(rg != NULL && rn == p->numel, "%s: fixture lacks %s", ctx, key);
         const size_t pl = strlen(p->name);
-        if (rg && rn == p->numel && pl >= 11 && !strcmp(p->name + pl - 11, "k_proj.bias")) {
+        if (softmax && rg && rn == p->numel && pl >= 11 && !strcmp(p->name + pl - 11, "k_proj.bias")) {
             /* Zero in exact arithmetic (softmax ignores the constant q . b_k added to a query's every
              * logit), so PyTorch's reference is rounding noise: the error is measured against the
              * size of the v_proj.bias gradient, a sum over the same rows at the same scale (the
@@ -177,17 +182,21 @@ static void test_parity(void) {
     if (!st) return;
     const char *nc = attn_safetensors_metadata_find(st, "cases");
     const int n = nc ? atoi(nc) : 0;
-    CHECK(n >= 6, "fixture has %d cases", n);
-    int seen_sparse = 0, seen_lg = 0;
+    CHECK(n >= 10, "fixture has %d cases", n);
+    int seen_sparse = 0, seen_lg = 0, seen_lin = 0, seen_perf = 0;
     for (int ci = 0; ci < n; ci++) {
         char key[64];
         snprintf(key, sizeof key, "case%d.module", ci);
         const char *mod = attn_safetensors_metadata_find(st, key);
         seen_sparse += mod && !strcmp(mod, "sparse_attention");
         seen_lg += mod && !strcmp(mod, "local_global_attention");
+        seen_lin += mod && !strcmp(mod, "linear_attention");
+        seen_perf += mod && !strcmp(mod, "performer_attention");
         parity_case(st, ci);
     }
-    CHECK(seen_sparse && seen_lg, "fixture lacks a module (sparse %d, local_global %d)", seen_sparse, seen_lg);
+    CHECK(seen_sparse && seen_lg && seen_lin >= 2 && seen_perf >= 2,
+          "fixture lacks a module (sparse %d, local_global %d, linear %d, performer %d)", seen_sparse, seen_lg,
+          seen_lin, seen_perf);
     attn_safetensors_close(st);
     printf("parity: max output rel err %.3g, max gradient rel err %.3g\n", max_out_err, max_grad_err);
 }
@@ -308,6 +317,133 @@ static void expect_create_error(const char *json, const char *needle) {
     attn_json_free(doc);
 }
 
+/* A safetensors in memory of up to 3 named F32 tensors (shape rank 1 .. 3), opened into *st. */
+static void *tensors(attn_safetensors **st, int n, const char *const *names, const int *ranks,
+                     const int64_t (*shapes)[3], const float *data) {
+    attn_safetensors_writer *w = NULL;
+    void *mem = NULL;
+    size_t len = 0;
+    CHECK_OK(attn_safetensors_writer_create(&w));
+    for (int i = 0; i < n; i++) CHECK_OK(attn_safetensors_writer_add(w, names[i], ATTN_DTYPE_F32, ranks[i], shapes[i], data));
+    CHECK_OK(attn_safetensors_writer_write_memory(w, &mem, &len));
+    attn_safetensors_writer_free(w);
+    CHECK_OK(attn_safetensors_open_memory(mem, len, st));
+    return mem;
+}
+
+/* performer_attention's buffer R through attn_nn_model_load: missing, mis-shaped, no forward
+ * before a load, strict loading accepts it and rejects an unknown name, the projection is R
+ * transposed (R = W^T of attn_orf_draw gives the performer kind's drawn result), no gradient. */
+static void test_buffer_errors(void) {
+    attn_json_doc *doc = parse("{\"module\": \"performer_attention\", \"d_model\": 8, \"num_heads\": 2, "
+                               "\"num_features\": 6, \"causal\": true}");
+    nn_model *m = NULL;
+    CHECK_OK(attn_nn_model_create(attn_json_root(doc), &m));
+    attn_json_free(doc);
+    if (!m) return;
+    const attn_params *ps = attn_nn_model_params(m);
+    CHECK(attn_params_count(ps) == 8, "performer_attention has %zu parameters, want 8 (R is a buffer)",
+          attn_params_count(ps));
+    static float data[2 * 6 * 8];
+    const char *names[10];
+    int ranks[10];
+    int64_t shapes[10][3];
+    char theirs[10][64];
+    int n = 0;
+    for (size_t i = 0; i < attn_params_count(ps) && n < 8; i++, n++) {
+        const attn_param *p = attn_params_get(ps, i);
+        CHECK_OK(attn_name_map_apply(attn_nn_model_name_map(m), p->name, theirs[n], sizeof theirs[n]));
+        names[n] = theirs[n];
+        ranks[n] = p->rank;
+        for (int d = 0; d < p->rank; d++) shapes[n][d] = p->shape[d];
+    }
+    const int64_t r_good[3] = {2, 4, 6}, r_bad[3] = {2, 6, 4};
+    attn_safetensors *st = NULL;
+    /* no R */
+    void *mem = tensors(&st, n, names, ranks, (const int64_t(*)[3])shapes, data);
+    CHECK_STATUS(attn_nn_model_load(m, st, NULL, 1), ATTN_ERR_NOT_FOUND);
+    CHECK(strstr(attn_last_error(), "'R'") && strstr(attn_last_error(), "[2, 4, 6]"), "missing R: %s", attn_last_error());
+    attn_safetensors_close(st), free(mem);
+    /* R transposed */
+    names[n] = "R", ranks[n] = 3, memcpy(shapes[n], r_bad, sizeof r_bad);
+    mem = tensors(&st, n + 1, names, ranks, (const int64_t(*)[3])shapes, data);
+    CHECK_STATUS(attn_nn_model_load(m, st, NULL, 1), ATTN_ERR_SHAPE);
+    CHECK(strstr(attn_last_error(), "'R'") && strstr(attn_last_error(), "[2, 6, 4]") &&
+              strstr(attn_last_error(), "expected [2, 4, 6]"), "mis-shaped R: %s", attn_last_error());
+    attn_safetensors_close(st), free(mem);
+    /* an unknown name next to a good R: strict refuses it, loose loads */
+    memcpy(shapes[n], r_good, sizeof r_good);
+    names[n + 1] = "attn.W_q.weight", ranks[n + 1] = 2, shapes[n + 1][0] = shapes[n + 1][1] = 8;
+    mem = tensors(&st, n + 2, names, ranks, (const int64_t(*)[3])shapes, data);
+    CHECK_STATUS(attn_nn_model_load(m, st, NULL, 1), ATTN_ERR_NOT_FOUND);
+    CHECK(strstr(attn_last_error(), "unexpected (1): attn.W_q.weight") != NULL, "unknown: %s", attn_last_error());
+    /* inputs bound, but nothing loaded yet */
+    attn_safetensors *xs = NULL;
+    const char *xn[1] = {"x"};
+    const int xr[1] = {3};
+    const int64_t xsh[1][3] = {{1, 5, 8}};
+    float x[40], dout[40];
+    for (int i = 0; i < 40; i++) x[i] = (float)sin(i * 0.7), dout[i] = (float)cos(i * 0.3);
+    void *xmem = tensors(&xs, 1, xn, xr, xsh, x);
+    CHECK_OK(attn_nn_model_bind(m, xs, NULL, 1));
+    CHECK_STATUS(attn_nn_model_forward(m, 1, 0, 0, 0), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(attn_last_error(), "'R'") || strstr(attn_last_error(), "buffer R"), "forward before load: %s",
+          attn_last_error());
+    CHECK_OK(attn_nn_model_load(m, st, NULL, 0));
+    attn_safetensors_close(st), free(mem);
+    /* R = the kind's drawn W (seed 7) transposed per head gives bitwise a performer mha drawing W
+     * (the same parameters): output and x's gradient */
+    float w[6 * 4], r[2 * 4 * 6];
+    CHECK_OK(attn_orf_draw(w, 6, 4, 7));
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 4; i++)
+            for (int f = 0; f < 6; f++) r[(h * 4 + i) * 6 + f] = w[f * 4 + i];
+    attn_mha_config mc = attn_mha_config_default(8, 2);
+    mc.separate_projections = 1;
+    mc.attention.kind = ATTN_ATTENTION_PERFORMER;
+    mc.attention.num_features = 6;
+    mc.attention.seed = 7;
+    attn_mha *ref = NULL;
+    CHECK_OK(attn_mha_create(&mc, &ref));
+    attn_safetensors_writer *wr = NULL;
+    CHECK_OK(attn_safetensors_writer_create(&wr));
+    for (size_t i = 0; ref && i < attn_params_count(ps); i++) {
+        const attn_param *p = attn_params_get(ps, i), *q = attn_params_get(attn_mha_params(ref), i);
+        for (size_t e = 0; e < p->numel; e++) q->data[e] = (float)sin((double)(e * 13 + i * 7)) * 0.4f;
+        CHECK_OK(attn_safetensors_writer_add(wr, names[i], ATTN_DTYPE_F32, p->rank, p->shape, q->data));
+    }
+    CHECK_OK(attn_safetensors_writer_add(wr, "R", ATTN_DTYPE_F32, 3, r_good, r));
+    size_t len = 0;
+    CHECK_OK(attn_safetensors_writer_write_memory(wr, &mem, &len));
+    attn_safetensors_writer_free(wr);
+    CHECK_OK(attn_safetensors_open_memory(mem, len, &st));
+    CHECK_OK(attn_nn_model_load(m, st, NULL, 1));
+    CHECK_OK(attn_params_zero_grad(ps));
+    CHECK_OK(attn_nn_model_forward(m, 1, 0, 0, 0));
+    CHECK_OK(attn_nn_model_backward(m, dout));
+    if (ref) {
+        attn_mha_args a = attn_mha_args_default();
+        a.batch = 1, a.nq = a.nk = 5, a.query = a.key = a.value = x, a.is_causal = 1;
+        float out[40], dx[40] = {0};
+        const size_t sb = attn_mha_saved_size(ref, &a), wb = attn_mha_workspace_size(ref, &a);
+        void *sv = xmalloc(sb), *ws = xmalloc(wb);
+        CHECK_OK(attn_mha_forward(ref, &a, out, NULL, sv, sb, ws, wb));
+        CHECK_OK(attn_mha_backward(ref, &a, dout, dx, dx, dx, sv, sb, ws, wb));
+        const float *got = attn_nn_model_output(m, NULL, NULL), *gdx = attn_nn_model_input_grad(m, "x", NULL);
+        CHECK(got && gdx && !memcmp(got, out, sizeof out) && !memcmp(gdx, dx, sizeof dx),
+              "R = drawn W^T: not bitwise the drawn performer");
+        /* the sketch's forward never applies its dropout: training changes nothing */
+        CHECK_OK(attn_nn_model_forward(m, 0, 1, 3, 0));
+        got = attn_nn_model_output(m, NULL, NULL);
+        CHECK(got && !memcmp(got, out, sizeof out), "performer_attention: training changed the output");
+        free(sv), free(ws);
+        attn_mha_free(ref);
+    }
+    attn_safetensors_close(st), free(mem);
+    attn_safetensors_close(xs), free(xmem);
+    attn_nn_model_free(m);
+}
+
 static void test_errors(void) {
     expect_create_error("{\"module\": \"sparse_attention\", \"num_heads\": 2}", "d_model");
     expect_create_error("{\"module\": \"sparse_attention\", \"d_model\": 8, \"num_heads\": 2, \"window\": 3}",
@@ -319,6 +455,16 @@ static void test_errors(void) {
     expect_create_error("{\"module\": \"local_global_attention\", \"d_model\": 8, \"num_heads\": 2, \"is_causal\": true}",
                         "is_causal");
     expect_create_error("{\"module\": \"local_global_attention\", \"d_model\": 10, \"num_heads\": 3}", "num_heads");
+    expect_create_error("{\"module\": \"linear_attention\", \"d_model\": 8, \"num_heads\": 2, \"dropout\": 0.1}",
+                        "unknown key 'dropout'");
+    expect_create_error("{\"module\": \"linear_attention\", \"d_model\": 8, \"num_heads\": 3}", "num_heads");
+    expect_create_error("{\"module\": \"linear_attention\", \"d_model\": 8, \"num_heads\": 2, \"causal\": 1}",
+                        "causal");
+    expect_create_error("{\"module\": \"performer_attention\", \"d_model\": 8, \"num_heads\": 2, \"num_features\": 0}",
+                        "num_features");
+    expect_create_error("{\"module\": \"performer_attention\", \"d_model\": 8, \"num_heads\": 2, \"window_size\": 2}",
+                        "unknown key 'window_size'");
+    test_buffer_errors();
     /* inputs: x missing, mis-shaped, an unknown input under strict binding */
     const char *cfgs[] = {"{\"module\": \"sparse_attention\", \"d_model\": 8, \"num_heads\": 2, \"window_size\": 2}",
                           "{\"module\": \"local_global_attention\", \"d_model\": 8, \"num_heads\": 2}"};

@@ -19,7 +19,8 @@ static void usage(FILE *f) {
             "PyTorch model without writing C.\n\n"
             "MODEL.json   {\"module\": NAME, ...} with NAME one of multihead_attention,\n"
             "             transformer_encoder_layer, transformer_decoder_layer, transformer_encoder,\n"
-            "             transformer_decoder, transformer, sparse_attention, local_global_attention;\n"
+            "             transformer_decoder, transformer, sparse_attention, local_global_attention,\n"
+            "             linear_attention, performer_attention;\n"
             "             the other keys are the keyword arguments of the PyTorch constructor (same\n"
             "             names and defaults; batch_first is always true). multihead_attention also\n"
             "             takes separate_projections (true: q_proj/k_proj/v_proj/out_proj.weight/.bias\n"
@@ -28,17 +29,24 @@ static void usage(FILE *f) {
             "             local_window, dropout) are the reference sketch's SparseAttention (causal\n"
             "             window: query i sees keys i - window_size .. i) and LocalGlobalAttention\n"
             "             (projection(global_attn(x) + local_attn(x)), local: |i - j| <= local_window).\n"
+            "             linear_attention (d_model, num_heads, causal) and performer_attention (d_model,\n"
+            "             num_heads, num_features, dropout, causal) are its LinearAttention (phi = elu + 1)\n"
+            "             and PerformerAttention (FAVOR+ on its buffer R) with the published math;\n"
+            "             \"causal\": true makes them causal (prefix sums).\n"
             "             Stacks: num_layers, norm (true/false) and the layer's arguments in\n"
             "             \"encoder_layer\" / \"decoder_layer\". Forward options may sit here too:\n"
             "             need_weights, average_attn_weights, is_causal, src_is_causal, tgt_is_causal,\n"
             "             memory_is_causal (as the module's forward() names them).\n"
             "W.safetensors  the module's state_dict() under its own names (F32/F16/BF16/F64): for\n"
             "             sparse_attention attn.W_q.weight .. attn.W_o.bias, for local_global_attention\n"
-            "             local_attn.W_*, global_attn.W_*, projection.weight/bias.\n"
+            "             local_attn.W_*, global_attn.W_*, projection.weight/bias, for linear_attention\n"
+            "             query_projection.* .. output_projection.*, for performer_attention W_q.* ..\n"
+            "             W_o.* and the buffer R [num_heads, d_model / num_heads, num_features].\n"
             "IN.safetensors tensors named as the forward() arguments: query, key, value,\n"
             "             key_padding_mask, attn_mask; src, mask / src_mask, src_key_padding_mask; tgt,\n"
             "             memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask;\n"
-            "             x [batch, length, d_model] for sparse_attention and local_global_attention.\n"
+            "             x [batch, length, d_model] for the reference sketch's modules (sparse_attention,\n"
+            "             local_global_attention, linear_attention, performer_attention).\n"
             "             Batch-first. Boolean masks (BOOL/U8): true = not allowed; float masks are added.\n"
             "             For multihead_attention, key and value default to query.\n"
             "OUT.safetensors  'output' (F32), and 'attn_output_weights' when need_weights is true.\n"
@@ -130,9 +138,9 @@ int cmd_run(int argc, char **argv) {
         rc = cli_fail("run: %s: %s", config, attn_last_error());
         goto done;
     }
-    /* the state_dict under the PyTorch module's names (the seed modules' W_q ... through their map) */
-    if (attn_safetensors_open_file(weights, &wst) ||
-        attn_params_load_mapped(attn_nn_model_params(m), wst, attn_nn_model_name_map(m), NULL, 1)) {
+    /* the state_dict under the PyTorch module's names (the seed modules' W_q ... through their map),
+     * buffers (performer_attention's R) included */
+    if (attn_safetensors_open_file(weights, &wst) || attn_nn_model_load(m, wst, NULL, 1)) {
         rc = cli_fail("run: %s: %s", weights, msg_for(weights));
         goto done;
     }

@@ -146,6 +146,15 @@ typedef struct attn_attention_config {
      * (attn_mha_redraw_features). */
     int64_t num_features;
     uint64_t seed;
+    /* ATTN_ATTENTION_PERFORMER: an explicit projection used instead of the drawn one (NULL: drawn
+     * from seed, as above): projection_heads x m x head_dim floats, row-major, W [Hw, m, d] of
+     * linear_attention.h with m = num_features (256 when 0) and projection_heads (Hw) 1 (one W
+     * shared by every head) or the number of query heads (one per head). Borrowed: it must stay
+     * valid while a module holding this config runs (attn_mha copies the pointer, not the
+     * floats). Like a drawn W it is a buffer: no gradient flows to it. projection_heads must be 0
+     * when projection is NULL. Shapes are checked against the heads and head_dim of each call. */
+    const float *projection;
+    int64_t projection_heads;
 } attn_attention_config;
 
 /* kind ATTN_ATTENTION_FLASH, every option 0. */

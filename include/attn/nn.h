@@ -271,7 +271,8 @@ ATTN_API const attn_params *attn_mha_params(const attn_mha *m);
 ATTN_API const attn_mha_config *attn_mha_get_config(const attn_mha *m);
 /* Redraw a Performer attention's random features: its projection W is drawn from
  * cfg.attention.seed on every call, so this sets that seed (a recurrent cache built with the old
- * features no longer matches them: reset it). ATTN_ERR_UNSUPPORTED for other kinds. */
+ * features no longer matches them: reset it). ATTN_ERR_UNSUPPORTED for other kinds and for an explicit
+ * attention.projection (the caller owns it: change its floats instead). */
 ATTN_API attn_status attn_mha_redraw_features(attn_mha *m, uint64_t seed);
 
 /* One call's inputs, batch-first and contiguous. Masks follow nn.MultiheadAttention: a boolean

@@ -125,6 +125,36 @@ attn_status attn_nn_json_seed_attention_config(const attn_json *obj, const char 
     return ATTN_OK;
 }
 
+attn_status attn_nn_json_seed_kernel_config(const attn_json *obj, const char *what, attn_attention_kind kind,
+                                            const char *const *ignore, attn_mha_config *cfg, int *causal) {
+    const int performer = kind == ATTN_ATTENTION_PERFORMER;
+    int64_t d = 0, h = 0, features = 256;
+    float dropout = 0.1f;
+    *causal = 0;
+    const nn_key keys[] = {
+        {"d_model", NN_K_INT, &d, 1},
+        {"num_heads", NN_K_INT, &h, 1},
+        {"causal", NN_K_BOOL, causal, 0},
+        {"num_features", NN_K_INT, &features, 0},
+        {"dropout", NN_K_FLOAT, &dropout, 0},
+    };
+    attn_status st = attn_nn_json_read(what, obj, keys, performer ? 5 : 3, ignore);
+    if (st) return st;
+    if (d < 1 || h < 1 || d > (1 << 24) || d % h != 0)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: d_model (%lld) must be a multiple of num_heads (%lld) in [1, 2^24]", what, (long long)d,
+                          (long long)h);
+    if (performer && (features < 1 || features > (1 << 16)))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key 'num_features' must be in [1, 65536] (got %lld)", what,
+                          (long long)features);
+    *cfg = attn_mha_config_default(d, h);
+    cfg->dropout = 0; /* PerformerAttention's forward never applies its nn.Dropout */
+    cfg->separate_projections = 1;
+    cfg->attention.kind = kind;
+    if (performer) cfg->attention.num_features = features;
+    return ATTN_OK;
+}
+
 attn_status attn_nn_json_local_global_config(const attn_json *obj, const char *const *ignore,
                                              attn_local_global_config *cfg) {
     static const char what[] = "local_global_attention";

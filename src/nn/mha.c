@@ -52,6 +52,9 @@ attn_status attn_mha_redraw_features(attn_mha *m, uint64_t seed) {
     ATTN_CHECK_NOT_NULL(fn, m);
     if (m->cfg.attention.kind != ATTN_ATTENTION_PERFORMER)
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' has no random features", fn, m->kind->name);
+    if (m->cfg.attention.projection)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: the projection is the caller's (attention.projection), not drawn",
+                          fn);
     m->cfg.attention.seed = seed;
     return ATTN_OK;
 }
@@ -82,6 +85,11 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
                           (double)cfg->dropout);
     attn_status cs = attn_attention_config_check(&cfg->attention);
     if (cs) return attn_nn_wrap_error(cs, fn);
+    if (cfg->attention.kind == ATTN_ATTENTION_PERFORMER && cfg->attention.projection &&
+        cfg->attention.projection_heads != 1 && cfg->attention.projection_heads != H)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: attention.projection_heads = %lld; want 1 (shared) or num_heads (%lld)", fn,
+                          (long long)cfg->attention.projection_heads, (long long)H);
     if (cfg->attention.kind != ATTN_ATTENTION_FLASH && (cfg->add_bias_kv || cfg->add_zero_attn))
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' does not combine with add_bias_kv / add_zero_attn",
                           fn, attn_attention_kind_name(cfg->attention.kind));

@@ -43,6 +43,15 @@ attn_status attn_nn_json_mha_config(const attn_json *obj, const char *const *ign
  * "window_size", the window kind). */
 attn_status attn_nn_json_seed_attention_config(const attn_json *obj, const char *what, const char *window_key,
                                                const char *const *ignore, attn_mha_config *cfg);
+/* The seed's kernelised attentions over one attention with nn.Linear projections, corrected:
+ * LinearAttention(d_model, num_heads) (kind ATTN_ATTENTION_LINEAR) and
+ * PerformerAttention(d_model, num_heads, num_features=256 (1 .. 65536), dropout=0.1) (kind
+ * ATTN_ATTENTION_PERFORMER: attention.num_features set, no projection yet; dropout is read and
+ * unused: the sketch's forward never applies it); both also take
+ * "causal" (default false) into *causal. Keys d_model and num_heads are required (d_model a
+ * multiple of num_heads). Gives the attn_mha_config with separate_projections and the kind. */
+attn_status attn_nn_json_seed_kernel_config(const attn_json *obj, const char *what, attn_attention_kind kind,
+                                            const char *const *ignore, attn_mha_config *cfg, int *causal);
 /* The seed's LocalGlobalAttention(d_model, num_heads, local_window=128, dropout=0.1). */
 attn_status attn_nn_json_local_global_config(const attn_json *obj, const char *const *ignore,
                                              attn_local_global_config *cfg);

@@ -25,10 +25,22 @@
  *                              local_window (128), dropout: projection(global_attn(x) +
  *                              local_attn(x)), local_attn over |i - j| <= local_window
  *                              (attn_local_global)
+ *   linear_attention           the seed's LinearAttention, corrected  input x; keys d_model,
+ *                              num_heads, causal (false): Katharopoulos' linear attention, phi =
+ *                              elu + 1 on queries and keys, eps 1e-6, no scale (the linear kind);
+ *                              causal by prefix sums
+ *   performer_attention        the seed's PerformerAttention, corrected  input x; keys d_model,
+ *                              num_heads, num_features (256), dropout (0.1, unused: the sketch's
+ *                              forward never applies it), causal
+ *                              (false): FAVOR+ (the performer kind) on the module's buffer R
+ *                              [num_heads, d_k, num_features], head h's random features the columns
+ *                              of R[h] (passed to the kind transposed, as attention.projection)
  * The seed modules' state_dicts keep the seed's names (attn.W_q.weight .. attn.W_o.bias;
- * local_attn.W_*, global_attn.W_*, projection.weight / .bias): the parameters are attn's
- * (q_proj.weight, ...) and attn_nn_model_name_map gives the map to the seed's names; their input
- * x is [B, N, d_model] (self-attention) and its gradient is "x".
+ * local_attn.W_*, global_attn.W_*, projection.weight / .bias; query_projection.* ..
+ * output_projection.*; W_q.* .. W_o.* and R): the parameters are attn's (q_proj.weight, ...) and
+ * attn_nn_model_name_map gives the map to the seed's names; their input x is [B, N, d_model]
+ * (self-attention) and its gradient is "x". A buffer (R) is not a parameter: it is read by
+ * attn_nn_model_load, gets no gradient and is not in attn_nn_model_params.
  * The options are forward() arguments that are not tensors; they may sit in the configuration
  * next to the constructor's arguments. For multihead_attention, key and value default to query
  * (self-attention). Boolean masks (BOOL / U8 tensors) mean true = not allowed, as in PyTorch;
@@ -53,6 +65,13 @@ const attn_params *attn_nn_model_params(nn_model *m);
 /* The map from the parameters' names to the PyTorch module's state_dict names, for
  * attn_params_load_mapped / attn_params_write_mapped; NULL (the identity) for the torch.nn modules. */
 const attn_name_map *attn_nn_model_name_map(const nn_model *m);
+
+/* The module's weights from st: its parameters under their state_dict names (the name map, each
+ * looked up as prefix + name; prefix may be NULL) and its buffers (performer_attention's R). With
+ * strict, a tensor under prefix that is neither is an error; so are missing and mis-shaped ones,
+ * named with the expected shape. For a module without buffers this is attn_params_load_mapped. A
+ * module with buffers refuses to run forward until a load has succeeded. */
+attn_status attn_nn_model_load(nn_model *m, const attn_safetensors *st, const char *prefix, int strict);
 
 /* Set a forward option by name (need_weights, average_attn_weights, is_causal, src_is_causal,
  * tgt_is_causal, memory_is_causal); ATTN_ERR_NOT_FOUND when the module has no such option. */

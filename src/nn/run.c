@@ -19,6 +19,7 @@ enum { F_NEED_WEIGHTS = NSET, F_AVERAGE, NFLAG };
 
 #define MAXA 8 /* forward tensor arguments per module */
 #define MAXO 4 /* forward options per module */
+#define MAXB 2 /* buffers per module */
 
 /* A forward tensor argument: a float input (in = its slot) or a mask (in = -1) of a set, the
  * key_padding_mask of the set when kpm, else its attn_mask. */
@@ -58,6 +59,10 @@ struct nn_model {
     int w_rank, kept;
     void *saved, *ws;
     size_t saved_bytes, ws_bytes;
+    /* the module's buffers (state_dict tensors that are not parameters), in the layout it uses;
+     * allocated by create, filled by ops->load_buffers */
+    float *buffer;
+    int buffers_loaded;
     union {
         attn_mha_args mha;
         attn_layer_args layer;
@@ -76,6 +81,11 @@ struct nn_module_ops {
     int out_slot;          /* the output is [batch, length of this slot, d] */
     /* The state_dict names of the PyTorch module, from the parameters' (NULL: the same). */
     const attn_name_map *names;
+    /* Buffers: state_dict tensors that are no parameter (no gradient, not in params()), by their
+     * state_dict names; load_buffers reads them (prefix + name) from the weights into the module,
+     * each missing or mis-shaped one an error naming it and the expected shape. None: NULL. */
+    const char *buffers[MAXB];
+    attn_status (*load_buffers)(nn_model *m, const attn_safetensors *st, const char *prefix);
     /* Read the configuration (a key neither the constructor's nor in ignore is an error) and
      * create the module into m->mod, setting m->d, m->heads and the widths that are not d. */
     attn_status (*create)(nn_model *m, const attn_json *config, const char *const *ignore);
@@ -295,6 +305,80 @@ static attn_status lg_backward(nn_model *m, const float *dout, float *const *g) 
                                       m->ws_bytes);
 }
 
+/* ---- the seed's kernelised attentions over one attn_mha (x = slot A), multihead_attention's ops:
+ * linear_attention (LinearAttention: query_projection ... output_projection, the linear kind) and
+ * performer_attention (PerformerAttention: W_q ... W_o, the performer kind on its buffer R). */
+
+static const attn_name_rule LINEAR_RULES[] = {{"q_proj.", "query_projection."},
+                                              {"k_proj.", "key_projection."},
+                                              {"v_proj.", "value_projection."},
+                                              {"out_proj.", "output_projection."}};
+static const attn_name_map LINEAR_NAMES = {LINEAR_RULES, sizeof LINEAR_RULES / sizeof LINEAR_RULES[0]};
+static const attn_name_rule PERFORMER_RULES[] = {
+    {"q_proj.", "W_q."}, {"k_proj.", "W_k."}, {"v_proj.", "W_v."}, {"out_proj.", "W_o."}};
+static const attn_name_map PERFORMER_NAMES = {PERFORMER_RULES, sizeof PERFORMER_RULES / sizeof PERFORMER_RULES[0]};
+
+/* The configuration's module of that kind; the performer's projection is m->buffer [H, m, d_k]
+ * (zeros until load_buffers fills it from R), given to the kind as attention.projection. */
+static attn_status kernel_create(nn_model *m, const attn_json *config, const char *const *ignore,
+                                 attn_attention_kind kind) {
+    attn_mha_config c;
+    attn_mha *mod = NULL;
+    int causal = 0;
+    attn_status st = attn_nn_json_seed_kernel_config(config, m->ops->name, kind, ignore, &c, &causal);
+    if (st) return st;
+    if (kind == ATTN_ATTENTION_PERFORMER) {
+        m->buffer = calloc((size_t)(c.embed_dim * c.attention.num_features), sizeof(float));
+        if (!m->buffer)
+            return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the buffer R", m->ops->name);
+        c.attention.projection = m->buffer;
+        c.attention.projection_heads = c.num_heads;
+    }
+    if ((st = attn_mha_create(&c, &mod))) return st;
+    m->mod = mod;
+    m->d = c.embed_dim;
+    m->heads = c.num_heads;
+    m->flag[SET_S] = causal;
+    return ATTN_OK;
+}
+
+static attn_status linear_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    return kernel_create(m, config, ignore, ATTN_ATTENTION_LINEAR);
+}
+
+static attn_status performer_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    return kernel_create(m, config, ignore, ATTN_ATTENTION_PERFORMER);
+}
+
+static int is_float(attn_dtype t);
+
+/* R [num_heads, d_k, num_features] (head h's features are the columns of R[h]) into the kind's
+ * projection [num_heads, num_features, d_k]: each head's R transposed. */
+static attn_status performer_load_buffers(nn_model *m, const attn_safetensors *st, const char *prefix) {
+    const int64_t H = m->heads, dk = m->d / m->heads, F = attn_mha_get_config(m->mod)->attention.num_features;
+    char name[300], want[96], got[200];
+    snprintf(name, sizeof name, "%sR", prefix);
+    snprintf(want, sizeof want, "[%lld, %lld, %lld] ([num_heads, d_k, num_features])", (long long)H, (long long)dk,
+             (long long)F);
+    const attn_safetensors_tensor *t = attn_safetensors_find(st, name);
+    if (!t) return attn_error(ATTN_ERR_NOT_FOUND, "%s: missing buffer '%s' %s", m->ops->name, name, want);
+    if (t->rank != 3 || t->shape[0] != H || t->shape[1] != dk || t->shape[2] != F)
+        return attn_error(ATTN_ERR_SHAPE, "%s: buffer '%s' has shape %s, expected %s", m->ops->name, name,
+                          attn_shape_str(t->shape, t->rank, got, sizeof got), want);
+    if (!is_float(t->dtype))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: buffer '%s' must be floating point, got %s", m->ops->name,
+                          name, attn_dtype_name(t->dtype));
+    const size_t n = (size_t)(H * dk * F);
+    float *r = malloc(sizeof(float) * n);
+    if (!r) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the buffer '%s'", m->ops->name, name);
+    attn_status s = attn_safetensors_read_f32(st, name, r, n);
+    for (int64_t h = 0; !s && h < H; h++)
+        for (int64_t i = 0; i < dk; i++)
+            for (int64_t f = 0; f < F; f++) m->buffer[(h * F + f) * dk + i] = r[(h * dk + i) * F + f];
+    free(r);
+    return s;
+}
+
 /* ---- layers and stacks (attn_layer_args): x = slot A, memory = slot B ---- */
 
 static attn_status layer_config(nn_model *m, const attn_json *config, const char *const *ignore,
@@ -490,6 +574,11 @@ static const nn_module_ops MODULES[] = {
      .names = &SEED_ATTN_NAMES, NN_SEED_MHA_OPS(sparse_create)},
     {.name = "local_global_attention", .args = {NN_IN("x", IN_A, 1)}, .out_slot = IN_A,
      .names = &LOCAL_GLOBAL_NAMES, NN_OPS(lg, NULL, lg_build)},
+    {.name = "linear_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
+     .names = &LINEAR_NAMES, NN_SEED_MHA_OPS(linear_create)},
+    {.name = "performer_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
+     .names = &PERFORMER_NAMES, .buffers = {"R"}, .load_buffers = performer_load_buffers,
+     NN_SEED_MHA_OPS(performer_create)},
 };
 #define NMODULES (sizeof MODULES / sizeof MODULES[0])
 
@@ -530,6 +619,7 @@ void attn_nn_model_free(nn_model *m) {
     if (!m) return;
     clear_inputs(m);
     if (m->mod) m->ops->free(m->mod);
+    free(m->buffer);
     free(m->out);
     free(m->w);
     free(m->saved);
@@ -599,6 +689,54 @@ attn_status attn_nn_model_create(const attn_json *config, nn_model **out) {
     }
     *out = m;
     return ATTN_OK;
+}
+
+/* ---- weights ---- */
+
+#define FOR_BUFFERS(o, i) for (int i = 0; i < MAXB && (o)->buffers[i]; i++)
+
+/* Whether a tensor name (prefix removed) is a mapped parameter name or a buffer of the module. */
+static int weight_known(const nn_model *m, const attn_params *ps, const char *rest) {
+    FOR_BUFFERS(m->ops, i) {
+        if (!strcmp(rest, m->ops->buffers[i])) return 1;
+    }
+    for (size_t i = 0; i < attn_params_count(ps); i++) {
+        char theirs[300];
+        if (!attn_name_map_apply(m->ops->names, attn_params_get(ps, i)->name, theirs, sizeof theirs) &&
+            !strcmp(rest, theirs))
+            return 1;
+    }
+    return 0;
+}
+
+attn_status attn_nn_model_load(nn_model *m, const attn_safetensors *st, const char *prefix, int strict) {
+    static const char fn[] = "attn_nn_model_load";
+    ATTN_CHECK_NOT_NULL(fn, m);
+    ATTN_CHECK_NOT_NULL(fn, st);
+    if (!prefix) prefix = "";
+    const attn_params *ps = m->ops->params(m->mod);
+    if (!m->ops->load_buffers) return attn_params_load_mapped(ps, st, m->ops->names, prefix, strict);
+    /* parameters and buffers: the strict check here (the parameters' loader would call the
+     * buffers unexpected), then each loader's own checks */
+    const size_t lp = strlen(prefix);
+    char list[400] = "";
+    size_t o = 0;
+    int unexpected = 0;
+    for (size_t t = 0; strict && t < attn_safetensors_count(st); t++) {
+        const char *tn = attn_safetensors_get(st, t)->name;
+        if (strncmp(tn, prefix, lp) || weight_known(m, ps, tn + lp)) continue;
+        if (o < sizeof list) o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", unexpected ? ", " : "", tn);
+        unexpected++;
+    }
+    if (unexpected)
+        return attn_error(ATTN_ERR_NOT_FOUND,
+                          "%s: %s: unexpected (%d): %s (neither a parameter nor a buffer of the module)", fn,
+                          m->ops->name, unexpected, list);
+    m->buffers_loaded = 0;
+    attn_status s = attn_params_load_mapped(ps, st, m->ops->names, prefix, 0);
+    if (!s) s = m->ops->load_buffers(m, st, prefix);
+    m->buffers_loaded = !s;
+    return s;
 }
 
 /* ---- binding ---- */
@@ -733,6 +871,10 @@ attn_status attn_nn_model_bind(nn_model *m, const attn_safetensors *st, const ch
 attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int training, uint64_t seed, uint64_t offset) {
     ATTN_CHECK_NOT_NULL("attn_nn_model_forward", m);
     if (!m->bound) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_nn_model_forward: no inputs bound");
+    if (m->ops->load_buffers && !m->buffers_loaded)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "attn_nn_model_forward: %s: its buffer %s is not loaded (attn_nn_model_load)", m->ops->name,
+                          m->ops->buffers[0]);
     m->ops->build(m, training, seed, offset);
     size_t sb = 0, wb = 0;
     m->ops->sizes(m, &sb, &wb);

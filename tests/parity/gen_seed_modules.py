@@ -2,7 +2,8 @@
 MultiHeadAttention (nn.Linear W_q, W_k, W_v, W_o; boolean mask True = not allowed, as PyTorch),
 SparseAttention (causal sliding window: query i sees keys i - window_size .. i) and
 LocalGlobalAttention (projection(global_attn(x) + local_attn(x)), local_attn over |i - j| <=
-local_window). The sketch's own masks are inconsistent (SparseAttention builds an additive 0/-inf
+local_window), LinearAttention and PerformerAttention (their published math: phi = elu + 1, and
+FAVOR+ over the buffer R; see the classes). The sketch's own masks are inconsistent (SparseAttention builds an additive 0/-inf
 mask that its attention reads as "== 0 means masked", LocalGlobalAttention a 1/0 keep-mask); here
 every mask is one boolean convention.
 
@@ -89,6 +90,84 @@ class LocalGlobalAttention(nn.Module):
         return self.projection(self.global_attn(x, x, x) + self.local_attn(x, x, x, band(x.size(1), w, w)))
 
 
+def elu1(x):
+    return F.elu(x) + 1
+
+
+def kernel_attention(qf, kf, v, causal, eps):
+    """out_i = qf_i^T S_i / (qf_i^T z_i + eps), S_i = sum_j kf_j v_j^T, z_i = sum_j kf_j over every key
+    j (causal: j <= i, by cumulative sums). qf, kf [b, h, n, p], v [b, h, n, dv]."""
+    if causal:
+        S = torch.cumsum(torch.einsum("bhjp,bhjv->bhjpv", kf, v), dim=2)
+        z = torch.cumsum(kf, dim=2)
+        num = torch.einsum("bhip,bhipv->bhiv", qf, S)
+        den = torch.einsum("bhip,bhip->bhi", qf, z)
+    else:
+        S = torch.einsum("bhjp,bhjv->bhpv", kf, v)
+        z = kf.sum(dim=2)
+        num = torch.einsum("bhip,bhpv->bhiv", qf, S)
+        den = torch.einsum("bhip,bhp->bhi", qf, z)
+    return num / (den.unsqueeze(-1) + eps)
+
+
+class LinearAttention(nn.Module):
+    """The sketch's LinearAttention with the published math (Katharopoulos et al. 2020): phi = elu + 1
+    on Q and K (the sketch maps K only and its einsums index heads wrongly), no 1/sqrt(d) scale,
+    eps = 1e-6; causal (not in the sketch) by prefix sums."""
+
+    def __init__(self, d_model, num_heads, causal=False):
+        super().__init__()
+        self.num_heads, self.d_k, self.causal = num_heads, d_model // num_heads, causal
+        self.query_projection = nn.Linear(d_model, d_model)
+        self.key_projection = nn.Linear(d_model, d_model)
+        self.value_projection = nn.Linear(d_model, d_model)
+        self.output_projection = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        split = lambda t: t.view(b, n, self.num_heads, self.d_k).transpose(1, 2)  # noqa: E731
+        Q = elu1(split(self.query_projection(x)))
+        K = elu1(split(self.key_projection(x)))
+        V = split(self.value_projection(x))
+        o = kernel_attention(Q, K, V, self.causal, 1e-6)
+        return self.output_projection(o.transpose(1, 2).reshape(b, n, d))
+
+
+class PerformerAttention(nn.Module):
+    """The sketch's PerformerAttention with the published FAVOR+ math (Choromanski et al. 2021):
+    each head h has the projection R[h] [d_k, m] (the buffer; its columns are the random features
+    w_r), x' = x d_k^(-1/4), phi(x) = exp(R^T x' - |x'|^2 / 2 - stabiliser) / sqrt(m) on Q and K
+    (the sketch applies relu to K only and never maps Q), no epsilon. The stabilisers (a per-row
+    maximum for queries, one maximum over all keys of each batch and head) cancel in the ratio;
+    they are constants (detached). Dropout is unused in eval; causal (not in the sketch) by prefix
+    sums."""
+
+    def __init__(self, d_model, num_heads, num_features=256, dropout=0.1, causal=False):
+        super().__init__()
+        self.num_heads, self.d_k, self.num_features, self.causal = num_heads, d_model // num_heads, num_features, causal
+        self.register_buffer("R", torch.randn(num_heads, self.d_k, num_features))
+        self.W_q = nn.Linear(d_model, d_model)
+        self.W_k = nn.Linear(d_model, d_model)
+        self.W_v = nn.Linear(d_model, d_model)
+        self.W_o = nn.Linear(d_model, d_model)
+        self.dropout = dropout  # unused: the sketch's forward never applies it
+
+    def features(self, x, is_query):
+        xs = x * self.d_k ** -0.25
+        logits = torch.einsum("bhnd,hdm->bhnm", xs, self.R) - (xs * xs).sum(-1, keepdim=True) / 2
+        stab = logits.amax(dim=-1, keepdim=True) if is_query else logits.amax(dim=(-2, -1), keepdim=True)
+        return torch.exp(logits - stab.detach()) / math.sqrt(self.num_features)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        split = lambda t: t.view(b, n, self.num_heads, self.d_k).transpose(1, 2)  # noqa: E731
+        Q = self.features(split(self.W_q(x)), True)
+        K = self.features(split(self.W_k(x)), False)
+        V = split(self.W_v(x))
+        o = kernel_attention(Q, K, V, self.causal, 0.0)
+        return self.W_o(o.transpose(1, 2).reshape(b, n, d))
+
+
 def randomize(gen, m):
     for p in m.parameters():
         p.data = (torch.randn(p.shape, generator=gen) * 0.3).float()
@@ -105,11 +184,15 @@ def finish(gen, m, t, out, leaves):
     for name, p in m.named_parameters():
         t["p." + name] = p.detach()
         t["g." + name] = p.grad
+    for name, b in m.named_buffers():  # the state_dict's buffers (PerformerAttention.R): no gradient
+        t["p." + name] = b
     return t
 
 
 def seed_module_case(gen, module, cls, cfg, B, N):
     m = randomize(gen, cls(**cfg))
+    for b in m.buffers():  # float32-representable Gaussians from gen, as the parameters
+        b.copy_(torch.randn(b.shape, generator=gen).float().double())
     t = {"x": torch.randn(B, N, cfg["d_model"], generator=gen).float()}
     x = t["x"].double().requires_grad_()
     return module, cfg, {}, finish(gen, m, t, m(x), [("dx", x)])
@@ -146,6 +229,13 @@ def main():
                          {"d_model": 16, "num_heads": 4, "local_window": 2}, 2, 9),
         seed_module_case(gen, "local_global_attention", LocalGlobalAttention,
                          {"d_model": 12, "num_heads": 2, "local_window": 20}, 1, 7),
+        seed_module_case(gen, "linear_attention", LinearAttention, {"d_model": 16, "num_heads": 4}, 2, 9),
+        seed_module_case(gen, "linear_attention", LinearAttention,
+                         {"d_model": 12, "num_heads": 3, "causal": True}, 2, 7),
+        seed_module_case(gen, "performer_attention", PerformerAttention,
+                         {"d_model": 16, "num_heads": 4, "num_features": 8}, 2, 10),
+        seed_module_case(gen, "performer_attention", PerformerAttention,
+                         {"d_model": 12, "num_heads": 2, "num_features": 12, "dropout": 0.2, "causal": True}, 1, 9),
     ]
     tensors, meta = {}, {"cases": str(len(cases)), "seed": str(a.seed), "torch": torch.__version__}
     for ci, (module, cfg, call, t) in enumerate(cases):
