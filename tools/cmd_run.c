@@ -19,19 +19,26 @@ static void usage(FILE *f) {
             "PyTorch model without writing C.\n\n"
             "MODEL.json   {\"module\": NAME, ...} with NAME one of multihead_attention,\n"
             "             transformer_encoder_layer, transformer_decoder_layer, transformer_encoder,\n"
-            "             transformer_decoder, transformer; the other keys are the keyword arguments of\n"
-            "             the PyTorch constructor (same names and defaults; batch_first is always true).\n"
+            "             transformer_decoder, transformer, vision_transformer; the other keys are the\n"
+            "             keyword arguments of the PyTorch constructor (same names and defaults;\n"
+            "             batch_first is always true).\n"
             "             Stacks: num_layers, norm (true/false) and the layer's arguments in\n"
             "             \"encoder_layer\" / \"decoder_layer\". Forward options may sit here too:\n"
             "             need_weights, average_attn_weights, is_causal, src_is_causal, tgt_is_causal,\n"
-            "             memory_is_causal (as the module's forward() names them).\n"
-            "W.safetensors  the module's state_dict() under its own names (F32/F16/BF16/F64).\n"
+            "             memory_is_causal (as the module's forward() names them). vision_transformer:\n"
+            "             torchvision's VisionTransformer arguments (image_size, patch_size, num_layers,\n"
+            "             num_heads, hidden_dim, mlp_dim, num_classes, dropout) and in_channels (3),\n"
+            "             layer_norm_eps (1e-6), distilled (false).\n"
+            "W.safetensors  the module's state_dict() under its own names (F32/F16/BF16/F64); torchvision's\n"
+            "             names for vision_transformer.\n"
             "IN.safetensors tensors named as the forward() arguments: query, key, value,\n"
             "             key_padding_mask, attn_mask; src, mask / src_mask, src_key_padding_mask; tgt,\n"
             "             memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask.\n"
+            "             x [B, C, H, W] for vision_transformer.\n"
             "             Batch-first. Boolean masks (BOOL/U8): true = not allowed; float masks are added.\n"
             "             For multihead_attention, key and value default to query.\n"
-            "OUT.safetensors  'output' (F32), and 'attn_output_weights' when need_weights is true.\n"
+            "OUT.safetensors  'output' (F32; the logits [B, num_classes] for vision_transformer), and\n"
+            "             'attn_output_weights' when need_weights is true.\n"
             "--threads N  threads to use (default: ATTN_NUM_THREADS or OpenMP's).\n\n"
             "Errors (unknown module or key, missing or mis-shaped weights and inputs) are reported on one\n"
             "line and exit 1; usage errors exit 2. Unlike PyTorch < 2.5, a query whose keys are all masked\n"
@@ -120,7 +127,7 @@ int cmd_run(int argc, char **argv) {
         rc = cli_fail("run: %s: %s", config, attn_last_error());
         goto done;
     }
-    if (attn_safetensors_open_file(weights, &wst) || attn_params_load(attn_nn_model_params(m), wst, NULL, 1)) {
+    if (attn_safetensors_open_file(weights, &wst) || attn_params_load_mapped(attn_nn_model_params(m), wst, attn_nn_model_weight_names(m), NULL, 1)) {
         rc = cli_fail("run: %s: %s", weights, msg_for(weights));
         goto done;
     }

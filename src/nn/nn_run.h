@@ -18,6 +18,8 @@
  *                              memory_mask, src_key_padding_mask, tgt_key_padding_mask,
  *                              memory_key_padding_mask; options src_is_causal, tgt_is_causal,
  *                              memory_is_causal
+ *   vision_transformer         torchvision's VisionTransformer  x [B, C, H, W]; output the logits
+ *                              [B, num_classes] (configuration: nn_config.h)
  * The options are forward() arguments that are not tensors; they may sit in the configuration
  * next to the constructor's arguments. For multihead_attention, key and value default to query
  * (self-attention). Boolean masks (BOOL / U8 tensors) mean true = not allowed, as in PyTorch;
@@ -39,6 +41,9 @@ attn_status attn_nn_model_create(const attn_json *config, nn_model **out);
 void attn_nn_model_free(nn_model *m);
 const char *attn_nn_model_name(const nn_model *m);
 const attn_params *attn_nn_model_params(nn_model *m);
+/* The names its weights files use, mapped from the parameters' (torchvision's for
+ * vision_transformer); NULL: the parameters' own (PyTorch's state_dict names). */
+const attn_name_map *attn_nn_model_weight_names(const nn_model *m);
 
 /* Set a forward option by name (need_weights, average_attn_weights, is_causal, src_is_causal,
  * tgt_is_causal, memory_is_causal); ATTN_ERR_NOT_FOUND when the module has no such option. */
@@ -53,14 +58,15 @@ attn_status attn_nn_model_bind(nn_model *m, const attn_safetensors *st, const ch
  * seed / offset turns dropout on. */
 attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int training, uint64_t seed,
                              uint64_t offset);
-/* The output [B, N, d] ("output") and, for multihead_attention with need_weights, the weights
+/* The output [B, N, d] ("output"; [B, num_classes] for vision_transformer) and, for
+ * multihead_attention with need_weights, the weights
  * ("attn_output_weights"); shape receives rank and dims. NULL before a forward. */
 const float *attn_nn_model_output(const nn_model *m, int *rank, int64_t shape[4]);
 const float *attn_nn_model_weights(const nn_model *m, int *rank, int64_t shape[4]);
 
 /* Backward of the last forward (kept) for the upstream gradient dout (shape of the output):
  * parameter gradients accumulate; input gradients are then available by argument name ("query",
- * "key", "value", "src", "tgt", "memory"; NULL when the module has no such input, and for key /
+ * "key", "value", "src", "tgt", "memory", "x"; NULL when the module has no such input, and for key /
  * value when they defaulted to query, whose gradient then includes theirs). */
 attn_status attn_nn_model_backward(nn_model *m, const float *dout);
 const float *attn_nn_model_input_grad(const nn_model *m, const char *name, size_t *numel);
