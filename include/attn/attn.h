@@ -9,5 +9,6 @@
 #include "nn.h"
 #include "train.h"
 #include "viz.h"
+#include "image.h"
 
 #endif
