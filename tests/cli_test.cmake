@@ -69,6 +69,36 @@ expect_one_line_error(1 inspect ${WORK}/cut.safetensors)
 file(WRITE ${WORK}/huge.safetensors "ffffffff{}")
 expect_one_line_error(1 inspect ${WORK}/huge.safetensors)
 
+# attn run on the reference sketch's SparseAttention and LocalGlobalAttention
+# (tests/parity/gen_seed_modules.py, cases 2 and 4): MODEL.json from the fixture's config, the
+# state_dict under the seed's names (attn.W_q.weight, local_attn.W_q.weight, ...), input x; the
+# output against PyTorch's (rel err <= 1e-5). Then a sparse_attention given local_global weights:
+# the missing names are the seed's.
+set(seed_fx ${FIXTURES}/seed_modules.safetensors)
+file(MAKE_DIRECTORY ${WORK}/seed)
+foreach(pair "2;sparse_attention" "4;local_global_attention")
+  list(GET pair 0 case)
+  list(GET pair 1 module)
+  execute_process(COMMAND ${SEED_HELPER} --split ${seed_fx} ${case} ${WORK}/seed RESULT_VARIABLE got
+    ERROR_VARIABLE err)
+  file(READ ${WORK}/seed/model.json seed_model)
+  if(NOT got STREQUAL "0" OR NOT seed_model MATCHES "\"${module}\"")
+    message(SEND_ERROR "splitting ${seed_fx} case ${case}: exit ${got}, ${err}, model ${seed_model}")
+  endif()
+  expect(0 "^$" run --config ${WORK}/seed/model.json --weights ${WORK}/seed/w.safetensors
+    --inputs ${WORK}/seed/in.safetensors --out ${WORK}/seed/out.safetensors --threads 2)
+  execute_process(COMMAND ${SEED_HELPER} --compare ${WORK}/seed/out.safetensors ${seed_fx} ${case}
+    RESULT_VARIABLE got OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT got STREQUAL "0")
+    message(SEND_ERROR "attn run ${module} against ${seed_fx} case ${case}: ${out}${err}")
+  else()
+    message(STATUS "ok: attn run ${module}: ${out}")
+  endif()
+endforeach()
+file(WRITE ${WORK}/seed/sparse.json "{\"module\": \"sparse_attention\", \"d_model\": 16, \"num_heads\": 4, \"window_size\": 2}")
+expect(1 "missing \\([0-9]+\\): attn\\.W_q\\.weight" run --config ${WORK}/seed/sparse.json
+  --weights ${WORK}/seed/w.safetensors --inputs ${WORK}/seed/in.safetensors --out ${WORK}/seed/out2.safetensors)
+
 # benchmarks: bad arguments are usage errors; tiny runs produce the documented JSON keys
 expect_one_line_error(2 bench gemm --m abc)
 expect_one_line_error(2 bench gemm --threads 0)

@@ -19,9 +19,16 @@ static void usage(FILE *f) {
             "PyTorch model without writing C.\n\n"
             "MODEL.json   {\"module\": NAME, ...} with NAME one of multihead_attention,\n"
             "             transformer_encoder_layer, transformer_decoder_layer, transformer_encoder,\n"
-            "             transformer_decoder, transformer, vision_transformer; the other keys are the\n"
-            "             keyword arguments of the PyTorch constructor (same names and defaults;\n"
-            "             batch_first is always true).\n"
+            "             transformer_decoder, transformer, sparse_attention, local_global_attention,\n"
+            "             vision_transformer;\n"
+            "             the other keys are the keyword arguments of the PyTorch constructor (same\n"
+            "             names and defaults; batch_first is always true). multihead_attention also\n"
+            "             takes separate_projections (true: q_proj/k_proj/v_proj/out_proj.weight/.bias\n"
+            "             instead of in_proj_weight/in_proj_bias). sparse_attention (d_model, num_heads,\n"
+            "             window_size, dropout) and local_global_attention (d_model, num_heads,\n"
+            "             local_window, dropout) are the reference sketch's SparseAttention (causal\n"
+            "             window: query i sees keys i - window_size .. i) and LocalGlobalAttention\n"
+            "             (projection(global_attn(x) + local_attn(x)), local: |i - j| <= local_window).\n"
             "             Stacks: num_layers, norm (true/false) and the layer's arguments in\n"
             "             \"encoder_layer\" / \"decoder_layer\". Forward options may sit here too:\n"
             "             need_weights, average_attn_weights, is_causal, src_is_causal, tgt_is_causal,\n"
@@ -29,11 +36,14 @@ static void usage(FILE *f) {
             "             torchvision's VisionTransformer arguments (image_size, patch_size, num_layers,\n"
             "             num_heads, hidden_dim, mlp_dim, num_classes, dropout) and in_channels (3),\n"
             "             layer_norm_eps (1e-6), distilled (false).\n"
-            "W.safetensors  the module's state_dict() under its own names (F32/F16/BF16/F64); torchvision's\n"
-            "             names for vision_transformer.\n"
+            "W.safetensors  the module's state_dict() under its own names (F32/F16/BF16/F64): for\n"
+            "             sparse_attention attn.W_q.weight .. attn.W_o.bias, for local_global_attention\n"
+            "             local_attn.W_*, global_attn.W_*, projection.weight/bias; vision_transformer\n"
+            "             torchvision's VisionTransformer names (conv_proj.weight, encoder.layers...).\n"
             "IN.safetensors tensors named as the forward() arguments: query, key, value,\n"
             "             key_padding_mask, attn_mask; src, mask / src_mask, src_key_padding_mask; tgt,\n"
-            "             memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask.\n"
+            "             memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask;\n"
+            "             x [batch, length, d_model] for sparse_attention and local_global_attention;\n"
             "             x [B, C, H, W] for vision_transformer.\n"
             "             Batch-first. Boolean masks (BOOL/U8): true = not allowed; float masks are added.\n"
             "             For multihead_attention, key and value default to query.\n"
@@ -127,7 +137,10 @@ int cmd_run(int argc, char **argv) {
         rc = cli_fail("run: %s: %s", config, attn_last_error());
         goto done;
     }
-    if (attn_safetensors_open_file(weights, &wst) || attn_params_load_mapped(attn_nn_model_params(m), wst, attn_nn_model_weight_names(m), NULL, 1)) {
+    /* the state_dict under the PyTorch module's names (the seed modules' W_q ..., torchvision's
+     * VisionTransformer names, through their map) */
+    if (attn_safetensors_open_file(weights, &wst) ||
+        attn_params_load_mapped(attn_nn_model_params(m), wst, attn_nn_model_name_map(m), NULL, 1)) {
         rc = cli_fail("run: %s: %s", weights, msg_for(weights));
         goto done;
     }

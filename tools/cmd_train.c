@@ -53,7 +53,9 @@ static void usage_gpt(FILE *f) {
         fprintf(f, "                       %-8s %s\n", attn_attention_kind_name((attn_attention_kind)k),
                 attn_attention_kind_help((attn_attention_kind)k));
     fprintf(f,
-            "  --window W         keys on each side for --attention window (required with it)\n"
+            "  --window W         keys on each side for window and local_global (required with them)\n"
+            "  --features M       random features for performer (default 256)\n"
+            "  --feature-seed S   seed of performer's projection (default 0)\n"
             "  --seed S           initialisation and data order (default 1)\n"
             "  --threads T        threads (default: all)\n"
             "  --checkpoint PATH  checkpoint file (default attn-gpt.safetensors)\n"
@@ -137,12 +139,15 @@ static void draw_batch(const unsigned char *text, size_t len, int64_t batch, int
 /* CLI_OK, CLI_HELP or 2 (usage error, printed). */
 static int parse_gpt(int argc, char **argv, gpt_opts *o) {
     const char *attention = NULL;
-    int64_t window = -1;
+    int64_t kopt[TRAIN_KIND_OPTS];
+    for (int i = 0; i < TRAIN_KIND_OPTS; i++) kopt[i] = -1;
     cli_opt opts[] = {
         CLI_STRING_NONEMPTY("--data", &o->data),
         CLI_STRING_NONEMPTY("--checkpoint", &o->checkpoint),
         CLI_STRING("--attention", &attention),
-        CLI_INT("--window", &window, 0, 1 << 30),
+        CLI_INT("--window", &kopt[0], 0, 1 << 30),
+        CLI_INT("--features", &kopt[1], 1, 1 << 16),
+        CLI_INT("--feature-seed", &kopt[2], 0, INT64_MAX),
         CLI_FLAG("--resume", &o->resume),
         CLI_DOUBLE_ABOVE("--lr", &o->lr, 0.0, 10.0),
         CLI_INT("--layers", &o->shape.layers, 1, 256),
@@ -164,9 +169,16 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
     o->given_attention = attention != NULL;
     if (attention && attn_attention_kind_from_name(attention, &o->shape.attention.kind) != ATTN_OK)
         return cli_usage_error("train gpt: --attention: %s", strchr(attn_last_error(), ' ') + 1);
-    if ((o->shape.attention.kind == ATTN_ATTENTION_WINDOW) != (window >= 0))
-        return cli_usage_error("train gpt: --window goes with --attention window, and --attention window needs it");
-    if (window >= 0) o->shape.attention.window = window;
+    const char *kname = attn_attention_kind_name(o->shape.attention.kind);
+    for (int i = 0; i < TRAIN_KIND_OPTS; i++) {
+        int required = 0;
+        const int uses = train_kind_uses(o->shape.attention.kind, i, &required);
+        if (kopt[i] >= 0 && !uses)
+            return cli_usage_error("train gpt: %s does not apply to --attention %s", train_kind_opts[i].flag, kname);
+        if (kopt[i] < 0 && required)
+            return cli_usage_error("train gpt: --attention %s needs %s", kname, train_kind_opts[i].flag);
+        if (kopt[i] >= 0) *train_kind_opt_value(&o->shape.attention, i) = kopt[i];
+    }
     o->given_layers = cli_seen(opts, "--layers");
     o->given_heads = cli_seen(opts, "--heads");
     o->given_d = cli_seen(opts, "--d-model");
@@ -260,7 +272,9 @@ static int train_gpt(int argc, char **argv) {
                 return cli_fail("train gpt: --resume: %s %lld differs from the checkpoint's %lld", chk[i].name,
                                 (long long)chk[i].mine, (long long)chk[i].theirs);
             }
-        if (o.given_attention && (o.shape.attention.kind != s.attention.kind || o.shape.attention.window != s.attention.window)) {
+        const attn_attention_config *x = &o.shape.attention, *y = &s.attention;
+        if (o.given_attention && (x->kind != y->kind || x->window != y->window ||
+                                  x->num_features != y->num_features || x->seed != y->seed)) {
             free(text);
             return cli_fail("train gpt: --resume: --attention %s differs from the checkpoint's %s",
                             attn_attention_kind_name(o.shape.attention.kind), attn_attention_kind_name(s.attention.kind));
@@ -331,10 +345,14 @@ static int train_gpt(int argc, char **argv) {
         cli_fail("train gpt: out of memory (%zu MB of activations)", (sb + wb) >> 20);
         goto done;
     }
-    char att[64];
-    snprintf(att, sizeof att, o.shape.attention.kind == ATTN_ATTENTION_WINDOW ? "%s %lld" : "%s",
-             attn_attention_kind_name(o.shape.attention.kind), (long long)o.shape.attention.window);
-    printf("gpt: %lld layers, %lld heads, d_model %lld, context %lld, %s attention, %zu parameters; %zu bytes of "
+    char att[160];
+    int used = snprintf(att, sizeof att, "%s attention", attn_attention_kind_name(o.shape.attention.kind));
+    for (int i = 0, k = 0; i < TRAIN_KIND_OPTS && used > 0 && (size_t)used < sizeof att; i++)
+        if (train_kind_uses(o.shape.attention.kind, i, NULL))
+            used += snprintf(att + used, sizeof att - (size_t)used, "%s%s %lld", k++ ? ", " : " (",
+                             train_kind_opts[i].name, (long long)*train_kind_opt_value(&o.shape.attention, i));
+    if (used > 0 && (size_t)used + 1 < sizeof att && strchr(att, '(')) strcat(att, ")");
+    printf("gpt: %lld layers, %lld heads, d_model %lld, context %lld, %s, %zu parameters; %zu bytes of "
            "'%s'; batch %lld, %lld steps, lr %g, %d threads\n",
            (long long)o.shape.layers, (long long)o.shape.heads, (long long)o.shape.d_model, (long long)C, att,
            attn_params_numel(ps), len, o.data, (long long)B, (long long)o.steps, o.lr, attn_get_num_threads());

@@ -18,6 +18,38 @@ attn_gpt_config train_gpt_config(const train_gpt_shape *s) {
     return c;
 }
 
+/* The attention kinds' options (attn_attention_kind_options names them): option name, CLI flag,
+ * checkpoint metadata key, bounds, and where the value lives in attn_attention_config. */
+const train_kind_opt train_kind_opts[TRAIN_KIND_OPTS] = {
+    {"window", "--window", "gpt.window", 0, (int64_t)1 << 30},
+    {"num_features", "--features", "gpt.num_features", 1, 1 << 16},
+    {"seed", "--feature-seed", "gpt.feature_seed", 0, INT64_MAX},
+};
+
+int64_t *train_kind_opt_value(attn_attention_config *c, int i) {
+    switch (i) {
+    case 0: return &c->window;
+    case 1: return &c->num_features;
+    default: return (int64_t *)(void *)&c->seed; /* uint64_t, set within 0..INT64_MAX */
+    }
+}
+
+int train_kind_uses(attn_attention_kind kind, int i, int *required) {
+    const char *opts = attn_attention_kind_options(kind), *name = train_kind_opts[i].name;
+    const size_t n = strlen(name);
+    for (const char *p = opts; p && *p;) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        const int req = len > 0 && p[len - 1] == '!';
+        if (len - (size_t)req == n && !strncmp(p, name, n)) {
+            if (required) *required = req;
+            return 1;
+        }
+        p = end ? end + 1 : p + len;
+    }
+    return 0;
+}
+
 static const char *const meta_keys[TRAIN_META_COUNT] = {
     "model", "gpt.vocab_size", "gpt.layers", "gpt.heads", "gpt.d_model", "gpt.ff", "gpt.context", "gpt.tokenizer"};
 
@@ -32,7 +64,10 @@ void train_meta_fill(train_meta *m, const train_gpt_shape *s) {
     m->values[TRAIN_META_COUNT - 1] = "bytes";
     m->n = TRAIN_META_COUNT;
     train_meta_add(m, "gpt.attention", "%s", attn_attention_kind_name(s->attention.kind));
-    if (s->attention.kind == ATTN_ATTENTION_WINDOW) train_meta_add(m, "gpt.window", "%lld", (long long)s->attention.window);
+    attn_attention_config c = s->attention;
+    for (int i = 0; i < TRAIN_KIND_OPTS; i++)
+        if (train_kind_uses(c.kind, i, NULL))
+            train_meta_add(m, train_kind_opts[i].meta, "%lld", (long long)*train_kind_opt_value(&c, i));
 }
 
 void train_meta_add(train_meta *m, const char *key, const char *fmt, ...) {
@@ -72,11 +107,15 @@ int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *
         snprintf(err, errsz, "metadata 'gpt.attention' is '%s', not an attention kind of this build", kind);
         return -1;
     }
-    const char *win = attn_safetensors_metadata_find(st, "gpt.window");
-    if (s->attention.kind == ATTN_ATTENTION_WINDOW &&
-        (!win || cli_parse_i64(win, 0, (int64_t)1 << 30, &s->attention.window) != 0)) {
-        snprintf(err, errsz, "metadata 'gpt.window' is %s", win ? "not an integer in 0..2^30" : "missing");
-        return -1;
+    for (int i = 0; i < TRAIN_KIND_OPTS; i++) {
+        const train_kind_opt *ko = &train_kind_opts[i];
+        int required = 0;
+        if (!train_kind_uses(s->attention.kind, i, &required)) continue;
+        const char *v = attn_safetensors_metadata_find(st, ko->meta);
+        if ((!v && required) || (v && cli_parse_i64(v, ko->min, ko->max, train_kind_opt_value(&s->attention, i)))) {
+            snprintf(err, errsz, "metadata '%s' is %s", ko->meta, v ? "out of range" : "missing");
+            return -1;
+        }
     }
     if (s->vocab != TRAIN_BYTE_VOCAB) {
         snprintf(err, errsz, "vocabulary of %lld (want %d bytes)", (long long)s->vocab, TRAIN_BYTE_VOCAB);

@@ -20,11 +20,23 @@ typedef struct train_gpt_shape {
  * layers with GELU, dropout 0, untied lm_head. */
 attn_gpt_config train_gpt_config(const train_gpt_shape *s);
 
+/* Options of the attention kinds, as flags and metadata (train_kind_opts, in the order of the
+ * attn_attention_config fields). */
+#define TRAIN_KIND_OPTS 3
+typedef struct train_kind_opt {
+    const char *name, *flag, *meta;
+    int64_t min, max;
+} train_kind_opt;
+extern const train_kind_opt train_kind_opts[TRAIN_KIND_OPTS];
+int64_t *train_kind_opt_value(attn_attention_config *c, int i);
+/* Whether kind reads option i (and in *required, nullable, whether it must be set). */
+int train_kind_uses(attn_attention_kind kind, int i, int *required);
+
 /* Checkpoint metadata: "model" = "gpt", "gpt.vocab_size", "gpt.layers", "gpt.heads",
  * "gpt.d_model", "gpt.ff", "gpt.context", "gpt.tokenizer" = "bytes", then "gpt.attention" (a kind's
  * name; absent in older checkpoints, meaning flash) and the kind's options ("gpt.window"). */
 #define TRAIN_META_COUNT 8
-#define TRAIN_META_MAX 16
+#define TRAIN_META_MAX 20
 typedef struct train_meta {
     const char *keys[TRAIN_META_MAX];
     const char *values[TRAIN_META_MAX];

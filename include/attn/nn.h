@@ -1,6 +1,7 @@
 /* attn nn: modules with PyTorch semantics, forward and backward, parameters named as PyTorch's
  * state_dict and loaded from / saved to safetensors: linear layers, positional encodings
- * (sinusoidal, learned, RoPE, ALiBi slopes), nn.MultiheadAttention, TransformerEncoderLayer /
+ * (sinusoidal, learned, RoPE, ALiBi slopes), nn.MultiheadAttention (packed or separate
+ * projections), local + global attention, TransformerEncoderLayer /
  * TransformerDecoderLayer, their stacks and nn.Transformer; key/value caches for incremental
  * decoding; a decoder-only (GPT-style) language model.
  *
@@ -228,7 +229,15 @@ ATTN_API attn_status attn_alibi_slopes(float *slopes, int64_t num_heads);
  *   out = concat_h(O_h) Wo^T + bo
  * Wq, Wk, Wv are the three row blocks of in_proj_weight [3E, E] when kdim == vdim == embed_dim,
  * else q_proj_weight [E, E], k_proj_weight [E, kdim], v_proj_weight [E, vdim]; in_proj_bias [3E],
- * bias_k, bias_v [1, 1, E], out_proj.weight [E, E], out_proj.bias [E]. */
+ * bias_k, bias_v [1, 1, E], out_proj.weight [E, E], out_proj.bias [E]. With separate_projections
+ * the same function is stored as four nn.Linear layers (the layout of most hand-written attention
+ * modules, the seed's W_q / W_k / W_v / W_o among them): q_proj.weight [E, E], q_proj.bias [E],
+ * k_proj.weight [E, kdim], k_proj.bias [E], v_proj.weight [E, vdim], v_proj.bias [E], (bias_k,
+ * bias_v,) out_proj.weight [E, E], out_proj.bias [E], in that order, each initialised as
+ * nn.Linear (kaiming_uniform(a=sqrt(5)) for weights, i.e. U(+-1/sqrt(fan_in)), and biases
+ * U(+-1/sqrt(fan_in))). Another module's names are reached through a name map, e.g.
+ * {"q_proj.", "W_q."}, {"k_proj.", "W_k."}, {"v_proj.", "W_v."}, {"out_proj.", "W_o."}
+ * (attn_params_load_mapped). */
 /* Attention capture (declared below): records chosen modules' weights during a forward. */
 typedef struct attn_capture attn_capture;
 
@@ -237,6 +246,9 @@ typedef struct attn_mha_config {
     int64_t kdim, vdim;             /* 0 = embed_dim */
     int bias;                       /* in_proj_bias and out_proj.bias (default 1) */
     int add_bias_kv, add_zero_attn; /* default 0 */
+    /* Store Wq, Wk, Wv, Wo as four nn.Linear layers q_proj, k_proj, v_proj, out_proj (see above)
+     * instead of PyTorch's packed in_proj_weight / in_proj_bias. Default 0. */
+    int separate_projections;
     float dropout;                  /* on the attention weights, in training (default 0) */
     /* Rotary position embedding of Q and K after the in-projection (not part of PyTorch's
      * MultiheadAttention: GPT-NeoX / Llama-style self-attention). rope.head_dim must be
@@ -257,6 +269,10 @@ ATTN_API attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out)
 ATTN_API void attn_mha_free(attn_mha *m);
 ATTN_API const attn_params *attn_mha_params(const attn_mha *m);
 ATTN_API const attn_mha_config *attn_mha_get_config(const attn_mha *m);
+/* Redraw a Performer attention's random features: its projection W is drawn from
+ * cfg.attention.seed on every call, so this sets that seed (a recurrent cache built with the old
+ * features no longer matches them: reset it). ATTN_ERR_UNSUPPORTED for other kinds. */
+ATTN_API attn_status attn_mha_redraw_features(attn_mha *m, uint64_t seed);
 
 /* One call's inputs, batch-first and contiguous. Masks follow nn.MultiheadAttention: a boolean
  * mask's true (nonzero) means NOT allowed (the opposite of attn_sdpa_params), a float mask is added
@@ -315,6 +331,56 @@ ATTN_API attn_status attn_mha_forward(attn_mha *m, const attn_mha_args *a, float
 ATTN_API attn_status attn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout,
                               float *dquery, float *dkey, float *dvalue, const void *saved,
                               size_t saved_bytes, void *workspace, size_t workspace_bytes);
+
+/* ---- local + global attention (the seed's LocalGlobalAttention, its mask corrected) ----------
+ * Self-attention over x [B, N, d_model] by two multi-head attentions whose outputs are summed,
+ * then projected:
+ *   out = projection(global_attn(x, x, x) + local_attn(x, x, x))
+ * global_attn attends to every key; local_attn is the window kind (attention.h): query i attends
+ * to key j when |i - j| <= local_window, at O(N local_window) cost. Both attentions use separate
+ * projections (attn_mha_config.separate_projections). Parameters, in the seed's (PyTorch's)
+ * order: local_attn.{q,k,v,out}_proj.{weight,bias}, global_attn.{q,k,v,out}_proj.{weight,bias},
+ * projection.weight [d, d], projection.bias [d], initialised as nn.Linear; the seed's names
+ * (local_attn.W_q.weight, ...) are reached with the name map {"*.q_proj.", "*.W_q."},
+ * {"*.k_proj.", "*.W_k."}, {"*.v_proj.", "*.W_v."}, {"*.out_proj.", "*.W_o."}.
+ * Dropout (training) on the attention weights: global_attn's from (seed, offset), local_attn's
+ * from (seed, offset + 1). Attention capture names the two "global_attn" and "local_attn". */
+typedef struct attn_local_global_config {
+    int64_t d_model, num_heads;     /* d_model divisible by num_heads */
+    int64_t local_window;           /* keys on each side, >= 0 */
+    float dropout;                  /* on both attentions' weights (default 0.1, the seed's) */
+} attn_local_global_config;
+
+ATTN_API attn_local_global_config attn_local_global_config_default(int64_t d_model, int64_t num_heads,
+                                                                   int64_t local_window);
+
+typedef struct attn_local_global_args {
+    int64_t batch, n;
+    const float *x;                 /* [B, n, d_model] */
+    int training;
+    uint64_t seed, offset;
+    attn_capture *capture;          /* nullable: global_attn, local_attn */
+} attn_local_global_args;
+
+/* Eval mode, no capture; the caller fills batch, n and x. */
+ATTN_API attn_local_global_args attn_local_global_args_default(void);
+
+typedef struct attn_local_global attn_local_global;
+
+ATTN_API attn_status attn_local_global_create(const attn_local_global_config *cfg, attn_local_global **out);
+ATTN_API void attn_local_global_free(attn_local_global *m);
+ATTN_API const attn_params *attn_local_global_params(const attn_local_global *m);
+ATTN_API const attn_local_global_config *attn_local_global_get_config(const attn_local_global *m);
+ATTN_API size_t attn_local_global_saved_size(const attn_local_global *m, const attn_local_global_args *a);
+ATTN_API size_t attn_local_global_workspace_size(const attn_local_global *m, const attn_local_global_args *a);
+/* out [B, n, d_model]; saved NULL for inference. */
+ATTN_API attn_status attn_local_global_forward(attn_local_global *m, const attn_local_global_args *a, float *out,
+                                               void *saved, size_t saved_bytes, void *workspace,
+                                               size_t workspace_bytes);
+/* dx [B, n, d_model] overwritten (nullable); parameter gradients accumulated. */
+ATTN_API attn_status attn_local_global_backward(attn_local_global *m, const attn_local_global_args *a,
+                                                const float *dout, float *dx, const void *saved,
+                                                size_t saved_bytes, void *workspace, size_t workspace_bytes);
 
 /* ---- transformer layers, stacks and nn.Transformer -----------------------------------------
  * torch.nn.TransformerEncoderLayer / TransformerDecoderLayer (batch_first=True), their stacks

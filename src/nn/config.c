@@ -94,11 +94,45 @@ attn_status attn_nn_json_mha_config(const attn_json *obj, const char *const *ign
         {"kdim", NN_K_INT_OR_NULL, &cfg->kdim, 0},
         {"vdim", NN_K_INT_OR_NULL, &cfg->vdim, 0},
         {"batch_first", NN_K_BOOL, &batch_first, 0},
+        {"separate_projections", NN_K_BOOL, &cfg->separate_projections, 0},
     };
     attn_status st = attn_nn_json_read(what, obj, keys, (int)(sizeof keys / sizeof keys[0]), ignore);
     if (st) return st;
     if (!batch_first)
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: batch_first must be true (attn is batch-first)", what);
+    return ATTN_OK;
+}
+
+attn_status attn_nn_json_seed_attention_config(const attn_json *obj, const char *what, const char *window_key,
+                                               const char *const *ignore, attn_mha_config *cfg) {
+    int64_t d = 0, h = 0, window = 128;
+    float dropout = 0.1f;
+    nn_key keys[4] = {
+        {"d_model", NN_K_INT, &d, 1},
+        {"num_heads", NN_K_INT, &h, 1},
+        {"dropout", NN_K_FLOAT, &dropout, 0},
+        {window_key, NN_K_INT, &window, 0},
+    };
+    attn_status st = attn_nn_json_read(what, obj, keys, window_key ? 4 : 3, ignore);
+    if (st) return st;
+    if (window_key && window < 0)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' must be >= 0 (got %lld)", what, window_key,
+                          (long long)window);
+    *cfg = attn_mha_config_default(d, h);
+    cfg->dropout = dropout;
+    cfg->separate_projections = 1;
+    if (window_key) cfg->attention.window = window;
+    return ATTN_OK;
+}
+
+attn_status attn_nn_json_local_global_config(const attn_json *obj, const char *const *ignore,
+                                             attn_local_global_config *cfg) {
+    static const char what[] = "local_global_attention";
+    attn_mha_config c;
+    attn_status st = attn_nn_json_seed_attention_config(obj, what, "local_window", ignore, &c);
+    if (st) return st;
+    *cfg = attn_local_global_config_default(c.embed_dim, c.num_heads, c.attention.window);
+    cfg->dropout = c.dropout;
     return ATTN_OK;
 }
 

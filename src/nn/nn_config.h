@@ -32,8 +32,20 @@ attn_status attn_nn_json_read(const char *what, const attn_json *obj, const nn_k
                          const char *const *ignore);
 
 /* nn.MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
- * add_zero_attn=False, kdim=None, vdim=None, batch_first=True (only True is accepted)). */
+ * add_zero_attn=False, kdim=None, vdim=None, batch_first=True (only True is accepted)), and attn's
+ * separate_projections (default false; see attn_mha_config). */
 attn_status attn_nn_json_mha_config(const attn_json *obj, const char *const *ignore, attn_mha_config *cfg);
+
+/* The seed's attention modules over one MultiHeadAttention with nn.Linear projections W_q, W_k,
+ * W_v, W_o: keys d_model, num_heads (required), dropout (default 0.1) and, when window_key is not
+ * NULL, that key (default 128, >= 0) into attention.window. Gives the attn_mha_config with
+ * separate_projections; the caller chooses attention.kind (the seed's SparseAttention: window_key
+ * "window_size", the window kind). */
+attn_status attn_nn_json_seed_attention_config(const attn_json *obj, const char *what, const char *window_key,
+                                               const char *const *ignore, attn_mha_config *cfg);
+/* The seed's LocalGlobalAttention(d_model, num_heads, local_window=128, dropout=0.1). */
+attn_status attn_nn_json_local_global_config(const attn_json *obj, const char *const *ignore,
+                                             attn_local_global_config *cfg);
 
 /* nn.TransformerEncoderLayer / TransformerDecoderLayer(d_model, nhead, dim_feedforward=2048,
  * dropout=0.1, activation="relu" | "gelu", layer_norm_eps=1e-5, batch_first=True, norm_first=False,

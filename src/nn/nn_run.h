@@ -18,8 +18,20 @@
  *                              memory_mask, src_key_padding_mask, tgt_key_padding_mask,
  *                              memory_key_padding_mask; options src_is_causal, tgt_is_causal,
  *                              memory_is_causal
+ *   sparse_attention           the seed's SparseAttention     input x; keys d_model, num_heads,
+ *                              window_size (128), dropout (0.1, eval: unused): causal sliding
+ *                              window, query i sees keys i - window_size .. i (the window kind)
+ *   local_global_attention     the seed's LocalGlobalAttention  input x; keys d_model, num_heads,
+ *                              local_window (128), dropout: projection(global_attn(x) +
+ *                              local_attn(x)), local_attn over |i - j| <= local_window
+ *                              (attn_local_global)
  *   vision_transformer         torchvision's VisionTransformer  x [B, C, H, W]; output the logits
  *                              [B, num_classes] (configuration: nn_config.h)
+ * The seed modules' state_dicts keep the seed's names (attn.W_q.weight .. attn.W_o.bias;
+ * local_attn.W_*, global_attn.W_*, projection.weight / .bias): the parameters are attn's
+ * (q_proj.weight, ...) and attn_nn_model_name_map gives the map to the seed's names; their input
+ * x is [B, N, d_model] (self-attention) and its gradient is "x". vision_transformer's weights are
+ * under torchvision's state_dict names (attn_vit_torchvision_names).
  * The options are forward() arguments that are not tensors; they may sit in the configuration
  * next to the constructor's arguments. For multihead_attention, key and value default to query
  * (self-attention). Boolean masks (BOOL / U8 tensors) mean true = not allowed, as in PyTorch;
@@ -41,9 +53,10 @@ attn_status attn_nn_model_create(const attn_json *config, nn_model **out);
 void attn_nn_model_free(nn_model *m);
 const char *attn_nn_model_name(const nn_model *m);
 const attn_params *attn_nn_model_params(nn_model *m);
-/* The names its weights files use, mapped from the parameters' (torchvision's for
- * vision_transformer); NULL: the parameters' own (PyTorch's state_dict names). */
-const attn_name_map *attn_nn_model_weight_names(const nn_model *m);
+/* The map from the parameters' names to the PyTorch module's state_dict names, for
+ * attn_params_load_mapped / attn_params_write_mapped (torchvision's for vision_transformer); NULL
+ * (the identity) for the torch.nn modules. */
+const attn_name_map *attn_nn_model_name_map(const nn_model *m);
 
 /* Set a forward option by name (need_weights, average_attn_weights, is_causal, src_is_causal,
  * tgt_is_causal, memory_is_causal); ATTN_ERR_NOT_FOUND when the module has no such option. */

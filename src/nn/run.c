@@ -63,6 +63,7 @@ struct nn_model {
         attn_mha_args mha;
         attn_layer_args layer;
         attn_transformer_args tr;
+        attn_local_global_args lg;
         attn_vit_args vit;
     } a; /* the call's arguments, built by ops->build */
 };
@@ -75,6 +76,8 @@ struct nn_module_ops {
     nn_opt opts[MAXO];     /* forward() options */
     int dims[NSET][2];     /* mask set -> the slots whose lengths are its (Nq, Nk) */
     int out_slot;          /* the output is [batch, length of this slot, d] */
+    /* The state_dict names of the PyTorch module, from the parameters' (NULL: the same). */
+    const attn_name_map *names;
     /* Read the configuration (a key neither the constructor's nor in ignore is an error) and
      * create the module into m->mod, setting m->d, m->heads and the widths that are not d. */
     attn_status (*create)(nn_model *m, const attn_json *config, const char *const *ignore);
@@ -96,8 +99,6 @@ struct nn_module_ops {
     int (*input_fits)(const nn_model *m, int slot, const attn_safetensors_tensor *t, char *want, size_t cap);
     /* Optional, for an output other than [batch, length of out_slot, d]: its shape; returns the rank. */
     int (*output_shape)(const nn_model *m, int64_t shape[4]);
-    /* Optional: the map from the module's parameter names to those of its weights files. */
-    const attn_name_map *(*weight_names)(void);
 };
 
 /* ---- helpers of the modules' ops ---- */
@@ -228,6 +229,78 @@ static attn_status mha_backward(nn_model *m, const float *dout, float *const *g)
     float *dk = g[IN_B] ? g[IN_B] : g[IN_A], *dv = g[IN_C] ? g[IN_C] : g[IN_A];
     return attn_mha_backward(m->mod, &m->a.mha, dout, g[IN_A], dk, dv, m->saved, m->saved_bytes, m->ws,
                              m->ws_bytes);
+}
+
+/* ---- the seed's attention modules over one attn_mha (x = slot A = query = key = value) ----
+ * A module whose `attn` is the seed's MultiHeadAttention (nn.Linear W_q, W_k, W_v, W_o) is an
+ * attn_mha with separate projections and an attention kind, run with the multihead_attention ops
+ * above: its row names the input x, maps q_proj -> attn.W_q (SEED_ATTN_NAMES) and supplies a small
+ * create. */
+
+/* The configuration's attention of that kind into m->mod (window_key: the configuration key of
+ * its window, or NULL); causal forces PyTorch's is_causal (not an option). */
+static attn_status seed_mha_create(nn_model *m, const attn_json *config, const char *const *ignore,
+                                   const char *window_key, attn_attention_kind kind, int causal) {
+    attn_mha_config c;
+    attn_mha *mod = NULL;
+    attn_status st = attn_nn_json_seed_attention_config(config, m->ops->name, window_key, ignore, &c);
+    if (!st) {
+        c.attention.kind = kind;
+        st = attn_mha_create(&c, &mod);
+    }
+    if (st) return st;
+    m->mod = mod;
+    m->d = c.embed_dim;
+    m->heads = c.num_heads;
+    m->flag[SET_S] = causal;
+    return ATTN_OK;
+}
+
+/* sparse_attention: the seed's SparseAttention, query i sees keys i - window_size .. i (the window
+ * kind, causal). */
+static attn_status sparse_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    return seed_mha_create(m, config, ignore, "window_size", ATTN_ATTENTION_WINDOW, 1);
+}
+
+static const attn_name_rule SEED_ATTN_RULES[] = {
+    {"q_proj.", "attn.W_q."}, {"k_proj.", "attn.W_k."}, {"v_proj.", "attn.W_v."}, {"out_proj.", "attn.W_o."}};
+static const attn_name_map SEED_ATTN_NAMES = {SEED_ATTN_RULES, sizeof SEED_ATTN_RULES / sizeof SEED_ATTN_RULES[0]};
+
+/* ---- local_global_attention (attn_local_global; x = slot A) ---- */
+
+static const attn_name_rule LOCAL_GLOBAL_RULES[] = {
+    {"*.q_proj.", "*.W_q."}, {"*.k_proj.", "*.W_k."}, {"*.v_proj.", "*.W_v."}, {"*.out_proj.", "*.W_o."}};
+static const attn_name_map LOCAL_GLOBAL_NAMES = {LOCAL_GLOBAL_RULES,
+                                                 sizeof LOCAL_GLOBAL_RULES / sizeof LOCAL_GLOBAL_RULES[0]};
+
+static attn_status lg_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    attn_local_global_config c;
+    attn_local_global *mod = NULL;
+    attn_status st = attn_nn_json_local_global_config(config, ignore, &c);
+    if (!st) st = attn_local_global_create(&c, &mod);
+    if (st) return st;
+    m->mod = mod;
+    m->d = c.d_model;
+    m->heads = c.num_heads;
+    return ATTN_OK;
+}
+
+static void lg_build(nn_model *m, int training, uint64_t seed, uint64_t offset) {
+    attn_local_global_args *a = &m->a.lg;
+    *a = attn_local_global_args_default();
+    a->batch = batch_of(m);
+    a->n = len_of(m, IN_A);
+    a->x = m->in[IN_A];
+    a->training = training;
+    a->seed = seed;
+    a->offset = offset;
+}
+
+NN_SIZE_OPS(lg, attn_local_global, lg)
+NN_FORWARD_OP(lg, attn_local_global, lg)
+static attn_status lg_backward(nn_model *m, const float *dout, float *const *g) {
+    return attn_local_global_backward(m->mod, &m->a.lg, dout, g[IN_A], m->saved, m->saved_bytes, m->ws,
+                                      m->ws_bytes);
 }
 
 /* ---- layers and stacks (attn_layer_args): x = slot A, memory = slot B ---- */
@@ -423,6 +496,11 @@ static attn_status vit_backward(nn_model *m, const float *dout, float *const *g)
     .create = pre##_create, .free = pre##_free, .params = pre##_params, .bind_check = bind_check_fn, \
     .build = build_fn, .sizes = pre##_sizes, .forward = pre##_forward, .backward = pre##_backward
 
+/* A seed attention module over one attn_mha: its create, the multihead_attention ops. */
+#define NN_SEED_MHA_OPS(create_fn)                                                                \
+    .create = create_fn, .free = mha_free, .params = mha_params, .bind_check = mha_bind_check,    \
+    .build = mha_build, .sizes = mha_sizes, .forward = mha_forward, .backward = mha_backward
+
 static const nn_module_ops MODULES[] = {
     {.name = "multihead_attention",
      .args = {NN_IN("query", IN_A, 1), NN_IN("key", IN_B, 0), NN_IN("value", IN_C, 0),
@@ -461,11 +539,15 @@ static const nn_module_ops MODULES[] = {
      .opts = {{"src_is_causal", SET_S, 0}, {"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
      .dims = {[SET_S] = {IN_A, IN_A}, [SET_T] = {IN_B, IN_B}, [SET_M] = {IN_B, IN_A}}, .out_slot = IN_B,
      NN_OPS(tr, NULL, tr_build)},
+    {.name = "sparse_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
+     .names = &SEED_ATTN_NAMES, NN_SEED_MHA_OPS(sparse_create)},
+    {.name = "local_global_attention", .args = {NN_IN("x", IN_A, 1)}, .out_slot = IN_A,
+     .names = &LOCAL_GLOBAL_NAMES, NN_OPS(lg, NULL, lg_build)},
     {.name = "vision_transformer",
      .args = {NN_IN("x", IN_A, 1)},
      .out_slot = IN_A,
      NN_OPS(vit, NULL, vit_build), .input_fits = vit_input_fits, .output_shape = vit_output_shape,
-     .weight_names = attn_vit_torchvision_names},
+     .names = &attn_nn_vit_torchvision_map},
 };
 #define NMODULES (sizeof MODULES / sizeof MODULES[0])
 
@@ -517,9 +599,7 @@ const char *attn_nn_model_name(const nn_model *m) { return m ? m->ops->name : NU
 
 const attn_params *attn_nn_model_params(nn_model *m) { return m ? m->ops->params(m->mod) : NULL; }
 
-const attn_name_map *attn_nn_model_weight_names(const nn_model *m) {
-    return m && m->ops->weight_names ? m->ops->weight_names() : NULL;
-}
+const attn_name_map *attn_nn_model_name_map(const nn_model *m) { return m ? m->ops->names : NULL; }
 
 attn_status attn_nn_model_set_option(nn_model *m, const char *name, int value) {
     ATTN_CHECK_NOT_NULL("attn_nn_model_set_option", m);

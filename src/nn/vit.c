@@ -364,7 +364,7 @@ static const attn_name_rule tv_rules[] = {
     {"norm.", "encoder.ln."},
     {"head.", "heads.head."},
 };
-static const attn_name_map tv_map = {tv_rules, sizeof tv_rules / sizeof tv_rules[0]};
+const attn_name_map attn_nn_vit_torchvision_map = {tv_rules, sizeof tv_rules / sizeof tv_rules[0]};
 
 static const attn_name_rule timm_rules[] = {
     {"class_token", "cls_token"},
@@ -380,7 +380,7 @@ static const attn_name_rule timm_rules[] = {
 };
 static const attn_name_map timm_map = {timm_rules, sizeof timm_rules / sizeof timm_rules[0]};
 
-const attn_name_map *attn_vit_torchvision_names(void) { return &tv_map; }
+const attn_name_map *attn_vit_torchvision_names(void) { return &attn_nn_vit_torchvision_map; }
 const attn_name_map *attn_vit_timm_names(void) { return &timm_map; }
 
 /* ---- position-embedding resampling: F.interpolate(mode="bicubic") on the grid ---- */
