@@ -277,6 +277,17 @@ static void run_vit(void) {
                      "\"num_classes\": 10, \"in_channels\": 1}");
     expect(1, "run --config vit5.json --weights vit_w.safetensors --inputs vit_in.safetensors --out o.st",
            "conv_proj.weight");
+    /* an image of the wrong size */
+    float x[3 * 8 * 8] = {0};
+    const int64_t shape[4] = {1, 3, 8, 8};
+    attn_safetensors_writer *bw = NULL;
+    CHECK_OK(attn_safetensors_writer_create(&bw));
+    CHECK_OK(attn_safetensors_writer_add(bw, "x", ATTN_DTYPE_F32, 4, shape, x));
+    snprintf(path, sizeof path, "%s/vit_bad.safetensors", dir);
+    CHECK_OK(attn_safetensors_writer_write_file(bw, path));
+    attn_safetensors_writer_free(bw);
+    expect(1, "run --config vit.json --weights vit_w.safetensors --inputs vit_bad.safetensors --out o.st",
+           "input 'x' has shape [1, 3, 8, 8], expected [batch, 3, 16, 16]");
 }
 
 int main(void) {

@@ -3,7 +3,7 @@
  * (sinusoidal, learned, RoPE, ALiBi slopes), nn.MultiheadAttention (packed or separate
  * projections), local + global attention, TransformerEncoderLayer /
  * TransformerDecoderLayer, their stacks and nn.Transformer; key/value caches for incremental
- * decoding; a decoder-only (GPT-style) language model.
+ * decoding; a decoder-only (GPT-style) language model; a Vision Transformer (torchvision's).
  *
  * ---- Memory contract (every module) -----------------------------------------------------------
  * A module owns its parameters and their gradients: both are allocated by *_create, parameters
@@ -838,8 +838,8 @@ ATTN_API attn_status attn_token_encoder_backward(attn_token_encoder *m, const at
  *   (distilled), pos_embedding [1, T + Np, D] (T = 1, or 2 distilled), layers.N.self_attn.* /
  *   linear1.* / linear2.* / norm1.* / norm2.* (TransformerEncoderLayer's names), norm.* (final
  *   LayerNorm), head.weight [classes, D], head.bias, head_dist.* (distilled).
- * Initialisation as torchvision: conv_proj.weight N(0, 1 / fan_in) (torchvision truncates at 2
- * sigma; not here), conv_proj.bias 0, class_token / dist_token 0, pos_embedding N(0, 0.02^2),
+ * Initialisation as torchvision: conv_proj.weight N(0, 1 / fan_in) (torchvision's trunc_normal_
+ * cuts at +-2; not here), conv_proj.bias 0, class_token / dist_token 0, pos_embedding N(0, 0.02^2),
  * head 0; the layers keep nn.Linear / MultiheadAttention defaults (torchvision uses xavier for the
  * MLP: load its weights to match).
  * torchvision's dropout and attention_dropout are one value here (layer dropout). LayerNorm eps
@@ -914,8 +914,8 @@ ATTN_API attn_status attn_vit_resample_pos_embed(const float *src, int64_t prefi
  * The attention weights of chosen modules, layers, heads and rows, recorded during an ordinary
  * forward pass (what PyTorch users get from forward hooks on MultiheadAttention). Pass a capture
  * in the forward's args (`capture` of attn_mha_args, attn_layer_args, attn_transformer_args,
- * attn_gpt_args, attn_seq2seq_args, attn_token_encoder_args, attn_vit_args); every attention module whose name
- * matches a request records the weights it applied, [B, heads, rows, Nk'] (after dropout in
+ * attn_gpt_args, attn_seq2seq_args, attn_token_encoder_args, attn_vit_args); every attention
+ * module whose name matches a request records the weights it applied, [B, heads, rows, Nk'] (after dropout in
  * training, exactly as MultiheadAttention(need_weights=True, average_attn_weights=False) returns
  * them). They are recomputed row by row from the fused path for the modules, heads and rows
  * asked for only, never as a full N x N pass of the others.
@@ -923,9 +923,9 @@ ATTN_API attn_status attn_vit_resample_pos_embed(const float *src, int64_t prefi
  * Names are the module's state_dict prefix without the final dot: "layers.0.self_attn" in an
  * encoder stack or GPT, "self_attn" / "multihead_attn" in a layer, "encoder.layers.1.self_attn" /
  * "decoder.layers.0.multihead_attn" in nn.Transformer, "transformer.decoder.layers.0.multihead_attn"
- * in attn_seq2seq, "layers.N.self_attn" in attn_vit, and "" for a bare attn_mha. A request's pattern may use '*' for any run of
- * characters ("layers.*.self_attn", "*"). A capture owns the memory of its records; a module
- * called again replaces its record. Not for concurrent forwards. */
+ * in attn_seq2seq, "layers.N.self_attn" in attn_vit, and "" for a bare attn_mha. A request's
+ * pattern may use '*' for any run of characters ("layers.*.self_attn", "*"). A capture owns the
+ * memory of its records; a module called again replaces its record. Not for concurrent forwards. */
 ATTN_API attn_status attn_capture_create(attn_capture **out);
 ATTN_API void attn_capture_free(attn_capture *c);
 /* Ask for heads [head0, head0 + heads) (heads 0 = to the last) and query rows [row0, row0 + rows)
