@@ -1,6 +1,7 @@
 # `attn train vit` on tiny settings over the committed digits (data/digits): help and exit codes,
 # one-line errors, the held-out accuracy line, bitwise resume (N steps straight == k steps +
-# --resume, another thread count) and the shape checks on resume.
+# --resume, another thread count), the shape checks on resume and Ctrl-C (exit 130, a resumable
+# checkpoint).
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 
@@ -64,3 +65,25 @@ endif()
 expect_one_line_error(1 "--layers 2 differs from the checkpoint's 1" train vit ${common} --checkpoint split.safetensors
   --resume --layers 2)
 expect_one_line_error(1 "not a checkpoint of `attn train vit`" train vit --data ${DATA} --checkpoint ${FIXTURES}/sdpa.safetensors --resume)
+
+# Ctrl-C: SIGINT mid-run writes the checkpoint and exits 130; --resume continues from it
+find_program(SH sh)
+if(SH)
+  execute_process(COMMAND ${SH} -c "\"$0\" train vit --data \"$1\" --layers 1 --heads 2 --hidden 16 --batch 8 \
+--steps 100000000 --checkpoint int.safetensors --log-every 1000000 > int.out & pid=$!; n=0; \
+until grep -q '^vit: ' int.out 2>/dev/null || [ $n -ge 600 ]; do sleep 0.1; n=$((n+1)); done; sleep 1; \
+kill -INT $pid; wait $pid; rc=$?; cat int.out; exit $rc"
+    ${ATTN} ${DATA} WORKING_DIRECTORY ${WORK} RESULT_VARIABLE irc OUTPUT_VARIABLE iout ERROR_VARIABLE ierr TIMEOUT 90)
+  if(NOT irc EQUAL 130 OR NOT iout MATCHES "interrupted after step [0-9]+ of 100000000: checkpoint written to int.safetensors"
+     OR NOT EXISTS ${WORK}/int.safetensors)
+    message(SEND_ERROR "SIGINT: exit ${irc} (want 130), output:\n${iout}${ierr}")
+  else()
+    message(STATUS "ok: SIGINT -> 130, checkpoint written")
+  endif()
+  string(REGEX MATCH "interrupted after step ([0-9]+)" _ "${iout}")
+  math(EXPR resume_to "${CMAKE_MATCH_1} + 2")
+  expect(0 "resuming from int.safetensors at step ${CMAKE_MATCH_1}.*final loss: .*held-out accuracy: " train vit
+    --data ${DATA} --checkpoint int.safetensors --resume --stop-at ${resume_to})
+else()
+  message(STATUS "skipped: no sh to send SIGINT")
+endif()
