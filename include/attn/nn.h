@@ -896,7 +896,9 @@ ATTN_API attn_status attn_vit_backward(attn_vit *v, const attn_vit_args *a, cons
  * encoder.ln, heads.head; torchvision >= 0.14 saves the MLP as mlp.0 / mlp.3, older checkpoints'
  * mlp.linear_1 / linear_2 must be renamed first) and to timm's (patch_embed.proj, cls_token,
  * dist_token, pos_embed, blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}, norm,
- * head, head_dist). For attn_params_load_file_mapped / attn_params_save_file_mapped. */
+ * head, head_dist; timm 0.9.16's VisionTransformerDistilled loads them strictly and gives the same
+ * logits: tests/parity/check_vit_timm.py, optional). For attn_params_load_file_mapped /
+ * attn_params_save_file_mapped. */
 ATTN_API const attn_name_map *attn_vit_torchvision_names(void);
 ATTN_API const attn_name_map *attn_vit_timm_names(void);
 
