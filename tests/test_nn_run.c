@@ -233,7 +233,8 @@ static void run_vit(void) {
         const attn_safetensors_tensor *t = attn_safetensors_get(st, i);
         if (!strncmp(t->name, "case0.p.", 8))
             CHECK_OK(attn_safetensors_writer_add(w, t->name + 8, t->dtype, t->rank, t->shape, t->data));
-        if (!strcmp(t->name, "case0.x")) CHECK_OK(attn_safetensors_writer_add(in, "x", t->dtype, t->rank, t->shape, t->data));
+        if (!strcmp(t->name, "case0.x"))
+            CHECK_OK(attn_safetensors_writer_add(in, "x", t->dtype, t->rank, t->shape, t->data));
     }
     snprintf(path, sizeof path, "%s/vit_w.safetensors", dir);
     CHECK_OK(attn_safetensors_writer_write_file(w, path));

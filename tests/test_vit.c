@@ -215,7 +215,8 @@ static void test_names(void) {
     CHECK_OK(attn_vit_create(&c, &w));
     if (w) {
         CHECK_OK(attn_params_load_file_mapped(attn_vit_params(w), path, maps[0]));
-        const attn_param *a = attn_params_find(ps, "pos_embedding"), *b = attn_params_find(attn_vit_params(w), "pos_embedding");
+        const attn_param *a = attn_params_find(ps, "pos_embedding");
+        const attn_param *b = attn_params_find(attn_vit_params(w), "pos_embedding");
         CHECK(a && b && !memcmp(a->data, b->data, a->numel * sizeof(float)), "saved / loaded pos_embedding");
         attn_vit_free(w);
     }

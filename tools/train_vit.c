@@ -102,11 +102,13 @@ static int load_data(const char *dir, vit_data *d) {
     size_t nl = 0, ni = 0;
     memset(d, 0, sizeof *d);
     snprintf(path, sizeof path, "%s/labels.u8", dir);
-    if (!(d->labels = read_all(path, (size_t)1 << 20, &nl))) return cli_fail("train vit: cannot read '%s': %s", path, strerror(errno));
+    if (!(d->labels = read_all(path, (size_t)1 << 20, &nl)))
+        return cli_fail("train vit: cannot read '%s': %s", path, strerror(errno));
     if (nl < 2 || nl > ((size_t)1 << 20))
         return cli_fail("train vit: '%s' has %zu labels (want 2 .. 2^20)", path, nl);
     snprintf(path, sizeof path, "%s/images.u8", dir);
-    if (!(d->images = read_all(path, (size_t)1 << 28, &ni))) return cli_fail("train vit: cannot read '%s': %s", path, strerror(errno));
+    if (!(d->images = read_all(path, (size_t)1 << 28, &ni)))
+        return cli_fail("train vit: cannot read '%s': %s", path, strerror(errno));
     const size_t per = ni / nl;
     int64_t side = 1;
     while ((size_t)(side * side) < per) side++;
@@ -146,8 +148,9 @@ static void draw_batch(const vit_data *d, const int64_t *train_idx, int64_t ntra
     const int64_t S = d->side;
     for (int64_t b = 0; b < B; b++) {
         const int64_t i = train_idx[draw(seed, step, (uint64_t)(3 * b), (uint64_t)ntrain)];
-        const int64_t dy = shift ? (int64_t)draw(seed, step, (uint64_t)(3 * b + 1), (uint64_t)(2 * shift + 1)) - shift : 0;
-        const int64_t dx = shift ? (int64_t)draw(seed, step, (uint64_t)(3 * b + 2), (uint64_t)(2 * shift + 1)) - shift : 0;
+        const uint64_t span = (uint64_t)(2 * shift + 1);
+        const int64_t dy = shift ? (int64_t)draw(seed, step, (uint64_t)(3 * b + 1), span) - shift : 0;
+        const int64_t dx = shift ? (int64_t)draw(seed, step, (uint64_t)(3 * b + 2), span) - shift : 0;
         put_image(d, i, dy, dx, x + b * S * S);
         y[b] = d->labels[i];
     }
@@ -408,7 +411,8 @@ int train_vit(int argc, char **argv) {
         a.offset = (uint64_t)step;
         double lr = 0, gn = 0;
         float loss = 0;
-        if ((s = attn_params_zero_grad(ps)) != ATTN_OK || (s = attn_vit_forward(v, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
+        if ((s = attn_params_zero_grad(ps)) != ATTN_OK ||
+            (s = attn_vit_forward(v, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
             (s = attn_cross_entropy_forward(logits, y, B, K, &ce, &loss, logits)) != ATTN_OK ||
             (s = attn_vit_backward(v, &a, logits, NULL, saved, sb, ws, wb)) != ATTN_OK ||
             (s = attn_lr_warmup_cosine(&sched, step, &lr)) != ATTN_OK) {
