@@ -13,6 +13,8 @@ int cmd_run(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_viz(int argc, char **argv);
+/* `attn train vit` (tools/train_vit.c), dispatched by cmd_train. */
+int train_vit(int argc, char **argv);
 
 /* `attn bench` subcommands. */
 int bench_peak_cmd(int argc, char **argv);

@@ -22,8 +22,10 @@ static void on_signal(int sig) {
 }
 
 static void usage_train(FILE *f) {
-    fprintf(f, "usage: attn train gpt --data FILE.txt [options]\n\n"
-               "Trains a model; `attn train gpt --help` for the options. Models: gpt.\n");
+    fprintf(f, "usage: attn train gpt --data FILE.txt [options]\n"
+               "       attn train vit [--data DIR] [options]\n\n"
+               "Trains a model; `attn train MODEL --help` for the options. Models: gpt (a byte-level\n"
+               "language model), vit (a Vision Transformer on images, the handwritten digits by default).\n");
 }
 
 static void usage_gpt(FILE *f) {
@@ -455,11 +457,12 @@ done:
 }
 
 int cmd_train(int argc, char **argv) {
-    if (argc < 2) return cli_usage_error("train: which model? (gpt; try 'attn train --help')");
+    if (argc < 2) return cli_usage_error("train: which model? (gpt, vit; try 'attn train --help')");
     if (cli_is_help(argv[1])) {
         usage_train(stdout);
         return 0;
     }
     if (!strcmp(argv[1], "gpt")) return train_gpt(argc - 1, argv + 1);
-    return cli_usage_error("train: unknown model '%s' (available: gpt)", argv[1]);
+    if (!strcmp(argv[1], "vit")) return train_vit(argc - 1, argv + 1);
+    return cli_usage_error("train: unknown model '%s' (available: gpt, vit)", argv[1]);
 }

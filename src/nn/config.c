@@ -241,3 +241,34 @@ attn_status attn_nn_json_transformer_config(const attn_json *obj, const char *co
     };
     return layer_keys("transformer", obj, ignore, &cfg->layer, extra, 2);
 }
+
+attn_status attn_nn_json_vit_config(const attn_json *obj, const char *const *ignore, attn_vit_config *cfg) {
+    static const char what[] = "vision_transformer";
+    *cfg = attn_vit_config_default(0, 0, 0, 0, 0, 0, 1000);
+    int64_t image_size = 0, representation_size = 0;
+    float attention_dropout = 0.0f;
+    const nn_key keys[] = {
+        {"image_size", NN_K_INT, &image_size, 1},
+        {"patch_size", NN_K_INT, &cfg->patch_size, 1},
+        {"num_layers", NN_K_INT, &cfg->num_layers, 1},
+        {"num_heads", NN_K_INT, &cfg->num_heads, 1},
+        {"hidden_dim", NN_K_INT, &cfg->hidden_dim, 1},
+        {"mlp_dim", NN_K_INT, &cfg->mlp_dim, 1},
+        {"dropout", NN_K_FLOAT, &cfg->dropout, 0},
+        {"attention_dropout", NN_K_FLOAT, &attention_dropout, 0},
+        {"num_classes", NN_K_INT, &cfg->num_classes, 0},
+        {"representation_size", NN_K_INT_OR_NULL, &representation_size, 0},
+        {"in_channels", NN_K_INT, &cfg->in_channels, 0},
+        {"layer_norm_eps", NN_K_FLOAT, &cfg->layer_norm_eps, 0},
+        {"distilled", NN_K_BOOL, &cfg->distilled, 0},
+    };
+    attn_status st = attn_nn_json_read(what, obj, keys, (int)(sizeof keys / sizeof keys[0]), ignore);
+    if (st) return st;
+    cfg->image_h = cfg->image_w = image_size;
+    if (attention_dropout != cfg->dropout)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention_dropout (%g) must equal dropout (%g)", what,
+                          (double)attention_dropout, (double)cfg->dropout);
+    if (representation_size)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: representation_size must be null (no pre-logits layer)", what);
+    return ATTN_OK;
+}

@@ -72,4 +72,10 @@ attn_status attn_nn_json_stack_config(const attn_json *obj, const char *what, co
 attn_status attn_nn_json_transformer_config(const attn_json *obj, const char *const *ignore,
                                        attn_transformer_config *cfg);
 
+/* torchvision.models.VisionTransformer(image_size, patch_size, num_layers, num_heads, hidden_dim,
+ * mlp_dim, dropout=0.0, attention_dropout=0.0 (must equal dropout), num_classes=1000,
+ * representation_size=None (only None)), and attn's additions in_channels=3, layer_norm_eps=1e-6,
+ * distilled=false (DeiT's distillation token). */
+attn_status attn_nn_json_vit_config(const attn_json *obj, const char *const *ignore, attn_vit_config *cfg);
+
 #endif

@@ -102,6 +102,11 @@ attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, c
                           int acc_dx, float *dw, float *db, int64_t rows, int64_t in, int64_t out,
                           void *ws, size_t bytes);
 
+/* ---- Vision Transformer (vit.c) ---- */
+/* attn_vit's parameter names to torchvision's VisionTransformer state_dict names (the map
+ * attn_vit_torchvision_names returns; a constant for attn run's table). */
+extern const attn_name_map attn_nn_vit_torchvision_map;
+
 /* ---- multi-head attention (mha.c) ---- */
 /* attn_mha_backward with accumulation: dq is added to when acc_q, dk / dv when acc_kv (aliases
  * among dq, dk, dv are summed as in the public function). */

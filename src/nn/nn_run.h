@@ -35,12 +35,15 @@
  *                              (false): FAVOR+ (the performer kind) on the module's buffer R
  *                              [num_heads, d_k, num_features], head h's random features the columns
  *                              of R[h] (passed to the kind transposed, as attention.projection)
+ *   vision_transformer         torchvision's VisionTransformer  x [B, C, H, W]; output the logits
+ *                              [B, num_classes] (configuration: nn_config.h)
  * The seed modules' state_dicts keep the seed's names (attn.W_q.weight .. attn.W_o.bias;
  * local_attn.W_*, global_attn.W_*, projection.weight / .bias; query_projection.* ..
  * output_projection.*; W_q.* .. W_o.* and R): the parameters are attn's (q_proj.weight, ...) and
  * attn_nn_model_name_map gives the map to the seed's names; their input x is [B, N, d_model]
  * (self-attention) and its gradient is "x". A buffer (R) is not a parameter: it is read by
  * attn_nn_model_load, gets no gradient and is not in attn_nn_model_params.
+ * vision_transformer's weights are under torchvision's state_dict names (attn_vit_torchvision_names).
  * The options are forward() arguments that are not tensors; they may sit in the configuration
  * next to the constructor's arguments. For multihead_attention, key and value default to query
  * (self-attention). Boolean masks (BOOL / U8 tensors) mean true = not allowed, as in PyTorch;
@@ -63,7 +66,8 @@ void attn_nn_model_free(nn_model *m);
 const char *attn_nn_model_name(const nn_model *m);
 const attn_params *attn_nn_model_params(nn_model *m);
 /* The map from the parameters' names to the PyTorch module's state_dict names, for
- * attn_params_load_mapped / attn_params_write_mapped; NULL (the identity) for the torch.nn modules. */
+ * attn_params_load_mapped / attn_params_write_mapped (torchvision's for vision_transformer); NULL
+ * (the identity) for the torch.nn modules. */
 const attn_name_map *attn_nn_model_name_map(const nn_model *m);
 
 /* The module's weights from st: its parameters under their state_dict names (the name map, each
@@ -86,7 +90,8 @@ attn_status attn_nn_model_bind(nn_model *m, const attn_safetensors *st, const ch
  * seed / offset turns dropout on. */
 attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int training, uint64_t seed,
                              uint64_t offset);
-/* The output [B, N, d] ("output") and, for multihead_attention with need_weights, the weights
+/* The output [B, N, d] ("output"; [B, num_classes] for vision_transformer) and, for
+ * multihead_attention with need_weights, the weights
  * ("attn_output_weights"); shape receives rank and dims. NULL before a forward. */
 const float *attn_nn_model_output(const nn_model *m, int *rank, int64_t shape[4]);
 const float *attn_nn_model_weights(const nn_model *m, int *rank, int64_t shape[4]);

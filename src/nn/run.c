@@ -48,15 +48,16 @@ struct nn_model {
     int flag[NFLAG];
     /* bound inputs */
     float *in[NIN];
-    int64_t in_shape[NIN][3];
+    int64_t in_shape[NIN][4];
+    int in_rank[NIN];
     uint8_t *mb[NSET][2];   /* [set][kpm] boolean */
     float *mf[NSET][2];     /* [set][kpm] float */
     int m3d[NSET];
     int bound;
     /* results and buffers */
     float *out, *w, *grad[NIN];
-    int64_t out_shape[3], w_shape[4];
-    int w_rank, kept;
+    int64_t out_shape[4], w_shape[4];
+    int out_rank, w_rank, kept;
     void *saved, *ws;
     size_t saved_bytes, ws_bytes;
     /* the module's buffers (state_dict tensors that are not parameters), in the layout it uses;
@@ -68,6 +69,7 @@ struct nn_model {
         attn_layer_args layer;
         attn_transformer_args tr;
         attn_local_global_args lg;
+        attn_vit_args vit;
     } a; /* the call's arguments, built by ops->build */
 };
 
@@ -102,6 +104,11 @@ struct nn_module_ops {
     /* Backward of the kept forward; g[slot] receives the gradient of each bound float input
      * (NULL for the others). */
     attn_status (*backward)(nn_model *m, const float *dout, float *const *g);
+    /* Optional, for inputs other than [batch, length, width]: whether float input t of a slot has
+     * the right shape (rank <= 4, dim 0 the batch), the expected shape written into want. */
+    int (*input_fits)(const nn_model *m, int slot, const attn_safetensors_tensor *t, char *want, size_t cap);
+    /* Optional, for an output other than [batch, length of out_slot, d]: its shape; returns the rank. */
+    int (*output_shape)(const nn_model *m, int64_t shape[4]);
 };
 
 /* ---- helpers of the modules' ops ---- */
@@ -177,6 +184,7 @@ static attn_status mha_bind_check(nn_model *m) {
         if (m->width[IN_B] != m->d || m->width[IN_C] != m->d)
             return attn_error(ATTN_ERR_NOT_FOUND, "multihead_attention: key and value are required when kdim or vdim differ from embed_dim");
         memcpy(m->in_shape[IN_B], m->in_shape[IN_A], sizeof m->in_shape[IN_A]);
+        m->in_rank[IN_B] = m->in_rank[IN_A];
     } else if (m->in_shape[IN_C][1] != m->in_shape[IN_B][1]) {
         return attn_error(ATTN_ERR_SHAPE, "input 'value' has length %lld, 'key' has %lld",
                           (long long)m->in_shape[IN_C][1], (long long)m->in_shape[IN_B][1]);
@@ -521,6 +529,51 @@ static attn_status tr_backward(nn_model *m, const float *dout, float *const *g) 
                                      m->ws_bytes);
 }
 
+/* ---- vision_transformer: x = slot A [B, C, H, W], output logits [B, num_classes] ---- */
+
+static attn_status vit_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    attn_vit_config c;
+    attn_vit *mod = NULL;
+    attn_status st = attn_nn_json_vit_config(config, ignore, &c);
+    if (!st) st = attn_vit_create(&c, &mod);
+    if (st) return st;
+    m->mod = mod;
+    m->d = c.hidden_dim;
+    m->heads = c.num_heads;
+    return ATTN_OK;
+}
+
+static int vit_input_fits(const nn_model *m, int slot, const attn_safetensors_tensor *t, char *want, size_t cap) {
+    (void)slot;
+    const attn_vit_config *c = attn_vit_get_config(m->mod);
+    snprintf(want, cap, "[batch, %lld, %lld, %lld]", (long long)c->in_channels, (long long)c->image_h,
+             (long long)c->image_w);
+    return t->rank == 4 && t->shape[0] >= 1 && t->shape[1] == c->in_channels && t->shape[2] == c->image_h &&
+           t->shape[3] == c->image_w;
+}
+
+static int vit_output_shape(const nn_model *m, int64_t shape[4]) {
+    shape[0] = m->in_shape[IN_A][0];
+    shape[1] = attn_vit_get_config(m->mod)->num_classes;
+    return 2;
+}
+
+static void vit_build(nn_model *m, int training, uint64_t seed, uint64_t offset) {
+    attn_vit_args *a = &m->a.vit;
+    memset(a, 0, sizeof *a);
+    a->batch = batch_of(m);
+    a->images = m->in[IN_A];
+    a->training = training;
+    a->seed = seed;
+    a->offset = offset;
+}
+
+NN_SIZE_OPS(vit, attn_vit, vit)
+NN_FORWARD_OP(vit, attn_vit, vit)
+static attn_status vit_backward(nn_model *m, const float *dout, float *const *g) {
+    return attn_vit_backward(m->mod, &m->a.vit, dout, g[IN_A], m->saved, m->saved_bytes, m->ws, m->ws_bytes);
+}
+
 /* ---- the modules of `attn run` ---- */
 
 #define NN_OPS(pre, bind_check_fn, build_fn)                                                      \
@@ -579,6 +632,11 @@ static const nn_module_ops MODULES[] = {
     {.name = "performer_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
      .names = &PERFORMER_NAMES, .buffers = {"R"}, .load_buffers = performer_load_buffers,
      NN_SEED_MHA_OPS(performer_create)},
+    {.name = "vision_transformer",
+     .args = {NN_IN("x", IN_A, 1)},
+     .out_slot = IN_A,
+     NN_OPS(vit, NULL, vit_build), .input_fits = vit_input_fits, .output_shape = vit_output_shape,
+     .names = &attn_nn_vit_torchvision_map},
 };
 #define NMODULES (sizeof MODULES / sizeof MODULES[0])
 
@@ -788,13 +846,15 @@ static attn_status bind_input(nn_model *m, const nn_arg *arg, const attn_safeten
     if (!is_float(t->dtype))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "input '%s' must be floating point, got %s", arg->name,
                           attn_dtype_name(t->dtype));
-    if (t->rank != 3 || t->shape[2] != m->width[slot] || t->shape[0] < 1 || t->shape[1] < 1)
+    if (m->ops->input_fits ? !m->ops->input_fits(m, slot, t, want, sizeof want)
+                           : (t->rank != 3 || t->shape[2] != m->width[slot] || t->shape[0] < 1 || t->shape[1] < 1))
         return shape_error(arg->name, t, want);
     m->in[slot] = malloc(sizeof(float) * numel_of(t));
     if (!m->in[slot]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "input '%s': out of memory", arg->name);
     attn_status s = attn_safetensors_read_f32(st, name, m->in[slot], numel_of(t));
     if (s) return s;
-    for (int d = 0; d < 3; d++) m->in_shape[slot][d] = t->shape[d];
+    for (int d = 0; d < t->rank && d < 4; d++) m->in_shape[slot][d] = t->shape[d];
+    m->in_rank[slot] = t->rank;
     return ATTN_OK;
 }
 
@@ -885,8 +945,11 @@ attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int traini
     const int64_t B = batch_of(m), N = len_of(m, m->ops->out_slot);
     free(m->out);
     m->out = NULL;
-    if ((st = grow((void **)&m->out, &cap, sizeof(float) * (size_t)(B * N * m->d)))) return st;
     m->out_shape[0] = B, m->out_shape[1] = N, m->out_shape[2] = m->d;
+    m->out_rank = m->ops->output_shape ? m->ops->output_shape(m, m->out_shape) : 3;
+    size_t n_out = 1;
+    for (int d = 0; d < m->out_rank; d++) n_out *= (size_t)m->out_shape[d];
+    if ((st = grow((void **)&m->out, &cap, sizeof(float) * n_out))) return st;
     if ((keep_for_backward && (st = grow(&m->saved, &m->saved_bytes, sb))) || (st = grow(&m->ws, &m->ws_bytes, wb)))
         return st;
     free(m->w);
@@ -900,7 +963,7 @@ attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int traini
 
 const float *attn_nn_model_output(const nn_model *m, int *rank, int64_t shape[4]) {
     if (!m || !m->out) return NULL;
-    if (rank) *rank = 3;
+    if (rank) *rank = m->out_rank;
     if (shape) memcpy(shape, m->out_shape, sizeof m->out_shape);
     return m->out;
 }
@@ -913,8 +976,9 @@ const float *attn_nn_model_weights(const nn_model *m, int *rank, int64_t shape[4
 }
 
 static size_t input_numel(const nn_model *m, int slot) {
-    const int64_t *s = m->in_shape[slot];
-    return (size_t)(s[0] * s[1] * s[2]);
+    size_t n = 1;
+    for (int d = 0; d < m->in_rank[slot]; d++) n *= (size_t)m->in_shape[slot][d];
+    return n;
 }
 
 attn_status attn_nn_model_backward(nn_model *m, const float *dout) {
