@@ -12,5 +12,6 @@
 #include "train.h"
 #include "viz.h"
 #include "model.h"
+#include "dist.h"
 
 #endif
