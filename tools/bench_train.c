@@ -35,8 +35,9 @@ static void usage(FILE *f) {
             "                  tokens_per_s, gflops\n\n"
             "Under mpirun (a build with MPI), data-parallel as `attn train gpt`: each of N ranks\n"
             "runs B/N sequences, then the gradients are all-reduced (attn_dist_allreduce_grads);\n"
-            "tokens/s counts the global batch, and allreduce_ms / allreduce_share report the\n"
-            "reduction's median time and its share of the step (bench/dist_train.sh).\n");
+            "tokens/s counts the global batch; allreduce_ms / allreduce_share report the\n"
+            "reduction's median time (the ranks meet first) and its share of the step, wait_ms the\n"
+            "median wait for the slowest rank before it (bench/dist_train.sh).\n");
 }
 
 int bench_train_cmd(int argc, char **argv) {
@@ -105,7 +106,7 @@ int bench_train_cmd(int argc, char **argv) {
         attn_gpt_args a = {BL, C, x, NULL, 1, 1, 0, NULL};
         const size_t sb = attn_gpt_saved_size(g, &a), wb = attn_gpt_workspace_size(g, &a);
         void *saved = malloc(sb ? sb : 1), *ws = malloc(wb ? wb : 1);
-        double *ms = malloc(sizeof(double) * (size_t)(2 * (steps + 1))), *rms = ms + steps + 1;
+        double *ms = malloc(sizeof(double) * (size_t)(3 * (steps + 1))), *rms = ms + steps + 1, *wms = rms + steps + 1;
         if (!saved || !ws || !ms) {
             free(saved), free(ws), free(ms);
             rc = cli_fail("bench train: out of memory (%zu MB of activations)", (sb + wb) >> 20);
@@ -117,18 +118,21 @@ int bench_train_cmd(int argc, char **argv) {
             float loss;
             double gn;
             attn_status st;
-            double tr = 0;
+            double tr = 0, tw = 0, tr1 = 0;
+            int dummy;
             if ((st = attn_params_zero_grad(ps)) != ATTN_OK || (st = attn_gpt_forward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
                 (st = attn_cross_entropy_forward(logits, y, BL * C, V, &ce, &loss, logits)) != ATTN_OK ||
                 (st = attn_gpt_backward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
+                (dist && (tw = bench_now(), st = attn_dist_agree(dist, 0, &dummy)) != ATTN_OK) ||
                 (dist && (tr = bench_now(), st = attn_dist_allreduce_grads(dist, ps, NULL, 1)) != ATTN_OK) ||
-                ((st = attn_train_step(opt, 1e-4, 1.0, nranks, &gn)) != ATTN_OK && st != ATTN_ERR_NUMERIC)) {
+                (tr1 = bench_now(), (st = attn_train_step(opt, 1e-4, 1.0, nranks, &gn)) != ATTN_OK && st != ATTN_ERR_NUMERIC)) {
                 rc = cli_fail("bench train: %s", attn_last_error());
                 break;
             }
             const double t1 = bench_now();
             ms[s] = (t1 - t0) * 1e3;
-            rms[s] = dist ? (t1 - tr) * 1e3 : 0.0; /* the all-reduce (and the optimizer step's copy-back) */
+            rms[s] = dist ? (tr1 - tr) * 1e3 : 0.0; /* the all-reduce alone, the ranks having met first */
+            wms[s] = dist ? (tr - tw) * 1e3 : 0.0;  /* waiting for the slowest rank */
         }
         if (rc == 0) {
             /* median of the timed steps (insertion sort; steps is small) */
@@ -148,6 +152,14 @@ int bench_train_cmd(int argc, char **argv) {
                     rm[j - 1] = t;
                 }
             const double rmed = steps % 2 ? rm[steps / 2] : 0.5 * (rm[steps / 2 - 1] + rm[steps / 2]);
+            double *wm = wms + 1;
+            for (int64_t i = 1; i < steps; i++)
+                for (int64_t j = i; j > 0 && wm[j] < wm[j - 1]; j--) {
+                    double t = wm[j];
+                    wm[j] = wm[j - 1];
+                    wm[j - 1] = t;
+                }
+            const double wmed = steps % 2 ? wm[steps / 2] : 0.5 * (wm[steps / 2 - 1] + wm[steps / 2]);
             const double tps = (double)(B * C) / (med * 1e-3), gf = flops / (med * 1e6);
             if (o.json)
                 printf("{\"op\": \"train\", \"impl\": \"attn\", \"shape\": {\"layers\": %lld, \"d_model\": %lld, "
@@ -158,9 +170,9 @@ int bench_train_cmd(int argc, char **argv) {
             else
                 printf("%8d %12.1f %14.1f %10.2f", o.threads[ti], med, tps, gf);
             if (dist)
-                printf(o.json ? ", \"ranks\": %d, \"allreduce_ms\": %.3f, \"allreduce_share\": %.4f"
-                              : "   ranks %d  all-reduce %.1f ms (%.1f%%)",
-                       nranks, rmed, o.json ? rmed / med : 100.0 * rmed / med);
+                printf(o.json ? ", \"ranks\": %d, \"allreduce_ms\": %.3f, \"allreduce_share\": %.4f, \"wait_ms\": %.3f"
+                              : "   ranks %d  all-reduce %.1f ms (%.1f%%), waiting for the slowest rank %.1f ms",
+                       nranks, rmed, o.json ? rmed / med : 100.0 * rmed / med, wmed);
             printf(o.json ? "}\n" : "\n");
             fflush(stdout);
         }
@@ -182,8 +194,9 @@ static void usage_allreduce(FILE *f) {
             "usage: mpirun -np N attn bench allreduce [options]\n\n"
             "Time of the gradient all-reduce of attn dist (the canonical fold: reduce-scatter with\n"
             "the slices added in rank order, then all-gather) for message sizes from --min-kib to\n"
-            "--max-kib (powers of 4), median of --repeats; then the least-squares alpha-beta fit\n"
-            "t = alpha + bytes / bandwidth. Needs an MPI launcher and a build with MPI.\n\n"
+            "--max-kib (powers of 4): median and minimum of --repeats; then the least-squares\n"
+            "alpha-beta fit t = alpha + bytes / bandwidth of the minima (the uncontended cost; on a\n"
+            "shared machine the median carries other loads). Needs an MPI launcher and MPI.\n\n"
             "options:\n"
             "  --min-kib K     smallest message in KiB (default 4)\n"
             "  --max-kib K     largest message in KiB (default 65536)\n"
@@ -216,8 +229,8 @@ int bench_allreduce_cmd(int argc, char **argv) {
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
     int npts = 0, rc = 0;
     if (!buf || !t) rc = cli_fail("bench allreduce: out of memory");
-    if (!json && !rc) printf("all-reduce of attn dist on %d ranks\n%12s %12s %12s\n", attn_dist_size(dist), "bytes", "median us",
-                             "GB/s");
+    if (!json && !rc) printf("all-reduce of attn dist on %d ranks\n%12s %12s %12s %12s\n", attn_dist_size(dist), "bytes",
+                             "median us", "min us", "GB/s (min)");
     for (int64_t k = kmin; k <= kmax && !rc; k *= 4) {
         const int64_t p = k * 256;
         for (int64_t i = 0; i < p; i++) buf[i] = (float)(i % 7);
@@ -236,12 +249,14 @@ int bench_allreduce_cmd(int argc, char **argv) {
                 t[j - 1] = v;
             }
         const double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]), bytes = 4.0 * (double)p;
-        sx += bytes, sy += med, sxx += bytes * bytes, sxy += bytes * med, npts++;
+        const double best = t[0];
+        sx += bytes, sy += best, sxx += bytes * bytes, sxy += bytes * best, npts++;
         if (json)
-            printf("{\"op\": \"allreduce\", \"ranks\": %d, \"bytes\": %.0f, \"us\": %.2f, \"gb_per_s\": %.3f}\n",
-                   attn_dist_size(dist), bytes, med * 1e6, bytes / med * 1e-9);
+            printf("{\"op\": \"allreduce\", \"ranks\": %d, \"bytes\": %.0f, \"us\": %.2f, \"min_us\": %.2f, "
+                   "\"gb_per_s\": %.3f}\n",
+                   attn_dist_size(dist), bytes, med * 1e6, best * 1e6, bytes / best * 1e-9);
         else
-            printf("%12.0f %12.1f %12.3f\n", bytes, med * 1e6, bytes / med * 1e-9);
+            printf("%12.0f %12.1f %12.1f %12.3f\n", bytes, med * 1e6, best * 1e6, bytes / best * 1e-9);
     }
     if (!rc && npts >= 2) {
         const double beta = (npts * sxy - sx * sy) / (npts * sxx - sx * sx), alpha = (sy - beta * sx) / npts;
