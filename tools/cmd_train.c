@@ -265,6 +265,7 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
     if (!text) return cli_fail("train gpt: cannot read '%s': %s", o.data, strerror(errno));
 
     /* on resume, the model's shape and the seed come from the checkpoint */
+    int64_t ckpt_micro = 0;
     if (o.resume) {
         attn_safetensors *st = NULL;
         if (attn_safetensors_open_file(o.checkpoint, &st) != ATTN_OK) {
@@ -291,8 +292,10 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
             !cli_parse_double(mv, 0.0, 10.0, &dv) && dv > 0)
             o.lr = dv;
         if (!o.given_micro && (mv = attn_safetensors_metadata_find(st, "train.micro_batch")) &&
-            !cli_parse_i64(mv, 1, 1 << 20, &iv) && o.batch % nranks == 0 && (o.batch / nranks) % iv == 0)
-            o.micro = iv; /* the run's accumulation, when it fits this number of ranks */
+            !cli_parse_i64(mv, 1, 1 << 20, &iv)) {
+            ckpt_micro = iv;
+            if (o.batch % nranks == 0 && (o.batch / nranks) % iv == 0) o.micro = iv; /* the run's accumulation */
+        }
         attn_safetensors_close(st);
         if (bad) {
             free(text);
@@ -325,7 +328,13 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
         free(text);
         return cli_fail("train gpt: warmup %lld exceeds steps %lld", (long long)o.warmup, (long long)o.steps);
     }
-    if (!o.given_micro && o.micro == 0) o.micro = o.batch % nranks == 0 ? o.batch / nranks : o.batch;
+    if (!o.given_micro && o.micro == 0) {
+        o.micro = o.batch % nranks == 0 ? o.batch / nranks : o.batch;
+        if (ckpt_micro)
+            printf("note: the checkpoint's micro-batch %lld does not divide the %lld windows of each of %d ranks: "
+                   "micro-batch %lld from here on (the gradients are added in another grouping)\n",
+                   (long long)ckpt_micro, (long long)o.micro, nranks, (long long)o.micro);
+    }
     int64_t first = 0, count = 0;
     if (attn_dist_shard(o.batch, o.micro, rank, nranks, &first, &count) != ATTN_OK) {
         free(text);
