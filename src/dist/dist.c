@@ -41,8 +41,10 @@ struct attn_dist {
     MPI_Comm comm;
     int rank, size;
     int owns_mpi;          /* attn_dist_init initialised MPI: attn_dist_free finalises it */
-    float *buf;            /* receive buffer of the reduce-scatter, then the flattened gradient */
+    float *buf;            /* receive buffer of the reduce-scatter */
     size_t buf_cap;        /* floats */
+    float *flat;           /* the flattened gradient (kept: fresh pages every step cost page faults) */
+    size_t flat_cap;
     double reduce_seconds;
 };
 
@@ -103,6 +105,7 @@ void attn_dist_free(attn_dist *d) {
     if (!d) return;
     MPI_Comm_free(&d->comm);
     free(d->buf);
+    free(d->flat);
     if (d->owns_mpi) MPI_Finalize();
     free(d);
 }
@@ -188,12 +191,18 @@ attn_status attn_dist_reduce_flat(attn_dist *d, const float *local, int64_t n_lo
         free(scount);
         return mpi_fail(rc, "attn_dist_allreduce_grads: MPI_Alltoallv");
     }
-    /* the fold, in global micro-batch order: rank 0's L, then rank 1's, ... */
+    /* the fold, in global micro-batch order: rank 0's L, then rank 1's, ... (threads split the
+     * elements, never an element's sum) */
     float *acc = out + mine_lo;
-    memcpy(acc, recv, sizeof(float) * (size_t)mine);
-    for (int64_t q = 1; q < (int64_t)n * L; q++) {
-        const float *g = recv + q * mine;
-        for (int64_t e = 0; e < mine; e++) acc[e] += g[e];
+    const int64_t nq = (int64_t)n * L;
+#pragma omp parallel for schedule(static) num_threads(attn_threads_for(mine / 65536 + 1))
+    for (int64_t e0 = 0; e0 < mine; e0 += 4096) {
+        const int64_t e1 = e0 + 4096 < mine ? e0 + 4096 : mine;
+        for (int64_t e = e0; e < e1; e++) acc[e] = recv[e];
+        for (int64_t q = 1; q < nq; q++) {
+            const float *g = recv + q * mine;
+            for (int64_t e = e0; e < e1; e++) acc[e] += g[e];
+        }
     }
     for (int j = 0; j < n; j++) {
         const int64_t lo = slice_lo(p, n, j);
@@ -211,8 +220,13 @@ attn_status attn_dist_allreduce_grads(attn_dist *d, const attn_params *ps, const
     ATTN_CHECK_NOT_NULL("attn_dist_allreduce_grads", ps);
     const double t0 = MPI_Wtime();
     const size_t np = attn_params_count(ps), p = attn_params_numel(ps);
-    float *flat = malloc(sizeof(float) * (p ? p : 1));
-    if (!flat) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_dist_allreduce_grads: out of memory");
+    if (p + 1 > d->flat_cap) {
+        float *f = realloc(d->flat, sizeof(float) * (p + 1));
+        if (!f) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_dist_allreduce_grads: out of memory");
+        d->flat = f;
+        d->flat_cap = p + 1;
+    }
+    float *flat = d->flat;
     size_t off = 0;
     if (!local)
         for (size_t i = 0; i < np; i++) {
@@ -229,7 +243,6 @@ attn_status attn_dist_allreduce_grads(attn_dist *d, const attn_params *ps, const
             off += q->numel;
         }
     }
-    free(flat);
     d->reduce_seconds += MPI_Wtime() - t0;
     return s;
 }
