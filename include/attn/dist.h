@@ -18,8 +18,10 @@
  * independent). The fold is exact in its order, never reassociated: the reduction is a
  * reduce-scatter (rank j owns the j-th of N contiguous slices of the flattened gradient and
  * receives every micro-batch's slice, which it adds in micro-batch order), then an all-gather.
- * Communication per rank and step: 2 (N-1)/N of the flattened gradient for each local
- * micro-batch (like a ring all-reduce with one micro-batch per rank).
+ * Communication per rank and step, in units of the flattened gradient: (N-1)/N for each local
+ * micro-batch (the reduce-scatter: every micro-batch's slices travel separately, since partial
+ * sums would change the grouping), plus (N-1)/N for the all-gather; with one micro-batch per rank,
+ * 2 (N-1)/N, as a ring all-reduce.
  *
  * ---- Errors --------------------------------------------------------------------------------
  * The context's communicator returns MPI errors (MPI_ERRORS_RETURN) instead of aborting: they
