@@ -230,7 +230,7 @@ static int train_gpt(int argc, char **argv) {
 static uint64_t config_hash(const gpt_opts *o, const unsigned char *text, size_t len) {
     const int64_t v[] = {o->shape.vocab, o->shape.layers, o->shape.heads, o->shape.d_model, o->shape.ff,
                          o->shape.context, (int64_t)o->shape.attention.kind, o->shape.attention.window,
-                         o->steps, o->batch, o->micro, o->warmup, o->every, o->stop_at, o->seed, (int64_t)len};
+                         o->shape.attention.num_features, (int64_t)o->shape.attention.seed, o->steps, o->batch, o->micro, o->warmup, o->every, o->stop_at, o->seed, (int64_t)len};
     uint64_t h = train_hash(TRAIN_HASH_SEED, v, sizeof v);
     h = train_hash(h, &o->lr, sizeof o->lr);
     h = train_hash(h, o->checkpoint, strlen(o->checkpoint));
