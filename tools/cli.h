@@ -21,6 +21,7 @@ int bench_peak_cmd(int argc, char **argv);
 int bench_gemm_cmd(int argc, char **argv);
 int bench_attention_cmd(int argc, char **argv);
 int bench_train_cmd(int argc, char **argv);
+int bench_allreduce_cmd(int argc, char **argv);
 int bench_scaling_cmd(int argc, char **argv);
 
 /* Print "attn: <message>" on stderr and return 2 (usage error). */

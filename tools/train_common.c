@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli_opts.h"
@@ -122,4 +123,48 @@ int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *
         return -1;
     }
     return 0;
+}
+
+int train_dist_start(const char *cmd, attn_dist **d) {
+    *d = NULL;
+    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!n) n = getenv("PMI_SIZE");
+    if (!n && !getenv("PMIX_RANK")) return 0; /* not launched by MPI: one process, as always */
+    const long size = n ? strtol(n, NULL, 10) : 1;
+    if (!attn_dist_available()) {
+        if (size <= 1) return 0;
+        fprintf(stderr,
+                "attn: %s: launched as %ld MPI processes, but this build has no MPI (each would train alone); "
+                "rebuild with MPI installed (libopenmpi-dev)\n",
+                cmd, size);
+        return 1;
+    }
+    if (attn_dist_init(d) != ATTN_OK) {
+        fprintf(stderr, "attn: %s: %s\n", cmd, attn_last_error());
+        return 1;
+    }
+    if (attn_dist_rank(*d) != 0) {
+        fflush(stdout);
+        if (!freopen("/dev/null", "w", stdout)) { /* stdout stays: the output is doubled, no harm */
+        }
+    }
+    return 0;
+}
+
+int train_dist_end(attn_dist *d, int exit_code) {
+    if (!d) return exit_code;
+    fflush(stdout);
+    if (exit_code != 0 && exit_code != 130 && attn_dist_size(d) > 1) {
+        fprintf(stderr, "attn: rank %d of %d stops the job (exit status %d)\n", attn_dist_rank(d), attn_dist_size(d),
+                exit_code);
+        attn_dist_abort(d, exit_code);
+    }
+    attn_dist_free(d);
+    return exit_code;
+}
+
+uint64_t train_hash(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
 }

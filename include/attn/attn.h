@@ -13,5 +13,6 @@
 #include "viz.h"
 #include "model.h"
 #include "image.h"
+#include "dist.h"
 
 #endif
