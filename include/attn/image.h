@@ -1,4 +1,4 @@
-/* attn image: small images in for vision models. PPM / PGM (binary P6 / P5 and ASCII P3 / P2,
+/* attn image: small images in (and out) for vision models. PPM / PGM (binary P6 / P5 and ASCII P3 / P2,
  * maxval <= 255) always; PNG through libpng when the library was configured with it
  * (attn_image_png_supported). Decoded to 8-bit interleaved pixels, then resized and normalised into
  * the [1, C, H, W] floats a model takes.
@@ -43,6 +43,15 @@ ATTN_API void attn_image_free(attn_image *img);
  * rounding). mean, std: channels floats each (std > 0), or NULL for 0 and 1. */
 ATTN_API attn_status attn_image_to_tensor(const attn_image *img, int64_t height, int64_t width, int channels,
                                           const float *mean, const float *std, float *out);
+
+/* img resized to height x width (the bilinear resize above, rounded to 8 bits), channels kept, into
+ * *out (owned: attn_image_free). */
+ATTN_API attn_status attn_image_resize(const attn_image *img, int64_t height, int64_t width, attn_image *out);
+
+/* Write img to path: PNG (8-bit gray or RGB, through libpng) when path ends in ".png" (any case),
+ * else binary PGM (1 channel) / PPM (3 channels). A ".png" path in a build without libpng is
+ * ATTN_ERR_UNSUPPORTED (attn_image_png_supported tells beforehand); ATTN_ERR_IO names the path. */
+ATTN_API attn_status attn_image_save(const char *path, const attn_image *img);
 
 #ifdef __cplusplus
 }

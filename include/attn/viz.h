@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "core.h"
+#include "image.h"
 #include "nn.h"
 
 #ifdef __cplusplus
@@ -74,6 +75,23 @@ ATTN_API attn_status attn_viz_rollout(const float *const *weights, int64_t layer
  * batch and n (heads may differ per layer); otherwise ATTN_ERR_SHAPE naming the module. out
  * [batch, n, n]. */
 ATTN_API attn_status attn_viz_rollout_records(const attn_capture_record *records, size_t count, float *out);
+
+/* ---- a map over an image (e.g. a ViT's rollout CLS row over its patch grid) ----
+ * out: an RGB image of out_h x out_w pixels: img resized to that size (attn_image_resize; gray
+ * becomes RGB) blended with a colour-mapped map: out = (1 - alpha) image + alpha colour(v). map is
+ * [grid_h, grid_w] (row-major, e.g. patch (i, j) at i * grid_w + j), scaled to [0, 1] by its minimum
+ * and maximum (a constant map is all 0), then upsampled to out_h x out_w: bilinear with half-pixel
+ * centres and edge clamping (as attn_image_to_tensor; a smooth picture) or, with nearest, each
+ * output pixel takes the patch it falls in (patch borders kept). The colour map runs from
+ * black through purple, red and orange to pale yellow (like matplotlib's "inferno"). alpha in
+ * [0, 1]. ATTN_ERR_INVALID_ARGUMENT for a NULL pointer, a bad alpha or image, a non-finite map
+ * value; ATTN_ERR_SHAPE for grid or output sizes outside 1..ATTN_IMAGE_MAX_SIDE. *out is owned
+ * (attn_image_free); attn_image_save writes it as PNG or PPM. */
+ATTN_API attn_status attn_viz_overlay(const attn_image *img, const float *map, int64_t grid_h, int64_t grid_w,
+                                      int64_t out_h, int64_t out_w, double alpha, int nearest, attn_image *out);
+
+/* The colour map of attn_viz_overlay at v in [0, 1] (clamped) into rgb[3]. */
+ATTN_API void attn_viz_colormap(double v, uint8_t rgb[3]);
 
 #ifdef __cplusplus
 }

@@ -274,3 +274,89 @@ attn_status attn_image_to_tensor(const attn_image *img, int64_t height, int64_t 
     free(y0), free(y1), free(x0), free(x1), free(ty), free(tx);
     return ATTN_OK;
 }
+
+attn_status attn_image_resize(const attn_image *img, int64_t height, int64_t width, attn_image *out) {
+    static const char fn[] = "attn_image_resize";
+    ATTN_CHECK_NOT_NULL(fn, out);
+    memset(out, 0, sizeof *out);
+    ATTN_CHECK_NOT_NULL(fn, img);
+    if (!img->pixels || (img->channels != 1 && img->channels != 3) || check_dims(fn, "source", img->width, img->height))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: not a decoded image (%lld x %lld, %d channels)", fn,
+                          (long long)img->width, (long long)img->height, img->channels);
+    if (check_dims(fn, "output", width, height))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: output size %lld x %lld outside the limits", fn,
+                          (long long)height, (long long)width);
+    const int64_t H = img->height, W = img->width, ch = img->channels;
+    int64_t *y0 = malloc(sizeof(int64_t) * (size_t)height), *y1 = malloc(sizeof(int64_t) * (size_t)height);
+    int64_t *x0 = malloc(sizeof(int64_t) * (size_t)width), *x1 = malloc(sizeof(int64_t) * (size_t)width);
+    float *ty = malloc(sizeof(float) * (size_t)height), *tx = malloc(sizeof(float) * (size_t)width);
+    uint8_t *px = malloc((size_t)(height * width * ch));
+    if (!y0 || !y1 || !x0 || !x1 || !ty || !tx || !px) {
+        free(y0), free(y1), free(x0), free(x1), free(ty), free(tx), free(px);
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    linear_taps(H, height, y0, y1, ty);
+    linear_taps(W, width, x0, x1, tx);
+    for (int64_t y = 0; y < height; y++)
+        for (int64_t x = 0; x < width; x++)
+            for (int64_t c = 0; c < ch; c++) {
+                const uint8_t *p = img->pixels;
+                const float a = p[(y0[y] * W + x0[x]) * ch + c], b = p[(y0[y] * W + x1[x]) * ch + c];
+                const float d = p[(y1[y] * W + x0[x]) * ch + c], e = p[(y1[y] * W + x1[x]) * ch + c];
+                const float top = a + (b - a) * tx[x], bot = d + (e - d) * tx[x];
+                const float v = top + (bot - top) * ty[y];
+                px[(y * width + x) * ch + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v + 0.5f);
+            }
+    free(y0), free(y1), free(x0), free(x1), free(ty), free(tx);
+    out->width = width;
+    out->height = height;
+    out->channels = (int)ch;
+    out->pixels = px;
+    return ATTN_OK;
+}
+
+static int ends_with_png(const char *path) {
+    const size_t n = strlen(path);
+    if (n < 4) return 0;
+    const char *e = path + n - 4;
+    return e[0] == '.' && (e[1] == 'p' || e[1] == 'P') && (e[2] == 'n' || e[2] == 'N') && (e[3] == 'g' || e[3] == 'G');
+}
+
+attn_status attn_image_save(const char *path, const attn_image *img) {
+    static const char fn[] = "attn_image_save";
+    ATTN_CHECK_NOT_NULL(fn, path);
+    ATTN_CHECK_NOT_NULL(fn, img);
+    if (!img->pixels || (img->channels != 1 && img->channels != 3) || check_dims(fn, "source", img->width, img->height))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: not a decoded image (%lld x %lld, %d channels)", fn,
+                          (long long)img->width, (long long)img->height, img->channels);
+    if (ends_with_png(path)) {
+#if ATTN_HAVE_PNG
+        png_image im;
+        memset(&im, 0, sizeof im);
+        im.version = PNG_IMAGE_VERSION;
+        im.width = (png_uint_32)img->width;
+        im.height = (png_uint_32)img->height;
+        im.format = img->channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+        errno = 0;
+        if (!png_image_write_to_file(&im, path, 0, img->pixels, 0, NULL)) {
+            attn_status st = attn_error(ATTN_ERR_IO, "%s: %s: PNG: %s%s%s", fn, path, im.message,
+                                        errno ? ": " : "", errno ? strerror(errno) : "");
+            png_image_free(&im);
+            return st;
+        }
+        return ATTN_OK;
+#else
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: %s: PNG output, but this build has no libpng (write .ppm / .pgm)",
+                          fn, path);
+#endif
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f) return attn_error(ATTN_ERR_IO, "%s: %s: %s", fn, path, strerror(errno));
+    const size_t n = (size_t)(img->width * img->height * img->channels);
+    int bad = fprintf(f, "P%d\n%lld %lld\n255\n", img->channels == 3 ? 6 : 5, (long long)img->width,
+                      (long long)img->height) < 0;
+    bad |= !bad && fwrite(img->pixels, 1, n, f) != n;
+    bad |= fclose(f) != 0;
+    if (bad) return attn_error(ATTN_ERR_IO, "%s: %s: write failed", fn, path);
+    return ATTN_OK;
+}

@@ -69,6 +69,9 @@ const attn_params *attn_nn_model_params(nn_model *m);
  * attn_params_load_mapped / attn_params_write_mapped (torchvision's for vision_transformer); NULL
  * (the identity) for the torch.nn modules. */
 const attn_name_map *attn_nn_model_name_map(const nn_model *m);
+/* The model of a vision_transformer (its configuration: image size and channels for an image
+ * input), NULL for the other modules. */
+attn_vit *attn_nn_model_vit(const nn_model *m);
 
 /* The module's weights from st: its parameters under their state_dict names (the name map, each
  * looked up as prefix + name; prefix may be NULL) and its buffers (performer_attention's R). With

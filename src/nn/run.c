@@ -686,6 +686,9 @@ void attn_nn_model_free(nn_model *m) {
 }
 
 const char *attn_nn_model_name(const nn_model *m) { return m ? m->ops->name : NULL; }
+attn_vit *attn_nn_model_vit(const nn_model *m) {
+    return m && !strcmp(m->ops->name, "vision_transformer") ? (attn_vit *)m->mod : NULL;
+}
 
 const attn_params *attn_nn_model_params(nn_model *m) { return m ? m->ops->params(m->mod) : NULL; }
 
