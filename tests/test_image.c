@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "attn/image.h"
+#include "attn/viz.h"
 #include "test_util.h"
 
 /* ---- a minimal PNG writer: stored (uncompressed) deflate, CRC-32, Adler-32 ---- */
@@ -256,9 +257,69 @@ static void test_tensor(void) {
     attn_image_free(NULL);
 }
 
+/* attn_image_resize, attn_image_save (PPM / PGM, PNG when supported) read back, attn_viz_overlay. */
+static void test_out(void) {
+    const uint8_t rgb[2 * 3 * 3] = {0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140, 250, 251, 252};
+    attn_image src = {3, 2, 3, (uint8_t *)rgb}, im, back;
+    CHECK_OK(attn_image_resize(&src, 2, 3, &im));
+    CHECK(im.pixels && im.channels == 3 && !memcmp(im.pixels, rgb, sizeof rgb), "resize to the same size copies");
+    attn_image_free(&im);
+    CHECK_OK(attn_image_resize(&src, 4, 6, &im));
+    CHECK(im.width == 6 && im.height == 4 && im.pixels && im.pixels[0] == 0 && im.pixels[(4 * 6 - 1) * 3 + 2] == 252,
+          "upscale keeps the corners");
+    attn_image_free(&im);
+    const char *exts[3] = {".ppm", ".pgm", ".png"};
+    for (int k = 0; k < 3; k++) {
+        char path[64];
+        snprintf(path, sizeof path, "test_image_out_%d%s", (int)getpid(), exts[k]);
+        attn_image gray = {3, 2, 1, (uint8_t *)rgb};
+        const attn_image *w = k == 1 ? &gray : &src;
+        const attn_status st = attn_image_save(path, w);
+        if (k == 2 && !attn_image_png_supported()) {
+            CHECK_STATUS(st, ATTN_ERR_UNSUPPORTED);
+            continue;
+        }
+        CHECK_OK(st);
+        CHECK_OK(attn_image_load(path, &back));
+        CHECK(back.width == 3 && back.height == 2 && back.channels == w->channels && back.pixels &&
+                  !memcmp(back.pixels, rgb, (size_t)(6 * w->channels)),
+              "%s written and read back", exts[k]);
+        attn_image_free(&back);
+        remove(path);
+    }
+    CHECK_STATUS(attn_image_save("/nonexistent/dir/x.ppm", &src), ATTN_ERR_IO);
+    /* overlay: a 1 x 2 map [0, 1] on a black 4 x 2 image, alpha 1, nearest: the colour map's ends */
+    const uint8_t black[8] = {0};
+    attn_image dark = {4, 2, 1, (uint8_t *)black};
+    const float map[2] = {0.25f, 0.75f};
+    CHECK_OK(attn_viz_overlay(&dark, map, 1, 2, 2, 4, 1.0, 1, &im));
+    uint8_t lo[3], hi[3];
+    attn_viz_colormap(0, lo);
+    attn_viz_colormap(1, hi);
+    CHECK(im.channels == 3 && im.width == 4 && im.height == 2 && im.pixels && !memcmp(im.pixels, lo, 3) &&
+              !memcmp(im.pixels + 3, lo, 3) && !memcmp(im.pixels + 6, hi, 3) && !memcmp(im.pixels + 21, hi, 3),
+          "nearest overlay: min and max colours");
+    attn_image_free(&im);
+    /* alpha 0: the image (gray to RGB); bilinear: between the ends */
+    CHECK_OK(attn_viz_overlay(&src, map, 1, 2, 2, 3, 0.0, 0, &im));
+    CHECK(im.pixels && !memcmp(im.pixels, rgb, sizeof rgb), "alpha 0 is the image");
+    attn_image_free(&im);
+    CHECK_OK(attn_viz_overlay(&dark, map, 1, 2, 1, 8, 1.0, 0, &im));
+    CHECK(im.pixels && !memcmp(im.pixels, lo, 3) && !memcmp(im.pixels + 21, hi, 3) && im.pixels[9] > lo[0] &&
+              im.pixels[9] < hi[0],
+          "bilinear overlay: ends and a blend between");
+    attn_image_free(&im);
+    const float bad[2] = {0, NAN};
+    CHECK_STATUS(attn_viz_overlay(&dark, bad, 1, 2, 2, 4, 0.5, 0, &im), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_viz_overlay(&dark, map, 1, 2, 2, 4, 1.5, 0, &im), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_viz_overlay(&dark, map, 0, 2, 2, 4, 0.5, 0, &im), ATTN_ERR_SHAPE);
+    CHECK(im.pixels == NULL, "no pixels after an error");
+}
+
 int main(void) {
     test_pnm();
     test_png();
     test_tensor();
+    test_out();
     return test_summary("test_image");
 }
