@@ -1,7 +1,8 @@
 /* `attn viz`: the maps a model's forward gave, and the writers that turn them into files. An input
  * kind (cmd_viz.c: a GPT checkpoint on text or token ids, an `attn run` model on a safetensors of
- * inputs) yields a viz_set; every writer (SVG, HTML, CSV; an image overlay would be one more) reads
- * only the viz_set. */
+ * inputs, a Vision Transformer on an image) yields a viz_set; every writer here (SVG, HTML, CSV) reads
+ * only the viz_set. A ViT's rollout overlay is written by cmd_viz.c (attn_viz_overlay +
+ * attn_image_save), from the image and the rollout. */
 #ifndef ATTN_VIZ_OUT_H
 #define ATTN_VIZ_OUT_H
 
