@@ -48,6 +48,9 @@ expect(2 "unknown command 'frobnicate'" frobnicate)
 foreach(cmd info inspect bench demo run)
   expect(0 "usage: attn ${cmd}" ${cmd} --help)
 endforeach()
+expect(0 "vision_transformer.*image_size, patch_size.*x \\[B, C, H, W\\]" run --help)
+file(WRITE ${WORK}/vit.json "{\"module\": \"vision_transformer\", \"patch_size\": 4}")
+expect(1 "vision_transformer: missing key 'image_size'" run --config=${WORK}/vit.json --weights=w --inputs=i --out=o)
 foreach(sub peak gemm attention train scaling)
   expect(0 "usage: attn bench ${sub}" bench ${sub} --help)
 endforeach()
@@ -68,6 +71,42 @@ execute_process(COMMAND head -c -100 ${FIXTURES}/sdpa.safetensors OUTPUT_FILE ${
 expect_one_line_error(1 inspect ${WORK}/cut.safetensors)
 file(WRITE ${WORK}/huge.safetensors "ffffffff{}")
 expect_one_line_error(1 inspect ${WORK}/huge.safetensors)
+
+# attn run on the reference sketch's SparseAttention, LocalGlobalAttention, LinearAttention and
+# PerformerAttention (tests/parity/gen_seed_modules.py, cases 2, 4, 6 and 9 (causal)): MODEL.json
+# from the fixture's config, the state_dict under the seed's names (attn.W_q.weight,
+# local_attn.W_q.weight, query_projection.weight, W_q.weight and the buffer R, ...), input x; the
+# output against PyTorch's (rel err <= 1e-5). Then a sparse_attention given local_global weights:
+# the missing names are the seed's; a performer_attention whose num_features does not match R.
+set(seed_fx ${FIXTURES}/seed_modules.safetensors)
+foreach(pair "2;sparse_attention" "4;local_global_attention" "6;linear_attention" "9;performer_attention")
+  list(GET pair 0 case)
+  list(GET pair 1 module)
+  set(dir ${WORK}/seed/${case})
+  file(MAKE_DIRECTORY ${dir})
+  execute_process(COMMAND ${SEED_HELPER} --split ${seed_fx} ${case} ${dir} RESULT_VARIABLE got
+    ERROR_VARIABLE err)
+  file(READ ${dir}/model.json seed_model)
+  if(NOT got STREQUAL "0" OR NOT seed_model MATCHES "\"${module}\"")
+    message(SEND_ERROR "splitting ${seed_fx} case ${case}: exit ${got}, ${err}, model ${seed_model}")
+  endif()
+  expect(0 "^$" run --config ${dir}/model.json --weights ${dir}/w.safetensors
+    --inputs ${dir}/in.safetensors --out ${dir}/out.safetensors --threads 2)
+  execute_process(COMMAND ${SEED_HELPER} --compare ${dir}/out.safetensors ${seed_fx} ${case}
+    RESULT_VARIABLE got OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT got STREQUAL "0")
+    message(SEND_ERROR "attn run ${module} against ${seed_fx} case ${case}: ${out}${err}")
+  else()
+    message(STATUS "ok: attn run ${module}: ${out}")
+  endif()
+endforeach()
+file(WRITE ${WORK}/seed/sparse.json "{\"module\": \"sparse_attention\", \"d_model\": 16, \"num_heads\": 4, \"window_size\": 2}")
+expect(1 "missing \\([0-9]+\\): attn\\.W_q\\.weight" run --config ${WORK}/seed/sparse.json
+  --weights ${WORK}/seed/4/w.safetensors --inputs ${WORK}/seed/4/in.safetensors --out ${WORK}/seed/out2.safetensors)
+file(WRITE ${WORK}/seed/performer.json
+  "{\"module\": \"performer_attention\", \"d_model\": 12, \"num_heads\": 2, \"num_features\": 16}")
+expect(1 "buffer 'R' has shape \\[2, 6, 12\\], expected \\[2, 6, 16\\]" run --config ${WORK}/seed/performer.json
+  --weights ${WORK}/seed/9/w.safetensors --inputs ${WORK}/seed/9/in.safetensors --out ${WORK}/seed/out3.safetensors)
 
 # benchmarks: bad arguments are usage errors; tiny runs produce the documented JSON keys
 expect_one_line_error(2 bench gemm --m abc)

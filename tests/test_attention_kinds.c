@@ -21,13 +21,17 @@ static void test_table(void) {
     }
     CHECK(!strcmp(attn_attention_kind_name(ATTN_ATTENTION_FLASH), "flash"), "kind 0 is not flash");
     CHECK(!strcmp(attn_attention_kind_name(ATTN_ATTENTION_WINDOW), "window"), "window kind misnamed");
+    CHECK(!strcmp(attn_attention_kind_name(ATTN_ATTENTION_LINEAR), "linear"), "linear kind misnamed");
+    CHECK(!strcmp(attn_attention_kind_name(ATTN_ATTENTION_PERFORMER), "performer"), "performer kind misnamed");
     CHECK(attn_attention_kind_name((attn_attention_kind)n) == NULL, "name past the table");
     CHECK(attn_attention_kind_name((attn_attention_kind)-1) == NULL, "name of a negative kind");
     CHECK(attn_attention_kind_has_weights(ATTN_ATTENTION_FLASH) && attn_attention_kind_has_weights(ATTN_ATTENTION_WINDOW),
           "softmax kinds have weights");
     attn_attention_kind k;
     CHECK_STATUS(attn_attention_kind_from_name("nope", &k), ATTN_ERR_NOT_FOUND);
-    CHECK(strstr(attn_last_error(), "flash") && strstr(attn_last_error(), "window"), "message lists kinds: %s",
+    CHECK(strstr(attn_last_error(), "flash") && strstr(attn_last_error(), "window") && strstr(attn_last_error(), "linear") &&
+              strstr(attn_last_error(), "performer"),
+          "message lists kinds: %s",
           attn_last_error());
     attn_attention_config c = attn_attention_config_default();
     CHECK(c.kind == ATTN_ATTENTION_FLASH, "default kind");

@@ -580,6 +580,175 @@ static void test_params(void) {
     attn_mha_free(m5);
 }
 
+/* ---- separate projections (q_proj, k_proj, v_proj, out_proj as nn.Linear layers) ---- */
+
+/* The data (grad = 0) or gradient (grad = 1) of separate-layout parameter `name` as stored in the
+ * packed (or PyTorch's unpacked q_proj_weight) module: a pointer into the matching block. */
+static const float *packed_block(const attn_mha *m, const char *name, int grad) {
+    const attn_params *ps = attn_mha_params(m);
+    const int64_t E = attn_mha_get_config(m)->embed_dim;
+    const char *which = strchr("qkv", name[0]);
+    const attn_param *p = NULL;
+    size_t off = 0;
+    if (which && !strcmp(name + 1, "_proj.weight")) {
+        p = attn_params_find(ps, "in_proj_weight");
+        if (p) off = (size_t)((which - "qkv") * E * E);
+        else {
+            char alt[32];
+            snprintf(alt, sizeof alt, "%c_proj_weight", name[0]);
+            p = attn_params_find(ps, alt);
+        }
+    } else if (which && !strcmp(name + 1, "_proj.bias")) {
+        p = attn_params_find(ps, "in_proj_bias");
+        off = (size_t)((which - "qkv") * E);
+    } else {
+        p = attn_params_find(ps, name);
+    }
+    return p ? (grad ? p->grad : p->data) + off : NULL;
+}
+
+static void test_separate_projections(void) {
+    /* names, shapes and nn.Linear's initialisation */
+    attn_mha_config cfg = attn_mha_config_default(8, 2);
+    cfg.kdim = 5;
+    cfg.vdim = 6;
+    cfg.add_bias_kv = 1;
+    cfg.separate_projections = 1;
+    attn_mha *m = NULL;
+    CHECK_OK(attn_mha_create(&cfg, &m));
+    const attn_params *ps = attn_mha_params(m);
+    const struct {
+        const char *name;
+        int64_t s0, s1;
+        double bound;
+    } want[] = {
+        {"q_proj.weight", 8, 8, 1 / sqrt(8.0)}, {"q_proj.bias", 8, 0, 1 / sqrt(8.0)},
+        {"k_proj.weight", 8, 5, 1 / sqrt(5.0)}, {"k_proj.bias", 8, 0, 1 / sqrt(5.0)},
+        {"v_proj.weight", 8, 6, 1 / sqrt(6.0)}, {"v_proj.bias", 8, 0, 1 / sqrt(6.0)},
+        {"bias_k", 1, 1, 0},                    {"bias_v", 1, 1, 0},
+        {"out_proj.weight", 8, 8, 1 / sqrt(8.0)}, {"out_proj.bias", 8, 0, 1 / sqrt(8.0)},
+    };
+    CHECK(attn_params_count(ps) == 10, "separate layout has %zu parameters", attn_params_count(ps));
+    for (size_t i = 0; i < 10 && i < attn_params_count(ps); i++) {
+        const attn_param *p = attn_params_get(ps, i);
+        CHECK(!strcmp(p->name, want[i].name), "param %zu is %s, want %s", i, p->name, want[i].name);
+        CHECK(p->shape[0] == want[i].s0 && (want[i].s1 == 0 ? p->rank == 1 : p->shape[1] == want[i].s1),
+              "%s: shape [%lld, %lld]", p->name, (long long)p->shape[0], (long long)p->shape[1]);
+        if (want[i].bound == 0) continue;
+        int in = 1, nz = 0;
+        for (size_t e = 0; e < p->numel; e++) {
+            in &= fabs(p->data[e]) <= want[i].bound;
+            nz += p->data[e] != 0.0f;
+        }
+        CHECK(in && nz > (int)p->numel / 2, "%s: initialisation (within 1/sqrt(fan_in) %d, nonzero %d)", p->name, in,
+              nz);
+    }
+    cfg.bias = 0;
+    cfg.add_bias_kv = 0;
+    attn_mha *nb = NULL;
+    CHECK_OK(attn_mha_create(&cfg, &nb));
+    CHECK(attn_params_count(attn_mha_params(nb)) == 4 && attn_params_find(attn_mha_params(nb), "q_proj.bias") == NULL,
+          "bias = 0: %zu parameters", attn_params_count(attn_mha_params(nb)));
+    attn_mha_free(nb);
+
+    /* round trip under the seed's names through a name map */
+    static const attn_name_rule rules[] = {
+        {"q_proj.", "W_q."}, {"k_proj.", "W_k."}, {"v_proj.", "W_v."}, {"out_proj.", "W_o."}};
+    const attn_name_map map = {rules, 4};
+    attn_safetensors_writer *w = NULL;
+    void *buf = NULL;
+    size_t len = 0;
+    CHECK_OK(attn_safetensors_writer_create(&w));
+    CHECK_OK(attn_params_write_mapped(ps, w, &map, "attn."));
+    CHECK_OK(attn_safetensors_writer_write_memory(w, &buf, &len));
+    attn_safetensors_writer_free(w);
+    attn_safetensors *st = NULL;
+    CHECK_OK(attn_safetensors_open_memory(buf, len, &st));
+    const char *seed_names[] = {"attn.W_q.weight", "attn.W_q.bias", "attn.W_k.weight", "attn.W_k.bias",
+                                "attn.W_v.weight", "attn.W_v.bias", "attn.bias_k", "attn.bias_v",
+                                "attn.W_o.weight", "attn.W_o.bias"};
+    for (size_t i = 0; i < 10; i++)
+        CHECK(st && attn_safetensors_find(st, seed_names[i]) != NULL, "saved file lacks %s", seed_names[i]);
+    cfg.bias = 1;
+    cfg.add_bias_kv = 1;
+    attn_mha *m2 = NULL;
+    CHECK_OK(attn_mha_create(&cfg, &m2));
+    CHECK_OK(attn_params_reset(attn_mha_params(m2), 7));
+    CHECK_OK(attn_params_load_mapped(attn_mha_params(m2), st, &map, "attn.", 1));
+    int same = 1;
+    for (size_t i = 0; i < attn_params_count(ps); i++) {
+        const attn_param *a = attn_params_get(ps, i), *b = attn_params_get(attn_mha_params(m2), i);
+        same &= !memcmp(a->data, b->data, sizeof(float) * a->numel);
+    }
+    CHECK(same, "mapped round trip changed a parameter");
+    CHECK_STATUS(attn_params_load(attn_mha_params(m2), st, "attn.", 1), ATTN_ERR_NOT_FOUND);
+    attn_safetensors_close(st);
+    free(buf);
+    attn_mha_free(m);
+    attn_mha_free(m2);
+
+    /* the same function as the packed layout, weights copied: outputs, weights, input and parameter
+     * gradients (the same arithmetic, so bitwise) */
+    test_rng g = rng_seeded(41);
+    attn_mha_config cases[4];
+    cases[0] = attn_mha_config_default(12, 3);
+    cases[1] = attn_mha_config_default(8, 2);
+    cases[1].kdim = 5;
+    cases[1].vdim = 7;
+    cases[2] = attn_mha_config_default(8, 4);
+    cases[2].add_bias_kv = 1;
+    cases[2].add_zero_attn = 1;
+    cases[3] = attn_mha_config_default(8, 2);
+    cases[3].attention.kind = ATTN_ATTENTION_WINDOW;
+    cases[3].attention.window = 2;
+    cases[3].bias = 0;
+    for (int ci = 0; ci < 4; ci++) {
+        rig r;
+        rig_make(&r, &g, &cases[ci], 2, 6, 6);
+        if (ci == 3) r.a.attn_mask = NULL;
+        r.a.is_causal = ci == 1 || ci == 3;
+        r.a.need_weights = 1;
+        r.a.average_attn_weights = 0;
+        result packed, sep;
+        run_all(&r, &packed);
+        attn_mha_config sc = cases[ci];
+        sc.separate_projections = 1;
+        attn_mha *s = NULL;
+        CHECK_OK(attn_mha_create(&sc, &s));
+        if (!s) {
+            result_free(&packed);
+            rig_free(&r);
+            continue;
+        }
+        const attn_params *sp = attn_mha_params(s);
+        for (size_t i = 0; i < attn_params_count(sp); i++) {
+            const attn_param *p = attn_params_get(sp, i);
+            const float *src = packed_block(r.m, p->name, 0);
+            CHECK(src != NULL, "case %d: no packed counterpart of %s", ci, p->name);
+            if (src) memcpy(p->data, src, sizeof(float) * p->numel);
+        }
+        attn_mha *pm = r.m;
+        r.m = s;
+        run_all(&r, &sep);
+        CHECK(!memcmp(packed.out, sep.out, sizeof(float) * r.nq) && !memcmp(packed.w, sep.w, sizeof(float) * packed.nw),
+              "case %d: separate projections change the output or weights", ci);
+        CHECK(!memcmp(packed.dq, sep.dq, sizeof(float) * r.nq) && !memcmp(packed.dk, sep.dk, sizeof(float) * r.nk) &&
+                  !memcmp(packed.dv, sep.dv, sizeof(float) * r.nv),
+              "case %d: separate projections change the input gradients", ci);
+        for (size_t i = 0; i < attn_params_count(sp); i++) {
+            const attn_param *p = attn_params_get(sp, i);
+            const float *gp = packed_block(pm, p->name, 1);
+            CHECK(gp && !memcmp(gp, p->grad, sizeof(float) * p->numel), "case %d: gradient of %s differs", ci,
+                  p->name);
+        }
+        r.m = pm;
+        attn_mha_free(s);
+        result_free(&packed);
+        result_free(&sep);
+        rig_free(&r);
+    }
+}
+
 static void test_errors(void) {
     attn_mha *m = NULL;
     attn_mha_config cfg = attn_mha_config_default(10, 3);
@@ -632,6 +801,7 @@ static void test_errors(void) {
 int main(void) {
     test_linear();
     test_params();
+    test_separate_projections();
     test_errors();
     test_parity();
     test_fd_dropout();

@@ -218,6 +218,79 @@ static void test_errors(void) {
            "/nonexistent/o.st");
 }
 
+/* vision_transformer: torchvision's weights (tests/parity/gen_vit.py case 0) under its own names,
+ * x [B, 3, 16, 16]; the logits against torchvision's. */
+static void run_vit(void) {
+    char path[1024], err[4096];
+    snprintf(path, sizeof path, "%s/vit.safetensors", fixture_dir());
+    attn_safetensors *st = NULL;
+    CHECK_OK(attn_safetensors_open_file(path, &st));
+    if (!st) return;
+    attn_safetensors_writer *w = NULL, *in = NULL;
+    CHECK_OK(attn_safetensors_writer_create(&w));
+    CHECK_OK(attn_safetensors_writer_create(&in));
+    for (size_t i = 0; w && i < attn_safetensors_count(st); i++) {
+        const attn_safetensors_tensor *t = attn_safetensors_get(st, i);
+        if (!strncmp(t->name, "case0.p.", 8))
+            CHECK_OK(attn_safetensors_writer_add(w, t->name + 8, t->dtype, t->rank, t->shape, t->data));
+        if (!strcmp(t->name, "case0.x"))
+            CHECK_OK(attn_safetensors_writer_add(in, "x", t->dtype, t->rank, t->shape, t->data));
+    }
+    snprintf(path, sizeof path, "%s/vit_w.safetensors", dir);
+    CHECK_OK(attn_safetensors_writer_write_file(w, path));
+    snprintf(path, sizeof path, "%s/vit_in.safetensors", dir);
+    CHECK_OK(attn_safetensors_writer_write_file(in, path));
+    attn_safetensors_writer_free(w);
+    attn_safetensors_writer_free(in);
+    snprintf(path, sizeof path, "%s/vit.json", dir);
+    write_text(path, "{\"module\": \"vision_transformer\", \"image_size\": 16, \"patch_size\": 4, "
+                     "\"num_layers\": 2, \"num_heads\": 2, \"hidden_dim\": 16, \"mlp_dim\": 32, "
+                     "\"num_classes\": 10}");
+    int rc = run_attn("run --config vit.json --weights vit_w.safetensors --inputs vit_in.safetensors "
+                      "--out out.safetensors --threads 2",
+                      err, sizeof err);
+    CHECK(rc == 0, "vision_transformer: attn run exit %d: %s", rc, err);
+    if (!rc) compare_out(st, 0, "logits", "output", "vision_transformer");
+    attn_safetensors_close(st);
+    /* errors: the input's shape, the weights' names and torchvision's arguments */
+    expect(1, "run --config vit.json --weights vit_w.safetensors --inputs w.safetensors --out o.st", "missing input 'x'");
+    expect(1, "run --config vit.json --weights w.safetensors --inputs vit_in.safetensors --out o.st",
+           "encoder.layers.encoder_layer_0.self_attention.in_proj_weight");
+    snprintf(path, sizeof path, "%s/vit2.json", dir);
+    write_text(path, "{\"module\": \"vision_transformer\", \"image_size\": 8, \"patch_size\": 4, "
+                     "\"num_layers\": 2, \"num_heads\": 2, \"hidden_dim\": 16, \"mlp_dim\": 32, "
+                     "\"num_classes\": 10}");
+    expect(1, "run --config vit2.json --weights vit_w.safetensors --inputs vit_in.safetensors --out o.st",
+           "encoder.pos_embedding");
+    snprintf(path, sizeof path, "%s/vit3.json", dir);
+    write_text(path, "{\"module\": \"vision_transformer\", \"image_size\": 16, \"patch_size\": 4, "
+                     "\"num_layers\": 2, \"num_heads\": 2, \"hidden_dim\": 16, \"mlp_dim\": 32}");
+    expect(1, "run --config vit3.json --weights vit_w.safetensors --inputs vit_in.safetensors --out o.st",
+           "heads.head.weight");
+    snprintf(path, sizeof path, "%s/vit4.json", dir);
+    write_text(path, "{\"module\": \"vision_transformer\", \"patch_size\": 4, \"num_layers\": 2, "
+                     "\"num_heads\": 2, \"hidden_dim\": 16, \"mlp_dim\": 32}");
+    expect(1, "run --config vit4.json --weights vit_w.safetensors --inputs vit_in.safetensors --out o.st",
+           "image_size");
+    snprintf(path, sizeof path, "%s/vit5.json", dir);
+    write_text(path, "{\"module\": \"vision_transformer\", \"image_size\": 16, \"patch_size\": 4, "
+                     "\"num_layers\": 2, \"num_heads\": 2, \"hidden_dim\": 16, \"mlp_dim\": 32, "
+                     "\"num_classes\": 10, \"in_channels\": 1}");
+    expect(1, "run --config vit5.json --weights vit_w.safetensors --inputs vit_in.safetensors --out o.st",
+           "conv_proj.weight");
+    /* an image of the wrong size */
+    float x[3 * 8 * 8] = {0};
+    const int64_t shape[4] = {1, 3, 8, 8};
+    attn_safetensors_writer *bw = NULL;
+    CHECK_OK(attn_safetensors_writer_create(&bw));
+    CHECK_OK(attn_safetensors_writer_add(bw, "x", ATTN_DTYPE_F32, 4, shape, x));
+    snprintf(path, sizeof path, "%s/vit_bad.safetensors", dir);
+    CHECK_OK(attn_safetensors_writer_write_file(bw, path));
+    attn_safetensors_writer_free(bw);
+    expect(1, "run --config vit.json --weights vit_w.safetensors --inputs vit_bad.safetensors --out o.st",
+           "input 'x' has shape [1, 3, 8, 8], expected [batch, 3, 16, 16]");
+}
+
 int main(void) {
     if (!find_binary()) {
         CHECK(0, "the attn binary is not at %s", attn_bin);
@@ -237,6 +310,7 @@ int main(void) {
         attn_safetensors_close(st);
     }
     test_errors();
+    run_vit();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -88,6 +88,25 @@ int main(void) {
     CHECK(strstr(s, "<title>b &amp; c -&gt; k0: 1.000</title>") != NULL, "cell tooltip");
     free(s);
 
+    /* rotate_col_labels: short column labels written upwards too (one rotate per column label) */
+    attn_viz_heatmap rot = h;
+    rot.col_labels = NULL; /* "0", "1", "2": narrower than a cell */
+    f = tmpfile();
+    CHECK_OK(attn_viz_write_svg(f, &rot));
+    s = slurp(f);
+    fclose(f);
+    CHECK(count(s, "transform=\"rotate(-90 ") == 1, "short column labels rotated without rotate_col_labels");
+    free(s);
+    rot.rotate_col_labels = 1;
+    f = tmpfile();
+    CHECK_OK(attn_viz_write_svg(f, &rot));
+    s = slurp(f);
+    fclose(f);
+    CHECK(well_formed(s), "rotated SVG not well-formed");
+    CHECK(count(s, "<text class=\"col\"") == 3 && count(s, "transform=\"rotate(-90 ") == 3 + (rot.row_axis != NULL),
+          "%d rotated texts (want 3 column labels + the row axis)", count(s, "transform=\"rotate(-90 "));
+    free(s);
+
     /* default labels (indices), long labels (rotated), a custom scale */
     const char *longcols[3] = {"a rather long key label", "x", "y"};
     attn_viz_heatmap g = h;

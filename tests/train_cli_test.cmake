@@ -58,8 +58,10 @@ expect_one_line_error(2 "which model" train)
 expect_one_line_error(2 "unknown model 'bert'" train bert)
 expect_one_line_error(2 "missing --data" train gpt)
 expect_one_line_error(2 "unknown attention kind 'sdpa' \\(available: flash, window" train gpt --data abc.txt --attention sdpa)
-expect_one_line_error(2 "--window goes with --attention window" train gpt --data abc.txt --window 4)
-expect_one_line_error(2 "--attention window needs it" train gpt --data abc.txt --attention window)
+expect_one_line_error(2 "--window does not apply to --attention flash" train gpt --data abc.txt --window 4)
+expect_one_line_error(2 "--attention window needs --window" train gpt --data abc.txt --attention window)
+expect_one_line_error(2 "--attention local_global needs --window" train gpt --data abc.txt --attention local_global)
+expect_one_line_error(2 "--features does not apply to --attention linear" train gpt --data abc.txt --attention linear --features 8)
 expect(0 "--attention NAME.*flash +exact softmax.*window +softmax over a sliding window" train gpt --help)
 expect_one_line_error(2 "--layers wants an integer" train gpt --data abc.txt --layers 0)
 expect_one_line_error(2 "--lr wants a number" train gpt --data abc.txt --lr fast)
@@ -142,11 +144,33 @@ endif()
 run(tw train gpt --data abc.txt --layers 1 --heads 2 --d-model 32 --context 16 --batch 8 --steps 200 --lr 1e-2
   --threads 2 --checkpoint abcw.safetensors --log-every 50 --attention window --window 3)
 run(sw sample abcw.safetensors --prompt "ab" --tokens 40 --temperature 0)
-if(NOT tw_rc EQUAL 0 OR NOT tw MATCHES "window 3 attention" OR NOT sw_out STREQUAL "${want}\n")
+if(NOT tw_rc EQUAL 0 OR NOT tw MATCHES "window attention \\(window 3\\)" OR NOT sw_out STREQUAL "${want}\n")
   message(SEND_ERROR "window attention: train ${tw_rc}, sample ${sw_rc}:\n${tw}\n${sw}")
 else()
   message(STATUS "ok: window-attention model samples ${sw_out}")
 endif()
+# linear attention: trains, and sampling decodes with its recurrent state
+run(tl train gpt --data abc.txt --layers 1 --heads 2 --d-model 16 --context 8 --batch 4 --steps 60 --lr 2e-2
+  --threads 2 --checkpoint abcl.safetensors --log-every 30 --attention linear)
+run(sl sample abcl.safetensors --prompt "ab" --tokens 40 --temperature 0)
+if(NOT tl_rc EQUAL 0 OR NOT sl_out STREQUAL "${want}\n")
+  message(SEND_ERROR "linear attention: train ${tl_rc}, sample ${sl_rc}:\n${tl}\n${sl}")
+else()
+  message(STATUS "ok: linear-attention model samples ${sl_out}")
+endif()
+# performer: its options travel in the checkpoint (a resume with other features is refused) and
+# sampling redraws the same projection
+run(tp train gpt --data abc.txt --layers 1 --heads 2 --d-model 16 --context 8 --batch 4 --steps 4
+  --threads 2 --checkpoint abcp.safetensors --log-every 2 --attention performer --features 32 --feature-seed 5)
+run(sp sample abcp.safetensors --prompt "ab" --tokens 8 --temperature 0)
+if(NOT tp_rc EQUAL 0 OR NOT tp MATCHES "performer attention \\(num_features 32, seed 5\\)" OR NOT sp_rc EQUAL 0
+   OR NOT sp_out MATCHES "^ab")
+  message(SEND_ERROR "performer attention: train ${tp_rc}, sample ${sp_rc}:\n${tp}\n${sp}")
+else()
+  message(STATUS "ok: performer-attention model trains and samples")
+endif()
+expect_one_line_error(1 "--attention performer differs from the checkpoint's performer" train gpt --data abc.txt
+  --checkpoint abcp.safetensors --resume --attention performer --features 64)
 expect_one_line_error(1 "--attention flash differs from the checkpoint's window" train gpt --data abc.txt
   --checkpoint abcw.safetensors --resume --attention flash)
 # sampling with temperature and top-k: the same seed gives the same text; prompts longer than the

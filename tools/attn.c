@@ -39,6 +39,7 @@ static const struct {
     {"run", cmd_run, "run a PyTorch module's equivalent on safetensors inputs"},
     {"train", cmd_train, "train a model: gpt (character-level) on a text file"},
     {"sample", cmd_sample, "generate text from a checkpoint of `attn train gpt`"},
+    {"viz", cmd_viz, "attention weights of a model on an input: SVG, HTML page, CSV"},
 };
 
 static void usage(FILE *f) {

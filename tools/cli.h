@@ -12,6 +12,9 @@ int cmd_demo(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
+int cmd_viz(int argc, char **argv);
+/* `attn train vit` (tools/train_vit.c), dispatched by cmd_train. */
+int train_vit(int argc, char **argv);
 
 /* `attn bench` subcommands. */
 int bench_peak_cmd(int argc, char **argv);
@@ -19,6 +22,7 @@ int bench_gemm_cmd(int argc, char **argv);
 int bench_attention_cmd(int argc, char **argv);
 int bench_decode_cmd(int argc, char **argv);
 int bench_train_cmd(int argc, char **argv);
+int bench_allreduce_cmd(int argc, char **argv);
 int bench_scaling_cmd(int argc, char **argv);
 
 /* Print "attn: <message>" on stderr and return 2 (usage error). */

@@ -6,7 +6,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: attn bench <peak|gemm|attention|decode|train|scaling> [options]\n\n"
+            "usage: attn bench <peak|gemm|attention|decode|train|scaling|allreduce> [options]\n\n"
             "  peak       measure this machine's FP32 FMA peak (GFLOP/s per thread count)\n"
             "  gemm       SGEMM, attn against OpenBLAS when it was found at configure time\n"
             "  attention  attention forward/backward (--impl sdpa|flash, --dtype f32|bf16)\n"
@@ -14,6 +14,8 @@ static void usage(FILE *f) {
             "             the measured memory bandwidth, contexts 1k..32k\n"
             "  train      training tokens/s of a GPT-2-small-shaped stack (bench/torch_train.py:\n"
             "             the same step in PyTorch)\n"
+            "  allreduce  the data-parallel gradient all-reduce's time vs message size and its\n"
+            "             alpha-beta fit (under mpirun; bench/dist_train.sh)\n"
             "  scaling    time and extra memory of the attention variants (flash, window,\n"
             "             local+global, linear, Performer) as N grows; log-log SVG plot\n\n"
             "Each prints a table (median of repeated runs, GFLOP/s, fraction of the FMA peak);\n"
@@ -32,5 +34,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "decode")) return bench_decode_cmd(argc - 1, argv + 1);
     if (!strcmp(argv[1], "train")) return bench_train_cmd(argc - 1, argv + 1);
     if (!strcmp(argv[1], "scaling")) return bench_scaling_cmd(argc - 1, argv + 1);
-    return cli_usage_error("bench: unknown benchmark '%s' (peak, gemm, attention, decode, train or scaling)", argv[1]);
+    if (!strcmp(argv[1], "allreduce")) return bench_allreduce_cmd(argc - 1, argv + 1);
+    return cli_usage_error("bench: unknown benchmark '%s' (peak, gemm, attention, decode, train, scaling or allreduce)",
+                           argv[1]);
 }

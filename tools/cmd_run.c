@@ -8,30 +8,67 @@
 
 #include "cli.h"
 #include "cli_opts.h"
+#include "image_in.h"
 #include "io/json.h"
 #include "nn/nn_run.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attn run --config MODEL.json --weights W.safetensors --inputs IN.safetensors\n"
-            "                --out OUT.safetensors [--threads N]\n\n"
+            "                --out OUT.safetensors [--threads N]\n"
+            "       attn run --config VIT.json --weights W.safetensors --image FILE [--mean M[,M,M]]\n"
+            "                [--std S[,S,S]] --out OUT.safetensors [--threads N] [--weights-prefix P]\n\n"
             "Runs one module in inference (eval) mode and writes its outputs, to check attn against a\n"
             "PyTorch model without writing C.\n\n"
             "MODEL.json   {\"module\": NAME, ...} with NAME one of multihead_attention,\n"
             "             transformer_encoder_layer, transformer_decoder_layer, transformer_encoder,\n"
-            "             transformer_decoder, transformer; the other keys are the keyword arguments of\n"
-            "             the PyTorch constructor (same names and defaults; batch_first is always true).\n"
+            "             transformer_decoder, transformer, sparse_attention, local_global_attention,\n"
+            "             linear_attention, performer_attention, vision_transformer;\n"
+            "             the other keys are the keyword arguments of the PyTorch constructor (same\n"
+            "             names and defaults; batch_first is always true). multihead_attention also\n"
+            "             takes separate_projections (true: q_proj/k_proj/v_proj/out_proj.weight/.bias\n"
+            "             instead of in_proj_weight/in_proj_bias). sparse_attention (d_model, num_heads,\n"
+            "             window_size, dropout) and local_global_attention (d_model, num_heads,\n"
+            "             local_window, dropout) are the reference sketch's SparseAttention (causal\n"
+            "             window: query i sees keys i - window_size .. i) and LocalGlobalAttention\n"
+            "             (projection(global_attn(x) + local_attn(x)), local: |i - j| <= local_window).\n"
+            "             linear_attention (d_model, num_heads, causal) and performer_attention (d_model,\n"
+            "             num_heads, num_features, dropout, causal) are its LinearAttention (phi = elu + 1)\n"
+            "             and PerformerAttention (FAVOR+ on its buffer R) with the published math;\n"
+            "             \"causal\": true makes them causal (prefix sums).\n"
             "             Stacks: num_layers, norm (true/false) and the layer's arguments in\n"
             "             \"encoder_layer\" / \"decoder_layer\". Forward options may sit here too:\n"
             "             need_weights, average_attn_weights, is_causal, src_is_causal, tgt_is_causal,\n"
-            "             memory_is_causal (as the module's forward() names them).\n"
-            "W.safetensors  the module's state_dict() under its own names (F32/F16/BF16/F64).\n"
+            "             memory_is_causal (as the module's forward() names them). vision_transformer:\n"
+            "             torchvision's VisionTransformer arguments (image_size, patch_size, num_layers,\n"
+            "             num_heads, hidden_dim, mlp_dim, num_classes, dropout) and in_channels (3),\n"
+            "             layer_norm_eps (1e-6), distilled (false).\n"
+            );
+    fprintf(f,
+            "W.safetensors  the module's state_dict() under its own names (F32/F16/BF16/F64): for\n"
+            "             sparse_attention attn.W_q.weight .. attn.W_o.bias, for local_global_attention\n"
+            "             local_attn.W_*, global_attn.W_*, projection.weight/bias, for linear_attention\n"
+            "             query_projection.* .. output_projection.*, for performer_attention W_q.* ..\n"
+            "             W_o.* and the buffer R [num_heads, d_model / num_heads, num_features]; vision_transformer\n"
+            "             torchvision's VisionTransformer names (conv_proj.weight, encoder.layers...).\n"
             "IN.safetensors tensors named as the forward() arguments: query, key, value,\n"
             "             key_padding_mask, attn_mask; src, mask / src_mask, src_key_padding_mask; tgt,\n"
-            "             memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask.\n"
+            "             memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask;\n"
+            "             x [batch, length, d_model] for the reference sketch's modules (sparse_attention,\n"
+            "             local_global_attention, linear_attention, performer_attention);\n"
+            "             x [B, C, H, W] for vision_transformer.\n"
             "             Batch-first. Boolean masks (BOOL/U8): true = not allowed; float masks are added.\n"
             "             For multihead_attention, key and value default to query.\n"
-            "OUT.safetensors  'output' (F32), and 'attn_output_weights' when need_weights is true.\n"
+            "--weights-prefix P  the weights are W.safetensors' tensors named P + state_dict name\n"
+            "             (e.g. one of several models in a file; the others' names must not start with P).\n"
+            "--image FILE  instead of --inputs, for vision_transformer: a PNG (when built with libpng),\n"
+            "             PPM or PGM image, resized (bilinear) to the configuration's image_size, gray\n"
+            "             replicated to RGB or RGB made gray as in_channels says, scaled to [0, 1] and\n"
+            "             normalised per channel as (v - mean) / std (--mean, --std: one number or one per\n"
+            "             channel; default 0 and 1; torchvision's ImageNet weights want\n"
+            "             --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225): x [1, C, H, W].\n"
+            "OUT.safetensors  'output' (F32; the logits [B, num_classes] for vision_transformer), and\n"
+            "             'attn_output_weights' when need_weights is true.\n"
             "--threads N  threads to use (default: ATTN_NUM_THREADS or OpenMP's).\n\n"
             "Errors (unknown module or key, missing or mis-shaped weights and inputs) are reported on one\n"
             "line and exit 1; usage errors exit 2. Unlike PyTorch < 2.5, a query whose keys are all masked\n"
@@ -79,13 +116,18 @@ static const char *msg_for(const char *path) {
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *config = NULL, *weights = NULL, *inputs = NULL, *out = NULL;
+    const char *config = NULL, *weights = NULL, *inputs = NULL, *out = NULL, *image = NULL, *mean_s = NULL,
+               *std_s = NULL, *wprefix = NULL;
     int threads = 0;
     cli_opt opts[] = {
         CLI_STRING("--config", &config),
         CLI_STRING("--weights", &weights),
         CLI_STRING("--inputs", &inputs),
         CLI_STRING("--out", &out),
+        CLI_STRING_NONEMPTY("--weights-prefix", &wprefix),
+        CLI_STRING_NONEMPTY("--image", &image),
+        CLI_STRING_NONEMPTY("--mean", &mean_s),
+        CLI_STRING_NONEMPTY("--std", &std_s),
         CLI_INT("--threads", &threads, 1, 4096),
         CLI_END,
     };
@@ -95,9 +137,11 @@ int cmd_run(int argc, char **argv) {
         return 0;
     }
     if (parsed) return parsed;
-    if (!config || !weights || !inputs || !out)
+    if (inputs && image) return cli_usage_error("run: --inputs and --image do not go together");
+    if ((mean_s || std_s) && !image) return cli_usage_error("run: --mean / --std go with --image");
+    if (!config || !weights || (!inputs && !image) || !out)
         return cli_usage_error("run: missing %s (try 'attn run --help')",
-                               !config ? "--config" : !weights ? "--weights" : !inputs ? "--inputs" : "--out");
+                               !config ? "--config" : !weights ? "--weights" : !out ? "--out" : "--inputs or --image");
     if (threads) attn_set_num_threads(threads);
 
     int rc = 0;
@@ -106,6 +150,8 @@ int cmd_run(int argc, char **argv) {
     nn_model *m = NULL;
     attn_safetensors *wst = NULL, *ist = NULL;
     attn_safetensors_writer *w = NULL;
+    image_in img;
+    memset(&img, 0, sizeof img);
     size_t len = 0;
     attn_json_error jerr;
     if (!(text = read_file(config, &len))) {
@@ -120,11 +166,30 @@ int cmd_run(int argc, char **argv) {
         rc = cli_fail("run: %s: %s", config, attn_last_error());
         goto done;
     }
-    if (attn_safetensors_open_file(weights, &wst) || attn_params_load(attn_nn_model_params(m), wst, NULL, 1)) {
+    /* the state_dict under the PyTorch module's names (the seed modules' W_q ... through their map),
+     * buffers (performer_attention's R) included */
+    if (attn_safetensors_open_file(weights, &wst) || attn_nn_model_load(m, wst, wprefix, 1)) {
         rc = cli_fail("run: %s: %s", weights, msg_for(weights));
         goto done;
     }
-    if (attn_safetensors_open_file(inputs, &ist) || attn_nn_model_bind(m, ist, NULL, 1)) {
+    if (image) {
+        const attn_vit *vit = attn_nn_model_vit(m);
+        if (!vit) {
+            rc = cli_fail("run: --image is for vision_transformer models; %s is a %s (give --inputs)", config,
+                          attn_nn_model_name(m));
+            goto done;
+        }
+        const attn_vit_config *vc = attn_vit_get_config(vit);
+        float mean[3], std[3];
+        if ((mean_s && (rc = image_in_parse("run", "--mean", mean_s, (int)vc->in_channels, mean))) ||
+            (std_s && (rc = image_in_parse("run", "--std", std_s, (int)vc->in_channels, std))) ||
+            (rc = image_in_load("run", image, vc, mean_s ? mean : NULL, std_s ? std : NULL, &img)))
+            goto done;
+        if (attn_nn_model_bind(m, img.st, NULL, 1)) {
+            rc = cli_fail("run: %s: %s", image, attn_last_error());
+            goto done;
+        }
+    } else if (attn_safetensors_open_file(inputs, &ist) || attn_nn_model_bind(m, ist, NULL, 1)) {
         rc = cli_fail("run: %s: %s", inputs, msg_for(inputs));
         goto done;
     }
@@ -149,6 +214,7 @@ done:
     attn_safetensors_writer_free(w);
     attn_safetensors_close(wst);
     attn_safetensors_close(ist);
+    image_in_free(&img);
     attn_nn_model_free(m);
     attn_json_free(doc);
     free(text);

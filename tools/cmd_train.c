@@ -22,8 +22,10 @@ static void on_signal(int sig) {
 }
 
 static void usage_train(FILE *f) {
-    fprintf(f, "usage: attn train gpt --data FILE.txt [options]\n\n"
-               "Trains a model; `attn train gpt --help` for the options. Models: gpt.\n");
+    fprintf(f, "usage: attn train gpt --data FILE.txt [options]\n"
+               "       attn train vit [--data DIR] [options]\n\n"
+               "Trains a model; `attn train MODEL --help` for the options. Models: gpt (a byte-level\n"
+               "language model), vit (a Vision Transformer on images, the handwritten digits by default).\n");
 }
 
 static void usage_gpt(FILE *f) {
@@ -44,6 +46,10 @@ static void usage_gpt(FILE *f) {
             "  --context C        context length in bytes (default 64)\n"
             "  --steps N          optimizer steps in total (default 1000)\n"
             "  --batch B          windows per step (default 16)\n"
+            "  --micro-batch M    windows per forward/backward pass (default: B, or B/N on N MPI\n"
+            "                     ranks; a resumed run keeps the checkpoint's when it fits): the\n"
+            "                     gradients of the B/M micro-batches are added in order, so a run\n"
+            "                     is bitwise the same for any number of ranks with the same M\n"
             "  --lr LR            peak learning rate (default 3e-3)\n"
             "  --warmup W         warmup steps (default N/20)\n"
             "  --attention NAME   the self-attention, one of attn's attention kinds (default flash):\n");
@@ -51,7 +57,9 @@ static void usage_gpt(FILE *f) {
         fprintf(f, "                       %-8s %s\n", attn_attention_kind_name((attn_attention_kind)k),
                 attn_attention_kind_help((attn_attention_kind)k));
     fprintf(f,
-            "  --window W         keys on each side for --attention window (required with it)\n"
+            "  --window W         keys on each side for window and local_global (required with them)\n"
+            "  --features M       random features for performer (default 256)\n"
+            "  --feature-seed S   seed of performer's projection (default 0)\n"
             "  --seed S           initialisation and data order (default 1)\n"
             "  --threads T        threads (default: all)\n"
             "  --checkpoint PATH  checkpoint file (default attn-gpt.safetensors)\n"
@@ -67,15 +75,21 @@ static void usage_gpt(FILE *f) {
             "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
             "tokens/s) and `final loss: X` at the end. Ctrl-C finishes the current step, writes\n"
             "the checkpoint and exits with status 130 (a second Ctrl-C stops at once; the last\n"
-            "checkpoint stays intact). `attn sample PATH` generates text from a checkpoint.\n");
+            "checkpoint stays intact). `attn sample PATH` generates text from a checkpoint.\n\n"
+            "Data-parallel: `mpirun -np N attn train gpt ...` (a build with MPI) gives each rank B/N\n"
+            "windows of every step and adds the micro-batch gradients in one fixed order\n"
+            "(include/attn/dist.h), so the weights are bitwise those of one process with the same\n"
+            "--batch and --micro-batch; rank 0 alone prints and writes checkpoints. --resume may use\n"
+            "another N. Ranks that disagree on the options, the data or the weights stop at the start\n"
+            "with a message; a rank that fails or dies ends the whole job.\n");
 }
 
 typedef struct gpt_opts {
     const char *data, *checkpoint;
     train_gpt_shape shape;
     int given_layers, given_heads, given_d, given_context, given_seed, given_steps, given_batch, given_lr,
-        given_warmup;
-    int64_t steps, batch, warmup, every, log_every, threads, seed, stop_at;
+        given_warmup, given_micro;
+    int64_t steps, batch, warmup, every, log_every, threads, seed, stop_at, micro;
     int given_attention;
     double lr;
     int resume;
@@ -117,11 +131,13 @@ static unsigned char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
-/* Window starts for a step: counter-based (seed, step), so a resumed run draws the same ones. */
-static void draw_batch(const unsigned char *text, size_t len, int64_t batch, int64_t context, uint64_t seed,
-                       int64_t step, int64_t *x, int64_t *y) {
+/* Window starts for a step: counter-based (seed, step), so a resumed run draws the same ones.
+ * Windows first .. first + count - 1 of the step's batch (a rank's shard) go to x, y. */
+static void draw_batch(const unsigned char *text, size_t len, int64_t first, int64_t count, int64_t context,
+                       uint64_t seed, int64_t step, int64_t *x0, int64_t *y0) {
     const uint64_t windows = (uint64_t)(len - (size_t)context); /* starts 0 .. len - context - 1 */
-    for (int64_t b = 0; b < batch; b++) {
+    int64_t *x = x0 - first * context, *y = y0 - first * context;
+    for (int64_t b = first; b < first + count; b++) {
         const uint64_t hi = (uint64_t)(attn_philox_uniform(seed, (uint64_t)step, (uint64_t)(2 * b)) * 16777216.0f);
         const uint64_t lo = (uint64_t)(attn_philox_uniform(seed, (uint64_t)step, (uint64_t)(2 * b + 1)) * 16777216.0f);
         const size_t pos = (size_t)(((hi << 24) | lo) % windows);
@@ -135,12 +151,15 @@ static void draw_batch(const unsigned char *text, size_t len, int64_t batch, int
 /* CLI_OK, CLI_HELP or 2 (usage error, printed). */
 static int parse_gpt(int argc, char **argv, gpt_opts *o) {
     const char *attention = NULL;
-    int64_t window = -1;
+    int64_t kopt[TRAIN_KIND_OPTS];
+    for (int i = 0; i < TRAIN_KIND_OPTS; i++) kopt[i] = -1;
     cli_opt opts[] = {
         CLI_STRING_NONEMPTY("--data", &o->data),
         CLI_STRING_NONEMPTY("--checkpoint", &o->checkpoint),
         CLI_STRING("--attention", &attention),
-        CLI_INT("--window", &window, 0, 1 << 30),
+        CLI_INT("--window", &kopt[0], 0, 1 << 30),
+        CLI_INT("--features", &kopt[1], 1, 1 << 16),
+        CLI_INT("--feature-seed", &kopt[2], 0, INT64_MAX),
         CLI_FLAG("--resume", &o->resume),
         CLI_DOUBLE_ABOVE("--lr", &o->lr, 0.0, 10.0),
         CLI_INT("--layers", &o->shape.layers, 1, 256),
@@ -149,6 +168,7 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
         CLI_INT("--context", &o->shape.context, 1, 1 << 20),
         CLI_INT("--steps", &o->steps, 1, 1 << 30),
         CLI_INT("--batch", &o->batch, 1, 1 << 20),
+        CLI_INT("--micro-batch", &o->micro, 1, 1 << 20),
         CLI_INT("--warmup", &o->warmup, 0, 1 << 30),
         CLI_INT("--every", &o->every, 0, 1 << 30),
         CLI_INT("--log-every", &o->log_every, 1, 1 << 30),
@@ -162,9 +182,16 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
     o->given_attention = attention != NULL;
     if (attention && attn_attention_kind_from_name(attention, &o->shape.attention.kind) != ATTN_OK)
         return cli_usage_error("train gpt: --attention: %s", strchr(attn_last_error(), ' ') + 1);
-    if ((o->shape.attention.kind == ATTN_ATTENTION_WINDOW) != (window >= 0))
-        return cli_usage_error("train gpt: --window goes with --attention window, and --attention window needs it");
-    if (window >= 0) o->shape.attention.window = window;
+    const char *kname = attn_attention_kind_name(o->shape.attention.kind);
+    for (int i = 0; i < TRAIN_KIND_OPTS; i++) {
+        int required = 0;
+        const int uses = train_kind_uses(o->shape.attention.kind, i, &required);
+        if (kopt[i] >= 0 && !uses)
+            return cli_usage_error("train gpt: %s does not apply to --attention %s", train_kind_opts[i].flag, kname);
+        if (kopt[i] < 0 && required)
+            return cli_usage_error("train gpt: --attention %s needs %s", kname, train_kind_opts[i].flag);
+        if (kopt[i] >= 0) *train_kind_opt_value(&o->shape.attention, i) = kopt[i];
+    }
     o->given_layers = cli_seen(opts, "--layers");
     o->given_heads = cli_seen(opts, "--heads");
     o->given_d = cli_seen(opts, "--d-model");
@@ -174,6 +201,7 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
     o->given_batch = cli_seen(opts, "--batch");
     o->given_lr = cli_seen(opts, "--lr");
     o->given_warmup = cli_seen(opts, "--warmup");
+    o->given_micro = cli_seen(opts, "--micro-batch");
     if (!o->data) return cli_usage_error("train gpt: missing --data FILE (try 'attn train gpt --help')");
     if (o->shape.d_model % o->shape.heads != 0)
         return cli_usage_error("train gpt: --d-model %lld is not a multiple of --heads %lld", (long long)o->shape.d_model,
@@ -188,11 +216,30 @@ static void fill_meta(train_meta *m, const gpt_opts *o) {
     train_meta_fill(m, &o->shape);
     train_meta_add(m, "train.steps", "%lld", (long long)o->steps);
     train_meta_add(m, "train.batch", "%lld", (long long)o->batch);
+    train_meta_add(m, "train.micro_batch", "%lld", (long long)o->micro);
     train_meta_add(m, "train.warmup", "%lld", (long long)o->warmup);
     train_meta_add(m, "train.lr", "%.17g", o->lr);
 }
 
+static int train_gpt_run(int argc, char **argv, attn_dist **distp);
+
 static int train_gpt(int argc, char **argv) {
+    attn_dist *dist = NULL;
+    return train_dist_end(dist, train_gpt_run(argc, argv, &dist));
+}
+
+/* Options hashed for the check that every rank runs the same configuration. */
+static uint64_t config_hash(const gpt_opts *o, const unsigned char *text, size_t len) {
+    const int64_t v[] = {o->shape.vocab, o->shape.layers, o->shape.heads, o->shape.d_model, o->shape.ff,
+                         o->shape.context, (int64_t)o->shape.attention.kind, o->shape.attention.window,
+                         o->shape.attention.num_features, (int64_t)o->shape.attention.seed, o->steps, o->batch, o->micro, o->warmup, o->every, o->stop_at, o->seed, (int64_t)len};
+    uint64_t h = train_hash(TRAIN_HASH_SEED, v, sizeof v);
+    h = train_hash(h, &o->lr, sizeof o->lr);
+    h = train_hash(h, o->checkpoint, strlen(o->checkpoint));
+    return train_hash(h, text, len);
+}
+
+static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
     gpt_opts o;
     memset(&o, 0, sizeof o);
     o.shape = (train_gpt_shape){TRAIN_BYTE_VOCAB, 2, 4, 128, 512, 64, attn_attention_config_default()};
@@ -211,12 +258,16 @@ static int train_gpt(int argc, char **argv) {
     }
     if (rc) return rc;
     if (o.threads > 0) attn_set_num_threads((int)o.threads);
+    if (train_dist_start("train gpt", distp)) return 1;
+    attn_dist *const dist = *distp;
+    const int rank = attn_dist_rank(dist), nranks = attn_dist_size(dist);
 
     size_t len = 0;
     unsigned char *text = read_file(o.data, &len);
     if (!text) return cli_fail("train gpt: cannot read '%s': %s", o.data, strerror(errno));
 
     /* on resume, the model's shape and the seed come from the checkpoint */
+    int64_t ckpt_micro = 0;
     if (o.resume) {
         attn_safetensors *st = NULL;
         if (attn_safetensors_open_file(o.checkpoint, &st) != ATTN_OK) {
@@ -242,6 +293,11 @@ static int train_gpt(int argc, char **argv) {
         if (!o.given_lr && (mv = attn_safetensors_metadata_find(st, "train.lr")) &&
             !cli_parse_double(mv, 0.0, 10.0, &dv) && dv > 0)
             o.lr = dv;
+        if (!o.given_micro && (mv = attn_safetensors_metadata_find(st, "train.micro_batch")) &&
+            !cli_parse_i64(mv, 1, 1 << 20, &iv)) {
+            ckpt_micro = iv;
+            if (o.batch % nranks == 0 && (o.batch / nranks) % iv == 0) o.micro = iv; /* the run's accumulation */
+        }
         attn_safetensors_close(st);
         if (bad) {
             free(text);
@@ -258,7 +314,9 @@ static int train_gpt(int argc, char **argv) {
                 return cli_fail("train gpt: --resume: %s %lld differs from the checkpoint's %lld", chk[i].name,
                                 (long long)chk[i].mine, (long long)chk[i].theirs);
             }
-        if (o.given_attention && (o.shape.attention.kind != s.attention.kind || o.shape.attention.window != s.attention.window)) {
+        const attn_attention_config *x = &o.shape.attention, *y = &s.attention;
+        if (o.given_attention && (x->kind != y->kind || x->window != y->window ||
+                                  x->num_features != y->num_features || x->seed != y->seed)) {
             free(text);
             return cli_fail("train gpt: --resume: --attention %s differs from the checkpoint's %s",
                             attn_attention_kind_name(o.shape.attention.kind), attn_attention_kind_name(s.attention.kind));
@@ -272,7 +330,21 @@ static int train_gpt(int argc, char **argv) {
         free(text);
         return cli_fail("train gpt: warmup %lld exceeds steps %lld", (long long)o.warmup, (long long)o.steps);
     }
-    const int64_t B = o.batch, C = o.shape.context, V = o.shape.vocab;
+    if (!o.given_micro && o.micro == 0) {
+        o.micro = o.batch % nranks == 0 ? o.batch / nranks : o.batch;
+        if (ckpt_micro)
+            printf("note: the checkpoint's micro-batch %lld does not divide the %lld windows of each of %d ranks: "
+                   "micro-batch %lld from here on (the gradients are added in another grouping)\n",
+                   (long long)ckpt_micro, (long long)o.micro, nranks, (long long)o.micro);
+    }
+    int64_t first = 0, count = 0;
+    if (attn_dist_shard(o.batch, o.micro, rank, nranks, &first, &count) != ATTN_OK) {
+        free(text);
+        return cli_fail("train gpt: --batch %lld, --micro-batch %lld on %d rank%s: %s", (long long)o.batch,
+                        (long long)o.micro, nranks, nranks > 1 ? "s" : "", strchr(attn_last_error(), ' ') + 1);
+    }
+    /* B windows per step, M micro-batches of m, L of them on this rank */
+    const int64_t B = o.batch, C = o.shape.context, V = o.shape.vocab, m = o.micro, M = B / m, L = count / m;
     if (len < (size_t)C + 1) {
         free(text);
         return cli_fail("train gpt: '%s' has %zu bytes; --context %lld needs at least %lld", o.data, len, (long long)C,
@@ -283,7 +355,7 @@ static int train_gpt(int argc, char **argv) {
     attn_gpt *g = NULL;
     attn_optimizer *opt = NULL;
     int64_t *x = NULL, *y = NULL;
-    float *logits = NULL;
+    float *logits = NULL, *grads = NULL, *losses = NULL;
     void *saved = NULL, *ws = NULL;
     int exit_code = 1;
     attn_status s = attn_gpt_create(&cfg, &g);
@@ -316,26 +388,56 @@ static int train_gpt(int argc, char **argv) {
         printf("resuming from %s at step %lld\n", o.checkpoint, (long long)state.step);
     }
     const uint64_t data_seed = state.rng_seed ^ 0x5DEECE66Dull;
+    if (dist) { /* every rank: the same options, data, weights and optimizer state */
+        if (!o.resume && (s = attn_dist_broadcast_params(dist, ps)) != ATTN_OK) {
+            cli_fail("train gpt: %s", attn_last_error());
+            goto done;
+        }
+        uint64_t wh = train_hash(TRAIN_HASH_SEED, &state, sizeof state);
+        for (size_t i = 0; i < attn_params_count(ps); i++) {
+            const attn_param *q = attn_params_get(ps, i);
+            float *st2 = NULL;
+            wh = train_hash(wh, q->data, sizeof(float) * q->numel);
+            if (attn_optimizer_state(opt, i, "exp_avg", &st2) == ATTN_OK) wh = train_hash(wh, st2, sizeof(float) * q->numel);
+            if (attn_optimizer_state(opt, i, "exp_avg_sq", &st2) == ATTN_OK) wh = train_hash(wh, st2, sizeof(float) * q->numel);
+        }
+        if ((s = attn_dist_check_same(dist, config_hash(&o, text, len), "the options and the --data contents")) != ATTN_OK ||
+            (s = attn_dist_check_same(dist, wh, "the starting weights and optimizer state")) != ATTN_OK) {
+            cli_fail("train gpt: rank %d: %s", rank, attn_last_error());
+            goto done;
+        }
+    }
 
-    attn_gpt_args a = {B, C, NULL, NULL, 1, state.rng_seed, 0, NULL};
-    x = malloc(sizeof(int64_t) * (size_t)(B * C));
-    y = malloc(sizeof(int64_t) * (size_t)(B * C));
+    attn_gpt_args a = {m, C, NULL, NULL, 1, state.rng_seed, 0, NULL};
+    x = malloc(sizeof(int64_t) * (size_t)(count * C));
+    y = malloc(sizeof(int64_t) * (size_t)(count * C));
     a.tokens = x;
-    const size_t sb = attn_gpt_saved_size(g, &a), wb = attn_gpt_workspace_size(g, &a);
+    const size_t sb = attn_gpt_saved_size(g, &a), wb = attn_gpt_workspace_size(g, &a), P = attn_params_numel(ps);
     saved = malloc(sb ? sb : 1);
     ws = malloc(wb ? wb : 1);
-    logits = malloc(sizeof(float) * (size_t)(B * C * V));
-    if (!x || !y || !saved || !ws || !logits) {
+    logits = malloc(sizeof(float) * (size_t)(m * C * V));
+    losses = malloc(sizeof(float) * (size_t)(M + L));
+    /* the micro-batch gradients: this rank's L for the reduction (N > 1), or the running fold (N = 1) */
+    const size_t ngrads = M == 1 ? 0 : dist && nranks > 1 ? (L > 1 ? (size_t)L * P : 0) : P;
+    if (ngrads) grads = malloc(sizeof(float) * ngrads);
+    if (!x || !y || !saved || !ws || !logits || !losses || (ngrads && !grads)) {
         cli_fail("train gpt: out of memory (%zu MB of activations)", (sb + wb) >> 20);
         goto done;
     }
-    char att[64];
-    snprintf(att, sizeof att, o.shape.attention.kind == ATTN_ATTENTION_WINDOW ? "%s %lld" : "%s",
-             attn_attention_kind_name(o.shape.attention.kind), (long long)o.shape.attention.window);
-    printf("gpt: %lld layers, %lld heads, d_model %lld, context %lld, %s attention, %zu parameters; %zu bytes of "
+    char att[160];
+    int used = snprintf(att, sizeof att, "%s attention", attn_attention_kind_name(o.shape.attention.kind));
+    for (int i = 0, k = 0; i < TRAIN_KIND_OPTS && used > 0 && (size_t)used < sizeof att; i++)
+        if (train_kind_uses(o.shape.attention.kind, i, NULL))
+            used += snprintf(att + used, sizeof att - (size_t)used, "%s%s %lld", k++ ? ", " : " (",
+                             train_kind_opts[i].name, (long long)*train_kind_opt_value(&o.shape.attention, i));
+    if (used > 0 && (size_t)used + 1 < sizeof att && strchr(att, '(')) strcat(att, ")");
+    printf("gpt: %lld layers, %lld heads, d_model %lld, context %lld, %s, %zu parameters; %zu bytes of "
            "'%s'; batch %lld, %lld steps, lr %g, %d threads\n",
            (long long)o.shape.layers, (long long)o.shape.heads, (long long)o.shape.d_model, (long long)C, att,
            attn_params_numel(ps), len, o.data, (long long)B, (long long)o.steps, o.lr, attn_get_num_threads());
+    if (M > 1 || nranks > 1)
+        printf("data-parallel: %d rank%s, %lld windows each, micro-batch %lld (%lld gradients added in order per step)\n",
+               nranks, nranks > 1 ? "s" : "", (long long)count, (long long)m, (long long)M);
     fflush(stdout);
 
     struct sigaction sa, old_int, old_term;
@@ -352,23 +454,62 @@ static int train_gpt(int argc, char **argv) {
     double t_last = bench_now();
     int64_t tokens_since = 0, step0 = state.step;
     float last_loss = NAN;
-    int failed = 0;
+    int failed = 0, dist_stop = 0;
     char save_err[512] = "";
     const int64_t stop = o.stop_at > 0 && o.stop_at < o.steps ? o.stop_at : o.steps;
-    while (state.step < stop && !g_interrupted) {
+    while (state.step < stop && !(dist ? dist_stop : g_interrupted)) {
+        if (dist) { /* the ranks agree on stopping (Ctrl-C reaches them one by one) */
+            if ((s = attn_dist_agree(dist, g_interrupted != 0, &dist_stop)) != ATTN_OK) {
+                failed = 1;
+                break;
+            }
+            if (dist_stop) break;
+        }
         const int64_t step = state.step;
-        draw_batch(text, len, B, C, data_seed, step, x, y);
+        draw_batch(text, len, first, count, C, data_seed, step, x, y);
         a.offset = (uint64_t)step;
         double lr = 0, gn = 0;
         float loss = 0;
-        if ((s = attn_params_zero_grad(ps)) != ATTN_OK || (s = attn_gpt_forward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
-            (s = attn_cross_entropy_forward(logits, y, B * C, V, &ce, &loss, logits)) != ATTN_OK ||
-            (s = attn_gpt_backward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
-            (s = attn_lr_warmup_cosine(&sched, step, &lr)) != ATTN_OK) {
+        /* the canonical gradient: micro-batch gradients computed one by one, added in order */
+        for (int64_t k = 0; k < L && !failed; k++) {
+            a.tokens = x + k * m * C;
+            if ((s = attn_params_zero_grad(ps)) != ATTN_OK ||
+                (s = attn_gpt_forward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
+                (s = attn_cross_entropy_forward(logits, y + k * m * C, m * C, V, &ce, &losses[M + k], logits)) != ATTN_OK ||
+                (s = attn_gpt_backward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK) {
+                failed = 1;
+                break;
+            }
+            if (!grads) continue;
+            float *dst = grads + (dist && nranks > 1 ? (size_t)k * P : 0);
+            for (size_t i = 0, off = 0; i < attn_params_count(ps); off += attn_params_get(ps, i)->numel, i++) {
+                const attn_param *q = attn_params_get(ps, i);
+                if (k == 0 || (dist && nranks > 1))
+                    memcpy(dst + off, q->grad, sizeof(float) * q->numel);
+                else
+                    for (size_t e = 0; e < q->numel; e++) dst[off + e] += q->grad[e];
+            }
+        }
+        if (failed) break;
+        if (dist && nranks > 1) {
+            if ((s = attn_dist_allgather_f32(dist, losses + M, L, losses)) != ATTN_OK ||
+                (s = attn_dist_allreduce_grads(dist, ps, grads, L)) != ATTN_OK) {
+                failed = 1;
+                break;
+            }
+        } else {
+            memcpy(losses, losses + M, sizeof(float) * (size_t)M);
+            for (size_t i = 0, off = 0; grads && i < attn_params_count(ps); off += attn_params_get(ps, i)->numel, i++)
+                memcpy(attn_params_get(ps, i)->grad, grads + off, sizeof(float) * attn_params_get(ps, i)->numel);
+        }
+        double lsum = 0;
+        for (int64_t k = 0; k < M; k++) lsum += losses[k];
+        loss = (float)(lsum / (double)M);
+        if ((s = attn_lr_warmup_cosine(&sched, step, &lr)) != ATTN_OK) {
             failed = 1;
             break;
         }
-        s = attn_train_step(opt, lr, 1.0, 1, &gn);
+        s = attn_train_step(opt, lr, 1.0, M, &gn);
         if (s == ATTN_ERR_NUMERIC) {
             printf("step %lld: non-finite gradient norm, step skipped\n", (long long)step + 1);
         } else if (s != ATTN_OK) {
@@ -388,7 +529,7 @@ static int train_gpt(int argc, char **argv) {
             t_last = now;
             tokens_since = 0;
         }
-        if (o.every > 0 && state.step % o.every == 0 && state.step < stop) {
+        if (rank == 0 && o.every > 0 && state.step % o.every == 0 && state.step < stop) {
             train_meta meta;
             fill_meta(&meta, &o);
             if (attn_checkpoint_save(o.checkpoint, ps, opt, &state, meta.keys, meta.values, meta.n) != ATTN_OK) {
@@ -397,7 +538,7 @@ static int train_gpt(int argc, char **argv) {
             }
         }
     }
-    const int interrupted = g_interrupted != 0;
+    const int interrupted = dist ? dist_stop : g_interrupted != 0;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     if (failed) {
@@ -410,7 +551,7 @@ static int train_gpt(int argc, char **argv) {
     }
     train_meta meta;
     fill_meta(&meta, &o);
-    if (attn_checkpoint_save(o.checkpoint, ps, opt, &state, meta.keys, meta.values, meta.n) != ATTN_OK) {
+    if (rank == 0 && attn_checkpoint_save(o.checkpoint, ps, opt, &state, meta.keys, meta.values, meta.n) != ATTN_OK) {
         cli_fail("train gpt: cannot write checkpoint: %s", attn_last_error());
         goto done;
     }
@@ -429,6 +570,8 @@ done:
     free(x);
     free(y);
     free(logits);
+    free(grads);
+    free(losses);
     free(saved);
     free(ws);
     attn_optimizer_free(opt);
@@ -437,11 +580,12 @@ done:
 }
 
 int cmd_train(int argc, char **argv) {
-    if (argc < 2) return cli_usage_error("train: which model? (gpt; try 'attn train --help')");
+    if (argc < 2) return cli_usage_error("train: which model? (gpt, vit; try 'attn train --help')");
     if (cli_is_help(argv[1])) {
         usage_train(stdout);
         return 0;
     }
     if (!strcmp(argv[1], "gpt")) return train_gpt(argc - 1, argv + 1);
-    return cli_usage_error("train: unknown model '%s' (available: gpt)", argv[1]);
+    if (!strcmp(argv[1], "vit")) return train_vit(argc - 1, argv + 1);
+    return cli_usage_error("train: unknown model '%s' (available: gpt, vit)", argv[1]);
 }

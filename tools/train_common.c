@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli_opts.h"
@@ -16,6 +17,38 @@ attn_gpt_config train_gpt_config(const train_gpt_shape *s) {
     c.tie_embeddings = 0;
     c.layer.attention = s->attention;
     return c;
+}
+
+/* The attention kinds' options (attn_attention_kind_options names them): option name, CLI flag,
+ * checkpoint metadata key, bounds, and where the value lives in attn_attention_config. */
+const train_kind_opt train_kind_opts[TRAIN_KIND_OPTS] = {
+    {"window", "--window", "gpt.window", 0, (int64_t)1 << 30},
+    {"num_features", "--features", "gpt.num_features", 1, 1 << 16},
+    {"seed", "--feature-seed", "gpt.feature_seed", 0, INT64_MAX},
+};
+
+int64_t *train_kind_opt_value(attn_attention_config *c, int i) {
+    switch (i) {
+    case 0: return &c->window;
+    case 1: return &c->num_features;
+    default: return (int64_t *)(void *)&c->seed; /* uint64_t, set within 0..INT64_MAX */
+    }
+}
+
+int train_kind_uses(attn_attention_kind kind, int i, int *required) {
+    const char *opts = attn_attention_kind_options(kind), *name = train_kind_opts[i].name;
+    const size_t n = strlen(name);
+    for (const char *p = opts; p && *p;) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        const int req = len > 0 && p[len - 1] == '!';
+        if (len - (size_t)req == n && !strncmp(p, name, n)) {
+            if (required) *required = req;
+            return 1;
+        }
+        p = end ? end + 1 : p + len;
+    }
+    return 0;
 }
 
 static const char *const meta_keys[TRAIN_META_COUNT] = {
@@ -32,7 +65,10 @@ void train_meta_fill(train_meta *m, const train_gpt_shape *s) {
     m->values[TRAIN_META_COUNT - 1] = "bytes";
     m->n = TRAIN_META_COUNT;
     train_meta_add(m, "gpt.attention", "%s", attn_attention_kind_name(s->attention.kind));
-    if (s->attention.kind == ATTN_ATTENTION_WINDOW) train_meta_add(m, "gpt.window", "%lld", (long long)s->attention.window);
+    attn_attention_config c = s->attention;
+    for (int i = 0; i < TRAIN_KIND_OPTS; i++)
+        if (train_kind_uses(c.kind, i, NULL))
+            train_meta_add(m, train_kind_opts[i].meta, "%lld", (long long)*train_kind_opt_value(&c, i));
 }
 
 void train_meta_add(train_meta *m, const char *key, const char *fmt, ...) {
@@ -72,15 +108,63 @@ int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *
         snprintf(err, errsz, "metadata 'gpt.attention' is '%s', not an attention kind of this build", kind);
         return -1;
     }
-    const char *win = attn_safetensors_metadata_find(st, "gpt.window");
-    if (s->attention.kind == ATTN_ATTENTION_WINDOW &&
-        (!win || cli_parse_i64(win, 0, (int64_t)1 << 30, &s->attention.window) != 0)) {
-        snprintf(err, errsz, "metadata 'gpt.window' is %s", win ? "not an integer in 0..2^30" : "missing");
-        return -1;
+    for (int i = 0; i < TRAIN_KIND_OPTS; i++) {
+        const train_kind_opt *ko = &train_kind_opts[i];
+        int required = 0;
+        if (!train_kind_uses(s->attention.kind, i, &required)) continue;
+        const char *v = attn_safetensors_metadata_find(st, ko->meta);
+        if ((!v && required) || (v && cli_parse_i64(v, ko->min, ko->max, train_kind_opt_value(&s->attention, i)))) {
+            snprintf(err, errsz, "metadata '%s' is %s", ko->meta, v ? "out of range" : "missing");
+            return -1;
+        }
     }
     if (s->vocab != TRAIN_BYTE_VOCAB) {
         snprintf(err, errsz, "vocabulary of %lld (want %d bytes)", (long long)s->vocab, TRAIN_BYTE_VOCAB);
         return -1;
     }
     return 0;
+}
+
+int train_dist_start(const char *cmd, attn_dist **d) {
+    *d = NULL;
+    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!n) n = getenv("PMI_SIZE");
+    if (!n && !getenv("PMIX_RANK")) return 0; /* not launched by MPI: one process, as always */
+    const long size = n ? strtol(n, NULL, 10) : 1;
+    if (!attn_dist_available()) {
+        if (size <= 1) return 0;
+        fprintf(stderr,
+                "attn: %s: launched as %ld MPI processes, but this build has no MPI (each would train alone); "
+                "rebuild with MPI installed (libopenmpi-dev)\n",
+                cmd, size);
+        return 1;
+    }
+    if (attn_dist_init(d) != ATTN_OK) {
+        fprintf(stderr, "attn: %s: %s\n", cmd, attn_last_error());
+        return 1;
+    }
+    if (attn_dist_rank(*d) != 0) {
+        fflush(stdout);
+        if (!freopen("/dev/null", "w", stdout)) { /* stdout stays: the output is doubled, no harm */
+        }
+    }
+    return 0;
+}
+
+int train_dist_end(attn_dist *d, int exit_code) {
+    if (!d) return exit_code;
+    fflush(stdout);
+    if (exit_code != 0 && exit_code != 130 && attn_dist_size(d) > 1) {
+        fprintf(stderr, "attn: rank %d of %d stops the job (exit status %d)\n", attn_dist_rank(d), attn_dist_size(d),
+                exit_code);
+        attn_dist_abort(d, exit_code);
+    }
+    attn_dist_free(d);
+    return exit_code;
+}
+
+uint64_t train_hash(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
 }

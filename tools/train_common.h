@@ -20,11 +20,23 @@ typedef struct train_gpt_shape {
  * layers with GELU, dropout 0, untied lm_head. */
 attn_gpt_config train_gpt_config(const train_gpt_shape *s);
 
+/* Options of the attention kinds, as flags and metadata (train_kind_opts, in the order of the
+ * attn_attention_config fields). */
+#define TRAIN_KIND_OPTS 3
+typedef struct train_kind_opt {
+    const char *name, *flag, *meta;
+    int64_t min, max;
+} train_kind_opt;
+extern const train_kind_opt train_kind_opts[TRAIN_KIND_OPTS];
+int64_t *train_kind_opt_value(attn_attention_config *c, int i);
+/* Whether kind reads option i (and in *required, nullable, whether it must be set). */
+int train_kind_uses(attn_attention_kind kind, int i, int *required);
+
 /* Checkpoint metadata: "model" = "gpt", "gpt.vocab_size", "gpt.layers", "gpt.heads",
  * "gpt.d_model", "gpt.ff", "gpt.context", "gpt.tokenizer" = "bytes", then "gpt.attention" (a kind's
  * name; absent in older checkpoints, meaning flash) and the kind's options ("gpt.window"). */
 #define TRAIN_META_COUNT 8
-#define TRAIN_META_MAX 16
+#define TRAIN_META_MAX 20
 typedef struct train_meta {
     const char *keys[TRAIN_META_MAX];
     const char *values[TRAIN_META_MAX];
@@ -41,5 +53,37 @@ void train_meta_add(train_meta *m, const char *key, const char *fmt, ...)
     ;
 /* Reads the shape back; 0 on success, else -1 with a message in err. */
 int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *err, size_t errsz);
+
+/* ---- data-parallel runs (include/attn/dist.h) ----------------------------------------------
+ * `attn train gpt` and `attn bench train` run data-parallel when an MPI launcher started them
+ * (mpirun / srun / mpiexec: OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment).
+ * train_dist_start makes the context then (*d NULL otherwise) and sends the stdout of every rank
+ * but 0 to /dev/null (rank 0 alone reports; errors still reach every rank's stderr). Launched as
+ * several processes by a build without MPI: an error
+ * (each would train alone and overwrite the others' checkpoints). 0 or 1 (message printed). */
+int train_dist_start(const char *cmd, attn_dist **d);
+/* Ends the context: MPI_Finalize when exit_code is 0 or 130, else MPI_Abort(exit_code) on a job of
+ * several ranks (a rank that stops alone must not leave the others waiting in a collective). */
+int train_dist_end(attn_dist *d, int exit_code);
+
+/* FNV-1a 64 of n bytes, continuing from h (start from TRAIN_HASH_SEED): for configuration checks. */
+#define TRAIN_HASH_SEED 0xcbf29ce484222325ull
+uint64_t train_hash(uint64_t h, const void *data, size_t n);
+
+/* ---- data-parallel runs (include/attn/dist.h) ----------------------------------------------
+ * `attn train gpt` and `attn bench train` run data-parallel when an MPI launcher started them
+ * (mpirun / srun / mpiexec: OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment).
+ * train_dist_start makes the context then (*d NULL otherwise) and sends the stdout of every rank
+ * but 0 to /dev/null (rank 0 alone reports; errors still reach every rank's stderr). Launched as
+ * several processes by a build without MPI: an error
+ * (each would train alone and overwrite the others' checkpoints). 0 or 1 (message printed). */
+int train_dist_start(const char *cmd, attn_dist **d);
+/* Ends the context: MPI_Finalize when exit_code is 0 or 130, else MPI_Abort(exit_code) on a job of
+ * several ranks (a rank that stops alone must not leave the others waiting in a collective). */
+int train_dist_end(attn_dist *d, int exit_code);
+
+/* FNV-1a 64 of n bytes, continuing from h (start from TRAIN_HASH_SEED): for configuration checks. */
+#define TRAIN_HASH_SEED 0xcbf29ce484222325ull
+uint64_t train_hash(uint64_t h, const void *data, size_t n);
 
 #endif

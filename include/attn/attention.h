@@ -134,12 +134,37 @@ typedef enum attn_attention_kind {
     /* softmax attention within a sliding window of `window` keys on each side that causality
      * leaves (query i sees keys i - window .. i when causal, |i - j| <= window otherwise), on the
      * flash kernel's window support: time and memory O(N window) */
-    ATTN_ATTENTION_WINDOW = 1
+    ATTN_ATTENTION_WINDOW = 1,
+    /* Longformer (attn/longformer.h): the window kind plus global tokens, given per call as a
+     * global_attention_mask [B, N]; a global token sees every key and every query sees it.
+     * O(N (window + g)). Without a mask it is the window kind; decoding treats no token as global */
+    ATTN_ATTENTION_LOCAL_GLOBAL = 2,
+    /* linear attention (Katharopoulos 2020), phi = elu + 1, O(N): linear_attention.h */
+    ATTN_ATTENTION_LINEAR = 3,
+    /* Performer FAVOR+ (Choromanski 2021): softmax approximated by num_features positive
+     * orthogonal random features drawn from seed, O(N m): linear_attention.h */
+    ATTN_ATTENTION_PERFORMER = 4
 } attn_attention_kind;
 
 typedef struct attn_attention_config {
     attn_attention_kind kind;      /* default ATTN_ATTENTION_FLASH */
-    int64_t window;                /* ATTN_ATTENTION_WINDOW: keys on each side, >= 0 */
+    int64_t window;                /* ATTN_ATTENTION_WINDOW, _LOCAL_GLOBAL: keys on each side, >= 0 */
+    /* ATTN_ATTENTION_PERFORMER: random features m (0 = 256; at most 2^16) and the seed of their
+     * projection W [m, head_dim] (attn_orf_draw(W, m, head_dim, seed), one W shared by every head
+     * and layer that holds this config). W is a buffer, not a parameter: the forward, backward
+     * and decoding steps redraw it from (seed, m, head_dim), so a redraw is a new seed
+     * (attn_mha_redraw_features). */
+    int64_t num_features;
+    uint64_t seed;
+    /* ATTN_ATTENTION_PERFORMER: an explicit projection used instead of the drawn one (NULL: drawn
+     * from seed, as above): projection_heads x m x head_dim floats, row-major, W [Hw, m, d] of
+     * linear_attention.h with m = num_features (256 when 0) and projection_heads (Hw) 1 (one W
+     * shared by every head) or the number of query heads (one per head). Borrowed: it must stay
+     * valid while a module holding this config runs (attn_mha copies the pointer, not the
+     * floats). Like a drawn W it is a buffer: no gradient flows to it. projection_heads must be 0
+     * when projection is NULL. Shapes are checked against the heads and head_dim of each call. */
+    const float *projection;
+    int64_t projection_heads;
 } attn_attention_config;
 
 /* kind ATTN_ATTENTION_FLASH, every option 0. */
@@ -153,6 +178,9 @@ ATTN_API const char *attn_attention_kind_name(attn_attention_kind kind);
 ATTN_API const char *attn_attention_kind_help(attn_attention_kind kind);
 /* The kind of that name; ATTN_ERR_NOT_FOUND listing the names otherwise. */
 ATTN_API attn_status attn_attention_kind_from_name(const char *name, attn_attention_kind *kind);
+/* The attn_attention_config fields the kind reads, comma-separated ("window!", "num_features,seed",
+ * "" for none); '!' marks one the caller must set. NULL for an unknown kind. */
+ATTN_API const char *attn_attention_kind_options(attn_attention_kind kind);
 /* Whether the kind can return exact attention weights (need_weights, attention capture). */
 ATTN_API int attn_attention_kind_has_weights(attn_attention_kind kind);
 

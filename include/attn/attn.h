@@ -5,9 +5,14 @@
 #include "core.h"
 #include "kernels.h"
 #include "attention.h"
+#include "longformer.h"
+#include "linear_attention.h"
 #include "safetensors.h"
 #include "nn.h"
 #include "train.h"
 #include "viz.h"
+#include "model.h"
+#include "image.h"
+#include "dist.h"
 
 #endif

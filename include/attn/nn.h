@@ -1,8 +1,9 @@
 /* attn nn: modules with PyTorch semantics, forward and backward, parameters named as PyTorch's
  * state_dict and loaded from / saved to safetensors: linear layers, positional encodings
- * (sinusoidal, learned, RoPE, ALiBi slopes), nn.MultiheadAttention, TransformerEncoderLayer /
+ * (sinusoidal, learned, RoPE, ALiBi slopes), nn.MultiheadAttention (packed or separate
+ * projections), local + global attention, TransformerEncoderLayer /
  * TransformerDecoderLayer, their stacks and nn.Transformer; key/value caches for incremental
- * decoding; a decoder-only (GPT-style) language model.
+ * decoding; a decoder-only (GPT-style) language model; a Vision Transformer (torchvision's).
  *
  * ---- Memory contract (every module) -----------------------------------------------------------
  * A module owns its parameters and their gradients: both are allocated by *_create, parameters
@@ -228,7 +229,15 @@ ATTN_API attn_status attn_alibi_slopes(float *slopes, int64_t num_heads);
  *   out = concat_h(O_h) Wo^T + bo
  * Wq, Wk, Wv are the three row blocks of in_proj_weight [3E, E] when kdim == vdim == embed_dim,
  * else q_proj_weight [E, E], k_proj_weight [E, kdim], v_proj_weight [E, vdim]; in_proj_bias [3E],
- * bias_k, bias_v [1, 1, E], out_proj.weight [E, E], out_proj.bias [E]. */
+ * bias_k, bias_v [1, 1, E], out_proj.weight [E, E], out_proj.bias [E]. With separate_projections
+ * the same function is stored as four nn.Linear layers (the layout of most hand-written attention
+ * modules, the seed's W_q / W_k / W_v / W_o among them): q_proj.weight [E, E], q_proj.bias [E],
+ * k_proj.weight [E, kdim], k_proj.bias [E], v_proj.weight [E, vdim], v_proj.bias [E], (bias_k,
+ * bias_v,) out_proj.weight [E, E], out_proj.bias [E], in that order, each initialised as
+ * nn.Linear (kaiming_uniform(a=sqrt(5)) for weights, i.e. U(+-1/sqrt(fan_in)), and biases
+ * U(+-1/sqrt(fan_in))). Another module's names are reached through a name map, e.g.
+ * {"q_proj.", "W_q."}, {"k_proj.", "W_k."}, {"v_proj.", "W_v."}, {"out_proj.", "W_o."}
+ * (attn_params_load_mapped). */
 /* Attention capture (declared below): records chosen modules' weights during a forward. */
 typedef struct attn_capture attn_capture;
 
@@ -237,6 +246,9 @@ typedef struct attn_mha_config {
     int64_t kdim, vdim;             /* 0 = embed_dim */
     int bias;                       /* in_proj_bias and out_proj.bias (default 1) */
     int add_bias_kv, add_zero_attn; /* default 0 */
+    /* Store Wq, Wk, Wv, Wo as four nn.Linear layers q_proj, k_proj, v_proj, out_proj (see above)
+     * instead of PyTorch's packed in_proj_weight / in_proj_bias. Default 0. */
+    int separate_projections;
     float dropout;                  /* on the attention weights, in training (default 0) */
     /* Rotary position embedding of Q and K after the in-projection (not part of PyTorch's
      * MultiheadAttention: GPT-NeoX / Llama-style self-attention). rope.head_dim must be
@@ -257,6 +269,11 @@ ATTN_API attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out)
 ATTN_API void attn_mha_free(attn_mha *m);
 ATTN_API const attn_params *attn_mha_params(const attn_mha *m);
 ATTN_API const attn_mha_config *attn_mha_get_config(const attn_mha *m);
+/* Redraw a Performer attention's random features: its projection W is drawn from
+ * cfg.attention.seed on every call, so this sets that seed (a recurrent cache built with the old
+ * features no longer matches them: reset it). ATTN_ERR_UNSUPPORTED for other kinds and for an explicit
+ * attention.projection (the caller owns it: change its floats instead). */
+ATTN_API attn_status attn_mha_redraw_features(attn_mha *m, uint64_t seed);
 
 /* One call's inputs, batch-first and contiguous. Masks follow nn.MultiheadAttention: a boolean
  * mask's true (nonzero) means NOT allowed (the opposite of attn_sdpa_params), a float mask is added
@@ -315,6 +332,56 @@ ATTN_API attn_status attn_mha_forward(attn_mha *m, const attn_mha_args *a, float
 ATTN_API attn_status attn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout,
                               float *dquery, float *dkey, float *dvalue, const void *saved,
                               size_t saved_bytes, void *workspace, size_t workspace_bytes);
+
+/* ---- local + global attention (the seed's LocalGlobalAttention, its mask corrected) ----------
+ * Self-attention over x [B, N, d_model] by two multi-head attentions whose outputs are summed,
+ * then projected:
+ *   out = projection(global_attn(x, x, x) + local_attn(x, x, x))
+ * global_attn attends to every key; local_attn is the window kind (attention.h): query i attends
+ * to key j when |i - j| <= local_window, at O(N local_window) cost. Both attentions use separate
+ * projections (attn_mha_config.separate_projections). Parameters, in the seed's (PyTorch's)
+ * order: local_attn.{q,k,v,out}_proj.{weight,bias}, global_attn.{q,k,v,out}_proj.{weight,bias},
+ * projection.weight [d, d], projection.bias [d], initialised as nn.Linear; the seed's names
+ * (local_attn.W_q.weight, ...) are reached with the name map {"*.q_proj.", "*.W_q."},
+ * {"*.k_proj.", "*.W_k."}, {"*.v_proj.", "*.W_v."}, {"*.out_proj.", "*.W_o."}.
+ * Dropout (training) on the attention weights: global_attn's from (seed, offset), local_attn's
+ * from (seed, offset + 1). Attention capture names the two "global_attn" and "local_attn". */
+typedef struct attn_local_global_config {
+    int64_t d_model, num_heads;     /* d_model divisible by num_heads */
+    int64_t local_window;           /* keys on each side, >= 0 */
+    float dropout;                  /* on both attentions' weights (default 0.1, the seed's) */
+} attn_local_global_config;
+
+ATTN_API attn_local_global_config attn_local_global_config_default(int64_t d_model, int64_t num_heads,
+                                                                   int64_t local_window);
+
+typedef struct attn_local_global_args {
+    int64_t batch, n;
+    const float *x;                 /* [B, n, d_model] */
+    int training;
+    uint64_t seed, offset;
+    attn_capture *capture;          /* nullable: global_attn, local_attn */
+} attn_local_global_args;
+
+/* Eval mode, no capture; the caller fills batch, n and x. */
+ATTN_API attn_local_global_args attn_local_global_args_default(void);
+
+typedef struct attn_local_global attn_local_global;
+
+ATTN_API attn_status attn_local_global_create(const attn_local_global_config *cfg, attn_local_global **out);
+ATTN_API void attn_local_global_free(attn_local_global *m);
+ATTN_API const attn_params *attn_local_global_params(const attn_local_global *m);
+ATTN_API const attn_local_global_config *attn_local_global_get_config(const attn_local_global *m);
+ATTN_API size_t attn_local_global_saved_size(const attn_local_global *m, const attn_local_global_args *a);
+ATTN_API size_t attn_local_global_workspace_size(const attn_local_global *m, const attn_local_global_args *a);
+/* out [B, n, d_model]; saved NULL for inference. */
+ATTN_API attn_status attn_local_global_forward(attn_local_global *m, const attn_local_global_args *a, float *out,
+                                               void *saved, size_t saved_bytes, void *workspace,
+                                               size_t workspace_bytes);
+/* dx [B, n, d_model] overwritten (nullable); parameter gradients accumulated. */
+ATTN_API attn_status attn_local_global_backward(attn_local_global *m, const attn_local_global_args *a,
+                                                const float *dout, float *dx, const void *saved,
+                                                size_t saved_bytes, void *workspace, size_t workspace_bytes);
 
 /* ---- transformer layers, stacks and nn.Transformer -----------------------------------------
  * torch.nn.TransformerEncoderLayer / TransformerDecoderLayer (batch_first=True), their stacks
@@ -758,12 +825,100 @@ ATTN_API attn_status attn_token_encoder_backward(attn_token_encoder *m, const at
                                         const void *saved, size_t saved_bytes, void *workspace,
                                         size_t workspace_bytes);
 
+/* ---- Vision Transformer: torchvision.models.VisionTransformer (and DeiT's distillation token) --
+ *   patches = conv_proj(images)      a Conv2d(C, D, kernel = stride = patch_size) computed as im2col
+ *                                    of the non-overlapping patches and one GEMM: [B*Np, C*p*p] x W^T
+ *   x_0 = [class_token (, dist_token), patches (row-major over the gh x gw grid)] + pos_embedding
+ *                                    (dropout in training, stream (seed, offset + 8 num_layers))
+ *   h = norm(layers(x_0))            pre-norm GELU blocks: x + SA(norm1 x), x + MLP(norm2 x)
+ *   logits = head(h[:, 0])           distilled: (head(h[:, 0]) + head_dist(h[:, 1])) / 2, DeiT's
+ *                                    eval output; with separate_heads both, [2, B, classes]
+ * Np = (H / p) (W / p); H and W must be multiples of p (as torchvision asserts); H != W allowed.
+ * Parameters (attn's names; attn_vit_torchvision_names / attn_vit_timm_names map them):
+ *   conv_proj.weight [D, C, p, p], conv_proj.bias [D], class_token [1, 1, D], dist_token [1, 1, D]
+ *   (distilled), pos_embedding [1, T + Np, D] (T = 1, or 2 distilled), layers.N.self_attn.* /
+ *   linear1.* / linear2.* / norm1.* / norm2.* (TransformerEncoderLayer's names), norm.* (final
+ *   LayerNorm), head.weight [classes, D], head.bias, head_dist.* (distilled).
+ * Initialisation as torchvision: conv_proj.weight N(0, 1 / fan_in) (torchvision's trunc_normal_
+ * cuts at +-2; not here), conv_proj.bias 0, class_token / dist_token 0, pos_embedding N(0, 0.02^2),
+ * head 0; the layers keep nn.Linear / MultiheadAttention defaults (torchvision uses xavier for the
+ * MLP: load its weights to match).
+ * torchvision's dropout and attention_dropout are one value here (layer dropout). LayerNorm eps
+ * 1e-6 by default, as torchvision's and timm's ViTs.
+ * Capture names: "layers.N.self_attn" (torchvision's "encoder.layers.encoder_layer_N.self_attention",
+ * timm's "blocks.N.attn"). */
+typedef struct attn_vit_config {
+    int64_t image_h, image_w;          /* torchvision's image_size (square there) */
+    int64_t patch_size;                /* square patches, divides image_h and image_w */
+    int64_t in_channels;               /* default 3 */
+    int64_t num_layers, num_heads, hidden_dim, mlp_dim, num_classes;
+    float dropout;                     /* default 0 */
+    float layer_norm_eps;              /* every LayerNorm's (default 1e-6) */
+    int distilled;                     /* DeiT's dist_token and head_dist (default 0) */
+} attn_vit_config;
+
+/* torchvision's VisionTransformer(image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim,
+ * num_classes = 1000): 3 channels, no dropout, eps 1e-6, not distilled. */
+ATTN_API attn_vit_config attn_vit_config_default(int64_t image_size, int64_t patch_size, int64_t num_layers,
+                                                 int64_t num_heads, int64_t hidden_dim, int64_t mlp_dim,
+                                                 int64_t num_classes);
+
+typedef struct attn_vit_args {
+    int64_t batch;
+    const float *images;               /* [B, C, image_h, image_w] */
+    int separate_heads;                /* distilled only: logits [2, B, classes] (class head, dist head) */
+    int training;
+    uint64_t seed, offset;
+    attn_capture *capture;             /* nullable: layers.N.self_attn */
+} attn_vit_args;
+
+typedef struct attn_vit attn_vit;
+
+ATTN_API attn_status attn_vit_create(const attn_vit_config *cfg, attn_vit **out);
+ATTN_API void attn_vit_free(attn_vit *v);
+ATTN_API const attn_params *attn_vit_params(const attn_vit *v);
+/* The configuration the model was created with (NULL for NULL). */
+ATTN_API const attn_vit_config *attn_vit_get_config(const attn_vit *v);
+/* Tokens per image: T + Np. */
+ATTN_API int64_t attn_vit_tokens(const attn_vit *v);
+ATTN_API size_t attn_vit_saved_size(const attn_vit *v, const attn_vit_args *a);
+ATTN_API size_t attn_vit_workspace_size(const attn_vit *v, const attn_vit_args *a);
+/* logits [B, num_classes] ([2, B, num_classes] with separate_heads); saved NULL for inference. */
+ATTN_API attn_status attn_vit_forward(attn_vit *v, const attn_vit_args *a, float *logits, void *saved,
+                                      size_t saved_bytes, void *workspace, size_t workspace_bytes);
+/* From dlogits (the forward's logits' shape): dimages [B, C, H, W] overwritten (nullable),
+ * parameter gradients accumulated. */
+ATTN_API attn_status attn_vit_backward(attn_vit *v, const attn_vit_args *a, const float *dlogits, float *dimages,
+                                       const void *saved, size_t saved_bytes, void *workspace,
+                                       size_t workspace_bytes);
+
+/* Our names to torchvision's VisionTransformer state_dict names (conv_proj.*, class_token,
+ * encoder.pos_embedding, encoder.layers.encoder_layer_N.{ln_1, self_attention, ln_2, mlp.0, mlp.3},
+ * encoder.ln, heads.head; torchvision >= 0.14 saves the MLP as mlp.0 / mlp.3, older checkpoints'
+ * mlp.linear_1 / linear_2 must be renamed first) and to timm's (patch_embed.proj, cls_token,
+ * dist_token, pos_embed, blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}, norm,
+ * head, head_dist; timm 0.9.16's VisionTransformerDistilled loads them strictly and gives the same
+ * logits: tests/parity/check_vit_timm.py, optional). For attn_params_load_file_mapped /
+ * attn_params_save_file_mapped. */
+ATTN_API const attn_name_map *attn_vit_torchvision_names(void);
+ATTN_API const attn_name_map *attn_vit_timm_names(void);
+
+/* Resample a position embedding to another patch grid, as timm's resample_abs_pos_embed (and
+ * torchvision's interpolate_embeddings with align_corners): src [prefix + src_h src_w, dim] ->
+ * dst [prefix + dst_h dst_w, dim]; the first `prefix` rows (class / distillation tokens) are copied,
+ * the grid is resized per feature by F.interpolate(mode="bicubic", align_corners) (A = -0.75,
+ * edge-clamped taps; timm's align_corners=False, torchvision's True). timm antialiases when it
+ * shrinks a grid; this does not (identical when growing). */
+ATTN_API attn_status attn_vit_resample_pos_embed(const float *src, int64_t prefix, int64_t src_h, int64_t src_w,
+                                                 float *dst, int64_t dst_h, int64_t dst_w, int64_t dim,
+                                                 int align_corners);
+
 /* ---- attention capture ----------------------------------------------------------------------
  * The attention weights of chosen modules, layers, heads and rows, recorded during an ordinary
  * forward pass (what PyTorch users get from forward hooks on MultiheadAttention). Pass a capture
  * in the forward's args (`capture` of attn_mha_args, attn_layer_args, attn_transformer_args,
- * attn_gpt_args, attn_seq2seq_args, attn_token_encoder_args); every attention module whose name
- * matches a request records the weights it applied, [B, heads, rows, Nk'] (after dropout in
+ * attn_gpt_args, attn_seq2seq_args, attn_token_encoder_args, attn_vit_args); every attention
+ * module whose name matches a request records the weights it applied, [B, heads, rows, Nk'] (after dropout in
  * training, exactly as MultiheadAttention(need_weights=True, average_attn_weights=False) returns
  * them). They are recomputed row by row from the fused path for the modules, heads and rows
  * asked for only, never as a full N x N pass of the others.
@@ -771,9 +926,9 @@ ATTN_API attn_status attn_token_encoder_backward(attn_token_encoder *m, const at
  * Names are the module's state_dict prefix without the final dot: "layers.0.self_attn" in an
  * encoder stack or GPT, "self_attn" / "multihead_attn" in a layer, "encoder.layers.1.self_attn" /
  * "decoder.layers.0.multihead_attn" in nn.Transformer, "transformer.decoder.layers.0.multihead_attn"
- * in attn_seq2seq, and "" for a bare attn_mha. A request's pattern may use '*' for any run of
- * characters ("layers.*.self_attn", "*"). A capture owns the memory of its records; a module
- * called again replaces its record. Not for concurrent forwards. */
+ * in attn_seq2seq, "layers.N.self_attn" in attn_vit, and "" for a bare attn_mha. A request's
+ * pattern may use '*' for any run of characters ("layers.*.self_attn", "*"). A capture owns the
+ * memory of its records; a module called again replaces its record. Not for concurrent forwards. */
 ATTN_API attn_status attn_capture_create(attn_capture **out);
 ATTN_API void attn_capture_free(attn_capture *c);
 /* Ask for heads [head0, head0 + heads) (heads 0 = to the last) and query rows [row0, row0 + rows)

@@ -36,6 +36,9 @@ typedef struct attn_kind_extra {
 
 typedef struct attn_kind_ops {
     const char *name, *help;
+    /* The attn_attention_config fields the kind reads, comma-separated ("window",
+     * "num_features,seed"; "" for none), each followed by '!' when the caller must set it. */
+    const char *options;
     /* Options of cfg that apply to this kind, validated (fn names the caller in messages). */
     attn_status (*check)(const char *fn, const attn_attention_config *cfg);
     int takes_global_mask;      /* attn_kind_extra.global_mask */
@@ -71,5 +74,7 @@ const attn_kind_ops *attn_kind_ops_get(attn_attention_kind kind);
 
 /* The rows, defined in each kind's own file. */
 extern const attn_kind_ops attn_kind_flash, attn_kind_window;
+extern const attn_kind_ops attn_kind_local_global;
+extern const attn_kind_ops attn_kind_linear, attn_kind_performer;
 
 #endif

@@ -721,12 +721,14 @@ static void key_blocks(const attn_ctx *c, int64_t qb, int64_t *kb0, int64_t *kb1
     *kb1 = jhi > jlo ? ceil_div(jhi, BC) : *kb0;
 }
 
-attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                const attn_sdpa_params *params, const attn_tensor *out,
-                                const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
-                                attn_tensor *dk, attn_tensor *dv, void *workspace,
-                                size_t workspace_bytes_) {
-    static const char *fn = "attn_flash_backward";
+/* part: out and lse belong to a softmax over a wider key set than this call's (one pass of a split
+ * softmax), so P = exp(s - lse) is taken as given: rows of large |lse| are never renormalised over
+ * this call's own keys. */
+static attn_status flash_backward(const char *fn, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                  const attn_sdpa_params *params, const attn_tensor *out,
+                                  const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
+                                  attn_tensor *dk, attn_tensor *dv, void *workspace,
+                                  size_t workspace_bytes_, int part) {
     attn_ctx c;
     attn_status st;
     float *base;
@@ -785,7 +787,7 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
                 /* P = exp2((s - m) - ll): m the row's log2-unit lse relative to its shift */
                 m[r] = lv == -INFINITY ? -INFINITY : (float)(lv * LOG2E - sh[r]);
                 ll[r] = 0.0f;
-                large |= lv != -INFINITY && fabs(lv) > 64.0;
+                large |= !part && lv != -INFINITY && fabs(lv) > 64.0;
                 double dsum = 0;
                 for (int64_t x = 0; x < c.dv; x++) {
                     const int64_t e = ooff + r * out->stride[2] + x * out->stride[3];
@@ -980,6 +982,23 @@ attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, cons
         }
     }
     return ATTN_OK;
+}
+
+attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                const attn_sdpa_params *params, const attn_tensor *out,
+                                const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
+                                attn_tensor *dk, attn_tensor *dv, void *workspace,
+                                size_t workspace_bytes_) {
+    return flash_backward("attn_flash_backward", q, k, v, params, out, dout, lse, dq, dk, dv, workspace,
+                          workspace_bytes_, 0);
+}
+
+attn_status attn_flash_backward_part(const char *fn, const attn_tensor *q, const attn_tensor *k,
+                                     const attn_tensor *v, const attn_sdpa_params *params,
+                                     const attn_tensor *out, const attn_tensor *dout, const attn_tensor *lse,
+                                     attn_tensor *dq, attn_tensor *dk, attn_tensor *dv, void *workspace,
+                                     size_t workspace_bytes_) {
+    return flash_backward(fn, q, k, v, params, out, dout, lse, dq, dk, dv, workspace, workspace_bytes_, 1);
 }
 
 /* Logit (i, j) in double, -inf when masked. */

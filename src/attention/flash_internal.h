@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "attn/core.h"
+#include "attn/attention.h"
 
 /* Query rows per tile (columns of S^T) and keys per tile (rows of S^T). Tiles of the reference
  * and every ISA are the same, so the tile grid (and which tiles are skipped) never depends on the
@@ -61,6 +61,17 @@ void attn_flash_pack_transposed_ref(int rows, int cols, const float *src, int64_
                                     float *dst, int64_t ldd);
 void attn_flash_scale_copy_rows_ref(int m, int n, const float *src, int64_t lds, const float *f,
                                     float *dst, int64_t ldd);
+
+/* attn_flash_backward for one pass of a softmax split over several key sets (local + global
+ * attention, src/attention/local_global.c): out and lse are the whole row's, so each pass's
+ * P = exp(s - lse) and D = rowsum(dO * out) are exactly its share of the gradient. Unlike
+ * attn_flash_backward it never renormalises a row of large |lse| over this pass's own keys (that
+ * would give this pass's softmax, not its part of the whole). fn names the caller in messages. */
+attn_status attn_flash_backward_part(const char *fn, const attn_tensor *q, const attn_tensor *k,
+                                     const attn_tensor *v, const attn_sdpa_params *params,
+                                     const attn_tensor *out, const attn_tensor *dout, const attn_tensor *lse,
+                                     attn_tensor *dq, attn_tensor *dk, attn_tensor *dv, void *workspace,
+                                     size_t workspace_bytes);
 
 const attn_flash_kernels *attn_flash_kernels_ref(void);
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86

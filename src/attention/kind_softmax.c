@@ -77,17 +77,17 @@ static attn_status softmax_step(const attn_kind_step *s, void *ws, size_t ws_byt
 }
 
 /* The two rows differ only in name, help and option check. */
-#define SOFTMAX_KIND(nm, hlp, chk)                                                             \
+#define SOFTMAX_KIND(nm, hlp, opts, chk)                                                       \
     {                                                                                          \
-        .name = nm, .help = hlp, .check = chk, .stats_per_row = 1, .workspace_size = softmax_ws, \
+        .name = nm, .help = hlp, .options = opts, .check = chk, .stats_per_row = 1, .workspace_size = softmax_ws, \
         .forward = softmax_fwd, .backward = softmax_bwd, .weights = softmax_weights,           \
         .state_floats = NULL, .step_workspace_size = softmax_step_ws, .step = softmax_step       \
     }
 
 const attn_kind_ops attn_kind_flash =
-    SOFTMAX_KIND("flash", "exact softmax attention, tiled (FlashAttention-2)", NULL);
+    SOFTMAX_KIND("flash", "exact softmax attention, tiled (FlashAttention-2)", "", NULL);
 
 const attn_kind_ops attn_kind_window =
     SOFTMAX_KIND("window",
-                 "softmax over a sliding window of w keys each side, O(N w)",
+                 "softmax over a sliding window of w keys each side, O(N w)", "window!",
                  check_window);

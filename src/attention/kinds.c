@@ -1,5 +1,5 @@
 /* The attention-kind table and its public listing. One row per kind; the kinds live in their own
- * files (kind_softmax.c: flash, window). */
+ * files (kind_softmax.c: flash, window; kind_linear.c; kind_performer.c). */
 #include <string.h>
 
 #include "attention/attention_kind.h"
@@ -8,6 +8,9 @@
 static const attn_kind_ops *const kinds[] = {
     [ATTN_ATTENTION_FLASH] = &attn_kind_flash,
     [ATTN_ATTENTION_WINDOW] = &attn_kind_window,
+    [ATTN_ATTENTION_LOCAL_GLOBAL] = &attn_kind_local_global,
+    [ATTN_ATTENTION_LINEAR] = &attn_kind_linear,
+    [ATTN_ATTENTION_PERFORMER] = &attn_kind_performer,
 };
 enum { KIND_COUNT = (int)(sizeof kinds / sizeof kinds[0]) };
 
@@ -42,6 +45,11 @@ const char *attn_attention_kind_name(attn_attention_kind kind) {
 const char *attn_attention_kind_help(attn_attention_kind kind) {
     const attn_kind_ops *k = attn_kind_ops_get(kind);
     return k ? k->help : NULL;
+}
+
+const char *attn_attention_kind_options(attn_attention_kind kind) {
+    const attn_kind_ops *k = attn_kind_ops_get(kind);
+    return k ? k->options : NULL;
 }
 
 int attn_attention_kind_has_weights(attn_attention_kind kind) {

@@ -363,6 +363,16 @@ static void scale_c(float *c, int64_t m, int64_t n, int64_t ldc, float beta) {
     }
 }
 
+size_t attn_sgemm_workspace_size_1(int64_t m, int64_t n, int64_t k) {
+    if (m <= 0 || n <= 0 || k <= 0) return 0;
+    size_t best = 0;
+    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+        const size_t s = thread_bytes(attn_gemm_arch_for((attn_isa)isa), m, n, k);
+        if (s > best) best = s;
+    }
+    return best;
+}
+
 attn_status attn_sgemm(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
                        int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                        int64_t ldb, float beta, float *c, int64_t ldc, void *workspace,

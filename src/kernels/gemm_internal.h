@@ -62,6 +62,12 @@ const attn_gemm_arch *attn_gemm_arch_avx2(void);
 const attn_gemm_arch *attn_gemm_arch_avx512(void);
 #endif
 
+/* Workspace bytes for ONE thread's share of attn_sgemm(m, n, k) (any kernel this CPU can run):
+ * a workspace of this size makes attn_sgemm run single-threaded, e.g. one call per OpenMP thread
+ * inside a parallel region. Nondecreasing in m, n and k, so the size for the largest shape serves
+ * every smaller one. */
+size_t attn_sgemm_workspace_size_1(int64_t m, int64_t n, int64_t k);
+
 /* The arch attn_sgemm uses now (follows attn_active_isa()). */
 const attn_gemm_arch *attn_gemm_arch_active(void);
 

@@ -137,7 +137,19 @@ static int glob_match(const char *p, const char *s) {
     return *p == 0;
 }
 
+/* The calling thread's ambient capture: used by modules whose args carry none (see nn_internal.h). */
+static _Thread_local attn_capture *ambient;
+
+attn_capture *attn_nn_capture_set_ambient(attn_capture *c) {
+    attn_capture *prev = ambient;
+    ambient = c;
+    return prev;
+}
+
+attn_capture *attn_nn_capture_of(attn_capture *c) { return c ? c : ambient; }
+
 size_t attn_nn_capture_push(attn_capture *c, const char *fmt, ...) {
+    c = attn_nn_capture_of(c);
     if (!c) return 0;
     const size_t mark = c->len;
     va_list ap;
@@ -149,6 +161,7 @@ size_t attn_nn_capture_push(attn_capture *c, const char *fmt, ...) {
 }
 
 void attn_nn_capture_pop(attn_capture *c, size_t mark) {
+    c = attn_nn_capture_of(c);
     if (!c || mark > c->len) return;
     c->len = mark;
     c->path[mark] = 0;
@@ -157,6 +170,7 @@ void attn_nn_capture_pop(attn_capture *c, size_t mark) {
 attn_status attn_nn_capture_begin(attn_capture *c, const char *fn, int64_t B, int64_t H, int64_t nq, int64_t nk,
                                   nn_capture_slot *slot) {
     memset(slot, 0, sizeof *slot);
+    c = attn_nn_capture_of(c);
     if (!c) return ATTN_OK;
     c->path[c->len] = 0;
     const char *name = c->path;

@@ -94,11 +94,75 @@ attn_status attn_nn_json_mha_config(const attn_json *obj, const char *const *ign
         {"kdim", NN_K_INT_OR_NULL, &cfg->kdim, 0},
         {"vdim", NN_K_INT_OR_NULL, &cfg->vdim, 0},
         {"batch_first", NN_K_BOOL, &batch_first, 0},
+        {"separate_projections", NN_K_BOOL, &cfg->separate_projections, 0},
     };
     attn_status st = attn_nn_json_read(what, obj, keys, (int)(sizeof keys / sizeof keys[0]), ignore);
     if (st) return st;
     if (!batch_first)
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: batch_first must be true (attn is batch-first)", what);
+    return ATTN_OK;
+}
+
+attn_status attn_nn_json_seed_attention_config(const attn_json *obj, const char *what, const char *window_key,
+                                               const char *const *ignore, attn_mha_config *cfg) {
+    int64_t d = 0, h = 0, window = 128;
+    float dropout = 0.1f;
+    nn_key keys[4] = {
+        {"d_model", NN_K_INT, &d, 1},
+        {"num_heads", NN_K_INT, &h, 1},
+        {"dropout", NN_K_FLOAT, &dropout, 0},
+        {window_key, NN_K_INT, &window, 0},
+    };
+    attn_status st = attn_nn_json_read(what, obj, keys, window_key ? 4 : 3, ignore);
+    if (st) return st;
+    if (window_key && window < 0)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' must be >= 0 (got %lld)", what, window_key,
+                          (long long)window);
+    *cfg = attn_mha_config_default(d, h);
+    cfg->dropout = dropout;
+    cfg->separate_projections = 1;
+    if (window_key) cfg->attention.window = window;
+    return ATTN_OK;
+}
+
+attn_status attn_nn_json_seed_kernel_config(const attn_json *obj, const char *what, attn_attention_kind kind,
+                                            const char *const *ignore, attn_mha_config *cfg, int *causal) {
+    const int performer = kind == ATTN_ATTENTION_PERFORMER;
+    int64_t d = 0, h = 0, features = 256;
+    float dropout = 0.1f;
+    *causal = 0;
+    const nn_key keys[] = {
+        {"d_model", NN_K_INT, &d, 1},
+        {"num_heads", NN_K_INT, &h, 1},
+        {"causal", NN_K_BOOL, causal, 0},
+        {"num_features", NN_K_INT, &features, 0},
+        {"dropout", NN_K_FLOAT, &dropout, 0},
+    };
+    attn_status st = attn_nn_json_read(what, obj, keys, performer ? 5 : 3, ignore);
+    if (st) return st;
+    if (d < 1 || h < 1 || d > (1 << 24) || d % h != 0)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: d_model (%lld) must be a multiple of num_heads (%lld) in [1, 2^24]", what, (long long)d,
+                          (long long)h);
+    if (performer && (features < 1 || features > (1 << 16)))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key 'num_features' must be in [1, 65536] (got %lld)", what,
+                          (long long)features);
+    *cfg = attn_mha_config_default(d, h);
+    cfg->dropout = 0; /* PerformerAttention's forward never applies its nn.Dropout */
+    cfg->separate_projections = 1;
+    cfg->attention.kind = kind;
+    if (performer) cfg->attention.num_features = features;
+    return ATTN_OK;
+}
+
+attn_status attn_nn_json_local_global_config(const attn_json *obj, const char *const *ignore,
+                                             attn_local_global_config *cfg) {
+    static const char what[] = "local_global_attention";
+    attn_mha_config c;
+    attn_status st = attn_nn_json_seed_attention_config(obj, what, "local_window", ignore, &c);
+    if (st) return st;
+    *cfg = attn_local_global_config_default(c.embed_dim, c.num_heads, c.attention.window);
+    cfg->dropout = c.dropout;
     return ATTN_OK;
 }
 
@@ -176,4 +240,35 @@ attn_status attn_nn_json_transformer_config(const attn_json *obj, const char *co
         {"num_decoder_layers", NN_K_INT, &cfg->num_decoder_layers, 0},
     };
     return layer_keys("transformer", obj, ignore, &cfg->layer, extra, 2);
+}
+
+attn_status attn_nn_json_vit_config(const attn_json *obj, const char *const *ignore, attn_vit_config *cfg) {
+    static const char what[] = "vision_transformer";
+    *cfg = attn_vit_config_default(0, 0, 0, 0, 0, 0, 1000);
+    int64_t image_size = 0, representation_size = 0;
+    float attention_dropout = 0.0f;
+    const nn_key keys[] = {
+        {"image_size", NN_K_INT, &image_size, 1},
+        {"patch_size", NN_K_INT, &cfg->patch_size, 1},
+        {"num_layers", NN_K_INT, &cfg->num_layers, 1},
+        {"num_heads", NN_K_INT, &cfg->num_heads, 1},
+        {"hidden_dim", NN_K_INT, &cfg->hidden_dim, 1},
+        {"mlp_dim", NN_K_INT, &cfg->mlp_dim, 1},
+        {"dropout", NN_K_FLOAT, &cfg->dropout, 0},
+        {"attention_dropout", NN_K_FLOAT, &attention_dropout, 0},
+        {"num_classes", NN_K_INT, &cfg->num_classes, 0},
+        {"representation_size", NN_K_INT_OR_NULL, &representation_size, 0},
+        {"in_channels", NN_K_INT, &cfg->in_channels, 0},
+        {"layer_norm_eps", NN_K_FLOAT, &cfg->layer_norm_eps, 0},
+        {"distilled", NN_K_BOOL, &cfg->distilled, 0},
+    };
+    attn_status st = attn_nn_json_read(what, obj, keys, (int)(sizeof keys / sizeof keys[0]), ignore);
+    if (st) return st;
+    cfg->image_h = cfg->image_w = image_size;
+    if (attention_dropout != cfg->dropout)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention_dropout (%g) must equal dropout (%g)", what,
+                          (double)attention_dropout, (double)cfg->dropout);
+    if (representation_size)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: representation_size must be null (no pre-logits layer)", what);
+    return ATTN_OK;
 }

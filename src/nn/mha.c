@@ -47,6 +47,18 @@ attn_mha_config attn_mha_config_default(int64_t embed_dim, int64_t num_heads) {
     return c;
 }
 
+attn_status attn_mha_redraw_features(attn_mha *m, uint64_t seed) {
+    static const char fn[] = "attn_mha_redraw_features";
+    ATTN_CHECK_NOT_NULL(fn, m);
+    if (m->cfg.attention.kind != ATTN_ATTENTION_PERFORMER)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' has no random features", fn, m->kind->name);
+    if (m->cfg.attention.projection)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: the projection is the caller's (attention.projection), not drawn",
+                          fn);
+    m->cfg.attention.seed = seed;
+    return ATTN_OK;
+}
+
 attn_mha_args attn_mha_args_default(void) {
     attn_mha_args a;
     memset(&a, 0, sizeof a);
@@ -73,6 +85,11 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
                           (double)cfg->dropout);
     attn_status cs = attn_attention_config_check(&cfg->attention);
     if (cs) return attn_nn_wrap_error(cs, fn);
+    if (cfg->attention.kind == ATTN_ATTENTION_PERFORMER && cfg->attention.projection &&
+        cfg->attention.projection_heads != 1 && cfg->attention.projection_heads != H)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: attention.projection_heads = %lld; want 1 (shared) or num_heads (%lld)", fn,
+                          (long long)cfg->attention.projection_heads, (long long)H);
     if (cfg->attention.kind != ATTN_ATTENTION_FLASH && (cfg->add_bias_kv || cfg->add_zero_attn))
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' does not combine with add_bias_kv / add_zero_attn",
                           fn, attn_attention_kind_name(cfg->attention.kind));
@@ -102,9 +119,11 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
     m->packed = kdim == E && vdim == E;
     m->kind = attn_kind_ops_get(cfg->attention.kind);
 
-    /* PyTorch's registration order: projections, in_proj_bias, bias_k, bias_v, out_proj */
-    nn_pdesc d[8];
-    float **slot[8], **gslot[8];
+    /* PyTorch's registration order: projections, in_proj_bias, bias_k, bias_v, out_proj; with
+     * separate_projections four nn.Linear layers q_proj, k_proj, v_proj, (bias_k, bias_v), out_proj,
+     * each weight then bias, initialised as nn.Linear (weight and bias U(+-1/sqrt(fan_in))) */
+    nn_pdesc d[10];
+    float **slot[10], **gslot[10];
     int n = 0;
     float *in_w = NULL, *in_gw = NULL, *in_b = NULL, *in_gb = NULL;
 #define PARAM(nm, r, s0, s1, s2, ini, aa, p, g)                                                 \
@@ -114,22 +133,34 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
         gslot[n] = g;                                                                          \
         n++;                                                                                   \
     } while (0)
-    if (m->packed) {
+    const double lin_e = 1.0 / sqrt((double)E), lin_k = 1.0 / sqrt((double)kdim), lin_v = 1.0 / sqrt((double)vdim);
+    if (cfg->separate_projections) {
+        m->packed = 0;
+        PARAM("q_proj.weight", 2, E, E, 0, NN_INIT_UNIFORM, lin_e, &m->wq, &m->gwq);
+        if (cfg->bias) PARAM("q_proj.bias", 1, E, 0, 0, NN_INIT_UNIFORM, lin_e, &m->bq, &m->gbq);
+        PARAM("k_proj.weight", 2, E, kdim, 0, NN_INIT_UNIFORM, lin_k, &m->wk, &m->gwk);
+        if (cfg->bias) PARAM("k_proj.bias", 1, E, 0, 0, NN_INIT_UNIFORM, lin_k, &m->bk, &m->gbk);
+        PARAM("v_proj.weight", 2, E, vdim, 0, NN_INIT_UNIFORM, lin_v, &m->wv, &m->gwv);
+        if (cfg->bias) PARAM("v_proj.bias", 1, E, 0, 0, NN_INIT_UNIFORM, lin_v, &m->bv, &m->gbv);
+    } else if (m->packed) {
         PARAM("in_proj_weight", 2, 3 * E, E, 0, NN_INIT_XAVIER_UNIFORM, 0, &in_w, &in_gw);
     } else {
         PARAM("q_proj_weight", 2, E, E, 0, NN_INIT_XAVIER_UNIFORM, 0, &m->wq, &m->gwq);
         PARAM("k_proj_weight", 2, E, kdim, 0, NN_INIT_XAVIER_UNIFORM, 0, &m->wk, &m->gwk);
         PARAM("v_proj_weight", 2, E, vdim, 0, NN_INIT_XAVIER_UNIFORM, 0, &m->wv, &m->gwv);
     }
-    if (cfg->bias) PARAM("in_proj_bias", 1, 3 * E, 0, 0, NN_INIT_ZEROS, 0, &in_b, &in_gb);
+    if (cfg->bias && !cfg->separate_projections)
+        PARAM("in_proj_bias", 1, 3 * E, 0, 0, NN_INIT_ZEROS, 0, &in_b, &in_gb);
     if (cfg->add_bias_kv) {
         PARAM("bias_k", 3, 1, 1, E, NN_INIT_XAVIER_NORMAL, 0, &m->bias_k, &m->gbias_k);
         PARAM("bias_v", 3, 1, 1, E, NN_INIT_XAVIER_NORMAL, 0, &m->bias_v, &m->gbias_v);
     }
-    PARAM("out_proj.weight", 2, E, E, 0, NN_INIT_UNIFORM, 1.0 / sqrt((double)E), &m->wo, &m->gwo);
-    if (cfg->bias) PARAM("out_proj.bias", 1, E, 0, 0, NN_INIT_ZEROS, 0, &m->bo, &m->gbo);
+    PARAM("out_proj.weight", 2, E, E, 0, NN_INIT_UNIFORM, lin_e, &m->wo, &m->gwo);
+    if (cfg->bias)
+        PARAM("out_proj.bias", 1, E, 0, 0, cfg->separate_projections ? NN_INIT_UNIFORM : NN_INIT_ZEROS, lin_e, &m->bo,
+              &m->gbo);
 #undef PARAM
-    float *ptr[8], *gptr[8];
+    float *ptr[10], *gptr[10];
     attn_status st = attn_nn_store_create(&m->store, fn, d, n, ptr, gptr);
     if (st) {
         free(m);
@@ -536,7 +567,8 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     if ((st = m->kind->forward(&m->cfg.attention, &qv, &kv, &vv, &p, &x, &ov, t.lse, scr, wsb)))
         return attn_nn_wrap_error(st, fn);
     if ((st = attn_nn_linear_fwd(fn, t.O, m->wo, m->bo, out, d.B * d.Nq, d.E, d.E, scr, wsb))) return st;
-    if (a->capture && (st = mha_capture(fn, m, &d, a->capture, &qv, &kv, &p, &x, p.dropout_p > 0))) return st;
+    attn_capture *cap = attn_nn_capture_of(a->capture);
+    if (cap && (st = mha_capture(fn, m, &d, cap, &qv, &kv, &p, &x, p.dropout_p > 0))) return st;
     if (a->need_weights)
         return mha_weights(fn, m, &d, &qv, &kv, &p, &x, a->average_attn_weights, p.dropout_p > 0, weights, ws);
     return ATTN_OK;

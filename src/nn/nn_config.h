@@ -32,8 +32,29 @@ attn_status attn_nn_json_read(const char *what, const attn_json *obj, const nn_k
                          const char *const *ignore);
 
 /* nn.MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
- * add_zero_attn=False, kdim=None, vdim=None, batch_first=True (only True is accepted)). */
+ * add_zero_attn=False, kdim=None, vdim=None, batch_first=True (only True is accepted)), and attn's
+ * separate_projections (default false; see attn_mha_config). */
 attn_status attn_nn_json_mha_config(const attn_json *obj, const char *const *ignore, attn_mha_config *cfg);
+
+/* The seed's attention modules over one MultiHeadAttention with nn.Linear projections W_q, W_k,
+ * W_v, W_o: keys d_model, num_heads (required), dropout (default 0.1) and, when window_key is not
+ * NULL, that key (default 128, >= 0) into attention.window. Gives the attn_mha_config with
+ * separate_projections; the caller chooses attention.kind (the seed's SparseAttention: window_key
+ * "window_size", the window kind). */
+attn_status attn_nn_json_seed_attention_config(const attn_json *obj, const char *what, const char *window_key,
+                                               const char *const *ignore, attn_mha_config *cfg);
+/* The seed's kernelised attentions over one attention with nn.Linear projections, corrected:
+ * LinearAttention(d_model, num_heads) (kind ATTN_ATTENTION_LINEAR) and
+ * PerformerAttention(d_model, num_heads, num_features=256 (1 .. 65536), dropout=0.1) (kind
+ * ATTN_ATTENTION_PERFORMER: attention.num_features set, no projection yet; dropout is read and
+ * unused: the sketch's forward never applies it); both also take
+ * "causal" (default false) into *causal. Keys d_model and num_heads are required (d_model a
+ * multiple of num_heads). Gives the attn_mha_config with separate_projections and the kind. */
+attn_status attn_nn_json_seed_kernel_config(const attn_json *obj, const char *what, attn_attention_kind kind,
+                                            const char *const *ignore, attn_mha_config *cfg, int *causal);
+/* The seed's LocalGlobalAttention(d_model, num_heads, local_window=128, dropout=0.1). */
+attn_status attn_nn_json_local_global_config(const attn_json *obj, const char *const *ignore,
+                                             attn_local_global_config *cfg);
 
 /* nn.TransformerEncoderLayer / TransformerDecoderLayer(d_model, nhead, dim_feedforward=2048,
  * dropout=0.1, activation="relu" | "gelu", layer_norm_eps=1e-5, batch_first=True, norm_first=False,
@@ -50,5 +71,11 @@ attn_status attn_nn_json_stack_config(const attn_json *obj, const char *what, co
  * norm_first=False). */
 attn_status attn_nn_json_transformer_config(const attn_json *obj, const char *const *ignore,
                                        attn_transformer_config *cfg);
+
+/* torchvision.models.VisionTransformer(image_size, patch_size, num_layers, num_heads, hidden_dim,
+ * mlp_dim, dropout=0.0, attention_dropout=0.0 (must equal dropout), num_classes=1000,
+ * representation_size=None (only None)), and attn's additions in_channels=3, layer_norm_eps=1e-6,
+ * distilled=false (DeiT's distillation token). */
+attn_status attn_nn_json_vit_config(const attn_json *obj, const char *const *ignore, attn_vit_config *cfg);
 
 #endif

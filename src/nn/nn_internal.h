@@ -102,6 +102,11 @@ attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, c
                           int acc_dx, float *dw, float *db, int64_t rows, int64_t in, int64_t out,
                           void *ws, size_t bytes);
 
+/* ---- Vision Transformer (vit.c) ---- */
+/* attn_vit's parameter names to torchvision's VisionTransformer state_dict names (the map
+ * attn_vit_torchvision_names returns; a constant for attn run's table). */
+extern const attn_name_map attn_nn_vit_torchvision_map;
+
 /* ---- multi-head attention (mha.c) ---- */
 /* attn_mha_backward with accumulation: dq is added to when acc_q, dk / dv when acc_kv (aliases
  * among dq, dk, dv are summed as in the public function). */
@@ -115,6 +120,13 @@ attn_status attn_nn_mha_backward(attn_mha *m, const attn_mha_args *a, const floa
  * no-ops on a NULL capture. */
 size_t attn_nn_capture_push(attn_capture *c, const char *fmt, ...) ATTN_PRINTF(2, 3);
 void attn_nn_capture_pop(attn_capture *c, size_t mark);
+/* The ambient capture of the calling thread: push, pop and begin given a NULL capture use it, and an
+ * attention module whose args carry no capture records into it (attn_nn_capture_of). It lets a
+ * caller that cannot reach the args (attn_model over the internal `attn run` engine) capture a
+ * forward: set it around the call, then restore the previous one (returned). NULL = none. */
+attn_capture *attn_nn_capture_set_ambient(attn_capture *c);
+/* c when non-NULL, else the ambient capture (NULL when none). */
+attn_capture *attn_nn_capture_of(attn_capture *c);
 /* Where a module writes its weights: w[((b * heads + h - head0) * rows + i - row0) * nk + j]; w NULL
  * when no request matches the current name. */
 typedef struct nn_capture_slot {

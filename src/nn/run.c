@@ -19,6 +19,7 @@ enum { F_NEED_WEIGHTS = NSET, F_AVERAGE, NFLAG };
 
 #define MAXA 8 /* forward tensor arguments per module */
 #define MAXO 4 /* forward options per module */
+#define MAXB 2 /* buffers per module */
 
 /* A forward tensor argument: a float input (in = its slot) or a mask (in = -1) of a set, the
  * key_padding_mask of the set when kpm, else its attn_mask. */
@@ -47,21 +48,28 @@ struct nn_model {
     int flag[NFLAG];
     /* bound inputs */
     float *in[NIN];
-    int64_t in_shape[NIN][3];
+    int64_t in_shape[NIN][4];
+    int in_rank[NIN];
     uint8_t *mb[NSET][2];   /* [set][kpm] boolean */
     float *mf[NSET][2];     /* [set][kpm] float */
     int m3d[NSET];
     int bound;
     /* results and buffers */
     float *out, *w, *grad[NIN];
-    int64_t out_shape[3], w_shape[4];
-    int w_rank, kept;
+    int64_t out_shape[4], w_shape[4];
+    int out_rank, w_rank, kept;
     void *saved, *ws;
     size_t saved_bytes, ws_bytes;
+    /* the module's buffers (state_dict tensors that are not parameters), in the layout it uses;
+     * allocated by create, filled by ops->load_buffers */
+    float *buffer;
+    int buffers_loaded;
     union {
         attn_mha_args mha;
         attn_layer_args layer;
         attn_transformer_args tr;
+        attn_local_global_args lg;
+        attn_vit_args vit;
     } a; /* the call's arguments, built by ops->build */
 };
 
@@ -73,6 +81,13 @@ struct nn_module_ops {
     nn_opt opts[MAXO];     /* forward() options */
     int dims[NSET][2];     /* mask set -> the slots whose lengths are its (Nq, Nk) */
     int out_slot;          /* the output is [batch, length of this slot, d] */
+    /* The state_dict names of the PyTorch module, from the parameters' (NULL: the same). */
+    const attn_name_map *names;
+    /* Buffers: state_dict tensors that are no parameter (no gradient, not in params()), by their
+     * state_dict names; load_buffers reads them (prefix + name) from the weights into the module,
+     * each missing or mis-shaped one an error naming it and the expected shape. None: NULL. */
+    const char *buffers[MAXB];
+    attn_status (*load_buffers)(nn_model *m, const attn_safetensors *st, const char *prefix);
     /* Read the configuration (a key neither the constructor's nor in ignore is an error) and
      * create the module into m->mod, setting m->d, m->heads and the widths that are not d. */
     attn_status (*create)(nn_model *m, const attn_json *config, const char *const *ignore);
@@ -89,6 +104,11 @@ struct nn_module_ops {
     /* Backward of the kept forward; g[slot] receives the gradient of each bound float input
      * (NULL for the others). */
     attn_status (*backward)(nn_model *m, const float *dout, float *const *g);
+    /* Optional, for inputs other than [batch, length, width]: whether float input t of a slot has
+     * the right shape (rank <= 4, dim 0 the batch), the expected shape written into want. */
+    int (*input_fits)(const nn_model *m, int slot, const attn_safetensors_tensor *t, char *want, size_t cap);
+    /* Optional, for an output other than [batch, length of out_slot, d]: its shape; returns the rank. */
+    int (*output_shape)(const nn_model *m, int64_t shape[4]);
 };
 
 /* ---- helpers of the modules' ops ---- */
@@ -164,6 +184,7 @@ static attn_status mha_bind_check(nn_model *m) {
         if (m->width[IN_B] != m->d || m->width[IN_C] != m->d)
             return attn_error(ATTN_ERR_NOT_FOUND, "multihead_attention: key and value are required when kdim or vdim differ from embed_dim");
         memcpy(m->in_shape[IN_B], m->in_shape[IN_A], sizeof m->in_shape[IN_A]);
+        m->in_rank[IN_B] = m->in_rank[IN_A];
     } else if (m->in_shape[IN_C][1] != m->in_shape[IN_B][1]) {
         return attn_error(ATTN_ERR_SHAPE, "input 'value' has length %lld, 'key' has %lld",
                           (long long)m->in_shape[IN_C][1], (long long)m->in_shape[IN_B][1]);
@@ -218,6 +239,152 @@ static attn_status mha_backward(nn_model *m, const float *dout, float *const *g)
     float *dk = g[IN_B] ? g[IN_B] : g[IN_A], *dv = g[IN_C] ? g[IN_C] : g[IN_A];
     return attn_mha_backward(m->mod, &m->a.mha, dout, g[IN_A], dk, dv, m->saved, m->saved_bytes, m->ws,
                              m->ws_bytes);
+}
+
+/* ---- the seed's attention modules over one attn_mha (x = slot A = query = key = value) ----
+ * A module whose `attn` is the seed's MultiHeadAttention (nn.Linear W_q, W_k, W_v, W_o) is an
+ * attn_mha with separate projections and an attention kind, run with the multihead_attention ops
+ * above: its row names the input x, maps q_proj -> attn.W_q (SEED_ATTN_NAMES) and supplies a small
+ * create. */
+
+/* The configuration's attention of that kind into m->mod (window_key: the configuration key of
+ * its window, or NULL); causal forces PyTorch's is_causal (not an option). */
+static attn_status seed_mha_create(nn_model *m, const attn_json *config, const char *const *ignore,
+                                   const char *window_key, attn_attention_kind kind, int causal) {
+    attn_mha_config c;
+    attn_mha *mod = NULL;
+    attn_status st = attn_nn_json_seed_attention_config(config, m->ops->name, window_key, ignore, &c);
+    if (!st) {
+        c.attention.kind = kind;
+        st = attn_mha_create(&c, &mod);
+    }
+    if (st) return st;
+    m->mod = mod;
+    m->d = c.embed_dim;
+    m->heads = c.num_heads;
+    m->flag[SET_S] = causal;
+    return ATTN_OK;
+}
+
+/* sparse_attention: the seed's SparseAttention, query i sees keys i - window_size .. i (the window
+ * kind, causal). */
+static attn_status sparse_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    return seed_mha_create(m, config, ignore, "window_size", ATTN_ATTENTION_WINDOW, 1);
+}
+
+static const attn_name_rule SEED_ATTN_RULES[] = {
+    {"q_proj.", "attn.W_q."}, {"k_proj.", "attn.W_k."}, {"v_proj.", "attn.W_v."}, {"out_proj.", "attn.W_o."}};
+static const attn_name_map SEED_ATTN_NAMES = {SEED_ATTN_RULES, sizeof SEED_ATTN_RULES / sizeof SEED_ATTN_RULES[0]};
+
+/* ---- local_global_attention (attn_local_global; x = slot A) ---- */
+
+static const attn_name_rule LOCAL_GLOBAL_RULES[] = {
+    {"*.q_proj.", "*.W_q."}, {"*.k_proj.", "*.W_k."}, {"*.v_proj.", "*.W_v."}, {"*.out_proj.", "*.W_o."}};
+static const attn_name_map LOCAL_GLOBAL_NAMES = {LOCAL_GLOBAL_RULES,
+                                                 sizeof LOCAL_GLOBAL_RULES / sizeof LOCAL_GLOBAL_RULES[0]};
+
+static attn_status lg_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    attn_local_global_config c;
+    attn_local_global *mod = NULL;
+    attn_status st = attn_nn_json_local_global_config(config, ignore, &c);
+    if (!st) st = attn_local_global_create(&c, &mod);
+    if (st) return st;
+    m->mod = mod;
+    m->d = c.d_model;
+    m->heads = c.num_heads;
+    return ATTN_OK;
+}
+
+static void lg_build(nn_model *m, int training, uint64_t seed, uint64_t offset) {
+    attn_local_global_args *a = &m->a.lg;
+    *a = attn_local_global_args_default();
+    a->batch = batch_of(m);
+    a->n = len_of(m, IN_A);
+    a->x = m->in[IN_A];
+    a->training = training;
+    a->seed = seed;
+    a->offset = offset;
+}
+
+NN_SIZE_OPS(lg, attn_local_global, lg)
+NN_FORWARD_OP(lg, attn_local_global, lg)
+static attn_status lg_backward(nn_model *m, const float *dout, float *const *g) {
+    return attn_local_global_backward(m->mod, &m->a.lg, dout, g[IN_A], m->saved, m->saved_bytes, m->ws,
+                                      m->ws_bytes);
+}
+
+/* ---- the seed's kernelised attentions over one attn_mha (x = slot A), multihead_attention's ops:
+ * linear_attention (LinearAttention: query_projection ... output_projection, the linear kind) and
+ * performer_attention (PerformerAttention: W_q ... W_o, the performer kind on its buffer R). */
+
+static const attn_name_rule LINEAR_RULES[] = {{"q_proj.", "query_projection."},
+                                              {"k_proj.", "key_projection."},
+                                              {"v_proj.", "value_projection."},
+                                              {"out_proj.", "output_projection."}};
+static const attn_name_map LINEAR_NAMES = {LINEAR_RULES, sizeof LINEAR_RULES / sizeof LINEAR_RULES[0]};
+static const attn_name_rule PERFORMER_RULES[] = {
+    {"q_proj.", "W_q."}, {"k_proj.", "W_k."}, {"v_proj.", "W_v."}, {"out_proj.", "W_o."}};
+static const attn_name_map PERFORMER_NAMES = {PERFORMER_RULES, sizeof PERFORMER_RULES / sizeof PERFORMER_RULES[0]};
+
+/* The configuration's module of that kind; the performer's projection is m->buffer [H, m, d_k]
+ * (zeros until load_buffers fills it from R), given to the kind as attention.projection. */
+static attn_status kernel_create(nn_model *m, const attn_json *config, const char *const *ignore,
+                                 attn_attention_kind kind) {
+    attn_mha_config c;
+    attn_mha *mod = NULL;
+    int causal = 0;
+    attn_status st = attn_nn_json_seed_kernel_config(config, m->ops->name, kind, ignore, &c, &causal);
+    if (st) return st;
+    if (kind == ATTN_ATTENTION_PERFORMER) {
+        m->buffer = calloc((size_t)(c.embed_dim * c.attention.num_features), sizeof(float));
+        if (!m->buffer)
+            return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the buffer R", m->ops->name);
+        c.attention.projection = m->buffer;
+        c.attention.projection_heads = c.num_heads;
+    }
+    if ((st = attn_mha_create(&c, &mod))) return st;
+    m->mod = mod;
+    m->d = c.embed_dim;
+    m->heads = c.num_heads;
+    m->flag[SET_S] = causal;
+    return ATTN_OK;
+}
+
+static attn_status linear_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    return kernel_create(m, config, ignore, ATTN_ATTENTION_LINEAR);
+}
+
+static attn_status performer_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    return kernel_create(m, config, ignore, ATTN_ATTENTION_PERFORMER);
+}
+
+static int is_float(attn_dtype t);
+
+/* R [num_heads, d_k, num_features] (head h's features are the columns of R[h]) into the kind's
+ * projection [num_heads, num_features, d_k]: each head's R transposed. */
+static attn_status performer_load_buffers(nn_model *m, const attn_safetensors *st, const char *prefix) {
+    const int64_t H = m->heads, dk = m->d / m->heads, F = attn_mha_get_config(m->mod)->attention.num_features;
+    char name[300], want[96], got[200];
+    snprintf(name, sizeof name, "%sR", prefix);
+    snprintf(want, sizeof want, "[%lld, %lld, %lld] ([num_heads, d_k, num_features])", (long long)H, (long long)dk,
+             (long long)F);
+    const attn_safetensors_tensor *t = attn_safetensors_find(st, name);
+    if (!t) return attn_error(ATTN_ERR_NOT_FOUND, "%s: missing buffer '%s' %s", m->ops->name, name, want);
+    if (t->rank != 3 || t->shape[0] != H || t->shape[1] != dk || t->shape[2] != F)
+        return attn_error(ATTN_ERR_SHAPE, "%s: buffer '%s' has shape %s, expected %s", m->ops->name, name,
+                          attn_shape_str(t->shape, t->rank, got, sizeof got), want);
+    if (!is_float(t->dtype))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: buffer '%s' must be floating point, got %s", m->ops->name,
+                          name, attn_dtype_name(t->dtype));
+    const size_t n = (size_t)(H * dk * F);
+    float *r = malloc(sizeof(float) * n);
+    if (!r) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the buffer '%s'", m->ops->name, name);
+    attn_status s = attn_safetensors_read_f32(st, name, r, n);
+    for (int64_t h = 0; !s && h < H; h++)
+        for (int64_t i = 0; i < dk; i++)
+            for (int64_t f = 0; f < F; f++) m->buffer[(h * F + f) * dk + i] = r[(h * dk + i) * F + f];
+    free(r);
+    return s;
 }
 
 /* ---- layers and stacks (attn_layer_args): x = slot A, memory = slot B ---- */
@@ -362,11 +529,61 @@ static attn_status tr_backward(nn_model *m, const float *dout, float *const *g) 
                                      m->ws_bytes);
 }
 
+/* ---- vision_transformer: x = slot A [B, C, H, W], output logits [B, num_classes] ---- */
+
+static attn_status vit_create(nn_model *m, const attn_json *config, const char *const *ignore) {
+    attn_vit_config c;
+    attn_vit *mod = NULL;
+    attn_status st = attn_nn_json_vit_config(config, ignore, &c);
+    if (!st) st = attn_vit_create(&c, &mod);
+    if (st) return st;
+    m->mod = mod;
+    m->d = c.hidden_dim;
+    m->heads = c.num_heads;
+    return ATTN_OK;
+}
+
+static int vit_input_fits(const nn_model *m, int slot, const attn_safetensors_tensor *t, char *want, size_t cap) {
+    (void)slot;
+    const attn_vit_config *c = attn_vit_get_config(m->mod);
+    snprintf(want, cap, "[batch, %lld, %lld, %lld]", (long long)c->in_channels, (long long)c->image_h,
+             (long long)c->image_w);
+    return t->rank == 4 && t->shape[0] >= 1 && t->shape[1] == c->in_channels && t->shape[2] == c->image_h &&
+           t->shape[3] == c->image_w;
+}
+
+static int vit_output_shape(const nn_model *m, int64_t shape[4]) {
+    shape[0] = m->in_shape[IN_A][0];
+    shape[1] = attn_vit_get_config(m->mod)->num_classes;
+    return 2;
+}
+
+static void vit_build(nn_model *m, int training, uint64_t seed, uint64_t offset) {
+    attn_vit_args *a = &m->a.vit;
+    memset(a, 0, sizeof *a);
+    a->batch = batch_of(m);
+    a->images = m->in[IN_A];
+    a->training = training;
+    a->seed = seed;
+    a->offset = offset;
+}
+
+NN_SIZE_OPS(vit, attn_vit, vit)
+NN_FORWARD_OP(vit, attn_vit, vit)
+static attn_status vit_backward(nn_model *m, const float *dout, float *const *g) {
+    return attn_vit_backward(m->mod, &m->a.vit, dout, g[IN_A], m->saved, m->saved_bytes, m->ws, m->ws_bytes);
+}
+
 /* ---- the modules of `attn run` ---- */
 
 #define NN_OPS(pre, bind_check_fn, build_fn)                                                      \
     .create = pre##_create, .free = pre##_free, .params = pre##_params, .bind_check = bind_check_fn, \
     .build = build_fn, .sizes = pre##_sizes, .forward = pre##_forward, .backward = pre##_backward
+
+/* A seed attention module over one attn_mha: its create, the multihead_attention ops. */
+#define NN_SEED_MHA_OPS(create_fn)                                                                \
+    .create = create_fn, .free = mha_free, .params = mha_params, .bind_check = mha_bind_check,    \
+    .build = mha_build, .sizes = mha_sizes, .forward = mha_forward, .backward = mha_backward
 
 static const nn_module_ops MODULES[] = {
     {.name = "multihead_attention",
@@ -406,6 +623,20 @@ static const nn_module_ops MODULES[] = {
      .opts = {{"src_is_causal", SET_S, 0}, {"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
      .dims = {[SET_S] = {IN_A, IN_A}, [SET_T] = {IN_B, IN_B}, [SET_M] = {IN_B, IN_A}}, .out_slot = IN_B,
      NN_OPS(tr, NULL, tr_build)},
+    {.name = "sparse_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
+     .names = &SEED_ATTN_NAMES, NN_SEED_MHA_OPS(sparse_create)},
+    {.name = "local_global_attention", .args = {NN_IN("x", IN_A, 1)}, .out_slot = IN_A,
+     .names = &LOCAL_GLOBAL_NAMES, NN_OPS(lg, NULL, lg_build)},
+    {.name = "linear_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
+     .names = &LINEAR_NAMES, NN_SEED_MHA_OPS(linear_create)},
+    {.name = "performer_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
+     .names = &PERFORMER_NAMES, .buffers = {"R"}, .load_buffers = performer_load_buffers,
+     NN_SEED_MHA_OPS(performer_create)},
+    {.name = "vision_transformer",
+     .args = {NN_IN("x", IN_A, 1)},
+     .out_slot = IN_A,
+     NN_OPS(vit, NULL, vit_build), .input_fits = vit_input_fits, .output_shape = vit_output_shape,
+     .names = &attn_nn_vit_torchvision_map},
 };
 #define NMODULES (sizeof MODULES / sizeof MODULES[0])
 
@@ -446,6 +677,7 @@ void attn_nn_model_free(nn_model *m) {
     if (!m) return;
     clear_inputs(m);
     if (m->mod) m->ops->free(m->mod);
+    free(m->buffer);
     free(m->out);
     free(m->w);
     free(m->saved);
@@ -454,8 +686,13 @@ void attn_nn_model_free(nn_model *m) {
 }
 
 const char *attn_nn_model_name(const nn_model *m) { return m ? m->ops->name : NULL; }
+attn_vit *attn_nn_model_vit(const nn_model *m) {
+    return m && !strcmp(m->ops->name, "vision_transformer") ? (attn_vit *)m->mod : NULL;
+}
 
 const attn_params *attn_nn_model_params(nn_model *m) { return m ? m->ops->params(m->mod) : NULL; }
+
+const attn_name_map *attn_nn_model_name_map(const nn_model *m) { return m ? m->ops->names : NULL; }
 
 attn_status attn_nn_model_set_option(nn_model *m, const char *name, int value) {
     ATTN_CHECK_NOT_NULL("attn_nn_model_set_option", m);
@@ -515,6 +752,54 @@ attn_status attn_nn_model_create(const attn_json *config, nn_model **out) {
     return ATTN_OK;
 }
 
+/* ---- weights ---- */
+
+#define FOR_BUFFERS(o, i) for (int i = 0; i < MAXB && (o)->buffers[i]; i++)
+
+/* Whether a tensor name (prefix removed) is a mapped parameter name or a buffer of the module. */
+static int weight_known(const nn_model *m, const attn_params *ps, const char *rest) {
+    FOR_BUFFERS(m->ops, i) {
+        if (!strcmp(rest, m->ops->buffers[i])) return 1;
+    }
+    for (size_t i = 0; i < attn_params_count(ps); i++) {
+        char theirs[300];
+        if (!attn_name_map_apply(m->ops->names, attn_params_get(ps, i)->name, theirs, sizeof theirs) &&
+            !strcmp(rest, theirs))
+            return 1;
+    }
+    return 0;
+}
+
+attn_status attn_nn_model_load(nn_model *m, const attn_safetensors *st, const char *prefix, int strict) {
+    static const char fn[] = "attn_nn_model_load";
+    ATTN_CHECK_NOT_NULL(fn, m);
+    ATTN_CHECK_NOT_NULL(fn, st);
+    if (!prefix) prefix = "";
+    const attn_params *ps = m->ops->params(m->mod);
+    if (!m->ops->load_buffers) return attn_params_load_mapped(ps, st, m->ops->names, prefix, strict);
+    /* parameters and buffers: the strict check here (the parameters' loader would call the
+     * buffers unexpected), then each loader's own checks */
+    const size_t lp = strlen(prefix);
+    char list[400] = "";
+    size_t o = 0;
+    int unexpected = 0;
+    for (size_t t = 0; strict && t < attn_safetensors_count(st); t++) {
+        const char *tn = attn_safetensors_get(st, t)->name;
+        if (strncmp(tn, prefix, lp) || weight_known(m, ps, tn + lp)) continue;
+        if (o < sizeof list) o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", unexpected ? ", " : "", tn);
+        unexpected++;
+    }
+    if (unexpected)
+        return attn_error(ATTN_ERR_NOT_FOUND,
+                          "%s: %s: unexpected (%d): %s (neither a parameter nor a buffer of the module)", fn,
+                          m->ops->name, unexpected, list);
+    m->buffers_loaded = 0;
+    attn_status s = attn_params_load_mapped(ps, st, m->ops->names, prefix, 0);
+    if (!s) s = m->ops->load_buffers(m, st, prefix);
+    m->buffers_loaded = !s;
+    return s;
+}
+
 /* ---- binding ---- */
 
 static int is_float(attn_dtype t) {
@@ -564,13 +849,15 @@ static attn_status bind_input(nn_model *m, const nn_arg *arg, const attn_safeten
     if (!is_float(t->dtype))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "input '%s' must be floating point, got %s", arg->name,
                           attn_dtype_name(t->dtype));
-    if (t->rank != 3 || t->shape[2] != m->width[slot] || t->shape[0] < 1 || t->shape[1] < 1)
+    if (m->ops->input_fits ? !m->ops->input_fits(m, slot, t, want, sizeof want)
+                           : (t->rank != 3 || t->shape[2] != m->width[slot] || t->shape[0] < 1 || t->shape[1] < 1))
         return shape_error(arg->name, t, want);
     m->in[slot] = malloc(sizeof(float) * numel_of(t));
     if (!m->in[slot]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "input '%s': out of memory", arg->name);
     attn_status s = attn_safetensors_read_f32(st, name, m->in[slot], numel_of(t));
     if (s) return s;
-    for (int d = 0; d < 3; d++) m->in_shape[slot][d] = t->shape[d];
+    for (int d = 0; d < t->rank && d < 4; d++) m->in_shape[slot][d] = t->shape[d];
+    m->in_rank[slot] = t->rank;
     return ATTN_OK;
 }
 
@@ -647,6 +934,10 @@ attn_status attn_nn_model_bind(nn_model *m, const attn_safetensors *st, const ch
 attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int training, uint64_t seed, uint64_t offset) {
     ATTN_CHECK_NOT_NULL("attn_nn_model_forward", m);
     if (!m->bound) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_nn_model_forward: no inputs bound");
+    if (m->ops->load_buffers && !m->buffers_loaded)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "attn_nn_model_forward: %s: its buffer %s is not loaded (attn_nn_model_load)", m->ops->name,
+                          m->ops->buffers[0]);
     m->ops->build(m, training, seed, offset);
     size_t sb = 0, wb = 0;
     m->ops->sizes(m, &sb, &wb);
@@ -657,8 +948,11 @@ attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int traini
     const int64_t B = batch_of(m), N = len_of(m, m->ops->out_slot);
     free(m->out);
     m->out = NULL;
-    if ((st = grow((void **)&m->out, &cap, sizeof(float) * (size_t)(B * N * m->d)))) return st;
     m->out_shape[0] = B, m->out_shape[1] = N, m->out_shape[2] = m->d;
+    m->out_rank = m->ops->output_shape ? m->ops->output_shape(m, m->out_shape) : 3;
+    size_t n_out = 1;
+    for (int d = 0; d < m->out_rank; d++) n_out *= (size_t)m->out_shape[d];
+    if ((st = grow((void **)&m->out, &cap, sizeof(float) * n_out))) return st;
     if ((keep_for_backward && (st = grow(&m->saved, &m->saved_bytes, sb))) || (st = grow(&m->ws, &m->ws_bytes, wb)))
         return st;
     free(m->w);
@@ -672,7 +966,7 @@ attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int traini
 
 const float *attn_nn_model_output(const nn_model *m, int *rank, int64_t shape[4]) {
     if (!m || !m->out) return NULL;
-    if (rank) *rank = 3;
+    if (rank) *rank = m->out_rank;
     if (shape) memcpy(shape, m->out_shape, sizeof m->out_shape);
     return m->out;
 }
@@ -685,8 +979,9 @@ const float *attn_nn_model_weights(const nn_model *m, int *rank, int64_t shape[4
 }
 
 static size_t input_numel(const nn_model *m, int slot) {
-    const int64_t *s = m->in_shape[slot];
-    return (size_t)(s[0] * s[1] * s[2]);
+    size_t n = 1;
+    for (int d = 0; d < m->in_rank[slot]; d++) n *= (size_t)m->in_shape[slot][d];
+    return n;
 }
 
 attn_status attn_nn_model_backward(nn_model *m, const float *dout) {

@@ -86,7 +86,7 @@ static attn_status write_svg(const char *fn, FILE *f, const attn_viz_heatmap *h)
         int64_t n = text_len(label(h->col_labels, j, buf, sizeof buf));
         if (n > max_col) max_col = n;
     }
-    const int rotate_cols = max_col * cw > cell - 4; /* column labels written upwards */
+    const int rotate_cols = h->rotate_col_labels || max_col * cw > cell - 4; /* column labels written upwards */
     const int64_t left = (int64_t)fmax(110, 60 + max_row * cw);
     const int64_t top = 96 + (rotate_cols ? (int64_t)(max_col * cw) : 0);
     const int64_t mw = C * cell, mh = R * cell, bx = left + mw + 40;

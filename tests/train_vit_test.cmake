@@ -1,0 +1,89 @@
+# `attn train vit` on tiny settings over the committed digits (data/digits): help and exit codes,
+# one-line errors, the held-out accuracy line, bitwise resume (N steps straight == k steps +
+# --resume, another thread count), the shape checks on resume and Ctrl-C (exit 130, a resumable
+# checkpoint).
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+
+macro(run var)
+  execute_process(COMMAND ${ATTN} ${ARGN} WORKING_DIRECTORY ${WORK} RESULT_VARIABLE ${var}_rc
+    OUTPUT_VARIABLE ${var}_out ERROR_VARIABLE ${var}_err TIMEOUT 120)
+  set(${var} "${${var}_out}${${var}_err}")
+endmacro()
+
+function(expect rc regex)
+  run(r ${ARGN})
+  if(NOT r_rc STREQUAL "${rc}" OR NOT r MATCHES "${regex}")
+    message(SEND_ERROR "attn ${ARGN}: exit ${r_rc} (want ${rc}), output:\n${r}\n(want /${regex}/)")
+  else()
+    message(STATUS "ok: attn ${ARGN} -> ${r_rc}")
+  endif()
+endfunction()
+
+function(expect_one_line_error rc regex)
+  run(r ${ARGN})
+  string(REGEX MATCHALL "\n" lines "${r_err}")
+  list(LENGTH lines n)
+  if(NOT r_rc STREQUAL "${rc}" OR NOT n EQUAL 1 OR NOT r_err MATCHES "^attn: " OR NOT r_err MATCHES "${regex}")
+    message(SEND_ERROR "attn ${ARGN}: exit ${r_rc} (want ${rc}), stderr (want one 'attn: ' line /${regex}/):\n${r_err}")
+  else()
+    message(STATUS "ok: attn ${ARGN} -> ${r_rc}: ${r_err}")
+  endif()
+endfunction()
+
+set(tiny --data ${DATA} --layers 1 --heads 2 --hidden 16 --batch 8 --threads 2)
+
+expect(0 "usage: attn train gpt.*attn train vit" train --help)
+expect(0 "usage: attn train vit.*images.u8.*i % 6 == 5.*--shift" train vit --help)
+expect_one_line_error(2 "unknown model 'bert' \\(available: gpt, vit\\)" train bert)
+expect_one_line_error(2 "--hidden 30 is not a multiple of --heads 4" train vit --hidden 30 --heads 4)
+expect_one_line_error(2 "--patch wants an integer" train vit --patch 0)
+expect_one_line_error(2 "unknown option '--bogus'" train vit --bogus)
+expect_one_line_error(1 "cannot read 'nowhere/labels.u8'" train vit --data nowhere)
+expect_one_line_error(1 "--patch 3 does not divide the 8 x 8 images" train vit ${tiny} --patch 3)
+expect_one_line_error(1 "resume" train vit ${tiny} --checkpoint none.safetensors --resume)
+
+# bitwise resume: 12 steps straight == 5 steps, then --resume to 12 with one thread
+set(common ${tiny} --steps 12 --lr 3e-3 --every 4 --log-every 4)
+run(a train vit ${common} --checkpoint straight.safetensors)
+run(b train vit ${common} --checkpoint split.safetensors --stop-at 5)
+run(c train vit --data ${DATA} --checkpoint split.safetensors --resume --threads 1)
+foreach(v a c)
+  if(${v} MATCHES "final loss: ([^\n]+)\nheld-out accuracy: ([0-9.]+)% \\(([0-9]+)/299\\)")
+    set(${v}_loss "${CMAKE_MATCH_1} ${CMAKE_MATCH_2}")
+  else()
+    set(${v}_loss "none")
+  endif()
+endforeach()
+if(NOT a_rc EQUAL 0 OR NOT b_rc EQUAL 0 OR NOT c_rc EQUAL 0 OR a_loss STREQUAL "none" OR NOT a_loss STREQUAL c_loss
+   OR NOT a MATCHES "vit: 8x8 images, patch 2 \\(17 tokens\\).*1498 training / 299 held-out"
+   OR NOT a MATCHES "step +1/12  loss [0-9.]+  lr .* img/s" OR NOT c MATCHES "resuming from split.safetensors at step 5")
+  message(SEND_ERROR "resume is not bitwise: straight (${a_rc}):\n${a}\nsplit (${b_rc}, ${c_rc}):\n${b}${c}")
+else()
+  message(STATUS "ok: 12 steps straight and 5 + resumed 7 both end at loss / accuracy ${a_loss}")
+endif()
+expect_one_line_error(1 "--layers 2 differs from the checkpoint's 1" train vit ${common} --checkpoint split.safetensors
+  --resume --layers 2)
+expect_one_line_error(1 "not a checkpoint of `attn train vit`" train vit --data ${DATA} --checkpoint ${FIXTURES}/sdpa.safetensors --resume)
+
+# Ctrl-C: SIGINT mid-run writes the checkpoint and exits 130; --resume continues from it
+find_program(SH sh)
+if(SH)
+  execute_process(COMMAND ${SH} -c "\"$0\" train vit --data \"$1\" --layers 1 --heads 2 --hidden 16 --batch 8 \
+--steps 100000000 --checkpoint int.safetensors --log-every 1000000 > int.out & pid=$!; n=0; \
+until grep -q '^vit: ' int.out 2>/dev/null || [ $n -ge 600 ]; do sleep 0.1; n=$((n+1)); done; sleep 1; \
+kill -INT $pid; wait $pid; rc=$?; cat int.out; exit $rc"
+    ${ATTN} ${DATA} WORKING_DIRECTORY ${WORK} RESULT_VARIABLE irc OUTPUT_VARIABLE iout ERROR_VARIABLE ierr TIMEOUT 90)
+  if(NOT irc EQUAL 130 OR NOT iout MATCHES "interrupted after step [0-9]+ of 100000000: checkpoint written to int.safetensors"
+     OR NOT EXISTS ${WORK}/int.safetensors)
+    message(SEND_ERROR "SIGINT: exit ${irc} (want 130), output:\n${iout}${ierr}")
+  else()
+    message(STATUS "ok: SIGINT -> 130, checkpoint written")
+  endif()
+  string(REGEX MATCH "interrupted after step ([0-9]+)" _ "${iout}")
+  math(EXPR resume_to "${CMAKE_MATCH_1} + 2")
+  expect(0 "resuming from int.safetensors at step ${CMAKE_MATCH_1}.*final loss: .*held-out accuracy: " train vit
+    --data ${DATA} --checkpoint int.safetensors --resume --stop-at ${resume_to})
+else()
+  message(STATUS "skipped: no sh to send SIGINT")
+endif()

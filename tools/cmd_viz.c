@@ -1,0 +1,755 @@
+/* attn viz: a model's attention weights on one input as SVG heat maps, an HTML page and CSV.
+ *
+ * Input kinds (each runs one forward with an attention capture of every head and row of the
+ * modules matching --attention, and gives token labels):
+ *   - a checkpoint of `attn train gpt` on --text (bytes) or --tokens (ids);
+ *   - an `attn run` model (--config, --weights) on --inputs (a safetensors of forward arguments);
+ *   - a Vision Transformer (a checkpoint of `attn train vit`, or an `attn run` vision_transformer)
+ *     on --image: tokens labelled "cls" ("dist") and "pROW,COL" by patch, the rollout shown as its
+ *     CLS row, and --overlay: that row over the patch grid, upsampled and blended onto the image
+ *     (attn_viz_overlay), as PNG (libpng) or PPM. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "attn/viz.h"
+#include "cli.h"
+#include "cli_opts.h"
+#include "image_in.h"
+#include "io/json.h"
+#include "nn/nn_internal.h"
+#include "nn/nn_run.h"
+#include "train_common.h"
+#include "viz_out.h"
+
+#define VIZ_MAX_LIST 256
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: attn viz MODEL INPUT [options] (--svg FILE | --html FILE | --csv FILE)...\n\n"
+            "Runs one forward of a model on one input, records the attention weights of every head of\n"
+            "its attention modules, and writes the chosen layers and heads as pictures and numbers.\n\n"
+            "MODEL (one of):\n"
+            "  --checkpoint FILE    a checkpoint of `attn train gpt`\n"
+            "  --checkpoint FILE    a checkpoint of `attn train vit` (a Vision Transformer)\n"
+            "  --config M.json --weights W.safetensors   an `attn run` model (see attn run --help);\n"
+            "                       --weights-prefix P: its tensors named P + state_dict name\n"
+            "INPUT:\n"
+            "  --text TEXT          text for a GPT checkpoint (bytes; at most its context)\n"
+            "  --tokens I,J,...     token ids for a GPT checkpoint\n"
+            "  --inputs IN.safetensors  the forward arguments of an `attn run` model (as attn run)\n"
+            "  --image FILE         an image for a Vision Transformer (PNG with libpng, PPM, PGM),\n"
+            "                       resized to the model's image size and normalised (v / 255 - mean) /\n"
+            "                       std; tokens are labelled cls (dist) and pROW,COL by patch\n"
+            "  --mean M[,M,M] --std S[,S,S]  the normalisation (default: 0.5 and 0.5 for `attn train vit`\n"
+            "                       checkpoints, as they were trained; 0 and 1 for --config models)\n"
+            "options:\n"
+            "  --attention PATTERN  the attention modules to record ('*' wildcards; default '*'); layers\n"
+            "                       are numbered in the order these modules run\n"
+            "  --layer L[,L...]     layers to show (default: all)\n"
+            "  --head H[,H...]|mean|all  heads to show: indices, their mean, or the mean and every head\n"
+            "                       (default all)\n"
+            "  --rollout            also the attention rollout through all recorded layers (Abnar &\n"
+            "                       Zuidema 2020: heads averaged, identity added, rows renormalised,\n"
+            "                       multiplied through the layers; square self-attentions only); for a\n"
+            "                       Vision Transformer its CLS row: the classification token's share\n"
+            "                       of every token\n"
+            "  --batch-index B      the batch element to show (default 0)\n"
+            "  --max-tokens M       longer sequences are shown as a window of M queries and M keys\n"
+            "                       (default 64); the outputs say so\n"
+            "  --start S            the window's first position (default 0)\n"
+            "  --title TEXT         title of the maps and the page (default: from the model)\n"
+            "  --svg FILE           one SVG heat map per layer and head (several: FILE-L0-h1.svg, ...)\n"
+            "  --html FILE          one self-contained page: layer / head selector, heat map with hover\n"
+            "                       values, head view (open it with #selftest to check it)\n"
+            "  --csv FILE           map,module,layer,head,query,key,query_label,key_label,weight\n"
+            "  --overlay FILE       Vision Transformer: the rollout's CLS row over the patches (min-max\n"
+            "                       scaled, upsampled bilinearly to the picture, inferno-like colours)\n"
+            "                       blended onto the image; PNG when FILE ends in .png and the build\n"
+            "                       has libpng (otherwise a PPM next to it, and a note says so), else PPM\n"
+            "  --overlay-size N     the overlay's longer side in pixels (default: the image scaled up by\n"
+            "                       a whole factor to at least 256)\n"
+            "  --overlay-alpha A    the colours' weight in the blend (default 0.5)\n"
+            "  --nearest            upsample the patch grid by nearest neighbour (blocks) instead\n"
+            "  --threads N          threads (default: all)\n\n"
+            "Bad input (unreadable files, a layer or head out of range, tokens outside the vocabulary,\n"
+            "a model whose attention has no weights) is reported on one line and exits 1; usage errors\n"
+            "exit 2.\n");
+}
+
+/* The whole file, NUL-terminated; NULL with errno set on failure. */
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (ferror(f) || feof(f)) break;
+        char *nb = cap > ((size_t)1 << 28) ? NULL : realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            errno = ENOMEM;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    if (buf && ferror(f)) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = '\0';
+        *len = n;
+    }
+    return buf;
+}
+
+static char *dup(const char *s) {
+    const size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    return d ? memcpy(d, s, n) : NULL;
+}
+
+/* The label of byte b: printable ASCII as itself, blanks and others escaped. */
+static void byte_label(int b, char *buf, size_t cap) {
+    if (b == ' ')
+        snprintf(buf, cap, "\xe2\x90\xa3"); /* U+2423 OPEN BOX */
+    else if (b == '\n')
+        snprintf(buf, cap, "\\n");
+    else if (b == '\t')
+        snprintf(buf, cap, "\\t");
+    else if (b > 32 && b < 127)
+        snprintf(buf, cap, "%c", b);
+    else
+        snprintf(buf, cap, "\\x%02x", b);
+}
+
+/* What an input kind leaves: the forward's capture, and labels of the token positions. */
+typedef struct viz_run {
+    attn_capture *cap;
+    int64_t ntok;       /* token labels for sequences of this length (0: none) */
+    char **tok_labels;  /* [ntok] */
+    char model[512];    /* description */
+    /* owned by the kind */
+    attn_gpt *gpt;
+    nn_model *nn;
+    /* a Vision Transformer on an image */
+    attn_vit *vit_own;            /* from a checkpoint (else the --config model's) */
+    const attn_vit_config *vit;   /* NULL for the other models */
+    int64_t vit_t;                /* class (and distillation) tokens before the patches */
+    image_in img;
+} viz_run;
+
+/* Labels cls (dist), pROW,COL; returns the predicted class of the logits, or -1 (printed). */
+static int vit_labels(viz_run *r, const attn_vit *v, const float *logits) {
+    const attn_vit_config *c = attn_vit_get_config(v);
+    const int64_t gh = c->image_h / c->patch_size, gw = c->image_w / c->patch_size, n = attn_vit_tokens(v);
+    r->vit = c;
+    r->vit_t = n - gh * gw;
+    if (!(r->tok_labels = calloc((size_t)n, sizeof(char *)))) {
+        cli_fail("viz: out of memory");
+        return -1;
+    }
+    r->ntok = n;
+    for (int64_t i = 0; i < n; i++) {
+        char b[48];
+        if (i < r->vit_t)
+            snprintf(b, sizeof b, "%s", i == 0 ? "cls" : "dist");
+        else
+            snprintf(b, sizeof b, "p%lld,%lld", (long long)((i - r->vit_t) / gw), (long long)((i - r->vit_t) % gw));
+        if (!(r->tok_labels[i] = dup(b))) {
+            cli_fail("viz: out of memory");
+            return -1;
+        }
+    }
+    int64_t best = 0;
+    for (int64_t k = 1; k < c->num_classes; k++)
+        if (logits[k] > logits[best]) best = k;
+    return (int)best;
+}
+
+/* A checkpoint of `attn train vit` (metadata model = vit) on an image. */
+static int run_vit(viz_run *r, const char *path, const attn_safetensors *meta, const char *image, const char *mean_s,
+                   const char *std_s, const char *pattern) {
+    static const char *keys[] = {"vit.image", "vit.patch", "vit.layers", "vit.heads", "vit.hidden", "vit.mlp",
+                                 "vit.classes", "vit.channels"};
+    int64_t v[8];
+    for (int i = 0; i < 8; i++) {
+        const char *s = attn_safetensors_metadata_find(meta, keys[i]);
+        if (!s || cli_parse_i64(s, 1, 1 << 20, &v[i]))
+            return cli_fail("viz: %s: metadata '%s' is %s", path, keys[i], s ? "not a positive number" : "missing");
+    }
+    attn_vit_config c = attn_vit_config_default(v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
+    c.in_channels = v[7];
+    float mean[3] = {0.5f, 0.5f, 0.5f}, std[3] = {0.5f, 0.5f, 0.5f};
+    int rc;
+    if (attn_vit_create(&c, &r->vit_own) != ATTN_OK ||
+        attn_checkpoint_load(path, attn_vit_params(r->vit_own), NULL, NULL, NULL) != ATTN_OK)
+        return cli_fail("viz: %s: %s", path, attn_last_error());
+    const attn_vit_config *vc = attn_vit_get_config(r->vit_own);
+    if ((mean_s && (rc = image_in_parse("viz", "--mean", mean_s, (int)vc->in_channels, mean))) ||
+        (std_s && (rc = image_in_parse("viz", "--std", std_s, (int)vc->in_channels, std))) ||
+        (rc = image_in_load("viz", image, vc, mean, std, &r->img)))
+        return rc;
+    if (attn_capture_create(&r->cap) != ATTN_OK || attn_capture_add(r->cap, pattern, 0, 0, 0, 0) != ATTN_OK)
+        return cli_fail("viz: %s", attn_last_error());
+    attn_vit_args a;
+    memset(&a, 0, sizeof a);
+    a.batch = 1;
+    a.images = r->img.x;
+    a.capture = r->cap;
+    const size_t wb = attn_vit_workspace_size(r->vit_own, &a);
+    float *logits = malloc(sizeof(float) * (size_t)vc->num_classes);
+    void *ws = malloc(wb ? wb : 1);
+    if (!logits || !ws)
+        rc = cli_fail("viz: out of memory");
+    else if (attn_vit_forward(r->vit_own, &a, logits, NULL, 0, ws, wb) != ATTN_OK)
+        rc = cli_fail("viz: %s: %s", path, attn_last_error());
+    else if ((rc = vit_labels(r, r->vit_own, logits)) >= 0) {
+        snprintf(r->model, sizeof r->model,
+                 "ViT %s (%lld layers, %lld heads, hidden %lld, %lldx%lld patches of %lld px) on %s (predicted "
+                 "class %d)",
+                 path, (long long)vc->num_layers, (long long)vc->num_heads, (long long)vc->hidden_dim,
+                 (long long)(vc->image_h / vc->patch_size), (long long)(vc->image_w / vc->patch_size),
+                 (long long)vc->patch_size, image, rc);
+        rc = 0;
+    } else
+        rc = 1;
+    free(logits);
+    free(ws);
+    return rc;
+}
+
+/* GPT checkpoint on text or tokens. Returns 0 or an exit code (the message printed). */
+static int run_gpt(viz_run *r, const char *path, const char *text, const char *tokens_s, const char *pattern) {
+    attn_safetensors *st = NULL;
+    if (attn_safetensors_open_file(path, &st) != ATTN_OK) return cli_fail("viz: %s", attn_last_error());
+    train_gpt_shape shape;
+    char err[256];
+    int bad = train_shape_from_meta(st, &shape, err, sizeof err);
+    attn_safetensors_close(st);
+    if (bad) return cli_fail("viz: %s: %s", path, err);
+    int64_t n = 0, *tok = NULL;
+    if (text) {
+        n = (int64_t)strlen(text);
+        if (n < 1) return cli_fail("viz: --text is empty");
+        if (n > shape.context)
+            return cli_fail("viz: --text has %lld bytes, more than the model's context of %lld", (long long)n,
+                            (long long)shape.context);
+        tok = malloc(sizeof(int64_t) * (size_t)n);
+        if (!tok) return cli_fail("viz: out of memory");
+        for (int64_t i = 0; i < n; i++) tok[i] = (unsigned char)text[i];
+    } else {
+        size_t len = strlen(tokens_s);
+        tok = malloc(sizeof(int64_t) * (len / 2 + 1));
+        if (!tok) return cli_fail("viz: out of memory");
+        const char *p = tokens_s;
+        char item[32];
+        while (1) {
+            const char *e = strchr(p, ',');
+            size_t il = e ? (size_t)(e - p) : strlen(p);
+            if (il >= sizeof item) il = sizeof item - 1;
+            memcpy(item, p, il);
+            item[il] = '\0';
+            if (cli_parse_i64(item, 0, INT64_MAX, &tok[n])) {
+                free(tok);
+                return cli_fail("viz: --tokens: '%s' is not a token id", item);
+            }
+            if (tok[n] >= shape.vocab) {
+                const long long bad_id = (long long)tok[n];
+                free(tok);
+                return cli_fail("viz: --tokens: token %lld at position %lld is outside the vocabulary [0, %lld)",
+                                bad_id, (long long)n, (long long)shape.vocab);
+            }
+            n++;
+            if (!e) break;
+            p = e + 1;
+        }
+        if (n > shape.context) {
+            free(tok);
+            return cli_fail("viz: --tokens has %lld ids, more than the model's context of %lld", (long long)n,
+                            (long long)shape.context);
+        }
+    }
+    attn_gpt_config cfg = train_gpt_config(&shape);
+    int rc = 0;
+    float *logits = NULL;
+    void *ws = NULL;
+    if (attn_gpt_create(&cfg, &r->gpt) != ATTN_OK ||
+        attn_checkpoint_load(path, attn_gpt_params(r->gpt), NULL, NULL, NULL) != ATTN_OK ||
+        attn_capture_create(&r->cap) != ATTN_OK || attn_capture_add(r->cap, pattern, 0, 0, 0, 0) != ATTN_OK) {
+        rc = cli_fail("viz: %s", attn_last_error());
+        goto done;
+    }
+    attn_gpt_args a = {.batch = 1, .n = n, .tokens = tok, .capture = r->cap};
+    const size_t wb = attn_gpt_workspace_size(r->gpt, &a);
+    logits = malloc(sizeof(float) * (size_t)(n * shape.vocab));
+    ws = malloc(wb ? wb : 1);
+    r->tok_labels = calloc((size_t)n, sizeof(char *));
+    if (!logits || !ws || !r->tok_labels) {
+        rc = cli_fail("viz: out of memory");
+        goto done;
+    }
+    r->ntok = n;
+    for (int64_t i = 0; i < n; i++) {
+        char b[16];
+        if (shape.vocab == TRAIN_BYTE_VOCAB)
+            byte_label((int)tok[i], b, sizeof b);
+        else
+            snprintf(b, sizeof b, "%lld", (long long)tok[i]);
+        if (!(r->tok_labels[i] = dup(b))) {
+            rc = cli_fail("viz: out of memory");
+            goto done;
+        }
+    }
+    if (attn_gpt_forward(r->gpt, &a, logits, NULL, 0, ws, wb) != ATTN_OK) {
+        rc = cli_fail("viz: %s: %s", path, attn_last_error());
+        goto done;
+    }
+    snprintf(r->model, sizeof r->model, "GPT %s (%lld layers, %lld heads, d_model %lld, %s attention) on %lld %s",
+             path, (long long)shape.layers, (long long)shape.heads, (long long)shape.d_model,
+             attn_attention_kind_name(shape.attention.kind), (long long)n, text ? "bytes of text" : "tokens");
+done:
+    free(tok);
+    free(logits);
+    free(ws);
+    return rc;
+}
+
+/* The library's message, without a "safetensors: PATH: " prefix that repeats the file name. */
+static const char *msg_for(const char *path) {
+    const char *msg = attn_last_error();
+    const size_t pl = strlen(path);
+    if (!strncmp(msg, "safetensors: ", 13) && !strncmp(msg + 13, path, pl) && !strncmp(msg + 13 + pl, ": ", 2))
+        msg += 13 + pl + 2;
+    return msg;
+}
+
+/* An `attn run` model on a safetensors of inputs. */
+static int run_model(viz_run *r, const char *config, const char *weights, const char *wprefix, const char *inputs,
+                     const char *image, const char *mean_s, const char *std_s, const char *pattern) {
+    int rc = 0;
+    size_t len = 0;
+    char *text = NULL;
+    attn_json_doc *doc = NULL;
+    attn_safetensors *wst = NULL, *ist = NULL;
+    attn_json_error jerr;
+    if (!(text = slurp(config, &len))) {
+        rc = cli_fail("viz: %s: %s", config, strerror(errno));
+        goto done;
+    }
+    if (attn_json_parse(text, len, NULL, &doc, &jerr) != ATTN_JSON_OK) {
+        rc = cli_fail("viz: %s: %s", config, jerr.message);
+        goto done;
+    }
+    if (attn_nn_model_create(attn_json_root(doc), &r->nn)) {
+        rc = cli_fail("viz: %s: %s", config, attn_last_error());
+        goto done;
+    }
+    if (attn_safetensors_open_file(weights, &wst) ||
+        attn_nn_model_load(r->nn, wst, wprefix, 1)) {
+        rc = cli_fail("viz: %s: %s", weights, msg_for(weights));
+        goto done;
+    }
+    const attn_vit *vit = attn_nn_model_vit(r->nn);
+    if (image) {
+        if (!vit) {
+            rc = cli_fail("viz: --image is for Vision Transformers; %s is a %s (give --inputs)", config,
+                          attn_nn_model_name(r->nn));
+            goto done;
+        }
+        const attn_vit_config *vc = attn_vit_get_config(vit);
+        float mean[3], std[3];
+        if ((mean_s && (rc = image_in_parse("viz", "--mean", mean_s, (int)vc->in_channels, mean))) ||
+            (std_s && (rc = image_in_parse("viz", "--std", std_s, (int)vc->in_channels, std))) ||
+            (rc = image_in_load("viz", image, vc, mean_s ? mean : NULL, std_s ? std : NULL, &r->img)))
+            goto done;
+        if (attn_nn_model_bind(r->nn, r->img.st, NULL, 1)) {
+            rc = cli_fail("viz: %s: %s", image, attn_last_error());
+            goto done;
+        }
+    } else if (attn_safetensors_open_file(inputs, &ist) || attn_nn_model_bind(r->nn, ist, NULL, 1)) {
+        rc = cli_fail("viz: %s: %s", inputs, msg_for(inputs));
+        goto done;
+    }
+    if (attn_capture_create(&r->cap) || attn_capture_add(r->cap, pattern, 0, 0, 0, 0)) {
+        rc = cli_fail("viz: %s", attn_last_error());
+        goto done;
+    }
+    attn_capture *prev = attn_nn_capture_set_ambient(r->cap);
+    attn_status st = attn_nn_model_forward(r->nn, 0, 0, 0, 0);
+    attn_nn_capture_set_ambient(prev);
+    if (st) {
+        rc = cli_fail("viz: %s: %s", config, attn_last_error());
+        goto done;
+    }
+    int pred = -1;
+    if (vit) {
+        int orank;
+        int64_t oshape[4];
+        if ((pred = vit_labels(r, vit, attn_nn_model_output(r->nn, &orank, oshape))) < 0) {
+            rc = 1;
+            goto done;
+        }
+    }
+    int mn = snprintf(r->model, sizeof r->model, "%s (%s, weights %s) on %s", config, attn_nn_model_name(r->nn),
+                      weights, image ? image : inputs);
+    if (image && pred >= 0 && mn > 0 && (size_t)mn < sizeof r->model)
+        snprintf(r->model + mn, sizeof r->model - (size_t)mn, " (predicted class %d)", pred);
+done:
+    attn_safetensors_close(wst);
+    attn_safetensors_close(ist);
+    attn_json_free(doc);
+    free(text);
+    return rc;
+}
+
+/* Numeric labels "0" .. "n-1", shared by every map of that length. */
+typedef struct label_cache {
+    int64_t n[16];
+    char **labels[16];
+    int count;
+} label_cache;
+
+static const char *const *numeric_labels(label_cache *lc, int64_t n) {
+    for (int i = 0; i < lc->count; i++)
+        if (lc->n[i] == n) return (const char *const *)lc->labels[i];
+    if (lc->count == 16) return NULL;
+    char **l = calloc((size_t)n, sizeof(char *));
+    if (!l) return NULL;
+    lc->n[lc->count] = n;
+    lc->labels[lc->count++] = l;
+    for (int64_t i = 0; i < n; i++) {
+        char b[24];
+        snprintf(b, sizeof b, "%lld", (long long)i);
+        if (!(l[i] = dup(b))) return NULL;
+    }
+    return (const char *const *)l;
+}
+
+/* Window [p0, p0 + len) of n positions starting near start. */
+static void window(int64_t n, int64_t start, int64_t max, int64_t *p0, int64_t *len) {
+    int64_t s = start;
+    if (s > n - max) s = n - max;
+    if (s < 0) s = 0;
+    *p0 = s;
+    *len = n - s < max ? n - s : max;
+}
+
+/* The rollout's CLS row (roll: [n, n] of one batch element) over the image, to path (.png: PNG
+ * when the build reads PNG, else a .ppm next to it). 0, or 1 (printed). */
+static int write_overlay(const viz_run *r, const float *roll, const char *path, int64_t size, double alpha,
+                         int nearest) {
+    const attn_vit_config *c = r->vit;
+    const int64_t gh = c->image_h / c->patch_size, gw = c->image_w / c->patch_size;
+    const int64_t iw = r->img.img.width, ih = r->img.img.height, side = iw > ih ? iw : ih;
+    int64_t ow, oh;
+    if (size) {
+        ow = iw * size / side, oh = ih * size / side;
+        ow = ow < 1 ? 1 : ow, oh = oh < 1 ? 1 : oh;
+    } else {
+        const int64_t k = side >= 256 ? 1 : (256 + side - 1) / side;
+        ow = iw * k, oh = ih * k;
+    }
+    attn_image out;
+    /* row 0 (the class token), columns T .. T + gh gw - 1: the patches in row-major grid order */
+    if (attn_viz_overlay(&r->img.img, roll + r->vit_t, gh, gw, oh, ow, alpha, nearest, &out))
+        return cli_fail("viz: --overlay: %s", attn_last_error());
+    char file[4096];
+    const size_t pl = strlen(path);
+    int fallback = 0;
+    if (pl >= 4 && !strcasecmp(path + pl - 4, ".png") && !attn_image_png_supported()) {
+        snprintf(file, sizeof file, "%.*s.ppm", (int)(pl - 4), path);
+        fallback = 1;
+    } else
+        snprintf(file, sizeof file, "%s", path);
+    const attn_status st = attn_image_save(file, &out);
+    attn_image_free(&out);
+    if (st) {
+        const char *msg = attn_last_error();
+        if (!strncmp(msg, "attn_image_save: ", 17)) msg += 17;
+        return cli_fail("viz: --overlay: %s", msg);
+    }
+    printf("wrote %s (%lld x %lld%s)\n", file, (long long)ow, (long long)oh,
+           fallback ? "; PPM: this build has no libpng for PNG" : "");
+    return 0;
+}
+
+int cmd_viz(int argc, char **argv) {
+    const char *checkpoint = NULL, *config = NULL, *weights = NULL, *text = NULL, *tokens = NULL, *inputs = NULL;
+    const char *pattern = "*", *head_s = "all", *title = NULL, *svg = NULL, *html = NULL, *csv = NULL;
+    const char *image = NULL, *mean_s = NULL, *std_s = NULL, *overlay = NULL, *wprefix = NULL;
+    int64_t layers_sel[VIZ_MAX_LIST], overlay_size = 0;
+    int nlayers_sel = 0, rollout = 0, nearest = 0;
+    double overlay_alpha = 0.5;
+    int64_t batch_index = 0, max_tokens = 64, start = 0, threads = 0;
+    cli_opt opts[] = {
+        CLI_STRING_NONEMPTY("--checkpoint", &checkpoint),
+        CLI_STRING_NONEMPTY("--config", &config),
+        CLI_STRING_NONEMPTY("--weights", &weights),
+        CLI_STRING("--text", &text),
+        CLI_STRING_NONEMPTY("--tokens", &tokens),
+        CLI_STRING_NONEMPTY("--inputs", &inputs),
+        CLI_STRING_NONEMPTY("--weights-prefix", &wprefix),
+        CLI_STRING_NONEMPTY("--image", &image),
+        CLI_STRING_NONEMPTY("--mean", &mean_s),
+        CLI_STRING_NONEMPTY("--std", &std_s),
+        CLI_STRING_NONEMPTY("--overlay", &overlay),
+        CLI_INT("--overlay-size", &overlay_size, 1, 4096),
+        CLI_DOUBLE("--overlay-alpha", &overlay_alpha, 0, 1),
+        CLI_FLAG("--nearest", &nearest),
+        CLI_STRING_NONEMPTY("--attention", &pattern),
+        CLI_LIST("--layer", layers_sel, &nlayers_sel, VIZ_MAX_LIST, 0, 1 << 20),
+        CLI_STRING_NONEMPTY("--head", &head_s),
+        CLI_FLAG("--rollout", &rollout),
+        CLI_INT("--batch-index", &batch_index, 0, 1 << 30),
+        CLI_INT("--max-tokens", &max_tokens, 2, 4096),
+        CLI_INT("--start", &start, 0, 1 << 30),
+        CLI_STRING("--title", &title),
+        CLI_STRING_NONEMPTY("--svg", &svg),
+        CLI_STRING_NONEMPTY("--html", &html),
+        CLI_STRING_NONEMPTY("--csv", &csv),
+        CLI_INT("--threads", &threads, 1, 4096),
+        CLI_END,
+    };
+    int parsed = cli_parse("viz", opts, argc, argv, NULL, 0);
+    if (parsed == CLI_HELP) {
+        usage(stdout);
+        return 0;
+    }
+    if (parsed) return parsed;
+    if (!checkpoint && !config) return cli_usage_error("viz: missing the model: --checkpoint, or --config and --weights (try 'attn viz --help')");
+    if (checkpoint && (config || weights)) return cli_usage_error("viz: --checkpoint does not go with --config / --weights");
+    if (config && !weights) return cli_usage_error("viz: --config needs --weights");
+    if (!config && weights) return cli_usage_error("viz: --weights needs --config");
+    if (wprefix && !config) return cli_usage_error("viz: --weights-prefix goes with --config / --weights");
+    if ((mean_s || std_s) && !image) return cli_usage_error("viz: --mean / --std go with --image");
+    if ((overlay_size || nearest || cli_seen(opts, "--overlay-alpha")) && !overlay)
+        return cli_usage_error("viz: --overlay-size / --overlay-alpha / --nearest go with --overlay");
+    if (overlay && !image) return cli_usage_error("viz: --overlay needs --image (a Vision Transformer's input)");
+    if (image && (text || tokens || inputs))
+        return cli_usage_error("viz: --image does not go with --text / --tokens / --inputs");
+    if (checkpoint && !image) {
+        if (inputs) return cli_usage_error("viz: --inputs is for --config models; a GPT checkpoint takes --text or --tokens");
+        if (!text == !tokens) return cli_usage_error("viz: a GPT checkpoint needs one of --text and --tokens (a ViT checkpoint: --image)");
+    } else if (!checkpoint) {
+        if (text || tokens) return cli_usage_error("viz: --text / --tokens are for GPT checkpoints; a --config model takes --inputs");
+        if (!inputs && !image) return cli_usage_error("viz: missing --inputs (or --image) for the --config model");
+    }
+    if (!svg && !html && !csv && !overlay)
+        return cli_usage_error("viz: nothing to write: give --svg, --html, --csv and/or --overlay");
+    /* --head */
+    int heads_sel[VIZ_MAX_LIST], nheads_sel = 0, want_mean = 0, want_all = 0;
+    if (!strcmp(head_s, "mean"))
+        want_mean = 1;
+    else if (!strcmp(head_s, "all"))
+        want_all = want_mean = 1;
+    else {
+        const char *p = head_s;
+        while (1) {
+            const char *e = strchr(p, ',');
+            char item[32];
+            size_t il = e ? (size_t)(e - p) : strlen(p);
+            if (il >= sizeof item) il = sizeof item - 1;
+            memcpy(item, p, il);
+            item[il] = '\0';
+            int64_t v;
+            if (!strcmp(item, "mean"))
+                want_mean = 1;
+            else if (cli_parse_i64(item, 0, 1 << 20, &v) || nheads_sel == VIZ_MAX_LIST)
+                return cli_usage_error("viz: --head: '%s' is not a head index, 'mean' or 'all'", item);
+            else
+                heads_sel[nheads_sel++] = (int)v;
+            if (!e) break;
+            p = e + 1;
+        }
+    }
+    if (threads > 0) attn_set_num_threads((int)threads);
+
+    viz_run r;
+    memset(&r, 0, sizeof r);
+    label_cache lc;
+    memset(&lc, 0, sizeof lc);
+    viz_set set;
+    memset(&set, 0, sizeof set);
+    float *roll = NULL;
+    attn_capture_record *recs = NULL;
+    int rc = 0;
+    if (checkpoint) {
+        /* a ViT checkpoint says so in its metadata (model = vit); anything else is read as a GPT's */
+        attn_safetensors *meta = NULL;
+        if (attn_safetensors_open_file(checkpoint, &meta) != ATTN_OK) {
+            rc = cli_fail("viz: %s", attn_last_error());
+            goto done;
+        }
+        const char *kind = attn_safetensors_metadata_find(meta, "model");
+        const int is_vit = kind && !strcmp(kind, "vit");
+        if (is_vit && !image)
+            rc = cli_fail("viz: %s is a Vision Transformer checkpoint (`attn train vit`): give --image", checkpoint);
+        else if (!is_vit && image)
+            rc = cli_fail("viz: --image is for Vision Transformers; %s is not a checkpoint of `attn train vit`",
+                          checkpoint);
+        else
+            rc = is_vit ? run_vit(&r, checkpoint, meta, image, mean_s, std_s, pattern)
+                        : run_gpt(&r, checkpoint, text, tokens, pattern);
+        attn_safetensors_close(meta);
+    } else
+        rc = run_model(&r, config, weights, wprefix, inputs, image, mean_s, std_s, pattern);
+    if (rc) goto done;
+    if (overlay && !r.vit) {
+        rc = cli_fail("viz: --overlay is for Vision Transformers");
+        goto done;
+    }
+    const size_t count = attn_capture_count(r.cap);
+    if (count == 0) {
+        rc = cli_fail("viz: the model recorded no attention weights (no attention module matches '%s')", pattern);
+        goto done;
+    }
+    recs = calloc(count, sizeof *recs);
+    if (!recs) {
+        rc = cli_fail("viz: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < count; i++) attn_capture_get(r.cap, i, &recs[i]);
+    if (batch_index >= recs[0].batch) {
+        rc = cli_fail("viz: --batch-index %lld is out of range: the input's batch is %lld", (long long)batch_index,
+                      (long long)recs[0].batch);
+        goto done;
+    }
+    if (!nlayers_sel)
+        for (size_t i = 0; i < count && nlayers_sel < VIZ_MAX_LIST; i++) layers_sel[nlayers_sel++] = (int64_t)i;
+    for (int i = 0; i < nlayers_sel; i++)
+        if (layers_sel[i] >= (int64_t)count) {
+            rc = cli_fail("viz: --layer %lld is out of range: the model has %zu attention layers (0..%zu: %s%s)",
+                          (long long)layers_sel[i], count, count - 1, recs[0].module,
+                          count > 1 ? ", ..." : "");
+            goto done;
+        }
+    for (int i = 0; i < nlayers_sel; i++)
+        for (int j = 0; j < nheads_sel; j++)
+            if (heads_sel[j] >= recs[layers_sel[i]].num_heads) {
+                rc = cli_fail("viz: --head %d is out of range: %s has %lld heads", heads_sel[j],
+                              recs[layers_sel[i]].module, (long long)recs[layers_sel[i]].num_heads);
+                goto done;
+            }
+    if (rollout || overlay) {
+        roll = malloc(sizeof(float) * (size_t)(recs[0].batch * recs[0].nk * recs[0].nk));
+        if (!roll) {
+            rc = cli_fail("viz: out of memory");
+            goto done;
+        }
+        if (attn_viz_rollout_records(recs, count, roll)) {
+            rc = cli_fail("viz: --rollout: %s", attn_last_error());
+            goto done;
+        }
+    }
+
+    /* the maps */
+    int cap_maps = rollout;
+    for (int i = 0; i < nlayers_sel; i++)
+        cap_maps += want_mean + (want_all ? (int)recs[layers_sel[i]].num_heads : nheads_sel);
+    set.maps = calloc((size_t)cap_maps, sizeof(viz_map));
+    if (!set.maps) {
+        rc = cli_fail("viz: out of memory");
+        goto done;
+    }
+    char deftitle[256];
+    if (!title) {
+        const char *base = checkpoint ? checkpoint : config, *slash = strrchr(base, '/');
+        snprintf(deftitle, sizeof deftitle, "attention of %s", slash ? slash + 1 : base);
+        title = deftitle;
+    }
+    set.title = title;
+    set.model = r.model;
+    for (int li = 0; li <= nlayers_sel; li++) {
+        const int is_roll = li == nlayers_sel;
+        if (is_roll && !rollout) break;
+        const attn_capture_record *rec = is_roll ? &recs[0] : &recs[layers_sel[li]];
+        /* a ViT's rollout: only the classification token's row */
+        const int64_t nq = is_roll && r.vit ? 1 : rec->nq, nk = rec->nk, H = rec->heads;
+        const char *const *ql = nq == r.ntok || (is_roll && r.vit) ? (const char *const *)r.tok_labels
+                                                                   : numeric_labels(&lc, nq);
+        const char *const *kl = nk == r.ntok ? (const char *const *)r.tok_labels : numeric_labels(&lc, nk);
+        if (!ql || !kl) {
+            rc = cli_fail("viz: out of memory");
+            goto done;
+        }
+        int64_t r0, rows, c0, cols;
+        window(nq, start, max_tokens, &r0, &rows);
+        window(nk, start, max_tokens, &c0, &cols);
+        const int nh = is_roll ? 1 : want_mean + (want_all ? (int)H : nheads_sel);
+        for (int k = 0; k < nh; k++) {
+            viz_map *m = &set.maps[set.count++];
+            m->layer = is_roll ? -1 : (int)layers_sel[li];
+            m->module = is_roll ? "rollout" : rec->module;
+            m->head = is_roll ? VIZ_HEAD_ROLLOUT : (want_mean && k == 0) ? VIZ_HEAD_MEAN : want_all ? k - want_mean
+                                                                                                  : heads_sel[k - want_mean];
+            m->num_heads = (int)H;
+            m->nq = nq, m->nk = nk, m->r0 = r0, m->c0 = c0, m->rows = rows, m->cols = cols;
+            m->qlabels = ql, m->klabels = kl;
+            if (!(m->w = malloc(sizeof(float) * (size_t)(rows * cols)))) {
+                rc = cli_fail("viz: out of memory");
+                goto done;
+            }
+            const float *base = is_roll ? roll + (size_t)batch_index * (size_t)(rec->nq * nk)
+                                        : rec->weights + (size_t)batch_index * (size_t)(H * nq * nk);
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < cols; j++) {
+                    const size_t at = (size_t)((r0 + i) * nk + c0 + j);
+                    double v;
+                    if (is_roll)
+                        v = base[at];
+                    else if (m->head == VIZ_HEAD_MEAN) {
+                        v = 0;
+                        for (int64_t h = 0; h < H; h++) v += base[(size_t)(h * nq * nk) + at];
+                        v /= (double)H;
+                    } else
+                        v = base[(size_t)(m->head * nq * nk) + at];
+                    m->w[i * cols + j] = (float)v;
+                }
+            if (rows < nq || cols < nk) {
+                set.windowed = 1;
+                snprintf(set.notice, sizeof set.notice,
+                         "Long sequence: showing queries %lld..%lld of %lld and keys %lld..%lld of %lld (a window of "
+                         "--max-tokens %lld from --start %lld; move it with --start).",
+                         (long long)r0, (long long)(r0 + rows - 1), (long long)nq, (long long)c0,
+                         (long long)(c0 + cols - 1), (long long)nk, (long long)max_tokens, (long long)start);
+            }
+        }
+    }
+    char err[4200];
+    if ((svg && viz_write_svgs(&set, svg, stdout, err, sizeof err)) || (html && viz_write_html(&set, html, err, sizeof err)) ||
+        (csv && viz_write_csv(&set, csv, err, sizeof err))) {
+        rc = cli_fail("viz: %s", err);
+        goto done;
+    }
+    if (html) printf("wrote %s\n", html);
+    if (csv) printf("wrote %s\n", csv);
+    if (overlay && (rc = write_overlay(&r, roll + (size_t)batch_index * (size_t)(recs[0].nk * recs[0].nk), overlay,
+                                       overlay_size, overlay_alpha, nearest)))
+        goto done;
+    if (set.windowed) printf("note: %s\n", set.notice);
+done:
+    for (int i = 0; i < set.count; i++) free(set.maps[i].w);
+    free(set.maps);
+    free(recs);
+    free(roll);
+    for (int i = 0; i < lc.count; i++) {
+        for (int64_t j = 0; j < lc.n[i]; j++) free(lc.labels[i][j]);
+        free(lc.labels[i]);
+    }
+    for (int64_t i = 0; i < r.ntok; i++) free(r.tok_labels[i]);
+    free(r.tok_labels);
+    attn_capture_free(r.cap);
+    attn_gpt_free(r.gpt);
+    attn_nn_model_free(r.nn);
+    attn_vit_free(r.vit_own);
+    image_in_free(&r.img);
+    return rc;
+}

@@ -1,0 +1,498 @@
+/* attn train vit: a small Vision Transformer (attn_vit) trained on square 8-bit gray images with
+ * labels (by default the 1797 handwritten digits of data/digits), with a fixed held-out split,
+ * AdamW, warmup + cosine learning rate, gradient clipping, random shifts, periodic checkpoints,
+ * bitwise resume and a checkpoint on Ctrl-C, as `attn train gpt`. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "cli.h"
+#include "cli_opts.h"
+#include "train_common.h"
+
+static volatile sig_atomic_t g_interrupted;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_interrupted = 1;
+}
+
+static void usage_vit(FILE *f) {
+    fprintf(f,
+            "usage: attn train vit [--data DIR] [options]\n\n"
+            "Trains a Vision Transformer (torchvision's VisionTransformer: patch embedding, class\n"
+            "token, learned positions, pre-norm GELU layers, final norm, linear head) to classify\n"
+            "the square 8-bit gray images of DIR/images.u8 (N x S x S bytes) by DIR/labels.u8 (N\n"
+            "bytes, classes 0..K-1). Default DIR: data/digits (from the source tree's root), the 1797\n"
+            "8x8 handwritten digits of scikit-learn (UCI), values 0..16. Pixels are scaled by the\n"
+            "largest value to [0, 1] and normalised to [-1, 1]. Held out: every image i with\n"
+            "i %% 6 == 5 (299 of the digits), never trained on. Each step draws --batch training\n"
+            "images at random (from --seed and the step, so a resumed run sees the same data), each\n"
+            "shifted by up to --shift pixels (zero fill). AdamW (weight decay 0.05 on matrices),\n"
+            "linear warmup then cosine decay to lr/10, gradient clipping at norm 1.\n\n"
+            "options:\n"
+            "  --data DIR         images.u8 and labels.u8 (default data/digits)\n"
+            "  --patch P          patch side, divides S (default 2)\n"
+            "  --layers L         encoder layers (default 2)\n"
+            "  --heads H          attention heads (default 4)\n"
+            "  --hidden D         hidden size, a multiple of H (default 32)\n"
+            "  --mlp M            MLP size (default 2 D)\n"
+            "  --steps N          optimizer steps in total (default 5000)\n"
+            "  --batch B          images per step (default 32)\n"
+            "  --lr LR            peak learning rate (default 5e-3)\n"
+            "  --warmup W         warmup steps (default N/20)\n"
+            "  --shift S          random shift in pixels, 0 = none (default 1)\n"
+            "  --seed S           initialisation and data order (default 1)\n"
+            "  --threads T        threads (default 1: a model this small gains nothing from more)\n"
+            "  --checkpoint PATH  checkpoint file (default attn-vit.safetensors; the weights under\n"
+            "                     attn_vit's names)\n"
+            "  --every N          also write the checkpoint every N steps (default 1000; 0: only at\n"
+            "                     the end)\n"
+            "  --eval-every N     held-out accuracy every N steps (default 0: at the end only)\n"
+            "  --resume           continue from the checkpoint: model shape, seed, weights,\n"
+            "                     optimizer state, step and (unless given again) --steps, --batch,\n"
+            "                     --lr, --warmup and --shift: bitwise as if never stopped\n"
+            "  --stop-at K        stop after step K of the --steps schedule, writing the checkpoint\n"
+            "  --log-every N      print a line every N steps (default 500)\n\n"
+            "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
+            "images/s), `final loss: X` and `held-out accuracy: P%% (k/n)` at the end. Ctrl-C\n"
+            "finishes the current step, writes the checkpoint and exits with status 130.\n");
+}
+
+typedef struct vit_opts {
+    const char *data, *checkpoint;
+    int64_t patch, layers, heads, hidden, mlp, steps, batch, warmup, shift, every, eval_every, log_every, threads,
+        seed, stop_at;
+    double lr;
+    int resume;
+    int given[8]; /* patch, layers, heads, hidden, mlp, seed, and the schedule below */
+    int given_steps, given_batch, given_lr, given_warmup, given_shift;
+} vit_opts;
+
+typedef struct vit_data {
+    uint8_t *images, *labels;
+    int64_t n, side, classes;
+    int maxval;
+} vit_data;
+
+static uint8_t *read_all(const char *path, size_t max, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    uint8_t *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    int err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        free(buf);
+        errno = buf ? EIO : ENOMEM;
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* 0, or 1 with the failure printed. */
+static int load_data(const char *dir, vit_data *d) {
+    char path[1200];
+    size_t nl = 0, ni = 0;
+    memset(d, 0, sizeof *d);
+    snprintf(path, sizeof path, "%s/labels.u8", dir);
+    if (!(d->labels = read_all(path, (size_t)1 << 20, &nl)))
+        return cli_fail("train vit: cannot read '%s': %s", path, strerror(errno));
+    if (nl < 2 || nl > ((size_t)1 << 20))
+        return cli_fail("train vit: '%s' has %zu labels (want 2 .. 2^20)", path, nl);
+    snprintf(path, sizeof path, "%s/images.u8", dir);
+    if (!(d->images = read_all(path, (size_t)1 << 28, &ni)))
+        return cli_fail("train vit: cannot read '%s': %s", path, strerror(errno));
+    const size_t per = ni / nl;
+    int64_t side = 1;
+    while ((size_t)(side * side) < per) side++;
+    if (ni % nl || (size_t)(side * side) != per || side > 1024)
+        return cli_fail("train vit: '%s' has %zu bytes, not %zu square images (one per label)", path, ni, nl);
+    d->n = (int64_t)nl;
+    d->side = side;
+    for (size_t i = 0; i < ni; i++) d->maxval = d->images[i] > d->maxval ? d->images[i] : d->maxval;
+    for (size_t i = 0; i < nl; i++) d->classes = d->labels[i] + 1 > d->classes ? d->labels[i] + 1 : d->classes;
+    if (d->maxval == 0) return cli_fail("train vit: '%s' is all zeros", path);
+    if (d->classes < 2) return cli_fail("train vit: the labels hold fewer than 2 classes");
+    return 0;
+}
+
+static int held_out(int64_t i) { return i % 6 == 5; }
+
+/* Image i shifted by (dy, dx) into x [side, side], normalised to [-1, 1] (zero fill). */
+static void put_image(const vit_data *d, int64_t i, int64_t dy, int64_t dx, float *x) {
+    const int64_t S = d->side;
+    const uint8_t *src = d->images + i * S * S;
+    for (int64_t y = 0; y < S; y++)
+        for (int64_t c = 0; c < S; c++) {
+            const int64_t sy = y - dy, sx = c - dx;
+            const int v = sy >= 0 && sy < S && sx >= 0 && sx < S ? src[sy * S + sx] : 0;
+            x[y * S + c] = (float)v / (float)d->maxval * 2.0f - 1.0f;
+        }
+}
+
+static uint64_t draw(uint64_t seed, int64_t step, uint64_t i, uint64_t range) {
+    const uint64_t hi = (uint64_t)(attn_philox_uniform(seed, (uint64_t)step, 2 * i) * 16777216.0f);
+    const uint64_t lo = (uint64_t)(attn_philox_uniform(seed, (uint64_t)step, 2 * i + 1) * 16777216.0f);
+    return ((hi << 24) | lo) % range;
+}
+
+static void draw_batch(const vit_data *d, const int64_t *train_idx, int64_t ntrain, int64_t B, int64_t shift,
+                       uint64_t seed, int64_t step, float *x, int64_t *y) {
+    const int64_t S = d->side;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t i = train_idx[draw(seed, step, (uint64_t)(3 * b), (uint64_t)ntrain)];
+        const uint64_t span = (uint64_t)(2 * shift + 1);
+        const int64_t dy = shift ? (int64_t)draw(seed, step, (uint64_t)(3 * b + 1), span) - shift : 0;
+        const int64_t dx = shift ? (int64_t)draw(seed, step, (uint64_t)(3 * b + 2), span) - shift : 0;
+        put_image(d, i, dy, dx, x + b * S * S);
+        y[b] = d->labels[i];
+    }
+}
+
+/* Held-out accuracy (eval mode, batches of up to 256). Returns -1 on failure. */
+static int64_t evaluate(attn_vit *v, const vit_data *d, int64_t *total) {
+    const int64_t S = d->side, K = d->classes, CH = 256;
+    float *x = malloc(sizeof(float) * (size_t)(CH * S * S)), *lg = malloc(sizeof(float) * (size_t)(CH * K));
+    attn_vit_args a;
+    memset(&a, 0, sizeof a);
+    a.batch = CH;
+    a.images = x;
+    const size_t wb = attn_vit_workspace_size(v, &a);
+    void *ws = malloc(wb ? wb : 1);
+    int64_t idx[256], correct = 0, n = 0, nb = 0;
+    int bad = !x || !lg || !ws;
+    for (int64_t i = 0; !bad && i <= d->n; i++) {
+        if (i < d->n && held_out(i)) {
+            put_image(d, i, 0, 0, x + nb * S * S);
+            idx[nb++] = i;
+        }
+        if (nb == CH || (i == d->n && nb > 0)) {
+            a.batch = nb;
+            if (attn_vit_forward(v, &a, lg, NULL, 0, ws, wb) != ATTN_OK) {
+                bad = 1;
+                break;
+            }
+            for (int64_t b = 0; b < nb; b++) {
+                int64_t best = 0;
+                for (int64_t k = 1; k < K; k++)
+                    if (lg[b * K + k] > lg[b * K + best]) best = k;
+                correct += best == d->labels[idx[b]];
+            }
+            n += nb;
+            nb = 0;
+        }
+    }
+    free(x), free(lg), free(ws);
+    *total = n;
+    return bad ? -1 : correct;
+}
+
+static void fill_meta(train_meta *m, const vit_opts *o, const attn_vit_config *c) {
+    m->n = 0;
+    m->keys[m->n] = "model";
+    m->values[m->n++] = "vit";
+    train_meta_add(m, "vit.image", "%lld", (long long)c->image_h);
+    train_meta_add(m, "vit.patch", "%lld", (long long)c->patch_size);
+    train_meta_add(m, "vit.layers", "%lld", (long long)c->num_layers);
+    train_meta_add(m, "vit.heads", "%lld", (long long)c->num_heads);
+    train_meta_add(m, "vit.hidden", "%lld", (long long)c->hidden_dim);
+    train_meta_add(m, "vit.mlp", "%lld", (long long)c->mlp_dim);
+    train_meta_add(m, "vit.classes", "%lld", (long long)c->num_classes);
+    train_meta_add(m, "vit.channels", "%lld", (long long)c->in_channels);
+    train_meta_add(m, "train.steps", "%lld", (long long)o->steps);
+    train_meta_add(m, "train.batch", "%lld", (long long)o->batch);
+    train_meta_add(m, "train.warmup", "%lld", (long long)o->warmup);
+    train_meta_add(m, "train.lr", "%.17g", o->lr);
+    train_meta_add(m, "train.shift", "%lld", (long long)o->shift);
+}
+
+/* The checkpoint's model shape and schedule into o (a shape given again must agree); 0 or 1. */
+static int resume_meta(vit_opts *o) {
+    attn_safetensors *st = NULL;
+    if (attn_safetensors_open_file(o->checkpoint, &st) != ATTN_OK)
+        return cli_fail("train vit: --resume: %s", attn_last_error());
+    const char *model = attn_safetensors_metadata_find(st, "model");
+    if (!model || strcmp(model, "vit")) {
+        attn_safetensors_close(st);
+        return cli_fail("train vit: --resume: %s is not a checkpoint of `attn train vit` (model '%s')", o->checkpoint,
+                        model ? model : "missing");
+    }
+    static const char *keys[] = {"vit.patch", "vit.layers", "vit.heads", "vit.hidden", "vit.mlp"};
+    static const char *flags[] = {"--patch", "--layers", "--heads", "--hidden", "--mlp"};
+    int64_t *dst[] = {&o->patch, &o->layers, &o->heads, &o->hidden, &o->mlp};
+    for (int i = 0; i < 5; i++) {
+        const char *v = attn_safetensors_metadata_find(st, keys[i]);
+        int64_t x;
+        if (!v || cli_parse_i64(v, 1, 1 << 20, &x)) {
+            attn_safetensors_close(st);
+            return cli_fail("train vit: --resume: %s: metadata '%s' is %s", o->checkpoint, keys[i],
+                            v ? "not a positive integer" : "missing");
+        }
+        if (o->given[i] && *dst[i] != x) {
+            attn_safetensors_close(st);
+            return cli_fail("train vit: --resume: %s %lld differs from the checkpoint's %lld", flags[i],
+                            (long long)*dst[i], (long long)x);
+        }
+        *dst[i] = x;
+    }
+    const struct { int given; const char *key; int64_t *dst; int64_t lo, hi; } sch[] = {
+        {o->given_steps, "train.steps", &o->steps, 1, (int64_t)1 << 30},
+        {o->given_batch, "train.batch", &o->batch, 1, 1 << 16},
+        {o->given_warmup, "train.warmup", &o->warmup, 0, (int64_t)1 << 30},
+        {o->given_shift, "train.shift", &o->shift, 0, 8}};
+    for (size_t i = 0; i < sizeof sch / sizeof sch[0]; i++) {
+        const char *v = attn_safetensors_metadata_find(st, sch[i].key);
+        int64_t x;
+        if (!sch[i].given && v && !cli_parse_i64(v, sch[i].lo, sch[i].hi, &x)) *sch[i].dst = x;
+    }
+    const char *v = attn_safetensors_metadata_find(st, "train.lr");
+    double dv;
+    if (!o->given_lr && v && !cli_parse_double(v, 0.0, 10.0, &dv) && dv > 0) o->lr = dv;
+    attn_safetensors_close(st);
+    return 0;
+}
+
+int train_vit(int argc, char **argv) {
+    vit_opts o;
+    memset(&o, 0, sizeof o);
+    o.data = "data/digits";
+    o.checkpoint = "attn-vit.safetensors";
+    o.patch = 2, o.layers = 2, o.heads = 4, o.hidden = 32, o.mlp = 0;
+    o.steps = 5000, o.batch = 32, o.warmup = -1, o.shift = 1, o.every = 1000, o.log_every = 500, o.seed = 1;
+    o.threads = 1;
+    o.lr = 5e-3;
+    cli_opt opts[] = {
+        CLI_STRING_NONEMPTY("--data", &o.data),
+        CLI_STRING_NONEMPTY("--checkpoint", &o.checkpoint),
+        CLI_FLAG("--resume", &o.resume),
+        CLI_DOUBLE_ABOVE("--lr", &o.lr, 0.0, 10.0),
+        CLI_INT("--patch", &o.patch, 1, 1024),
+        CLI_INT("--layers", &o.layers, 1, 64),
+        CLI_INT("--heads", &o.heads, 1, 256),
+        CLI_INT("--hidden", &o.hidden, 1, 4096),
+        CLI_INT("--mlp", &o.mlp, 1, 16384),
+        CLI_INT("--steps", &o.steps, 1, 1 << 30),
+        CLI_INT("--batch", &o.batch, 1, 1 << 16),
+        CLI_INT("--warmup", &o.warmup, 0, 1 << 30),
+        CLI_INT("--shift", &o.shift, 0, 8),
+        CLI_INT("--every", &o.every, 0, 1 << 30),
+        CLI_INT("--eval-every", &o.eval_every, 0, 1 << 30),
+        CLI_INT("--log-every", &o.log_every, 1, 1 << 30),
+        CLI_INT("--stop-at", &o.stop_at, 1, 1 << 30),
+        CLI_INT("--threads", &o.threads, 1, 1024),
+        CLI_INT("--seed", &o.seed, 0, INT64_MAX),
+        CLI_END,
+    };
+    int parsed = cli_parse("train vit", opts, argc, argv, NULL, 0);
+    if (parsed == CLI_HELP) {
+        usage_vit(stdout);
+        return 0;
+    }
+    if (parsed) return parsed;
+    static const char *shape_flags[] = {"--patch", "--layers", "--heads", "--hidden", "--mlp", "--seed"};
+    for (int i = 0; i < 6; i++) o.given[i] = cli_seen(opts, shape_flags[i]);
+    o.given_steps = cli_seen(opts, "--steps");
+    o.given_batch = cli_seen(opts, "--batch");
+    o.given_lr = cli_seen(opts, "--lr");
+    o.given_warmup = cli_seen(opts, "--warmup");
+    o.given_shift = cli_seen(opts, "--shift");
+    if (!o.resume && o.hidden % o.heads)
+        return cli_usage_error("train vit: --hidden %lld is not a multiple of --heads %lld", (long long)o.hidden,
+                               (long long)o.heads);
+    attn_set_num_threads((int)o.threads);
+    if (o.resume && resume_meta(&o)) return 1;
+    if (!o.mlp) o.mlp = 2 * o.hidden;
+    if (o.warmup < 0) o.warmup = o.steps / 20;
+    if (o.warmup > o.steps)
+        return cli_usage_error("train vit: --warmup %lld exceeds --steps %lld", (long long)o.warmup, (long long)o.steps);
+
+    vit_data d;
+    int exit_code = 1;
+    attn_vit *v = NULL;
+    attn_optimizer *opt = NULL;
+    float *x = NULL, *logits = NULL;
+    int64_t *y = NULL, *train_idx = NULL;
+    void *saved = NULL, *ws = NULL;
+    if (load_data(o.data, &d)) goto done;
+    if (d.side % o.patch) {
+        cli_fail("train vit: --patch %lld does not divide the %lld x %lld images", (long long)o.patch,
+                 (long long)d.side, (long long)d.side);
+        goto done;
+    }
+    attn_vit_config cfg = attn_vit_config_default(d.side, o.patch, o.layers, o.heads, o.hidden, o.mlp, d.classes);
+    cfg.in_channels = 1;
+    attn_status s;
+    if ((s = attn_vit_create(&cfg, &v)) != ATTN_OK) {
+        cli_fail("train vit: %s", attn_last_error());
+        goto done;
+    }
+    const attn_params *ps = attn_vit_params(v);
+    attn_adamw_config ac = attn_adamw_config_default();
+    ac.weight_decay = 0.05;
+    if ((s = attn_params_reset(ps, (uint64_t)o.seed)) != ATTN_OK || (s = attn_adamw_create(ps, &ac, &opt)) != ATTN_OK) {
+        cli_fail("train vit: %s", attn_last_error());
+        goto done;
+    }
+    for (size_t i = 0; i < attn_params_count(ps); i++)
+        if (attn_params_get(ps, i)->rank < 2 || !strcmp(attn_params_get(ps, i)->name, "pos_embedding") ||
+            !strcmp(attn_params_get(ps, i)->name, "class_token"))
+            attn_optimizer_set_weight_decay(opt, i, 0.0);
+    attn_train_state state = {0, 0, 0, (uint64_t)o.seed, 0};
+    if (o.resume) {
+        if (attn_checkpoint_load(o.checkpoint, ps, opt, &state, NULL) != ATTN_OK) {
+            cli_fail("train vit: --resume: %s", attn_last_error());
+            goto done;
+        }
+        if (o.given[5] && (uint64_t)o.seed != state.rng_seed) {
+            cli_fail("train vit: --resume: --seed %lld differs from the checkpoint's %llu", (long long)o.seed,
+                     (unsigned long long)state.rng_seed);
+            goto done;
+        }
+        printf("resuming from %s at step %lld\n", o.checkpoint, (long long)state.step);
+    }
+    const uint64_t data_seed = state.rng_seed ^ 0x5DEECE66Dull;
+    const int64_t B = o.batch, S = d.side, K = d.classes;
+    int64_t ntrain = 0;
+    train_idx = malloc(sizeof(int64_t) * (size_t)d.n);
+    for (int64_t i = 0; train_idx && i < d.n; i++)
+        if (!held_out(i)) train_idx[ntrain++] = i;
+    attn_vit_args a;
+    memset(&a, 0, sizeof a);
+    a.batch = B;
+    a.training = 1;
+    a.seed = state.rng_seed;
+    x = malloc(sizeof(float) * (size_t)(B * S * S));
+    a.images = x;
+    y = malloc(sizeof(int64_t) * (size_t)B);
+    logits = malloc(sizeof(float) * (size_t)(B * K));
+    const size_t sb = attn_vit_saved_size(v, &a), wb = attn_vit_workspace_size(v, &a);
+    saved = malloc(sb ? sb : 1);
+    ws = malloc(wb ? wb : 1);
+    if (!train_idx || !x || !y || !logits || !saved || !ws) {
+        cli_fail("train vit: out of memory (%zu MB of activations)", (sb + wb) >> 20);
+        goto done;
+    }
+    printf("vit: %lldx%lld images, patch %lld (%lld tokens), %lld layers, %lld heads, hidden %lld, mlp %lld, %lld "
+           "classes, %zu parameters; %lld training / %lld held-out images from '%s'; batch %lld, %lld steps, lr %g, "
+           "%d threads\n",
+           (long long)S, (long long)S, (long long)o.patch, (long long)attn_vit_tokens(v), (long long)o.layers,
+           (long long)o.heads, (long long)o.hidden, (long long)o.mlp, (long long)K, attn_params_numel(ps),
+           (long long)ntrain, (long long)(d.n - ntrain), o.data, (long long)B, (long long)o.steps, o.lr,
+           attn_get_num_threads());
+    fflush(stdout);
+
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    g_interrupted = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+
+    const attn_lr_schedule sched = {o.lr, o.lr / 10, o.warmup, o.steps};
+    attn_cross_entropy_config ce = attn_cross_entropy_config_default();
+    double t_last = bench_now();
+    int64_t images_since = 0, step0 = state.step;
+    float last_loss = NAN;
+    int failed = 0;
+    char save_err[512] = "";
+    const int64_t stop = o.stop_at > 0 && o.stop_at < o.steps ? o.stop_at : o.steps;
+    while (state.step < stop && !g_interrupted) {
+        const int64_t step = state.step;
+        draw_batch(&d, train_idx, ntrain, B, o.shift, data_seed, step, x, y);
+        a.offset = (uint64_t)step;
+        double lr = 0, gn = 0;
+        float loss = 0;
+        if ((s = attn_params_zero_grad(ps)) != ATTN_OK ||
+            (s = attn_vit_forward(v, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
+            (s = attn_cross_entropy_forward(logits, y, B, K, &ce, &loss, logits)) != ATTN_OK ||
+            (s = attn_vit_backward(v, &a, logits, NULL, saved, sb, ws, wb)) != ATTN_OK ||
+            (s = attn_lr_warmup_cosine(&sched, step, &lr)) != ATTN_OK) {
+            failed = 1;
+            break;
+        }
+        s = attn_train_step(opt, lr, 1.0, 1, &gn);
+        if (s == ATTN_ERR_NUMERIC) {
+            printf("step %lld: non-finite gradient norm, step skipped\n", (long long)step + 1);
+        } else if (s != ATTN_OK) {
+            failed = 1;
+            break;
+        }
+        state.step = step + 1;
+        state.data_position = state.step * B;
+        state.rng_offset = (uint64_t)state.step;
+        last_loss = loss;
+        images_since += B;
+        if (state.step % o.log_every == 0 || state.step == stop || step == step0) {
+            const double now = bench_now(), dt = now - t_last;
+            printf("step %6lld/%lld  loss %.4f  lr %.2e  |g| %7.3f  %8.0f img/s\n", (long long)state.step,
+                   (long long)o.steps, (double)loss, lr, gn, dt > 0 ? (double)images_since / dt : 0.0);
+            fflush(stdout);
+            t_last = now;
+            images_since = 0;
+        }
+        if (o.eval_every > 0 && state.step % o.eval_every == 0 && state.step < stop) {
+            int64_t n = 0, c = evaluate(v, &d, &n);
+            if (c < 0) {
+                failed = 1;
+                break;
+            }
+            printf("step %6lld  held-out accuracy %.2f%% (%lld/%lld)\n", (long long)state.step,
+                   100.0 * (double)c / (double)n, (long long)c, (long long)n);
+        }
+        if (o.every > 0 && state.step % o.every == 0 && state.step < stop) {
+            train_meta meta;
+            fill_meta(&meta, &o, &cfg);
+            if (attn_checkpoint_save(o.checkpoint, ps, opt, &state, meta.keys, meta.values, meta.n) != ATTN_OK) {
+                snprintf(save_err, sizeof save_err, "%s", attn_last_error());
+                break;
+            }
+        }
+    }
+    const int interrupted = g_interrupted != 0;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (failed) {
+        cli_fail("train vit: step %lld: %s", (long long)state.step + 1, attn_last_error());
+        goto done;
+    }
+    if (save_err[0]) {
+        cli_fail("train vit: cannot write checkpoint: %s", save_err);
+        goto done;
+    }
+    train_meta meta;
+    fill_meta(&meta, &o, &cfg);
+    if (attn_checkpoint_save(o.checkpoint, ps, opt, &state, meta.keys, meta.values, meta.n) != ATTN_OK) {
+        cli_fail("train vit: cannot write checkpoint: %s", attn_last_error());
+        goto done;
+    }
+    if (interrupted) {
+        printf("interrupted after step %lld of %lld: checkpoint written to %s (continue with --resume)\n",
+               (long long)state.step, (long long)o.steps, o.checkpoint);
+        exit_code = 130;
+        goto done;
+    }
+    if (state.step > step0) printf("final loss: %.9g\n", (double)last_loss);
+    int64_t n = 0, c = evaluate(v, &d, &n);
+    if (c < 0) {
+        cli_fail("train vit: evaluation: %s", attn_last_error());
+        goto done;
+    }
+    printf("held-out accuracy: %.2f%% (%lld/%lld)\n", 100.0 * (double)c / (double)n, (long long)c, (long long)n);
+    printf("checkpoint: %s (step %lld)\n", o.checkpoint, (long long)state.step);
+    exit_code = 0;
+done:
+    fflush(stdout);
+    free(d.images), free(d.labels), free(x), free(y), free(logits), free(saved), free(ws), free(train_idx);
+    attn_optimizer_free(opt);
+    attn_vit_free(v);
+    return exit_code;
+}
