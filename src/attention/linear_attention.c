@@ -22,6 +22,7 @@
 
 #include "attention/attention_common.h"
 #include "attention/linear_internal.h"
+#include "attention/linear_vec.h"
 #include "core/internal.h"
 #include "kernels/gemm_internal.h"
 
@@ -93,12 +94,19 @@ void attn_lin_features(const lin_map *mp, int64_t h, int64_t d, const float *x, 
                        int is_query, const uint8_t *keep, int64_t ks, float *kmax, float *F, float *xs, void *gws,
                        size_t gwsb) {
     const int64_t p = mp->p;
+    const lin_vec *vk = attn_lin_vec_active();
     if (!mp->w) { /* elu(x) + 1 */
         for (int64_t i = 0; i < n; i++) {
-            const int kept = !keep || keep[i * ks];
-            for (int64_t c = 0; c < d; c++) {
-                const float v = x[i * rs + c * cs];
-                F[i * p + c] = !kept ? 0.0f : (v > 0.0f ? v + 1.0f : expf(v));
+            float *f = F + i * p;
+            if (keep && !keep[i * ks]) {
+                memset(f, 0, sizeof(float) * (size_t)d);
+                continue;
+            }
+            if (cs == 1) {
+                vk->elu1(x + i * rs, f, d);
+            } else {
+                for (int64_t c = 0; c < d; c++) f[c] = x[i * rs + c * cs];
+                vk->elu1(f, f, d);
             }
         }
         return;
@@ -106,21 +114,23 @@ void attn_lin_features(const lin_map *mp, int64_t h, int64_t d, const float *x, 
     /* FAVOR+: H = x' W^T - |x'|^2 / 2, minus the stabiliser, exponentiated, / sqrt(m) */
     const float xsc = (float)pow((double)d, -0.25), inv = (float)(1.0 / sqrt((double)p));
     const float *w = mp->w + (mp->w_heads > 1 ? h : 0) * p * d;
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t c = 0; c < d; c++) xs[i * d + c] = x[i * rs + c * cs] * xsc;
+    for (int64_t i = 0; i < n; i++) {
+        float *o = xs + i * d;
+        const float *xi = x + i * rs;
+        if (cs == 1)
+            for (int64_t c = 0; c < d; c++) o[c] = xi[c] * xsc;
+        else
+            for (int64_t c = 0; c < d; c++) o[c] = xi[c * cs] * xsc;
+    }
     gemm(ATTN_NO_TRANS, ATTN_TRANS, n, p, d, xs, d, w, d, 0.0f, F, p, gws, gwsb);
     float m = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
         double sq = 0;
         for (int64_t c = 0; c < d; c++) sq += (double)xs[i * d + c] * xs[i * d + c];
-        const float hsq = (float)(0.5 * sq);
-        float *f = F + i * p, rm = -INFINITY;
-        for (int64_t r = 0; r < p; r++) {
-            f[r] -= hsq;
-            rm = f[r] > rm ? f[r] : rm;
-        }
+        float *f = F + i * p;
+        const float rm = vk->submax(f, p, (float)(0.5 * sq));
         if (is_query) {
-            for (int64_t r = 0; r < p; r++) f[r] = expf(f[r] - rm) * inv;
+            vk->expsc(f, p, rm, inv);
         } else if (!keep || keep[i * ks]) {
             m = rm > m ? rm : m;
         }
@@ -129,8 +139,8 @@ void attn_lin_features(const lin_map *mp, int64_t h, int64_t d, const float *x, 
     if (kmax) *kmax = m;
     for (int64_t i = 0; i < n; i++) {
         float *f = F + i * p;
-        const int kept = (!keep || keep[i * ks]) && m > -INFINITY;
-        for (int64_t r = 0; r < p; r++) f[r] = kept ? expf(f[r] - m) * inv : 0.0f;
+        if ((!keep || keep[i * ks]) && m > -INFINITY) vk->expsc(f, p, m, inv);
+        else memset(f, 0, sizeof(float) * (size_t)p);
     }
 }
 
@@ -142,13 +152,25 @@ static void features_backward(const lin_map *mp, int64_t h, int64_t d, const flo
     const int64_t p = mp->p;
     (void)xs; /* x' is recomputed from x on the fly */
     if (!mp->w) {
+        const lin_vec *vk = attn_lin_vec_active();
         for (int64_t i = 0; i < n; i++) {
-            const int kept = !keep || keep[i * ks];
-            for (int64_t c = 0; c < d; c++) {
-                const float v = x[i * rs + c * cs];
-                const float g = kept ? dF[i * p + c] * (v > 0.0f ? 1.0f : expf(v)) : 0.0f;
-                float *o = dx + i * drs + c * dcs;
-                *o = acc ? *o + g : g;
+            float *g = dF + i * p, *o = dx + i * drs;
+            if (keep && !keep[i * ks]) {
+                memset(g, 0, sizeof(float) * (size_t)d);
+            } else if (cs == 1) {
+                vk->elu1_bwd(x + i * rs, g, g, d);
+            } else {
+                float *xr = dxs + i * d;
+                for (int64_t c = 0; c < d; c++) xr[c] = x[i * rs + c * cs];
+                vk->elu1_bwd(xr, g, g, d);
+            }
+            if (dcs == 1) {
+                if (acc)
+                    for (int64_t c = 0; c < d; c++) o[c] += g[c];
+                else
+                    memcpy(o, g, sizeof(float) * (size_t)d);
+            } else {
+                for (int64_t c = 0; c < d; c++) o[c * dcs] = acc ? o[c * dcs] + g[c] : g[c];
             }
         }
         return;
