@@ -88,6 +88,22 @@ static void prim(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64
     }
 }
 
+/* prim for the parallel form: PRIM_ALL with an odd number r of output columns (dv + 1) runs
+ * transposed, St' = C^T B [r, p] and Y^T = St' A^T [r, no], so the GEMMs' m (not n) is the
+ * awkward size: a GEMM's register tile is much wider than tall. Every element is the same FMA
+ * chain either way (same k order), so the values are bitwise those of prim. Returns 1 when Y
+ * holds Y^T (element (o, c) at Y[c * no + o]), else 0 (at Y[o * r + c]). */
+static int prim_run(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64_t r, const float *A,
+                    const float *B, const float *C, float *Y, float *St, float *T, void *gws, size_t gwsb) {
+    if (mode == PRIM_ALL && r % 16 != 0 && no > 0) {
+        gemm(ATTN_TRANS, ATTN_NO_TRANS, r, p, ni, C, r, B, p, 0.0f, St, p, gws, gwsb);
+        gemm(ATTN_NO_TRANS, ATTN_TRANS, r, no, p, St, p, A, p, 0.0f, Y, no, gws, gwsb);
+        return 1;
+    }
+    prim(mode, off, no, ni, p, r, A, B, C, Y, St, 0, T, gws, gwsb);
+    return 0;
+}
+
 /* ---- feature maps ---- */
 
 void attn_lin_features(const lin_map *mp, int64_t h, int64_t d, const float *x, int64_t rs, int64_t cs, int64_t n,
@@ -248,7 +264,7 @@ static void load_vp(const attn_tensor *v, int64_t b, int64_t g, int64_t nk, int6
 }
 
 /* Y of query head h (all of Fq, Fk, Vp, Y of the bufs). */
-static void head_forward(const lin_map *mp, const attn_ctx *c, const attn_tensor *q, const attn_tensor *k,
+static int head_forward(const lin_map *mp, const attn_ctx *c, const attn_tensor *q, const attn_tensor *k,
                          const attn_tensor *v, int64_t b, int64_t h, const lin_bufs *w) {
     const int64_t g = h / c->group, e = c->dv + 1;
     const uint8_t *keep = c->km ? c->km + b * c->kms[0] : NULL;
@@ -257,12 +273,26 @@ static void head_forward(const lin_map *mp, const attn_ctx *c, const attn_tensor
     attn_lin_features(mp, h, c->d, k->data + b * k->stride[0] + g * k->stride[1], k->stride[2], k->stride[3], c->nk,
                       0, keep, c->kms[1], NULL, w->Fk, w->X1, w->gws, w->gwsb);
     load_vp(v, b, g, c->nk, c->dv, w->Vp);
-    prim(c->causal == ATTN_CAUSAL_NONE ? PRIM_ALL : PRIM_FWD, c->off, c->nq, c->nk, mp->p, e, w->Fq, w->Fk, w->Vp,
-         w->Y, w->St, 0, w->T, w->gws, w->gwsb);
+    return prim_run(c->causal == ATTN_CAUSAL_NONE ? PRIM_ALL : PRIM_FWD, c->off, c->nq, c->nk, mp->p, e, w->Fq, w->Fk,
+                    w->Vp, w->Y, w->St, w->T, w->gws, w->gwsb);
 }
 
-/* out rows from Y [n, dv + 1] */
-static void write_out(const float *Y, int64_t n, int64_t dv, float eps, float *o, int64_t rs, int64_t cs) {
+/* out rows from Y [n, dv + 1] (yt: Y^T [dv + 1, n]) */
+static void write_out(const float *Y, int yt, int64_t n, int64_t dv, float eps, float *o, int64_t rs, int64_t cs) {
+    if (yt) {
+        const float *dn = Y + dv * n;
+        for (int64_t i0 = 0; i0 < n; i0 += 64) {
+            const int64_t i1 = i0 + 64 < n ? i0 + 64 : n;
+            for (int64_t c = 0; c < dv; c++) {
+                const float *y = Y + c * n;
+                for (int64_t i = i0; i < i1; i++) {
+                    const float den = dn[i] + eps;
+                    o[i * rs + c * cs] = den != 0.0f ? y[i] / den : 0.0f;
+                }
+            }
+        }
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         const float den = Y[i * (dv + 1) + dv] + eps;
         for (int64_t c = 0; c < dv; c++) o[i * rs + c * cs] = den != 0.0f ? Y[i * (dv + 1) + c] / den : 0.0f;
@@ -275,11 +305,12 @@ static void head_backward(const lin_map *mp, const attn_ctx *c, const attn_tenso
     const int64_t g = h / c->group, e = c->dv + 1, dv = c->dv, p = mp->p, d = c->d;
     const int mode = c->causal == ATTN_CAUSAL_NONE ? PRIM_ALL : PRIM_REV;
     const uint8_t *keep = c->km ? c->km + b * c->kms[0] : NULL;
-    head_forward(mp, c, q, k, v, b, h, w);
+    const int yt = head_forward(mp, c, q, k, v, b, h, w);
+    const int64_t yi = yt ? 1 : e, yc = yt ? c->nq : 1; /* element (i, c) of Y at i * yi + c * yc */
     /* E' */
     const float *go = dout->data + b * dout->stride[0] + h * dout->stride[1];
     for (int64_t i = 0; i < c->nq; i++) {
-        const float den = w->Y[i * e + dv] + mp->eps;
+        const float den = w->Y[i * yi + dv * yc] + mp->eps;
         float *ep = w->Ep + i * e;
         if (den == 0.0f) {
             memset(ep, 0, sizeof(float) * (size_t)e);
@@ -289,7 +320,7 @@ static void head_backward(const lin_map *mp, const attn_ctx *c, const attn_tenso
         for (int64_t cc = 0; cc < dv; cc++) {
             const float gv = go[i * dout->stride[2] + cc * dout->stride[3]];
             ep[cc] = gv / den;
-            go_o += (double)gv * (w->Y[i * e + cc] / den);
+            go_o += (double)gv * (w->Y[i * yi + cc * yc] / den);
         }
         ep[dv] = (float)(-go_o / den);
     }
@@ -304,9 +335,20 @@ static void head_backward(const lin_map *mp, const attn_ctx *c, const attn_tenso
     }
     /* dF_k = prim_rev(V', E', F_q) ; dV' = prim_rev(F_k, F_q, E'), summed over the group's heads */
     prim(mode, c->off, c->nk, c->nq, e, p, w->Vp, w->Ep, w->Fq, w->dFk, w->St, 0, w->T, w->gws, w->gwsb);
-    prim(mode, c->off, c->nk, c->nq, p, e, w->Fk, w->Fq, w->Ep, w->dVp, w->St, 0, w->T, w->gws, w->gwsb);
+    const int vt = prim_run(mode, c->off, c->nk, c->nq, p, e, w->Fk, w->Fq, w->Ep, w->dVp, w->St, w->T, w->gws,
+                            w->gwsb);
     features_backward(mp, h, d, k->data + b * k->stride[0] + g * k->stride[1], k->stride[2], k->stride[3], c->nk,
                       keep, c->kms[1], w->Fk, w->dFk, w->X1, w->X2, w->dK, d, 1, !first, w->gws, w->gwsb);
+    if (vt) {
+        for (int64_t j0 = 0; j0 < c->nk; j0 += 64) {
+            const int64_t j1 = j0 + 64 < c->nk ? j0 + 64 : c->nk;
+            for (int64_t cc = 0; cc < dv; cc++) {
+                const float *s = w->dVp + cc * c->nk;
+                for (int64_t j = j0; j < j1; j++) w->dV[j * dv + cc] = first ? s[j] : w->dV[j * dv + cc] + s[j];
+            }
+        }
+        return;
+    }
     for (int64_t j = 0; j < c->nk; j++)
         for (int64_t cc = 0; cc < dv; cc++)
             w->dV[j * dv + cc] = first ? w->dVp[j * e + cc] : w->dV[j * dv + cc] + w->dVp[j * e + cc];
@@ -342,8 +384,8 @@ attn_status attn_lin_run(const char *fn, const lin_map *mp, const attn_tensor *q
         for (int64_t t = 0; t < tasks; t++) {
             if (!bwd) {
                 const int64_t b = t / c.hq, h = t % c.hq;
-                head_forward(mp, &c, q, k, v, b, h, &w);
-                write_out(w.Y, c.nq, c.dv, mp->eps, out->data + b * out->stride[0] + h * out->stride[1],
+                const int yt = head_forward(mp, &c, q, k, v, b, h, &w);
+                write_out(w.Y, yt, c.nq, c.dv, mp->eps, out->data + b * out->stride[0] + h * out->stride[1],
                           out->stride[2], out->stride[3]);
                 continue;
             }
@@ -468,7 +510,7 @@ attn_status attn_lin_step(const char *fn, const lin_map *mp, const attn_tensor *
                               1, NULL, 0, NULL, w.Fq, w.X1, w.gws, w.gwsb);
             prim(causal ? PRIM_FWD : PRIM_ALL, nk - nq, nq, nk, p, e, w.Fq, w.Fk, w.Vp, w.Y, S, 1, w.T, w.gws,
                  w.gwsb);
-            write_out(w.Y, nq, dv, mp->eps, out->data + b * out->stride[0] + h * out->stride[1], out->stride[2],
+            write_out(w.Y, 0, nq, dv, mp->eps, out->data + b * out->stride[0] + h * out->stride[1], out->stride[2],
                       out->stride[3]);
         }
     }
