@@ -280,20 +280,15 @@ static int head_forward(const lin_map *mp, const attn_ctx *c, const attn_tensor 
 /* out rows from Y [n, dv + 1] (yt: Y^T [dv + 1, n]) */
 static void write_out(const float *Y, int yt, int64_t n, int64_t dv, float eps, float *o, int64_t rs, int64_t cs) {
     if (yt) {
-        /* 64 rows at a time: contiguous (vectorised) divisions into t, then scattered into the rows
-         * (dd: the denominator, 1 where it is 0; ms: 0 there, so such rows get exactly 0) */
+        /* 64 rows at a time: contiguous vector divisions into t, then scattered into the rows */
+        const lin_vec *vk = attn_lin_vec_active();
         const float *dn = Y + dv * n;
-        float dd[64], ms[64], t[64];
+        float dd[64], t[64];
         for (int64_t i0 = 0; i0 < n; i0 += 64) {
             const int64_t nb = i0 + 64 < n ? 64 : n - i0;
-            for (int64_t i = 0; i < nb; i++) {
-                const float den = dn[i0 + i] + eps;
-                dd[i] = den != 0.0f ? den : 1.0f;
-                ms[i] = den != 0.0f ? 1.0f : 0.0f;
-            }
+            for (int64_t i = 0; i < nb; i++) dd[i] = dn[i0 + i] + eps;
             for (int64_t c = 0; c < dv; c++) {
-                const float *y = Y + c * n + i0;
-                for (int64_t i = 0; i < nb; i++) t[i] = y[i] / dd[i] * ms[i];
+                vk->ydiv(Y + c * n + i0, dd, t, nb);
                 float *oc = o + i0 * rs + c * cs;
                 for (int64_t i = 0; i < nb; i++) oc[i * rs] = t[i];
             }

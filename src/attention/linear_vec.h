@@ -16,6 +16,8 @@ typedef struct lin_vec {
     void (*expsc)(float *f, int64_t n, float sub, float scale);
     /* f -= sub; returns max f (-inf when n == 0) */
     float (*submax)(float *f, int64_t n, float sub);
+    /* t = den != 0 ? y / den : +0 */
+    void (*ydiv)(const float *y, const float *den, float *t, int64_t n);
 } lin_vec;
 
 extern const lin_vec attn_lin_vec_ref;

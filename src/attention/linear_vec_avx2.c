@@ -54,4 +54,15 @@ static float submax_avx2(float *f, int64_t n, float sub) {
     return r;
 }
 
-const lin_vec attn_lin_vec_avx2 = {elu1_avx2, elu1_bwd_avx2, expsc_avx2, submax_avx2};
+static void ydiv_avx2(const float *y, const float *den, float *t, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i k = tail8(n - i);
+        const __m256 dn = _mm256_maskload_ps(den + i, k);
+        const __m256 nz = _mm256_cmp_ps(dn, zero, _CMP_NEQ_UQ);
+        const __m256 q = _mm256_div_ps(_mm256_maskload_ps(y + i, k), _mm256_blendv_ps(one, dn, nz));
+        _mm256_maskstore_ps(t + i, k, _mm256_blendv_ps(zero, q, nz));
+    }
+}
+
+const lin_vec attn_lin_vec_avx2 = {elu1_avx2, elu1_bwd_avx2, expsc_avx2, submax_avx2, ydiv_avx2};

@@ -48,4 +48,13 @@ static float submax_avx512(float *f, int64_t n, float sub) {
     return _mm512_reduce_max_ps(m);
 }
 
-const lin_vec attn_lin_vec_avx512 = {elu1_avx512, elu1_bwd_avx512, expsc_avx512, submax_avx512};
+static void ydiv_avx512(const float *y, const float *den, float *t, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail16(n - i);
+        const __m512 dn = _mm512_maskz_loadu_ps(k, den + i);
+        const __mmask16 nz = _mm512_cmp_ps_mask(dn, _mm512_setzero_ps(), _CMP_NEQ_UQ) & k;
+        _mm512_mask_storeu_ps(t + i, k, _mm512_maskz_div_ps(nz, _mm512_maskz_loadu_ps(k, y + i), dn));
+    }
+}
+
+const lin_vec attn_lin_vec_avx512 = {elu1_avx512, elu1_bwd_avx512, expsc_avx512, submax_avx512, ydiv_avx512};
