@@ -22,6 +22,7 @@
 
 #include "attention/attention_common.h"
 #include "attention/linear_internal.h"
+#include "attention/linear_vec.h"
 #include "core/internal.h"
 #include "kernels/gemm_internal.h"
 
@@ -87,18 +88,41 @@ static void prim(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64
     }
 }
 
+/* prim for the parallel form: PRIM_ALL with an odd number r of output columns (dv + 1) runs
+ * transposed, St' = C^T B [r, p] and Y^T = St' A^T [r, no], so the GEMMs' m (not n) is the
+ * awkward size: a GEMM's register tile is much wider than tall. Every element is the same FMA
+ * chain either way (same k order), so the values are bitwise those of prim. Returns 1 when Y
+ * holds Y^T (element (o, c) at Y[c * no + o]), else 0 (at Y[o * r + c]). */
+static int prim_run(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64_t r, const float *A,
+                    const float *B, const float *C, float *Y, float *St, float *T, void *gws, size_t gwsb) {
+    if (mode == PRIM_ALL && r % 16 != 0 && no > 0) {
+        gemm(ATTN_TRANS, ATTN_NO_TRANS, r, p, ni, C, r, B, p, 0.0f, St, p, gws, gwsb);
+        gemm(ATTN_NO_TRANS, ATTN_TRANS, r, no, p, St, p, A, p, 0.0f, Y, no, gws, gwsb);
+        return 1;
+    }
+    prim(mode, off, no, ni, p, r, A, B, C, Y, St, 0, T, gws, gwsb);
+    return 0;
+}
+
 /* ---- feature maps ---- */
 
 void attn_lin_features(const lin_map *mp, int64_t h, int64_t d, const float *x, int64_t rs, int64_t cs, int64_t n,
                        int is_query, const uint8_t *keep, int64_t ks, float *kmax, float *F, float *xs, void *gws,
                        size_t gwsb) {
     const int64_t p = mp->p;
+    const lin_vec *vk = attn_lin_vec_active();
     if (!mp->w) { /* elu(x) + 1 */
         for (int64_t i = 0; i < n; i++) {
-            const int kept = !keep || keep[i * ks];
-            for (int64_t c = 0; c < d; c++) {
-                const float v = x[i * rs + c * cs];
-                F[i * p + c] = !kept ? 0.0f : (v > 0.0f ? v + 1.0f : expf(v));
+            float *f = F + i * p;
+            if (keep && !keep[i * ks]) {
+                memset(f, 0, sizeof(float) * (size_t)d);
+                continue;
+            }
+            if (cs == 1) {
+                vk->elu1(x + i * rs, f, d);
+            } else {
+                for (int64_t c = 0; c < d; c++) f[c] = x[i * rs + c * cs];
+                vk->elu1(f, f, d);
             }
         }
         return;
@@ -106,21 +130,23 @@ void attn_lin_features(const lin_map *mp, int64_t h, int64_t d, const float *x, 
     /* FAVOR+: H = x' W^T - |x'|^2 / 2, minus the stabiliser, exponentiated, / sqrt(m) */
     const float xsc = (float)pow((double)d, -0.25), inv = (float)(1.0 / sqrt((double)p));
     const float *w = mp->w + (mp->w_heads > 1 ? h : 0) * p * d;
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t c = 0; c < d; c++) xs[i * d + c] = x[i * rs + c * cs] * xsc;
+    for (int64_t i = 0; i < n; i++) {
+        float *o = xs + i * d;
+        const float *xi = x + i * rs;
+        if (cs == 1)
+            for (int64_t c = 0; c < d; c++) o[c] = xi[c] * xsc;
+        else
+            for (int64_t c = 0; c < d; c++) o[c] = xi[c * cs] * xsc;
+    }
     gemm(ATTN_NO_TRANS, ATTN_TRANS, n, p, d, xs, d, w, d, 0.0f, F, p, gws, gwsb);
     float m = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
         double sq = 0;
         for (int64_t c = 0; c < d; c++) sq += (double)xs[i * d + c] * xs[i * d + c];
-        const float hsq = (float)(0.5 * sq);
-        float *f = F + i * p, rm = -INFINITY;
-        for (int64_t r = 0; r < p; r++) {
-            f[r] -= hsq;
-            rm = f[r] > rm ? f[r] : rm;
-        }
+        float *f = F + i * p;
+        const float rm = vk->submax(f, p, (float)(0.5 * sq));
         if (is_query) {
-            for (int64_t r = 0; r < p; r++) f[r] = expf(f[r] - rm) * inv;
+            vk->expsc(f, p, rm, inv);
         } else if (!keep || keep[i * ks]) {
             m = rm > m ? rm : m;
         }
@@ -129,8 +155,8 @@ void attn_lin_features(const lin_map *mp, int64_t h, int64_t d, const float *x, 
     if (kmax) *kmax = m;
     for (int64_t i = 0; i < n; i++) {
         float *f = F + i * p;
-        const int kept = (!keep || keep[i * ks]) && m > -INFINITY;
-        for (int64_t r = 0; r < p; r++) f[r] = kept ? expf(f[r] - m) * inv : 0.0f;
+        if ((!keep || keep[i * ks]) && m > -INFINITY) vk->expsc(f, p, m, inv);
+        else memset(f, 0, sizeof(float) * (size_t)p);
     }
 }
 
@@ -142,13 +168,25 @@ static void features_backward(const lin_map *mp, int64_t h, int64_t d, const flo
     const int64_t p = mp->p;
     (void)xs; /* x' is recomputed from x on the fly */
     if (!mp->w) {
+        const lin_vec *vk = attn_lin_vec_active();
         for (int64_t i = 0; i < n; i++) {
-            const int kept = !keep || keep[i * ks];
-            for (int64_t c = 0; c < d; c++) {
-                const float v = x[i * rs + c * cs];
-                const float g = kept ? dF[i * p + c] * (v > 0.0f ? 1.0f : expf(v)) : 0.0f;
-                float *o = dx + i * drs + c * dcs;
-                *o = acc ? *o + g : g;
+            float *g = dF + i * p, *o = dx + i * drs;
+            if (keep && !keep[i * ks]) {
+                memset(g, 0, sizeof(float) * (size_t)d);
+            } else if (cs == 1) {
+                vk->elu1_bwd(x + i * rs, g, g, d);
+            } else {
+                float *xr = dxs + i * d;
+                for (int64_t c = 0; c < d; c++) xr[c] = x[i * rs + c * cs];
+                vk->elu1_bwd(xr, g, g, d);
+            }
+            if (dcs == 1) {
+                if (acc)
+                    for (int64_t c = 0; c < d; c++) o[c] += g[c];
+                else
+                    memcpy(o, g, sizeof(float) * (size_t)d);
+            } else {
+                for (int64_t c = 0; c < d; c++) o[c * dcs] = acc ? o[c * dcs] + g[c] : g[c];
             }
         }
         return;
@@ -226,7 +264,7 @@ static void load_vp(const attn_tensor *v, int64_t b, int64_t g, int64_t nk, int6
 }
 
 /* Y of query head h (all of Fq, Fk, Vp, Y of the bufs). */
-static void head_forward(const lin_map *mp, const attn_ctx *c, const attn_tensor *q, const attn_tensor *k,
+static int head_forward(const lin_map *mp, const attn_ctx *c, const attn_tensor *q, const attn_tensor *k,
                          const attn_tensor *v, int64_t b, int64_t h, const lin_bufs *w) {
     const int64_t g = h / c->group, e = c->dv + 1;
     const uint8_t *keep = c->km ? c->km + b * c->kms[0] : NULL;
@@ -235,12 +273,28 @@ static void head_forward(const lin_map *mp, const attn_ctx *c, const attn_tensor
     attn_lin_features(mp, h, c->d, k->data + b * k->stride[0] + g * k->stride[1], k->stride[2], k->stride[3], c->nk,
                       0, keep, c->kms[1], NULL, w->Fk, w->X1, w->gws, w->gwsb);
     load_vp(v, b, g, c->nk, c->dv, w->Vp);
-    prim(c->causal == ATTN_CAUSAL_NONE ? PRIM_ALL : PRIM_FWD, c->off, c->nq, c->nk, mp->p, e, w->Fq, w->Fk, w->Vp,
-         w->Y, w->St, 0, w->T, w->gws, w->gwsb);
+    return prim_run(c->causal == ATTN_CAUSAL_NONE ? PRIM_ALL : PRIM_FWD, c->off, c->nq, c->nk, mp->p, e, w->Fq, w->Fk,
+                    w->Vp, w->Y, w->St, w->T, w->gws, w->gwsb);
 }
 
-/* out rows from Y [n, dv + 1] */
-static void write_out(const float *Y, int64_t n, int64_t dv, float eps, float *o, int64_t rs, int64_t cs) {
+/* out rows from Y [n, dv + 1] (yt: Y^T [dv + 1, n]) */
+static void write_out(const float *Y, int yt, int64_t n, int64_t dv, float eps, float *o, int64_t rs, int64_t cs) {
+    if (yt) {
+        /* 64 rows at a time: contiguous vector divisions into t, then scattered into the rows */
+        const lin_vec *vk = attn_lin_vec_active();
+        const float *dn = Y + dv * n;
+        float dd[64], t[64];
+        for (int64_t i0 = 0; i0 < n; i0 += 64) {
+            const int64_t nb = i0 + 64 < n ? 64 : n - i0;
+            for (int64_t i = 0; i < nb; i++) dd[i] = dn[i0 + i] + eps;
+            for (int64_t c = 0; c < dv; c++) {
+                vk->ydiv(Y + c * n + i0, dd, t, nb);
+                float *oc = o + i0 * rs + c * cs;
+                for (int64_t i = 0; i < nb; i++) oc[i * rs] = t[i];
+            }
+        }
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         const float den = Y[i * (dv + 1) + dv] + eps;
         for (int64_t c = 0; c < dv; c++) o[i * rs + c * cs] = den != 0.0f ? Y[i * (dv + 1) + c] / den : 0.0f;
@@ -253,11 +307,12 @@ static void head_backward(const lin_map *mp, const attn_ctx *c, const attn_tenso
     const int64_t g = h / c->group, e = c->dv + 1, dv = c->dv, p = mp->p, d = c->d;
     const int mode = c->causal == ATTN_CAUSAL_NONE ? PRIM_ALL : PRIM_REV;
     const uint8_t *keep = c->km ? c->km + b * c->kms[0] : NULL;
-    head_forward(mp, c, q, k, v, b, h, w);
+    const int yt = head_forward(mp, c, q, k, v, b, h, w);
+    const int64_t yi = yt ? 1 : e, yc = yt ? c->nq : 1; /* element (i, c) of Y at i * yi + c * yc */
     /* E' */
     const float *go = dout->data + b * dout->stride[0] + h * dout->stride[1];
     for (int64_t i = 0; i < c->nq; i++) {
-        const float den = w->Y[i * e + dv] + mp->eps;
+        const float den = w->Y[i * yi + dv * yc] + mp->eps;
         float *ep = w->Ep + i * e;
         if (den == 0.0f) {
             memset(ep, 0, sizeof(float) * (size_t)e);
@@ -267,7 +322,7 @@ static void head_backward(const lin_map *mp, const attn_ctx *c, const attn_tenso
         for (int64_t cc = 0; cc < dv; cc++) {
             const float gv = go[i * dout->stride[2] + cc * dout->stride[3]];
             ep[cc] = gv / den;
-            go_o += (double)gv * (w->Y[i * e + cc] / den);
+            go_o += (double)gv * (w->Y[i * yi + cc * yc] / den);
         }
         ep[dv] = (float)(-go_o / den);
     }
@@ -282,9 +337,20 @@ static void head_backward(const lin_map *mp, const attn_ctx *c, const attn_tenso
     }
     /* dF_k = prim_rev(V', E', F_q) ; dV' = prim_rev(F_k, F_q, E'), summed over the group's heads */
     prim(mode, c->off, c->nk, c->nq, e, p, w->Vp, w->Ep, w->Fq, w->dFk, w->St, 0, w->T, w->gws, w->gwsb);
-    prim(mode, c->off, c->nk, c->nq, p, e, w->Fk, w->Fq, w->Ep, w->dVp, w->St, 0, w->T, w->gws, w->gwsb);
+    const int vt = prim_run(mode, c->off, c->nk, c->nq, p, e, w->Fk, w->Fq, w->Ep, w->dVp, w->St, w->T, w->gws,
+                            w->gwsb);
     features_backward(mp, h, d, k->data + b * k->stride[0] + g * k->stride[1], k->stride[2], k->stride[3], c->nk,
                       keep, c->kms[1], w->Fk, w->dFk, w->X1, w->X2, w->dK, d, 1, !first, w->gws, w->gwsb);
+    if (vt) {
+        for (int64_t j0 = 0; j0 < c->nk; j0 += 64) {
+            const int64_t j1 = j0 + 64 < c->nk ? j0 + 64 : c->nk;
+            for (int64_t cc = 0; cc < dv; cc++) {
+                const float *s = w->dVp + cc * c->nk;
+                for (int64_t j = j0; j < j1; j++) w->dV[j * dv + cc] = first ? s[j] : w->dV[j * dv + cc] + s[j];
+            }
+        }
+        return;
+    }
     for (int64_t j = 0; j < c->nk; j++)
         for (int64_t cc = 0; cc < dv; cc++)
             w->dV[j * dv + cc] = first ? w->dVp[j * e + cc] : w->dV[j * dv + cc] + w->dVp[j * e + cc];
@@ -320,8 +386,8 @@ attn_status attn_lin_run(const char *fn, const lin_map *mp, const attn_tensor *q
         for (int64_t t = 0; t < tasks; t++) {
             if (!bwd) {
                 const int64_t b = t / c.hq, h = t % c.hq;
-                head_forward(mp, &c, q, k, v, b, h, &w);
-                write_out(w.Y, c.nq, c.dv, mp->eps, out->data + b * out->stride[0] + h * out->stride[1],
+                const int yt = head_forward(mp, &c, q, k, v, b, h, &w);
+                write_out(w.Y, yt, c.nq, c.dv, mp->eps, out->data + b * out->stride[0] + h * out->stride[1],
                           out->stride[2], out->stride[3]);
                 continue;
             }
@@ -446,7 +512,7 @@ attn_status attn_lin_step(const char *fn, const lin_map *mp, const attn_tensor *
                               1, NULL, 0, NULL, w.Fq, w.X1, w.gws, w.gwsb);
             prim(causal ? PRIM_FWD : PRIM_ALL, nk - nq, nq, nk, p, e, w.Fq, w.Fk, w.Vp, w.Y, S, 1, w.T, w.gws,
                  w.gwsb);
-            write_out(w.Y, nq, dv, mp->eps, out->data + b * out->stride[0] + h * out->stride[1], out->stride[2],
+            write_out(w.Y, 0, nq, dv, mp->eps, out->data + b * out->stride[0] + h * out->stride[1], out->stride[2],
                       out->stride[3]);
         }
     }

@@ -1,0 +1,40 @@
+/* Reference feature-map kernels and the dispatch (see linear_vec.h). */
+#include <math.h>
+
+#include "attention/linear_vec.h"
+#include "attn/core.h"
+
+static void elu1_ref(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] + 1.0f : expf(x[i]);
+}
+static void elu1_bwd_ref(const float *x, const float *dy, float *g, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] = dy[i] * (x[i] > 0.0f ? 1.0f : expf(x[i]));
+}
+static void expsc_ref(float *f, int64_t n, float sub, float scale) {
+    for (int64_t i = 0; i < n; i++) f[i] = expf(f[i] - sub) * scale;
+}
+static float submax_ref(float *f, int64_t n, float sub) {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        f[i] -= sub;
+        m = f[i] > m ? f[i] : m;
+    }
+    return m;
+}
+
+static void ydiv_ref(const float *y, const float *den, float *t, int64_t n) {
+    for (int64_t i = 0; i < n; i++) t[i] = den[i] != 0.0f ? y[i] / den[i] : 0.0f;
+}
+
+const lin_vec attn_lin_vec_ref = {elu1_ref, elu1_bwd_ref, expsc_ref, submax_ref, ydiv_ref};
+
+const lin_vec *attn_lin_vec_active(void) {
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    switch (attn_active_isa()) {
+    case ATTN_ISA_AVX512: return &attn_lin_vec_avx512;
+    case ATTN_ISA_AVX2: return &attn_lin_vec_avx2;
+    case ATTN_ISA_REF: break;
+    }
+#endif
+    return &attn_lin_vec_ref;
+}

@@ -1,0 +1,30 @@
+/* Elementwise kernels of the linear-attention feature maps (elu + 1, FAVOR+'s exp), one table per
+ * ISA (linear_vec.c: reference; linear_vec_avx2.c / linear_vec_avx512.c: vector exp of
+ * kernels/vec_math.h), chosen by attn_active_isa() at each call. Every element goes through the
+ * same instructions wherever it sits (masked tails), so results never depend on how rows are cut. */
+#ifndef ATTN_LINEAR_VEC_H
+#define ATTN_LINEAR_VEC_H
+
+#include <stdint.h>
+
+typedef struct lin_vec {
+    /* y = x > 0 ? x + 1 : exp(x) (x == y allowed) */
+    void (*elu1)(const float *x, float *y, int64_t n);
+    /* g = dy * (x > 0 ? 1 : exp(x)) (g == dy allowed) */
+    void (*elu1_bwd)(const float *x, const float *dy, float *g, int64_t n);
+    /* f = exp(f - sub) * scale */
+    void (*expsc)(float *f, int64_t n, float sub, float scale);
+    /* f -= sub; returns max f (-inf when n == 0) */
+    float (*submax)(float *f, int64_t n, float sub);
+    /* t = den != 0 ? y / den : +0 */
+    void (*ydiv)(const float *y, const float *den, float *t, int64_t n);
+} lin_vec;
+
+extern const lin_vec attn_lin_vec_ref;
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+extern const lin_vec attn_lin_vec_avx2;
+extern const lin_vec attn_lin_vec_avx512;
+#endif
+const lin_vec *attn_lin_vec_active(void);
+
+#endif

@@ -1,0 +1,60 @@
+/* AVX-512 feature-map kernels (see linear_vec.h). */
+#include <math.h>
+
+#include "attention/linear_vec.h"
+#include "kernels/vec_math.h"
+
+static inline __mmask16 tail16(int64_t r) { return r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << r) - 1u); }
+
+static void elu1_avx512(const float *x, float *y, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail16(n - i);
+        const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+        const __mmask16 pos = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ);
+        _mm512_mask_storeu_ps(y + i, k, _mm512_mask_blend_ps(pos, attn_exp512(v), _mm512_add_ps(v, one)));
+    }
+}
+
+static void elu1_bwd_avx512(const float *x, const float *dy, float *g, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail16(n - i);
+        const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+        const __mmask16 pos = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ);
+        const __m512 s = _mm512_mask_blend_ps(pos, attn_exp512(v), one);
+        _mm512_mask_storeu_ps(g + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dy + i), s));
+    }
+}
+
+static void expsc_avx512(float *f, int64_t n, float sub, float scale) {
+    const __m512 vs = _mm512_set1_ps(sub), sc = _mm512_set1_ps(scale);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail16(n - i);
+        const __m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, f + i), vs);
+        _mm512_mask_storeu_ps(f + i, k, _mm512_mul_ps(attn_exp512(v), sc));
+    }
+}
+
+static float submax_avx512(float *f, int64_t n, float sub) {
+    const __m512 vs = _mm512_set1_ps(sub), ninf = _mm512_set1_ps(-INFINITY);
+    __m512 m = ninf;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail16(n - i);
+        const __m512 v = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, f + i), vs);
+        _mm512_mask_storeu_ps(f + i, k, v);
+        m = _mm512_mask_max_ps(m, k, m, v);
+    }
+    return _mm512_reduce_max_ps(m);
+}
+
+static void ydiv_avx512(const float *y, const float *den, float *t, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail16(n - i);
+        const __m512 dn = _mm512_maskz_loadu_ps(k, den + i);
+        const __mmask16 nz = _mm512_cmp_ps_mask(dn, _mm512_setzero_ps(), _CMP_NEQ_UQ) & k;
+        _mm512_mask_storeu_ps(t + i, k, _mm512_maskz_div_ps(nz, _mm512_maskz_loadu_ps(k, y + i), dn));
+    }
+}
+
+const lin_vec attn_lin_vec_avx512 = {elu1_avx512, elu1_bwd_avx512, expsc_avx512, submax_avx512, ydiv_avx512};
