@@ -108,6 +108,57 @@ file(WRITE ${WORK}/seed/performer.json
 expect(1 "buffer 'R' has shape \\[2, 6, 12\\], expected \\[2, 6, 16\\]" run --config ${WORK}/seed/performer.json
   --weights ${WORK}/seed/9/w.safetensors --inputs ${WORK}/seed/9/in.safetensors --out ${WORK}/seed/out3.safetensors)
 
+# ---- safe output: attn run refuses an --out that is one of its inputs, that is not a regular file,
+# or that holds something other than a safetensors file (unless --force) ----
+set(d2 ${WORK}/seed/2)
+set(run2 run --config ${d2}/model.json --weights ${d2}/w.safetensors --inputs ${d2}/in.safetensors)
+file(SHA256 ${d2}/in.safetensors in_sum)
+expect(1 "--out '.*in.safetensors' is the same file as the input" ${run2} --out ${d2}/in.safetensors)
+expect(1 "same file as the input '.*w.safetensors'" ${run2} --out ${d2}/w.safetensors)
+expect(1 "same file as the input '.*model.json'" ${run2} --out ${d2}/model.json)
+file(SHA256 ${d2}/in.safetensors in_sum2)
+if(NOT in_sum STREQUAL in_sum2)
+  message(SEND_ERROR "attn run --out INPUTS changed the inputs")
+endif()
+file(CREATE_LINK ${d2}/in.safetensors ${d2}/link.safetensors SYMBOLIC)
+expect(1 "same file as the input" ${run2} --out ${d2}/link.safetensors)
+file(CREATE_LINK ${d2}/nowhere ${d2}/dangling.safetensors SYMBOLIC)
+expect(1 "is a symbolic link; only a regular file is replaced" ${run2} --out ${d2}/dangling.safetensors)
+expect(1 "is a character device; only a regular file is replaced" ${run2} --out /dev/null)
+file(WRITE ${d2}/notes.txt "my notes\n")
+expect(1 "'.*notes.txt' exists and is not a safetensors file: refusing to replace it.*--force" ${run2} --out ${d2}/notes.txt)
+file(READ ${d2}/notes.txt notes)
+if(NOT notes STREQUAL "my notes\n")
+  message(SEND_ERROR "attn run --out NOTES changed the file")
+endif()
+expect(0 "^$" ${run2} --out ${d2}/notes.txt --force)
+expect(0 "^$" ${run2} --out ${d2}/out.safetensors) # replacing a safetensors file needs no --force
+file(GLOB leftovers ${d2}/*.tmp*)
+if(leftovers)
+  message(SEND_ERROR "temporary files left behind: ${leftovers}")
+endif()
+
+# ---- safe input: a FIFO, a device or an oversized config fails at once (no hang, no huge read) ----
+find_program(MKFIFO mkfifo)
+if(MKFIFO)
+  execute_process(COMMAND ${MKFIFO} ${WORK}/fifo)
+  expect(1 "cannot read '.*fifo': it is a FIFO, not a regular file" run --config ${WORK}/fifo
+    --weights ${d2}/w.safetensors --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+  expect(1 "fifo: .*not a regular file" run --config ${d2}/model.json --weights ${WORK}/fifo
+    --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+  expect(1 "fifo: .*not a regular file" run --config ${d2}/model.json --weights ${d2}/w.safetensors
+    --inputs ${WORK}/fifo --out ${WORK}/o.safetensors)
+  expect(1 "fifo.*not a regular file" inspect ${WORK}/fifo)
+endif()
+expect(1 "cannot read '/dev/zero': it is a character device, not a regular file" run --config /dev/zero
+  --weights ${d2}/w.safetensors --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+find_program(TRUNCATE truncate)
+if(TRUNCATE)
+  execute_process(COMMAND ${TRUNCATE} -s 17M ${WORK}/big.json)
+  expect(1 "cannot read '.*big.json': 17825792 bytes, over the cap of 16 MB for a config file" run
+    --config ${WORK}/big.json --weights ${d2}/w.safetensors --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+endif()
+
 # benchmarks: bad arguments are usage errors; tiny runs produce the documented JSON keys
 expect_one_line_error(2 bench gemm --m abc)
 expect_one_line_error(2 bench gemm --threads 0)

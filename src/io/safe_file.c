@@ -45,22 +45,23 @@ attn_status attn_io_open_input(const char *path, const char *what, uint64_t cap,
     *size = 0;
     if (!what) what = "file";
     int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (f < 0) return attn_error(ATTN_ERR_IO, "cannot open %s '%s': %s", what, path, errtext(errno));
+    if (f < 0) return attn_error(ATTN_ERR_IO, "cannot read '%s': %s", path, errtext(errno));
     struct stat sb;
     if (fstat(f, &sb) != 0) {
         const int e = errno;
         close(f);
-        return attn_error(ATTN_ERR_IO, "cannot stat %s '%s': %s", what, path, errtext(e));
+        return attn_error(ATTN_ERR_IO, "cannot read '%s': %s", path, errtext(e));
     }
     if (!S_ISREG(sb.st_mode)) {
         close(f);
-        return attn_error(ATTN_ERR_IO, "%s '%s' is %s, not a regular file", what, path, kind_of(sb.st_mode));
+        if (S_ISDIR(sb.st_mode)) return attn_error(ATTN_ERR_IO, "cannot read '%s': %s", path, errtext(EISDIR));
+        return attn_error(ATTN_ERR_IO, "cannot read '%s': it is %s, not a regular file", path, kind_of(sb.st_mode));
     }
     if (cap && (uint64_t)sb.st_size > cap) {
         close(f);
         char c[40];
         cap_str(cap, c, sizeof c);
-        return attn_error(ATTN_ERR_IO, "%s '%s' is %llu bytes, over the cap of %s for a %s", what, path,
+        return attn_error(ATTN_ERR_IO, "cannot read '%s': %llu bytes, over the cap of %s for a %s file", path,
                           (unsigned long long)sb.st_size, c, what);
     }
     const int fl = fcntl(f, F_GETFL);
