@@ -101,6 +101,47 @@ endif()
 expect_one_line_error(1 "--layers 2 differs from the checkpoint's 1" train gpt ${common} --checkpoint split.safetensors
   --resume --layers 2)
 
+# ---- safe output: the checkpoint is never an input, never replaces a non-checkpoint (without
+# --force) or, without --resume, a trained model (without --force); a bad path fails before training ----
+file(SHA256 ${WORK}/straight.safetensors straight_sum)
+expect_one_line_error(1 "--checkpoint 'fox.txt' is the same file as the input 'fox.txt'" train gpt --data fox.txt
+  ${tiny} --steps 2 --checkpoint fox.txt)
+expect_one_line_error(1 "--checkpoint 'fox.txt' is the same file as the input" train gpt --data fox.txt
+  ${tiny} --steps 2 --checkpoint fox.txt --force)
+file(WRITE ${WORK}/notes.txt "my notes\n")
+expect_one_line_error(1 "'notes.txt' exists and is not a attn checkpoint: refusing to replace it.*--force" train gpt
+  --data fox.txt ${tiny} --steps 2 --checkpoint notes.txt)
+file(READ ${WORK}/notes.txt notes)
+expect_one_line_error(1 "--checkpoint 'straight.safetensors' already holds a checkpoint: continue it with --resume, or replace it with --force"
+  train gpt --data fox.txt ${tiny} --steps 2 --checkpoint straight.safetensors)
+file(SHA256 ${WORK}/straight.safetensors straight_sum2)
+if(NOT notes STREQUAL "my notes\n" OR NOT straight_sum STREQUAL straight_sum2)
+  message(SEND_ERROR "a refused checkpoint path was changed")
+endif()
+expect(0 "final loss" train gpt --data fox.txt ${tiny} --steps 2 --checkpoint notes.txt --force)
+expect_one_line_error(1 "is a character device; only a regular file is replaced" train gpt --data fox.txt ${tiny}
+  --steps 2 --checkpoint /dev/null)
+run(nd train gpt --data fox.txt ${tiny} --steps 2 --checkpoint nodir/x.safetensors)
+if(NOT nd_rc EQUAL 1 OR nd MATCHES "step " OR NOT nd MATCHES "cannot create a temporary file next to 'nodir/x.safetensors'")
+  message(SEND_ERROR "a missing checkpoint folder: exit ${nd_rc}, want 1 before any step:\n${nd}")
+else()
+  message(STATUS "ok: a missing checkpoint folder fails before training: ${nd}")
+endif()
+file(GLOB leftovers ${WORK}/*.tmp*)
+if(leftovers)
+  message(SEND_ERROR "temporary files left behind: ${leftovers}")
+endif()
+# ---- safe input: devices and FIFOs fail at once ----
+expect_one_line_error(1 "cannot read '/dev/zero': it is a character device, not a regular file" train gpt
+  --data /dev/zero ${tiny})
+find_program(MKFIFO mkfifo)
+if(MKFIFO)
+  execute_process(COMMAND ${MKFIFO} ${WORK}/fifo)
+  expect_one_line_error(1 "cannot read 'fifo': it is a FIFO, not a regular file" train gpt --data fifo ${tiny})
+  expect_one_line_error(1 "--checkpoint: output .fifo. is a FIFO; only a regular file is replaced" train gpt --data fox.txt ${tiny} --checkpoint fifo --resume)
+  expect_one_line_error(1 "fifo.*not a regular file" sample fifo)
+endif()
+
 # ---- Ctrl-C: SIGINT mid-run writes the checkpoint and exits 130; --resume continues from it ----
 # The signal is sent once training has started (its banner is out and a second has passed), so a
 # slow start (a sanitizer build on a loaded machine) cannot take it before the handler is set.

@@ -12,6 +12,7 @@
 #include "bench_common.h"
 #include "cli.h"
 #include "cli_opts.h"
+#include "safe_io.h"
 #include "train_common.h"
 
 static volatile sig_atomic_t g_interrupted;
@@ -71,6 +72,8 @@ static void usage_gpt(FILE *f) {
             "                     had never stopped\n"
             "  --stop-at K        stop after step K of the --steps schedule, writing the checkpoint\n"
             "                     (continue later with --resume)\n"
+            "  --force            start afresh over an existing checkpoint, or replace a file at\n"
+            "                     --checkpoint that is not a checkpoint (refused without it)\n"
             "  --log-every N      print a line every N steps (default 10)\n\n"
             "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
             "tokens/s) and `final loss: X` at the end. Ctrl-C finishes the current step, writes\n"
@@ -92,44 +95,8 @@ typedef struct gpt_opts {
     int64_t steps, batch, warmup, every, log_every, threads, seed, stop_at, micro;
     int given_attention;
     double lr;
-    int resume;
+    int resume, force;
 } gpt_opts;
-
-/* Read a whole file; NULL with errno on failure. */
-static unsigned char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *buf = malloc(cap);
-    int read_errno = 0;
-    while (buf) {
-        errno = 0;
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) {
-            read_errno = errno;
-            break;
-        }
-        unsigned char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            errno = ENOMEM;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (buf && err) {
-        free(buf);
-        errno = read_errno ? read_errno : EIO;
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
 
 /* Window starts for a step: counter-based (seed, step), so a resumed run draws the same ones.
  * Windows first .. first + count - 1 of the step's batch (a rank's shard) go to x, y. */
@@ -161,6 +128,7 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
         CLI_INT("--features", &kopt[1], 1, 1 << 16),
         CLI_INT("--feature-seed", &kopt[2], 0, INT64_MAX),
         CLI_FLAG("--resume", &o->resume),
+        CLI_FLAG("--force", &o->force),
         CLI_DOUBLE_ABOVE("--lr", &o->lr, 0.0, 10.0),
         CLI_INT("--layers", &o->shape.layers, 1, 256),
         CLI_INT("--heads", &o->shape.heads, 1, 1024),
@@ -263,8 +231,13 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
     const int rank = attn_dist_rank(dist), nranks = attn_dist_size(dist);
 
     size_t len = 0;
-    unsigned char *text = read_file(o.data, &len);
-    if (!text) return cli_fail("train gpt: cannot read '%s': %s", o.data, strerror(errno));
+    unsigned char *text = (unsigned char *)safe_read(o.data, "data", ATTN_IO_CAP_DATA, &len);
+    if (!text) return cli_fail("train gpt: %s", attn_last_error());
+    const char *const ins[1] = {o.data};
+    if (rank == 0 && safe_checkpoint_check("train gpt", o.checkpoint, ins, 1, o.resume, o.force)) {
+        free(text);
+        return 1;
+    }
 
     /* on resume, the model's shape and the seed come from the checkpoint */
     int64_t ckpt_micro = 0;

@@ -72,6 +72,19 @@ int safe_out_check(const char *cmd, const char *opt, const char *out, const char
     return 0;
 }
 
+int safe_checkpoint_check(const char *cmd, const char *path, const char *const *inputs, size_t n, int resume,
+                          int force) {
+    if (safe_out_check(cmd, "--checkpoint", path, inputs, n, SAFE_KIND_CHECKPOINT, force)) return 1;
+    struct stat sb;
+    if (!resume && !force && stat(path, &sb) == 0)
+        return cli_fail("%s: --checkpoint '%s' already holds a checkpoint: continue it with --resume, or replace it "
+                        "with --force", cmd, path);
+    attn_io_out o;
+    if (attn_io_out_begin(&o, path)) return cli_fail("%s: --checkpoint: %s", cmd, attn_last_error());
+    attn_io_out_abort(&o);
+    return 0;
+}
+
 FILE *safe_fopen(safe_file *h, const char *path) {
     if (attn_io_out_begin(&h->o, path)) return NULL;
     /* stdio gets its own descriptor, the output keeps one for the fsync and rename */

@@ -33,6 +33,13 @@ typedef enum safe_kind {
 int safe_out_check(const char *cmd, const char *opt, const char *out, const char *const *inputs, size_t n,
                    safe_kind kind, int force);
 
+/* The checks before training writes a checkpoint at `path` (0, or 1 with the message printed):
+ * safe_out_check's, then an existing checkpoint is refused without --resume (unless --force, which
+ * replaces it), then a temporary file is created and removed next to path, so that a missing or
+ * unwritable folder fails before the first training step. */
+int safe_checkpoint_check(const char *cmd, const char *path, const char *const *inputs, size_t n, int resume,
+                          int force);
+
 /* An output written through stdio: safe_fopen gives a FILE on a fresh temporary file next to path
  * (NULL with attn_last_error() set on failure); safe_fclose flushes it and renames it over path
  * (0), or removes it (-1, attn_last_error() set) when anything failed, including a write error
