@@ -17,6 +17,7 @@
 #include "io/json.h"
 #include "nn/nn_internal.h"
 #include "nn/nn_run.h"
+#include "safe_io.h"
 #include "train_common.h"
 #include "viz_out.h"
 
@@ -52,42 +53,15 @@ static void usage(FILE *f) {
             "  --html FILE          one self-contained page: layer / head selector, heat map with hover\n"
             "                       values, head view (open it with #selftest to check it)\n"
             "  --csv FILE           map,module,layer,head,query,key,query_label,key_label,weight\n"
+            "  --force              replace an existing output of another kind (never an input)\n"
             "  --threads N          threads (default: all)\n\n"
             "Bad input (unreadable files, a layer or head out of range, tokens outside the vocabulary,\n"
             "a model whose attention has no weights) is reported on one line and exits 1; usage errors\n"
             "exit 2.\n");
 }
 
-/* The whole file, NUL-terminated; NULL with errno set on failure. */
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (ferror(f) || feof(f)) break;
-        char *nb = cap > ((size_t)1 << 28) ? NULL : realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            errno = ENOMEM;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    if (buf && ferror(f)) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = n;
-    }
-    return buf;
-}
+/* The whole file, NUL-terminated (safe_io.h: regular files only, at most 16 MB). */
+static char *slurp(const char *path, size_t *len) { return safe_read(path, "config", ATTN_IO_CAP_CONFIG, len); }
 
 static char *dup(const char *s) {
     const size_t n = strlen(s) + 1;
@@ -234,7 +208,7 @@ static int run_model(viz_run *r, const char *config, const char *weights, const 
     attn_safetensors *wst = NULL, *ist = NULL;
     attn_json_error jerr;
     if (!(text = slurp(config, &len))) {
-        rc = cli_fail("viz: %s: %s", config, strerror(errno));
+        rc = cli_fail("viz: %s", attn_last_error());
         goto done;
     }
     if (attn_json_parse(text, len, NULL, &doc, &jerr) != ATTN_JSON_OK) {
@@ -311,7 +285,7 @@ int cmd_viz(int argc, char **argv) {
     const char *checkpoint = NULL, *config = NULL, *weights = NULL, *text = NULL, *tokens = NULL, *inputs = NULL;
     const char *pattern = "*", *head_s = "all", *title = NULL, *svg = NULL, *html = NULL, *csv = NULL;
     int64_t layers_sel[VIZ_MAX_LIST];
-    int nlayers_sel = 0, rollout = 0;
+    int nlayers_sel = 0, rollout = 0, force = 0;
     int64_t batch_index = 0, max_tokens = 64, start = 0, threads = 0;
     cli_opt opts[] = {
         CLI_STRING_NONEMPTY("--checkpoint", &checkpoint),
@@ -324,6 +298,7 @@ int cmd_viz(int argc, char **argv) {
         CLI_LIST("--layer", layers_sel, &nlayers_sel, VIZ_MAX_LIST, 0, 1 << 20),
         CLI_STRING_NONEMPTY("--head", &head_s),
         CLI_FLAG("--rollout", &rollout),
+        CLI_FLAG("--force", &force),
         CLI_INT("--batch-index", &batch_index, 0, 1 << 30),
         CLI_INT("--max-tokens", &max_tokens, 2, 4096),
         CLI_INT("--start", &start, 0, 1 << 30),
@@ -505,6 +480,8 @@ int cmd_viz(int argc, char **argv) {
             }
         }
     }
+    const char *const ins[4] = {checkpoint, config, weights, inputs}; /* never overwritten by an output */
+    safe_set_inputs(ins, 4, force);
     char err[4200];
     if ((svg && viz_write_svgs(&set, svg, stdout, err, sizeof err)) || (html && viz_write_html(&set, html, err, sizeof err)) ||
         (csv && viz_write_csv(&set, csv, err, sizeof err))) {

@@ -58,18 +58,39 @@ static int is_kind(const char *path, safe_kind kind) {
     }
 }
 
-int safe_out_check(const char *cmd, const char *opt, const char *out, const char *const *inputs, size_t n,
-                   safe_kind kind, int force) {
+/* ATTN_OK, or an error (message in attn_last_error(), without the command's name). */
+static attn_status out_problem(const char *opt, const char *out, const char *const *inputs, size_t n, safe_kind kind,
+                               int force) {
     for (size_t i = 0; i < n; i++)
         if (inputs[i] && attn_io_same_file(out, inputs[i]))
-            return cli_fail("%s: %s '%s' is the same file as the input '%s': refusing to overwrite an input", cmd, opt,
-                            out, inputs[i]);
-    if (attn_io_check_target(out)) return cli_fail("%s: %s: %s", cmd, opt, attn_last_error());
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s '%s' is the same file as the input '%s': refusing to "
+                              "overwrite an input", opt, out, inputs[i]);
+    if (attn_io_check_target(out)) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        return attn_error(ATTN_ERR_IO, "%s: %s", opt, why);
+    }
     struct stat sb;
     if (!force && stat(out, &sb) == 0 && sb.st_size > 0 && !is_kind(out, kind))
-        return cli_fail("%s: %s '%s' exists and is not a %s: refusing to replace it (remove it, choose another "
-                        "path, or add --force)", cmd, opt, out, kind_name[kind]);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s '%s' exists and is not a %s: refusing to replace it "
+                          "(remove it, choose another path, or add --force)", opt, out, kind_name[kind]);
+    return ATTN_OK;
+}
+
+int safe_out_check(const char *cmd, const char *opt, const char *out, const char *const *inputs, size_t n,
+                   safe_kind kind, int force) {
+    if (out_problem(opt, out, inputs, n, kind, force)) return cli_fail("%s: %s", cmd, attn_last_error());
     return 0;
+}
+
+static const char *const *reg_inputs;
+static size_t reg_n;
+static int reg_force;
+
+void safe_set_inputs(const char *const *inputs, size_t n, int force) {
+    reg_inputs = inputs;
+    reg_n = n;
+    reg_force = force;
 }
 
 int safe_checkpoint_check(const char *cmd, const char *path, const char *const *inputs, size_t n, int resume,
@@ -85,7 +106,10 @@ int safe_checkpoint_check(const char *cmd, const char *path, const char *const *
     return 0;
 }
 
-FILE *safe_fopen(safe_file *h, const char *path) {
+FILE *safe_fopen(safe_file *h, const char *path, safe_kind kind) {
+    h->o.fd = -1;
+    h->o.tmp = h->o.path = NULL;
+    if (out_problem("output", path, reg_inputs, reg_n, kind, reg_force)) return NULL;
     if (attn_io_out_begin(&h->o, path)) return NULL;
     /* stdio gets its own descriptor, the output keeps one for the fsync and rename */
     const int fd = dup(h->o.fd);

@@ -40,14 +40,19 @@ int safe_out_check(const char *cmd, const char *opt, const char *out, const char
 int safe_checkpoint_check(const char *cmd, const char *path, const char *const *inputs, size_t n, int resume,
                           int force);
 
-/* An output written through stdio: safe_fopen gives a FILE on a fresh temporary file next to path
- * (NULL with attn_last_error() set on failure); safe_fclose flushes it and renames it over path
- * (0), or removes it (-1, attn_last_error() set) when anything failed, including a write error
- * met earlier. */
+/* The command's inputs and --force, for the outputs that safe_fopen opens later (the command's
+ * own option parsing knows them; the writers do not). The array must outlive those calls. */
+void safe_set_inputs(const char *const *inputs, size_t n, int force);
+
+/* An output written through stdio: safe_fopen checks path as safe_out_check does (against the
+ * inputs set above) and gives a FILE on a fresh temporary file next to it (NULL with
+ * attn_last_error() set on failure); safe_fclose flushes it and renames it over path (0), or
+ * removes it (-1, attn_last_error() set) when anything failed, including a write error met
+ * earlier. */
 typedef struct safe_file {
     attn_io_out o;
 } safe_file;
-FILE *safe_fopen(safe_file *h, const char *path);
+FILE *safe_fopen(safe_file *h, const char *path, safe_kind kind);
 int safe_fclose(safe_file *h, FILE *f);
 
 /* The whole of a regular file (NUL-terminated, malloc'ed) of at most cap bytes; NULL with
