@@ -142,6 +142,17 @@ if(MKFIFO)
   expect_one_line_error(1 "fifo.*not a regular file" sample fifo)
 endif()
 
+# ---- a checkpoint whose metadata claims more layers than its tensors hold is refused before a
+# model of that size is built (the claim is checked against the tensors, not trusted) ----
+find_program(SED sed)
+if(SED)
+  execute_process(COMMAND ${SED} "s/\"gpt.layers\":\"1\"/\"gpt.layers\":\"9\"/" straight.safetensors
+    WORKING_DIRECTORY ${WORK} OUTPUT_FILE ${WORK}/layers9.safetensors)
+  expect_one_line_error(1 "does not match the tensors: 'layers.1.linear1.weight' is missing" sample layers9.safetensors)
+  expect_one_line_error(1 "does not match the tensors: 'layers.1.linear1.weight' is missing" train gpt --data fox.txt
+    --checkpoint layers9.safetensors --resume)
+endif()
+
 # ---- Ctrl-C: SIGINT mid-run writes the checkpoint and exits 130; --resume continues from it ----
 # The signal is sent once training has started (its banner is out and a second has passed), so a
 # slow start (a sanitizer build on a loaded machine) cannot take it before the handler is set.
