@@ -159,6 +159,18 @@ if(TRUNCATE)
     --config ${WORK}/big.json --weights ${d2}/w.safetensors --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
 endif()
 
+# ---- configs: a repeated key is an error (which one would win is not the user's guess), and so
+# is a NUL inside a name ----
+file(WRITE ${WORK}/dup.json "{\"module\": \"sparse_attention\", \"d_model\": 16, \"num_heads\": 4, \"window_size\": 2, \"d_model\": 32}")
+expect(1 "dup.json: line 1 column [0-9]+: duplicate key .d_model." run --config ${WORK}/dup.json --weights ${d2}/w.safetensors
+  --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+file(WRITE ${WORK}/nul.json "{\"module\": \"sparse_attention\\u0000x\", \"d_model\": 16, \"num_heads\": 4, \"window_size\": 2}")
+expect(1 "nul.json: config: key 'module' contains a NUL character" run --config ${WORK}/nul.json --weights ${d2}/w.safetensors
+  --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+file(WRITE ${WORK}/nulkey.json "{\"module\": \"sparse_attention\", \"d_model\": 16, \"num_heads\": 4, \"window_size\": 2, \"x\\u0000\": 1}")
+expect(1 "nulkey.json: .*contains a NUL character" run --config ${WORK}/nulkey.json --weights ${d2}/w.safetensors
+  --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+
 # benchmarks: bad arguments are usage errors; tiny runs produce the documented JSON keys
 expect_one_line_error(2 bench gemm --m abc)
 expect_one_line_error(2 bench gemm --threads 0)

@@ -107,11 +107,12 @@ int cmd_run(int argc, char **argv) {
     attn_safetensors_writer *w = NULL;
     size_t len = 0;
     attn_json_error jerr;
+    const attn_json_options jopt = {0, 1}; /* a repeated key is an error */
     if (!(text = safe_read(config, "config", ATTN_IO_CAP_CONFIG, &len))) {
         rc = cli_fail("run: %s", attn_last_error());
         goto done;
     }
-    if (attn_json_parse(text, len, NULL, &doc, &jerr) != ATTN_JSON_OK) {
+    if (attn_json_parse(text, len, &jopt, &doc, &jerr) != ATTN_JSON_OK) {
         rc = cli_fail("run: %s: %s", config, jerr.message);
         goto done;
     }

@@ -207,11 +207,12 @@ static int run_model(viz_run *r, const char *config, const char *weights, const 
     attn_json_doc *doc = NULL;
     attn_safetensors *wst = NULL, *ist = NULL;
     attn_json_error jerr;
+    const attn_json_options jopt = {0, 1}; /* a repeated key is an error */
     if (!(text = slurp(config, &len))) {
         rc = cli_fail("viz: %s", attn_last_error());
         goto done;
     }
-    if (attn_json_parse(text, len, NULL, &doc, &jerr) != ATTN_JSON_OK) {
+    if (attn_json_parse(text, len, &jopt, &doc, &jerr) != ATTN_JSON_OK) {
         rc = cli_fail("viz: %s: %s", config, jerr.message);
         goto done;
     }
