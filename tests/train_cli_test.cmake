@@ -153,6 +153,14 @@ if(SED)
     --checkpoint layers9.safetensors --resume)
 endif()
 
+# ---- --resume on other data, or with --steps below the checkpoint's step, says so and stops ----
+run(h train gpt --data fox.txt ${tiny} --steps 6 --stop-at 4 --checkpoint h.safetensors)
+expect_one_line_error(1 "--resume: --data 'abc.txt' is not the data h.safetensors was trained on" train gpt
+  --data abc.txt --checkpoint h.safetensors --resume)
+expect_one_line_error(1 "--resume: --steps 3 is below the checkpoint's step 4" train gpt --data fox.txt
+  --checkpoint h.safetensors --resume --steps 3)
+expect(0 "resuming from h.safetensors at step 4.*final loss" train gpt --data fox.txt --checkpoint h.safetensors --resume)
+
 # ---- Ctrl-C: SIGINT mid-run writes the checkpoint and exits 130; --resume continues from it ----
 # The signal is sent once training has started (its banner is out and a second has passed), so a
 # slow start (a sanitizer build on a loaded machine) cannot take it before the handler is set.

@@ -96,6 +96,7 @@ typedef struct gpt_opts {
     int given_attention;
     double lr;
     int resume, force;
+    char data_hash[17]; /* of the --data contents, kept in the checkpoint */
 } gpt_opts;
 
 /* Window starts for a step: counter-based (seed, step), so a resumed run draws the same ones.
@@ -187,6 +188,7 @@ static void fill_meta(train_meta *m, const gpt_opts *o) {
     train_meta_add(m, "train.micro_batch", "%lld", (long long)o->micro);
     train_meta_add(m, "train.warmup", "%lld", (long long)o->warmup);
     train_meta_add(m, "train.lr", "%.17g", o->lr);
+    train_meta_add(m, "train.data_hash", "%s", o->data_hash);
 }
 
 static int train_gpt_run(int argc, char **argv, attn_dist **distp);
@@ -233,6 +235,7 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
     size_t len = 0;
     unsigned char *text = (unsigned char *)safe_read(o.data, "data", ATTN_IO_CAP_DATA, &len);
     if (!text) return cli_fail("train gpt: %s", attn_last_error());
+    snprintf(o.data_hash, sizeof o.data_hash, "%016llx", (unsigned long long)train_hash(TRAIN_HASH_SEED, text, len));
     const char *const ins[1] = {o.data};
     if (rank == 0 && safe_checkpoint_check("train gpt", o.checkpoint, ins, 1, o.resume, o.force)) {
         free(text);
@@ -271,10 +274,17 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
             ckpt_micro = iv;
             if (o.batch % nranks == 0 && (o.batch / nranks) % iv == 0) o.micro = iv; /* the run's accumulation */
         }
+        const char *dh = attn_safetensors_metadata_find(st, "train.data_hash"); /* absent in older checkpoints */
+        const int other_data = dh && strcmp(dh, o.data_hash) != 0;
         attn_safetensors_close(st);
         if (bad) {
             free(text);
             return cli_fail("train gpt: --resume: %s: %s", o.checkpoint, err);
+        }
+        if (other_data) {
+            free(text);
+            return cli_fail("train gpt: --resume: --data '%s' is not the data %s was trained on (its contents differ); "
+                            "resume with the same file, or start afresh with --force", o.data, o.checkpoint);
         }
         const struct { int given; int64_t mine, theirs; const char *name; } chk[] = {
             {o.given_layers, o.shape.layers, s.layers, "--layers"},
@@ -356,6 +366,11 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
         if (o.given_seed && (uint64_t)o.seed != state.rng_seed) {
             cli_fail("train gpt: --resume: --seed %lld differs from the checkpoint's %llu", (long long)o.seed,
                      (unsigned long long)state.rng_seed);
+            goto done;
+        }
+        if (o.steps < state.step) {
+            cli_fail("train gpt: --resume: --steps %lld is below the checkpoint's step %lld", (long long)o.steps,
+                     (long long)state.step);
             goto done;
         }
         printf("resuming from %s at step %lld\n", o.checkpoint, (long long)state.step);
