@@ -199,6 +199,19 @@ if(NOT s1_rc EQUAL 0 OR NOT s1_out STREQUAL s2_out OR NOT s1_out STREQUAL "${wan
 else()
   message(STATUS "ok: greedy sample: ${s1_out}")
 endif()
+# attn sample streams: the bytes produced so far are out before it is stopped
+find_program(TIMEOUT timeout)
+if(TIMEOUT)
+  execute_process(COMMAND ${TIMEOUT} 3 ${ATTN} sample abc.safetensors --prompt "ab" --tokens 1000000000 --temperature 0
+    WORKING_DIRECTORY ${WORK} OUTPUT_FILE ${WORK}/stream.out RESULT_VARIABLE src)
+  file(READ ${WORK}/stream.out streamed)
+  if(NOT streamed MATCHES "^abcabc")
+    message(SEND_ERROR "attn sample did not stream (exit ${src}): '${streamed}'")
+  else()
+    string(LENGTH "${streamed}" sl)
+    message(STATUS "ok: attn sample streamed ${sl} bytes before it was stopped")
+  endif()
+endif()
 # the same with sliding-window attention (3 keys back suffice for "abc"): the kind is kept in the
 # checkpoint, sampling decodes with it, and resuming with another kind is refused
 run(tw train gpt --data abc.txt --layers 1 --heads 2 --d-model 32 --context 16 --batch 8 --steps 200 --lr 1e-2
