@@ -97,7 +97,7 @@ int safe_checkpoint_check(const char *cmd, const char *path, const char *const *
                           int force) {
     if (safe_out_check(cmd, "--checkpoint", path, inputs, n, SAFE_KIND_CHECKPOINT, force)) return 1;
     struct stat sb;
-    if (!resume && !force && stat(path, &sb) == 0)
+    if (!resume && !force && stat(path, &sb) == 0 && sb.st_size > 0) /* an empty file holds nothing to lose */
         return cli_fail("%s: --checkpoint '%s' already holds a checkpoint: continue it with --resume, or replace it "
                         "with --force", cmd, path);
     attn_io_out o;

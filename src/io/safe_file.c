@@ -187,7 +187,7 @@ attn_status attn_io_out_begin(attn_io_out *o, const char *path) {
 attn_status attn_io_out_write(attn_io_out *o, const void *buf, size_t n) {
     const char *p = buf;
     while (n) {
-        const ssize_t r = write(o->fd, p, n);
+        const ssize_t r = write(o->fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return attn_error(ATTN_ERR_IO, "cannot write '%s': %s", o->tmp, errtext(errno));
         p += r;

@@ -24,9 +24,9 @@
 #define ATTN_IO_CAP_DATA ((uint64_t)4 << 30)    /* training text and similar: 4 GB */
 
 /* Open `path` for reading: non-blocking, regular files only, at most `cap` bytes (0: no cap).
- * `what` names the kind of file in the cap's message ("config", "data"). Messages start
- * "cannot read 'PATH': ". On success *fd is open (blocking
- * mode restored) and *size holds the file's size. */
+ * `what` names the kind of file in the cap's message ("config", "data"); every message starts
+ * "cannot read 'PATH': ". On success *fd is open (blocking mode restored) and *size holds the
+ * file's size. */
 attn_status attn_io_open_input(const char *path, const char *what, uint64_t cap, int *fd, uint64_t *size);
 
 /* The whole file, NUL-terminated (malloc'ed) in *buf with its length in *len; as above. */
