@@ -199,6 +199,12 @@ file(READ ${WORK}/scaling.svg svg)
 if(NOT svg MATCHES "^<svg .*sequence length N \\(log scale\\).*<polyline.*flash, 1 thread.*</svg>")
   message(SEND_ERROR "bench scaling --svg: unexpected plot:\n${svg}")
 endif()
+# the plot is written safely too: never over a device, never over a file of another kind
+expect(1 "cannot write '/dev/null': output '/dev/null' is a character device" bench scaling --impl flash --n 64 --h 1
+  --d 16 --threads 1 --svg /dev/null)
+file(WRITE ${WORK}/plot.txt "my notes\n")
+expect(1 "'.*plot.txt' exists and is not an SVG file" bench scaling --impl flash --n 64 --h 1 --d 16 --threads 1
+  --svg ${WORK}/plot.txt)
 expect(0 "window beats flash|window does not beat flash" bench scaling --impl flash,window --n 64,128 --h 1 --d 16 --threads 1)
 expect_one_line_error(2 bench scaling --impl nonsense)
 expect_one_line_error(2 bench scaling --n 8)

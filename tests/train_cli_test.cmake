@@ -109,7 +109,7 @@ expect_one_line_error(1 "--checkpoint 'fox.txt' is the same file as the input 'f
 expect_one_line_error(1 "--checkpoint 'fox.txt' is the same file as the input" train gpt --data fox.txt
   ${tiny} --steps 2 --checkpoint fox.txt --force)
 file(WRITE ${WORK}/notes.txt "my notes\n")
-expect_one_line_error(1 "'notes.txt' exists and is not a attn checkpoint: refusing to replace it.*--force" train gpt
+expect_one_line_error(1 "'notes.txt' exists and is not an attn checkpoint: refusing to replace it.*--force" train gpt
   --data fox.txt ${tiny} --steps 2 --checkpoint notes.txt)
 file(READ ${WORK}/notes.txt notes)
 expect_one_line_error(1 "--checkpoint 'straight.safetensors' already holds a checkpoint: continue it with --resume, or replace it with --force"

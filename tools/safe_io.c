@@ -13,7 +13,7 @@
 #include "cli.h"
 #include "core/internal.h"
 
-static const char *kind_name[] = {"safetensors file", "attn checkpoint", "SVG file", "HTML file", "CSV file"};
+static const char *kind_name[] = {"a safetensors file", "an attn checkpoint", "an SVG file", "an HTML file", "a CSV file"};
 
 /* The first bytes of path (NUL-terminated); 0 bytes when unreadable. */
 static size_t head_of(const char *path, char *buf, size_t cap) {
@@ -61,19 +61,21 @@ static int is_kind(const char *path, safe_kind kind) {
 /* ATTN_OK, or an error (message in attn_last_error(), without the command's name). */
 static attn_status out_problem(const char *opt, const char *out, const char *const *inputs, size_t n, safe_kind kind,
                                int force) {
+    const char *const name = opt ? opt : "output";
     for (size_t i = 0; i < n; i++)
         if (inputs[i] && attn_io_same_file(out, inputs[i]))
             return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s '%s' is the same file as the input '%s': refusing to "
-                              "overwrite an input", opt, out, inputs[i]);
+                              "overwrite an input", name, out, inputs[i]);
     if (attn_io_check_target(out)) {
+        if (!opt) return ATTN_ERR_IO; /* the message names the output already */
         char why[512];
         snprintf(why, sizeof why, "%s", attn_last_error());
         return attn_error(ATTN_ERR_IO, "%s: %s", opt, why);
     }
     struct stat sb;
     if (!force && stat(out, &sb) == 0 && sb.st_size > 0 && !is_kind(out, kind))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s '%s' exists and is not a %s: refusing to replace it "
-                          "(remove it, choose another path, or add --force)", opt, out, kind_name[kind]);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s '%s' exists and is not %s: refusing to replace it "
+                          "(remove it, choose another path, or add --force)", name, out, kind_name[kind]);
     return ATTN_OK;
 }
 
@@ -109,7 +111,7 @@ int safe_checkpoint_check(const char *cmd, const char *path, const char *const *
 FILE *safe_fopen(safe_file *h, const char *path, safe_kind kind) {
     h->o.fd = -1;
     h->o.tmp = h->o.path = NULL;
-    if (out_problem("output", path, reg_inputs, reg_n, kind, reg_force)) return NULL;
+    if (out_problem(NULL, path, reg_inputs, reg_n, kind, reg_force)) return NULL;
     if (attn_io_out_begin(&h->o, path)) return NULL;
     /* stdio gets its own descriptor, the output keeps one for the fsync and rename */
     const int fd = dup(h->o.fd);
