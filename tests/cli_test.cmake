@@ -58,6 +58,15 @@ expect(0 "kernels: +(ref|avx2|avx512)" info)
 set(ENV{ATTN_ISA} ref)
 expect(0 "kernels: +ref" info)
 unset(ENV{ATTN_ISA})
+# environment: a bad ATTN_ISA or ATTN_NUM_THREADS is reported (one line on stderr; the command runs)
+set(ENV{ATTN_ISA} evil)
+expect(0 "kernels: +(ref|avx2|avx512).*attn: warning: ATTN_ISA='evil' is not ref, avx2 or avx512: ignored" info)
+unset(ENV{ATTN_ISA})
+set(ENV{ATTN_NUM_THREADS} 99999999)
+expect(0 "threads: +4096.*attn: warning: ATTN_NUM_THREADS='99999999' is above the bound of 4096 threads: using 4096" info)
+set(ENV{ATTN_NUM_THREADS} many)
+expect(0 "attn: warning: ATTN_NUM_THREADS='many' is not a positive integer: ignored" info)
+unset(ENV{ATTN_NUM_THREADS})
 expect(2 "info: unknown option '--bogus'" info --bogus)
 expect(2 "info: unexpected argument 'extra'" info extra)
 
@@ -108,6 +117,71 @@ file(WRITE ${WORK}/seed/performer.json
 expect(1 "buffer 'R' has shape \\[2, 6, 12\\], expected \\[2, 6, 16\\]" run --config ${WORK}/seed/performer.json
   --weights ${WORK}/seed/9/w.safetensors --inputs ${WORK}/seed/9/in.safetensors --out ${WORK}/seed/out3.safetensors)
 
+# ---- safe output: attn run refuses an --out that is one of its inputs, that is not a regular file,
+# or that holds something other than a safetensors file (unless --force) ----
+set(d2 ${WORK}/seed/2)
+set(run2 run --config ${d2}/model.json --weights ${d2}/w.safetensors --inputs ${d2}/in.safetensors)
+file(SHA256 ${d2}/in.safetensors in_sum)
+expect(1 "--out '.*in.safetensors' is the same file as the input" ${run2} --out ${d2}/in.safetensors)
+expect(1 "same file as the input '.*w.safetensors'" ${run2} --out ${d2}/w.safetensors)
+expect(1 "same file as the input '.*model.json'" ${run2} --out ${d2}/model.json)
+file(SHA256 ${d2}/in.safetensors in_sum2)
+if(NOT in_sum STREQUAL in_sum2)
+  message(SEND_ERROR "attn run --out INPUTS changed the inputs")
+endif()
+file(CREATE_LINK ${d2}/in.safetensors ${d2}/link.safetensors SYMBOLIC)
+expect(1 "same file as the input" ${run2} --out ${d2}/link.safetensors)
+file(CREATE_LINK ${d2}/nowhere ${d2}/dangling.safetensors SYMBOLIC)
+expect(1 "is a symbolic link; only a regular file is replaced" ${run2} --out ${d2}/dangling.safetensors)
+# not a regular file: a FIFO of the test's own (never a real device: a regression would replace it)
+execute_process(COMMAND mkfifo ${d2}/out.fifo)
+expect(1 "is a FIFO; only a regular file is replaced" ${run2} --out ${d2}/out.fifo)
+file(WRITE ${d2}/notes.txt "my notes\n")
+expect(1 "'.*notes.txt' exists and is not a safetensors file: refusing to replace it.*--force" ${run2} --out ${d2}/notes.txt)
+file(READ ${d2}/notes.txt notes)
+if(NOT notes STREQUAL "my notes\n")
+  message(SEND_ERROR "attn run --out NOTES changed the file")
+endif()
+expect(0 "^$" ${run2} --out ${d2}/notes.txt --force)
+expect(0 "^$" ${run2} --out ${d2}/out.safetensors) # replacing a safetensors file needs no --force
+file(GLOB leftovers ${d2}/*.tmp*)
+if(leftovers)
+  message(SEND_ERROR "temporary files left behind: ${leftovers}")
+endif()
+
+# ---- safe input: a FIFO, a device or an oversized config fails at once (no hang, no huge read) ----
+find_program(MKFIFO mkfifo)
+if(MKFIFO)
+  execute_process(COMMAND ${MKFIFO} ${WORK}/fifo)
+  expect(1 "cannot read '.*fifo': it is a FIFO, not a regular file" run --config ${WORK}/fifo
+    --weights ${d2}/w.safetensors --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+  expect(1 "fifo: .*not a regular file" run --config ${d2}/model.json --weights ${WORK}/fifo
+    --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+  expect(1 "fifo: .*not a regular file" run --config ${d2}/model.json --weights ${d2}/w.safetensors
+    --inputs ${WORK}/fifo --out ${WORK}/o.safetensors)
+  expect(1 "fifo.*not a regular file" inspect ${WORK}/fifo)
+endif()
+expect(1 "cannot read '/dev/zero': it is a character device, not a regular file" run --config /dev/zero
+  --weights ${d2}/w.safetensors --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+find_program(TRUNCATE truncate)
+if(TRUNCATE)
+  execute_process(COMMAND ${TRUNCATE} -s 17M ${WORK}/big.json)
+  expect(1 "cannot read '.*big.json': 17825792 bytes, over the cap of 16 MB for a config file" run
+    --config ${WORK}/big.json --weights ${d2}/w.safetensors --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+endif()
+
+# ---- configs: a repeated key is an error (which one would win is not the user's guess), and so
+# is a NUL inside a name ----
+file(WRITE ${WORK}/dup.json "{\"module\": \"sparse_attention\", \"d_model\": 16, \"num_heads\": 4, \"window_size\": 2, \"d_model\": 32}")
+expect(1 "dup.json: line 1 column [0-9]+: duplicate key .d_model." run --config ${WORK}/dup.json --weights ${d2}/w.safetensors
+  --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+file(WRITE ${WORK}/nul.json "{\"module\": \"sparse_attention\\u0000x\", \"d_model\": 16, \"num_heads\": 4, \"window_size\": 2}")
+expect(1 "nul.json: config: key 'module' contains a NUL character" run --config ${WORK}/nul.json --weights ${d2}/w.safetensors
+  --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+file(WRITE ${WORK}/nulkey.json "{\"module\": \"sparse_attention\", \"d_model\": 16, \"num_heads\": 4, \"window_size\": 2, \"x\\u0000\": 1}")
+expect(1 "nulkey.json: .*contains a NUL character" run --config ${WORK}/nulkey.json --weights ${d2}/w.safetensors
+  --inputs ${d2}/in.safetensors --out ${WORK}/o.safetensors)
+
 # benchmarks: bad arguments are usage errors; tiny runs produce the documented JSON keys
 expect_one_line_error(2 bench gemm --m abc)
 expect_one_line_error(2 bench gemm --threads 0)
@@ -127,6 +201,13 @@ file(READ ${WORK}/scaling.svg svg)
 if(NOT svg MATCHES "^<svg .*sequence length N \\(log scale\\).*<polyline.*flash, 1 thread.*</svg>")
   message(SEND_ERROR "bench scaling --svg: unexpected plot:\n${svg}")
 endif()
+# the plot is written safely too: never over a device, never over a file of another kind
+execute_process(COMMAND mkfifo ${WORK}/plot.fifo)
+expect(1 "cannot write '.*plot.fifo': output '.*plot.fifo' is a FIFO" bench scaling --impl flash --n 64 --h 1
+  --d 16 --threads 1 --svg ${WORK}/plot.fifo)
+file(WRITE ${WORK}/plot.txt "my notes\n")
+expect(1 "'.*plot.txt' exists and is not an SVG file" bench scaling --impl flash --n 64 --h 1 --d 16 --threads 1
+  --svg ${WORK}/plot.txt)
 expect(0 "window beats flash|window does not beat flash" bench scaling --impl flash,window --n 64,128 --h 1 --d 16 --threads 1)
 expect_one_line_error(2 bench scaling --impl nonsense)
 expect_one_line_error(2 bench scaling --n 8)

@@ -2,9 +2,12 @@
  * warmup + cosine schedule, clipping) interrupted after 5 of 10 steps, saved, loaded into fresh
  * objects and continued gives bitwise the losses, parameters and moments of the uninterrupted run
  * (SGD with momentum too); truncated and corrupted files, missing and mis-shaped tensors, a wrong
- * optimizer, a stale PATH.tmp from an interrupted write and a failing write are all rejected with a
+ * optimizer, a stray PATH.tmp (left alone) and a failing write are all rejected with a
  * clear message while the objects and the previous checkpoint stay bitwise intact. */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +18,15 @@
 static char dir[] = "/tmp/attn_test_ckpt.XXXXXX";
 
 static void path_in(char *buf, size_t len, const char *name) { snprintf(buf, len, "%s/%s", dir, name); }
+
+/* Files in dir whose name starts with prefix. */
+static int temps_left(const char *prefix) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += !strncmp(e->d_name, prefix, strlen(prefix));
+    if (d) closedir(d);
+    return n;
+}
 
 /* ---- a small training run ---- */
 
@@ -277,28 +289,42 @@ static void test_damaged(void) {
     write_all(bad, c, len);
     expect_rejected(&o, bad, ATTN_OK, NULL, "tensor renamed");
     free(c);
-    /* an interrupted write leaves PATH.tmp behind: PATH still loads, the next save replaces both */
+    /* a stray PATH.tmp (an older build's temporary name, or anyone's file) is neither used nor removed:
+     * each save writes a fresh temporary file of its own, and leaves none behind */
     write_all(tmp, good, len / 3);
     attn_train_state st;
     CHECK_OK(attn_checkpoint_load(path, attn_mha_params(o.mha), o.opt, &st, NULL));
     CHECK(st.step == 3, "previous checkpoint: step %lld, want 3", (long long)st.step);
     run_step(&r);
     CHECK_OK(attn_checkpoint_save(path, attn_mha_params(r.mha), r.opt, &r.state, NULL, NULL, 0));
-    CHECK(access(tmp, F_OK) != 0, "stale PATH.tmp not replaced");
+    CHECK(temps_left("good.safetensors.tmp-") == 0, "a temporary file left behind after a save");
+    size_t lent = 0;
+    unsigned char *stray = read_all(tmp, &lent);
+    CHECK(stray && lent == len / 3, "the stray PATH.tmp was changed");
+    free(stray);
+    unlink(tmp);
     CHECK_OK(attn_checkpoint_load(path, attn_mha_params(o.mha), o.opt, &st, NULL));
     CHECK(st.step == 4, "new checkpoint: step %lld, want 4", (long long)st.step);
-    /* a write that fails (PATH.tmp cannot be created) leaves the previous checkpoint intact */
+    /* a write that fails (the file size limit is hit, as on a full disk) leaves the previous
+     * checkpoint intact and no temporary file */
     size_t len4 = 0;
     unsigned char *four = read_all(path, &len4);
-    CHECK(mkdir(tmp, 0700) == 0, "mkdir %s", tmp);
     run_step(&r);
+    struct rlimit old_lim, lim;
+    getrlimit(RLIMIT_FSIZE, &old_lim);
+    lim = old_lim;
+    lim.rlim_cur = (rlim_t)(len4 / 2);
+    void (*old_sig)(int) = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
     CHECK_STATUS(attn_checkpoint_save(path, attn_mha_params(r.mha), r.opt, &r.state, NULL, NULL, 0), ATTN_ERR_IO);
+    setrlimit(RLIMIT_FSIZE, &old_lim);
+    signal(SIGXFSZ, old_sig);
+    CHECK(temps_left("good.safetensors.tmp-") == 0, "a temporary file left behind after a failed save");
     size_t len5 = 0;
     unsigned char *after = read_all(path, &len5);
     CHECK(four && after && len4 == len5 && !memcmp(four, after, len4), "a failed save changed the previous checkpoint");
     CHECK_OK(attn_checkpoint_load(path, attn_mha_params(o.mha), o.opt, &st, NULL));
     CHECK(st.step == 4, "after a failed save: step %lld, want 4", (long long)st.step);
-    rmdir(tmp);
     free(four);
     free(after);
     free(good);

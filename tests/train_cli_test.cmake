@@ -101,6 +101,67 @@ endif()
 expect_one_line_error(1 "--layers 2 differs from the checkpoint's 1" train gpt ${common} --checkpoint split.safetensors
   --resume --layers 2)
 
+# ---- safe output: the checkpoint is never an input, never replaces a non-checkpoint (without
+# --force) or, without --resume, a trained model (without --force); a bad path fails before training ----
+file(SHA256 ${WORK}/straight.safetensors straight_sum)
+expect_one_line_error(1 "--checkpoint 'fox.txt' is the same file as the input 'fox.txt'" train gpt --data fox.txt
+  ${tiny} --steps 2 --checkpoint fox.txt)
+expect_one_line_error(1 "--checkpoint 'fox.txt' is the same file as the input" train gpt --data fox.txt
+  ${tiny} --steps 2 --checkpoint fox.txt --force)
+file(WRITE ${WORK}/notes.txt "my notes\n")
+expect_one_line_error(1 "'notes.txt' exists and is not an attn checkpoint: refusing to replace it.*--force" train gpt
+  --data fox.txt ${tiny} --steps 2 --checkpoint notes.txt)
+file(READ ${WORK}/notes.txt notes)
+expect_one_line_error(1 "--checkpoint 'straight.safetensors' already holds a checkpoint: continue it with --resume, or replace it with --force"
+  train gpt --data fox.txt ${tiny} --steps 2 --checkpoint straight.safetensors)
+file(SHA256 ${WORK}/straight.safetensors straight_sum2)
+if(NOT notes STREQUAL "my notes\n" OR NOT straight_sum STREQUAL straight_sum2)
+  message(SEND_ERROR "a refused checkpoint path was changed")
+endif()
+expect(0 "final loss" train gpt --data fox.txt ${tiny} --steps 2 --checkpoint notes.txt --force)
+execute_process(COMMAND mkfifo ${WORK}/ck.fifo)
+expect_one_line_error(1 "is a FIFO; only a regular file is replaced" train gpt --data fox.txt ${tiny}
+  --steps 2 --checkpoint ck.fifo)
+run(nd train gpt --data fox.txt ${tiny} --steps 2 --checkpoint nodir/x.safetensors)
+if(NOT nd_rc EQUAL 1 OR nd MATCHES "step " OR NOT nd MATCHES "cannot create a temporary file next to 'nodir/x.safetensors'")
+  message(SEND_ERROR "a missing checkpoint folder: exit ${nd_rc}, want 1 before any step:\n${nd}")
+else()
+  message(STATUS "ok: a missing checkpoint folder fails before training: ${nd}")
+endif()
+file(GLOB leftovers ${WORK}/*.tmp*)
+if(leftovers)
+  message(SEND_ERROR "temporary files left behind: ${leftovers}")
+endif()
+# ---- safe input: devices and FIFOs fail at once ----
+expect_one_line_error(1 "cannot read '/dev/zero': it is a character device, not a regular file" train gpt
+  --data /dev/zero ${tiny})
+find_program(MKFIFO mkfifo)
+if(MKFIFO)
+  execute_process(COMMAND ${MKFIFO} ${WORK}/fifo)
+  expect_one_line_error(1 "cannot read 'fifo': it is a FIFO, not a regular file" train gpt --data fifo ${tiny})
+  expect_one_line_error(1 "--checkpoint: output .fifo. is a FIFO; only a regular file is replaced" train gpt --data fox.txt ${tiny} --checkpoint fifo --resume)
+  expect_one_line_error(1 "fifo.*not a regular file" sample fifo)
+endif()
+
+# ---- a checkpoint whose metadata claims more layers than its tensors hold is refused before a
+# model of that size is built (the claim is checked against the tensors, not trusted) ----
+find_program(SED sed)
+if(SED)
+  execute_process(COMMAND ${SED} "s/\"gpt.layers\":\"1\"/\"gpt.layers\":\"9\"/" straight.safetensors
+    WORKING_DIRECTORY ${WORK} OUTPUT_FILE ${WORK}/layers9.safetensors)
+  expect_one_line_error(1 "does not match the tensors: 'layers.1.linear1.weight' is missing" sample layers9.safetensors)
+  expect_one_line_error(1 "does not match the tensors: 'layers.1.linear1.weight' is missing" train gpt --data fox.txt
+    --checkpoint layers9.safetensors --resume)
+endif()
+
+# ---- --resume on other data, or with --steps below the checkpoint's step, says so and stops ----
+run(h train gpt --data fox.txt ${tiny} --steps 6 --stop-at 4 --checkpoint h.safetensors)
+expect_one_line_error(1 "--resume: --data 'abc.txt' is not the data h.safetensors was trained on" train gpt
+  --data abc.txt --checkpoint h.safetensors --resume)
+expect_one_line_error(1 "--resume: --steps 3 is below the checkpoint's step 4" train gpt --data fox.txt
+  --checkpoint h.safetensors --resume --steps 3)
+expect(0 "resuming from h.safetensors at step 4.*final loss" train gpt --data fox.txt --checkpoint h.safetensors --resume)
+
 # ---- Ctrl-C: SIGINT mid-run writes the checkpoint and exits 130; --resume continues from it ----
 # The signal is sent once training has started (its banner is out and a second has passed), so a
 # slow start (a sanitizer build on a loaded machine) cannot take it before the handler is set.
@@ -138,6 +199,19 @@ if(NOT s1_rc EQUAL 0 OR NOT s1_out STREQUAL s2_out OR NOT s1_out STREQUAL "${wan
   message(SEND_ERROR "greedy sampling: exit ${s1_rc}, outputs:\n${s1}\n${s2}")
 else()
   message(STATUS "ok: greedy sample: ${s1_out}")
+endif()
+# attn sample streams: the bytes produced so far are out before it is stopped
+find_program(TIMEOUT timeout)
+if(TIMEOUT)
+  execute_process(COMMAND ${TIMEOUT} 3 ${ATTN} sample abc.safetensors --prompt "ab" --tokens 1000000000 --temperature 0
+    WORKING_DIRECTORY ${WORK} OUTPUT_FILE ${WORK}/stream.out RESULT_VARIABLE src)
+  file(READ ${WORK}/stream.out streamed)
+  if(NOT streamed MATCHES "^abcabc")
+    message(SEND_ERROR "attn sample did not stream (exit ${src}): '${streamed}'")
+  else()
+    string(LENGTH "${streamed}" sl)
+    message(STATUS "ok: attn sample streamed ${sl} bytes before it was stopped")
+  endif()
 endif()
 # the same with sliding-window attention (3 keys back suffice for "abc"): the kind is kept in the
 # checkpoint, sampling decodes with it, and resuming with another kind is refused

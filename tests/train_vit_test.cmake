@@ -64,6 +64,8 @@ else()
 endif()
 expect_one_line_error(1 "--layers 2 differs from the checkpoint's 1" train vit ${common} --checkpoint split.safetensors
   --resume --layers 2)
+expect_one_line_error(1 "--checkpoint 'straight.safetensors' already holds a checkpoint: continue it with --resume"
+  train vit ${common} --checkpoint straight.safetensors)
 expect_one_line_error(1 "not a checkpoint of `attn train vit`" train vit --data ${DATA} --checkpoint ${FIXTURES}/sdpa.safetensors --resume)
 
 # Ctrl-C: SIGINT mid-run writes the checkpoint and exits 130; --resume continues from it

@@ -94,3 +94,25 @@ expect_error(2 "--head: 'x' is not a head index" viz --checkpoint gpt.safetensor
 expect_error(2 "--inputs is for --config models" viz --checkpoint gpt.safetensors --inputs a.safetensors --svg x.svg)
 expect_error(2 "--config needs --weights" viz --config enc.json --inputs a.safetensors --svg x.svg)
 expect_error(2 "--layer" viz --checkpoint gpt.safetensors --text abc --layer -1 --svg x.svg)
+
+# safe output: never an input, never a device, never (without --force) a file of another kind
+file(SHA256 ${WORK}/gpt.safetensors gpt_sum)
+expect_error(1 "output 'gpt.safetensors' is the same file as the input 'gpt.safetensors'" viz
+  --checkpoint gpt.safetensors --text abc --html gpt.safetensors --force)
+execute_process(COMMAND mkfifo ${WORK}/out.fifo)
+expect_error(1 "is a FIFO; only a regular file is replaced" viz --checkpoint gpt.safetensors --text abc
+  --csv out.fifo)
+file(WRITE ${WORK}/notes.csv "my notes\n")
+expect_error(1 "'notes.csv' exists and is not a CSV file: refusing to replace it" viz --checkpoint gpt.safetensors
+  --text abc --csv notes.csv)
+file(READ ${WORK}/notes.csv notes)
+file(SHA256 ${WORK}/gpt.safetensors gpt_sum2)
+if(NOT notes STREQUAL "my notes\n" OR NOT gpt_sum STREQUAL gpt_sum2)
+  message(SEND_ERROR "a refused output was changed")
+endif()
+expect(0 "wrote notes.csv" viz --checkpoint gpt.safetensors --text abc --csv notes.csv --force)
+expect(0 "wrote g.html" viz --checkpoint gpt.safetensors --text abc --html g.html)
+file(GLOB leftovers ${WORK}/*.tmp*)
+if(leftovers)
+  message(SEND_ERROR "temporary files left behind: ${leftovers}")
+endif()

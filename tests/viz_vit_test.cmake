@@ -97,6 +97,17 @@ endif()
 expect(0 "wrote n.ppm \\(40 x 56\\)" viz --checkpoint vit.safetensors --image rgb.ppm --overlay n.ppm --overlay-size 56
   --nearest --overlay-alpha 0.8 --layer 1 --head mean --svg n.svg)
 check_ppm(${WORK}/n.ppm 40 56)
+# the overlay is written safely: never over its own input image, never (without --force) over a
+# file of another kind
+file(SHA256 ${WORK}/rgb.ppm rgb_sum)
+expect_error(1 viz "same file as the input" --checkpoint vit.safetensors --image rgb.ppm --overlay rgb.ppm --force)
+file(SHA256 ${WORK}/rgb.ppm rgb_sum2)
+if(NOT rgb_sum STREQUAL rgb_sum2)
+  message(SEND_ERROR "viz --overlay changed its input image")
+endif()
+file(WRITE ${WORK}/notes.ppm "my notes\n")
+expect_error(1 viz "not a PNG / PPM / PGM image: refusing to replace it" --checkpoint vit.safetensors --image rgb.ppm
+  --overlay notes.ppm)
 
 # PNG: written (or a PPM instead, said so), and read back as an input
 expect(0 "wrote o\\.(png|ppm)" viz --checkpoint vit.safetensors --image ring.pgm --overlay o.png --overlay-size 64)
@@ -132,7 +143,7 @@ endif()
 # bad input: one line, exit 1
 file(WRITE ${WORK}/enc.json "{\"module\": \"transformer_encoder\", \"num_layers\": 3, \"norm\": false, \"encoder_layer\": {\"d_model\": 16, \"nhead\": 4, \"dim_feedforward\": 32, \"dropout\": 0.0}}")
 expect_error(1 run "corrupt.ppm: PPM data truncated" ${cfg} --image corrupt.ppm --out x.safetensors)
-expect_error(1 run "missing.png: No such file" ${cfg} --image missing.png --out x.safetensors)
+expect_error(1 run "missing.png'?: No such file" ${cfg} --image missing.png --out x.safetensors)
 expect_error(1 run "--image is for vision_transformer models" --config ${WORK}/enc.json --weights ${FIXTURES}/viz_run_w.safetensors --image ring.pgm --out x.safetensors)
 expect_error(1 viz "corrupt.ppm: PPM data truncated" --checkpoint vit.safetensors --image corrupt.ppm --overlay x.ppm)
 expect_error(1 viz "not a PPM" --checkpoint vit.safetensors --image vit16.json --csv x.csv)

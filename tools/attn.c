@@ -1,6 +1,8 @@
 /* attn: command-line entry point. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -49,6 +51,29 @@ static void usage(FILE *f) {
     fprintf(f, "\n`attn <command> --help` describes each command.\n");
 }
 
+/* A bad ATTN_ISA or ATTN_NUM_THREADS is not silently ignored: one line on stderr, then the command
+ * runs with what the library does instead. */
+static void env_warnings(void) {
+    const char *isa = getenv("ATTN_ISA");
+    if (isa && strcmp(isa, "ref") && strcmp(isa, "avx2") && strcmp(isa, "avx512"))
+        fprintf(stderr, "attn: warning: ATTN_ISA='%.40s' is not ref, avx2 or avx512: ignored (kernels: %s)\n", isa,
+                attn_isa_name(attn_active_isa()));
+    else if (isa && strcmp(attn_isa_name(attn_active_isa()), isa))
+        fprintf(stderr, "attn: warning: ATTN_ISA=%s: this CPU cannot run it (kernels: %s)\n", isa,
+                attn_isa_name(attn_active_isa()));
+    const char *nt = getenv("ATTN_NUM_THREADS");
+    if (nt) {
+        char *end = NULL;
+        errno = 0;
+        const long long n = strtoll(nt, &end, 10);
+        if (end == nt || *end || n <= 0)
+            fprintf(stderr, "attn: warning: ATTN_NUM_THREADS='%.40s' is not a positive integer: ignored\n", nt);
+        else if (errno == ERANGE || n > ATTN_MAX_THREADS)
+            fprintf(stderr, "attn: warning: ATTN_NUM_THREADS='%.40s' is above the bound of %d threads: using %d\n", nt,
+                    ATTN_MAX_THREADS, ATTN_MAX_THREADS);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -63,6 +88,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            if (!(argc > 2 && cli_is_help(argv[2]))) env_warnings();
+            return commands[i].fn(argc - 1, argv + 1);
+        }
     return cli_usage_error("unknown command '%s' (see attn --help)", argv[1]);
 }

@@ -18,6 +18,7 @@
 #include "attention/attention_kind.h"
 #include "bench_common.h"
 #include "cli.h"
+#include "safe_io.h"
 
 #define MAX_N 1048576
 
@@ -147,7 +148,8 @@ typedef struct point {
 
 /* Log-log plot of ms against N, one polyline per (variant, thread count, pass). */
 static int write_svg(const char *path, const point *pts, int np, int64_t B, int64_t H, int64_t d, int backward) {
-    FILE *f = fopen(path, "w");
+    safe_file sf;
+    FILE *f = safe_fopen(&sf, path, SAFE_KIND_SVG);
     if (!f) return -1;
     double nmin = INFINITY, nmax = 0, tmin = INFINITY, tmax = 0;
     for (int i = 0; i < np; i++) {
@@ -212,7 +214,7 @@ static int write_svg(const char *path, const point *pts, int np, int64_t B, int6
         series++;
     }
     fprintf(f, "</svg>\n");
-    return fclose(f) ? -1 : 0;
+    return safe_fclose(&sf, f);
 }
 
 int bench_scaling_cmd(int argc, char **argv) {
@@ -387,7 +389,7 @@ int bench_scaling_cmd(int argc, char **argv) {
         }
     }
     if (!rc && svg && np) {
-        if (write_svg(svg, pts, np, B, H, D, backward)) rc = cli_fail("bench scaling: cannot write '%s'", svg);
+        if (write_svg(svg, pts, np, B, H, D, backward)) rc = cli_fail("bench scaling: cannot write '%s': %s", svg, attn_last_error());
         else if (!o.json) printf("plot written to %s\n", svg);
     }
     free(pts);

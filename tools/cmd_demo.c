@@ -23,6 +23,7 @@
 
 #include "cli.h"
 #include "cli_opts.h"
+#include "safe_io.h"
 #include "demo_task.h"
 
 typedef struct demo_opts {
@@ -143,11 +144,18 @@ static int write_figure(const char *svg_path, const char *html_path, const int64
     hm.row_axis = "output";
     hm.col_axis = "input";
     hm.caption = "weights averaged over heads; rows: decoder positions, labelled with the token they produced";
-    FILE *f = fopen(svg_path, "w");
-    if (!f) return cli_fail("demo: cannot write '%s': %s", svg_path, strerror(errno));
+    safe_file sf;
+    FILE *f = safe_fopen(&sf, svg_path, SAFE_KIND_SVG);
+    if (!f) return cli_fail("demo: cannot write '%s': %s", svg_path, attn_last_error());
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     attn_status st = attn_viz_write_svg(f, &hm);
-    if (fclose(f) != 0 || st) return cli_fail("demo: cannot write '%s': %s", svg_path, st ? attn_last_error() : strerror(errno));
+    if (st) {
+        cli_fail("demo: cannot write '%s': %s", svg_path, attn_last_error());
+        fclose(f);
+        attn_io_out_abort(&sf.o);
+        return 1;
+    }
+    if (safe_fclose(&sf, f)) return cli_fail("demo: cannot write '%s': %s", svg_path, attn_last_error());
 
     /* the page: the example, the picture, where the standalone file is */
     char in[64], exp[64], got[80], *before = NULL;
@@ -175,14 +183,20 @@ static int write_figure(const char *svg_path, const char *html_path, const int64
             demo_answer_ok(src, pred, L) ? "correct" : "wrong");
     fclose(b);
     const char *after = "<p>The same picture as a standalone file: <code>cross_attention.svg</code></p>\n";
-    f = fopen(html_path, "w");
+    f = safe_fopen(&sf, html_path, SAFE_KIND_HTML);
     if (!f) {
         free(before);
-        return cli_fail("demo: cannot write '%s': %s", html_path, strerror(errno));
+        return cli_fail("demo: cannot write '%s': %s", html_path, attn_last_error());
     }
     st = attn_viz_write_html(f, &hm, "attn demo: cross-attention", before, after);
     free(before);
-    if (fclose(f) != 0 || st) return cli_fail("demo: cannot write '%s': %s", html_path, st ? attn_last_error() : strerror(errno));
+    if (st) {
+        cli_fail("demo: cannot write '%s': %s", html_path, attn_last_error());
+        fclose(f);
+        attn_io_out_abort(&sf.o);
+        return 1;
+    }
+    if (safe_fclose(&sf, f)) return cli_fail("demo: cannot write '%s': %s", html_path, attn_last_error());
     return 0;
 }
 

@@ -10,14 +10,15 @@
 #include "cli_opts.h"
 #include "image_in.h"
 #include "io/json.h"
+#include "safe_io.h"
 #include "nn/nn_run.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attn run --config MODEL.json --weights W.safetensors --inputs IN.safetensors\n"
-            "                --out OUT.safetensors [--threads N]\n"
+            "                --out OUT.safetensors [--threads N] [--force]\n"
             "       attn run --config VIT.json --weights W.safetensors --image FILE [--mean M[,M,M]]\n"
-            "                [--std S[,S,S]] --out OUT.safetensors [--threads N] [--weights-prefix P]\n\n"
+            "                [--std S[,S,S]] --out OUT.safetensors [--threads N] [--weights-prefix P] [--force]\n\n"
             "Runs one module in inference (eval) mode and writes its outputs, to check attn against a\n"
             "PyTorch model without writing C.\n\n"
             "MODEL.json   {\"module\": NAME, ...} with NAME one of multihead_attention,\n"
@@ -69,41 +70,12 @@ static void usage(FILE *f) {
             "             --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225): x [1, C, H, W].\n"
             "OUT.safetensors  'output' (F32; the logits [B, num_classes] for vision_transformer), and\n"
             "             'attn_output_weights' when need_weights is true.\n"
-            "--threads N  threads to use (default: ATTN_NUM_THREADS or OpenMP's).\n\n"
+            "--threads N  threads to use (default: ATTN_NUM_THREADS or OpenMP's).\n"
+            "--force      replace an existing OUT that is not a safetensors file. OUT is never one of the\n"
+            "             inputs, nor a device, FIFO or symbolic link; it is replaced atomically.\n\n"
             "Errors (unknown module or key, missing or mis-shaped weights and inputs) are reported on one\n"
             "line and exit 1; usage errors exit 2. Unlike PyTorch < 2.5, a query whose keys are all masked\n"
             "gets attention output 0 instead of NaN.\n");
-}
-
-/* The whole file, NUL-terminated; NULL with errno set on failure. */
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (ferror(f) || feof(f)) break;
-        char *nb = cap > ((size_t)1 << 30) ? NULL : realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            errno = ENOMEM;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    if (buf && ferror(f)) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = n;
-    }
-    return buf;
 }
 
 /* The library's message, without a "safetensors: PATH: " prefix that repeats the file name. */
@@ -118,7 +90,7 @@ static const char *msg_for(const char *path) {
 int cmd_run(int argc, char **argv) {
     const char *config = NULL, *weights = NULL, *inputs = NULL, *out = NULL, *image = NULL, *mean_s = NULL,
                *std_s = NULL, *wprefix = NULL;
-    int threads = 0;
+    int threads = 0, force = 0;
     cli_opt opts[] = {
         CLI_STRING("--config", &config),
         CLI_STRING("--weights", &weights),
@@ -129,6 +101,7 @@ int cmd_run(int argc, char **argv) {
         CLI_STRING_NONEMPTY("--mean", &mean_s),
         CLI_STRING_NONEMPTY("--std", &std_s),
         CLI_INT("--threads", &threads, 1, 4096),
+        CLI_FLAG("--force", &force),
         CLI_END,
     };
     int parsed = cli_parse("run", opts, argc, argv, NULL, 0);
@@ -143,6 +116,8 @@ int cmd_run(int argc, char **argv) {
         return cli_usage_error("run: missing %s (try 'attn run --help')",
                                !config ? "--config" : !weights ? "--weights" : !out ? "--out" : "--inputs or --image");
     if (threads) attn_set_num_threads(threads);
+    const char *const ins[3] = {config, weights, inputs};
+    if (safe_out_check("run", "--out", out, ins, 3, SAFE_KIND_SAFETENSORS, force)) return 1;
 
     int rc = 0;
     char *text = NULL;
@@ -154,11 +129,12 @@ int cmd_run(int argc, char **argv) {
     memset(&img, 0, sizeof img);
     size_t len = 0;
     attn_json_error jerr;
-    if (!(text = read_file(config, &len))) {
-        rc = cli_fail("run: %s: %s", config, strerror(errno));
+    const attn_json_options jopt = {0, 1}; /* a repeated key is an error */
+    if (!(text = safe_read(config, "config", ATTN_IO_CAP_CONFIG, &len))) {
+        rc = cli_fail("run: %s", attn_last_error());
         goto done;
     }
-    if (attn_json_parse(text, len, NULL, &doc, &jerr) != ATTN_JSON_OK) {
+    if (attn_json_parse(text, len, &jopt, &doc, &jerr) != ATTN_JSON_OK) {
         rc = cli_fail("run: %s: %s", config, jerr.message);
         goto done;
     }

@@ -96,7 +96,6 @@ int cmd_sample(int argc, char **argv) {
     float *logits = NULL;
     int64_t *ctx = NULL, *idx = NULL;
     double *prob = NULL;
-    unsigned char *out = NULL;
     int rc = 1;
     if (attn_gpt_create(&cfg, &g) != ATTN_OK) {
         cli_fail("sample: %s", attn_last_error());
@@ -114,8 +113,7 @@ int cmd_sample(int argc, char **argv) {
     ctx = malloc(sizeof(int64_t) * (size_t)C);
     idx = malloc(sizeof(int64_t) * (size_t)V);
     prob = malloc(sizeof(double) * (size_t)V);
-    out = malloc((size_t)tokens + 1);
-    if (!cbuf || !ws || !logits || !ctx || !idx || !prob || !out) {
+    if (!cbuf || !ws || !logits || !ctx || !idx || !prob) {
         cli_fail("sample: out of memory");
         goto done;
     }
@@ -132,10 +130,14 @@ int cmd_sample(int argc, char **argv) {
         goto done;
     }
     const float *last = logits + (n - 1) * V;
+    /* streamed: the prompt, then each byte as it is produced */
+    fwrite(prompt, 1, (size_t)plen, stdout);
+    fflush(stdout);
     for (int64_t i = 0; i < tokens; i++) {
         const float u = attn_philox_uniform((uint64_t)seed, 0, (uint64_t)i);
         const int64_t next = pick(last, V, temperature, top_k, u, prob, idx);
-        out[i] = (unsigned char)next;
+        fputc((int)next, stdout);
+        fflush(stdout);
         if (i + 1 == tokens) break;
         if (n == C) { /* full: keep the last half and refill the cache */
             const int64_t keep = C / 2 > 0 ? C / 2 : 1;
@@ -158,8 +160,6 @@ int cmd_sample(int argc, char **argv) {
             last = logits;
         }
     }
-    fwrite(prompt, 1, (size_t)plen, stdout);
-    fwrite(out, 1, (size_t)tokens, stdout);
     fputc('\n', stdout);
     rc = 0;
 done:
@@ -169,7 +169,6 @@ done:
     free(ctx);
     free(idx);
     free(prob);
-    free(out);
     attn_gpt_free(g);
     return rc;
 }

@@ -12,6 +12,7 @@
 #include "bench_common.h"
 #include "cli.h"
 #include "cli_opts.h"
+#include "safe_io.h"
 #include "train_common.h"
 
 static volatile sig_atomic_t g_interrupted;
@@ -71,6 +72,8 @@ static void usage_gpt(FILE *f) {
             "                     had never stopped\n"
             "  --stop-at K        stop after step K of the --steps schedule, writing the checkpoint\n"
             "                     (continue later with --resume)\n"
+            "  --force            start afresh over an existing checkpoint, or replace a file at\n"
+            "                     --checkpoint that is not a checkpoint (refused without it)\n"
             "  --log-every N      print a line every N steps (default 10)\n\n"
             "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
             "tokens/s) and `final loss: X` at the end. Ctrl-C finishes the current step, writes\n"
@@ -92,44 +95,9 @@ typedef struct gpt_opts {
     int64_t steps, batch, warmup, every, log_every, threads, seed, stop_at, micro;
     int given_attention;
     double lr;
-    int resume;
+    int resume, force;
+    char data_hash[17]; /* of the --data contents, kept in the checkpoint */
 } gpt_opts;
-
-/* Read a whole file; NULL with errno on failure. */
-static unsigned char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *buf = malloc(cap);
-    int read_errno = 0;
-    while (buf) {
-        errno = 0;
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) {
-            read_errno = errno;
-            break;
-        }
-        unsigned char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            errno = ENOMEM;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (buf && err) {
-        free(buf);
-        errno = read_errno ? read_errno : EIO;
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
 
 /* Window starts for a step: counter-based (seed, step), so a resumed run draws the same ones.
  * Windows first .. first + count - 1 of the step's batch (a rank's shard) go to x, y. */
@@ -161,6 +129,7 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
         CLI_INT("--features", &kopt[1], 1, 1 << 16),
         CLI_INT("--feature-seed", &kopt[2], 0, INT64_MAX),
         CLI_FLAG("--resume", &o->resume),
+        CLI_FLAG("--force", &o->force),
         CLI_DOUBLE_ABOVE("--lr", &o->lr, 0.0, 10.0),
         CLI_INT("--layers", &o->shape.layers, 1, 256),
         CLI_INT("--heads", &o->shape.heads, 1, 1024),
@@ -219,6 +188,7 @@ static void fill_meta(train_meta *m, const gpt_opts *o) {
     train_meta_add(m, "train.micro_batch", "%lld", (long long)o->micro);
     train_meta_add(m, "train.warmup", "%lld", (long long)o->warmup);
     train_meta_add(m, "train.lr", "%.17g", o->lr);
+    train_meta_add(m, "train.data_hash", "%s", o->data_hash);
 }
 
 static int train_gpt_run(int argc, char **argv, attn_dist **distp);
@@ -263,8 +233,14 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
     const int rank = attn_dist_rank(dist), nranks = attn_dist_size(dist);
 
     size_t len = 0;
-    unsigned char *text = read_file(o.data, &len);
-    if (!text) return cli_fail("train gpt: cannot read '%s': %s", o.data, strerror(errno));
+    unsigned char *text = (unsigned char *)safe_read(o.data, "data", ATTN_IO_CAP_DATA, &len);
+    if (!text) return cli_fail("train gpt: %s", attn_last_error());
+    snprintf(o.data_hash, sizeof o.data_hash, "%016llx", (unsigned long long)train_hash(TRAIN_HASH_SEED, text, len));
+    const char *const ins[1] = {o.data};
+    if (rank == 0 && safe_checkpoint_check("train gpt", o.checkpoint, ins, 1, o.resume, o.force)) {
+        free(text);
+        return 1;
+    }
 
     /* on resume, the model's shape and the seed come from the checkpoint */
     int64_t ckpt_micro = 0;
@@ -298,10 +274,17 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
             ckpt_micro = iv;
             if (o.batch % nranks == 0 && (o.batch / nranks) % iv == 0) o.micro = iv; /* the run's accumulation */
         }
+        const char *dh = attn_safetensors_metadata_find(st, "train.data_hash"); /* absent in older checkpoints */
+        const int other_data = dh && strcmp(dh, o.data_hash) != 0;
         attn_safetensors_close(st);
         if (bad) {
             free(text);
             return cli_fail("train gpt: --resume: %s: %s", o.checkpoint, err);
+        }
+        if (other_data) {
+            free(text);
+            return cli_fail("train gpt: --resume: --data '%s' is not the data %s was trained on (its contents differ); "
+                            "resume with the same file, or start afresh with --force", o.data, o.checkpoint);
         }
         const struct { int given; int64_t mine, theirs; const char *name; } chk[] = {
             {o.given_layers, o.shape.layers, s.layers, "--layers"},
@@ -383,6 +366,11 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
         if (o.given_seed && (uint64_t)o.seed != state.rng_seed) {
             cli_fail("train gpt: --resume: --seed %lld differs from the checkpoint's %llu", (long long)o.seed,
                      (unsigned long long)state.rng_seed);
+            goto done;
+        }
+        if (o.steps < state.step) {
+            cli_fail("train gpt: --resume: --steps %lld is below the checkpoint's step %lld", (long long)o.steps,
+                     (long long)state.step);
             goto done;
         }
         printf("resuming from %s at step %lld\n", o.checkpoint, (long long)state.step);

@@ -21,6 +21,7 @@
 #include "io/json.h"
 #include "nn/nn_internal.h"
 #include "nn/nn_run.h"
+#include "safe_io.h"
 #include "train_common.h"
 #include "viz_out.h"
 
@@ -73,42 +74,15 @@ static void usage(FILE *f) {
             "                       a whole factor to at least 256)\n"
             "  --overlay-alpha A    the colours' weight in the blend (default 0.5)\n"
             "  --nearest            upsample the patch grid by nearest neighbour (blocks) instead\n"
+            "  --force              replace an existing output of another kind (never an input)\n"
             "  --threads N          threads (default: all)\n\n"
             "Bad input (unreadable files, a layer or head out of range, tokens outside the vocabulary,\n"
             "a model whose attention has no weights) is reported on one line and exits 1; usage errors\n"
             "exit 2.\n");
 }
 
-/* The whole file, NUL-terminated; NULL with errno set on failure. */
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (ferror(f) || feof(f)) break;
-        char *nb = cap > ((size_t)1 << 28) ? NULL : realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            errno = ENOMEM;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    if (buf && ferror(f)) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = n;
-    }
-    return buf;
-}
+/* The whole file, NUL-terminated (safe_io.h: regular files only, at most 16 MB). */
+static char *slurp(const char *path, size_t *len) { return safe_read(path, "config", ATTN_IO_CAP_CONFIG, len); }
 
 static char *dup(const char *s) {
     const size_t n = strlen(s) + 1;
@@ -340,11 +314,12 @@ static int run_model(viz_run *r, const char *config, const char *weights, const 
     attn_json_doc *doc = NULL;
     attn_safetensors *wst = NULL, *ist = NULL;
     attn_json_error jerr;
+    const attn_json_options jopt = {0, 1}; /* a repeated key is an error */
     if (!(text = slurp(config, &len))) {
-        rc = cli_fail("viz: %s: %s", config, strerror(errno));
+        rc = cli_fail("viz: %s", attn_last_error());
         goto done;
     }
-    if (attn_json_parse(text, len, NULL, &doc, &jerr) != ATTN_JSON_OK) {
+    if (attn_json_parse(text, len, &jopt, &doc, &jerr) != ATTN_JSON_OK) {
         rc = cli_fail("viz: %s: %s", config, jerr.message);
         goto done;
     }
@@ -486,7 +461,7 @@ int cmd_viz(int argc, char **argv) {
     const char *pattern = "*", *head_s = "all", *title = NULL, *svg = NULL, *html = NULL, *csv = NULL;
     const char *image = NULL, *mean_s = NULL, *std_s = NULL, *overlay = NULL, *wprefix = NULL;
     int64_t layers_sel[VIZ_MAX_LIST], overlay_size = 0;
-    int nlayers_sel = 0, rollout = 0, nearest = 0;
+    int nlayers_sel = 0, rollout = 0, nearest = 0, force = 0;
     double overlay_alpha = 0.5;
     int64_t batch_index = 0, max_tokens = 64, start = 0, threads = 0;
     cli_opt opts[] = {
@@ -508,6 +483,7 @@ int cmd_viz(int argc, char **argv) {
         CLI_LIST("--layer", layers_sel, &nlayers_sel, VIZ_MAX_LIST, 0, 1 << 20),
         CLI_STRING_NONEMPTY("--head", &head_s),
         CLI_FLAG("--rollout", &rollout),
+        CLI_FLAG("--force", &force),
         CLI_INT("--batch-index", &batch_index, 0, 1 << 30),
         CLI_INT("--max-tokens", &max_tokens, 2, 4096),
         CLI_INT("--start", &start, 0, 1 << 30),
@@ -722,6 +698,12 @@ int cmd_viz(int argc, char **argv) {
                          (long long)(c0 + cols - 1), (long long)nk, (long long)max_tokens, (long long)start);
             }
         }
+    }
+    const char *const ins[5] = {checkpoint, config, weights, inputs, image}; /* never overwritten by an output */
+    safe_set_inputs(ins, 5, force);
+    if (overlay && safe_out_check("viz", "--overlay", overlay, ins, 5, SAFE_KIND_IMAGE, force)) {
+        rc = 1;
+        goto done;
     }
     char err[4200];
     if ((svg && viz_write_svgs(&set, svg, stdout, err, sizeof err)) || (html && viz_write_html(&set, html, err, sizeof err)) ||

@@ -122,6 +122,37 @@ int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *
         snprintf(err, errsz, "vocabulary of %lld (want %d bytes)", (long long)s->vocab, TRAIN_BYTE_VOCAB);
         return -1;
     }
+    /* the shape against the tensors present, before anything is allocated for it: a damaged or
+     * hostile header claiming 100000 layers must not build a model of that size */
+    if (s->d_model % s->heads) {
+        snprintf(err, errsz, "metadata 'gpt.d_model' %lld is not a multiple of 'gpt.heads' %lld", (long long)s->d_model,
+                 (long long)s->heads);
+        return -1;
+    }
+    char name[96];
+    const struct { const char *fmt; int64_t d0, d1; } want[] = {
+        {"tok_emb.weight", s->vocab, s->d_model},
+        {"pos_emb.weight", s->context, s->d_model},
+        {"layers.%lld.linear1.weight", s->ff, s->d_model},
+        {"layers.%lld.linear2.weight", s->d_model, s->ff},
+    };
+    for (int64_t l = 0; l < s->layers; l++)
+        for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+            if (l > 0 && !strchr(want[k].fmt, '%')) continue;
+            snprintf(name, sizeof name, want[k].fmt, (long long)l);
+            const attn_safetensors_tensor *t = attn_safetensors_find(st, name);
+            if (!t || t->rank != 2 || t->shape[0] != want[k].d0 || t->shape[1] != want[k].d1) {
+                snprintf(err, errsz, "metadata (layers %lld, d_model %lld, ff %lld, context %lld) does not match the "
+                         "tensors: '%s' is %s", (long long)s->layers, (long long)s->d_model, (long long)s->ff,
+                         (long long)s->context, name, t ? "of another shape" : "missing");
+                return -1;
+            }
+        }
+    snprintf(name, sizeof name, "layers.%lld.linear1.weight", (long long)s->layers);
+    if (attn_safetensors_find(st, name)) {
+        snprintf(err, errsz, "metadata 'gpt.layers' is %lld but the checkpoint holds more layers", (long long)s->layers);
+        return -1;
+    }
     return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "bench_common.h"
 #include "cli.h"
 #include "cli_opts.h"
+#include "safe_io.h"
 #include "train_common.h"
 
 static volatile sig_atomic_t g_interrupted;
@@ -58,6 +59,8 @@ static void usage_vit(FILE *f) {
             "                     optimizer state, step and (unless given again) --steps, --batch,\n"
             "                     --lr, --warmup and --shift: bitwise as if never stopped\n"
             "  --stop-at K        stop after step K of the --steps schedule, writing the checkpoint\n"
+            "  --force            start afresh over an existing checkpoint, or replace a file at\n"
+            "                     --checkpoint that is not a checkpoint (refused without it)\n"
             "  --log-every N      print a line every N steps (default 500)\n\n"
             "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
             "images/s), `final loss: X` and `held-out accuracy: P%% (k/n)` at the end. Ctrl-C\n"
@@ -69,7 +72,7 @@ typedef struct vit_opts {
     int64_t patch, layers, heads, hidden, mlp, steps, batch, warmup, shift, every, eval_every, log_every, threads,
         seed, stop_at;
     double lr;
-    int resume;
+    int resume, force;
     int given[8]; /* patch, layers, heads, hidden, mlp, seed, and the schedule below */
     int given_steps, given_batch, given_lr, given_warmup, given_shift;
 } vit_opts;
@@ -80,20 +83,9 @@ typedef struct vit_data {
     int maxval;
 } vit_data;
 
+/* The whole of a regular file of at most max bytes (NULL with the message in attn_last_error()). */
 static uint8_t *read_all(const char *path, size_t max, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    uint8_t *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-    int err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        free(buf);
-        errno = buf ? EIO : ENOMEM;
-        return NULL;
-    }
-    *len = n;
-    return buf;
+    return (uint8_t *)safe_read(path, "data", (uint64_t)max, len);
 }
 
 /* 0, or 1 with the failure printed. */
@@ -102,13 +94,11 @@ static int load_data(const char *dir, vit_data *d) {
     size_t nl = 0, ni = 0;
     memset(d, 0, sizeof *d);
     snprintf(path, sizeof path, "%s/labels.u8", dir);
-    if (!(d->labels = read_all(path, (size_t)1 << 20, &nl)))
-        return cli_fail("train vit: cannot read '%s': %s", path, strerror(errno));
+    if (!(d->labels = read_all(path, (size_t)1 << 20, &nl))) return cli_fail("train vit: %s", attn_last_error());
     if (nl < 2 || nl > ((size_t)1 << 20))
         return cli_fail("train vit: '%s' has %zu labels (want 2 .. 2^20)", path, nl);
     snprintf(path, sizeof path, "%s/images.u8", dir);
-    if (!(d->images = read_all(path, (size_t)1 << 28, &ni)))
-        return cli_fail("train vit: cannot read '%s': %s", path, strerror(errno));
+    if (!(d->images = read_all(path, (size_t)1 << 28, &ni))) return cli_fail("train vit: %s", attn_last_error());
     const size_t per = ni / nl;
     int64_t side = 1;
     while ((size_t)(side * side) < per) side++;
@@ -272,6 +262,7 @@ int train_vit(int argc, char **argv) {
         CLI_STRING_NONEMPTY("--data", &o.data),
         CLI_STRING_NONEMPTY("--checkpoint", &o.checkpoint),
         CLI_FLAG("--resume", &o.resume),
+        CLI_FLAG("--force", &o.force),
         CLI_DOUBLE_ABOVE("--lr", &o.lr, 0.0, 10.0),
         CLI_INT("--patch", &o.patch, 1, 1024),
         CLI_INT("--layers", &o.layers, 1, 64),
@@ -321,6 +312,11 @@ int train_vit(int argc, char **argv) {
     int64_t *y = NULL, *train_idx = NULL;
     void *saved = NULL, *ws = NULL;
     if (load_data(o.data, &d)) goto done;
+    char lpath[1200], ipath[1200];
+    snprintf(lpath, sizeof lpath, "%s/labels.u8", o.data);
+    snprintf(ipath, sizeof ipath, "%s/images.u8", o.data);
+    const char *const ins[2] = {lpath, ipath};
+    if (safe_checkpoint_check("train vit", o.checkpoint, ins, 2, o.resume, o.force)) goto done;
     if (d.side % o.patch) {
         cli_fail("train vit: --patch %lld does not divide the %lld x %lld images", (long long)o.patch,
                  (long long)d.side, (long long)d.side);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "attn/viz.h"
+#include "safe_io.h"
 #include "viz_out.h"
 
 static int fail(char *err, size_t errsz, const char *fmt, ...)
@@ -79,11 +80,18 @@ int viz_write_svgs(const viz_set *s, const char *path, FILE *out, char *err, siz
         h.caption = caption;
         h.vmax = vmax > 0 ? vmax : 1;
         h.rotate_col_labels = 1;
-        FILE *f = fopen(file, "wb");
-        if (!f) return fail(err, errsz, "%s: %s", file, strerror(errno));
+        safe_file sf;
+        FILE *f = safe_fopen(&sf, file, SAFE_KIND_SVG);
+        if (!f) return fail(err, errsz, "%s: %s", file, attn_last_error());
         fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", f);
         attn_status st = attn_viz_write_svg(f, &h);
-        if (fclose(f) || st) return fail(err, errsz, "%s: %s", file, st ? attn_last_error() : strerror(errno));
+        if (st) {
+            fail(err, errsz, "%s: %s", file, attn_last_error());
+            fclose(f);
+            attn_io_out_abort(&sf.o);
+            return -1;
+        }
+        if (safe_fclose(&sf, f)) return fail(err, errsz, "%s: %s", file, attn_last_error());
         if (out) fprintf(out, "wrote %s\n", file);
     }
     return 0;
@@ -249,8 +257,9 @@ static const char *const page_js[] = {
 };
 
 int viz_write_html(const viz_set *s, const char *path, char *err, size_t errsz) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return fail(err, errsz, "%s: %s", path, strerror(errno));
+    safe_file sf;
+    FILE *f = safe_fopen(&sf, path, SAFE_KIND_HTML);
+    if (!f) return fail(err, errsz, "%s: %s", path, attn_last_error());
     fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>", f);
     attn_viz_write_escaped(f, s->title);
     fprintf(f, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>", page_css);
@@ -280,6 +289,7 @@ int viz_write_html(const viz_set *s, const char *path, char *err, size_t errsz) 
         *kset = malloc(sizeof(int) * (size_t)(s->count ? s->count : 1));
     if (!qset || !kset) {
         free(qset), free(kset), fclose(f);
+        attn_io_out_abort(&sf.o);
         return fail(err, errsz, "out of memory");
     }
     for (int i = 0; i < s->count; i++)
@@ -329,8 +339,7 @@ int viz_write_html(const viz_set *s, const char *path, char *err, size_t errsz) 
     for (size_t i = 0; i < sizeof page_js / sizeof page_js[0]; i++) fputs(page_js[i], f);
     fputs("</script>\n</body>\n</html>\n", f);
     free(qset), free(kset);
-    const int bad = ferror(f);
-    if (fclose(f) || bad) return fail(err, errsz, "%s: write failed", path);
+    if (safe_fclose(&sf, f)) return fail(err, errsz, "%s: write failed: %s", path, attn_last_error());
     return 0;
 }
 
@@ -344,8 +353,9 @@ static void csv_field(FILE *f, const char *s) {
 }
 
 int viz_write_csv(const viz_set *s, const char *path, char *err, size_t errsz) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return fail(err, errsz, "%s: %s", path, strerror(errno));
+    safe_file sf;
+    FILE *f = safe_fopen(&sf, path, SAFE_KIND_CSV);
+    if (!f) return fail(err, errsz, "%s: %s", path, attn_last_error());
     fputs("map,module,layer,head,query,key,query_label,key_label,weight\n", f);
     for (int i = 0; i < s->count; i++) {
         const viz_map *m = &s->maps[i];
@@ -367,7 +377,6 @@ int viz_write_csv(const viz_set *s, const char *path, char *err, size_t errsz) {
                 fprintf(f, ",%.6g\n", (double)m->w[r * m->cols + c]);
             }
     }
-    const int bad = ferror(f);
-    if (fclose(f) || bad) return fail(err, errsz, "%s: write failed", path);
+    if (safe_fclose(&sf, f)) return fail(err, errsz, "%s: write failed: %s", path, attn_last_error());
     return 0;
 }

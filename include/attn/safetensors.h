@@ -77,7 +77,9 @@ ATTN_API attn_status attn_safetensors_writer_add(attn_safetensors_writer *w, con
                                         const void *data);
 ATTN_API attn_status attn_safetensors_writer_add_metadata(attn_safetensors_writer *w, const char *key,
                                                  const char *value);
-/* Written to PATH.tmp, fsynced, then renamed over path (a crash leaves the old file intact). */
+/* Written to a new temporary file of an unpredictable name next to path (created exclusively),
+ * fsynced, then renamed over path (a crash leaves the old file intact). path must be missing or a
+ * regular file: a device, FIFO, folder or symbolic link there is refused with ATTN_ERR_IO. */
 ATTN_API attn_status attn_safetensors_writer_write_file(attn_safetensors_writer *w, const char *path);
 /* Serialized into a malloc'ed buffer that the caller frees with free(). */
 ATTN_API attn_status attn_safetensors_writer_write_memory(attn_safetensors_writer *w, void **buf,

@@ -197,7 +197,8 @@ ATTN_API attn_status attn_train_step(attn_optimizer *o, double lr, double max_no
  * and metadata: "attn.format" = "attn-checkpoint-1", "attn.optimizer" = "adamw" | "sgd" | "none",
  * "attn.optimizer.config" (the hyper-parameters, informational), "attn.checksum" (below), and the
  * caller's string pairs, whose keys must not start with "attn.".
- * Writes are atomic: PATH.tmp is written, fsynced and renamed over PATH, then the folder is fsynced
+ * Writes are atomic: a fresh temporary file next to PATH is written, fsynced and renamed over PATH,
+ * then the folder is fsynced
  * (attn_safetensors_writer_write_file); a crash at any point leaves the previous PATH loadable.
  * attn.checksum is 16 hex digits of XXH64 (seed 0) over a canonical stream: for each tensor in
  * file order its name and a NUL, its attn_dtype value (1 byte), rank (1 byte), each dimension as 8

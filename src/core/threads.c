@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <stdlib.h>
 
 #include "internal.h"
@@ -8,11 +9,15 @@
 
 static int num_threads; /* 0 = default */
 
+/* ATTN_NUM_THREADS: a positive integer, at most ATTN_MAX_THREADS (larger: the bound); anything
+ * else is ignored. */
 static int default_threads(void) {
     const char *env = getenv("ATTN_NUM_THREADS");
     if (env) {
-        int n = atoi(env);
-        if (n > 0) return n;
+        char *end = NULL;
+        errno = 0;
+        const long long n = strtoll(env, &end, 10);
+        if (end != env && *end == '\0' && n > 0) return errno == ERANGE || n > ATTN_MAX_THREADS ? ATTN_MAX_THREADS : (int)n;
     }
 #ifdef _OPENMP
     return omp_get_max_threads();

@@ -1,14 +1,17 @@
 /* Images in (attn/image.h): PPM / PGM parsed here, PNG through libpng's simplified API when the
  * build has it; bilinear resize and normalisation into [1, C, H, W] floats. Every size is checked
  * against the limits before anything is allocated. */
+#define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attn/image.h"
 #include "core/internal.h"
+#include "io/safe_file.h"
 
 #if ATTN_HAVE_PNG
 #include <png.h>
@@ -177,8 +180,20 @@ attn_status attn_image_load(const char *path, attn_image *out) {
     ATTN_CHECK_NOT_NULL(fn, out);
     memset(out, 0, sizeof *out);
     ATTN_CHECK_NOT_NULL(fn, path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return attn_error(ATTN_ERR_IO, "%s: %s: %s", fn, path, strerror(errno));
+    /* regular files only, opened without blocking (a FIFO must not hang): io/safe_file.h */
+    int fd = -1;
+    uint64_t fsz = 0;
+    if (attn_io_open_input(path, "image", 0, &fd, &fsz)) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        return attn_error(ATTN_ERR_IO, "%s: %s", fn, why);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        return attn_error(ATTN_ERR_IO, "%s: %s: %s", fn, path, strerror(e));
+    }
     size_t cap = 1 << 16, n = 0;
     uint8_t *buf = malloc(cap);
     attn_status st = ATTN_OK;

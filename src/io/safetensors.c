@@ -41,6 +41,7 @@
 #include "attn/safetensors.h"
 #include "core/internal.h"
 #include "io/json.h"
+#include "io/safe_file.h"
 
 /* ---- dtypes ----------------------------------------------------------------------------- */
 
@@ -496,7 +497,7 @@ attn_status attn_safetensors_open_file(const char *path, attn_safetensors **out)
     *out = NULL;
     ATTN_CHECK_NOT_NULL("attn_safetensors_open_file", path);
     char eb[128];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block: refused below */
     if (fd < 0) return st_fail(path, ATTN_ERR_IO, "cannot open: %s", errstr(errno, eb, sizeof eb));
     struct stat sbuf;
     if (fstat(fd, &sbuf) != 0) {
@@ -1079,102 +1080,32 @@ attn_status attn_safetensors_writer_write_memory(attn_safetensors_writer *w, voi
     return ATTN_OK;
 }
 
-static int write_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        size_t k = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
-        ssize_t r = write(fd, c, k);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
 
 attn_status attn_safetensors_writer_write_file(attn_safetensors_writer *w, const char *path) {
     const char *fn = "attn_safetensors_writer_write_file";
     ATTN_CHECK_NOT_NULL(fn, w);
     ATTN_CHECK_NOT_NULL(fn, path);
-    char eb[128];
-    size_t pl = strlen(path);
-    if (pl == 0) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: path is empty", fn);
+    if (!*path) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: path is empty", fn);
     sbuf b;
     attn_status s = build_header(w, fn, &b);
     if (s != ATTN_OK) return s;
-    char *tmp = malloc(pl + 5);
-    if (!tmp) {
-        free(b.p);
-        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    }
-    memcpy(tmp, path, pl);
-    memcpy(tmp + pl, ".tmp", 5);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        s = attn_error(ATTN_ERR_IO, "%s: cannot create '%s': %s", fn, tmp, errstr(errno, eb, sizeof eb));
-        free(b.p);
-        free(tmp);
-        return s;
-    }
-    int ok = write_all(fd, b.p, b.n) == 0;
-    for (size_t i = 0; ok && i < w->n; i++) ok = write_all(fd, w->t[i].data, w->t[i].nbytes) == 0;
-    const char *what = "write";
-    if (ok && fsync(fd) != 0) {
-        ok = 0;
-        what = "fsync";
-    }
-    int e = errno;
-    if (close(fd) != 0 && ok) {
-        ok = 0;
-        what = "close";
-        e = errno;
-    }
+    /* a fresh temporary file next to PATH, renamed over it: see io/safe_file.h */
+    attn_io_out o;
+    s = attn_io_out_begin(&o, path);
+    if (s == ATTN_OK) s = attn_io_out_write(&o, b.p, b.n);
+    for (size_t i = 0; s == ATTN_OK && i < w->n; i++) s = attn_io_out_write(&o, w->t[i].data, w->t[i].nbytes);
     free(b.p);
-    if (!ok) {
-        unlink(tmp);
-        s = attn_error(ATTN_ERR_IO, "%s: cannot %s '%s': %s", fn, what, tmp, errstr(e, eb, sizeof eb));
-        free(tmp);
-        return s;
+    if (s != ATTN_OK) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        attn_io_out_abort(&o);
+        return attn_error(s, "%s: %s", fn, why);
     }
-    if (rename(tmp, path) != 0) {
-        e = errno;
-        unlink(tmp);
-        s = attn_error(ATTN_ERR_IO, "%s: cannot rename '%s' to '%s': %s", fn, tmp, path,
-                       errstr(e, eb, sizeof eb));
-        free(tmp);
-        return s;
+    s = attn_io_out_commit(&o);
+    if (s != ATTN_OK) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        return attn_error(s, "%s: %s", fn, why);
     }
-    free(tmp);
-    /* make the rename durable: fsync the directory */
-    const char *slash = strrchr(path, '/');
-    char *dir;
-    if (!slash) {
-        dir = dup_str(".", 1);
-    } else if (slash == path) {
-        dir = dup_str("/", 1);
-    } else {
-        dir = malloc((size_t)(slash - path) + 1);
-        if (dir) {
-            memcpy(dir, path, (size_t)(slash - path));
-            dir[slash - path] = '\0';
-        }
-    }
-    if (!dir) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) {
-        s = attn_error(ATTN_ERR_IO, "%s: cannot open directory '%s': %s", fn, dir, errstr(errno, eb, sizeof eb));
-        free(dir);
-        return s;
-    }
-    if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP) {
-        s = attn_error(ATTN_ERR_IO, "%s: cannot fsync directory '%s': %s", fn, dir, errstr(errno, eb, sizeof eb));
-        close(dfd);
-        free(dir);
-        return s;
-    }
-    close(dfd);
-    free(dir);
     return ATTN_OK;
 }

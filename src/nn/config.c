@@ -19,7 +19,10 @@ attn_status attn_nn_json_read(const char *what, const attn_json *obj, const nn_k
                           obj ? attn_json_type_name(obj->type) : "nothing");
     const size_t n = attn_json_count(obj);
     for (size_t i = 0; i < n; i++) {
-        const char *name = attn_json_as_string(attn_json_member_key(obj, i), NULL);
+        size_t nlen = 0;
+        const char *name = attn_json_as_string(attn_json_member_key(obj, i), &nlen);
+        if (strlen(name) != nlen)
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' contains a NUL character", what, name);
         int k = 0;
         while (k < nkeys && strcmp(keys[k].name, name)) k++;
         if (k == nkeys) {
@@ -61,9 +64,13 @@ attn_status attn_nn_json_read(const char *what, const attn_json *obj, const nn_k
             break;
         }
         case NN_K_STRING: {
-            const char *s = attn_json_as_string(v, NULL);
+            size_t slen = 0;
+            const char *s = attn_json_as_string(v, &slen);
             want = "a string";
             ok = s != NULL;
+            if (ok && strlen(s) != slen)
+                return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' contains a NUL character", what,
+                                  keys[k].name);
             if (ok) *(const char **)keys[k].dst = s;
             break;
         }

@@ -23,7 +23,8 @@ attn_status attn_model_create_json(const char *json, size_t len, attn_model **ou
     ATTN_CHECK_NOT_NULL(fn, json);
     attn_json_doc *doc = NULL;
     attn_json_error jerr;
-    if (attn_json_parse(json, len, NULL, &doc, &jerr) != ATTN_JSON_OK)
+    const attn_json_options jopt = {0, 1}; /* a repeated key is an error */
+    if (attn_json_parse(json, len, &jopt, &doc, &jerr) != ATTN_JSON_OK)
         return attn_error(jerr.status == ATTN_JSON_ERR_NOMEM ? ATTN_ERR_OUT_OF_MEMORY : ATTN_ERR_INVALID_ARGUMENT,
                           "%s: configuration: %s", fn, jerr.message);
     attn_model *m = calloc(1, sizeof *m);

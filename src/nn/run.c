@@ -711,8 +711,11 @@ attn_status attn_nn_model_create(const attn_json *config, nn_model **out) {
     *out = NULL;
     if (!config || config->type != ATTN_JSON_OBJECT)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: expected a JSON object", fn);
-    const char *name = attn_json_as_string(attn_json_get(config, "module"), NULL);
+    size_t name_len = 0;
+    const char *name = attn_json_as_string(attn_json_get(config, "module"), &name_len);
     if (!name) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: missing key 'module' (a string)", fn);
+    if (strlen(name) != name_len)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key 'module' contains a NUL character", fn);
     const nn_module_ops *ops = MODULES;
     while (ops < MODULES + NMODULES && strcmp(ops->name, name)) ops++;
     if (ops == MODULES + NMODULES) {

@@ -9,8 +9,9 @@
  * validation alone would accept a flipped bit in a weight, a digit changed in a metadata value or
  * a renamed tensor of the same size; the checksum rejects all of these.
  *
- * Atomicity comes from attn_safetensors_writer_write_file: PATH.tmp is written and fsynced, renamed
- * over PATH, and the folder fsynced; a failure before the rename removes PATH.tmp and leaves PATH
+ * Atomicity comes from attn_safetensors_writer_write_file (io/safe_file.h): a fresh temporary file
+ * of an unpredictable name next to PATH is written and fsynced, renamed
+ * over PATH, and the folder fsynced; a failure before the rename removes it and leaves PATH
  * as it was. */
 #include <stdio.h>
 #include <stdlib.h>

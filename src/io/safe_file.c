@@ -1,0 +1,239 @@
+/* Safe file input and output: see safe_file.h for what is guaranteed and why. */
+#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
+
+#include "io/safe_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+
+#ifndef O_CLOEXEC
+#define O_CLOEXEC 0
+#endif
+#ifndef O_NOFOLLOW
+#define O_NOFOLLOW 0
+#endif
+
+static const char *errtext(int e) { return strerror(e); }
+
+static const char *kind_of(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link"
+                                                                     : "not a regular file";
+}
+
+static void cap_str(uint64_t cap, char *b, size_t n) {
+    if (cap >= ((uint64_t)1 << 30) && cap % ((uint64_t)1 << 30) == 0)
+        snprintf(b, n, "%llu GB", (unsigned long long)(cap >> 30));
+    else if (cap >= ((uint64_t)1 << 20) && cap % ((uint64_t)1 << 20) == 0)
+        snprintf(b, n, "%llu MB", (unsigned long long)(cap >> 20));
+    else
+        snprintf(b, n, "%llu bytes", (unsigned long long)cap);
+}
+
+attn_status attn_io_open_input(const char *path, const char *what, uint64_t cap, int *fd, uint64_t *size) {
+    *fd = -1;
+    *size = 0;
+    if (!what) what = "file";
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0) return attn_error(ATTN_ERR_IO, "cannot read '%s': %s", path, errtext(errno));
+    struct stat sb;
+    if (fstat(f, &sb) != 0) {
+        const int e = errno;
+        close(f);
+        return attn_error(ATTN_ERR_IO, "cannot read '%s': %s", path, errtext(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(f);
+        if (S_ISDIR(sb.st_mode)) return attn_error(ATTN_ERR_IO, "cannot read '%s': %s", path, errtext(EISDIR));
+        return attn_error(ATTN_ERR_IO, "cannot read '%s': it is %s, not a regular file", path, kind_of(sb.st_mode));
+    }
+    if (cap && (uint64_t)sb.st_size > cap) {
+        close(f);
+        char c[40];
+        cap_str(cap, c, sizeof c);
+        return attn_error(ATTN_ERR_IO, "cannot read '%s': %llu bytes, over the cap of %s for a %s file", path,
+                          (unsigned long long)sb.st_size, c, what);
+    }
+    const int fl = fcntl(f, F_GETFL);
+    if (fl >= 0) (void)fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    *fd = f;
+    *size = (uint64_t)sb.st_size;
+    return ATTN_OK;
+}
+
+attn_status attn_io_read_input(const char *path, const char *what, uint64_t cap, char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    int fd;
+    uint64_t size;
+    attn_status s = attn_io_open_input(path, what, cap, &fd, &size);
+    if (s) return s;
+    if (size > (uint64_t)SIZE_MAX - 1) {
+        close(fd);
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s '%s' is too large for memory", what ? what : "file", path);
+    }
+    char *b = malloc((size_t)size + 1);
+    if (!b) {
+        close(fd);
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory reading '%s' (%llu bytes)", path,
+                          (unsigned long long)size);
+    }
+    size_t n = 0;
+    while (n < (size_t)size) { /* a file that grows meanwhile is read up to its size at open */
+        const ssize_t r = read(fd, b + n, (size_t)size - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            const int e = errno;
+            free(b);
+            close(fd);
+            return attn_error(ATTN_ERR_IO, "cannot read '%s': %s", path, errtext(e));
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return ATTN_OK;
+}
+
+int attn_io_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (!a || !b || stat(a, &sa) != 0 || stat(b, &sb) != 0) return 0;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+attn_status attn_io_check_target(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT) return ATTN_OK;
+        return attn_error(ATTN_ERR_IO, "cannot stat output '%s': %s", path, errtext(errno));
+    }
+    if (!S_ISREG(sb.st_mode))
+        return attn_error(ATTN_ERR_IO, "output '%s' is %s; only a regular file is replaced", path,
+                          kind_of(sb.st_mode));
+    return ATTN_OK;
+}
+
+/* 64 unpredictable bits: /dev/urandom, else the clock, the process and a counter mixed. */
+static uint64_t random_bits(void) {
+    static uint64_t counter;
+    uint64_t x = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        const ssize_t r = read(fd, &x, sizeof x);
+        close(fd);
+        if (r == (ssize_t)sizeof x) return x;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 17) ^ ++counter * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    return x;
+}
+
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strdup(".");
+    if (slash == path) return strdup("/");
+    char *d = malloc((size_t)(slash - path) + 1);
+    if (d) {
+        memcpy(d, path, (size_t)(slash - path));
+        d[slash - path] = '\0';
+    }
+    return d;
+}
+
+attn_status attn_io_out_begin(attn_io_out *o, const char *path) {
+    o->fd = -1;
+    o->tmp = o->path = NULL;
+    if (!path || !*path) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "output path is empty");
+    attn_status s = attn_io_check_target(path);
+    if (s) return s;
+    const size_t pl = strlen(path);
+    o->path = strdup(path);
+    o->tmp = malloc(pl + 32);
+    if (!o->path || !o->tmp) {
+        attn_io_out_abort(o);
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (int tries = 0; tries < 64; tries++) {
+        snprintf(o->tmp, pl + 32, "%s.tmp-%016llx", path, (unsigned long long)random_bits());
+        o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (o->fd >= 0) return ATTN_OK;
+        if (errno != EEXIST) break;
+    }
+    const int e = errno;
+    s = attn_error(ATTN_ERR_IO, "cannot create a temporary file next to '%s': %s", path, errtext(e));
+    free(o->tmp);
+    o->tmp = NULL; /* nothing was created */
+    attn_io_out_abort(o);
+    return s;
+}
+
+attn_status attn_io_out_write(attn_io_out *o, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n) {
+        const ssize_t r = write(o->fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return attn_error(ATTN_ERR_IO, "cannot write '%s': %s", o->tmp, errtext(errno));
+        p += r;
+        n -= (size_t)r;
+    }
+    return ATTN_OK;
+}
+
+void attn_io_out_abort(attn_io_out *o) {
+    if (o->fd >= 0) close(o->fd);
+    o->fd = -1;
+    if (o->tmp) unlink(o->tmp);
+    free(o->tmp);
+    free(o->path);
+    o->tmp = o->path = NULL;
+}
+
+attn_status attn_io_out_commit(attn_io_out *o) {
+    attn_status s = ATTN_OK;
+    if (fsync(o->fd) != 0) s = attn_error(ATTN_ERR_IO, "cannot fsync '%s': %s", o->tmp, errtext(errno));
+    const int c = close(o->fd);
+    o->fd = -1;
+    if (!s && c != 0) s = attn_error(ATTN_ERR_IO, "cannot close '%s': %s", o->tmp, errtext(errno));
+    if (!s) s = attn_io_check_target(o->path); /* something else may have appeared there meanwhile */
+    if (!s && rename(o->tmp, o->path) != 0)
+        s = attn_error(ATTN_ERR_IO, "cannot rename '%s' to '%s': %s", o->tmp, o->path, errtext(errno));
+    if (s) {
+        attn_io_out_abort(o);
+        return s;
+    }
+    free(o->tmp);
+    o->tmp = NULL; /* renamed: nothing to remove */
+    char *dir = dir_of(o->path);
+    if (!dir) {
+        attn_io_out_abort(o);
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    const int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        s = attn_error(ATTN_ERR_IO, "cannot open directory '%s': %s", dir, errtext(errno));
+    } else {
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP)
+            s = attn_error(ATTN_ERR_IO, "cannot fsync directory '%s': %s", dir, errtext(errno));
+        close(dfd);
+    }
+    free(dir);
+    attn_io_out_abort(o);
+    return s;
+}
