@@ -308,23 +308,35 @@ static void head_backward(const lin_map *mp, const attn_ctx *c, const attn_tenso
     const int mode = c->causal == ATTN_CAUSAL_NONE ? PRIM_ALL : PRIM_REV;
     const uint8_t *keep = c->km ? c->km + b * c->kms[0] : NULL;
     const int yt = head_forward(mp, c, q, k, v, b, h, w);
-    const int64_t yi = yt ? 1 : e, yc = yt ? c->nq : 1; /* element (i, c) of Y at i * yi + c * yc */
-    /* E' */
+    /* E': row by row through a vector kernel; with Y^T, blocks of rows are first transposed into
+     * T (contiguous reads) so that each row is contiguous */
     const float *go = dout->data + b * dout->stride[0] + h * dout->stride[1];
-    for (int64_t i = 0; i < c->nq; i++) {
-        const float den = w->Y[i * yi + dv * yc] + mp->eps;
-        float *ep = w->Ep + i * e;
-        if (den == 0.0f) {
-            memset(ep, 0, sizeof(float) * (size_t)e);
-            continue;
+    const int64_t grs = dout->stride[2], gcs = dout->stride[3];
+    const lin_vec *vk = attn_lin_vec_active();
+    const int64_t R = yt ? max64(1, (CH * CH) / e) : 1;
+    for (int64_t i0 = 0; i0 < c->nq; i0 += R) {
+        const int64_t nb = i0 + R < c->nq ? R : c->nq - i0;
+        if (yt)
+            for (int64_t cc = 0; cc < e; cc++) {
+                const float *ys = w->Y + cc * c->nq + i0;
+                for (int64_t r = 0; r < nb; r++) w->T[r * e + cc] = ys[r];
+            }
+        for (int64_t r = 0; r < nb; r++) {
+            const int64_t i = i0 + r;
+            const float *yr = yt ? w->T + r * e : w->Y + i * e;
+            const float den = yr[dv] + mp->eps;
+            float *ep = w->Ep + i * e;
+            if (den == 0.0f) {
+                memset(ep, 0, sizeof(float) * (size_t)e);
+                continue;
+            }
+            const float *gr = go + i * grs;
+            if (gcs != 1) {
+                for (int64_t cc = 0; cc < dv; cc++) ep[cc] = gr[cc * gcs];
+                gr = ep;
+            }
+            ep[dv] = -vk->edot(gr, yr, den, ep, dv) / den;
         }
-        double go_o = 0;
-        for (int64_t cc = 0; cc < dv; cc++) {
-            const float gv = go[i * dout->stride[2] + cc * dout->stride[3]];
-            ep[cc] = gv / den;
-            go_o += (double)gv * (w->Y[i * yi + cc * yc] / den);
-        }
-        ep[dv] = (float)(-go_o / den);
     }
     /* dF_q = prim_fwd(E', V', F_k) */
     if (dq) {
