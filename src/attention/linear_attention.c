@@ -338,19 +338,34 @@ static void head_backward(const lin_map *mp, const attn_ctx *c, const attn_tenso
             ep[dv] = -vk->edot(gr, yr, den, ep, dv) / den;
         }
     }
-    /* dF_q = prim_fwd(E', V', F_k) */
+    /* dF_q = prim_fwd(E', V', F_k). Non-causal: its state V'^T F_k [e, p] is the forward's state
+     * transposed, which head_forward left in St ([e, p] when yt, else [p, e]): reused. */
     if (dq) {
-        prim(c->causal == ATTN_CAUSAL_NONE ? PRIM_ALL : PRIM_FWD, c->off, c->nq, c->nk, e, p, w->Ep, w->Vp, w->Fk,
-             w->dFq, w->St, 0, w->T, w->gws, w->gwsb);
+        if (mode == PRIM_ALL) {
+            if (yt) gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, c->nq, p, e, w->Ep, e, w->St, p, 0.0f, w->dFq, p, w->gws, w->gwsb);
+            else gemm(ATTN_NO_TRANS, ATTN_TRANS, c->nq, p, e, w->Ep, e, w->St, e, 0.0f, w->dFq, p, w->gws, w->gwsb);
+        } else {
+            prim(PRIM_FWD, c->off, c->nq, c->nk, e, p, w->Ep, w->Vp, w->Fk, w->dFq, w->St, 0, w->T, w->gws, w->gwsb);
+        }
         features_backward(mp, h, d, q->data + b * q->stride[0] + h * q->stride[1], q->stride[2], q->stride[3], c->nq,
                           NULL, 0, w->Fq, w->dFq, w->X1, w->X2,
                           dq->data + b * dq->stride[0] + h * dq->stride[1], dq->stride[2], dq->stride[3], 0, w->gws,
                           w->gwsb);
     }
     /* dF_k = prim_rev(V', E', F_q) ; dV' = prim_rev(F_k, F_q, E'), summed over the group's heads */
-    prim(mode, c->off, c->nk, c->nq, e, p, w->Vp, w->Ep, w->Fq, w->dFk, w->St, 0, w->T, w->gws, w->gwsb);
-    const int vt = prim_run(mode, c->off, c->nk, c->nq, p, e, w->Fk, w->Fq, w->Ep, w->dVp, w->St, w->T, w->gws,
-                            w->gwsb);
+    int vt;
+    if (mode == PRIM_ALL) {
+        /* one state for both: E'^T F_q [e, p] (dF_k = V' St; dV' = F_k St^T, written transposed
+         * when e is not a multiple of 16, as prim_run would) */
+        gemm(ATTN_TRANS, ATTN_NO_TRANS, e, p, c->nq, w->Ep, e, w->Fq, p, 0.0f, w->St, p, w->gws, w->gwsb);
+        gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, c->nk, p, e, w->Vp, e, w->St, p, 0.0f, w->dFk, p, w->gws, w->gwsb);
+        vt = e % 16 != 0 && c->nk > 0;
+        if (vt) gemm(ATTN_NO_TRANS, ATTN_TRANS, e, c->nk, p, w->St, p, w->Fk, p, 0.0f, w->dVp, c->nk, w->gws, w->gwsb);
+        else gemm(ATTN_NO_TRANS, ATTN_TRANS, c->nk, e, p, w->Fk, p, w->St, p, 0.0f, w->dVp, e, w->gws, w->gwsb);
+    } else {
+        prim(mode, c->off, c->nk, c->nq, e, p, w->Vp, w->Ep, w->Fq, w->dFk, w->St, 0, w->T, w->gws, w->gwsb);
+        vt = prim_run(mode, c->off, c->nk, c->nq, p, e, w->Fk, w->Fq, w->Ep, w->dVp, w->St, w->T, w->gws, w->gwsb);
+    }
     features_backward(mp, h, d, k->data + b * k->stride[0] + g * k->stride[1], k->stride[2], k->stride[3], c->nk,
                       keep, c->kms[1], w->Fk, w->dFk, w->X1, w->X2, w->dK, d, 1, !first, w->gws, w->gwsb);
     if (vt) {
