@@ -456,8 +456,11 @@ static void test_performer_vs_softmax(void) {
 /* ---- determinism over thread counts, argument errors ---- */
 
 static void test_threads_and_errors(void) {
-    const tcase tc = {"threads", 2, 3, 3, 130, 130, 16, 16, ATTN_CAUSAL_TOP_LEFT, 1, 0, 1};
-    for (int kind = 0; kind < 2; kind++) {
+    const tcase tc0 = {"threads", 2, 3, 3, 130, 130, 16, 16, ATTN_CAUSAL_TOP_LEFT, 1, 0, 1};
+    for (int kc = 0; kc < 4; kc++) { /* both kinds, causal then not (the non-causal backward reuses states) */
+        const int kind = kc % 2;
+        tcase tc = tc0;
+        if (kc >= 2) tc.causal = ATTN_CAUSAL_NONE;
         test_rng rng = rng_seeded(4242 + (uint64_t)kind);
         inputs in;
         make_inputs(&tc, kind, &rng, &in);

@@ -308,37 +308,64 @@ static void head_backward(const lin_map *mp, const attn_ctx *c, const attn_tenso
     const int mode = c->causal == ATTN_CAUSAL_NONE ? PRIM_ALL : PRIM_REV;
     const uint8_t *keep = c->km ? c->km + b * c->kms[0] : NULL;
     const int yt = head_forward(mp, c, q, k, v, b, h, w);
-    const int64_t yi = yt ? 1 : e, yc = yt ? c->nq : 1; /* element (i, c) of Y at i * yi + c * yc */
-    /* E' */
+    /* E': row by row through a vector kernel; with Y^T, blocks of rows are first transposed into
+     * T (contiguous reads) so that each row is contiguous */
     const float *go = dout->data + b * dout->stride[0] + h * dout->stride[1];
-    for (int64_t i = 0; i < c->nq; i++) {
-        const float den = w->Y[i * yi + dv * yc] + mp->eps;
-        float *ep = w->Ep + i * e;
-        if (den == 0.0f) {
-            memset(ep, 0, sizeof(float) * (size_t)e);
-            continue;
+    const int64_t grs = dout->stride[2], gcs = dout->stride[3];
+    const lin_vec *vk = attn_lin_vec_active();
+    const int64_t R = yt ? max64(1, (CH * CH) / e) : 1;
+    for (int64_t i0 = 0; i0 < c->nq; i0 += R) {
+        const int64_t nb = i0 + R < c->nq ? R : c->nq - i0;
+        if (yt)
+            for (int64_t cc = 0; cc < e; cc++) {
+                const float *ys = w->Y + cc * c->nq + i0;
+                for (int64_t r = 0; r < nb; r++) w->T[r * e + cc] = ys[r];
+            }
+        for (int64_t r = 0; r < nb; r++) {
+            const int64_t i = i0 + r;
+            const float *yr = yt ? w->T + r * e : w->Y + i * e;
+            const float den = yr[dv] + mp->eps;
+            float *ep = w->Ep + i * e;
+            if (den == 0.0f) {
+                memset(ep, 0, sizeof(float) * (size_t)e);
+                continue;
+            }
+            const float *gr = go + i * grs;
+            if (gcs != 1) {
+                for (int64_t cc = 0; cc < dv; cc++) ep[cc] = gr[cc * gcs];
+                gr = ep;
+            }
+            ep[dv] = -vk->edot(gr, yr, den, ep, dv) / den;
         }
-        double go_o = 0;
-        for (int64_t cc = 0; cc < dv; cc++) {
-            const float gv = go[i * dout->stride[2] + cc * dout->stride[3]];
-            ep[cc] = gv / den;
-            go_o += (double)gv * (w->Y[i * yi + cc * yc] / den);
-        }
-        ep[dv] = (float)(-go_o / den);
     }
-    /* dF_q = prim_fwd(E', V', F_k) */
+    /* dF_q = prim_fwd(E', V', F_k). Non-causal: its state V'^T F_k [e, p] is the forward's state
+     * transposed, which head_forward left in St ([e, p] when yt, else [p, e]): reused. */
     if (dq) {
-        prim(c->causal == ATTN_CAUSAL_NONE ? PRIM_ALL : PRIM_FWD, c->off, c->nq, c->nk, e, p, w->Ep, w->Vp, w->Fk,
-             w->dFq, w->St, 0, w->T, w->gws, w->gwsb);
+        if (mode == PRIM_ALL) {
+            if (yt) gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, c->nq, p, e, w->Ep, e, w->St, p, 0.0f, w->dFq, p, w->gws, w->gwsb);
+            else gemm(ATTN_NO_TRANS, ATTN_TRANS, c->nq, p, e, w->Ep, e, w->St, e, 0.0f, w->dFq, p, w->gws, w->gwsb);
+        } else {
+            prim(PRIM_FWD, c->off, c->nq, c->nk, e, p, w->Ep, w->Vp, w->Fk, w->dFq, w->St, 0, w->T, w->gws, w->gwsb);
+        }
         features_backward(mp, h, d, q->data + b * q->stride[0] + h * q->stride[1], q->stride[2], q->stride[3], c->nq,
                           NULL, 0, w->Fq, w->dFq, w->X1, w->X2,
                           dq->data + b * dq->stride[0] + h * dq->stride[1], dq->stride[2], dq->stride[3], 0, w->gws,
                           w->gwsb);
     }
     /* dF_k = prim_rev(V', E', F_q) ; dV' = prim_rev(F_k, F_q, E'), summed over the group's heads */
-    prim(mode, c->off, c->nk, c->nq, e, p, w->Vp, w->Ep, w->Fq, w->dFk, w->St, 0, w->T, w->gws, w->gwsb);
-    const int vt = prim_run(mode, c->off, c->nk, c->nq, p, e, w->Fk, w->Fq, w->Ep, w->dVp, w->St, w->T, w->gws,
-                            w->gwsb);
+    int vt;
+    if (mode == PRIM_ALL) {
+        /* one state for both: E'^T F_q [e, p] (dF_k = V' St; dV' = F_k St^T, written transposed
+         * when e is not a multiple of 16, as prim_run would) */
+        gemm(ATTN_TRANS, ATTN_NO_TRANS, e, p, c->nq, w->Ep, e, w->Fq, p, 0.0f, w->St, p, w->gws, w->gwsb);
+        gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, c->nk, p, e, w->Vp, e, w->St, p, 0.0f, w->dFk, p, w->gws, w->gwsb);
+        vt = e % 16 != 0 && c->nk > 0;
+        if (vt) gemm(ATTN_NO_TRANS, ATTN_TRANS, e, c->nk, p, w->St, p, w->Fk, p, 0.0f, w->dVp, c->nk, w->gws, w->gwsb);
+        else gemm(ATTN_NO_TRANS, ATTN_TRANS, c->nk, e, p, w->Fk, p, w->St, p, 0.0f, w->dVp, e, w->gws, w->gwsb);
+    } else {
+        prim(mode, c->off, c->nk, c->nq, e, p, w->Vp, w->Ep, w->Fq, w->dFk, w->St, 0, w->T, w->gws, w->gwsb);
+        vt = prim_run(mode, c->off, c->nk, c->nq, p, e, w->Fk, w->Fq, w->Ep, w->dVp, w->St, w->T, w->gws, w->gwsb);
+    }
     features_backward(mp, h, d, k->data + b * k->stride[0] + g * k->stride[1], k->stride[2], k->stride[3], c->nk,
                       keep, c->kms[1], w->Fk, w->dFk, w->X1, w->X2, w->dK, d, 1, !first, w->gws, w->gwsb);
     if (vt) {

@@ -26,7 +26,16 @@ static void ydiv_ref(const float *y, const float *den, float *t, int64_t n) {
     for (int64_t i = 0; i < n; i++) t[i] = den[i] != 0.0f ? y[i] / den[i] : 0.0f;
 }
 
-const lin_vec attn_lin_vec_ref = {elu1_ref, elu1_bwd_ref, expsc_ref, submax_ref, ydiv_ref};
+static float edot_ref(const float *g, const float *y, float den, float *ep, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        ep[i] = g[i] / den;
+        s += ep[i] * y[i];
+    }
+    return s;
+}
+
+const lin_vec attn_lin_vec_ref = {elu1_ref, elu1_bwd_ref, expsc_ref, submax_ref, ydiv_ref, edot_ref};
 
 const lin_vec *attn_lin_vec_active(void) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86

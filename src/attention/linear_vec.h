@@ -18,6 +18,8 @@ typedef struct lin_vec {
     float (*submax)(float *f, int64_t n, float sub);
     /* t = den != 0 ? y / den : +0 */
     void (*ydiv)(const float *y, const float *den, float *t, int64_t n);
+    /* ep = g / den; returns sum ep * y in float (lanes then a fixed reduction) (ep == g allowed) */
+    float (*edot)(const float *g, const float *y, float den, float *ep, int64_t n);
 } lin_vec;
 
 extern const lin_vec attn_lin_vec_ref;

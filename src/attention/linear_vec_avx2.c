@@ -65,4 +65,19 @@ static void ydiv_avx2(const float *y, const float *den, float *t, int64_t n) {
     }
 }
 
-const lin_vec attn_lin_vec_avx2 = {elu1_avx2, elu1_bwd_avx2, expsc_avx2, submax_avx2, ydiv_avx2};
+static float edot_avx2(const float *g, const float *y, float den, float *ep, int64_t n) {
+    const __m256 dn = _mm256_set1_ps(den);
+    __m256 s = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i k = tail8(n - i);
+        const __m256 q = _mm256_div_ps(_mm256_maskload_ps(g + i, k), dn);
+        _mm256_maskstore_ps(ep + i, k, q);
+        s = _mm256_fmadd_ps(_mm256_and_ps(q, _mm256_castsi256_ps(k)), _mm256_maskload_ps(y + i, k), s);
+    }
+    float t[8], r = 0.0f;
+    _mm256_storeu_ps(t, s);
+    for (int j = 0; j < 8; j++) r += t[j];
+    return r;
+}
+
+const lin_vec attn_lin_vec_avx2 = {elu1_avx2, elu1_bwd_avx2, expsc_avx2, submax_avx2, ydiv_avx2, edot_avx2};

@@ -57,4 +57,17 @@ static void ydiv_avx512(const float *y, const float *den, float *t, int64_t n) {
     }
 }
 
-const lin_vec attn_lin_vec_avx512 = {elu1_avx512, elu1_bwd_avx512, expsc_avx512, submax_avx512, ydiv_avx512};
+static float edot_avx512(const float *g, const float *y, float den, float *ep, int64_t n) {
+    const __m512 dn = _mm512_set1_ps(den);
+    __m512 s = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail16(n - i);
+        const __m512 q = _mm512_div_ps(_mm512_maskz_loadu_ps(k, g + i), dn);
+        _mm512_mask_storeu_ps(ep + i, k, q);
+        s = _mm512_fmadd_ps(q, _mm512_maskz_loadu_ps(k, y + i), s);
+    }
+    return _mm512_reduce_add_ps(s);
+}
+
+const lin_vec attn_lin_vec_avx512 = {elu1_avx512, elu1_bwd_avx512, expsc_avx512, submax_avx512, ydiv_avx512,
+                                     edot_avx512};
