@@ -247,3 +247,13 @@ expect_usage_error("sample: unexpected argument 'y'" sample x.safetensors y)
 expect(0 "usage: attn bench gemm" bench gemm --m 64 --help)
 expect(0 "usage: attn sample" sample x.safetensors --tokens -1 -h)
 expect(1 "inspect: -x: " inspect -- -x)
+
+# OpenBLAS is attn bench gemm's peer, loaded by that command at run time: the tool does not link it
+# (every other command would start its threads), so it is no NEEDED entry of the binary.
+find_program(READELF readelf)
+if(READELF)
+  execute_process(COMMAND ${READELF} -d ${ATTN} OUTPUT_VARIABLE dyn RESULT_VARIABLE rrc)
+  if(NOT rrc EQUAL 0 OR NOT dyn MATCHES "NEEDED" OR dyn MATCHES "openblas")
+    message(SEND_ERROR "attn's dynamic section (want no libopenblas):\n${dyn}")
+  endif()
+endif()
