@@ -4,7 +4,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,13 +13,6 @@
 #include "cli_opts.h"
 #include "safe_io.h"
 #include "train_common.h"
-
-static volatile sig_atomic_t g_interrupted;
-
-static void on_signal(int sig) {
-    (void)sig;
-    g_interrupted = 1; /* the only thing done here: the loop checks it between steps */
-}
 
 static void usage_train(FILE *f) {
     fprintf(f, "usage: attn train gpt --data FILE.txt [options]\n"
@@ -428,14 +420,7 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
                nranks, nranks > 1 ? "s" : "", (long long)count, (long long)m, (long long)M);
     fflush(stdout);
 
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C stops at once (the checkpoint writes are atomic) */
-    sigemptyset(&sa.sa_mask);
-    g_interrupted = 0;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    train_signals_catch();
 
     const attn_lr_schedule sched = {o.lr, o.lr / 10, o.warmup, o.steps};
     attn_cross_entropy_config ce = attn_cross_entropy_config_default();
@@ -445,9 +430,9 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
     int failed = 0, dist_stop = 0;
     char save_err[512] = "";
     const int64_t stop = o.stop_at > 0 && o.stop_at < o.steps ? o.stop_at : o.steps;
-    while (state.step < stop && !(dist ? dist_stop : g_interrupted)) {
+    while (state.step < stop && !(dist ? dist_stop : train_signals_caught())) {
         if (dist) { /* the ranks agree on stopping (Ctrl-C reaches them one by one) */
-            if ((s = attn_dist_agree(dist, g_interrupted != 0, &dist_stop)) != ATTN_OK) {
+            if ((s = attn_dist_agree(dist, train_signals_caught(), &dist_stop)) != ATTN_OK) {
                 failed = 1;
                 break;
             }
@@ -526,9 +511,8 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
             }
         }
     }
-    const int interrupted = dist ? dist_stop : g_interrupted != 0;
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    const int interrupted = dist ? dist_stop : train_signals_caught();
+    train_signals_release();
     if (failed) {
         cli_fail("train gpt: step %lld: %s", (long long)state.step + 1, attn_last_error());
         goto done;

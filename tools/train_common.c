@@ -1,12 +1,40 @@
 /* Shared by `attn train`, `attn sample` and `attn bench train` (see train_common.h). */
+#define _POSIX_C_SOURCE 200809L
 #include "train_common.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli_opts.h"
+
+static volatile sig_atomic_t g_interrupted;
+static struct sigaction g_old_int, g_old_term;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_interrupted = 1; /* the only thing done here: the loop checks it between steps */
+}
+
+void train_signals_catch(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    g_interrupted = 0;
+    sigaction(SIGINT, &sa, &g_old_int);
+    sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+int train_signals_caught(void) { return g_interrupted != 0; }
+
+void train_signals_release(void) {
+    sigaction(SIGINT, &g_old_int, NULL);
+    sigaction(SIGTERM, &g_old_term, NULL);
+}
 
 attn_gpt_config train_gpt_config(const train_gpt_shape *s) {
     attn_gpt_config c = attn_gpt_config_default(s->vocab, s->context, s->d_model, s->heads, s->layers);

@@ -86,4 +86,12 @@ int train_dist_end(attn_dist *d, int exit_code);
 #define TRAIN_HASH_SEED 0xcbf29ce484222325ull
 uint64_t train_hash(uint64_t h, const void *data, size_t n);
 
+/* Ctrl-C / SIGTERM while training: the handler only sets a flag that the loop reads between steps
+ * (it then writes a checkpoint); the first signal restores the default action, so a second one
+ * stops at once (checkpoint writes are atomic). catch installs the handler and clears the flag,
+ * release puts the previous handlers back. One training loop per process. */
+void train_signals_catch(void);
+int train_signals_caught(void);
+void train_signals_release(void);
+
 #endif

@@ -5,7 +5,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +14,6 @@
 #include "cli_opts.h"
 #include "safe_io.h"
 #include "train_common.h"
-
-static volatile sig_atomic_t g_interrupted;
-
-static void on_signal(int sig) {
-    (void)sig;
-    g_interrupted = 1;
-}
 
 static void usage_vit(FILE *f) {
     fprintf(f,
@@ -384,14 +376,7 @@ int train_vit(int argc, char **argv) {
            attn_get_num_threads());
     fflush(stdout);
 
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    g_interrupted = 0;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    train_signals_catch();
 
     const attn_lr_schedule sched = {o.lr, o.lr / 10, o.warmup, o.steps};
     attn_cross_entropy_config ce = attn_cross_entropy_config_default();
@@ -401,7 +386,7 @@ int train_vit(int argc, char **argv) {
     int failed = 0;
     char save_err[512] = "";
     const int64_t stop = o.stop_at > 0 && o.stop_at < o.steps ? o.stop_at : o.steps;
-    while (state.step < stop && !g_interrupted) {
+    while (state.step < stop && !train_signals_caught()) {
         const int64_t step = state.step;
         draw_batch(&d, train_idx, ntrain, B, o.shift, data_seed, step, x, y);
         a.offset = (uint64_t)step;
@@ -453,9 +438,8 @@ int train_vit(int argc, char **argv) {
             }
         }
     }
-    const int interrupted = g_interrupted != 0;
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    const int interrupted = train_signals_caught();
+    train_signals_release();
     if (failed) {
         cli_fail("train vit: step %lld: %s", (long long)state.step + 1, attn_last_error());
         goto done;
