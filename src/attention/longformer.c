@@ -201,6 +201,23 @@ static attn_sdpa_params window_params(const lg_plan *pl, const attn_longformer_p
     return s;
 }
 
+/* The params of pass 2 (every query over the gathered global keys, minus those already in its
+ * window: mask m2 [B, 1, N, G]) and pass 3 (the global rows over every key, mask m3 when there is
+ * one), for the forward and the backward alike. */
+static void pass_params(const lg_plan *pl, const lg_bufs *bb, const attn_sdpa_params *p1, attn_btensor *m2,
+                        attn_btensor *m3, attn_sdpa_params *p2, attn_sdpa_params *p3) {
+    *p2 = attn_sdpa_params_default();
+    *p3 = attn_sdpa_params_default();
+    p2->scale = p3->scale = p1->scale;
+    *m2 = attn_btensor_4d(bb->m2, pl->B, 1, pl->N, pl->G);
+    p2->bool_mask = m2;
+    p3->key_mask = p1->key_mask;
+    if (bb->m3) {
+        *m3 = attn_btensor_4d(bb->m3, pl->B, 1, pl->G, pl->N);
+        p3->bool_mask = m3;
+    }
+}
+
 /* pos / cnt, and the masks of passes 2 and 3. */
 static void build_index(const lg_plan *pl, lg_bufs *bb) {
     const int64_t B = pl->B, N = pl->N, G = pl->G, w = pl->w;
@@ -286,16 +303,9 @@ attn_status attn_longformer_forward(const attn_tensor *q, const attn_tensor *k, 
                 o2 = contiguous(bb.o2, B, H, N, dv);
     attn_tensor l1 = attn_tensor_3d(bb.l1, B, H, N), l2 = attn_tensor_3d(bb.l2, B, H, N),
                 lgv = attn_tensor_3d(bb.lg, B, H, G);
-    const attn_btensor m2 = attn_btensor_4d(bb.m2, B, 1, N, G);
-    attn_btensor m3;
-    attn_sdpa_params p2 = attn_sdpa_params_default(), p3 = attn_sdpa_params_default();
-    p2.scale = p3.scale = params->scale;
-    p2.bool_mask = &m2;
-    p3.key_mask = p1.key_mask;
-    if (bb.m3) {
-        m3 = attn_btensor_4d(bb.m3, B, 1, G, N);
-        p3.bool_mask = &m3;
-    }
+    attn_btensor m2, m3;
+    attn_sdpa_params p2, p3;
+    pass_params(&pl, &bb, &p1, &m2, &m3, &p2, &p3);
     if ((st = attn_flash_forward(q, k, v, &p1, out, &l1, bb.flash, bb.flash_bytes)) ||
         (st = attn_flash_forward(q, &kg, &vg, &p2, &o2, &l2, bb.flash, bb.flash_bytes)) ||
         (st = attn_flash_forward(&qg, k, v, &p3, &og, &lgv, bb.flash, bb.flash_bytes)))
@@ -396,16 +406,9 @@ attn_status attn_longformer_backward(const attn_tensor *q, const attn_tensor *k,
                 dkg = contiguous(bb.dkg, B, Hk, G, d), dvg = contiguous(bb.dvg, B, Hk, G, dvd),
                 dk3 = contiguous(bb.dk3, B, Hk, N, d), dv3 = contiguous(bb.dv3, B, Hk, N, dvd);
     attn_tensor lgv = attn_tensor_3d(bb.lg, B, H, G);
-    const attn_btensor m2 = attn_btensor_4d(bb.m2, B, 1, N, G);
-    attn_btensor m3;
-    attn_sdpa_params p2 = attn_sdpa_params_default(), p3 = attn_sdpa_params_default();
-    p2.scale = p3.scale = params->scale;
-    p2.bool_mask = &m2;
-    p3.key_mask = p1.key_mask;
-    if (bb.m3) {
-        m3 = attn_btensor_4d(bb.m3, B, 1, G, N);
-        p3.bool_mask = &m3;
-    }
+    attn_btensor m2, m3;
+    attn_sdpa_params p2, p3;
+    pass_params(&pl, &bb, &p1, &m2, &m3, &p2, &p3);
     if ((st = attn_flash_backward_part(fn, q, k, v, &p1, out, &dol, lse, dq, dk, dv, bb.flash, bb.flash_bytes)) ||
         (st = attn_flash_backward_part(fn, q, &kg, &vg, &p2, out, &dol, lse, dq ? &dq2 : NULL, &dkg, &dvg, bb.flash,
                                        bb.flash_bytes)) ||
