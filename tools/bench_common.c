@@ -28,7 +28,7 @@ static int cmp_double(const void *x, const void *y) {
     return a < b ? -1 : (a > b ? 1 : 0);
 }
 
-static double median_of(double *v, int n) {
+double bench_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -61,7 +61,7 @@ bench_timing bench_measure(bench_fn fn, void *ctx, int repeats) {
         if (ms[r] < t.min_ms) t.min_ms = ms[r];
         if (ms[r] > t.max_ms) t.max_ms = ms[r];
     }
-    t.median_ms = median_of(ms, repeats);
+    t.median_ms = bench_median(ms, repeats);
     free(ms);
     return t;
 }

@@ -44,6 +44,9 @@ typedef struct bench_timing {
 /* Warmup: at least one call and at least this long. */
 #define BENCH_WARMUP_SECONDS 0.05
 
+/* The median of v[0 .. n) (n >= 1), sorting v in place. */
+double bench_median(double *v, int n);
+
 /* Warm up fn(ctx), then take max(repeats, BENCH_MIN_REPEATS) samples of `iters` calls each
  * (iters chosen from the warmup so a sample lasts >= BENCH_SAMPLE_SECONDS); per-call times. */
 bench_timing bench_measure(bench_fn fn, void *ctx, int repeats);

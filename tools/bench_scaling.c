@@ -103,13 +103,7 @@ static double time_call(bench_fn fn, void *ctx, int repeats, int explicit_repeat
         fn(ctx);
         ms[i] = (bench_now() - t0) * 1e3;
     }
-    for (int i = 1; i < n; i++) /* insertion sort, then the median */
-        for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
-            const double t = ms[j];
-            ms[j] = ms[j - 1];
-            ms[j - 1] = t;
-        }
-    return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+    return bench_median(ms, n);
 }
 
 static void fill(float *x, size_t n, uint64_t seed) {

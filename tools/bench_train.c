@@ -135,31 +135,10 @@ int bench_train_cmd(int argc, char **argv) {
             wms[s] = dist ? (tr - tw) * 1e3 : 0.0;  /* waiting for the slowest rank */
         }
         if (rc == 0) {
-            /* median of the timed steps (insertion sort; steps is small) */
-            double *m = ms + 1;
-            for (int64_t i = 1; i < steps; i++)
-                for (int64_t j = i; j > 0 && m[j] < m[j - 1]; j--) {
-                    double t = m[j];
-                    m[j] = m[j - 1];
-                    m[j - 1] = t;
-                }
-            const double med = steps % 2 ? m[steps / 2] : 0.5 * (m[steps / 2 - 1] + m[steps / 2]);
-            double *rm = rms + 1;
-            for (int64_t i = 1; i < steps; i++)
-                for (int64_t j = i; j > 0 && rm[j] < rm[j - 1]; j--) {
-                    double t = rm[j];
-                    rm[j] = rm[j - 1];
-                    rm[j - 1] = t;
-                }
-            const double rmed = steps % 2 ? rm[steps / 2] : 0.5 * (rm[steps / 2 - 1] + rm[steps / 2]);
-            double *wm = wms + 1;
-            for (int64_t i = 1; i < steps; i++)
-                for (int64_t j = i; j > 0 && wm[j] < wm[j - 1]; j--) {
-                    double t = wm[j];
-                    wm[j] = wm[j - 1];
-                    wm[j - 1] = t;
-                }
-            const double wmed = steps % 2 ? wm[steps / 2] : 0.5 * (wm[steps / 2 - 1] + wm[steps / 2]);
+            /* medians of the timed steps (the first, index 0, is a warmup) */
+            const double med = bench_median(ms + 1, (int)steps);
+            const double rmed = bench_median(rms + 1, (int)steps);
+            const double wmed = bench_median(wms + 1, (int)steps);
             const double tps = (double)(B * C) / (med * 1e-3), gf = flops / (med * 1e6);
             if (o.json)
                 printf("{\"op\": \"train\", \"impl\": \"attn\", \"shape\": {\"layers\": %lld, \"d_model\": %lld, "
