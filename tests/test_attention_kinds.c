@@ -3,12 +3,6 @@
  * backward, an encoder layer, and a GPT's cached decode steps against its full forward. */
 #include "test_util.h"
 
-static void copy_params(const attn_params *dst, const attn_params *src) {
-    CHECK(attn_params_count(dst) == attn_params_count(src), "parameter lists differ");
-    for (size_t i = 0; i < attn_params_count(dst) && i < attn_params_count(src); i++)
-        memcpy(attn_params_get(dst, i)->data, attn_params_get(src, i)->data, sizeof(float) * attn_params_get(src, i)->numel);
-}
-
 static void test_table(void) {
     const int n = attn_attention_kind_count();
     CHECK(n >= 2, "%d kinds", n);

@@ -324,12 +324,6 @@ static void test_linear_cost(void) {
     }
 }
 
-static void copy_params(const attn_params *dst, const attn_params *src) {
-    CHECK(attn_params_count(dst) == attn_params_count(src), "parameter lists differ");
-    for (size_t i = 0; i < attn_params_count(dst) && i < attn_params_count(src); i++)
-        memcpy(attn_params_get(dst, i)->data, attn_params_get(src, i)->data, sizeof(float) * attn_params_get(src, i)->numel);
-}
-
 /* attn_mha with the local_global kind and a global_attention_mask against the flash kind with the
  * equivalent 3-D boolean attn_mask (true = not allowed): output, per-head weights, capture, input
  * and parameter gradients. */

@@ -16,15 +16,6 @@ static attn_model *create(const char *json) {
 }
 
 /* Copy every parameter of src into dst (same names and shapes). */
-static void copy_params(const attn_params *dst, const attn_params *src) {
-    CHECK(attn_params_count(dst) == attn_params_count(src), "parameter counts differ");
-    for (size_t i = 0; i < attn_params_count(src); i++) {
-        const attn_param *s = attn_params_get(src, i), *d = attn_params_find(dst, s->name);
-        CHECK(d && d->numel == s->numel, "parameter %s missing or mis-sized", s->name);
-        if (d && d->numel == s->numel) memcpy(d->data, s->data, sizeof(float) * s->numel);
-    }
-}
-
 static void test_mha(test_rng *r) {
     attn_model *m = create("{\"module\": \"multihead_attention\", \"embed_dim\": 8, \"num_heads\": 2, "
                            "\"batch_first\": true, \"need_weights\": true, \"average_attn_weights\": false}");

@@ -117,6 +117,17 @@ static inline test_rng rng_seeded(uint64_t dflt) {
     return r;
 }
 
+/* Copy every parameter of src into dst's parameter of the same name and size (two modules of one
+ * configuration, or of two attention kinds with the same parameters). */
+static inline void copy_params(const attn_params *dst, const attn_params *src) {
+    CHECK(attn_params_count(dst) == attn_params_count(src), "parameter counts differ");
+    for (size_t i = 0; i < attn_params_count(src); i++) {
+        const attn_param *s = attn_params_get(src, i), *d = attn_params_find(dst, s->name);
+        CHECK(d && d->numel == s->numel, "parameter %s missing or mis-sized", s->name);
+        if (d && d->numel == s->numel) memcpy(d->data, s->data, sizeof(float) * s->numel);
+    }
+}
+
 static inline void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) {
