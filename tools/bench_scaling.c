@@ -22,8 +22,16 @@
 
 #define MAX_N 1048576
 
+/* How a variant's work is counted (see the top of the file). */
+typedef enum cost_model {
+    COST_PAIRS,    /* softmax: 4 B H d per admitted (query, key) pair; backward 2.5x */
+    COST_LINEAR,   /* linear attention: 4 B H N d dv; backward 2x */
+    COST_FEATURES  /* Performer: 4 B H N m (d + dv); backward 2x */
+} cost_model;
+
 typedef struct variant {
     const char *name;    /* --impl name */
+    cost_model cost;
     const char *kind;    /* attention kind of the library's table */
     int64_t window;      /* softmax kinds with a band */
     int64_t globals;     /* local_global: global tokens, spread evenly */
@@ -31,11 +39,11 @@ typedef struct variant {
 } variant;
 
 static const variant variants[] = {
-    {"flash", "flash", -1, 0, 0},
-    {"window", "window", 256, 0, 0},
-    {"local_global", "local_global", 256, 16, 0},
-    {"linear", "linear", -1, 0, 0},
-    {"performer", "performer", -1, 0, 256},
+    {"flash", COST_PAIRS, "flash", -1, 0, 0},
+    {"window", COST_PAIRS, "window", 256, 0, 0},
+    {"local_global", COST_PAIRS, "local_global", 256, 16, 0},
+    {"linear", COST_LINEAR, "linear", -1, 0, 0},
+    {"performer", COST_FEATURES, "performer", -1, 0, 256},
 };
 enum { NV = (int)(sizeof variants / sizeof variants[0]) };
 
@@ -115,8 +123,8 @@ static void fill(float *x, size_t n, uint64_t seed) {
 
 /* Forward flops of a variant (see the top of the file). */
 static double variant_flops(const variant *v, const uint8_t *global, int64_t B, int64_t H, int64_t N, int64_t d) {
-    if (!strcmp(v->kind, "linear")) return 4.0 * B * H * (double)N * d * d;
-    if (!strcmp(v->kind, "performer")) return 4.0 * B * H * (double)N * v->features * (d + d);
+    if (v->cost == COST_LINEAR) return 4.0 * B * H * (double)N * d * d;
+    if (v->cost == COST_FEATURES) return 4.0 * B * H * (double)N * v->features * (d + d);
     if (v->window < 0) return 4.0 * B * H * (double)N * N * d;
     double pairs = 0;
     int64_t g = 0;
@@ -310,8 +318,8 @@ int bench_scaling_cmd(int argc, char **argv) {
                 const double flops = variant_flops(va, global, B, H, N, D);
                 for (int pass = 0; pass < 1 + backward && !rc && (c.ws && (!stats || c.stats)); pass++) {
                     if (last_n && last_ms[pass] > 0) { /* predicted from the previous N: quadratic for flash */
-                        const double r = (double)N / (double)last_n, grow = va->window < 0 && !va->features &&
-                                                                        strcmp(va->kind, "linear") ? r * r : r;
+                        const double r = (double)N / (double)last_n,
+                                     grow = va->cost == COST_PAIRS && va->window < 0 ? r * r : r;
                         if (last_ms[pass] * grow > budget * 1e3) {
                             if (!o.json)
                                 printf("%-13s %-9s %7d %8lld %12s  (predicted %.0f s > --budget %g s)\n", va->name,
@@ -327,7 +335,7 @@ int bench_scaling_cmd(int argc, char **argv) {
                         break;
                     }
                     last_ms[pass] = ms;
-                    const double fl = pass ? (va->features || !strcmp(va->kind, "linear") ? 2.0 : 2.5) * flops : flops;
+                    const double fl = pass ? (va->cost == COST_PAIRS ? 2.5 : 2.0) * flops : flops;
                     bench_result r;
                     bench_result_init(&r, "scaling", va->name, o.threads[it]);
                     r.variant = pass ? "backward" : "forward";
