@@ -4,7 +4,14 @@ For each shape and thread count it runs `attn bench attention --json` and then
 bench/torch_attention.py on the same shape, and prints one table with attn's GFLOP/s, peak
 fraction, PyTorch's GFLOP/s for softmax(QK^T)V and nn.MultiheadAttention, and the ratios.
 Usage: /usr/bin/python3 bench/compare_attention.py [--attn build/attn] [--n 1024,2048] [--d 64]
-       [--threads 1,2] [--causal] [--backward] [--json]
+       [--threads 1,2] [--causal] [--backward] [--dtype f32,bf16] [--peer-python VENV/bin/python]
+       [--peers torch_sdpa,torch_sdpa.bf16,ort_mha,...] [--json]
+
+The peers: PyTorch 2.x F.scaled_dot_product_attention (fp32 and bf16, its CPU flash kernel) and
+ONNX Runtime's com.microsoft.MultiHeadAttention (fp32) when --peer-python's interpreter has them
+(python3 -m venv V && V/bin/pip install torch onnx onnxruntime), plus softmax(QK^T)V by
+torch.matmul and nn.MultiheadAttention under any PyTorch. Each cell's ratio is attn's GFLOP/s
+over the peer's, same shape, pass, dtype and thread count, measured in the same run.
 
 --python: attn through the Python package (python/attn; `pip install ./python`, or ATTN_LIBRARY
 pointing at build/libattn.so) against PyTorch's own SDPA on the same torch tensors, in this
@@ -134,37 +141,59 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--backward", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--dtype", default="f32", help="f32 and/or bf16 (attn's flash.bf16 against the peers' bf16)")
+    ap.add_argument("--peer-python", default=sys.executable,
+                    help="the interpreter that runs bench/torch_attention.py (a venv with PyTorch 2.x, onnx and "
+                         "onnxruntime for the SDPA and ONNX Runtime peers)")
+    ap.add_argument("--peers", default="torch_sdpa,torch_sdpa.bf16,ort_mha,torch_math,torch_mha",
+                    help="peer impls of bench/torch_attention.py; those the interpreter lacks are skipped")
+    ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--python", action="store_true", help="attn through the Python package vs PyTorch's SDPA")
     a = ap.parse_args()
     if a.python:
         return python_mode(a)
     flags = (["--causal"] if a.causal else []) + (["--backward"] if a.backward else [])
+    peers = a.peers.split(",")
     rows = []
     for n in a.n.split(","):
         for d in a.d.split(","):
             for t in a.threads.split(","):
                 shape = ["--b", a.b, "--h", a.h, "--n", n, "--d", d, "--threads", t]
-                ours = run_json([a.attn, "bench", "attention", "--impl", "flash", "--json"] + shape + flags)
-                theirs = run_json([sys.executable, os.path.join(HERE, "torch_attention.py")] + shape + flags)
+                ours = run_json([a.attn, "bench", "attention", "--impl", "flash", "--dtype", a.dtype,
+                                 "--repeats", str(a.repeats), "--json"] + shape + flags)
+                theirs = run_json([a.peer_python, os.path.join(HERE, "torch_attention.py"), "--impl", a.peers,
+                                   "--repeats", str(a.repeats)] + shape + flags)
                 for o in ours:
-                    peers = {p["impl"]: p for p in theirs if p["variant"] == o["variant"]}
+                    bf16 = o["impl"].endswith(".bf16")
                     row = dict(o)
-                    for impl, p in peers.items():
-                        row[impl + "_gflops"] = p["gflops"]
-                        row["ratio_" + impl] = round(o["gflops"] / p["gflops"], 3) if p["gflops"] else None
+                    row.pop("ratio", None)
+                    row.pop("peer", None)
+                    row["dtype"] = "bf16" if bf16 else "f32"
+                    row["peers"] = {}
+                    for p in theirs:
+                        if p["variant"] != o["variant"] or p["impl"].endswith(".bf16") != bf16:
+                            continue
+                        row["peers"][p["impl"]] = {"gflops": p["gflops"],
+                                                   "ratio": round(o["gflops"] / p["gflops"], 3) if p["gflops"] else None}
                     rows.append(row)
                     if a.json:
                         print(json.dumps(row), flush=True)
     if a.json:
         return
-    print(f"{'variant':<18} {'shape':<24} {'thr':>3} {'attn GF/s':>10} {'peak':>6} "
-          f"{'torch GF/s':>10} {'x torch':>8} {'mha GF/s':>9} {'x mha':>7}")
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    print(f"CPU: {cpu}; peers run by {a.peer_python}")
+    names = [p for p in peers if any(p in r["peers"] for r in rows)]
+    head = "".join(f" {p + ' GF/s':>20} {'x':>6}" for p in names)
+    print(f"{'variant':<18} {'dtype':<5} {'shape':<24} {'thr':>3} {'attn GF/s':>10} {'peak':>6}" + head)
+    nan = float("nan")
     for r in rows:
-        s = r["shape"]
-        print(f"{r['variant']:<18} {'n=%d d=%d b=%d h=%d' % (s['n'], s['d'], s['b'], s['h']):<24} "
-              f"{r['threads']:>3} {r['gflops']:>10.1f} {100 * r['peak_fraction']:>5.1f}% "
-              f"{r.get('torch_math_gflops', float('nan')):>10.1f} {r.get('ratio_torch_math') or float('nan'):>8.2f} "
-              f"{r.get('torch_mha_gflops', float('nan')):>9.1f} {r.get('ratio_torch_mha') or float('nan'):>7.2f}")
+        s_ = r["shape"]
+        cells = ""
+        for p in names:
+            c = r["peers"].get(p)
+            cells += f" {c['gflops'] if c else nan:>20.1f} {(c['ratio'] or nan) if c else nan:>6.2f}"
+        print(f"{r['variant']:<18} {r['dtype']:<5} {'n=%d d=%d b=%d h=%d' % (s_['n'], s_['d'], s_['b'], s_['h']):<24} "
+              f"{r['threads']:>3} {r['gflops']:>10.1f} {100 * r['peak_fraction']:>5.1f}%" + cells)
 
 
 if __name__ == "__main__":

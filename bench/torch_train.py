@@ -2,7 +2,9 @@
 options and JSON keys: a decoder-only stack of pre-norm nn.TransformerEncoderLayer (GELU, dropout 0,
 batch_first) under a causal mask, token + learned position embeddings, a final LayerNorm and a
 bias-free lm head over 256 bytes; one step = forward, cross-entropy, backward, clip_grad_norm_(1)
-and AdamW. One warmup step, then --steps timed steps; the median is reported.
+and AdamW. --precision bf16: forward and loss under torch.autocast("cpu", torch.bfloat16) (bf16
+matmuls and attention, fp32 master weights and AdamW), against `attn bench train --precision bf16`.
+One warmup step, then --steps timed steps; the median is reported.
 
     /usr/bin/python3 bench/torch_train.py --layers 2 --context 1024 --threads 2 --json
     /usr/bin/python3 bench/torch_train.py --attn build/attn --threads 1     # both, and the ratio
@@ -50,6 +52,7 @@ def main():
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", default=str(torch.get_num_threads()))
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--attn", help="the attn binary: run `attn bench train` with the same options first")
     a = ap.parse_args()
@@ -57,7 +60,7 @@ def main():
     if a.attn:
         cmd = [a.attn, "bench", "train", "--layers", str(a.layers), "--context", str(a.context), "--batch",
                str(a.batch), "--d-model", str(a.d_model), "--heads", str(a.heads), "--steps", str(a.steps),
-               "--threads", a.threads, "--json"]
+               "--threads", a.threads, "--json"] + (["--precision", a.precision] if a.precision != "fp32" else [])
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         for line in out.splitlines():
             r = json.loads(line)
@@ -74,7 +77,7 @@ def main():
     matrix_params = L * 12.0 * D * D + D * V
     flops = B * C * (6.0 * matrix_params + 6.0 * L * C * D)
     if not a.json:
-        print(f"train step (PyTorch {torch.__version__}): {L} layers, d_model {D}, {H} heads, context {C}, "
+        print(f"train step (PyTorch {torch.__version__}, {a.precision}): {L} layers, d_model {D}, {H} heads, context {C}, "
               f"batch {B}, vocab {V} ({sum(p.numel() for p in m.parameters())} parameters)")
         print(f"{'threads':>8} {'ms/step':>12} {'tokens/s':>14} {'GFLOP/s':>10}")
     for t in [int(s) for s in a.threads.split(",")]:
@@ -83,7 +86,8 @@ def main():
         for s in range(a.steps + 1):
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(m(x).reshape(-1, V), y.reshape(-1))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                loss = nn.functional.cross_entropy(m(x).reshape(-1, V), y.reshape(-1))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
             opt.step()
@@ -92,7 +96,7 @@ def main():
         ms = statistics.median(times)
         tps, gf = B * C / (ms * 1e-3), flops / (ms * 1e6)
         if a.json:
-            print(json.dumps({"op": "train", "impl": "torch", "shape": {"layers": L, "d_model": D, "heads": H,
+            print(json.dumps({"op": "train", "impl": "torch", "precision": a.precision, "shape": {"layers": L, "d_model": D, "heads": H,
                                                                        "context": C, "batch": B, "vocab": V},
                               "threads": t, "ms": round(ms, 3), "tokens_per_s": round(tps, 1),
                               "gflops": round(gf, 2)}))
