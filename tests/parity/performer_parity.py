@@ -28,7 +28,7 @@ except Exception as e:  # noqa: BLE001
 
 class Tensor(ctypes.Structure):
     _fields_ = [("data", ctypes.POINTER(ctypes.c_float)), ("rank", ctypes.c_int),
-                ("shape", ctypes.c_int64 * 4), ("stride", ctypes.c_int64 * 4)]
+                ("shape", ctypes.c_int64 * 4), ("stride", ctypes.c_int64 * 4), ("dtype", ctypes.c_int)]
 
 
 def view(a):
@@ -81,6 +81,9 @@ def main():
     qf = softmax_kernel(tq_, projection_matrix=tw_, is_query=True, eps=0.0)
     kf = softmax_kernel(tk_, projection_matrix=tw_, is_query=False, eps=0.0)
     ref_eps0 = linear_attention(qf, kf, tv_).numpy()
+    # and with its epsilon: equal to the module, so the epsilon is the only difference
+    ref_eps4 = linear_attention(softmax_kernel(tq_, projection_matrix=tw_, is_query=True, eps=1e-4),
+                                softmax_kernel(tk_, projection_matrix=tw_, is_query=False, eps=1e-4), tv_).numpy()
 
     def rel(a, b):
         return float(np.linalg.norm(a - b) / np.linalg.norm(b))
@@ -88,7 +91,11 @@ def main():
     e0, e1 = rel(oa, ref_eps0), rel(oa, ref_mod)
     print(f"attn vs performer-pytorch, kernel eps 0:    rel err {e0:.2e}")
     print(f"attn vs performer-pytorch FastAttention (kernel eps 1e-4): rel err {e1:.2e}")
-    ok = e0 <= 1e-5 and e1 <= 1e-2
+    e2 = rel(ref_eps4, ref_mod)
+    print(f"performer-pytorch functional (eps 1e-4) vs its FastAttention:  rel err {e2:.2e}")
+    # e1 (the epsilon's own effect, ~2e-2 here: features exp(x - max) are often below 1e-3) is
+    # reported, not bounded; e2 shows nothing else differs.
+    ok = e0 <= 1e-5 and e2 <= 1e-12
     print("performer_parity:", "ok" if ok else "FAILED")
     return 0 if ok else 1
 
