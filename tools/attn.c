@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/tuning.h"
 
 int cli_usage_error(const char *fmt, ...) {
     va_list ap;
@@ -51,9 +52,13 @@ static void usage(FILE *f) {
     fprintf(f, "\n`attn <command> --help` describes each command.\n");
 }
 
-/* A bad ATTN_ISA or ATTN_NUM_THREADS is not silently ignored: one line on stderr, then the command
- * runs with what the library does instead. */
+/* A bad ATTN_ISA, ATTN_NUM_THREADS or ATTN_CACHE is not silently ignored: one line on stderr,
+ * then the command runs with what the library does instead. */
 static void env_warnings(void) {
+    const char *problem, *cache = attn_cache_env(&problem);
+    if (cache && problem)
+        fprintf(stderr, "attn: warning: ATTN_CACHE='%.60s': %s: ignored (the detected cache sizes apply)\n", cache,
+                problem);
     const char *isa = getenv("ATTN_ISA");
     if (isa && strcmp(isa, "ref") && strcmp(isa, "avx2") && strcmp(isa, "avx512"))
         fprintf(stderr, "attn: warning: ATTN_ISA='%.40s' is not ref, avx2 or avx512: ignored (kernels: %s)\n", isa,

@@ -30,6 +30,7 @@
 #include "attention_common.h"
 #include "core/dispatch.h"
 #include "core/internal.h"
+#include "decode_internal.h"
 #include "flash_internal.h"
 #include "kernels/bf16_internal.h"
 
@@ -342,7 +343,12 @@ size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tensor *k, con
         attn_mul_overflow(nblk, (size_t)q->shape[2], &rows) ||
         attn_mul_overflow(nblk, (size_t)ceil_div(q->shape[2], BR), &nblk) || rows > (size_t)INT64_MAX / 64)
         return SIZE_MAX;
-    return workspace_bytes(q->shape[3], v->shape[3], (int64_t)rows, (int64_t)nblk);
+    size_t need = workspace_bytes(q->shape[3], v->shape[3], (int64_t)rows, (int64_t)nblk);
+    if (q->shape[2] == 1) { /* enough for either path: which one runs depends on the params */
+        const size_t dec = attn_flash_decode_workspace(q->shape[0], q->shape[1], k->shape[2], q->shape[3], v->shape[3]);
+        if (dec > need) need = dec;
+    }
+    return need;
 }
 
 static attn_status get_bufs(const char *fn, const attn_ctx *c, void *ws, size_t bytes, float **base) {
@@ -508,9 +514,14 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
     const unsigned in_types = ATTN_TYPES(ATTN_TYPE_F32) | ATTN_TYPES(ATTN_TYPE_BF16);
     const unsigned out_types = q && q->dtype == ATTN_TYPE_BF16 ? in_types : ATTN_TYPES(ATTN_TYPE_F32);
     if ((st = attn_ctx_init_typed(&c, fn, q, k, v, params, out, "out", in_types, out_types)) ||
-        (st = attn_ctx_check_rows(&c, fn, lse, "lse", 0)) ||
-        (st = get_bufs(fn, &c, workspace, workspace_bytes_, &base)))
+        (st = attn_ctx_check_rows(&c, fn, lse, "lse", 0)))
         return st;
+    if (attn_flash_decode_applies(&c, k, v, needs_general_epilogue(&c))) {
+        int64_t jlo, jhi;
+        key_range(&c, 0, 1, &jlo, &jhi);
+        return attn_flash_decode(fn, &c, q, k, v, out, lse, jlo, jhi, workspace, workspace_bytes_);
+    }
+    if ((st = get_bufs(fn, &c, workspace, workspace_bytes_, &base))) return st;
     if (q->dtype == ATTN_TYPE_BF16) return flash_forward_bf16(&c, q, k, v, out, lse, base);
     const attn_flash_kernels *kr = flash_kernels();
     const int general = needs_general_epilogue(&c);

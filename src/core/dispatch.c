@@ -20,6 +20,7 @@ const attn_kernel_ctx *attn_kernel_ctx_for(attn_isa isa) {
         c.ops = attn_ops_for(c.isa);
         c.flash = attn_flash_kernels_for(c.isa);
         c.bf16 = attn_bf16_kernels_for(c.isa);
+        c.decode = attn_decode_kernels_for(c.isa);
         ctxs[i] = c;
         atomic_store_explicit(&ready[i], 2, memory_order_release);
     } else {

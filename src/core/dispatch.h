@@ -13,6 +13,7 @@ struct attn_gemm_arch;
 struct attn_ops_kernels;
 struct attn_flash_kernels;
 struct attn_bf16_kernels;
+struct attn_decode_kernels;
 
 typedef struct attn_kernel_ctx {
     attn_isa isa;      /* the architecture of these tables */
@@ -21,6 +22,7 @@ typedef struct attn_kernel_ctx {
     const struct attn_ops_kernels *ops;
     const struct attn_flash_kernels *flash;
     const struct attn_bf16_kernels *bf16; /* AMX, vdpbf16ps or the emulation (see bf16_internal.h) */
+    const struct attn_decode_kernels *decode; /* one-token decode (attention/decode_internal.h) */
 } attn_kernel_ctx;
 
 /* The context of attn_active_isa(); of a given ISA (which the CPU must support). */
@@ -32,5 +34,6 @@ const struct attn_gemm_arch *attn_gemm_arch_for(attn_isa isa);
 const struct attn_ops_kernels *attn_ops_for(attn_isa isa);
 const struct attn_flash_kernels *attn_flash_kernels_for(attn_isa isa);
 const struct attn_bf16_kernels *attn_bf16_kernels_for(attn_isa isa);
+const struct attn_decode_kernels *attn_decode_kernels_for(attn_isa isa);
 
 #endif

@@ -6,7 +6,8 @@
  *     acc_q     = sum_{p in K_q, increasing} op(A)(i, p) * op(B)(p, j)    (one FMA chain)
  *     C_0(i, j) = alpha * acc_0 + beta * C(i, j)       (alpha * acc_0 when beta == 0: C unread)
  *     C_q(i, j) = alpha * acc_q + C_{q-1}(i, j)        (q >= 1)
- * KC is a constant of the kernel in use (not of the shape or the thread count) and each
+ * KC is a constant of the kernel in use and the CPU's caches (attn_gemm_arch_blocked; not of the
+ * shape or the thread count) and each
  * element belongs to exactly one micro-kernel call per k block, which performs exactly these
  * operations for every element of its tile, full or partial (see gemm_internal.h). Threads
  * only split the m x n plane of C into disjoint rectangles (never k), so the result is bitwise
@@ -53,13 +54,40 @@
 
 /* ---- dispatch ----------------------------------------------------------------------------- */
 
-const attn_gemm_arch *attn_gemm_arch_for(attn_isa isa) {
+static int64_t floor_to(int64_t x, int64_t q, int64_t lo) {
+    x = x / q * q;
+    return x < lo ? lo : x;
+}
+
+attn_gemm_arch attn_gemm_arch_blocked(const attn_gemm_arch *base, const attn_cache_sizes *cs) {
+    attn_gemm_arch a = *base;
+    const int64_t kc_l1 = floor_to(cs->l1d * 2 / 3 / (4 * (int64_t)base->mr), 16, 16);
+    a.kc = (int)(kc_l1 < base->kc ? kc_l1 : base->kc);
+    int64_t nc = (int64_t)base->nc * base->kc * (cs->l2 / 1024) / (ATTN_GEMM_REF_L2 / 1024 * a.kc);
+    nc = floor_to(nc, base->nr, base->nr);
+    a.nc = (int)(nc > (1 << 20) ? 1 << 20 : nc);
+    const int64_t l3 = cs->l3 < ATTN_GEMM_REF_L3 ? cs->l3 : ATTN_GEMM_REF_L3;
+    int64_t mc = (int64_t)base->mc * base->kc * (l3 / 1024) / (ATTN_GEMM_REF_L3 / 1024 * a.kc);
+    mc = floor_to(mc, base->mr, base->mr);
+    a.mc = (int)(mc > (1 << 20) ? 1 << 20 : mc);
+    return a;
+}
+
+const attn_gemm_arch *attn_gemm_arch_table(attn_isa isa) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
     if (isa == ATTN_ISA_AVX512) return attn_gemm_arch_avx512();
     if (isa == ATTN_ISA_AVX2) return attn_gemm_arch_avx2();
 #endif
     (void)isa;
     return attn_gemm_arch_ref();
+}
+
+/* Called once per ISA, by the dispatch context's construction (which serialises it). */
+const attn_gemm_arch *attn_gemm_arch_for(attn_isa isa) {
+    static attn_gemm_arch tuned[ATTN_ISA_AVX512 + 1];
+    const attn_gemm_arch *base = attn_gemm_arch_table(isa);
+    tuned[base->isa] = attn_gemm_arch_blocked(base, attn_cpu_caches());
+    return &tuned[base->isa];
 }
 
 const attn_gemm_arch *attn_gemm_arch_active(void) { return attn_kernel_ctx_active()->gemm; }
@@ -207,7 +235,7 @@ size_t attn_sgemm_workspace_size(int64_t m, int64_t n, int64_t k) {
     if (m <= 0 || n <= 0 || k <= 0) return 0;
     size_t best = 0;
     for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
-        const attn_gemm_arch *ar = attn_gemm_arch_for((attn_isa)isa);
+        const attn_gemm_arch *ar = attn_kernel_ctx_for((attn_isa)isa)->gemm;
         size_t s = thread_bytes(ar, m, n, k) * (size_t)threads_wanted(ar, m, n, k);
         if (s > best) best = s;
     }
@@ -367,7 +395,7 @@ size_t attn_sgemm_workspace_size_1(int64_t m, int64_t n, int64_t k) {
     if (m <= 0 || n <= 0 || k <= 0) return 0;
     size_t best = 0;
     for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
-        const size_t s = thread_bytes(attn_gemm_arch_for((attn_isa)isa), m, n, k);
+        const size_t s = thread_bytes(attn_kernel_ctx_for((attn_isa)isa)->gemm, m, n, k);
         if (s > best) best = s;
     }
     return best;

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "attn/kernels.h"
+#include "core/tuning.h"
 
 typedef void (*attn_gemm_ukr_fn)(int64_t kc, const float *a, const float *b, int64_t ldb,
                                  float *c, int64_t ldc, float alpha, float beta, int mr, int nr);
@@ -42,7 +43,9 @@ typedef void (*attn_gemm_rows_fn)(int64_t kc, const float *a, const float *b, in
                                   float *c, int64_t ldc, float alpha, float beta, int mr,
                                   int64_t n);
 
-/* One ISA's kernel and blocking. */
+/* One ISA's kernel and blocking. In the kernels' tables kc, mc and nc are the values tuned on
+ * the reference caches (ATTN_GEMM_REF_L2, ATTN_GEMM_REF_L3, an L1d of at least 32 KiB); the
+ * dispatch context holds them derived for this CPU's caches (attn_gemm_arch_blocked). */
 typedef struct attn_gemm_arch {
     attn_isa isa;
     int mr, nr;   /* register tile */
@@ -57,6 +60,23 @@ typedef struct attn_gemm_arch {
 } attn_gemm_arch;
 
 const attn_gemm_arch *attn_gemm_arch_ref(void);
+
+#define ATTN_GEMM_REF_L2 ((int64_t)1 << 20)
+#define ATTN_GEMM_REF_L3 ((int64_t)32 << 20)
+/* base (a kernel's table) with its blocking derived from the caches cs:
+ *   KC = min(base KC, the largest multiple of 16 with MR x KC floats <= 2/3 of L1d): the A
+ *        micro-panel stays in L1 next to the streamed B panel (the tuned KC is the cap: larger
+ *        KC measured no faster);
+ *   NC = B~ (KC x NC floats) the same fraction of L2 as the tuned block is of ATTN_GEMM_REF_L2,
+ *        rounded down to a multiple of NR;
+ *   MC = A~ (MC x KC floats) the same fraction of min(L3, ATTN_GEMM_REF_L3) as the tuned block
+ *        is of ATTN_GEMM_REF_L3, rounded down to a multiple of MR (never grown: one A~ block
+ *        already covers most m).
+ * On the reference caches the tuned values come out unchanged. KC sets where the k sum is cut,
+ * so results are bitwise reproducible for one machine (and thread count), not across caches. */
+attn_gemm_arch attn_gemm_arch_blocked(const attn_gemm_arch *base, const attn_cache_sizes *cs);
+/* The kernel table of an ISA (tuned blocking, before attn_gemm_arch_blocked). */
+const attn_gemm_arch *attn_gemm_arch_table(attn_isa isa);
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
 const attn_gemm_arch *attn_gemm_arch_avx2(void);
 const attn_gemm_arch *attn_gemm_arch_avx512(void);

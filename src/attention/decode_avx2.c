@@ -1,0 +1,168 @@
+/* AVX2 + FMA decode kernels (contract in decode_internal.h): the AVX-512 kernels' blocks in
+ * 8-lane registers; P V with a register tile of 4 rows x 16 columns (8 ymm accumulators), tails
+ * of d and dv (not multiples of 8) through a zero-padded copy. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "decode_internal.h"
+#include "kernels/bf16_internal.h"
+#include "kernels/vec_math.h"
+
+#define BK ATTN_DECODE_BK
+#define PF 8 /* key rows prefetched ahead */
+
+/* Elements [i, i + min(n, 8)) of a float or bf16 row, zero past n. */
+static inline __attribute__((always_inline)) __m256 load_row(const void *p, int64_t i, int64_t n, const int bf16) {
+    if (n >= 8) {
+        if (bf16) {
+            const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)p + i));
+            return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+        }
+        return _mm256_loadu_ps((const float *)p + i);
+    }
+    float t[8] = {0};
+    for (int64_t e = 0; e < n; e++) t[e] = bf16 ? attn_bf16_f(((const uint16_t *)p)[i + e]) : ((const float *)p)[i + e];
+    return _mm256_loadu_ps(t);
+}
+
+static inline __m256 load_f(const float *p, int64_t n) { return load_row(p, 0, n, 0); }
+
+static inline void store_f(float *p, int64_t n, __m256 x) {
+    if (n >= 8) {
+        _mm256_storeu_ps(p, x);
+        return;
+    }
+    float t[8];
+    _mm256_storeu_ps(t, x);
+    memcpy(p, t, sizeof(float) * (size_t)(n > 0 ? n : 0));
+}
+
+static inline float hsum(__m256 x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline void prefetch_row(const void *p, int64_t bytes) {
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
+static inline __attribute__((always_inline)) void scores(const int nr, const int bf16, const attn_decode_job *jb,
+                                                        const float *q, int64_t j0, int nb, float (*s)[BK]) {
+    const int64_t d = jb->d, esz = bf16 ? 2 : 4;
+    for (int j = 0; j < nb; j++) {
+        const int64_t kr = (j0 + j) * jb->ldk;
+        if (j0 + j + PF < jb->n) prefetch_row((const char *)jb->k + (kr + PF * jb->ldk) * esz, d * esz);
+        __m256 a[4];
+        for (int r = 0; r < nr; r++) a[r] = _mm256_setzero_ps();
+        for (int64_t x = 0; x < d; x += 8) {
+            const __m256 kv = load_row(jb->k, kr + x, d - x, bf16);
+            for (int r = 0; r < nr; r++) a[r] = _mm256_fmadd_ps(load_f(q + r * d + x, d - x), kv, a[r]);
+        }
+        for (int r = 0; r < nr; r++) s[r][j] = hsum(a[r]);
+    }
+}
+
+static inline __attribute__((always_inline)) void pv_strip(const int nr, const int bf16, const attn_decode_job *jb,
+                                                          int64_t j0, int nb, float (*s)[BK], const float *alpha,
+                                                          float *out, int64_t x) {
+    const int64_t n0 = jb->dv - x, n1 = jb->dv - x - 8;
+    __m256 acc[4][2];
+    for (int r = 0; r < nr; r++) {
+        const __m256 al = _mm256_set1_ps(alpha[r]);
+        acc[r][0] = _mm256_mul_ps(load_f(out + r * jb->ldo + x, n0), al);
+        acc[r][1] = n1 > 0 ? _mm256_mul_ps(load_f(out + r * jb->ldo + x + 8, n1), al) : _mm256_setzero_ps();
+    }
+    for (int j = 0; j < nb; j++) {
+        const int64_t vr = (j0 + j) * jb->ldv + x;
+        const __m256 v0 = load_row(jb->v, vr, n0, bf16), v1 = n1 > 0 ? load_row(jb->v, vr + 8, n1, bf16) : _mm256_setzero_ps();
+        for (int r = 0; r < nr; r++) {
+            const __m256 p = _mm256_set1_ps(s[r][j]);
+            acc[r][0] = _mm256_fmadd_ps(p, v0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(p, v1, acc[r][1]);
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        store_f(out + r * jb->ldo + x, n0, acc[r][0]);
+        if (n1 > 0) store_f(out + r * jb->ldo + x + 8, n1, acc[r][1]);
+    }
+}
+
+static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
+    float mb = -INFINITY;
+    for (int j = 0; j < nb; j++) mb = s[j] > mb ? s[j] : mb;
+    const float m_old = o[dv], m_new = mb > m_old ? mb : m_old;
+    if (m_new == -INFINITY) {
+        memset(s, 0, sizeof(float) * (size_t)nb);
+        return 1.0f;
+    }
+    const __m256 mn = _mm256_set1_ps(m_new), ln2 = _mm256_set1_ps(0.6931471805599453f);
+    __m256 sum = _mm256_setzero_ps();
+    for (int j = 0; j < nb; j += 8) {
+        const int64_t n = nb - j;
+        /* padding lanes read 0 - m_new; they are dropped below */
+        __m256 p = attn_exp256(_mm256_mul_ps(_mm256_sub_ps(load_f(s + j, n), mn), ln2));
+        if (n < 8) {
+            float t[8];
+            _mm256_storeu_ps(t, p);
+            for (int64_t e = n; e < 8; e++) t[e] = 0.0f;
+            p = _mm256_loadu_ps(t);
+        }
+        store_f(s + j, n, p);
+        sum = _mm256_add_ps(sum, p);
+    }
+    const float alpha =
+        m_old == -INFINITY ? 0.0f : _mm256_cvtss_f32(attn_exp256(_mm256_set1_ps((m_old - m_new) * 0.6931471805599453f)));
+    o[dv] = m_new;
+    o[dv + 1] = o[dv + 1] * alpha + hsum(sum);
+    return alpha;
+}
+
+static inline __attribute__((always_inline)) void chunk(const attn_decode_job *jb, const int bf16) {
+    float s[ATTN_DECODE_MAXG][BK], alpha[ATTN_DECODE_MAXG];
+    const int g = jb->g;
+    const int64_t esz = bf16 ? 2 : 4;
+    for (int r = 0; r < g; r++) {
+        float *o = jb->out + r * jb->ldo;
+        memset(o, 0, sizeof(float) * (size_t)jb->dv);
+        o[jb->dv] = -INFINITY;
+        o[jb->dv + 1] = 0.0f;
+    }
+    for (int64_t j0 = 0; j0 < jb->n; j0 += BK) {
+        const int nb = (int)(jb->n - j0 < BK ? jb->n - j0 : BK);
+        for (int j = 0; j < nb; j++) prefetch_row((const char *)jb->v + (j0 + j) * jb->ldv * esz, jb->dv * esz);
+        for (int r0 = 0; r0 < g; r0 += 4) {
+            const float *q = jb->q + r0 * jb->d;
+            switch (g - r0 < 4 ? g - r0 : 4) {
+            case 1: scores(1, bf16, jb, q, j0, nb, s + r0); break;
+            case 2: scores(2, bf16, jb, q, j0, nb, s + r0); break;
+            case 3: scores(3, bf16, jb, q, j0, nb, s + r0); break;
+            default: scores(4, bf16, jb, q, j0, nb, s + r0); break;
+            }
+        }
+        if (jb->km)
+            for (int j = 0; j < nb; j++)
+                if (!jb->km[(j0 + j) * jb->kms])
+                    for (int r = 0; r < g; r++) s[r][j] = -INFINITY;
+        for (int r = 0; r < g; r++) alpha[r] = softmax_row(s[r], nb, jb->out + r * jb->ldo, jb->dv);
+        for (int r0 = 0; r0 < g; r0 += 4) {
+            float *o = jb->out + r0 * jb->ldo;
+            for (int64_t x = 0; x < jb->dv; x += 16) switch (g - r0 < 4 ? g - r0 : 4) {
+                case 1: pv_strip(1, bf16, jb, j0, nb, s + r0, alpha + r0, o, x); break;
+                case 2: pv_strip(2, bf16, jb, j0, nb, s + r0, alpha + r0, o, x); break;
+                case 3: pv_strip(3, bf16, jb, j0, nb, s + r0, alpha + r0, o, x); break;
+                default: pv_strip(4, bf16, jb, j0, nb, s + r0, alpha + r0, o, x); break;
+                }
+        }
+    }
+}
+
+static void chunk_f32_avx2(const attn_decode_job *j) { chunk(j, 0); }
+static void chunk_bf16_avx2(const attn_decode_job *j) { chunk(j, 1); }
+
+const attn_decode_kernels *attn_decode_kernels_avx2(void) {
+    static const attn_decode_kernels k = {ATTN_ISA_AVX2, chunk_f32_avx2, chunk_bf16_avx2};
+    return &k;
+}

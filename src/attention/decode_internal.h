@@ -1,0 +1,67 @@
+/* One-token decode against a key/value cache (src/attention/decode.c): the flash forward's path
+ * for a single query row per head. Decode reads every cached key and value once per token and
+ * does two flops per byte, so it is bound by memory: the general tile kernel (64 x 64 tiles of
+ * which one query column would be used) wastes most of its work and never reaches the bandwidth.
+ *
+ * Here the query heads that share one key/value head are processed together, so K and V are
+ * streamed once per group; the keys are split into fixed chunks of ATTN_DECODE_CHUNK (split-K,
+ * "flash decoding"), each chunk's unnormalised (acc, m, l) computed by one task with an online
+ * softmax, and the chunks merged in increasing order afterwards. The chunking depends only on the
+ * shapes, so the result is bitwise identical for any thread count.
+ *
+ * Kernels, one per ISA (decode_ref.c, decode_avx2.c, decode_avx512.c), and per cache type: float
+ * or bf16 K and V (widened exactly to float, float accumulation). */
+#ifndef ATTN_DECODE_INTERNAL_H
+#define ATTN_DECODE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "attention_common.h"
+#include "attn/core.h"
+
+/* Keys per split-K task: long enough that the per-chunk merge is noise, short enough that 1k
+ * contexts still give both threads work. Fixed: it decides the summation order. */
+#define ATTN_DECODE_CHUNK 256
+/* Keys per score block inside a chunk (scores, softmax, then P V over the block): the block's V
+ * rows (16 KiB at d 128 float) stay in L1 between the prefetch and their use. */
+#define ATTN_DECODE_BK 32
+/* Query rows of one group a kernel call takes at most (the driver splits larger groups). */
+#define ATTN_DECODE_MAXG 8
+
+typedef struct attn_decode_job {
+    int g;                /* query rows, 1 .. ATTN_DECODE_MAXG */
+    int64_t d, dv, n;     /* head dims; keys in this chunk (>= 1) */
+    const float *q;       /* [g][d], already scaled by scale * log2(e): scores are in log2 units */
+    const void *k, *v;    /* first key / value row of the chunk: float or bf16 elements */
+    int64_t ldk, ldv;     /* row strides in elements (unit column stride) */
+    const uint8_t *km;    /* key mask of the chunk's keys (0 = masked), km[j * kms]; NULL = none */
+    int64_t kms;
+    float *out;           /* row r at out + r * ldo: acc [dv] (sum_j 2^(s_j - m) v_j), then m, l */
+    int64_t ldo;
+} attn_decode_job;
+
+typedef struct attn_decode_kernels {
+    attn_isa isa;
+    void (*chunk_f32)(const attn_decode_job *j);
+    void (*chunk_bf16)(const attn_decode_job *j);
+} attn_decode_kernels;
+
+/* The driver, called by attn_flash_forward (attn_ctx validated): does the decode path take these
+ * arguments (one query row, no mask or transform beyond causality, window and key mask, no
+ * dropout, K and V rows contiguous)? general: the flash path's needs_general_epilogue. */
+int attn_flash_decode_applies(const attn_ctx *c, const attn_tensor *k, const attn_tensor *v, int general);
+/* Workspace bytes of the decode path (independent of the thread count). */
+size_t attn_flash_decode_workspace(int64_t b, int64_t hq, int64_t nk, int64_t d, int64_t dv);
+/* out (and lse, nullable) of the one query row against keys [jlo, jhi) (causality and window
+ * already applied by the caller; the key mask here). */
+attn_status attn_flash_decode(const char *fn, const attn_ctx *c, const attn_tensor *q, const attn_tensor *k,
+                              const attn_tensor *v, attn_tensor *out, attn_tensor *lse, int64_t jlo, int64_t jhi,
+                              void *workspace, size_t workspace_bytes);
+
+const attn_decode_kernels *attn_decode_kernels_ref(void);
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+const attn_decode_kernels *attn_decode_kernels_avx2(void);
+const attn_decode_kernels *attn_decode_kernels_avx512(void);
+#endif
+
+#endif
