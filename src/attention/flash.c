@@ -17,6 +17,7 @@
  * still keeps every thread busy. Tiles that causality or a window masks completely are never
  * visited. */
 #define _DEFAULT_SOURCE /* syscall, sched_yield */
+#include <float.h>
 #include <math.h>
 #include <sched.h>
 #ifdef __linux__
@@ -169,7 +170,8 @@ static void row_shifts(const attn_ctx *c, int general, int64_t b, int64_t h, int
             const double v = attn_ctx_bias(c, b, h, i, j);
             if (v > mx) mx = v;
         }
-        if (mx != -INFINITY) sh[r] = (float)(mx * LOG2E);
+        /* clamped: a float mask near FLT_MAX would round the shift to inf and every logit to -inf */
+        if (mx != -INFINITY) sh[r] = (float)fmin(mx * LOG2E, FLT_MAX);
     }
 }
 
