@@ -117,6 +117,62 @@ file(WRITE ${WORK}/seed/performer.json
 expect(1 "buffer 'R' has shape \\[2, 6, 12\\], expected \\[2, 6, 16\\]" run --config ${WORK}/seed/performer.json
   --weights ${WORK}/seed/9/w.safetensors --inputs ${WORK}/seed/9/in.safetensors --out ${WORK}/seed/out3.safetensors)
 
+# ---- non-finite values (tests/parity/gen_nonfinite.py): attn run propagates a NaN / Inf / F64 1e300
+# in a weight, an input or a float attn_mask to PyTorch's positions (exit 0); with --check-finite
+# the same files are an error naming the tensor, the first bad index and the value, and OUT is not
+# written. Cases: 0 NaN in in_proj_weight, 2 F64 1e300 in in_proj_weight, 8 +Inf in linear2.weight
+# (encoder layer), 21 +Inf in key, 28 NaN in attn_mask, 29 -inf in attn_mask (a masked entry: no
+# error). Then finite files whose output overflows (3e38 in a weight and in the query).
+set(nf_fx ${FIXTURES}/nonfinite.safetensors)
+foreach(pair "0;weights.*'in_proj_weight'\\[3, 2\\] is nan"
+             "2;weights.*'in_proj_weight'\\[23, 4\\] is 1e\\+300 \\(F64. inf in float32\\)"
+             "8;weights.*'linear2.weight'\\[4, 9\\] is inf"
+             "21;inputs.*'key'\\[1, 4, 0\\] is inf"
+             "28;inputs.*'attn_mask'\\[1, 3\\] is nan"
+             "29;-")
+  list(GET pair 0 case)
+  list(GET pair 1 msg)
+  set(dir ${WORK}/nonfinite/${case})
+  file(MAKE_DIRECTORY ${dir})
+  execute_process(COMMAND ${SEED_HELPER} --split ${nf_fx} ${case} ${dir} RESULT_VARIABLE got ERROR_VARIABLE err)
+  if(NOT got STREQUAL "0")
+    message(SEND_ERROR "splitting ${nf_fx} case ${case}: exit ${got}, ${err}")
+  endif()
+  set(files --config ${dir}/model.json --weights ${dir}/w.safetensors --inputs ${dir}/in.safetensors)
+  expect(0 "^$" run ${files} --out ${dir}/out.safetensors)
+  execute_process(COMMAND ${NONFINITE_HELPER} --compare ${dir}/out.safetensors ${nf_fx} ${case}
+    RESULT_VARIABLE got OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT got STREQUAL "0")
+    message(SEND_ERROR "attn run on ${nf_fx} case ${case}: ${out}${err}")
+  else()
+    message(STATUS "ok: attn run on non-finite case ${case}: ${out}")
+  endif()
+  if(msg STREQUAL "-")
+    expect(0 "^$" run ${files} --out ${dir}/checked.safetensors --check-finite)
+  else()
+    expect_one_line_error(1 run ${files} --out ${dir}/checked.safetensors --check-finite)
+    expect(1 "^attn: run: --check-finite: ${msg}\n$" run ${files} --out ${dir}/checked.safetensors --check-finite)
+    if(EXISTS ${dir}/checked.safetensors)
+      message(SEND_ERROR "attn run --check-finite wrote ${dir}/checked.safetensors for case ${case}")
+    endif()
+  endif()
+endforeach()
+set(dir ${WORK}/nonfinite/29)
+execute_process(COMMAND ${NONFINITE_HELPER} --set ${dir}/w.safetensors ${dir}/big_w.safetensors in_proj_weight 0 3e38
+  RESULT_VARIABLE got1)
+execute_process(COMMAND ${NONFINITE_HELPER} --set ${dir}/in.safetensors ${dir}/big_in.safetensors query 0 3e38
+  RESULT_VARIABLE got2)
+if(NOT got1 STREQUAL "0" OR NOT got2 STREQUAL "0")
+  message(SEND_ERROR "test_nonfinite --set failed: ${got1} ${got2}")
+endif()
+set(files --config ${dir}/model.json --weights ${dir}/big_w.safetensors --inputs ${dir}/big_in.safetensors)
+expect(0 "^$" run ${files} --out ${dir}/big_out.safetensors)
+expect(1 "^attn: run: --check-finite: output 'output'\\[0, 0, 0\\] is (nan|inf|-inf) \\(weights and inputs are finite\\); not written\n$"
+  run ${files} --out ${dir}/big_checked.safetensors --check-finite)
+if(EXISTS ${dir}/big_checked.safetensors)
+  message(SEND_ERROR "attn run --check-finite wrote an output with a non-finite value")
+endif()
+
 # ---- safe output: attn run refuses an --out that is one of its inputs, that is not a regular file,
 # or that holds something other than a safetensors file (unless --force) ----
 set(d2 ${WORK}/seed/2)

@@ -8,7 +8,13 @@
  *
  * Kernels against a float64 evaluation of the textbook formulas (PyTorch's math): softmax,
  * layernorm, GELU, ReLU, the flash and the reference SDPA with a non-finite value in Q, K, V or
- * the float mask. */
+ * the float mask.
+ *
+ * Also a helper of tests/cli_test.cmake (which splits cases with test_seed_modules --split):
+ *   test_nonfinite --compare OUT FIXTURE CASE   'output' of OUT against caseCASE.out: the same
+ *                                               NaN / +-Inf positions, finite entries within 1e-4
+ *   test_nonfinite --set IN OUT NAME E VALUE    IN with element E of the F32 tensor NAME set to
+ *                                               VALUE, written to OUT */
 #include "io/json.h"
 #include "nn/nn_run.h"
 #include "test_util.h"
@@ -326,7 +332,68 @@ static void test_sdpa(void) {
     free(w);
 }
 
-int main(void) {
+static int compare_files(const char *out_path, const char *fixture, int ci) {
+    attn_safetensors *out = NULL, *st = NULL;
+    char key[64];
+    snprintf(key, sizeof key, "case%d.out", ci);
+    int rc = 1;
+    if (attn_safetensors_open_file(out_path, &out) || attn_safetensors_open_file(fixture, &st)) {
+        fprintf(stderr, "compare: %s\n", attn_last_error());
+    } else {
+        size_t n = 0, nr = 0;
+        float *got = fx_floats(out, "output", &n), *ref = fx_floats(st, key, &nr);
+        if (!got || !ref || n != nr) {
+            fprintf(stderr, "compare: 'output' missing or not of %s's size\n", key);
+        } else {
+            double *r = xmalloc(sizeof(double) * n);
+            for (size_t i = 0; i < n; i++) r[i] = ref[i];
+            size_t nf = 0;
+            const double e = compare_nf("output", got, r, n, &nf);
+            printf("output vs %s: %zu of %zu non-finite at PyTorch's positions, finite rel err %.3g\n", key, nf, n, e);
+            rc = test_failed ? 1 : 0;
+            free(r);
+        }
+        free(got);
+        free(ref);
+    }
+    attn_safetensors_close(out);
+    attn_safetensors_close(st);
+    return rc;
+}
+
+static int set_value(const char *in, const char *out, const char *name, size_t e, float value) {
+    attn_safetensors *st = NULL;
+    attn_safetensors_writer *w = NULL;
+    int bad = attn_safetensors_open_file(in, &st) || attn_safetensors_writer_create(&w), found = 0;
+    float *buf = NULL;
+    for (size_t i = 0; !bad && i < attn_safetensors_count(st); i++) {
+        const attn_safetensors_tensor *t = attn_safetensors_get(st, i);
+        if (strcmp(t->name, name) || t->dtype != ATTN_DTYPE_F32 || e >= t->nbytes / 4) {
+            bad = attn_safetensors_writer_add(w, t->name, t->dtype, t->rank, t->shape, t->data);
+            continue;
+        }
+        buf = xmalloc(t->nbytes);
+        memcpy(buf, t->data, t->nbytes);
+        buf[e] = value;
+        found = 1;
+        bad = attn_safetensors_writer_add(w, t->name, t->dtype, t->rank, t->shape, buf);
+    }
+    bad = bad || !found || attn_safetensors_writer_write_file(w, out);
+    if (bad) fprintf(stderr, "set: %s\n", found ? attn_last_error() : "no such F32 tensor or index");
+    attn_safetensors_writer_free(w);
+    attn_safetensors_close(st);
+    free(buf);
+    return bad ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--compare")) return compare_files(argv[2], argv[3], atoi(argv[4]));
+    if (argc == 7 && !strcmp(argv[1], "--set"))
+        return set_value(argv[2], argv[3], argv[4], (size_t)strtoull(argv[5], NULL, 10), strtof(argv[6], NULL));
+    if (argc != 1) {
+        fprintf(stderr, "usage: test_nonfinite [--compare OUT FIXTURE CASE | --set IN OUT NAME E VALUE]\n");
+        return 2;
+    }
     test_parity();
     test_ops();
     test_sdpa();

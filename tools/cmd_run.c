@@ -135,7 +135,7 @@ static int check_finite_file(const char *what, const char *path, const attn_safe
             if (t->dtype == ATTN_DTYPE_F64) /* the stored value: finite, maybe, but beyond float */
                 memcpy(&d, (const char *)t->data + e * sizeof d, sizeof d);
             if (isfinite(d)) snprintf(val, sizeof val, "%g (F64; %g in float32)", d, (double)x[e]);
-            else snprintf(val, sizeof val, "%g", d);
+            else snprintf(val, sizeof val, isnan(d) ? "nan" : "%g", d); /* not "-nan" */
             free(x);
             return cli_fail("run: --check-finite: %s %s: '%s'%s is %s", what, path, t->name, idx, val);
         }
@@ -152,8 +152,8 @@ static int check_finite_out(const char *name, const float *y, int rank, const in
         if (!isfinite(y[e])) {
             char idx[160];
             format_index(e, rank, shape, idx, sizeof idx);
-            return cli_fail("run: --check-finite: output '%s'%s is %g (weights and inputs are finite); not written",
-                            name, idx, (double)y[e]);
+            return cli_fail("run: --check-finite: output '%s'%s is %s (weights and inputs are finite); not written",
+                            name, idx, isnan(y[e]) ? "nan" : y[e] > 0 ? "inf" : "-inf");
         }
     return 0;
 }
