@@ -124,6 +124,62 @@ file(WRITE ${WORK}/seed/performer.json
 expect(1 "buffer 'R' has shape \\[2, 6, 12\\], expected \\[2, 6, 16\\]" run --config ${WORK}/seed/performer.json
   --weights ${WORK}/seed/9/w.safetensors --inputs ${WORK}/seed/9/in.safetensors --out ${WORK}/seed/out3.safetensors)
 
+# ---- non-finite values (tests/parity/gen_nonfinite.py): attn run propagates a NaN / Inf / F64 1e300
+# in a weight, an input or a float attn_mask to PyTorch's positions (exit 0); with --check-finite
+# the same files are an error naming the tensor, the first bad index and the value, and OUT is not
+# written. Cases: 0 NaN in in_proj_weight, 2 F64 1e300 in in_proj_weight, 8 +Inf in linear2.weight
+# (encoder layer), 21 +Inf in key, 28 NaN in attn_mask, 29 -inf in attn_mask (a masked entry: no
+# error). Then finite files whose output overflows (3e38 in a weight and in the query).
+set(nf_fx ${FIXTURES}/nonfinite.safetensors)
+foreach(pair "0;weights.*'in_proj_weight'\\[3, 2\\] is nan"
+             "2;weights.*'in_proj_weight'\\[23, 4\\] is 1e\\+300 \\(F64. inf in float32\\)"
+             "8;weights.*'linear2.weight'\\[4, 9\\] is inf"
+             "21;inputs.*'key'\\[1, 4, 0\\] is inf"
+             "28;inputs.*'attn_mask'\\[1, 3\\] is nan"
+             "29;-")
+  list(GET pair 0 case)
+  list(GET pair 1 msg)
+  set(dir ${WORK}/nonfinite/${case})
+  file(MAKE_DIRECTORY ${dir})
+  execute_process(COMMAND ${SEED_HELPER} --split ${nf_fx} ${case} ${dir} RESULT_VARIABLE got ERROR_VARIABLE err)
+  if(NOT got STREQUAL "0")
+    message(SEND_ERROR "splitting ${nf_fx} case ${case}: exit ${got}, ${err}")
+  endif()
+  set(files --config ${dir}/model.json --weights ${dir}/w.safetensors --inputs ${dir}/in.safetensors)
+  expect(0 "^$" run ${files} --out ${dir}/out.safetensors)
+  execute_process(COMMAND ${NONFINITE_HELPER} --compare ${dir}/out.safetensors ${nf_fx} ${case}
+    RESULT_VARIABLE got OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT got STREQUAL "0")
+    message(SEND_ERROR "attn run on ${nf_fx} case ${case}: ${out}${err}")
+  else()
+    message(STATUS "ok: attn run on non-finite case ${case}: ${out}")
+  endif()
+  if(msg STREQUAL "-")
+    expect(0 "^$" run ${files} --out ${dir}/checked.safetensors --check-finite)
+  else()
+    expect_one_line_error(1 run ${files} --out ${dir}/checked.safetensors --check-finite)
+    expect(1 "^attn: run: --check-finite: ${msg}\n$" run ${files} --out ${dir}/checked.safetensors --check-finite)
+    if(EXISTS ${dir}/checked.safetensors)
+      message(SEND_ERROR "attn run --check-finite wrote ${dir}/checked.safetensors for case ${case}")
+    endif()
+  endif()
+endforeach()
+set(dir ${WORK}/nonfinite/29)
+execute_process(COMMAND ${NONFINITE_HELPER} --set ${dir}/w.safetensors ${dir}/big_w.safetensors in_proj_weight 0 3e38
+  RESULT_VARIABLE got1)
+execute_process(COMMAND ${NONFINITE_HELPER} --set ${dir}/in.safetensors ${dir}/big_in.safetensors query 0 3e38
+  RESULT_VARIABLE got2)
+if(NOT got1 STREQUAL "0" OR NOT got2 STREQUAL "0")
+  message(SEND_ERROR "test_nonfinite --set failed: ${got1} ${got2}")
+endif()
+set(files --config ${dir}/model.json --weights ${dir}/big_w.safetensors --inputs ${dir}/big_in.safetensors)
+expect(0 "^$" run ${files} --out ${dir}/big_out.safetensors)
+expect(1 "^attn: run: --check-finite: output 'output'\\[0, 0, 0\\] is (nan|inf|-inf) \\(weights and inputs are finite\\); not written\n$"
+  run ${files} --out ${dir}/big_checked.safetensors --check-finite)
+if(EXISTS ${dir}/big_checked.safetensors)
+  message(SEND_ERROR "attn run --check-finite wrote an output with a non-finite value")
+endif()
+
 # ---- safe output: attn run refuses an --out that is one of its inputs, that is not a regular file,
 # or that holds something other than a safetensors file (unless --force) ----
 set(d2 ${WORK}/seed/2)
@@ -210,11 +266,22 @@ if(NOT svg MATCHES "^<svg .*sequence length N \\(log scale\\).*<polyline.*flash,
 endif()
 # the plot is written safely too: never over a device, never over a file of another kind
 execute_process(COMMAND mkfifo ${WORK}/plot.fifo)
-expect(1 "cannot write '.*plot.fifo': output '.*plot.fifo' is a FIFO" bench scaling --impl flash --n 64 --h 1
+expect(1 "output '.*plot.fifo' is a FIFO" bench scaling --impl flash --n 64 --h 1
   --d 16 --threads 1 --svg ${WORK}/plot.fifo)
 file(WRITE ${WORK}/plot.txt "my notes\n")
-expect(1 "'.*plot.txt' exists and is not an SVG file" bench scaling --impl flash --n 64 --h 1 --d 16 --threads 1
-  --svg ${WORK}/plot.txt)
+# refused before any measurement (the one line is all the output), the file kept; --force replaces it
+expect(1 "^attn: bench scaling: --svg '[^']*plot.txt' exists and is not an SVG file: refusing to replace it \\(remove it, choose another path, or add --force\\)\n$"
+  bench scaling --impl flash --n 64 --h 1 --d 16 --threads 1 --svg ${WORK}/plot.txt)
+file(READ ${WORK}/plot.txt notes)
+if(NOT notes STREQUAL "my notes\n")
+  message(SEND_ERROR "bench scaling --svg changed a file it refused: ${notes}")
+endif()
+expect(0 "plot written to .*plot.txt" bench scaling --impl flash --n 64 --h 1 --d 16 --threads 1
+  --svg ${WORK}/plot.txt --force)
+file(READ ${WORK}/plot.txt notes)
+if(NOT notes MATCHES "^<svg ")
+  message(SEND_ERROR "bench scaling --svg --force did not write the plot: ${notes}")
+endif()
 expect(0 "window beats flash|window does not beat flash" bench scaling --impl flash,window --n 64,128 --h 1 --d 16 --threads 1)
 expect_one_line_error(2 bench scaling --impl nonsense)
 expect_one_line_error(2 bench scaling --n 8)
@@ -240,6 +307,30 @@ expect_usage_error("demo: --lr wants a number in \\[1e-07, 1\\], got '2'" demo -
 expect_usage_error("train gpt: --lr wants a number in \\(0, 10\\], got '0'" train gpt --data x --lr 0)
 expect_usage_error("run: --threads wants an integer in 1\\.\\.4096, got '0'" run --threads=0)
 expect_usage_error("sample: --seed wants an integer >= 0, got '-5'" sample x.safetensors --seed -5)
+# an integer out of range is called that, with the bounds (1e12 is an integer); a fraction is not one
+expect_usage_error("sample: --tokens wants an integer in 0\\.\\.1073741824, got '1e12' \\(out of range\\)"
+  sample x.safetensors --tokens 1e12)
+expect_usage_error("run: --threads wants an integer in 1\\.\\.4096, got '100000' \\(out of range\\)" run --threads 100000)
+expect_usage_error("demo: --threads wants an integer in 1\\.\\.1024, got '99999999999999999999' \\(out of range\\)"
+  demo --threads 99999999999999999999)
+expect_usage_error("run: --threads wants an integer in 1\\.\\.4096, got '2\\.5' \\(not an integer\\)" run --threads 2.5)
+expect_usage_error("demo: --lr wants a number in \\[1e-07, 1\\], got '1e300' \\(out of range\\)" demo --lr 1e300)
+# configuration integers: range-checked as 64-bit values, each message naming its key and bound
+set(d2c ${WORK}/nonfinite/29)
+foreach(pair "{\"module\": \"multihead_attention\", \"embed_dim\": 4294967312, \"num_heads\": 4}|attn_mha_create: embed_dim \\(4294967312\\) must be in \\[1, 2\\^24\\]"
+             "{\"module\": \"multihead_attention\", \"embed_dim\": 16, \"num_heads\": 4294967312}|attn_mha_create: num_heads \\(4294967312\\) must be in \\[1, embed_dim \\(16\\)\\] and divide embed_dim"
+             "{\"module\": \"multihead_attention\", \"embed_dim\": 16, \"num_heads\": 4, \"kdim\": 4294967312}|kdim \\(4294967312\\) and vdim \\(0\\) must be in \\[1, 2\\^24\\]"
+             "{\"module\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 1e18}|attn_encoder_layer_create: nhead \\(1000000000000000000\\) must be in \\[1, d_model \\(16\\)\\] and divide d_model"
+             "{\"module\": \"transformer_encoder_layer\", \"d_model\": 4294967312, \"nhead\": 4}|d_model \\(4294967312\\) must be in \\[1, 2\\^24\\]"
+             "{\"module\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 1e19}|key 'nhead' \\(1e\\+19\\) is out of range: at most 2\\^63 - 1 in magnitude"
+             "{\"module\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 4.5}|key 'nhead' must be an integer, got 4.5")
+  string(REPLACE "|" ";" pair "${pair}")
+  list(GET pair 0 cfg)
+  list(GET pair 1 msg)
+  file(WRITE ${WORK}/range.json "${cfg}")
+  expect(1 "^attn: run: [^:]*range.json: [^\n]*${msg}[^\n]*\n$" run --config ${WORK}/range.json --weights ${d2c}/w.safetensors
+    --inputs ${d2c}/in.safetensors --out ${WORK}/range.safetensors)
+endforeach()
 string(REPEAT "1," 64 many)
 expect_usage_error("bench gemm: --m takes at most 64 values" bench gemm --m ${many}1)
 # unknown options (also in the --name=value form), values given to flags, extra arguments

@@ -78,3 +78,26 @@ foreach(bad "--bogus" "--steps;abc" "--steps" "--min-len;8;--max-len;4" "--threa
   check("attn demo ${bad} -> exit 2 (got ${rc}), one line: ${err}"
     rc STREQUAL "2" AND n EQUAL 1 AND err MATCHES "^attn: demo: " AND NOT out MATCHES ".")
 endforeach()
+
+# 4. --svg goes through the safe output: an existing file that is not an SVG is refused before
+#    training (one line, exit 1, the file unchanged); --force replaces it; a fresh path is written.
+file(WRITE ${WORK}/notes.txt "my notes\n")
+execute_process(COMMAND ${ATTN} demo --steps 1 --min-len 2 --max-len 3 --eval 1 --out ${WORK}/svgout --no-accuracy-gate
+    --svg ${WORK}/notes.txt
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+file(READ ${WORK}/notes.txt notes)
+check("--svg over a text file -> exit 1 before training (got ${rc}: ${out}${err})"
+  rc STREQUAL "1" AND NOT out MATCHES "step" AND err MATCHES
+  "^attn: demo: --svg '[^']*notes.txt' exists and is not an SVG file: refusing to replace it \\(remove it, choose another path, or add --force\\)\n$"
+  AND notes STREQUAL "my notes\n")
+execute_process(COMMAND ${ATTN} demo --steps 1 --min-len 2 --max-len 3 --eval 1 --out ${WORK}/svgout --no-accuracy-gate
+    --svg ${WORK}/notes.txt --force
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+file(READ ${WORK}/notes.txt notes)
+check("--svg over a text file with --force -> exit 0, an SVG (got ${rc}: ${err})"
+  rc STREQUAL "0" AND notes MATCHES "^<\\?xml[^\n]*\n<svg xmlns=" AND out MATCHES "written to [^\n]*notes.txt and")
+execute_process(COMMAND ${ATTN} demo --steps 1 --min-len 2 --max-len 3 --eval 1 --out ${WORK}/svgout --no-accuracy-gate
+    --svg ${WORK}/fresh.svg
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+check("--svg to a fresh path -> exit 0 and the SVG there (got ${rc}: ${err})"
+  rc STREQUAL "0" AND EXISTS ${WORK}/fresh.svg AND NOT EXISTS ${WORK}/svgout/cross_attention.svg)

@@ -51,7 +51,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: attn bench scaling [--impl NAME[,NAME...]] [--n N,...] [--b B] [--h H] [--d D]\n"
             "                          [--backward] [--budget S] [--threads T,...] [--repeats R]\n"
-            "                          [--svg FILE] [--json]\n\n"
+            "                          [--svg FILE [--force]] [--json]\n\n"
             "Time and extra memory of each attention variant for B x H heads of dimension d as N\n"
             "grows (self-attention, forward; --backward adds the backward): medians of R timed\n"
             "calls, GFLOP/s and the fraction of the FMA peak, then the N from which each variant\n"
@@ -65,7 +65,8 @@ static void usage(FILE *f) {
             "  --b, --h, --d batch, heads, head dimension (default 1, 8, 64)\n"
             "  --budget S   skip a measurement predicted (from the previous N) to take more than S\n"
             "               seconds per call (default 20)\n"
-            "  --svg FILE   also write the times as a log-log SVG plot\n"
+            "  --svg FILE   also write the times as a log-log SVG plot (an existing FILE that is not an\n"
+            "               SVG is replaced only with --force)\n"
             "  --threads    thread counts (default: attn's)\n"
             "  --repeats R  timed calls per measurement (default 7; calls over 20 ms: 3)\n"
             "  --json       one JSON object per line (impl, shape {b, h, n, d}, threads, ms,\n"
@@ -223,7 +224,7 @@ int bench_scaling_cmd(int argc, char **argv) {
     bench_opts o;
     bench_opts_init(&o);
     int64_t ns[BENCH_MAX_LIST], B = 1, H = 8, D = 64;
-    int nn = 0, backward = 0;
+    int nn = 0, backward = 0, force = 0;
     for (int64_t n = 256; n <= 65536; n *= 2) ns[nn++] = n;
     double budget = 20;
     const char *impl_list = NULL, *svg = NULL;
@@ -237,6 +238,7 @@ int bench_scaling_cmd(int argc, char **argv) {
         CLI_FLAG("--backward", &backward),
         CLI_DOUBLE("--budget", &budget, 0.001, 1e6),
         CLI_STRING_NONEMPTY("--svg", &svg),
+        CLI_FLAG("--force", &force),
         CLI_END,
     };
     int parsed = cli_parse("bench scaling", opts, argc, argv, NULL, 0);
@@ -245,6 +247,9 @@ int bench_scaling_cmd(int argc, char **argv) {
         return 0;
     }
     if (parsed) return parsed;
+    /* checked before the (long) measurements, and again when written (safe_fopen) */
+    safe_set_inputs(NULL, 0, force);
+    if (svg && safe_out_check("bench scaling", "--svg", svg, NULL, 0, SAFE_KIND_SVG, force)) return 1;
     const int explicit_repeats = cli_seen(opts, "--repeats");
     int use[NV];
     for (int i = 0; i < NV; i++) use[i] = impl_list == NULL;

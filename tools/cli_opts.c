@@ -64,6 +64,15 @@ static int parse_list(const cli_opt *o, const char *s) {
     }
 }
 
+/* Why an integer option's value was refused: an integer (digits, or a number like 1e12 that is
+ * one) outside the range, or not an integer at all. */
+static const char *int_why(const char *s) {
+    if (!s || !*s || isspace((unsigned char)*s)) return "not an integer";
+    char *end;
+    const double v = strtod(s, &end);
+    return *end == '\0' && (isinf(v) || v == floor(v)) ? "out of range" : "not an integer";
+}
+
 /* Store value v of option o; 0, or 2 after printing the error. */
 static int set_value(const char *cmd, cli_opt *o, const char *v) {
     char range[64];
@@ -71,8 +80,8 @@ static int set_value(const char *cmd, cli_opt *o, const char *v) {
     case CLI_KIND_INT: {
         int64_t x;
         if (cli_parse_i64(v, o->min, o->max, &x))
-            return cli_usage_error("%s: %s wants an integer %s, got '%s'", cmd, o->name,
-                                   int_range(o, range, sizeof range), v);
+            return cli_usage_error("%s: %s wants an integer %s, got '%s' (%s)", cmd, o->name,
+                                   int_range(o, range, sizeof range), v, int_why(v));
         store_int(o, 0, x);
         return 0;
     }
@@ -80,8 +89,8 @@ static int set_value(const char *cmd, cli_opt *o, const char *v) {
         double x;
         const int open = (o->flags & CLI_MIN_EXCLUSIVE) != 0;
         if (cli_parse_double(v, o->dmin, o->dmax, &x) || (open && !(x > o->dmin)))
-            return cli_usage_error("%s: %s wants a number in %c%g, %g], got '%s'", cmd, o->name, open ? '(' : '[',
-                                   o->dmin, o->dmax, v);
+            return cli_usage_error("%s: %s wants a number in %c%g, %g], got '%s'%s", cmd, o->name, open ? '(' : '[',
+                                   o->dmin, o->dmax, v, cli_parse_double(v, -HUGE_VAL, HUGE_VAL, &x) ? "" : " (out of range)");
         *(double *)o->dst = x;
         return 0;
     }

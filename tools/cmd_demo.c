@@ -30,8 +30,8 @@ typedef struct demo_opts {
     long steps, seed, min_len, max_len, threads, batch, eval_n, d_model, heads, layers, ff, warmup;
     long log_every;
     double lr, clip;
-    int gate, quiet;
-    const char *out;
+    int gate, quiet, force;
+    const char *out, *svg; /* svg: NULL = OUT/cross_attention.svg */
 } demo_opts;
 
 static void usage(FILE *f) {
@@ -61,6 +61,8 @@ static void usage(FILE *f) {
             "  --eval N           held-out sequences scored at the end (default 1000)\n"
             "  --threads N        threads (default: all, as OpenMP's default)\n"
             "  --out DIR          where the heat maps go (default ./attn-demo-output)\n"
+            "  --svg FILE         the heat map's SVG there instead of DIR/cross_attention.svg\n"
+            "  --force            replace an existing SVG / HTML output that is not of its kind\n"
             "  --log-every N      progress interval when stdout is not a terminal\n"
             "                     (default steps/20)\n"
             "  --no-accuracy-gate exit 0 whatever the accuracy (short runs, tests)\n"
@@ -182,7 +184,11 @@ static int write_figure(const char *svg_path, const char *html_path, const int64
                "i-th input digit from the end: an anti-diagonal.</p>\n",
             demo_answer_ok(src, pred, L) ? "correct" : "wrong");
     fclose(b);
-    const char *after = "<p>The same picture as a standalone file: <code>cross_attention.svg</code></p>\n";
+    /* a --svg elsewhere is not named: the page would have to escape an arbitrary path */
+    const size_t sl = strlen(svg_path);
+    const char *after = sl >= 20 && !strcmp(svg_path + sl - 20, "/cross_attention.svg")
+                            ? "<p>The same picture as a standalone file: <code>cross_attention.svg</code></p>\n"
+                            : "<p>The same picture is written as a standalone SVG file (--svg).</p>\n";
     f = safe_fopen(&sf, html_path, SAFE_KIND_HTML);
     if (!f) {
         free(before);
@@ -272,6 +278,8 @@ static int parse_args(int argc, char **argv, demo_opts *o, int *help) {
         CLI_DOUBLE("--lr", &o->lr, 1e-7, 1.0),
         CLI_DOUBLE("--clip", &o->clip, 0.0, 1e6),
         CLI_STRING_NONEMPTY("--out", &o->out),
+        CLI_STRING_NONEMPTY("--svg", &o->svg),
+        CLI_FLAG("--force", &o->force),
         CLI_FLAG("--no-accuracy-gate", &no_gate),
         CLI_END,
     };
@@ -314,6 +322,15 @@ int cmd_demo(int argc, char **argv) {
     if (o.warmup < 0) o.warmup = o.steps / 10;
     if (o.log_every <= 0) o.log_every = o.steps >= 20 ? o.steps / 20 : 1;
     if (o.threads > 0) attn_set_num_threads((int)o.threads);
+    /* the outputs are checked before training, so a path that would be refused costs no run */
+    char svg_path[4200], html_path[4200];
+    snprintf(svg_path, sizeof svg_path, "%s/cross_attention.svg", o.out);
+    snprintf(html_path, sizeof html_path, "%s/cross_attention.html", o.out);
+    if (o.svg) snprintf(svg_path, sizeof svg_path, "%s", o.svg);
+    safe_set_inputs(NULL, 0, o.force);
+    if (safe_out_check("demo", "--svg", svg_path, NULL, 0, SAFE_KIND_SVG, o.force) ||
+        safe_out_check("demo", "--out", html_path, NULL, 0, SAFE_KIND_HTML, o.force))
+        return 1;
 
     int rc = 1;
     attn_seq2seq *m = NULL;
@@ -477,9 +494,6 @@ int cmd_demo(int argc, char **argv) {
             rc = cli_fail("demo: cannot create directory '%s': %s", o.out, strerror(errno));
             goto done;
         }
-        char svg_path[4200], html_path[4200];
-        snprintf(svg_path, sizeof svg_path, "%s/cross_attention.svg", o.out);
-        snprintf(html_path, sizeof html_path, "%s/cross_attention.html", o.out);
         if (write_figure(svg_path, html_path, ex_src, ex_L, ex_pred, w)) goto done;
         printf("\ncross-attention of the last decoder layer (mean weight on the anti-diagonal: %.2f)\n"
                "written to %s and %s\n",

@@ -2,6 +2,7 @@
  *   config (JSON) -> module (nn/nn_run.h), weights by state_dict name (strict), inputs by forward
  *   argument name (strict), one inference forward, outputs to a safetensors file. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +17,10 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attn run --config MODEL.json --weights W.safetensors --inputs IN.safetensors\n"
-            "                --out OUT.safetensors [--threads N] [--force]\n"
+            "                --out OUT.safetensors [--threads N] [--force] [--check-finite]\n"
             "       attn run --config VIT.json --weights W.safetensors --image FILE [--mean M[,M,M]]\n"
-            "                [--std S[,S,S]] --out OUT.safetensors [--threads N] [--weights-prefix P] [--force]\n\n"
+            "                [--std S[,S,S]] --out OUT.safetensors [--threads N] [--weights-prefix P] [--force]\n"
+            "                [--check-finite]\n\n"
             "Runs one module in inference (eval) mode and writes its outputs, to check attn against a\n"
             "PyTorch model without writing C.\n\n"
             "MODEL.json   {\"module\": NAME, ...} with NAME one of multihead_attention,\n"
@@ -72,10 +74,26 @@ static void usage(FILE *f) {
             "             'attn_output_weights' when need_weights is true.\n"
             "--threads N  threads to use (default: ATTN_NUM_THREADS or OpenMP's).\n"
             "--force      replace an existing OUT that is not a safetensors file. OUT is never one of the\n"
-            "             inputs, nor a device, FIFO or symbolic link; it is replaced atomically.\n\n"
+            "             inputs, nor a device, FIFO or symbolic link; it is replaced atomically.\n"
+            "--check-finite  a NaN or infinite value in the weights (after conversion to float32: an F64\n"
+            "             1e300 is +inf), in the inputs (a float mask may hold -inf: masked) or in the\n"
+            "             outputs is an error naming the tensor, the first such index and its value, and\n"
+            "             OUT is not written. Without it non-finite values propagate as in PyTorch.\n\n"
             "Errors (unknown module or key, missing or mis-shaped weights and inputs) are reported on one\n"
             "line and exit 1; usage errors exit 2. Unlike PyTorch < 2.5, a query whose keys are all masked\n"
             "gets attention output 0 instead of NaN.\n");
+}
+
+/* "[i, j, k]" of flat index e in a row-major tensor of this shape. */
+static void format_index(size_t e, int rank, const int64_t *shape, char *buf, size_t cap) {
+    size_t sub[8] = {0}, o = 0;
+    for (int d = rank - 1; d >= 0 && d < 8; d--) {
+        sub[d] = shape[d] > 0 ? e % (size_t)shape[d] : 0;
+        e = shape[d] > 0 ? e / (size_t)shape[d] : 0;
+    }
+    o += (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < rank && d < 8 && o < cap; d++) o += (size_t)snprintf(buf + o, cap - o, "%s%zu", d ? ", " : "", sub[d]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
 }
 
 /* The library's message, without a "safetensors: PATH: " prefix that repeats the file name. */
@@ -87,10 +105,63 @@ static const char *msg_for(const char *path) {
     return msg;
 }
 
+/* --check-finite: 0 when every floating tensor of st (those whose name starts with prefix) is
+ * finite after conversion to float32 (a mask's -inf allowed: it means "masked"), else an error
+ * naming what (weights / inputs), the file, the tensor, the first bad index and value. */
+static int check_finite_file(const char *what, const char *path, const attn_safetensors *st, const char *prefix) {
+    const size_t pl = prefix ? strlen(prefix) : 0;
+    for (size_t i = 0; i < attn_safetensors_count(st); i++) {
+        const attn_safetensors_tensor *t = attn_safetensors_get(st, i);
+        if (t->dtype != ATTN_DTYPE_F16 && t->dtype != ATTN_DTYPE_BF16 && t->dtype != ATTN_DTYPE_F32 &&
+            t->dtype != ATTN_DTYPE_F64 && t->dtype != ATTN_DTYPE_F8_E4M3 && t->dtype != ATTN_DTYPE_F8_E5M2)
+            continue;
+        if (pl && strncmp(t->name, prefix, pl)) continue;
+        size_t n = 1;
+        for (int d = 0; d < t->rank; d++) n *= (size_t)t->shape[d];
+        float *x = malloc(sizeof(float) * (n ? n : 1));
+        if (!x) return cli_fail("run: --check-finite: out of memory reading '%s'", t->name);
+        if (attn_safetensors_read_f32(st, t->name, x, n)) {
+            free(x);
+            return cli_fail("run: %s: %s", path, msg_for(path));
+        }
+        const size_t nl = strlen(t->name);
+        const int mask = nl >= 4 && !strcmp(t->name + nl - 4, "mask");
+        size_t e = 0;
+        while (e < n && (isfinite(x[e]) || (mask && x[e] == -INFINITY))) e++;
+        if (e < n) {
+            char idx[160], val[80];
+            format_index(e, t->rank, t->shape, idx, sizeof idx);
+            double d = x[e];
+            if (t->dtype == ATTN_DTYPE_F64) /* the stored value: finite, maybe, but beyond float */
+                memcpy(&d, (const char *)t->data + e * sizeof d, sizeof d);
+            if (isfinite(d)) snprintf(val, sizeof val, "%g (F64; %g in float32)", d, (double)x[e]);
+            else snprintf(val, sizeof val, isnan(d) ? "nan" : "%g", d); /* not "-nan" */
+            free(x);
+            return cli_fail("run: --check-finite: %s %s: '%s'%s is %s", what, path, t->name, idx, val);
+        }
+        free(x);
+    }
+    return 0;
+}
+
+/* --check-finite on an output: 0 when finite, else the error (OUT is then not written). */
+static int check_finite_out(const char *name, const float *y, int rank, const int64_t *shape) {
+    size_t n = 1;
+    for (int d = 0; d < rank; d++) n *= (size_t)shape[d];
+    for (size_t e = 0; e < n; e++)
+        if (!isfinite(y[e])) {
+            char idx[160];
+            format_index(e, rank, shape, idx, sizeof idx);
+            return cli_fail("run: --check-finite: output '%s'%s is %s (weights and inputs are finite); not written",
+                            name, idx, isnan(y[e]) ? "nan" : y[e] > 0 ? "inf" : "-inf");
+        }
+    return 0;
+}
+
 int cmd_run(int argc, char **argv) {
     const char *config = NULL, *weights = NULL, *inputs = NULL, *out = NULL, *image = NULL, *mean_s = NULL,
                *std_s = NULL, *wprefix = NULL;
-    int threads = 0, force = 0;
+    int threads = 0, force = 0, check_finite = 0;
     cli_opt opts[] = {
         CLI_STRING("--config", &config),
         CLI_STRING("--weights", &weights),
@@ -102,6 +173,7 @@ int cmd_run(int argc, char **argv) {
         CLI_STRING_NONEMPTY("--std", &std_s),
         CLI_INT("--threads", &threads, 1, 4096),
         CLI_FLAG("--force", &force),
+        CLI_FLAG("--check-finite", &check_finite),
         CLI_END,
     };
     int parsed = cli_parse("run", opts, argc, argv, NULL, 0);
@@ -148,6 +220,7 @@ int cmd_run(int argc, char **argv) {
         rc = cli_fail("run: %s: %s", weights, msg_for(weights));
         goto done;
     }
+    if (check_finite && (rc = check_finite_file("weights", weights, wst, wprefix))) goto done;
     if (image) {
         const attn_vit *vit = attn_nn_model_vit(m);
         if (!vit) {
@@ -169,6 +242,8 @@ int cmd_run(int argc, char **argv) {
         rc = cli_fail("run: %s: %s", inputs, msg_for(inputs));
         goto done;
     }
+    if (check_finite && (rc = check_finite_file("inputs", image ? image : inputs, image ? img.st : ist, NULL)))
+        goto done;
     if (attn_nn_model_forward(m, 0, 0, 0, 0)) {
         rc = cli_fail("run: %s", attn_last_error());
         goto done;
@@ -176,11 +251,13 @@ int cmd_run(int argc, char **argv) {
     int rank = 0;
     int64_t shape[4];
     const float *y = attn_nn_model_output(m, &rank, shape);
+    if (check_finite && (rc = check_finite_out("output", y, rank, shape))) goto done;
     if (attn_safetensors_writer_create(&w) || attn_safetensors_writer_add(w, "output", ATTN_DTYPE_F32, rank, shape, y)) {
         rc = cli_fail("run: %s: %s", out, msg_for(out));
         goto done;
     }
     const float *aw = attn_nn_model_weights(m, &rank, shape);
+    if (aw && check_finite && (rc = check_finite_out("attn_output_weights", aw, rank, shape))) goto done;
     if (aw && attn_safetensors_writer_add(w, "attn_output_weights", ATTN_DTYPE_F32, rank, shape, aw)) {
         rc = cli_fail("run: %s: %s", out, msg_for(out));
         goto done;

@@ -43,7 +43,8 @@ ATTN_API attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb
 
 /* ---- row-wise ops on [rows, n] contiguous matrices ---------------------------------------- */
 
-/* y = softmax(x) along each row (max-subtracted). Rows that are all -inf give 0. x == y allowed. */
+/* y = softmax(x) along each row (max-subtracted). Rows that are all -inf give 0; a NaN or +inf
+ * makes its row NaN (as torch.softmax). x == y allowed. */
 ATTN_API attn_status attn_softmax_forward(const float *x, float *y, int64_t rows, int64_t n);
 /* dx = y * (dy - sum(dy * y)) per row. */
 ATTN_API attn_status attn_softmax_backward(const float *y, const float *dy, float *dx, int64_t rows,

@@ -17,6 +17,7 @@
  * still keeps every thread busy. Tiles that causality or a window masks completely are never
  * visited. */
 #define _DEFAULT_SOURCE /* syscall, sched_yield */
+#include <float.h>
 #include <math.h>
 #include <sched.h>
 #ifdef __linux__
@@ -170,7 +171,8 @@ static void row_shifts(const attn_ctx *c, int general, int64_t b, int64_t h, int
             const double v = attn_ctx_bias(c, b, h, i, j);
             if (v > mx) mx = v;
         }
-        if (mx != -INFINITY) sh[r] = (float)(mx * LOG2E);
+        /* clamped: a float mask near FLT_MAX would round the shift to inf and every logit to -inf */
+        if (mx != -INFINITY) sh[r] = (float)fmin(mx * LOG2E, FLT_MAX);
     }
 }
 
@@ -480,7 +482,7 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
                 }
                 hk->gemm_pairs(bi, (int)c.dv, (bj + 1) / 2, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
             }
-            for (int r = 0; r < bi; r++) w.alpha[r] = w.l[r] > 0 ? 1.0f / w.l[r] : 0.0f;
+            for (int r = 0; r < bi; r++) w.alpha[r] = w.l[r] != 0 ? 1.0f / w.l[r] : 0.0f; /* NaN l: NaN row */
             if (out->dtype == ATTN_TYPE_BF16) {
                 uint16_t *oi = out->data16 + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
                 for (int r = 0; r < bi; r++) {
@@ -498,7 +500,7 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
             for (int r = 0; r < bi; r++)
                 if (lse)
                     lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]] =
-                        w.l[r] > 0 ? (float)(((double)w.sh[r] + w.m[r] + log2((double)w.l[r])) * LN2) : -INFINITY;
+                        w.l[r] != 0 ? (float)(((double)w.sh[r] + w.m[r] + log2((double)w.l[r])) * LN2) : -INFINITY;
         }
     }
     return ATTN_OK;
@@ -579,12 +581,12 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
                 }
             }
             float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
-            for (int r = 0; r < bi; r++) w.alpha[r] = w.l[r] > 0 ? 1.0f / w.l[r] : 0.0f;
+            for (int r = 0; r < bi; r++) w.alpha[r] = w.l[r] != 0 ? 1.0f / w.l[r] : 0.0f; /* NaN l: NaN row */
             store_rows(kr, w.acc, bi, c.dv, w.alpha, oi, out->stride[2], out->stride[3]);
             for (int r = 0; r < bi; r++) {
                 if (lse)
                     lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]] =
-                        w.l[r] > 0 ? (float)(((double)w.sh[r] + w.m[r] + log2((double)w.l[r])) * LN2) : -INFINITY;
+                        w.l[r] != 0 ? (float)(((double)w.sh[r] + w.m[r] + log2((double)w.l[r])) * LN2) : -INFINITY;
             }
         }
     }

@@ -12,7 +12,7 @@
 
 static inline __m256 exp2_neg(__m256 x) {
     const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    x = _mm256_max_ps(_mm256_set1_ps(-126.0f), x); /* maxps returns its second operand for a NaN: NaN stays */
     const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 f = _mm256_sub_ps(x, n);
     __m256 p = _mm256_set1_ps(1.525273380405984e-05f);

@@ -18,7 +18,7 @@
 
 static inline __m512 exp2_neg(__m512 x) {
     const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f)); /* also maps -inf and NaN-free masks */
+    x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x); /* maps -inf; a NaN stays (the second operand wins) */
     const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(x, n);
     __m512 p = _mm512_set1_ps(1.525273380405984e-05f);

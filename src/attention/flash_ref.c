@@ -18,11 +18,14 @@ static void gemm_ref(int m, int n, int k, const float *a, int64_t ars, int64_t a
 static void softmax_update_ref(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
                                float *alpha, const float *tilemax) {
     for (int c = 0; c < cols; c++) {
+        /* fmaxf drops a NaN: a column whose only non -inf logit is NaN would pass for fully masked */
         float mx = mrun[c];
         if (tilemax) mx = fmaxf(mx, tilemax[c]);
         else
             for (int r = 0; r < rows; r++) mx = fmaxf(mx, s[r * lds + c]);
-        if (mx == -INFINITY) {
+        int nan = isnan(mrun[c]);
+        for (int r = 0; mx == -INFINITY && r < rows; r++) nan |= isnan(s[r * lds + c]);
+        if (mx == -INFINITY && !nan) {
             for (int r = 0; r < rows; r++) s[r * lds + c] = 0.0f;
             alpha[c] = 1.0f;
             continue;

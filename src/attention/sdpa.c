@@ -47,11 +47,15 @@ static double logit(const attn_ctx *c, const attn_tensor *q, const attn_tensor *
     return s + attn_ctx_bias(c, b, h, i, j);
 }
 
-/* Log-sum-exp of a row of logits (-inf when every entry is -inf). */
+/* Log-sum-exp of a row of logits (-inf when every entry is -inf, NaN when one is NaN). */
 static double row_lse(const double *s, int64_t n) {
     double m = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < n; j++)
+    int nan = 0;
+    for (int64_t j = 0; j < n; j++) {
+        nan |= isnan(s[j]);
         if (s[j] > m) m = s[j];
+    }
+    if (nan) return NAN;
     if (m == -INFINITY) return -INFINITY;
     for (int64_t j = 0; j < n; j++) sum += exp(s[j] - m);
     return m + log(sum);

@@ -56,6 +56,12 @@ static void softmax_fwd_avx2(const float *x, float *y, int64_t n) {
     }
     const float mx = hmax8(_mm256_max_ps(m0, m1));
     if (mx == -INFINITY) {
+        /* the max drops a NaN: a row of -inf and NaN is NaN (torch.softmax), not a masked row */
+        for (i = 0; i < n && !isnan(x[i]); i++) {}
+        if (i < n) {
+            for (i = 0; i < n; i++) y[i] = NAN;
+            return;
+        }
         for (i = 0; i < n; i += 8) _mm256_maskstore_ps(y + i, tail8(n - i), _mm256_setzero_ps());
         return;
     }

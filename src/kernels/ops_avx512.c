@@ -34,6 +34,12 @@ static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
     for (; i < n; i += 16) m0 = _mm512_max_ps(m0, _mm512_mask_loadu_ps(ninf, tail16(n - i), x + i));
     float mx = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
     if (mx == -INFINITY) {
+        /* the max drops a NaN: a row of -inf and NaN is NaN (torch.softmax), not a masked row */
+        for (i = 0; i < n && !isnan(x[i]); i++) {}
+        if (i < n) {
+            for (i = 0; i < n; i++) y[i] = NAN;
+            return;
+        }
         for (i = 0; i < n; i += 16) _mm512_mask_storeu_ps(y + i, tail16(n - i), _mm512_setzero_ps());
         return;
     }

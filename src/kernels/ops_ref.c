@@ -13,10 +13,13 @@
 
 static void softmax_fwd_ref(const float *x, float *y, int64_t n) {
     float mx = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
+    int nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        nan |= isnan(x[i]);
         if (x[i] > mx) mx = x[i];
-    if (mx == -INFINITY) {
-        for (int64_t i = 0; i < n; i++) y[i] = 0.0f;
+    }
+    if (mx == -INFINITY) { /* all -inf: a masked row, 0; with a NaN: NaN (torch.softmax) */
+        for (int64_t i = 0; i < n; i++) y[i] = nan ? NAN : 0.0f;
         return;
     }
     double sum = 0.0;

@@ -44,8 +44,22 @@ attn_status attn_nn_json_read(const char *what, const attn_json *obj, const nn_k
         case NN_K_INT_OR_NULL: {
             int64_t x = 0;
             want = keys[k].type == NN_K_INT ? "an integer" : "an integer or null";
+            double d = 0;
             if (keys[k].type == NN_K_INT_OR_NULL && attn_json_is_null(v)) x = 0;
-            else ok = attn_json_as_i64(v, &x);
+            else if (!attn_json_as_i64(v, &x) && attn_json_as_double(v, &d) && d == floor(d)) {
+                /* an integer written with an exponent (1e3) or beyond int64: the module checks the
+                 * range of what fits; the rest is named out of range here, never "not an integer" */
+                if (!(fabs(d) < 0x1p63))
+                    return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                                      "%s: key '%s' (%.17g) is out of range: at most 2^63 - 1 in magnitude", what,
+                                      keys[k].name, d);
+                x = (int64_t)d;
+            } else {
+                ok = attn_json_as_i64(v, &x);
+                if (!ok && attn_json_as_double(v, &d))
+                    return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' must be %s, got %.17g", what,
+                                      keys[k].name, want, d);
+            }
             if (ok) *(int64_t *)keys[k].dst = x;
             break;
         }

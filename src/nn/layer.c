@@ -40,10 +40,13 @@ attn_layer_args attn_layer_args_default(void) {
 
 attn_status attn_nn_layer_check_config(const char *fn, const attn_layer_config *c) {
     ATTN_CHECK_NOT_NULL(fn, c);
-    if (c->d_model < 1 || c->nhead < 1 || c->d_model % c->nhead != 0)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: d_model (%lld) must be a positive multiple of nhead (%lld)",
-                          fn, (long long)c->d_model, (long long)c->nhead);
-    if (c->dim_feedforward < 1 || c->dim_feedforward > (1 << 24) || c->d_model > (1 << 24))
+    if (c->d_model < 1 || c->d_model > (1 << 24))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: d_model (%lld) must be in [1, 2^24]", fn,
+                          (long long)c->d_model);
+    if (c->nhead < 1 || c->nhead > c->d_model || c->d_model % c->nhead != 0)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: nhead (%lld) must be in [1, d_model (%lld)] and divide d_model",
+                          fn, (long long)c->nhead, (long long)c->d_model);
+    if (c->dim_feedforward < 1 || c->dim_feedforward > (1 << 24))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: dim_feedforward (%lld) must be in [1, 2^24]", fn,
                           (long long)c->dim_feedforward);
     if (!(c->dropout >= 0 && c->dropout <= 1))

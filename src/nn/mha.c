@@ -73,13 +73,16 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
     ATTN_CHECK_NOT_NULL(fn, cfg);
     const int64_t E = cfg->embed_dim, H = cfg->num_heads;
     const int64_t kdim = cfg->kdim ? cfg->kdim : E, vdim = cfg->vdim ? cfg->vdim : E;
-    if (E < 1 || H < 1 || E % H != 0)
+    if (E < 1 || E > (1 << 24))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: embed_dim (%lld) must be in [1, 2^24]", fn, (long long)E);
+    if (H < 1 || H > E || E % H != 0)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: embed_dim (%lld) must be a positive multiple of num_heads (%lld)", fn,
-                          (long long)E, (long long)H);
-    if (kdim < 1 || vdim < 1 || E > (1 << 24) || kdim > (1 << 24) || vdim > (1 << 24))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: kdim (%lld) and vdim (%lld) must be in [1, 2^24]",
-                          fn, (long long)cfg->kdim, (long long)cfg->vdim);
+                          "%s: num_heads (%lld) must be in [1, embed_dim (%lld)] and divide embed_dim", fn,
+                          (long long)H, (long long)E);
+    if (kdim < 1 || vdim < 1 || kdim > (1 << 24) || vdim > (1 << 24))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: kdim (%lld) and vdim (%lld) must be in [1, 2^24] (0: embed_dim)", fn,
+                          (long long)cfg->kdim, (long long)cfg->vdim);
     if (!(cfg->dropout >= 0 && cfg->dropout <= 1))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: dropout must be in [0, 1] (got %g)", fn,
                           (double)cfg->dropout);

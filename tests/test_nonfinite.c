@@ -1,0 +1,403 @@
+/* Non-finite values propagate as IEEE arithmetic (and PyTorch) says.
+ *
+ * Parity (tests/parity/gen_nonfinite.py): a NaN, +-Inf or a float64 1e300 (+Inf in float32) in a
+ * weight, an input or a float attn_mask of multihead_attention, transformer_encoder_layer and
+ * transformer_decoder_layer, run through run.c's API under every ISA the CPU has: the NaN / +Inf /
+ * -Inf positions of the output must be PyTorch's exactly, the finite entries within 1e-4 (relative,
+ * over the finite entries).
+ *
+ * Kernels against a float64 evaluation of the textbook formulas (PyTorch's math): softmax,
+ * layernorm, GELU, ReLU, the flash and the reference SDPA with a non-finite value in Q, K, V or
+ * the float mask.
+ *
+ * Also a helper of tests/cli_test.cmake (which splits cases with test_seed_modules --split):
+ *   test_nonfinite --compare OUT FIXTURE CASE   'output' of OUT against caseCASE.out: the same
+ *                                               NaN / +-Inf positions, finite entries within 1e-4
+ *   test_nonfinite --set IN OUT NAME E VALUE    IN with element E of the F32 tensor NAME set to
+ *                                               VALUE, written to OUT */
+#include "io/json.h"
+#include "nn/nn_run.h"
+#include "test_util.h"
+
+#define TOL 1e-4
+
+/* 0 finite, 1 NaN, 2 +Inf, 3 -Inf */
+static int kind_of(double v) { return isnan(v) ? 1 : isinf(v) ? (v > 0 ? 2 : 3) : 0; }
+
+static size_t lenient_nan;
+
+/* Same non-finite positions and kinds, finite entries within TOL; returns the finite rel err (INFINITY
+ * on a position mismatch). *nonfinite receives the reference's count of non-finite entries.
+ * lenient: a NaN may stand for a finite reference value (counted in lenient_nan). */
+static double compare_nf_l(const char *ctx, const float *got, const double *ref, size_t n, size_t *nonfinite,
+                           int lenient) {
+    double num = 0, den = 0;
+    size_t bad = 0, nf = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int kg = kind_of(got[i]), kr = kind_of(ref[i]);
+        nf += kr != 0;
+        if (lenient && kg == 1 && kr == 0) {
+            lenient_nan++;
+            continue;
+        }
+        if (kg != kr) {
+            if (!bad++) first = i;
+            continue;
+        }
+        if (kr) continue;
+        num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    if (nonfinite) *nonfinite = nf;
+    CHECK(!bad, "%s: %zu of %zu entries differ in kind, first [%zu]: got %g, want %g", ctx, bad, n, first,
+          (double)got[first], ref[first]);
+    const double e = bad ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
+    CHECK(e <= TOL, "%s: finite entries' rel err %.3g > %.0e", ctx, e, TOL);
+    return e;
+}
+
+static double compare_nf(const char *ctx, const float *got, const double *ref, size_t n, size_t *nonfinite) {
+    return compare_nf_l(ctx, got, ref, n, nonfinite, 0);
+}
+
+static double worst;
+
+static void track(double e) {
+    if (e > worst) worst = e;
+}
+
+/* ---- parity against PyTorch through run.c ---- */
+
+static int members(const char *obj, const char **body) {
+    const char *b = strchr(obj, '{') + 1, *e = strrchr(obj, '}');
+    while (*b == ' ') b++;
+    *body = b;
+    return (int)(e - b);
+}
+
+static nn_model *model_of(const attn_safetensors *st, int ci) {
+    char key[64], text[1024];
+    const char *v[3], *what[3] = {"module", "config", "call"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(key, sizeof key, "case%d.%s", ci, what[i]);
+        v[i] = attn_safetensors_metadata_find(st, key);
+    }
+    const char *cb = "", *kb = "";
+    const int cl = v[1] ? members(v[1], &cb) : 0, kl = v[2] ? members(v[2], &kb) : 0;
+    snprintf(text, sizeof text, "{\"module\": \"%s\"%s%.*s%s%.*s}", v[0] ? v[0] : "?", cl > 0 ? ", " : "", cl, cb,
+             kl > 0 ? ", " : "", kl, kb);
+    attn_json_doc *doc = NULL;
+    nn_model *m = NULL;
+    CHECK(attn_json_parse(text, strlen(text), NULL, &doc, NULL) == ATTN_JSON_OK, "case %d: config %s", ci, text);
+    if (doc) CHECK_OK(attn_nn_model_create(attn_json_root(doc), &m));
+    attn_json_free(doc);
+    return m;
+}
+
+static void parity_case(const attn_safetensors *st, int ci, attn_isa isa, int *nonfinite_cases) {
+    char pre[32], key[64], ctx[300];
+    snprintf(pre, sizeof pre, "case%d.", ci);
+    snprintf(key, sizeof key, "case%d.what", ci);
+    const char *what = attn_safetensors_metadata_find(st, key);
+    snprintf(ctx, sizeof ctx, "case %d [%s] (%s)", ci, attn_isa_name(isa), what ? what : "?");
+    nn_model *m = model_of(st, ci);
+    if (!m) return;
+    snprintf(key, sizeof key, "%sp.", pre);
+    CHECK_OK(attn_params_load(attn_nn_model_params(m), st, key, 1));
+    CHECK_OK(attn_nn_model_bind(m, st, pre, 0));
+    CHECK_OK(attn_nn_model_forward(m, 0, 0, 0, 0));
+    int rank = 0;
+    int64_t shape[4];
+    size_t n = 0;
+    snprintf(key, sizeof key, "%sout", pre);
+    float *ref = fx_floats(st, key, &n);
+    const float *out = attn_nn_model_output(m, &rank, shape);
+    const int ok = out && ref && rank == 3 && (size_t)(shape[0] * shape[1] * shape[2]) == n;
+    CHECK(ok, "%s: output shape", ctx);
+    if (ok) {
+        double *r = xmalloc(sizeof(double) * n);
+        for (size_t i = 0; i < n; i++) r[i] = ref[i];
+        size_t nf = 0;
+        track(compare_nf(ctx, out, r, n, &nf));
+        *nonfinite_cases += nf > 0;
+        if (isa == attn_detected_isa()) printf("%s: %zu of %zu outputs non-finite\n", ctx, nf, n);
+        free(r);
+    }
+    free(ref);
+    attn_nn_model_free(m);
+}
+
+static void test_parity(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/nonfinite.safetensors", fixture_dir());
+    attn_safetensors *st = NULL;
+    CHECK_OK(attn_safetensors_open_file(path, &st));
+    if (!st) return;
+    const char *nc = attn_safetensors_metadata_find(st, "cases");
+    const int n = nc ? atoi(nc) : 0;
+    CHECK(n >= 30, "fixture has %d cases", n);
+    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+        CHECK_OK(attn_force_isa((attn_isa)isa));
+        int nonfinite = 0;
+        for (int ci = 0; ci < n; ci++) parity_case(st, ci, (attn_isa)isa, &nonfinite);
+        /* the fixture must exercise propagation, not only finite outputs */
+        CHECK(nonfinite >= n - 4, "[%s] only %d of %d cases have a non-finite output", attn_isa_name((attn_isa)isa),
+              nonfinite, n);
+    }
+    attn_force_isa(attn_detected_isa());
+    attn_safetensors_close(st);
+}
+
+
+/* ---- kernels against float64 evaluations of PyTorch's formulas ---- */
+
+static const float SPECIAL[] = {NAN, INFINITY, -INFINITY, 3e38f};
+
+/* n random values with one of the first kinds SPECIAL values at count random positions (3e38 only
+ * where float32 PyTorch would not overflow differently from float64: not in sums of squares). */
+static void fill_special(test_rng *g, float *x, size_t n, int count, int kinds) {
+    fill_normal(g, x, n, 1);
+    for (int c = 0; c < count; c++) x[rng_next(g) % n] = SPECIAL[rng_next(g) % (uint64_t)kinds];
+}
+
+/* softmax as torch.softmax (max-subtracted; a NaN anywhere makes the row NaN), except rows that are
+ * all -inf: attn's documented 0 (PyTorch 1.13: NaN). */
+static void softmax_ref(const float *x, double *y, int n) {
+    double m = -INFINITY;
+    int nan = 0;
+    for (int i = 0; i < n; i++) {
+        nan |= isnan(x[i]);
+        if (x[i] > m) m = x[i];
+    }
+    if (!nan && m == -INFINITY) {
+        for (int i = 0; i < n; i++) y[i] = 0;
+        return;
+    }
+    if (nan) m = NAN;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += y[i] = exp(x[i] - m);
+    for (int i = 0; i < n; i++) y[i] /= sum;
+}
+
+static double gelu_ref(double x, int tanh_form) {
+    if (tanh_form) return 0.5 * x * (1 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * (1 + erf(x * 0.70710678118654752440));
+}
+
+static void test_ops(void) {
+    test_rng g = rng_seeded(71);
+    enum { R = 12, N = 37 };
+    float x[R * N], y[R * N], gam[N], bet[N];
+    double ref[R * N];
+    char ctx[96];
+    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+        CHECK_OK(attn_force_isa((attn_isa)isa));
+        const char *in = attn_isa_name((attn_isa)isa);
+        for (int rep = 0; rep < 4; rep++) {
+            fill_special(&g, x, R * N, 6, 4);
+            /* rows: one NaN among -inf, all -inf, one +inf, all finite */
+            for (int i = 0; i < N; i++) x[i] = x[N + i] = -INFINITY;
+            x[(size_t)rng_next(&g) % N] = NAN;
+            x[2 * N + rng_next(&g) % N] = INFINITY;
+            CHECK_OK(attn_softmax_forward(x, y, R, N));
+            for (int r = 0; r < R; r++) softmax_ref(x + r * N, ref + r * N, N);
+            snprintf(ctx, sizeof ctx, "softmax [%s] rep %d", in, rep);
+            track(compare_nf(ctx, y, ref, R * N, NULL));
+
+            fill_special(&g, x, R * N, 5, 3);
+            fill_special(&g, gam, N, rep, 3);
+            fill_special(&g, bet, N, rep, 3);
+            CHECK_OK(attn_layernorm_forward(x, gam, bet, y, NULL, NULL, R, N, 1e-5f));
+            for (int r = 0; r < R; r++) {
+                double mean = 0, var = 0;
+                for (int i = 0; i < N; i++) mean += x[r * N + i];
+                mean /= N;
+                for (int i = 0; i < N; i++) var += (x[r * N + i] - mean) * (x[r * N + i] - mean);
+                const double rstd = 1 / sqrt(var / N + 1e-5);
+                for (int i = 0; i < N; i++) ref[r * N + i] = (x[r * N + i] - mean) * rstd * gam[i] + bet[i];
+            }
+            snprintf(ctx, sizeof ctx, "layernorm [%s] rep %d", in, rep);
+            track(compare_nf(ctx, y, ref, R * N, NULL));
+
+            fill_special(&g, x, R * N, 20, 4);
+            for (int t = 0; t < 2; t++) {
+                CHECK_OK(attn_gelu_forward(x, y, R * N, t ? ATTN_GELU_TANH : ATTN_GELU_ERF));
+                for (int i = 0; i < R * N; i++) ref[i] = gelu_ref(x[i], t);
+                snprintf(ctx, sizeof ctx, "gelu %s [%s] rep %d", t ? "tanh" : "erf", in, rep);
+                track(compare_nf(ctx, y, ref, R * N, NULL));
+            }
+            CHECK_OK(attn_relu_forward(x, y, R * N));
+            for (int i = 0; i < R * N; i++) ref[i] = isnan(x[i]) ? NAN : x[i] > 0 ? x[i] : 0;
+            snprintf(ctx, sizeof ctx, "relu [%s] rep %d", in, rep);
+            track(compare_nf(ctx, y, ref, R * N, NULL));
+        }
+    }
+    attn_force_isa(attn_detected_isa());
+}
+
+/* ---- SDPA (reference and flash) ---- */
+
+enum { SB = 1, SH = 2, SNQ = 7, SNK = 19, SD = 8 };
+
+/* PyTorch's math on the logits (q.k scale + additive mask, softmax with NaN propagation) over the
+ * keys the boolean / causal mask lets a query see; masked keys are not read (attn's convention, as
+ * PyTorch's fused kernels); a query that sees no key gets 0. */
+static void sdpa_ref(const float *q, const float *k, const float *v, const float *am, const uint8_t *allow,
+                     int causal, double *o) {
+    const double scale = 1 / sqrt((double)SD);
+    double s[SNK];
+    for (int h = 0; h < SH; h++)
+        for (int i = 0; i < SNQ; i++) {
+            double m = -INFINITY;
+            int nan = 0, any = 0;
+            for (int j = 0; j < SNK; j++) {
+                if (!allow[i * SNK + j] || (causal && j > i)) {
+                    s[j] = NAN; /* marks "not seen" */
+                    continue;
+                }
+                double x = 0;
+                for (int t = 0; t < SD; t++) x += (double)q[(h * SNQ + i) * SD + t] * k[(h * SNK + j) * SD + t];
+                s[j] = x * scale + (am ? am[i * SNK + j] : 0);
+                nan |= isnan(s[j]);
+                any = 1;
+                if (s[j] > m) m = s[j];
+            }
+            if (nan) m = NAN;
+            double sum = 0;
+            for (int j = 0; j < SNK; j++)
+                if (allow[i * SNK + j] && !(causal && j > i)) sum += exp(s[j] - m);
+            for (int t = 0; t < SD; t++) {
+                double acc = 0;
+                for (int j = 0; j < SNK; j++)
+                    if (allow[i * SNK + j] && !(causal && j > i)) acc += exp(s[j] - m) / sum * v[(h * SNK + j) * SD + t];
+                o[(h * SNQ + i) * SD + t] = any && (nan || m != -INFINITY) ? acc : 0;
+            }
+        }
+}
+
+static void test_sdpa(void) {
+    test_rng g = rng_seeded(72);
+    float q[SH * SNQ * SD], k[SH * SNK * SD], v[SH * SNK * SD], am[SNQ * SNK], out[SH * SNQ * SD];
+    uint8_t allow[SNQ * SNK];
+    double ref[SH * SNQ * SD];
+    char ctx[128];
+    attn_tensor tq = attn_tensor_4d(q, SB, SH, SNQ, SD), tk = attn_tensor_4d(k, SB, SH, SNK, SD),
+                tv = attn_tensor_4d(v, SB, SH, SNK, SD), to = attn_tensor_4d(out, SB, SH, SNQ, SD),
+                tam = attn_tensor_4d(am, 1, 1, SNQ, SNK);
+    attn_btensor tbm = {allow, 4, {1, 1, SNQ, SNK}, {SNQ * SNK, SNQ * SNK, SNK, 1}};
+    const size_t ws = attn_sdpa_workspace_size(&tq, &tk, &tv) + attn_flash_workspace_size(&tq, &tk, &tv);
+    void *w = xmalloc(ws);
+    /* where: 0 q, 1 k, 2 v, 3 additive mask, 4 a key hidden by the boolean mask (k and v) */
+    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+        CHECK_OK(attn_force_isa((attn_isa)isa));
+        for (int where = 0; where < 5; where++)
+            for (int sp = 0; sp < (where == 3 ? 4 : 3); sp++) /* 3e38 only as a mask: q.k overflows float */
+                for (int mode = 0; mode < 3; mode++) { /* none, causal, bool + float masks */
+                    fill_normal(&g, q, sizeof q / 4, 1);
+                    fill_normal(&g, k, sizeof k / 4, 1);
+                    fill_normal(&g, v, sizeof v / 4, 1);
+                    fill_normal(&g, am, sizeof am / 4, 1);
+                    for (int e = 0; e < SNQ * SNK; e++) allow[e] = mode < 2 || rng_uniform(&g) < 0.7;
+                    const int h = (int)(rng_next(&g) % SH), i = (int)(rng_next(&g) % SNQ), j = (int)(rng_next(&g) % SNK),
+                              t = (int)(rng_next(&g) % SD);
+                    const float val = SPECIAL[sp];
+                    if (where == 0) q[(h * SNQ + i) * SD + t] = val;
+                    if (where == 1) k[(h * SNK + j) * SD + t] = val;
+                    if (where == 2) v[(h * SNK + j) * SD + t] = val;
+                    if (where == 3) am[i * SNK + j] = val;
+                    if (where == 4) {
+                        k[(h * SNK + j) * SD + t] = v[(h * SNK + j) * SD + t] = val;
+                        for (int r = 0; r < SNQ; r++) allow[r * SNK + j] = 0;
+                    }
+                    attn_sdpa_params p = attn_sdpa_params_default();
+                    p.causal = mode == 1 ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
+                    if (where == 3 || mode == 2) p.add_mask = &tam;
+                    if (mode == 2 || where == 4) p.bool_mask = &tbm;
+                    sdpa_ref(q, k, v, p.add_mask ? am : NULL, allow, mode == 1, ref);
+                    for (int flash = 0; flash < 2; flash++) {
+                        if (flash) CHECK_OK(attn_flash_forward(&tq, &tk, &tv, &p, &to, NULL, w, ws));
+                        else CHECK_OK(attn_sdpa_forward(&tq, &tk, &tv, &p, &to, NULL, NULL, w, ws));
+                        snprintf(ctx, sizeof ctx, "%s [%s] %g in %s, mode %d", flash ? "flash" : "sdpa",
+                                 attn_isa_name((attn_isa)isa), (double)val,
+                                 (const char *[]){"q", "k", "v", "float mask", "a masked key"}[where], mode);
+                        /* The flash kernel multiplies a masked key's value row by P = 0 within a tile it
+                         * computes: 0 * Inf or NaN there is NaN (as PyTorch 1.13's math path gives),
+                         * while the reference path never reads a masked key (as the fused kernels) */
+                        const int lenient = flash && (where == 4 || (where == 2 && mode > 0));
+                        track(compare_nf_l(ctx, out, ref, sizeof out / 4, NULL, lenient));
+                    }
+                }
+    }
+    attn_force_isa(attn_detected_isa());
+    free(w);
+}
+
+static int compare_files(const char *out_path, const char *fixture, int ci) {
+    attn_safetensors *out = NULL, *st = NULL;
+    char key[64];
+    snprintf(key, sizeof key, "case%d.out", ci);
+    int rc = 1;
+    if (attn_safetensors_open_file(out_path, &out) || attn_safetensors_open_file(fixture, &st)) {
+        fprintf(stderr, "compare: %s\n", attn_last_error());
+    } else {
+        size_t n = 0, nr = 0;
+        float *got = fx_floats(out, "output", &n), *ref = fx_floats(st, key, &nr);
+        if (!got || !ref || n != nr) {
+            fprintf(stderr, "compare: 'output' missing or not of %s's size\n", key);
+        } else {
+            double *r = xmalloc(sizeof(double) * n);
+            for (size_t i = 0; i < n; i++) r[i] = ref[i];
+            size_t nf = 0;
+            const double e = compare_nf("output", got, r, n, &nf);
+            printf("output vs %s: %zu of %zu non-finite at PyTorch's positions, finite rel err %.3g\n", key, nf, n, e);
+            rc = test_failed ? 1 : 0;
+            free(r);
+        }
+        free(got);
+        free(ref);
+    }
+    attn_safetensors_close(out);
+    attn_safetensors_close(st);
+    return rc;
+}
+
+static int set_value(const char *in, const char *out, const char *name, size_t e, float value) {
+    attn_safetensors *st = NULL;
+    attn_safetensors_writer *w = NULL;
+    int bad = attn_safetensors_open_file(in, &st) || attn_safetensors_writer_create(&w), found = 0;
+    float *buf = NULL;
+    for (size_t i = 0; !bad && i < attn_safetensors_count(st); i++) {
+        const attn_safetensors_tensor *t = attn_safetensors_get(st, i);
+        if (strcmp(t->name, name) || t->dtype != ATTN_DTYPE_F32 || e >= t->nbytes / 4) {
+            bad = attn_safetensors_writer_add(w, t->name, t->dtype, t->rank, t->shape, t->data);
+            continue;
+        }
+        buf = xmalloc(t->nbytes);
+        memcpy(buf, t->data, t->nbytes);
+        buf[e] = value;
+        found = 1;
+        bad = attn_safetensors_writer_add(w, t->name, t->dtype, t->rank, t->shape, buf);
+    }
+    bad = bad || !found || attn_safetensors_writer_write_file(w, out);
+    if (bad) fprintf(stderr, "set: %s\n", found ? attn_last_error() : "no such F32 tensor or index");
+    attn_safetensors_writer_free(w);
+    attn_safetensors_close(st);
+    free(buf);
+    return bad ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--compare")) return compare_files(argv[2], argv[3], atoi(argv[4]));
+    if (argc == 7 && !strcmp(argv[1], "--set"))
+        return set_value(argv[2], argv[3], argv[4], (size_t)strtoull(argv[5], NULL, 10), strtof(argv[6], NULL));
+    if (argc != 1) {
+        fprintf(stderr, "usage: test_nonfinite [--compare OUT FIXTURE CASE | --set IN OUT NAME E VALUE]\n");
+        return 2;
+    }
+    test_parity();
+    test_ops();
+    test_sdpa();
+    printf("max finite-entry rel err %.3g; %zu flash outputs NaN from a masked key's non-finite value\n", worst,
+           lenient_nan);
+    return test_summary("test_nonfinite");
+}
