@@ -134,6 +134,16 @@ attn_status attn_nn_stack_fwd(const char *fn, nn_stack *S, const attn_layer_args
     return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
+/* Layer l's saved block and input, as the forward laid them out (layer after layer) from sv: found
+ * by walking a copy of the arena rather than kept in an allocated array, so that the backward
+ * allocates nothing and cannot fail half-way with some gradients already accumulated. */
+static void layer_saved_at(nn_arena sv, int64_t l, size_t lsb, size_t n, void **ls, float **xs) {
+    for (int64_t i = 0; i <= l; i++) {
+        *ls = attn_nn_take(&sv, lsb);
+        *xs = nn_takef(&sv, n);
+    }
+}
+
 attn_status attn_nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args *a, int64_t base, const float *dout,
                              float *dx, float *dmem, const void *saved, size_t saved_bytes, void *workspace,
                              size_t workspace_bytes) {
@@ -151,21 +161,13 @@ attn_status attn_nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args
     nn_takef(&ws, R);
     size_t lwb;
     void *lws = nn_rest(&ws, &lwb);
-    void **ls = attn__malloc(sizeof(void *) * (size_t)L);
-    float **xs = attn__malloc(sizeof(float *) * (size_t)L);
-    if (!ls || !xs) {
-        attn__free(ls);
-        attn__free(xs);
-        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld layer pointers", fn, (long long)L);
-    }
-    for (int64_t l = 0; l < L; l++) {
-        ls[l] = attn_nn_take(&sv, lsb);
-        xs[l] = nn_takef(&sv, n);
-    }
+    void *ls = NULL;
+    float *xs = NULL, *xprev = NULL;
     const float *g = dout;
     int cur = 0;
     if (S->cfg.norm) {
-        st = attn_layernorm_backward(xs[L - 1], S->nw, mean, rstd, dout, pp[0], S->gnw, S->gnb, (int64_t)R,
+        layer_saved_at(sv, L - 1, lsb, n, &ls, &xs);
+        st = attn_layernorm_backward(xs, S->nw, mean, rstd, dout, pp[0], S->gnw, S->gnb, (int64_t)R,
                                      S->cfg.layer.d_model);
         if (st) st = attn_nn_wrap_error(st, fn);
         g = pp[0];
@@ -173,13 +175,13 @@ attn_status attn_nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args
     }
     for (int64_t l = L - 1; l >= 0 && !st; l--) {
         float *next = l == 0 && dx ? dx : pp[cur];
-        attn_layer_args la = layer_args(a, l ? xs[l - 1] : a->x, base + l);
-        st = attn_nn_layer_bwd(fn, &S->layers[l], &la, g, next, dmem, l != L - 1, ls[l], lsb, lws, lwb);
+        if (l) layer_saved_at(sv, l - 1, lsb, n, &ls, &xprev);
+        layer_saved_at(sv, l, lsb, n, &ls, &xs);
+        attn_layer_args la = layer_args(a, l ? xprev : a->x, base + l);
+        st = attn_nn_layer_bwd(fn, &S->layers[l], &la, g, next, dmem, l != L - 1, ls, lsb, lws, lwb);
         g = next;
         cur ^= 1;
     }
-    attn__free(ls);
-    attn__free(xs);
     return st;
 }
 
