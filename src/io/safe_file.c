@@ -208,6 +208,13 @@ void attn_io_out_abort(attn_io_out *o) {
 
 attn_status attn_io_out_commit(attn_io_out *o) {
     attn_status s = ATTN_OK;
+    /* the folder's name before the rename: running out of memory after it would report a failure
+     * for a file that did replace PATH */
+    char *dir = dir_of(o->path);
+    if (!dir) {
+        attn_io_out_abort(o);
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     if (fsync(o->fd) != 0) s = attn_error(ATTN_ERR_IO, "cannot fsync '%s': %s", o->tmp, errtext(errno));
     const int c = close(o->fd);
     o->fd = -1;
@@ -216,16 +223,12 @@ attn_status attn_io_out_commit(attn_io_out *o) {
     if (!s && rename(o->tmp, o->path) != 0)
         s = attn_error(ATTN_ERR_IO, "cannot rename '%s' to '%s': %s", o->tmp, o->path, errtext(errno));
     if (s) {
+        attn__free(dir);
         attn_io_out_abort(o);
         return s;
     }
     attn__free(o->tmp);
     o->tmp = NULL; /* renamed: nothing to remove */
-    char *dir = dir_of(o->path);
-    if (!dir) {
-        attn_io_out_abort(o);
-        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory");
-    }
     const int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) {
         s = attn_error(ATTN_ERR_IO, "cannot open directory '%s': %s", dir, errtext(errno));
