@@ -16,6 +16,7 @@
 #include "test_util.h"
 #include "attn/model.h"
 #include "attn/train.h"
+#include "attn/viz.h"
 #include "core/alloc.h"
 #include "core/internal.h"
 
@@ -105,7 +106,7 @@ static int64_t gtok[GB * GN], gtgt[GB * GN];
 
 typedef struct gpt_result {
     float logits[GB * GN * VOCAB];
-    float *weights; /* after the step, then after the load into the second model */
+    float *weights; /* after the step (saved, then loaded into a second model) */
     size_t numel;
 } gpt_result;
 
@@ -184,6 +185,11 @@ static int gpt_run(int phase, long k, gpt_result *res) {
     CHECK_OK(attn_params_zero_grad(attn_gpt_params(g)));
     PHASE(G_BACKWARD, "backward", attn_gpt_backward(g, &a, dlogits, saved, sb, ws, wb));
     PHASE(G_STEP, "step", attn_train_step(o, 1e-2, 1.0, 1, NULL));
+    params_flatten(attn_gpt_params(g), res->weights);
+    if (phase && phase < G_SAVE) { /* the files only for the phases that write and read them (fsyncs are slow) */
+        complete = 1;
+        goto done;
+    }
     attn_train_state ts = {.step = 1, .rng_seed = 9, .rng_offset = 1};
     const char *mk[] = {"note"}, *mv[] = {"alloc sweep"};
     PHASE_THEN(G_SAVE, "save", attn_checkpoint_save(path, attn_gpt_params(g), o, &ts, mk, mv, 1),
@@ -201,8 +207,7 @@ static int gpt_run(int phase, long k, gpt_result *res) {
     attn_safetensors_close(file);
     CHECK(ts2.step == 1 && ts2.rng_offset == 1, "gpt: train state restored");
     CHECK(attn_optimizer_steps(o2) == 1, "gpt: optimizer steps restored");
-    params_flatten(attn_gpt_params(g2), res->weights);
-    CHECK(params_equal(attn_gpt_params(g), res->weights), "gpt: loaded weights equal the saved ones");
+    CHECK(params_equal(attn_gpt_params(g2), res->weights), "gpt: loaded weights equal the saved ones");
     complete = 1;
 done:
     attn_optimizer_free(o);
@@ -332,6 +337,104 @@ done:
 #undef SCENARIO
 }
 
+/* ---- ViT: create, forward with a capture, backward, rollout, parameters to a file and back ---- */
+
+enum { V_CREATE = 1, V_FORWARD, V_BACKWARD, V_ROLLOUT, V_SAVE, V_LOAD, V_PHASES };
+static const char *const vit_phase_names[] = {"", "create", "forward", "backward", "rollout", "save", "load"};
+
+#define VB 2
+#define VIMG 8
+#define VCLS 3
+#define VTOK 5 /* the class token and 2 x 2 patches */
+
+static float vimg[VB * VIMG * VIMG], vdlog[VB * VCLS];
+
+typedef struct vit_result {
+    float logits[VB * VCLS], dimg[VB * VIMG * VIMG], rollout[VB * VTOK * VTOK];
+    float *saved_w; /* the parameters saved (then loaded into a second model) */
+    size_t numel;
+} vit_result;
+
+static attn_vit_config vit_config(void) {
+    attn_vit_config c = attn_vit_config_default(VIMG, 4, 2, 2, 8, 16, VCLS);
+    c.in_channels = 1;
+    c.dropout = 0.1f;
+    return c;
+}
+
+/* A failed parameter load modifies nothing (the second model's parameters stay zero). */
+static int params_all_zero(const attn_params *ps) {
+    for (size_t i = 0; i < attn_params_count(ps); i++) {
+        const attn_param *p = attn_params_get(ps, i);
+        for (size_t e = 0; e < p->numel; e++)
+            if (p->data[e] != 0.0f) return 0;
+    }
+    return 1;
+}
+
+static attn_status zero_params(const attn_params *ps) {
+    for (size_t i = 0; i < attn_params_count(ps); i++)
+        memset(attn_params_get(ps, i)->data, 0, sizeof(float) * attn_params_get(ps, i)->numel);
+    return ATTN_OK;
+}
+
+static attn_status rollout(const attn_capture *cap, float *out) {
+    attn_capture_record rec[2];
+    if (attn_capture_count(cap) != 2) return attn_error(ATTN_ERR_SHAPE, "want 2 capture records");
+    for (size_t i = 0; i < 2; i++) {
+        attn_status st = attn_capture_get(cap, i, &rec[i]);
+        if (st != ATTN_OK) return st;
+    }
+    return attn_viz_rollout_records(rec, 2, out);
+}
+
+static int vit_run(int phase, long k, vit_result *res) {
+#define SCENARIO "vit"
+    cur_phase = phase, cur_k = k, injected = 0, counted = 0;
+    attn_vit *v = NULL, *v2 = NULL;
+    attn_capture *cap = NULL;
+    void *saved = NULL, *ws = NULL;
+    int complete = 0;
+    char path[600];
+    snprintf(path, sizeof path, "%s/vit.safetensors", dir);
+    clear_dir();
+    attn_vit_config c = vit_config();
+    PHASE_CREATE(V_CREATE, "create", v, attn_vit_create(&c, &v));
+    CHECK_OK(attn_params_reset(attn_vit_params(v), 12));
+    PHASE(0, "capture", attn_capture_create(&cap));
+    PHASE(0, "capture", attn_capture_add(cap, "layers.*.self_attn", 0, 0, 0, 0));
+    attn_vit_args a = {.batch = VB, .images = vimg, .training = 1, .seed = 2, .capture = cap};
+    size_t sb = attn_vit_saved_size(v, &a), wb = attn_vit_workspace_size(v, &a);
+    saved = xmalloc(sb);
+    ws = xmalloc(wb);
+    PHASE(V_FORWARD, "forward", attn_vit_forward(v, &a, res->logits, saved, sb, ws, wb));
+    CHECK_OK(attn_params_zero_grad(attn_vit_params(v)));
+    PHASE(V_BACKWARD, "backward", attn_vit_backward(v, &a, vdlog, res->dimg, saved, sb, ws, wb));
+    PHASE(V_ROLLOUT, "rollout", rollout(cap, res->rollout));
+    params_flatten(attn_vit_params(v), res->saved_w);
+    if (phase && phase < V_SAVE) {
+        complete = 1;
+        goto done;
+    }
+    PHASE_THEN(V_SAVE, "save", attn_params_save_file(attn_vit_params(v), path),
+               CHECK(files_in_dir() == 0, "vit: failed save (allocation %ld) left %d files behind", k,
+                     files_in_dir()));
+    PHASE(0, "second model", attn_vit_create(&c, &v2));
+    CHECK_OK(zero_params(attn_vit_params(v2)));
+    PHASE_THEN(V_LOAD, "load", attn_params_load_file(attn_vit_params(v2), path),
+               CHECK(params_all_zero(attn_vit_params(v2)), "vit: failed load (allocation %ld) modified the model", k));
+    CHECK(params_equal(attn_vit_params(v2), res->saved_w), "vit: loaded parameters equal the saved ones");
+    complete = 1;
+done:
+    attn_capture_free(cap);
+    attn_vit_free(v);
+    attn_vit_free(v2);
+    free(saved);
+    free(ws);
+    return complete;
+#undef SCENARIO
+}
+
 /* ---- the sweeps ---- */
 
 /* Runs each phase with k = 1, 2, ... until a run sees no injected failure (the allocations that
@@ -353,6 +456,9 @@ done:
 
 int main(void) {
     test_rng r = rng_seeded(0xa110cfa1);
+    /* One thread: the library allocates outside its OpenMP regions (the points are the same), and
+     * the thousands of short runs cost ten times more in thread start-ups and barriers. */
+    attn_set_num_threads(1);
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         return 1;
@@ -425,6 +531,30 @@ int main(void) {
           "%s %s: the run with allocation %ld failing differs from the reference", mc->name,      \
           model_phase_names[p_], k_)
         SWEEP(mc->name, M_PHASES, model_phase_names, MODEL_RUN, MODEL_SAME);
+    }
+
+    /* ViT */
+    {
+        attn_vit *v = NULL;
+        attn_vit_config c = vit_config();
+        CHECK_OK(attn_vit_create(&c, &v));
+        size_t numel = v ? attn_params_numel(attn_vit_params(v)) : 0;
+        attn_vit_free(v);
+        fill_normal(&r, vimg, VB * VIMG * VIMG, 1.0);
+        fill_normal(&r, vdlog, VB * VCLS, 1.0);
+        vit_result ref = {.numel = numel}, got = {.numel = numel};
+        ref.saved_w = xmalloc(sizeof(float) * numel);
+        got.saved_w = xmalloc(sizeof(float) * numel);
+        CHECK(vit_run(0, 0, &ref), "vit: reference run");
+#define VIT_RUN(p, k) vit_run(p, k, &got)
+#define VIT_SAME                                                                               \
+    CHECK(!memcmp(got.logits, ref.logits, sizeof ref.logits) && !memcmp(got.dimg, ref.dimg, sizeof ref.dimg) && \
+              !memcmp(got.rollout, ref.rollout, sizeof ref.rollout) &&                         \
+              !memcmp(got.saved_w, ref.saved_w, sizeof(float) * numel),                          \
+          "vit %s: the run with allocation %ld failing differs from the reference", vit_phase_names[p_], k_)
+        SWEEP("vit", V_PHASES, vit_phase_names, VIT_RUN, VIT_SAME);
+        free(ref.saved_w);
+        free(got.saved_w);
     }
 
     printf("%ld allocation points swept in all\n", total_points);
