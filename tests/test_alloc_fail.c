@@ -473,6 +473,21 @@ int main(void) {
     fill_normal(&r, mdout, MB * MN * ME, 1.0);
     long total_points = 0;
 
+    /* the hook itself: the k-th allocation (of any kind) fails, once, and is counted */
+    attn__alloc_fail_after(2);
+    void *p1 = attn__malloc(10), *p2 = attn__aligned_alloc(64, 100), *p3 = attn__aligned_alloc(64, 100);
+    char *p4 = attn__strdup("abc");
+    CHECK(p1 && !p2 && p3 && ((uintptr_t)p3 & 63) == 0 && p4 && !strcmp(p4, "abc") && attn__alloc_injected() &&
+              attn__alloc_count() == 4,
+          "alloc hook: allocation 2 of 4 fails, the others succeed (aligned to 64)");
+    attn__free(p1);
+    attn__free(p3);
+    attn__free(p4);
+    attn__alloc_fail_after(0);
+    p1 = attn__calloc(3, 4);
+    CHECK(p1 && !attn__alloc_injected(), "alloc hook: disarmed");
+    attn__free(p1);
+
     /* GPT: the reference run, then the sweep. */
     const attn_attention_kind kinds[] = {ATTN_ATTENTION_FLASH, ATTN_ATTENTION_LOCAL_GLOBAL, ATTN_ATTENTION_PERFORMER};
     for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++) {
