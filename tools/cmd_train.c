@@ -78,9 +78,10 @@ static void usage_gpt(FILE *f) {
             "tokens/s), `step N/S  val loss X` every --eval-interval steps, and `final loss: X`\n"
             "and `final val loss: X` (the mean cross-entropy over the held-out windows) at the end.\n"
             "The validation neither uses the training data nor changes the weights, the optimizer\n"
-            "or the data order: a run is bitwise the same with any --eval-interval. Ctrl-C finishes the current step, writes\n"
-            "the checkpoint and exits with status 130 (a second Ctrl-C stops at once; the last\n"
-            "checkpoint stays intact). `attn sample PATH` generates text from a checkpoint.\n\n"
+            "or the data order: a run is bitwise the same with any --eval-interval. Ctrl-C\n"
+            "finishes the current step, writes the checkpoint and exits with status 130 (a second\n"
+            "Ctrl-C stops at once; the last checkpoint stays intact). `attn sample PATH` generates\n"
+            "text from a checkpoint.\n\n"
             "Data-parallel: `mpirun -np N attn train gpt ...` (a build with MPI) gives each rank B/N\n"
             "windows of every step and adds the micro-batch gradients in one fixed order\n"
             "(include/attn/dist.h), so the weights are bitwise those of one process with the same\n"
@@ -125,8 +126,8 @@ static void draw_batch(const unsigned char *text, size_t len, int64_t first, int
  * and across a resume. Writes only the scratch buffers x, y, logits, saved and ws, which every
  * training step refills: gradients, weights and the optimizer are untouched. */
 static attn_status val_loss(attn_gpt *g, const attn_gpt_args *train_args, const unsigned char *val, size_t vlen,
-                            int64_t nwin, int64_t m, int64_t V, int64_t *x, int64_t *y, float *logits, void *saved, size_t sb,
-                            void *ws, size_t wb, double *out) {
+                            int64_t nwin, int64_t m, int64_t V, int64_t *x, int64_t *y, float *logits, void *saved,
+                            size_t sb, void *ws, size_t wb, double *out) {
     const int64_t C = train_args->n;
     const uint64_t starts = (uint64_t)(vlen - (size_t)C); /* 0 .. vlen - C - 1 */
     attn_gpt_args a = *train_args;
