@@ -2,7 +2,10 @@
  * makes the k-th one fail. For each phase of a small GPT run (create + AdamW, forward, backward,
  * optimizer step, checkpoint save, checkpoint load), of an encoder-decoder (attn_seq2seq) and of
  * the model API on nn.Transformer and nn.MultiheadAttention (create, bind, forward with a capture,
- * backward; GPT with exact, local_global and performer attention), the phase is run with
+ * backward; GPT with exact, local_global and performer attention), of a ViT (create, forward with
+ * a capture, backward, rollout, parameter file save and load) and of the image and safetensors
+ * paths (decode, resize, overlay, save, load; a joined parameter list written to memory and read
+ * back), the phase is run with
  * k = 1, 2, ... until a run sees no injected failure. The call whose allocation failed must return
  * ATTN_ERR_OUT_OF_MEMORY with a message and leave what the API promises untouched (a failed create
  * gives NULL, a failed load modifies nothing, a failed save leaves no file behind); the call is
@@ -16,6 +19,7 @@
 #include "test_util.h"
 #include "attn/model.h"
 #include "attn/train.h"
+#include "attn/image.h"
 #include "attn/viz.h"
 #include "core/alloc.h"
 #include "core/internal.h"
@@ -435,6 +439,104 @@ done:
 #undef SCENARIO
 }
 
+/* ---- files and images: decode, resize, overlay, save, load; a joined parameter list written to
+ * safetensors in memory and read back ---- */
+
+enum { I_DECODE = 1, I_RESIZE, I_OVERLAY, I_SAVE, I_LOAD, I_JOIN, I_WRITE, I_READ, I_PHASES };
+static const char *const io_phase_names[] = {"", "decode", "resize", "overlay", "save", "load",
+                                             "join", "write", "read"};
+
+#define IW 7
+#define IH 5
+#define OW 12
+#define OH 9
+
+static unsigned char ppm[64 + IW * IH * 3];
+static size_t ppm_len;
+static float imap[2 * 3];
+
+typedef struct io_result {
+    uint8_t overlay[OH * OW * 3], loaded[OH * OW * 3];
+    float *back; /* the parameters read back */
+    size_t numel;
+} io_result;
+
+static attn_status read_back(const void *buf, size_t len, const attn_params *ps, float *out) {
+    attn_safetensors *st = NULL;
+    attn_status s = attn_safetensors_open_memory(buf, len, &st);
+    CHECK(s == ATTN_OK || st == NULL, "attn_safetensors_open_memory failed but gave a file");
+    const char *m = s == ATTN_OK ? attn_safetensors_metadata_find(st, "note") : NULL;
+    if (s == ATTN_OK && (!m || strcmp(m, "alloc")))
+        s = attn_error(ATTN_ERR_NOT_FOUND, "metadata 'note' lost");
+    for (size_t i = 0, off = 0; s == ATTN_OK && i < attn_params_count(ps); i++) {
+        const attn_param *p = attn_params_get(ps, i);
+        s = attn_safetensors_read_f32(st, p->name, out + off, p->numel);
+        off += p->numel;
+    }
+    attn_safetensors_close(st);
+    return s;
+}
+
+static attn_status write_mem(const attn_params *ps, void **buf, size_t *len) {
+    attn_safetensors_writer *w = NULL;
+    attn_status s = attn_safetensors_writer_create(&w);
+    if (s == ATTN_OK) s = attn_params_write(ps, w, NULL);
+    if (s == ATTN_OK) s = attn_safetensors_writer_add_metadata(w, "note", "alloc");
+    if (s == ATTN_OK) s = attn_safetensors_writer_write_memory(w, buf, len);
+    attn_safetensors_writer_free(w);
+    return s;
+}
+
+static int io_run(int phase, long k, io_result *res) {
+#define SCENARIO "io"
+    cur_phase = phase, cur_k = k, injected = 0, counted = 0;
+    attn_image img = {0}, small = {0}, over = {0}, back = {0};
+    attn_mha *m1 = NULL, *m2 = NULL;
+    attn_params *joined = NULL;
+    void *buf = NULL;
+    size_t len = 0;
+    int complete = 0;
+    char path[600];
+    snprintf(path, sizeof path, "%s/over.ppm", dir);
+    clear_dir();
+    PHASE_THEN(I_DECODE, "decode", attn_image_decode(ppm, ppm_len, &img),
+               CHECK(img.pixels == NULL, "io: failed decode gave pixels"));
+    PHASE_THEN(I_RESIZE, "resize", attn_image_resize(&img, 3, 4, &small),
+               CHECK(small.pixels == NULL, "io: failed resize gave pixels"));
+    PHASE_THEN(I_OVERLAY, "overlay", attn_viz_overlay(&small, imap, 2, 3, OH, OW, 0.4, 0, &over),
+               CHECK(over.pixels == NULL, "io: failed overlay gave pixels"));
+    CHECK(over.width == OW && over.height == OH && over.channels == 3, "io: overlay shape");
+    memcpy(res->overlay, over.pixels, sizeof res->overlay);
+    PHASE_THEN(I_SAVE, "save", attn_image_save(path, &over),
+               CHECK(files_in_dir() == 0, "io: failed image save (allocation %ld) left %d files", k, files_in_dir()));
+    PHASE_THEN(I_LOAD, "load", attn_image_load(path, &back),
+               CHECK(back.pixels == NULL, "io: failed load gave pixels"));
+    CHECK(back.width == OW && back.height == OH && back.channels == 3, "io: loaded shape");
+    memcpy(res->loaded, back.pixels, sizeof res->loaded);
+    attn_mha_config mc = attn_mha_config_default(8, 2);
+    PHASE(0, "mha", attn_mha_create(&mc, &m1));
+    PHASE(0, "mha", attn_mha_create(&mc, &m2));
+    CHECK_OK(attn_params_reset(attn_mha_params(m1), 1));
+    CHECK_OK(attn_params_reset(attn_mha_params(m2), 2));
+    const attn_params *lists[2] = {attn_mha_params(m1), attn_mha_params(m2)};
+    const char *const prefixes[2] = {"a.", "b."};
+    PHASE_CREATE(I_JOIN, "join", joined, attn_params_join(lists, prefixes, 2, &joined));
+    PHASE_THEN(I_WRITE, "write", write_mem(joined, &buf, &len), CHECK(buf == NULL, "io: failed write gave a buffer"));
+    PHASE(I_READ, "read", read_back(buf, len, joined, res->back));
+    complete = 1;
+done:
+    attn_image_free(&img);
+    attn_image_free(&small);
+    attn_image_free(&over);
+    attn_image_free(&back);
+    free(buf);
+    attn_params_join_free(joined);
+    attn_mha_free(m1);
+    attn_mha_free(m2);
+    return complete;
+#undef SCENARIO
+}
+
 /* ---- the sweeps ---- */
 
 /* Runs each phase with k = 1, 2, ... until a run sees no injected failure (the allocations that
@@ -570,6 +672,31 @@ int main(void) {
         SWEEP("vit", V_PHASES, vit_phase_names, VIT_RUN, VIT_SAME);
         free(ref.saved_w);
         free(got.saved_w);
+    }
+
+    /* files and images */
+    {
+        int n = snprintf((char *)ppm, 64, "P6\n%d %d\n255\n", IW, IH);
+        for (int i = 0; i < IW * IH * 3; i++) ppm[n + i] = (unsigned char)(rng_next(&r) & 255);
+        ppm_len = (size_t)n + IW * IH * 3;
+        fill_normal(&r, imap, 6, 1.0);
+        attn_mha *m = NULL;
+        attn_mha_config mc = attn_mha_config_default(8, 2);
+        CHECK_OK(attn_mha_create(&mc, &m));
+        size_t numel = m ? 2 * attn_params_numel(attn_mha_params(m)) : 0;
+        attn_mha_free(m);
+        io_result ref = {.numel = numel}, got = {.numel = numel};
+        ref.back = xmalloc(sizeof(float) * numel);
+        got.back = xmalloc(sizeof(float) * numel);
+        CHECK(io_run(0, 0, &ref), "io: reference run");
+#define IO_RUN(p, k) io_run(p, k, &got)
+#define IO_SAME                                                                                \
+    CHECK(!memcmp(got.overlay, ref.overlay, sizeof ref.overlay) &&                             \
+              !memcmp(got.loaded, ref.loaded, sizeof ref.loaded) && !memcmp(got.back, ref.back, sizeof(float) * numel), \
+          "io %s: the run with allocation %ld failing differs from the reference", io_phase_names[p_], k_)
+        SWEEP("io", I_PHASES, io_phase_names, IO_RUN, IO_SAME);
+        free(ref.back);
+        free(got.back);
     }
 
     printf("%ld allocation points swept in all\n", total_points);
