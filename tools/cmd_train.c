@@ -30,9 +30,16 @@ static void usage_gpt(FILE *f) {
             "positions; AdamW (betas 0.9, 0.95, weight decay 0.1 on matrices and embeddings),\n"
             "linear warmup then cosine decay to lr/10, gradient clipping at norm 1. Each step\n"
             "trains on --batch windows of --context bytes drawn at random positions (from --seed\n"
-            "and the step number, so a resumed run sees the same data).\n\n"
+            "and the step number, so a resumed run sees the same data) from the start of FILE; the\n"
+            "last --val-fraction of it is held out: never trained on, it gives the validation loss.\n\n"
             "options:\n"
             "  --data FILE        training text (required; at least context + 1 bytes)\n"
+            "  --val-fraction F   hold out the last F of FILE for validation (default 0.1; 0: none;\n"
+            "                     the held-out part must have at least context + 1 bytes; a resumed\n"
+            "                     run keeps the checkpoint's)\n"
+            "  --eval-interval N  validation loss every N steps (default 100; 0: at the end only)\n"
+            "  --eval-batches K   validation over K batches of --batch windows at fixed, evenly\n"
+            "                     spaced places of the held-out part, in eval mode (default 4)\n"
             "  --layers L         Transformer layers (default 2)\n"
             "  --heads H          attention heads (default 4)\n"
             "  --d-model D        model width, a multiple of H (default 128; feed-forward 4 D)\n"
@@ -68,9 +75,13 @@ static void usage_gpt(FILE *f) {
             "                     --checkpoint that is not a checkpoint (refused without it)\n"
             "  --log-every N      print a line every N steps (default 10)\n\n"
             "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
-            "tokens/s) and `final loss: X` at the end. Ctrl-C finishes the current step, writes\n"
-            "the checkpoint and exits with status 130 (a second Ctrl-C stops at once; the last\n"
-            "checkpoint stays intact). `attn sample PATH` generates text from a checkpoint.\n\n"
+            "tokens/s), `step N/S  val loss X` every --eval-interval steps, and `final loss: X`\n"
+            "and `final val loss: X` (the mean cross-entropy over the held-out windows) at the end.\n"
+            "The validation neither uses the training data nor changes the weights, the optimizer\n"
+            "or the data order: a run is bitwise the same with any --eval-interval. Ctrl-C\n"
+            "finishes the current step, writes the checkpoint and exits with status 130 (a second\n"
+            "Ctrl-C stops at once; the last checkpoint stays intact). `attn sample PATH` generates\n"
+            "text from a checkpoint.\n\n"
             "Data-parallel: `mpirun -np N attn train gpt ...` (a build with MPI) gives each rank B/N\n"
             "windows of every step and adds the micro-batch gradients in one fixed order\n"
             "(include/attn/dist.h), so the weights are bitwise those of one process with the same\n"
@@ -85,8 +96,9 @@ typedef struct gpt_opts {
     int given_layers, given_heads, given_d, given_context, given_seed, given_steps, given_batch, given_lr,
         given_warmup, given_micro;
     int64_t steps, batch, warmup, every, log_every, threads, seed, stop_at, micro;
-    int given_attention;
-    double lr;
+    int given_attention, given_val;
+    int64_t eval_interval, eval_batches;
+    double lr, val_fraction;
     int resume, force;
     char data_hash[17]; /* of the --data contents, kept in the checkpoint */
 } gpt_opts;
@@ -108,6 +120,40 @@ static void draw_batch(const unsigned char *text, size_t len, int64_t first, int
     }
 }
 
+/* The validation loss: mean cross-entropy over nwin windows of the held-out text val (vlen >= C + 1
+ * bytes), m per forward (nwin a multiple of m), in eval mode (no dropout). The windows sit at
+ * fixed, evenly spaced places, whatever the step or seed, so that the numbers compare across steps
+ * and across a resume. Writes only the scratch buffers x, y, logits, saved and ws, which every
+ * training step refills: gradients, weights and the optimizer are untouched. */
+static attn_status val_loss(attn_gpt *g, const attn_gpt_args *train_args, const unsigned char *val, size_t vlen,
+                            int64_t nwin, int64_t m, int64_t V, int64_t *x, int64_t *y, float *logits, void *saved,
+                            size_t sb, void *ws, size_t wb, double *out) {
+    const int64_t C = train_args->n;
+    const uint64_t starts = (uint64_t)(vlen - (size_t)C); /* 0 .. vlen - C - 1 */
+    attn_gpt_args a = *train_args;
+    a.training = 0;
+    a.tokens = x;
+    attn_cross_entropy_config ce = attn_cross_entropy_config_default();
+    double sum = 0;
+    for (int64_t w0 = 0; w0 < nwin; w0 += m) {
+        for (int64_t b = 0; b < m; b++) {
+            const uint64_t i = (uint64_t)(w0 + b);
+            const size_t pos = (size_t)(nwin > 1 ? i * (starts - 1) / (uint64_t)(nwin - 1) : 0);
+            for (int64_t t = 0; t < C; t++) {
+                x[b * C + t] = val[pos + (size_t)t];
+                y[b * C + t] = val[pos + (size_t)t + 1];
+            }
+        }
+        float loss = 0;
+        attn_status s = attn_gpt_forward(g, &a, logits, saved, sb, ws, wb);
+        if (s == ATTN_OK) s = attn_cross_entropy_forward(logits, y, m * C, V, &ce, &loss, NULL);
+        if (s != ATTN_OK) return s;
+        sum += loss;
+    }
+    *out = sum / (double)(nwin / m);
+    return ATTN_OK;
+}
+
 /* CLI_OK, CLI_HELP or 2 (usage error, printed). */
 static int parse_gpt(int argc, char **argv, gpt_opts *o) {
     const char *attention = NULL;
@@ -123,6 +169,9 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
         CLI_FLAG("--resume", &o->resume),
         CLI_FLAG("--force", &o->force),
         CLI_DOUBLE_ABOVE("--lr", &o->lr, 0.0, 10.0),
+        CLI_DOUBLE("--val-fraction", &o->val_fraction, 0.0, 0.9),
+        CLI_INT("--eval-interval", &o->eval_interval, 0, 1 << 30),
+        CLI_INT("--eval-batches", &o->eval_batches, 1, 1 << 20),
         CLI_INT("--layers", &o->shape.layers, 1, 256),
         CLI_INT("--heads", &o->shape.heads, 1, 1024),
         CLI_INT("--d-model", &o->shape.d_model, 1, 65536),
@@ -163,6 +212,7 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
     o->given_lr = cli_seen(opts, "--lr");
     o->given_warmup = cli_seen(opts, "--warmup");
     o->given_micro = cli_seen(opts, "--micro-batch");
+    o->given_val = cli_seen(opts, "--val-fraction");
     if (!o->data) return cli_usage_error("train gpt: missing --data FILE (try 'attn train gpt --help')");
     if (o->shape.d_model % o->shape.heads != 0)
         return cli_usage_error("train gpt: --d-model %lld is not a multiple of --heads %lld", (long long)o->shape.d_model,
@@ -181,6 +231,8 @@ static void fill_meta(train_meta *m, const gpt_opts *o) {
     train_meta_add(m, "train.warmup", "%lld", (long long)o->warmup);
     train_meta_add(m, "train.lr", "%.17g", o->lr);
     train_meta_add(m, "train.data_hash", "%s", o->data_hash);
+    /* the split point: a resumed run must train on the same bytes */
+    train_meta_add(m, "train.val_fraction", "%.17g", o->val_fraction);
 }
 
 static int train_gpt_run(int argc, char **argv, attn_dist **distp);
@@ -197,6 +249,7 @@ static uint64_t config_hash(const gpt_opts *o, const unsigned char *text, size_t
                          o->shape.attention.num_features, (int64_t)o->shape.attention.seed, o->steps, o->batch, o->micro, o->warmup, o->every, o->stop_at, o->seed, (int64_t)len};
     uint64_t h = train_hash(TRAIN_HASH_SEED, v, sizeof v);
     h = train_hash(h, &o->lr, sizeof o->lr);
+    h = train_hash(h, &o->val_fraction, sizeof o->val_fraction);
     h = train_hash(h, o->checkpoint, strlen(o->checkpoint));
     return train_hash(h, text, len);
 }
@@ -212,6 +265,9 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
     o.log_every = 10;
     o.seed = 1;
     o.lr = 3e-3;
+    o.val_fraction = 0.1;
+    o.eval_interval = 100;
+    o.eval_batches = 4;
     o.checkpoint = "attn-gpt.safetensors";
     int rc = parse_gpt(argc, argv, &o);
     if (rc == CLI_HELP) {
@@ -266,12 +322,29 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
             ckpt_micro = iv;
             if (o.batch % nranks == 0 && (o.batch / nranks) % iv == 0) o.micro = iv; /* the run's accumulation */
         }
+        /* absent in checkpoints from before the hold-out: those trained on the whole file */
+        double ckpt_val = 0;
+        char bad_val[64] = "";
+        if ((mv = attn_safetensors_metadata_find(st, "train.val_fraction")) && cli_parse_double(mv, 0.0, 0.9, &ckpt_val)) {
+            snprintf(bad_val, sizeof bad_val, "%s", mv);
+            ckpt_val = -1;
+        }
+        const int other_val = ckpt_val < 0 || (o.given_val && o.val_fraction != ckpt_val);
+        if (!other_val) o.val_fraction = ckpt_val;
         const char *dh = attn_safetensors_metadata_find(st, "train.data_hash"); /* absent in older checkpoints */
         const int other_data = dh && strcmp(dh, o.data_hash) != 0;
         attn_safetensors_close(st);
         if (bad) {
             free(text);
             return cli_fail("train gpt: --resume: %s: %s", o.checkpoint, err);
+        }
+        if (other_val) {
+            free(text);
+            if (ckpt_val < 0)
+                return cli_fail("train gpt: --resume: %s: train.val_fraction '%s' is not a fraction in [0, 0.9]", o.checkpoint,
+                                bad_val);
+            return cli_fail("train gpt: --resume: --val-fraction %g differs from the checkpoint's %g (the held-out part, "
+                            "hence the training data, would change)", o.val_fraction, ckpt_val);
         }
         if (other_data) {
             free(text);
@@ -324,6 +397,19 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
         free(text);
         return cli_fail("train gpt: '%s' has %zu bytes; --context %lld needs at least %lld", o.data, len, (long long)C,
                         (long long)C + 1);
+    }
+    /* train on text[0, train_len), validate on the rest (nanoGPT's split: the first 1 - F) */
+    const size_t train_len = (size_t)((1.0 - o.val_fraction) * (double)len), val_len = len - train_len;
+    if (val_len > 0 && val_len < (size_t)C + 1) {
+        free(text);
+        return cli_fail("train gpt: --val-fraction %g of the %zu bytes of '%s' holds out %zu; --context %lld needs at "
+                        "least %lld (more data, a larger --val-fraction, or --val-fraction 0)",
+                        o.val_fraction, len, o.data, val_len, (long long)C, (long long)C + 1);
+    }
+    if (train_len < (size_t)C + 1) {
+        free(text);
+        return cli_fail("train gpt: --val-fraction %g leaves %zu of the %zu bytes of '%s' to train on; --context %lld "
+                        "needs at least %lld", o.val_fraction, train_len, len, o.data, (long long)C, (long long)C + 1);
     }
 
     attn_gpt_config cfg = train_gpt_config(&o.shape);
@@ -411,10 +497,12 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
             used += snprintf(att + used, sizeof att - (size_t)used, "%s%s %lld", k++ ? ", " : " (",
                              train_kind_opts[i].name, (long long)*train_kind_opt_value(&o.shape.attention, i));
     if (used > 0 && (size_t)used + 1 < sizeof att && strchr(att, '(')) strcat(att, ")");
+    char held[64] = "";
+    if (val_len) snprintf(held, sizeof held, " (%zu held out for validation)", val_len);
     printf("gpt: %lld layers, %lld heads, d_model %lld, context %lld, %s, %zu parameters; %zu bytes of "
-           "'%s'; batch %lld, %lld steps, lr %g, %d threads\n",
+           "'%s'%s; batch %lld, %lld steps, lr %g, %d threads\n",
            (long long)o.shape.layers, (long long)o.shape.heads, (long long)o.shape.d_model, (long long)C, att,
-           attn_params_numel(ps), len, o.data, (long long)B, (long long)o.steps, o.lr, attn_get_num_threads());
+           attn_params_numel(ps), len, o.data, held, (long long)B, (long long)o.steps, o.lr, attn_get_num_threads());
     if (M > 1 || nranks > 1)
         printf("data-parallel: %d rank%s, %lld windows each, micro-batch %lld (%lld gradients added in order per step)\n",
                nranks, nranks > 1 ? "s" : "", (long long)count, (long long)m, (long long)M);
@@ -427,6 +515,8 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
     double t_last = bench_now();
     int64_t tokens_since = 0, step0 = state.step;
     float last_loss = NAN;
+    double val = NAN;     /* the last validation loss, at step val_step */
+    int64_t val_step = -1;
     int failed = 0, dist_stop = 0;
     char save_err[512] = "";
     const int64_t stop = o.stop_at > 0 && o.stop_at < o.steps ? o.stop_at : o.steps;
@@ -439,7 +529,7 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
             if (dist_stop) break;
         }
         const int64_t step = state.step;
-        draw_batch(text, len, first, count, C, data_seed, step, x, y);
+        draw_batch(text, train_len, first, count, C, data_seed, step, x, y);
         a.offset = (uint64_t)step;
         double lr = 0, gn = 0;
         float loss = 0;
@@ -502,6 +592,16 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
             t_last = now;
             tokens_since = 0;
         }
+        if (rank == 0 && val_len && o.eval_interval > 0 && state.step % o.eval_interval == 0) {
+            if ((s = val_loss(g, &a, text + train_len, val_len, o.eval_batches * B, m, V, x, y, logits, saved, sb, ws,
+                              wb, &val)) != ATTN_OK) {
+                failed = 1;
+                break;
+            }
+            val_step = state.step;
+            printf("step %6lld/%lld  val loss %.4f\n", (long long)state.step, (long long)o.steps, val);
+            fflush(stdout);
+        }
         if (rank == 0 && o.every > 0 && state.step % o.every == 0 && state.step < stop) {
             train_meta meta;
             fill_meta(&meta, &o);
@@ -533,6 +633,13 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
         exit_code = 130;
     } else {
         if (state.step > step0) printf("final loss: %.9g\n", (double)last_loss);
+        if (rank == 0 && val_len && val_step != state.step &&
+            val_loss(g, &a, text + train_len, val_len, o.eval_batches * B, m, V, x, y, logits, saved, sb, ws, wb, &val) !=
+                ATTN_OK) {
+            cli_fail("train gpt: validation: %s", attn_last_error());
+            goto done;
+        }
+        if (rank == 0 && val_len) printf("final val loss: %.9g\n", val);
         printf("checkpoint: %s (step %lld)\n", o.checkpoint, (long long)state.step);
         exit_code = 0;
     }

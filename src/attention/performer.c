@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "attention/attention_common.h"
 #include "attention/linear_internal.h"
 #include "core/internal.h"
@@ -55,7 +56,7 @@ attn_status attn_orf_draw(float *w, int64_t m, int64_t d, uint64_t seed) {
     double *buf = stackbuf;
     const size_t need = (size_t)(2 * d * d);
     if (need > sizeof stackbuf / sizeof stackbuf[0]) {
-        buf = malloc(need * sizeof(double));
+        buf = attn__malloc(need * sizeof(double));
         if (!buf) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory (d = %lld)", fn, (long long)d);
     }
     double *G = buf, *nv = buf + d * d;
@@ -87,7 +88,7 @@ attn_status attn_orf_draw(float *w, int64_t m, int64_t d, uint64_t seed) {
             for (int64_t c = 0; c < d; c++) w[(blk * d + r) * d + c] = (float)(G[r * d + c] * chi);
         }
     }
-    if (buf != stackbuf) free(buf);
+    if (buf != stackbuf) attn__free(buf);
     return ATTN_OK;
 }
 
@@ -144,7 +145,7 @@ attn_status attn_performer_features(const attn_tensor *x, const attn_tensor *w, 
         return attn_error(ATTN_ERR_SHAPE, "%s: key_mask is for keys and must be [B, N] = [%lld, %lld]", fn,
                           (long long)B, (long long)N);
     if (N == 0) return ATTN_OK;
-    float *F = malloc(sizeof(float) * (size_t)(N * (m + d)));
+    float *F = attn__malloc(sizeof(float) * (size_t)(N * (m + d)));
     if (!F) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory (N = %lld, m = %lld)", fn, (long long)N,
                               (long long)m);
     for (int64_t bh = 0; bh < B * H; bh++) {
@@ -156,7 +157,7 @@ attn_status attn_performer_features(const attn_tensor *x, const attn_tensor *w, 
         for (int64_t i = 0; i < N; i++)
             for (int64_t r = 0; r < m; r++) o[i * phi->stride[2] + r * phi->stride[3]] = F[i * m + r];
     }
-    free(F);
+    attn__free(F);
     return ATTN_OK;
 }
 

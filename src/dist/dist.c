@@ -1,5 +1,6 @@
 /* attn dist: data-parallel training over MPI (see include/attn/dist.h). Compiled in every build;
  * without MPI (ATTN_HAVE_MPI 0) the functions that need it answer ATTN_ERR_UNSUPPORTED. */
+#include "core/alloc.h"
 #include "attn/dist.h"
 
 #include <stdint.h>
@@ -64,11 +65,11 @@ attn_status attn_dist_init_comm(const void *comm, attn_dist **out) {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_dist_init_comm: MPI is not initialised");
-    attn_dist *d = calloc(1, sizeof *d);
+    attn_dist *d = attn__calloc(1, sizeof *d);
     if (!d) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_dist_init_comm: out of memory");
     int rc = MPI_Comm_dup(*(const MPI_Comm *)comm, &d->comm);
     if (rc != MPI_SUCCESS) {
-        free(d);
+        attn__free(d);
         return mpi_fail(rc, "attn_dist_init_comm: MPI_Comm_dup");
     }
     MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN);
@@ -104,10 +105,10 @@ attn_status attn_dist_init(attn_dist **out) {
 void attn_dist_free(attn_dist *d) {
     if (!d) return;
     MPI_Comm_free(&d->comm);
-    free(d->buf);
-    free(d->flat);
+    attn__free(d->buf);
+    attn__free(d->flat);
     if (d->owns_mpi) MPI_Finalize();
-    free(d);
+    attn__free(d);
 }
 
 int attn_dist_rank(const attn_dist *d) { return d ? d->rank : 0; }
@@ -122,7 +123,7 @@ void attn_dist_abort(attn_dist *d, int code) {
 
 static int reserve(attn_dist *d, size_t n) {
     if (n <= d->buf_cap) return 0;
-    float *b = realloc(d->buf, n * sizeof(float));
+    float *b = attn__realloc(d->buf, n * sizeof(float));
     if (!b) return -1;
     d->buf = b;
     d->buf_cap = n;
@@ -155,7 +156,7 @@ attn_status attn_dist_reduce_flat(attn_dist *d, const float *local, int64_t n_lo
                           "must pass the same number",
                           (long long)lmin, (long long)lmax);
     const int64_t mine_lo = slice_lo(p, n, r), mine = slice_lo(p, n, r + 1) - mine_lo;
-    int *scount = malloc(sizeof(int) * 4 * (size_t)n);
+    int *scount = attn__malloc(sizeof(int) * 4 * (size_t)n);
     float *send = NULL;
     if (!scount) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_dist_allreduce_grads: out of memory");
     int *sdispl = scount + n, *rcount = scount + 2 * n, *rdispl = scount + 3 * n;
@@ -163,9 +164,9 @@ attn_status attn_dist_reduce_flat(attn_dist *d, const float *local, int64_t n_lo
     if (L == 1) {
         send = (float *)(local ? local : out);
     } else {
-        send = malloc(sizeof(float) * (size_t)(L * p));
+        send = attn__malloc(sizeof(float) * (size_t)(L * p));
         if (!send) {
-            free(scount);
+            attn__free(scount);
             return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_dist_allreduce_grads: out of memory");
         }
     }
@@ -180,15 +181,15 @@ attn_status attn_dist_reduce_flat(attn_dist *d, const float *local, int64_t n_lo
                 memcpy(send + L * lo + k * cj, local + k * p + lo, sizeof(float) * (size_t)cj);
     }
     if (reserve(d, (size_t)(n * L * mine) + 1)) {
-        if (L > 1) free(send);
-        free(scount);
+        if (L > 1) attn__free(send);
+        attn__free(scount);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_dist_allreduce_grads: out of memory");
     }
     float *recv = d->buf;
     rc = MPI_Alltoallv(send, scount, sdispl, MPI_FLOAT, recv, rcount, rdispl, MPI_FLOAT, d->comm);
-    if (L > 1) free(send);
+    if (L > 1) attn__free(send);
     if (rc != MPI_SUCCESS) {
-        free(scount);
+        attn__free(scount);
         return mpi_fail(rc, "attn_dist_allreduce_grads: MPI_Alltoallv");
     }
     /* the fold, in global micro-batch order: rank 0's L, then rank 1's, ... (threads split the
@@ -210,7 +211,7 @@ attn_status attn_dist_reduce_flat(attn_dist *d, const float *local, int64_t n_lo
         rdispl[j] = (int)lo;
     }
     rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, rcount, rdispl, MPI_FLOAT, d->comm);
-    free(scount);
+    attn__free(scount);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "attn_dist_allreduce_grads: MPI_Allgatherv");
     return ATTN_OK;
 }
@@ -221,7 +222,7 @@ attn_status attn_dist_allreduce_grads(attn_dist *d, const attn_params *ps, const
     const double t0 = MPI_Wtime();
     const size_t np = attn_params_count(ps), p = attn_params_numel(ps);
     if (p + 1 > d->flat_cap) {
-        float *f = realloc(d->flat, sizeof(float) * (p + 1));
+        float *f = attn__realloc(d->flat, sizeof(float) * (p + 1));
         if (!f) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_dist_allreduce_grads: out of memory");
         d->flat = f;
         d->flat_cap = p + 1;
@@ -280,11 +281,11 @@ attn_status attn_dist_agree(attn_dist *d, int flags, int *all) {
 
 attn_status attn_dist_check_same(attn_dist *d, uint64_t value, const char *what) {
     ATTN_CHECK_NOT_NULL("attn_dist_check_same", d);
-    uint64_t *v = malloc(sizeof(uint64_t) * (size_t)d->size);
+    uint64_t *v = attn__malloc(sizeof(uint64_t) * (size_t)d->size);
     if (!v) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_dist_check_same: out of memory");
     int rc = MPI_Allgather(&value, 1, MPI_UINT64_T, v, 1, MPI_UINT64_T, d->comm);
     if (rc != MPI_SUCCESS) {
-        free(v);
+        attn__free(v);
         return mpi_fail(rc, "attn_dist_check_same: MPI_Allgather");
     }
     char list[256] = "";
@@ -297,7 +298,7 @@ attn_status attn_dist_check_same(attn_dist *d, uint64_t value, const char *what)
                                          (unsigned long long)v[j]);
         }
     const uint64_t v0 = v[0];
-    free(v);
+    attn__free(v);
     if (!differ) return ATTN_OK;
     return attn_error(ATTN_ERR_INVALID_ARGUMENT, "ranks disagree on %s: rank 0 has %016llx, rank%s %s%s",
                       what ? what : "a value", (unsigned long long)v0, differ > 1 ? "s" : "", list,

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "attn/image.h"
 #include "core/internal.h"
 #include "io/safe_file.h"
@@ -21,7 +22,7 @@ int attn_image_png_supported(void) { return ATTN_HAVE_PNG ? 1 : 0; }
 
 void attn_image_free(attn_image *img) {
     if (!img) return;
-    free(img->pixels);
+    attn__free(img->pixels);
     memset(img, 0, sizeof *img);
 }
 
@@ -88,19 +89,19 @@ static attn_status decode_pnm(const char *fn, const uint8_t *p, size_t len, attn
             return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s data truncated: %zu bytes for %lld x %lld x %d", fn, fmt,
                               len - r.pos, (long long)w, (long long)h, ch);
     }
-    uint8_t *px = malloc(n);
+    uint8_t *px = attn__malloc(n);
     if (!px) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes", fn, n);
     for (size_t i = 0; i < n; i++) {
         int64_t v;
         if (type >= 5) {
             v = p[r.pos + i];
         } else if ((v = pnm_number(&r)) < 0) {
-            free(px);
+            attn__free(px);
             return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s data truncated or malformed at sample %zu of %zu", fn,
                               fmt, i, n);
         }
         if (v > maxval) {
-            free(px);
+            attn__free(px);
             return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s sample %zu is %lld, above maxval %lld", fn, fmt, i,
                               (long long)v, (long long)maxval);
         }
@@ -130,7 +131,7 @@ static attn_status decode_png(const char *fn, const uint8_t *p, size_t len, attn
     const int ch = (im.format & PNG_FORMAT_FLAG_COLOR) ? 3 : 1;
     im.format = ch == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
     const size_t n = (size_t)im.width * im.height * (size_t)ch;
-    uint8_t *px = calloc(n, 1); /* transparent pixels are composited onto this black */
+    uint8_t *px = attn__calloc(n, 1); /* transparent pixels are composited onto this black */
     if (!px) {
         png_image_free(&im);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes", fn, n);
@@ -138,7 +139,7 @@ static attn_status decode_png(const char *fn, const uint8_t *p, size_t len, attn
     if (!png_image_finish_read(&im, NULL, px, 0, NULL)) {
         st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: PNG: %s", fn, im.message);
         png_image_free(&im);
-        free(px);
+        attn__free(px);
         return st;
     }
     out->width = (int64_t)im.width;
@@ -195,7 +196,7 @@ attn_status attn_image_load(const char *path, attn_image *out) {
         return attn_error(ATTN_ERR_IO, "%s: %s: %s", fn, path, strerror(e));
     }
     size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap);
+    uint8_t *buf = attn__malloc(cap);
     attn_status st = ATTN_OK;
     while (buf) {
         n += fread(buf + n, 1, cap - n, f);
@@ -205,7 +206,7 @@ attn_status attn_image_load(const char *path, attn_image *out) {
                             ATTN_IMAGE_MAX_FILE);
             break;
         }
-        uint8_t *nb = realloc(buf, cap * 2);
+        uint8_t *nb = attn__realloc(buf, cap * 2);
         if (!nb) break;
         buf = nb;
         cap *= 2;
@@ -213,7 +214,7 @@ attn_status attn_image_load(const char *path, attn_image *out) {
     if (!st && buf && ferror(f)) st = attn_error(ATTN_ERR_IO, "%s: %s: read error", fn, path);
     fclose(f);
     if (!buf || (!st && n == cap)) {
-        free(buf);
+        attn__free(buf);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: %s: out of memory", fn, path);
     }
     if (!st) {
@@ -221,7 +222,7 @@ attn_status attn_image_load(const char *path, attn_image *out) {
         snprintf(where, sizeof where, "%s: %s", fn, path);
         st = decode(where, buf, n, out);
     }
-    free(buf);
+    attn__free(buf);
     return st;
 }
 
@@ -259,11 +260,11 @@ attn_status attn_image_to_tensor(const attn_image *img, int64_t height, int64_t 
         if (!(std[c] > 0) || !isfinite(std[c]))
             return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: std[%d] = %g must be > 0", fn, c, (double)std[c]);
     const int64_t H = img->height, W = img->width, ci = img->channels;
-    int64_t *y0 = malloc(sizeof(int64_t) * (size_t)height), *y1 = malloc(sizeof(int64_t) * (size_t)height);
-    int64_t *x0 = malloc(sizeof(int64_t) * (size_t)width), *x1 = malloc(sizeof(int64_t) * (size_t)width);
-    float *ty = malloc(sizeof(float) * (size_t)height), *tx = malloc(sizeof(float) * (size_t)width);
+    int64_t *y0 = attn__malloc(sizeof(int64_t) * (size_t)height), *y1 = attn__malloc(sizeof(int64_t) * (size_t)height);
+    int64_t *x0 = attn__malloc(sizeof(int64_t) * (size_t)width), *x1 = attn__malloc(sizeof(int64_t) * (size_t)width);
+    float *ty = attn__malloc(sizeof(float) * (size_t)height), *tx = attn__malloc(sizeof(float) * (size_t)width);
     if (!y0 || !y1 || !x0 || !x1 || !ty || !tx) {
-        free(y0), free(y1), free(x0), free(x1), free(ty), free(tx);
+        attn__free(y0), attn__free(y1), attn__free(x0), attn__free(x1), attn__free(ty), attn__free(tx);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     linear_taps(H, height, y0, y1, ty);
@@ -286,7 +287,7 @@ attn_status attn_image_to_tensor(const attn_image *img, int64_t height, int64_t 
                 out[(c * height + y) * width + x] = (val / 255.0f - m) / s;
             }
     }
-    free(y0), free(y1), free(x0), free(x1), free(ty), free(tx);
+    attn__free(y0), attn__free(y1), attn__free(x0), attn__free(x1), attn__free(ty), attn__free(tx);
     return ATTN_OK;
 }
 
@@ -302,12 +303,12 @@ attn_status attn_image_resize(const attn_image *img, int64_t height, int64_t wid
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: output size %lld x %lld outside the limits", fn,
                           (long long)height, (long long)width);
     const int64_t H = img->height, W = img->width, ch = img->channels;
-    int64_t *y0 = malloc(sizeof(int64_t) * (size_t)height), *y1 = malloc(sizeof(int64_t) * (size_t)height);
-    int64_t *x0 = malloc(sizeof(int64_t) * (size_t)width), *x1 = malloc(sizeof(int64_t) * (size_t)width);
-    float *ty = malloc(sizeof(float) * (size_t)height), *tx = malloc(sizeof(float) * (size_t)width);
-    uint8_t *px = malloc((size_t)(height * width * ch));
+    int64_t *y0 = attn__malloc(sizeof(int64_t) * (size_t)height), *y1 = attn__malloc(sizeof(int64_t) * (size_t)height);
+    int64_t *x0 = attn__malloc(sizeof(int64_t) * (size_t)width), *x1 = attn__malloc(sizeof(int64_t) * (size_t)width);
+    float *ty = attn__malloc(sizeof(float) * (size_t)height), *tx = attn__malloc(sizeof(float) * (size_t)width);
+    uint8_t *px = attn__malloc((size_t)(height * width * ch));
     if (!y0 || !y1 || !x0 || !x1 || !ty || !tx || !px) {
-        free(y0), free(y1), free(x0), free(x1), free(ty), free(tx), free(px);
+        attn__free(y0), attn__free(y1), attn__free(x0), attn__free(x1), attn__free(ty), attn__free(tx), attn__free(px);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     linear_taps(H, height, y0, y1, ty);
@@ -322,7 +323,7 @@ attn_status attn_image_resize(const attn_image *img, int64_t height, int64_t wid
                 const float v = top + (bot - top) * ty[y];
                 px[(y * width + x) * ch + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v + 0.5f);
             }
-    free(y0), free(y1), free(x0), free(x1), free(ty), free(tx);
+    attn__free(y0), attn__free(y1), attn__free(x0), attn__free(x1), attn__free(ty), attn__free(tx);
     out->width = width;
     out->height = height;
     out->channels = (int)ch;

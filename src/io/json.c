@@ -1,4 +1,5 @@
 /* A small, strict JSON parser (RFC 8259): see json.h. */
+#include "core/alloc.h"
 #include "io/json.h"
 
 #include <errno.h>
@@ -35,7 +36,7 @@ static void *arena_alloc(attn_json_doc *doc, size_t n) {
         /* grow chunk sizes geometrically so big documents need few mallocs */
         if (c && c->cap < (size_t)64 * 1024 * 1024 && c->cap * 2 > cap) cap = c->cap * 2;
         if (cap > SIZE_MAX - sizeof(arena_chunk)) return NULL;
-        arena_chunk *nc = malloc(sizeof(arena_chunk) + cap);
+        arena_chunk *nc = attn__malloc(sizeof(arena_chunk) + cap);
         if (!nc) return NULL;
         nc->next = c;
         nc->used = 0;
@@ -53,10 +54,10 @@ void attn_json_free(attn_json_doc *doc) {
     arena_chunk *c = doc->chunks;
     while (c) {
         arena_chunk *next = c->next;
-        free(c);
+        attn__free(c);
         c = next;
     }
-    free(doc);
+    attn__free(doc);
 }
 
 const attn_json *attn_json_root(const attn_json_doc *doc) { return doc ? &doc->root : NULL; }
@@ -177,7 +178,7 @@ static int push(parser *p, const attn_json *v) {
     if (p->sp == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 64;
         if (cap > SIZE_MAX / sizeof(attn_json)) return 0;
-        attn_json *ns = realloc(p->stack, cap * sizeof(attn_json));
+        attn_json *ns = attn__realloc(p->stack, cap * sizeof(attn_json));
         if (!ns) return 0;
         p->stack = ns;
         p->cap = cap;
@@ -351,7 +352,7 @@ static attn_json_status parse_number(parser *p, attn_json *out) {
     errno = 0;
     if (dp && dp[0] && (dp[0] != '.' || dp[1]) && memchr(lex, '.', n)) {
         size_t dl = strlen(dp);
-        char *tmp = malloc(n + dl + 1);
+        char *tmp = attn__malloc(n + dl + 1);
         if (!tmp) return nomem(p);
         size_t k = 0;
         for (size_t j = 0; j < n; j++) {
@@ -364,7 +365,7 @@ static attn_json_status parse_number(parser *p, attn_json *out) {
         }
         tmp[k] = '\0';
         v = strtod(tmp, NULL);
-        free(tmp);
+        attn__free(tmp);
     } else {
         v = strtod(lex, NULL);
     }
@@ -400,7 +401,7 @@ static attn_json_status close_container(parser *p, size_t base, attn_json *out) 
     out->items = items;
     out->len = out->type == ATTN_JSON_OBJECT ? n / 2 : n;
     if (out->type == ATTN_JSON_OBJECT && p->reject_dup && out->len > 1) {
-        const attn_json **keys = malloc(out->len * sizeof *keys);
+        const attn_json **keys = attn__malloc(out->len * sizeof *keys);
         if (!keys) return nomem(p);
         for (size_t k = 0; k < out->len; k++) keys[k] = &items[2 * k];
         qsort(keys, out->len, sizeof *keys, key_cmp);
@@ -410,11 +411,11 @@ static attn_json_status close_container(parser *p, size_t base, attn_json *out) 
                                                                     : keys[k]->offset;
                 attn_json_status st = fail(p, ATTN_JSON_ERR_DUPLICATE_KEY, off,
                                            "duplicate key \"%.60s\"", keys[k]->str);
-                free(keys);
+                attn__free(keys);
                 return st;
             }
         }
-        free(keys);
+        attn__free(keys);
     }
     return ATTN_JSON_OK;
 }
@@ -537,7 +538,7 @@ attn_json_status attn_json_parse(const char *text, size_t len, const attn_json_o
     if (!attn_json_utf8_valid((const char *)p.s, len, &bad))
         return fail(&p, ATTN_JSON_ERR_UTF8, bad, "invalid UTF-8 (byte 0x%02X)", p.s[bad]);
 
-    p.doc = calloc(1, sizeof *p.doc);
+    p.doc = attn__calloc(1, sizeof *p.doc);
     if (!p.doc) return nomem(&p);
     attn_json_status st;
     skip_ws(&p);
@@ -554,7 +555,7 @@ attn_json_status attn_json_parse(const char *text, size_t len, const attn_json_o
                       describe(&p, p.pos, buf, sizeof buf));
         }
     }
-    free(p.stack);
+    attn__free(p.stack);
     if (st != ATTN_JSON_OK) {
         attn_json_free(p.doc);
         return st;

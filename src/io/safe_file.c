@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
 
+#include "core/alloc.h"
 #include "io/safe_file.h"
 
 #include <errno.h>
@@ -82,7 +83,7 @@ attn_status attn_io_read_input(const char *path, const char *what, uint64_t cap,
         close(fd);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s '%s' is too large for memory", what ? what : "file", path);
     }
-    char *b = malloc((size_t)size + 1);
+    char *b = attn__malloc((size_t)size + 1);
     if (!b) {
         close(fd);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory reading '%s' (%llu bytes)", path,
@@ -94,7 +95,7 @@ attn_status attn_io_read_input(const char *path, const char *what, uint64_t cap,
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             const int e = errno;
-            free(b);
+            attn__free(b);
             close(fd);
             return attn_error(ATTN_ERR_IO, "cannot read '%s': %s", path, errtext(e));
         }
@@ -147,9 +148,9 @@ static uint64_t random_bits(void) {
 
 static char *dir_of(const char *path) {
     const char *slash = strrchr(path, '/');
-    if (!slash) return strdup(".");
-    if (slash == path) return strdup("/");
-    char *d = malloc((size_t)(slash - path) + 1);
+    if (!slash) return attn__strdup(".");
+    if (slash == path) return attn__strdup("/");
+    char *d = attn__malloc((size_t)(slash - path) + 1);
     if (d) {
         memcpy(d, path, (size_t)(slash - path));
         d[slash - path] = '\0';
@@ -164,8 +165,8 @@ attn_status attn_io_out_begin(attn_io_out *o, const char *path) {
     attn_status s = attn_io_check_target(path);
     if (s) return s;
     const size_t pl = strlen(path);
-    o->path = strdup(path);
-    o->tmp = malloc(pl + 32);
+    o->path = attn__strdup(path);
+    o->tmp = attn__malloc(pl + 32);
     if (!o->path || !o->tmp) {
         attn_io_out_abort(o);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -178,7 +179,7 @@ attn_status attn_io_out_begin(attn_io_out *o, const char *path) {
     }
     const int e = errno;
     s = attn_error(ATTN_ERR_IO, "cannot create a temporary file next to '%s': %s", path, errtext(e));
-    free(o->tmp);
+    attn__free(o->tmp);
     o->tmp = NULL; /* nothing was created */
     attn_io_out_abort(o);
     return s;
@@ -200,13 +201,20 @@ void attn_io_out_abort(attn_io_out *o) {
     if (o->fd >= 0) close(o->fd);
     o->fd = -1;
     if (o->tmp) unlink(o->tmp);
-    free(o->tmp);
-    free(o->path);
+    attn__free(o->tmp);
+    attn__free(o->path);
     o->tmp = o->path = NULL;
 }
 
 attn_status attn_io_out_commit(attn_io_out *o) {
     attn_status s = ATTN_OK;
+    /* the folder's name before the rename: running out of memory after it would report a failure
+     * for a file that did replace PATH */
+    char *dir = dir_of(o->path);
+    if (!dir) {
+        attn_io_out_abort(o);
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     if (fsync(o->fd) != 0) s = attn_error(ATTN_ERR_IO, "cannot fsync '%s': %s", o->tmp, errtext(errno));
     const int c = close(o->fd);
     o->fd = -1;
@@ -215,16 +223,12 @@ attn_status attn_io_out_commit(attn_io_out *o) {
     if (!s && rename(o->tmp, o->path) != 0)
         s = attn_error(ATTN_ERR_IO, "cannot rename '%s' to '%s': %s", o->tmp, o->path, errtext(errno));
     if (s) {
+        attn__free(dir);
         attn_io_out_abort(o);
         return s;
     }
-    free(o->tmp);
+    attn__free(o->tmp);
     o->tmp = NULL; /* renamed: nothing to remove */
-    char *dir = dir_of(o->path);
-    if (!dir) {
-        attn_io_out_abort(o);
-        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory");
-    }
     const int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) {
         s = attn_error(ATTN_ERR_IO, "cannot open directory '%s': %s", dir, errtext(errno));
@@ -233,7 +237,7 @@ attn_status attn_io_out_commit(attn_io_out *o) {
             s = attn_error(ATTN_ERR_IO, "cannot fsync directory '%s': %s", dir, errtext(errno));
         close(dfd);
     }
-    free(dir);
+    attn__free(dir);
     attn_io_out_abort(o);
     return s;
 }

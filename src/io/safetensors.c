@@ -38,6 +38,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "attn/safetensors.h"
 #include "core/internal.h"
 #include "io/json.h"
@@ -281,8 +282,8 @@ static attn_status parse_file(const unsigned char *buf, size_t len, const char *
         status = st_fail(path, ATTN_ERR_ST_INVALID_JSON, "header is not a JSON object");
         goto done;
     }
-    entries = calloc(root->len ? root->len : 1, sizeof *entries);
-    order = calloc(root->len ? root->len : 1, sizeof *order);
+    entries = attn__calloc(root->len ? root->len : 1, sizeof *entries);
+    order = attn__calloc(root->len ? root->len : 1, sizeof *order);
     if (!entries || !order) {
         status = st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "out of memory for %zu entries", root->len);
         goto done;
@@ -312,7 +313,7 @@ static attn_status parse_file(const unsigned char *buf, size_t len, const char *
     /* metadata: strings only, no NUL, no repeated key */
     size_t nm = meta ? meta->len : 0;
     if (nm) {
-        meta_sorted = malloc(nm * sizeof *meta_sorted);
+        meta_sorted = attn__malloc(nm * sizeof *meta_sorted);
         if (!meta_sorted) {
             status = st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "out of memory");
             goto done;
@@ -413,16 +414,16 @@ static attn_status parse_file(const unsigned char *buf, size_t len, const char *
     for (size_t i = 0; i < ne; i++) pool += order[i]->name_len + 1; /* <= header size */
     for (size_t i = 0; i < nm; i++)
         pool += attn_json_member_key(meta, i)->len + attn_json_member_value(meta, i)->len + 2;
-    st->strings = malloc(pool ? pool : 1);
-    st->tensors = calloc(ne ? ne : 1, sizeof *st->tensors);
-    st->by_name = malloc((ne ? ne : 1) * sizeof *st->by_name);
-    st->meta_keys = malloc((nm ? nm : 1) * sizeof *st->meta_keys);
-    st->meta_values = malloc((nm ? nm : 1) * sizeof *st->meta_values);
-    st->meta_by_key = malloc((nm ? nm : 1) * sizeof *st->meta_by_key);
-    named *names = malloc((ne ? ne : 1) * sizeof *names);
+    st->strings = attn__malloc(pool ? pool : 1);
+    st->tensors = attn__calloc(ne ? ne : 1, sizeof *st->tensors);
+    st->by_name = attn__malloc((ne ? ne : 1) * sizeof *st->by_name);
+    st->meta_keys = attn__malloc((nm ? nm : 1) * sizeof *st->meta_keys);
+    st->meta_values = attn__malloc((nm ? nm : 1) * sizeof *st->meta_values);
+    st->meta_by_key = attn__malloc((nm ? nm : 1) * sizeof *st->meta_by_key);
+    named *names = attn__malloc((ne ? ne : 1) * sizeof *names);
     if (!st->strings || !st->tensors || !st->by_name || !st->meta_keys || !st->meta_values ||
         !st->meta_by_key || !names) {
-        free(names);
+        attn__free(names);
         status = st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "out of memory");
         goto done;
     }
@@ -443,7 +444,7 @@ static attn_status parse_file(const unsigned char *buf, size_t len, const char *
     }
     qsort(names, ne, sizeof *names, named_cmp);
     for (size_t i = 0; i < ne; i++) st->by_name[i] = names[i].index;
-    free(names);
+    attn__free(names);
     for (size_t i = 0; i < nm; i++) {
         const attn_json *k = attn_json_member_key(meta, i), *v = attn_json_member_value(meta, i);
         memcpy(sp, k->str, k->len + 1);
@@ -458,9 +459,9 @@ static attn_status parse_file(const unsigned char *buf, size_t len, const char *
     st->meta_count = nm;
 
 done:
-    free(meta_sorted);
-    free(order);
-    free(entries);
+    attn__free(meta_sorted);
+    attn__free(order);
+    attn__free(entries);
     attn_json_free(doc);
     return status;
 }
@@ -468,20 +469,20 @@ done:
 void attn_safetensors_close(attn_safetensors *st) {
     if (!st) return;
     if (st->map) munmap(st->map, st->map_len);
-    free(st->tensors);
-    free(st->by_name);
-    free(st->meta_keys);
-    free(st->meta_values);
-    free(st->meta_by_key);
-    free(st->strings);
-    free(st);
+    attn__free(st->tensors);
+    attn__free(st->by_name);
+    attn__free(st->meta_keys);
+    attn__free(st->meta_values);
+    attn__free(st->meta_by_key);
+    attn__free(st->strings);
+    attn__free(st);
 }
 
 attn_status attn_safetensors_open_memory(const void *buf, size_t len, attn_safetensors **out) {
     ATTN_CHECK_NOT_NULL("attn_safetensors_open_memory", out);
     *out = NULL;
     if (!buf && len) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_safetensors_open_memory: buf is NULL");
-    attn_safetensors *st = calloc(1, sizeof *st);
+    attn_safetensors *st = attn__calloc(1, sizeof *st);
     if (!st) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_safetensors_open_memory: out of memory");
     attn_status s = parse_file(buf ? buf : (const void *)"", len, NULL, st);
     if (s != ATTN_OK) {
@@ -514,7 +515,7 @@ attn_status attn_safetensors_open_file(const char *path, attn_safetensors **out)
         return st_fail(path, ATTN_ERR_IO, "file too large to map");
     }
     size_t len = (size_t)sbuf.st_size;
-    attn_safetensors *st = calloc(1, sizeof *st);
+    attn_safetensors *st = attn__calloc(1, sizeof *st);
     if (!st) {
         close(fd);
         return st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -525,7 +526,7 @@ attn_status attn_safetensors_open_file(const char *path, attn_safetensors **out)
         if (m == MAP_FAILED) {
             int e = errno;
             close(fd);
-            free(st);
+            attn__free(st);
             return st_fail(path, ATTN_ERR_IO, "cannot mmap %zu bytes: %s", len, errstr(e, eb, sizeof eb));
         }
         st->map = m;
@@ -795,14 +796,14 @@ static int writer_reserve(attn_safetensors_writer *w) {
     if (w->nslots && w->n + 1 <= w->nslots / 2) return 1;
     size_t ns = w->nslots ? w->nslots * 2 : 64;
     if (ns > SIZE_MAX / sizeof(size_t)) return 0;
-    size_t *slots = calloc(ns, sizeof *slots);
+    size_t *slots = attn__calloc(ns, sizeof *slots);
     if (!slots) return 0;
     for (size_t k = 0; k < w->n; k++) {
         size_t i = name_hash(w->t[k].name) & (ns - 1);
         while (slots[i]) i = (i + 1) & (ns - 1);
         slots[i] = k + 1;
     }
-    free(w->slots);
+    attn__free(w->slots);
     w->slots = slots;
     w->nslots = ns;
     return 1;
@@ -810,27 +811,27 @@ static int writer_reserve(attn_safetensors_writer *w) {
 
 attn_status attn_safetensors_writer_create(attn_safetensors_writer **out) {
     ATTN_CHECK_NOT_NULL("attn_safetensors_writer_create", out);
-    *out = calloc(1, sizeof **out);
+    *out = attn__calloc(1, sizeof **out);
     if (!*out) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_safetensors_writer_create: out of memory");
     return ATTN_OK;
 }
 
 void attn_safetensors_writer_free(attn_safetensors_writer *w) {
     if (!w) return;
-    for (size_t i = 0; i < w->n; i++) free(w->t[i].name);
+    for (size_t i = 0; i < w->n; i++) attn__free(w->t[i].name);
     for (size_t i = 0; i < w->mn; i++) {
-        free(w->mkeys[i]);
-        free(w->mvals[i]);
+        attn__free(w->mkeys[i]);
+        attn__free(w->mvals[i]);
     }
-    free(w->t);
-    free(w->slots);
-    free(w->mkeys);
-    free(w->mvals);
-    free(w);
+    attn__free(w->t);
+    attn__free(w->slots);
+    attn__free(w->mkeys);
+    attn__free(w->mvals);
+    attn__free(w);
 }
 
 static char *dup_str(const char *s, size_t n) {
-    char *d = malloc(n + 1);
+    char *d = attn__malloc(n + 1);
     if (d) memcpy(d, s, n + 1);
     return d;
 }
@@ -875,7 +876,7 @@ attn_status attn_safetensors_writer_add(attn_safetensors_writer *w, const char *
     if (!writer_reserve(w)) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     if (w->n == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 16;
-        w_tensor *nt = realloc(w->t, cap * sizeof *nt);
+        w_tensor *nt = attn__realloc(w->t, cap * sizeof *nt);
         if (!nt) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         w->t = nt;
         w->cap = cap;
@@ -914,18 +915,18 @@ attn_status attn_safetensors_writer_add_metadata(attn_safetensors_writer *w, con
             return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' added twice", fn, kn);
     if (w->mn == w->mcap) {
         size_t cap = w->mcap ? w->mcap * 2 : 8;
-        char **nk = realloc(w->mkeys, cap * sizeof *nk);
+        char **nk = attn__realloc(w->mkeys, cap * sizeof *nk);
         if (!nk) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         w->mkeys = nk;
-        char **nv = realloc(w->mvals, cap * sizeof *nv);
+        char **nv = attn__realloc(w->mvals, cap * sizeof *nv);
         if (!nv) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         w->mvals = nv;
         w->mcap = cap;
     }
     char *k = dup_str(key, kl), *v = dup_str(value, vl);
     if (!k || !v) {
-        free(k);
-        free(v);
+        attn__free(k);
+        attn__free(v);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     w->mkeys[w->mn] = k;
@@ -957,7 +958,7 @@ static void sb_put(sbuf *b, const char *s, size_t n) {
             }
             cap *= 2;
         }
-        char *np = realloc(b->p, cap);
+        char *np = attn__realloc(b->p, cap);
         if (!np) {
             b->err = 1;
             return;
@@ -1034,13 +1035,13 @@ static attn_status build_header(const attn_safetensors_writer *w, const char *fn
     sb_put(b, "}", 1);
     while (!b->err && (b->n - 8) % 8) sb_put(b, " ", 1);
     if (b->err) {
-        free(b->p);
+        attn__free(b->p);
         b->p = NULL;
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the header", fn);
     }
     size_t hl = b->n - 8;
     if (hl > ATTN_SAFETENSORS_MAX_HEADER) {
-        free(b->p);
+        attn__free(b->p);
         b->p = NULL;
         return attn_error(ATTN_ERR_ST_HEADER_TOO_LARGE, "%s: header of %zu bytes exceeds the limit of %u",
                           fn, hl, ATTN_SAFETENSORS_MAX_HEADER);
@@ -1062,12 +1063,12 @@ attn_status attn_safetensors_writer_write_memory(attn_safetensors_writer *w, voi
     if (s != ATTN_OK) return s;
     size_t total;
     if (attn_add_overflow(b.n, w->total, &total)) {
-        free(b.p);
+        attn__free(b.p);
         return attn_error(ATTN_ERR_OVERFLOW, "%s: file size overflows", fn);
     }
-    char *out = realloc(b.p, total ? total : 1);
+    char *out = attn__realloc(b.p, total ? total : 1);
     if (!out) {
-        free(b.p);
+        attn__free(b.p);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes", fn, total);
     }
     size_t o = b.n;
@@ -1094,7 +1095,7 @@ attn_status attn_safetensors_writer_write_file(attn_safetensors_writer *w, const
     s = attn_io_out_begin(&o, path);
     if (s == ATTN_OK) s = attn_io_out_write(&o, b.p, b.n);
     for (size_t i = 0; s == ATTN_OK && i < w->n; i++) s = attn_io_out_write(&o, w->t[i].data, w->t[i].nbytes);
-    free(b.p);
+    attn__free(b.p);
     if (s != ATTN_OK) {
         char why[400];
         snprintf(why, sizeof why, "%s", attn_last_error());

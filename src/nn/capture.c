@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "nn_internal.h"
 
 #define PATH_MAX_LEN 256
@@ -33,15 +34,15 @@ struct attn_capture {
 
 attn_status attn_capture_create(attn_capture **out) {
     ATTN_CHECK_NOT_NULL("attn_capture_create", out);
-    *out = calloc(1, sizeof **out);
+    *out = attn__calloc(1, sizeof **out);
     return *out ? ATTN_OK : attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_capture_create: out of memory");
 }
 
 void attn_capture_clear(attn_capture *c) {
     if (!c) return;
     for (size_t i = 0; i < c->nrec; i++) {
-        free(c->rec[i].module);
-        free(c->rec[i].w);
+        attn__free(c->rec[i].module);
+        attn__free(c->rec[i].w);
     }
     c->nrec = 0;
 }
@@ -49,15 +50,15 @@ void attn_capture_clear(attn_capture *c) {
 void attn_capture_free(attn_capture *c) {
     if (!c) return;
     attn_capture_clear(c);
-    for (size_t i = 0; i < c->nreq; i++) free(c->req[i].pattern);
-    free(c->req);
-    free(c->rec);
-    free(c);
+    for (size_t i = 0; i < c->nreq; i++) attn__free(c->req[i].pattern);
+    attn__free(c->req);
+    attn__free(c->rec);
+    attn__free(c);
 }
 
 static char *dup_str(const char *s) {
     const size_t n = strlen(s) + 1;
-    char *d = malloc(n);
+    char *d = attn__malloc(n);
     if (d) memcpy(d, s, n);
     return d;
 }
@@ -75,7 +76,7 @@ attn_status attn_capture_add(attn_capture *c, const char *pattern, int64_t head0
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: pattern longer than %d characters", fn, PATH_MAX_LEN - 1);
     if (c->nreq == c->req_cap) {
         const size_t cap = c->req_cap ? 2 * c->req_cap : 4;
-        cap_request *r = realloc(c->req, cap * sizeof *r);
+        cap_request *r = attn__realloc(c->req, cap * sizeof *r);
         if (!r) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         c->req = r;
         c->req_cap = cap;
@@ -199,7 +200,7 @@ attn_status attn_nn_capture_begin(attn_capture *c, const char *fn, int64_t B, in
     if (!rec) {
         if (c->nrec == c->rec_cap) {
             const size_t cap = c->rec_cap ? 2 * c->rec_cap : 8;
-            cap_record *r = realloc(c->rec, cap * sizeof *r);
+            cap_record *r = attn__realloc(c->rec, cap * sizeof *r);
             if (!r) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the attention capture", fn);
             c->rec = r;
             c->rec_cap = cap;
@@ -214,7 +215,7 @@ attn_status attn_nn_capture_begin(attn_capture *c, const char *fn, int64_t B, in
     if (floats == SIZE_MAX || floats > ((size_t)1 << 40))
         return attn_error(ATTN_ERR_OVERFLOW, "%s: the capture of module '%s' is too large", fn, name);
     if (floats > rec->cap) {
-        float *w = realloc(rec->w, floats * sizeof(float));
+        float *w = attn__realloc(rec->w, floats * sizeof(float));
         if (!w)
             return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory capturing %zu weights of module '%s'", fn,
                               floats, name);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "nn_layer.h"
 
 struct attn_gpt {
@@ -46,7 +47,7 @@ void attn_gpt_free(attn_gpt *g) {
     attn_nn_stack_destroy(&g->S);
     attn_nn_store_free(&g->head);
     attn_nn_params_free(g->list);
-    free(g);
+    attn__free(g);
 }
 
 attn_status attn_gpt_create(const attn_gpt_config *cfg, attn_gpt **out) {
@@ -62,7 +63,7 @@ attn_status attn_gpt_create(const attn_gpt_config *cfg, attn_gpt **out) {
                           (int)cfg->positions);
     attn_status st = attn_nn_layer_check_config(fn, &cfg->layer);
     if (st) return st;
-    attn_gpt *g = calloc(1, sizeof *g);
+    attn_gpt *g = attn__calloc(1, sizeof *g);
     if (!g) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     g->cfg = *cfg;
     g->cfg.layer.norm_first = 1;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "nn_layer.h"
 
 attn_layer_config attn_layer_config_default(int64_t d_model, int64_t nhead) {
@@ -522,13 +523,13 @@ struct attn_decoder_layer {
 
 /* A zeroed public layer of `size` bytes whose first member is its nn_layer, initialised. */
 static void *layer_new(const char *fn, const attn_layer_config *cfg, int decoder, size_t size, attn_status *st) {
-    nn_layer *L = calloc(1, size);
+    nn_layer *L = attn__calloc(1, size);
     if (!L) {
         *st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         return NULL;
     }
     if ((*st = attn_nn_layer_init(L, fn, cfg, decoder, NULL))) {
-        free(L);
+        attn__free(L);
         return NULL;
     }
     return L;
@@ -536,7 +537,7 @@ static void *layer_new(const char *fn, const attn_layer_config *cfg, int decoder
 
 static void layer_free(nn_layer *L) {
     attn_nn_layer_destroy(L);
-    free(L);
+    attn__free(L);
 }
 
 static attn_status layer_forward(const char *fn, nn_layer *L, const attn_layer_args *a, float *out, void *saved,

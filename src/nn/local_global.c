@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "nn_internal.h"
 
 struct attn_local_global {
@@ -44,7 +45,7 @@ void attn_local_global_free(attn_local_global *m) {
     attn_nn_store_free(&m->store);
     attn_mha_free(m->global);
     attn_mha_free(m->local);
-    free(m);
+    attn__free(m);
 }
 
 attn_status attn_local_global_create(const attn_local_global_config *cfg, attn_local_global **out) {
@@ -59,7 +60,7 @@ attn_status attn_local_global_create(const attn_local_global_config *cfg, attn_l
     if (cfg->local_window < 0)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: local_window must be >= 0 (got %lld)", fn,
                           (long long)cfg->local_window);
-    attn_local_global *m = calloc(1, sizeof *m);
+    attn_local_global *m = attn__calloc(1, sizeof *m);
     if (!m) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     m->cfg = *cfg;
     attn_mha_config gc = attn_mha_config_default(E, cfg->num_heads), lc;

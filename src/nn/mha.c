@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "attention/attention_kind.h"
 #include "nn_internal.h"
 
@@ -108,7 +109,7 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
         attn_status rs = attn_rope_forward(&rope, &empty, 0, NULL);
         if (rs) return attn_nn_wrap_error(rs, fn);
     }
-    attn_mha *m = calloc(1, sizeof *m);
+    attn_mha *m = attn__calloc(1, sizeof *m);
     if (!m) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     m->cfg = *cfg;
     m->cfg.rope = rope;
@@ -166,7 +167,7 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
     float *ptr[10], *gptr[10];
     attn_status st = attn_nn_store_create(&m->store, fn, d, n, ptr, gptr);
     if (st) {
-        free(m);
+        attn__free(m);
         return st;
     }
     for (int i = 0; i < n; i++) {
@@ -196,7 +197,7 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
 void attn_mha_free(attn_mha *m) {
     if (!m) return;
     attn_nn_store_free(&m->store);
-    free(m);
+    attn__free(m);
 }
 
 const attn_params *attn_mha_params(const attn_mha *m) { return m ? m->store.list : NULL; }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "attn/model.h"
 #include "nn_internal.h"
 #include "nn_run.h"
@@ -27,12 +28,12 @@ attn_status attn_model_create_json(const char *json, size_t len, attn_model **ou
     if (attn_json_parse(json, len, &jopt, &doc, &jerr) != ATTN_JSON_OK)
         return attn_error(jerr.status == ATTN_JSON_ERR_NOMEM ? ATTN_ERR_OUT_OF_MEMORY : ATTN_ERR_INVALID_ARGUMENT,
                           "%s: configuration: %s", fn, jerr.message);
-    attn_model *m = calloc(1, sizeof *m);
+    attn_model *m = attn__calloc(1, sizeof *m);
     attn_status st = m ? attn_nn_model_create(attn_json_root(doc), &m->m)
                        : attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     attn_json_free(doc);
     if (st) {
-        free(m);
+        attn__free(m);
         return st;
     }
     *out = m;
@@ -48,7 +49,7 @@ void attn_model_free(attn_model *m) {
     if (!m) return;
     drop_stage(m);
     attn_nn_model_free(m->m);
-    free(m);
+    attn__free(m);
 }
 
 const char *attn_model_name(const attn_model *m) { return m ? attn_nn_model_name(m->m) : NULL; }
@@ -99,7 +100,7 @@ attn_status attn_model_bind(attn_model *m) {
     if (!s) s = attn_safetensors_open_memory(buf, len, &st);
     if (!s) s = attn_nn_model_bind(m->m, st, NULL, 1);
     attn_safetensors_close(st);
-    free(buf);
+    attn__free(buf);
     return s;
 }
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "nn_internal.h"
 
 typedef struct nn_pinfo {
@@ -27,14 +28,14 @@ struct attn_params {
     size_t n, cap;
 };
 
-attn_params *attn_nn_params_new(void) { return calloc(1, sizeof(attn_params)); }
+attn_params *attn_nn_params_new(void) { return attn__calloc(1, sizeof(attn_params)); }
 
 void attn_nn_params_free(attn_params *ps) {
     if (!ps) return;
-    for (size_t i = 0; i < ps->n; i++) free((char *)ps->items[i].name);
-    free(ps->items);
-    free(ps->info);
-    free(ps);
+    for (size_t i = 0; i < ps->n; i++) attn__free((char *)ps->items[i].name);
+    attn__free(ps->items);
+    attn__free(ps->info);
+    attn__free(ps);
 }
 
 static attn_status params_push(attn_params *ps, const char *fn, const char *prefix, const char *name,
@@ -42,16 +43,16 @@ static attn_status params_push(attn_params *ps, const char *fn, const char *pref
                                nn_pinfo info) {
     if (ps->n == ps->cap) {
         size_t cap = ps->cap ? ps->cap * 2 : 16;
-        attn_param *it = realloc(ps->items, cap * sizeof *it);
+        attn_param *it = attn__realloc(ps->items, cap * sizeof *it);
         if (!it) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         ps->items = it;
-        nn_pinfo *in = realloc(ps->info, cap * sizeof *in);
+        nn_pinfo *in = attn__realloc(ps->info, cap * sizeof *in);
         if (!in) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         ps->info = in;
         ps->cap = cap;
     }
     const size_t lp = prefix ? strlen(prefix) : 0, ln = strlen(name);
-    char *nm = malloc(lp + ln + 1);
+    char *nm = attn__malloc(lp + ln + 1);
     if (!nm) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     if (lp) memcpy(nm, prefix, lp);
     memcpy(nm + lp, name, ln + 1);
@@ -98,8 +99,8 @@ attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d,
     }
     if (total == SIZE_MAX || total > SIZE_MAX / sizeof(float) / 2)
         return attn_error(ATTN_ERR_OVERFLOW, "%s: parameter sizes overflow", fn);
-    s->data = calloc(total ? total : 1, sizeof(float));
-    s->grad = calloc(total ? total : 1, sizeof(float));
+    s->data = attn__calloc(total ? total : 1, sizeof(float));
+    s->grad = attn__calloc(total ? total : 1, sizeof(float));
     s->list = attn_nn_params_new();
     if (!s->data || !s->grad || !s->list) {
         attn_nn_store_free(s);
@@ -122,8 +123,8 @@ attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d,
 }
 
 void attn_nn_store_free(nn_store *s) {
-    free(s->data);
-    free(s->grad);
+    attn__free(s->data);
+    attn__free(s->grad);
     attn_nn_params_free(s->list);
     memset(s, 0, sizeof *s);
 }
@@ -369,9 +370,9 @@ static int nm_entry_cmp(const void *a, const void *b) {
 }
 
 static void nm_table_free(nm_table *t) {
-    for (size_t i = 0; t->full && i < t->n; i++) free(t->full[i]);
-    free(t->full);
-    free(t->sorted);
+    for (size_t i = 0; t->full && i < t->n; i++) attn__free(t->full[i]);
+    attn__free(t->full);
+    attn__free(t->sorted);
     memset(t, 0, sizeof *t);
 }
 
@@ -381,8 +382,8 @@ static attn_status nm_table_build(nm_table *t, const char *fn, const attn_params
     attn_status s = nm_check(fn, map);
     if (s) return s;
     const size_t lp = strlen(prefix), n = ps->n;
-    t->full = calloc(n ? n : 1, sizeof *t->full);
-    t->sorted = malloc((n ? n : 1) * sizeof *t->sorted);
+    t->full = attn__calloc(n ? n : 1, sizeof *t->full);
+    t->sorted = attn__malloc((n ? n : 1) * sizeof *t->sorted);
     if (!t->full || !t->sorted) {
         nm_table_free(t);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -390,7 +391,7 @@ static attn_status nm_table_build(nm_table *t, const char *fn, const attn_params
     t->n = n;
     for (size_t i = 0; i < n; i++) {
         const size_t len = nm_map(map, 0, ps->items[i].name, NULL, 0);
-        char *f = malloc(lp + len + 1);
+        char *f = attn__malloc(lp + len + 1);
         if (!f) {
             nm_table_free(t);
             return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);

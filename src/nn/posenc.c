@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "nn_internal.h"
 
 attn_status attn_sinusoidal_table(float *pe, int64_t n_positions, int64_t d_model) {
@@ -68,7 +69,7 @@ attn_status attn_embedding_create(int64_t num_embeddings, int64_t embedding_dim,
     if (padding_idx >= num_embeddings)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: padding_idx %lld outside [0, %lld)", fn,
                           (long long)padding_idx, (long long)num_embeddings);
-    attn_embedding *e = calloc(1, sizeof *e);
+    attn_embedding *e = attn__calloc(1, sizeof *e);
     if (!e) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     e->num = num_embeddings;
     e->dim = embedding_dim;
@@ -77,7 +78,7 @@ attn_status attn_embedding_create(int64_t num_embeddings, int64_t embedding_dim,
     float *gw;
     attn_status st = attn_nn_store_create(&e->store, fn, &d, 1, &e->w, &gw);
     if (st) {
-        free(e);
+        attn__free(e);
         return st;
     }
     e->gw = gw;
@@ -88,7 +89,7 @@ attn_status attn_embedding_create(int64_t num_embeddings, int64_t embedding_dim,
 void attn_embedding_free(attn_embedding *e) {
     if (!e) return;
     attn_nn_store_free(&e->store);
-    free(e);
+    attn__free(e);
 }
 
 const attn_params *attn_embedding_params(const attn_embedding *e) { return e ? e->store.list : NULL; }

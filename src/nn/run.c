@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "nn_config.h"
 #include "nn_internal.h"
 #include "nn_run.h"
@@ -115,7 +116,7 @@ struct nn_module_ops {
 
 static attn_status grow(void **p, size_t *have, size_t need) {
     if (need <= *have && *p) return ATTN_OK;
-    void *q = realloc(*p, need ? need : 1);
+    void *q = attn__realloc(*p, need ? need : 1);
     if (!q) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory for %zu bytes of buffers", need);
     *p = q;
     *have = need;
@@ -336,7 +337,7 @@ static attn_status kernel_create(nn_model *m, const attn_json *config, const cha
     attn_status st = attn_nn_json_seed_kernel_config(config, m->ops->name, kind, ignore, &c, &causal);
     if (st) return st;
     if (kind == ATTN_ATTENTION_PERFORMER) {
-        m->buffer = calloc((size_t)(c.embed_dim * c.attention.num_features), sizeof(float));
+        m->buffer = attn__calloc((size_t)(c.embed_dim * c.attention.num_features), sizeof(float));
         if (!m->buffer)
             return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the buffer R", m->ops->name);
         c.attention.projection = m->buffer;
@@ -377,13 +378,13 @@ static attn_status performer_load_buffers(nn_model *m, const attn_safetensors *s
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: buffer '%s' must be floating point, got %s", m->ops->name,
                           name, attn_dtype_name(t->dtype));
     const size_t n = (size_t)(H * dk * F);
-    float *r = malloc(sizeof(float) * n);
+    float *r = attn__malloc(sizeof(float) * n);
     if (!r) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the buffer '%s'", m->ops->name, name);
     attn_status s = attn_safetensors_read_f32(st, name, r, n);
     for (int64_t h = 0; !s && h < H; h++)
         for (int64_t i = 0; i < dk; i++)
             for (int64_t f = 0; f < F; f++) m->buffer[(h * F + f) * dk + i] = r[(h * dk + i) * F + f];
-    free(r);
+    attn__free(r);
     return s;
 }
 
@@ -657,15 +658,15 @@ static const char *slot_name(const nn_module_ops *o, int slot) {
 
 static void clear_inputs(nn_model *m) {
     for (int i = 0; i < NIN; i++) {
-        free(m->in[i]);
+        attn__free(m->in[i]);
         m->in[i] = NULL;
-        free(m->grad[i]);
+        attn__free(m->grad[i]);
         m->grad[i] = NULL;
     }
     for (int s = 0; s < NSET; s++)
         for (int k = 0; k < 2; k++) {
-            free(m->mb[s][k]);
-            free(m->mf[s][k]);
+            attn__free(m->mb[s][k]);
+            attn__free(m->mf[s][k]);
             m->mb[s][k] = NULL;
             m->mf[s][k] = NULL;
         }
@@ -677,12 +678,12 @@ void attn_nn_model_free(nn_model *m) {
     if (!m) return;
     clear_inputs(m);
     if (m->mod) m->ops->free(m->mod);
-    free(m->buffer);
-    free(m->out);
-    free(m->w);
-    free(m->saved);
-    free(m->ws);
-    free(m);
+    attn__free(m->buffer);
+    attn__free(m->out);
+    attn__free(m->w);
+    attn__free(m->saved);
+    attn__free(m->ws);
+    attn__free(m);
 }
 
 const char *attn_nn_model_name(const nn_model *m) { return m ? m->ops->name : NULL; }
@@ -726,7 +727,7 @@ attn_status attn_nn_model_create(const attn_json *config, nn_model **out) {
                                   MODULES[k].name);
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: unknown module '%s' (known: %s)", fn, name, known);
     }
-    nn_model *m = calloc(1, sizeof *m);
+    nn_model *m = attn__calloc(1, sizeof *m);
     if (!m) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     m->ops = ops;
     const char *ignore[MAXO + 2] = {"module"};
@@ -855,7 +856,7 @@ static attn_status bind_input(nn_model *m, const nn_arg *arg, const attn_safeten
     if (m->ops->input_fits ? !m->ops->input_fits(m, slot, t, want, sizeof want)
                            : (t->rank != 3 || t->shape[2] != m->width[slot] || t->shape[0] < 1 || t->shape[1] < 1))
         return shape_error(arg->name, t, want);
-    m->in[slot] = malloc(sizeof(float) * numel_of(t));
+    m->in[slot] = attn__malloc(sizeof(float) * numel_of(t));
     if (!m->in[slot]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "input '%s': out of memory", arg->name);
     attn_status s = attn_safetensors_read_f32(st, name, m->in[slot], numel_of(t));
     if (s) return s;
@@ -884,14 +885,14 @@ static attn_status bind_mask(nn_model *m, const nn_arg *arg, const attn_safetens
     if (!ok) return shape_error(arg->name, t, want);
     const size_t n = numel_of(t);
     if (t->dtype == ATTN_DTYPE_BOOL || t->dtype == ATTN_DTYPE_U8) {
-        m->mb[set][kpm] = malloc(n ? n : 1);
+        m->mb[set][kpm] = attn__malloc(n ? n : 1);
         if (!m->mb[set][kpm]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "input '%s': out of memory", arg->name);
         const uint8_t *src = t->data;
         for (size_t e = 0; e < n; e++) m->mb[set][kpm][e] = src[e] != 0;
         return ATTN_OK;
     }
     if (is_float(t->dtype)) {
-        m->mf[set][kpm] = malloc(sizeof(float) * (n ? n : 1));
+        m->mf[set][kpm] = attn__malloc(sizeof(float) * (n ? n : 1));
         if (!m->mf[set][kpm]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "input '%s': out of memory", arg->name);
         return attn_safetensors_read_f32(st, name, m->mf[set][kpm], n);
     }
@@ -949,7 +950,7 @@ attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int traini
     attn_status st;
     size_t cap = 0;
     const int64_t B = batch_of(m), N = len_of(m, m->ops->out_slot);
-    free(m->out);
+    attn__free(m->out);
     m->out = NULL;
     m->out_shape[0] = B, m->out_shape[1] = N, m->out_shape[2] = m->d;
     m->out_rank = m->ops->output_shape ? m->ops->output_shape(m, m->out_shape) : 3;
@@ -958,7 +959,7 @@ attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int traini
     if ((st = grow((void **)&m->out, &cap, sizeof(float) * n_out))) return st;
     if ((keep_for_backward && (st = grow(&m->saved, &m->saved_bytes, sb))) || (st = grow(&m->ws, &m->ws_bytes, wb)))
         return st;
-    free(m->w);
+    attn__free(m->w);
     m->w = NULL;
     m->w_rank = 0;
     m->kept = 0;
@@ -992,10 +993,10 @@ attn_status attn_nn_model_backward(nn_model *m, const float *dout) {
     ATTN_CHECK_NOT_NULL("attn_nn_model_backward", dout);
     if (!m->kept) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_nn_model_backward: no forward kept for a backward");
     for (int i = 0; i < NIN; i++) {
-        free(m->grad[i]);
+        attn__free(m->grad[i]);
         m->grad[i] = NULL;
         if (!m->in[i]) continue;
-        m->grad[i] = malloc(sizeof(float) * input_numel(m, i));
+        m->grad[i] = attn__malloc(sizeof(float) * input_numel(m, i));
         if (!m->grad[i]) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_nn_model_backward: out of memory");
     }
     return m->ops->backward(m, dout, m->grad);

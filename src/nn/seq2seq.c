@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "nn_internal.h"
 
 struct attn_seq2seq {
@@ -46,8 +47,8 @@ void attn_seq2seq_free(attn_seq2seq *m) {
     attn_transformer_free(m->tr);
     attn_nn_store_free(&m->proj);
     attn_nn_params_free(m->list);
-    free(m->pe);
-    free(m);
+    attn__free(m->pe);
+    attn__free(m);
 }
 
 attn_status attn_seq2seq_create(const attn_seq2seq_config *cfg, attn_seq2seq **out) {
@@ -61,7 +62,7 @@ attn_status attn_seq2seq_create(const attn_seq2seq_config *cfg, attn_seq2seq **o
                           "%s: src_vocab = %lld, tgt_vocab = %lld, max_len = %lld, d_model = %lld must be >= 1 "
                           "(max_len <= 2^24)", fn, (long long)cfg->src_vocab, (long long)cfg->tgt_vocab,
                           (long long)cfg->max_len, (long long)d);
-    attn_seq2seq *m = calloc(1, sizeof *m);
+    attn_seq2seq *m = attn__calloc(1, sizeof *m);
     if (!m) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     m->cfg = *cfg;
     attn_status st;
@@ -79,7 +80,7 @@ attn_status attn_seq2seq_create(const attn_seq2seq_config *cfg, attn_seq2seq **o
     m->gw = gptrs[0];
     m->gb = gptrs[1];
     if ((st = attn_params_reset(m->proj.list, 0x5e9u))) goto fail;
-    m->pe = malloc(sizeof(float) * (size_t)cfg->max_len * (size_t)d);
+    m->pe = attn__malloc(sizeof(float) * (size_t)cfg->max_len * (size_t)d);
     m->list = attn_nn_params_new();
     if (!m->pe || !m->list) {
         st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -412,8 +413,8 @@ void attn_token_encoder_free(attn_token_encoder *m) {
     attn_embedding_free(m->emb);
     attn_encoder_free(m->enc);
     attn_nn_params_free(m->list);
-    free(m->pe);
-    free(m);
+    attn__free(m->pe);
+    attn__free(m);
 }
 
 attn_status attn_token_encoder_create(const attn_token_encoder_config *cfg, attn_token_encoder **out) {
@@ -425,13 +426,13 @@ attn_status attn_token_encoder_create(const attn_token_encoder_config *cfg, attn
     if (cfg->vocab < 1 || cfg->max_len < 1 || d < 1 || cfg->max_len > (1 << 24))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: vocab = %lld, max_len = %lld, d_model = %lld must be >= 1 "
                           "(max_len <= 2^24)", fn, (long long)cfg->vocab, (long long)cfg->max_len, (long long)d);
-    attn_token_encoder *m = calloc(1, sizeof *m);
+    attn_token_encoder *m = attn__calloc(1, sizeof *m);
     if (!m) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     m->cfg = *cfg;
     attn_status st;
     if ((st = attn_embedding_create(cfg->vocab, d, -1, &m->emb)) || (st = attn_encoder_create(&cfg->stack, &m->enc)))
         goto fail;
-    m->pe = malloc(sizeof(float) * (size_t)cfg->max_len * (size_t)d);
+    m->pe = attn__malloc(sizeof(float) * (size_t)cfg->max_len * (size_t)d);
     m->list = attn_nn_params_new();
     if (!m->pe || !m->list) {
         st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);

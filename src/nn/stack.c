@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "nn_layer.h"
 
 attn_stack_config attn_stack_config_default(int64_t d_model, int64_t nhead, int64_t num_layers) {
@@ -26,7 +27,7 @@ attn_stack_config attn_stack_config_default(int64_t d_model, int64_t nhead, int6
 
 void attn_nn_stack_destroy(nn_stack *S) {
     for (int64_t l = 0; S->layers && l < S->cfg.num_layers; l++) attn_nn_layer_destroy(&S->layers[l]);
-    free(S->layers);
+    attn__free(S->layers);
     attn_nn_store_free(&S->norm);
     attn_nn_params_free(S->list);
     memset(S, 0, sizeof *S);
@@ -45,7 +46,7 @@ attn_status attn_nn_stack_init(nn_stack *S, const char *fn, const attn_stack_con
     if (st) return st;
     S->cfg = *cfg;
     S->decoder = decoder;
-    S->layers = calloc((size_t)cfg->num_layers, sizeof *S->layers);
+    S->layers = attn__calloc((size_t)cfg->num_layers, sizeof *S->layers);
     S->list = attn_nn_params_new();
     if (!S->layers || !S->list) {
         attn_nn_stack_destroy(S);
@@ -133,6 +134,16 @@ attn_status attn_nn_stack_fwd(const char *fn, nn_stack *S, const attn_layer_args
     return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
+/* Layer l's saved block and input, as the forward laid them out (layer after layer) from sv: found
+ * by walking a copy of the arena rather than kept in an allocated array, so that the backward
+ * allocates nothing and cannot fail half-way with some gradients already accumulated. */
+static void layer_saved_at(nn_arena sv, int64_t l, size_t lsb, size_t n, void **ls, float **xs) {
+    for (int64_t i = 0; i <= l; i++) {
+        *ls = attn_nn_take(&sv, lsb);
+        *xs = nn_takef(&sv, n);
+    }
+}
+
 attn_status attn_nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args *a, int64_t base, const float *dout,
                              float *dx, float *dmem, const void *saved, size_t saved_bytes, void *workspace,
                              size_t workspace_bytes) {
@@ -150,21 +161,13 @@ attn_status attn_nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args
     nn_takef(&ws, R);
     size_t lwb;
     void *lws = nn_rest(&ws, &lwb);
-    void **ls = malloc(sizeof(void *) * (size_t)L);
-    float **xs = malloc(sizeof(float *) * (size_t)L);
-    if (!ls || !xs) {
-        free(ls);
-        free(xs);
-        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld layer pointers", fn, (long long)L);
-    }
-    for (int64_t l = 0; l < L; l++) {
-        ls[l] = attn_nn_take(&sv, lsb);
-        xs[l] = nn_takef(&sv, n);
-    }
+    void *ls = NULL;
+    float *xs = NULL, *xprev = NULL;
     const float *g = dout;
     int cur = 0;
     if (S->cfg.norm) {
-        st = attn_layernorm_backward(xs[L - 1], S->nw, mean, rstd, dout, pp[0], S->gnw, S->gnb, (int64_t)R,
+        layer_saved_at(sv, L - 1, lsb, n, &ls, &xs);
+        st = attn_layernorm_backward(xs, S->nw, mean, rstd, dout, pp[0], S->gnw, S->gnb, (int64_t)R,
                                      S->cfg.layer.d_model);
         if (st) st = attn_nn_wrap_error(st, fn);
         g = pp[0];
@@ -172,13 +175,13 @@ attn_status attn_nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args
     }
     for (int64_t l = L - 1; l >= 0 && !st; l--) {
         float *next = l == 0 && dx ? dx : pp[cur];
-        attn_layer_args la = layer_args(a, l ? xs[l - 1] : a->x, base + l);
-        st = attn_nn_layer_bwd(fn, &S->layers[l], &la, g, next, dmem, l != L - 1, ls[l], lsb, lws, lwb);
+        if (l) layer_saved_at(sv, l - 1, lsb, n, &ls, &xprev);
+        layer_saved_at(sv, l, lsb, n, &ls, &xs);
+        attn_layer_args la = layer_args(a, l ? xprev : a->x, base + l);
+        st = attn_nn_layer_bwd(fn, &S->layers[l], &la, g, next, dmem, l != L - 1, ls, lsb, lws, lwb);
         g = next;
         cur ^= 1;
     }
-    free(ls);
-    free(xs);
     return st;
 }
 
@@ -193,13 +196,13 @@ struct attn_decoder {
 
 /* A zeroed public stack of `size` bytes whose first member is its nn_stack, initialised. */
 static void *stack_new(const char *fn, const attn_stack_config *cfg, int decoder, size_t size, attn_status *st) {
-    nn_stack *S = calloc(1, size);
+    nn_stack *S = attn__calloc(1, size);
     if (!S) {
         *st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         return NULL;
     }
     if ((*st = attn_nn_stack_init(S, fn, cfg, decoder, NULL))) {
-        free(S);
+        attn__free(S);
         return NULL;
     }
     return S;
@@ -207,7 +210,7 @@ static void *stack_new(const char *fn, const attn_stack_config *cfg, int decoder
 
 static void stack_free(nn_stack *S) {
     attn_nn_stack_destroy(S);
-    free(S);
+    attn__free(S);
 }
 
 static int stack_args_ok(const attn_layer_args *a) { return a && a->batch > 0 && a->n > 0; }
@@ -445,7 +448,7 @@ attn_status attn_transformer_create(const attn_transformer_config *cfg, attn_tra
     ATTN_CHECK_NOT_NULL(fn, out);
     *out = NULL;
     ATTN_CHECK_NOT_NULL(fn, cfg);
-    attn_transformer *t = calloc(1, sizeof *t);
+    attn_transformer *t = attn__calloc(1, sizeof *t);
     if (!t) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     t->cfg = *cfg;
     attn_stack_config sc;
@@ -456,13 +459,13 @@ attn_status attn_transformer_create(const attn_transformer_config *cfg, attn_tra
     attn_status st;
     sc.num_layers = cfg->num_encoder_layers;
     if ((st = attn_nn_stack_init(&t->enc.S, fn, &sc, 0, NULL))) {
-        free(t);
+        attn__free(t);
         return st;
     }
     sc.num_layers = cfg->num_decoder_layers;
     if ((st = attn_nn_stack_init(&t->dec.S, fn, &sc, 1, NULL))) {
         attn_nn_stack_destroy(&t->enc.S);
-        free(t);
+        attn__free(t);
         return st;
     }
     t->list = attn_nn_params_new();
@@ -486,7 +489,7 @@ void attn_transformer_free(attn_transformer *t) {
     attn_nn_stack_destroy(&t->enc.S);
     attn_nn_stack_destroy(&t->dec.S);
     attn_nn_params_free(t->list);
-    free(t);
+    attn__free(t);
 }
 
 const attn_params *attn_transformer_params(const attn_transformer *t) { return t ? t->list : NULL; }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "nn_layer.h"
 
 struct attn_vit {
@@ -52,7 +53,7 @@ void attn_vit_free(attn_vit *v) {
     attn_nn_store_free(&v->emb);
     attn_nn_store_free(&v->head);
     attn_nn_params_free(v->list);
-    free(v);
+    attn__free(v);
 }
 
 #define VIT_MAX_DIM ((int64_t)1 << 24)
@@ -92,7 +93,7 @@ attn_status attn_vit_create(const attn_vit_config *cfg, attn_vit **out) {
     ATTN_CHECK_NOT_NULL(fn, cfg);
     attn_status st = check_config(fn, cfg);
     if (st) return st;
-    attn_vit *v = calloc(1, sizeof *v);
+    attn_vit *v = attn__calloc(1, sizeof *v);
     if (!v) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     v->cfg = *cfg;
     v->cfg.distilled = cfg->distilled ? 1 : 0;
@@ -427,11 +428,11 @@ attn_status attn_vit_resample_pos_embed(const float *src, int64_t prefix, int64_
                           (long long)dst_w, (long long)dim);
     if (src == dst)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: src and dst must not be the same buffer", fn);
-    int64_t *iy = malloc(sizeof(int64_t) * (size_t)(4 * dst_h)), *ix = malloc(sizeof(int64_t) * (size_t)(4 * dst_w));
-    double *wy = malloc(sizeof(double) * (size_t)(4 * dst_h)), *wx = malloc(sizeof(double) * (size_t)(4 * dst_w));
-    double *acc = malloc(sizeof(double) * (size_t)dim);
+    int64_t *iy = attn__malloc(sizeof(int64_t) * (size_t)(4 * dst_h)), *ix = attn__malloc(sizeof(int64_t) * (size_t)(4 * dst_w));
+    double *wy = attn__malloc(sizeof(double) * (size_t)(4 * dst_h)), *wx = attn__malloc(sizeof(double) * (size_t)(4 * dst_w));
+    double *acc = attn__malloc(sizeof(double) * (size_t)dim);
     if (!iy || !ix || !wy || !wx || !acc) {
-        free(iy), free(ix), free(wy), free(wx), free(acc);
+        attn__free(iy), attn__free(ix), attn__free(wy), attn__free(wx), attn__free(acc);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     cubic_taps(src_h, dst_h, align_corners, iy, wy);
@@ -450,6 +451,6 @@ attn_status attn_vit_resample_pos_embed(const float *src, int64_t prefix, int64_
                 }
             for (int64_t c = 0; c < dim; c++) dg[(y * dst_w + x) * dim + c] = (float)acc[c];
         }
-    free(iy), free(ix), free(wy), free(wx), free(acc);
+    attn__free(iy), attn__free(ix), attn__free(wy), attn__free(wx), attn__free(acc);
     return ATTN_OK;
 }

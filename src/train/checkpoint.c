@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "train_internal.h"
 
 #define CKPT_FORMAT "attn-checkpoint-1"
@@ -156,7 +157,7 @@ static char *slot_key_buffer(const attn_optimizer *o) {
         const size_t l = strlen(attn_params_get(o->ps, i)->name);
         longest = l > longest ? l : longest;
     }
-    return malloc(longest + 64);
+    return attn__malloc(longest + 64);
 }
 
 /* Add a tensor to the writer (which copies the name) and to the checksum. */
@@ -195,7 +196,7 @@ attn_status attn_checkpoint_save(const char *path, const attn_params *ps, const 
     /* the writer references data until it writes: the scalars live here until then */
     const int64_t opt_step = opt ? opt->steps : 0;
     const attn_train_state s = state ? *state : (attn_train_state){0, 0, 0, 0, 0};
-    kv *kvs = calloc(n_meta + 3, sizeof *kvs);
+    kv *kvs = attn__calloc(n_meta + 3, sizeof *kvs);
     char *key = slot_key_buffer(opt);
     attn_safetensors_writer *w = NULL;
     attn_status st = kvs && key ? attn_safetensors_writer_create(&w)
@@ -237,8 +238,8 @@ attn_status attn_checkpoint_save(const char *path, const attn_params *ps, const 
     }
     if (st == ATTN_OK) st = attn_safetensors_writer_write_file(w, path);
     attn_safetensors_writer_free(w);
-    free(kvs);
-    free(key);
+    attn__free(kvs);
+    attn__free(key);
     return st;
 }
 
@@ -320,11 +321,11 @@ static attn_status file_checksum(const char *fn, const attn_safetensors *f, uint
         hash_tensor(&h, t->name, t->dtype, t->rank, t->shape, t->data, t->nbytes);
     }
     const size_t nm = attn_safetensors_metadata_count(f);
-    kv *kvs = calloc(nm ? nm : 1, sizeof *kvs);
+    kv *kvs = attn__calloc(nm ? nm : 1, sizeof *kvs);
     if (!kvs) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     for (size_t i = 0; i < nm; i++) attn_safetensors_metadata_get(f, i, &kvs[i].k, &kvs[i].v);
     hash_metadata(&h, kvs, nm);
-    free(kvs);
+    attn__free(kvs);
     *out = xxh_digest(&h);
     return ATTN_OK;
 }
@@ -447,14 +448,14 @@ attn_status attn_checkpoint_load(const char *path, const attn_params *ps, attn_o
         state->rng_seed = read_u64(f, "train.rng_seed");
         state->rng_offset = read_u64(f, "train.rng_offset");
     }
-    free(key);
+    attn__free(key);
     if (file)
         *file = f;
     else
         attn_safetensors_close(f);
     return ATTN_OK;
 fail:
-    free(key);
+    attn__free(key);
     attn_safetensors_close(f);
     return st;
 }

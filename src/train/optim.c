@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "train_internal.h"
 
 /* Elements per parallel chunk of an elementwise update. */
@@ -72,17 +73,17 @@ static attn_status opt_create(const char *fn, const attn_params *ps, attn_optimi
     size_t floats, bytes;
     if (attn_mul_overflow(total, (size_t)nslots, &floats) || attn_mul_overflow(floats, sizeof(float), &bytes))
         return attn_error(ATTN_ERR_OVERFLOW, "%s: state of %d x %zu floats overflows", fn, nslots, total);
-    attn_optimizer *o = calloc(1, sizeof *o);
+    attn_optimizer *o = attn__calloc(1, sizeof *o);
     if (!o) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     o->kind = kind;
     o->ps = ps;
     o->n = n;
     o->nslots = nslots;
     for (int s = 0; s < nslots; s++) o->slot_name[s] = names[s];
-    o->numel = calloc(n ? n : 1, sizeof *o->numel);
-    o->wd = calloc(n ? n : 1, sizeof *o->wd);
-    o->slot = calloc(n && nslots ? n * (size_t)nslots : 1, sizeof *o->slot);
-    o->state = calloc(floats ? floats : 1, sizeof(float));
+    o->numel = attn__calloc(n ? n : 1, sizeof *o->numel);
+    o->wd = attn__calloc(n ? n : 1, sizeof *o->wd);
+    o->slot = attn__calloc(n && nslots ? n * (size_t)nslots : 1, sizeof *o->slot);
+    o->state = attn__calloc(floats ? floats : 1, sizeof(float));
     if (!o->numel || !o->wd || !o->slot || !o->state) {
         attn_optimizer_free(o);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu floats of optimizer state", fn,
@@ -145,11 +146,11 @@ attn_status attn_sgd_create(const attn_params *ps, const attn_sgd_config *cfg, a
 
 void attn_optimizer_free(attn_optimizer *o) {
     if (!o) return;
-    free(o->numel);
-    free(o->wd);
-    free(o->slot);
-    free(o->state);
-    free(o);
+    attn__free(o->numel);
+    attn__free(o->wd);
+    attn__free(o->slot);
+    attn__free(o->state);
+    attn__free(o);
 }
 
 attn_optimizer_kind attn_optimizer_get_kind(const attn_optimizer *o) { return o ? o->kind : ATTN_OPTIMIZER_ADAMW; }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "attn/viz.h"
 #include "core/internal.h"
 
@@ -61,7 +62,7 @@ attn_status attn_viz_overlay(const attn_image *img, const float *map, int64_t gr
     attn_image base;
     attn_status st = attn_image_resize(img, out_h, out_w, &base);
     if (st) return st;
-    uint8_t *px = malloc((size_t)(out_h * out_w * 3));
+    uint8_t *px = attn__malloc((size_t)(out_h * out_w * 3));
     if (!px) {
         attn_image_free(&base);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);

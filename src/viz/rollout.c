@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "attn/viz.h"
 #include "core/internal.h"
 
@@ -13,7 +14,7 @@ static attn_status rollout(const char *fn, const float *const *w, const int64_t 
     if ((uint64_t)n > ((uint64_t)1 << 15))
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: n = %lld is too large for an n x n rollout", fn, (long long)n);
     const size_t nn = (size_t)n * (size_t)n;
-    double *r = malloc(sizeof(double) * nn), *a = malloc(sizeof(double) * nn), *t = malloc(sizeof(double) * nn);
+    double *r = attn__malloc(sizeof(double) * nn), *a = attn__malloc(sizeof(double) * nn), *t = attn__malloc(sizeof(double) * nn);
     attn_status st = ATTN_OK;
     if (!r || !a || !t) {
         st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: no memory for 3 x %lld x %lld doubles", fn, (long long)n,
@@ -64,9 +65,9 @@ static attn_status rollout(const char *fn, const float *const *w, const int64_t 
         for (size_t k = 0; k < nn; k++) ob[k] = (float)r[k];
     }
 done:
-    free(r);
-    free(a);
-    free(t);
+    attn__free(r);
+    attn__free(a);
+    attn__free(t);
     return st;
 }
 
@@ -80,11 +81,11 @@ attn_status attn_viz_rollout(const float *const *weights, int64_t layers, int64_
                           (long long)layers, (long long)batch, (long long)heads, (long long)n);
     for (int64_t l = 0; l < layers; l++)
         if (!weights[l]) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: weights[%lld] is NULL", fn, (long long)l);
-    int64_t *h = malloc(sizeof(int64_t) * (size_t)layers);
+    int64_t *h = attn__malloc(sizeof(int64_t) * (size_t)layers);
     if (!h) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     for (int64_t l = 0; l < layers; l++) h[l] = heads;
     attn_status st = rollout(fn, weights, h, NULL, layers, batch, n, out);
-    free(h);
+    attn__free(h);
     return st;
 }
 
@@ -113,9 +114,9 @@ attn_status attn_viz_rollout_records(const attn_capture_record *records, size_t 
                               (long long)r->batch, (long long)r->nk, records[0].module ? records[0].module : "",
                               (long long)batch, (long long)n);
     }
-    const float **w = malloc(sizeof(*w) * count);
-    int64_t *h = malloc(sizeof(int64_t) * count);
-    const char **names = malloc(sizeof(*names) * count);
+    const float **w = attn__malloc(sizeof(*w) * count);
+    int64_t *h = attn__malloc(sizeof(int64_t) * count);
+    const char **names = attn__malloc(sizeof(*names) * count);
     attn_status st;
     if (!w || !h || !names) {
         st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -127,8 +128,8 @@ attn_status attn_viz_rollout_records(const attn_capture_record *records, size_t 
         }
         st = rollout(fn, w, h, names, (int64_t)count, batch, n, out);
     }
-    free(w);
-    free(h);
-    free(names);
+    attn__free(w);
+    attn__free(h);
+    attn__free(names);
     return st;
 }
