@@ -6,6 +6,8 @@
  * dy kept in the workspace. */
 #include "nn_internal.h"
 
+#include "kernels/bf16_internal.h"
+
 static _Thread_local attn_precision precision;
 
 attn_precision attn_nn_precision(void) { return precision; }
@@ -22,6 +24,19 @@ const char *attn_precision_name(attn_precision p) {
     case ATTN_PRECISION_BF16: return "bf16";
     }
     return NULL;
+}
+
+/* Chunks of the rounding: 128 KB of floats, enough to amortise a thread's start. */
+#define ROUND_CHUNK ((size_t)1 << 15)
+
+void attn_nn_round_bf16(const float *src, attn_bf16 *dst, size_t n) {
+    const attn_bf16_kernels *k = attn_bf16_kernels_active();
+    const int64_t chunks = (int64_t)((n + ROUND_CHUNK - 1) / ROUND_CHUNK);
+#pragma omp parallel for schedule(static) num_threads(attn_threads_for(chunks)) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; c++) {
+        const size_t i0 = (size_t)c * ROUND_CHUNK, len = n - i0 < ROUND_CHUNK ? n - i0 : ROUND_CHUNK;
+        k->round_row((int)len, src + i0, NULL, dst + i0);
+    }
 }
 
 /* bf16 workspace: copies of x [rows, in], W [out, in], dy [rows, out], then the GEMM's own. */
@@ -53,10 +68,9 @@ static attn_status bf16_take(const char *fn, void *ws, size_t bytes, const float
     b->w = attn_nn_take(&ar, nw * sizeof(attn_bf16));
     b->dy = attn_nn_take(&ar, ny * sizeof(attn_bf16));
     b->ws = nn_rest(&ar, &b->wsb);
-    if ((x && (st = attn_convert(x, ATTN_TYPE_F32, b->x, ATTN_TYPE_BF16, nx))) ||
-        (w && (st = attn_convert(w, ATTN_TYPE_F32, b->w, ATTN_TYPE_BF16, nw))) ||
-        (dy && (st = attn_convert(dy, ATTN_TYPE_F32, b->dy, ATTN_TYPE_BF16, ny))))
-        return attn_nn_wrap_error(st, fn);
+    if (x) attn_nn_round_bf16(x, b->x, nx);
+    if (w) attn_nn_round_bf16(w, b->w, nw);
+    if (dy) attn_nn_round_bf16(dy, b->dy, ny);
     return ATTN_OK;
 }
 

@@ -586,11 +586,10 @@ static attn_status round_acts(const char *fn, const mha_dims *d, void *scr, size
     h->K = attn_nn_take(&ar, nk * sizeof(attn_bf16));
     h->V = attn_nn_take(&ar, nk * sizeof(attn_bf16));
     h->rest = nn_rest(&ar, &h->rest_bytes);
-    if ((st = attn_convert(t->Q, ATTN_TYPE_F32, h->Q, ATTN_TYPE_BF16, nq)) ||
-        (st = attn_convert(t->K, ATTN_TYPE_F32, h->K, ATTN_TYPE_BF16, nk)) ||
-        (st = attn_convert(t->V, ATTN_TYPE_F32, h->V, ATTN_TYPE_BF16, nk)) ||
-        (o && (st = attn_convert(o, ATTN_TYPE_F32, h->O, ATTN_TYPE_BF16, nq))))
-        return attn_nn_wrap_error(st, fn);
+    attn_nn_round_bf16(t->Q, h->Q, nq);
+    attn_nn_round_bf16(t->K, h->K, nk);
+    attn_nn_round_bf16(t->V, h->V, nk);
+    if (o) attn_nn_round_bf16(o, h->O, nq);
     return ATTN_OK;
 }
 

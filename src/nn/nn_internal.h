@@ -102,6 +102,9 @@ attn_status attn_nn_wrap_error(attn_status st, const char *fn);
  * Default fp32. */
 attn_precision attn_nn_precision(void);
 attn_precision attn_nn_precision_set(attn_precision p); /* returns the previous one */
+/* dst[i] = bf16(src[i]), i < n: round to nearest even, subnormal inputs to 0 (the bf16 kernels'
+ * vcvtneps2bf16, which the products read as 0 anyway), vectorised and threaded. */
+void attn_nn_round_bf16(const float *src, attn_bf16 *dst, size_t n);
 
 /* ---- linear (linear.c) ----
  * In bf16 precision the three products take bf16-rounded x, W and dy (attn_gemm_bf16, float
