@@ -653,15 +653,18 @@ typedef enum attn_positions { ATTN_POSITIONS_LEARNED = 0, ATTN_POSITIONS_ROPE = 
 /* Compute precision of a model's forward and backward (mixed precision, as PyTorch's autocast with
  * float32 master weights):
  *   fp32: everything in float32.
- *   bf16: the matrix products take operands rounded to bfloat16 (round to nearest even) and
+ *   bf16: the matrix products take operands rounded to bfloat16 (round to nearest even; a
+ *         subnormal float32 operand becomes 0, as vcvtneps2bf16 does) and
  *         accumulate and return float32: every linear layer (forward x W^T; backward dY W and
  *         dY^T x, i.e. dY rounded too) and, with the flash and window attention kinds, attention
  *         (Q, K, V and dO rounded; attn_flash_*'s bf16 path: P and dS rounded, statistics float).
  *         The other attention kinds keep float32 attention. Layernorm, softmax statistics, GELU,
  *         residual adds, embeddings, the loss and the optimizer stay float32; parameters and their
  *         gradients stay float32 (gradients accumulate in float32) — they are the master weights,
- *         and what checkpoints store. The products run on AVX512-BF16 (vdpbf16ps) where the CPU
- *         has it, on the library's bit-exact emulation elsewhere (same results, slower).
+ *         and what checkpoints store. The products run on the bf16 kernels of attn_gemm_bf16 /
+ *         attn_flash_*: AVX512-BF16 (vdpbf16ps) where the CPU has it, the portable emulation
+ *         elsewhere (the same roundings: linear products bit for bit, attention up to its float
+ *         exp; slower) — bf16 mode works on every CPU.
  * Results are bitwise identical for any thread count in either precision. attn_gpt_forward,
  * attn_gpt_backward and attn_gpt_workspace_size follow attn_gpt_config.precision (a bf16 call needs
  * a larger workspace: ask that model); generation steps (attn_gpt_forward_step) run float32. */
