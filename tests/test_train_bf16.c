@@ -132,18 +132,20 @@ static void parity_case(const attn_safetensors *st, int ci) {
     CHECK(e32 <= 1e-4, "%s: fp32 gradients vs exact rel %.3g > 1e-4", ctx, e32);
     CHECK(le32 <= 1e-5, "%s: fp32 loss vs exact rel %.3g > 1e-5", ctx, le32);
     /* bf16 against the emulation of its own rounding: what is left is float32 accumulation order
-     * and the rare operand whose float32 value rounds to the other bf16 neighbour than the float64
-     * reference's (one bf16 ulp, 2^-8 relative, on that element) */
-    CHECK(e16 <= 2e-3 && e16r <= 2e-3, "%s: bf16 gradients vs emulated rel %.3g / portable %.3g > 2e-3", ctx, e16, e16r);
-    CHECK(le16 <= 1e-4 && le16r <= 1e-4, "%s: bf16 loss vs emulated rel %.3g / portable %.3g > 1e-4", ctx, le16, le16r);
-    /* bf16 against exact: operands carry 2^-9 relative rounding error each, products of a few
-     * layers compound it to ~1e-2 on the gradients; it must show (the path rounds), far above
-     * fp32's noise, and the emulation must explain it (at least 4x closer) */
-    CHECK(x16 <= 5e-2, "%s: bf16 gradients vs exact rel %.3g > 5e-2", ctx, x16);
+     * and the few operands (about one in 10^4-10^5) whose float32 value and the float64
+     * reference's straddle a bf16 rounding boundary: one bf16 ulp (2^-8 relative) on that operand,
+     * which reaches 1e-3 on the gradients at most over many seeds (most cases: ~1e-7) */
+    CHECK(e16 <= 5e-3 && e16r <= 5e-3, "%s: bf16 gradients vs emulated rel %.3g / portable %.3g > 5e-3", ctx, e16, e16r);
+    CHECK(le16 <= 1e-3 && le16r <= 1e-3, "%s: bf16 loss vs emulated rel %.3g / portable %.3g > 1e-3", ctx, le16, le16r);
+    /* bf16 against exact: every operand carries up to 2^-9 relative rounding error; through two
+     * layers (ReLU kinks moving, tied embeddings summing both uses) that is 5e-3 to 7e-2 on the
+     * gradients. It must show (the path rounds), far above fp32's noise, and the emulation must
+     * explain it better than exact arithmetic does */
+    CHECK(x16 <= 0.1, "%s: bf16 gradients vs exact rel %.3g > 0.1", ctx, x16);
     CHECK(x16 >= 20 * e32 && d16 >= 20 * e32, "%s: bf16 gradients within %.3g / %.3g of exact / fp32: not rounded?",
           ctx, x16, d16);
-    CHECK(x16 >= 4 * e16, "%s: bf16 gradients no closer to the emulated rounding (%.3g) than to exact (%.3g)", ctx, e16,
-          x16);
+    CHECK(x16 >= 2 * e16 && x16 >= 2 * e16r, "%s: bf16 gradients not closer to the emulated rounding (%.3g, %.3g) than "
+          "to exact (%.3g)", ctx, e16, e16r, x16);
     if (e16 > worst_emul) worst_emul = e16;
     if (x16 / (e16 > 0 ? e16 : 1e-30) < best_gap) best_gap = x16 / (e16 > 0 ? e16 : 1e-30);
 
@@ -171,6 +173,9 @@ static void parity_case(const attn_safetensors *st, int ci) {
 
 /* ---- training runs ---- */
 
+/* Initialisation and data of the runs: fresh with ATTN_TEST_SEED (set in main). */
+static uint64_t run_seed;
+
 typedef struct run {
     attn_gpt *m;
     attn_optimizer *opt;
@@ -187,7 +192,7 @@ static void run_init(run *r, attn_precision prec, int64_t V, int64_t N) {
     if (!r->m) exit(1);
     attn_adamw_config ac = attn_adamw_config_default();
     ac.beta2 = 0.95;
-    CHECK_OK(attn_params_reset(attn_gpt_params(r->m), 11));
+    CHECK_OK(attn_params_reset(attn_gpt_params(r->m), run_seed));
     CHECK_OK(attn_adamw_create(attn_gpt_params(r->m), &ac, &r->opt));
     if (!r->opt) exit(1);
 }
@@ -201,11 +206,11 @@ static void run_free(run *r) {
  * trivial), the same for every run. */
 static void batch_of(int64_t s, int64_t B, int64_t N, int64_t V, int64_t *x, int64_t *y) {
     for (int64_t b = 0; b < B; b++) {
-        const int64_t start = (int64_t)(attn_philox_uniform(5, (uint64_t)s, (uint64_t)b) * 4096.0f);
+        const int64_t start = (int64_t)(attn_philox_uniform(run_seed, (uint64_t)s, (uint64_t)b) * 4096.0f);
         for (int64_t t = 0; t <= N; t++) {
             const int64_t p = start + t;
-            const int64_t sym = attn_philox_uniform(6, 0, (uint64_t)p) < 0.1f
-                                    ? (int64_t)(attn_philox_uniform(7, 0, (uint64_t)p) * (float)V) % V
+            const int64_t sym = attn_philox_uniform(run_seed, 1, (uint64_t)p) < 0.1f
+                                    ? (int64_t)(attn_philox_uniform(run_seed, 2, (uint64_t)p) * (float)V) % V
                                     : (p * 7 + (p / 5) % 3) % V;
             if (t < N) x[b * N + t] = sym;
             if (t > 0) y[b * N + t - 1] = sym;
@@ -344,6 +349,9 @@ int main(void) {
     }
     /* one thread for the training runs: results are the same for any count (checked above), and a
      * busy machine makes every OpenMP barrier of hundreds of tiny steps expensive */
+    test_rng rng = rng_seeded(11);
+    run_seed = rng_next(&rng);
+    printf("training runs: seed %llu (from ATTN_TEST_SEED when set)\n", (unsigned long long)run_seed);
     attn_set_num_threads(1);
     checkpoint_resume();
     loss_curves();

@@ -109,20 +109,22 @@ expect_one_line_error(2 "--precision 'half' is neither fp32 nor bf16" bench trai
 expect(0 "\"precision\": \"bf16\", \"threads\": 1, \"ms\": [0-9.]+, \"tokens_per_s\""
   bench train --layers 1 --context 16 --d-model 32 --heads 2 --steps 1 --threads 1 --json --precision bf16)
 run(a16 train gpt ${common} --precision bf16 --checkpoint straight16.safetensors)
-run(b16 train gpt ${common} --precision bf16 --checkpoint split16.safetensors --stop-at 12)
+set(common16 --data fox.txt --layers 1 --heads 2 --d-model 16 --context 8 --batch 4 --steps 30 --lr 1e-2 --every 5
+  --log-every 10 --precision bf16)
+run(b16 train gpt ${common16} --threads 1 --checkpoint split16.safetensors --stop-at 12)
 run(c16 train gpt --data fox.txt --checkpoint split16.safetensors --resume --threads 1)
 final_loss("${a16}" la16)
 final_loss("${c16}" lc16)
 file(READ ${WORK}/split16.safetensors head16 OFFSET 8 LIMIT 20000) # the JSON header
 if(NOT a16_rc EQUAL 0 OR NOT c16_rc EQUAL 0 OR la16 STREQUAL "none" OR NOT la16 STREQUAL lc16
-   OR NOT a16 MATCHES "lr 0.01, bf16, 2 threads" OR NOT c16 MATCHES "lr 0.01, bf16, 1 threads"
+   OR NOT a16 MATCHES "lr 0.01, bf16, 2 threads" OR NOT c16 MATCHES "resuming from split16.safetensors at step 12.*lr 0.01, bf16, 1 threads"
    OR NOT head16 MATCHES "\"train.precision\":\"bf16\"" OR head16 MATCHES "\"dtype\":\"(BF16|F16)\"")
   message(SEND_ERROR "bf16 resume: straight (${a16_rc}):\n${a16}\nsplit (${b16_rc}, ${c16_rc}):\n${b16}${c16}")
 else()
   message(STATUS "ok: bf16: 30 steps straight and 12 + resumed 18 both end at loss ${la16} (fp32: ${la})")
 endif()
 expect(0 "note: --precision fp32, the checkpoint was trained in bf16.*resuming from split16.safetensors at step 30.*final loss"
-  train gpt --data fox.txt --checkpoint split16.safetensors --resume --precision fp32 --steps 32)
+  train gpt --data fox.txt --checkpoint split16.safetensors --resume --precision fp32 --steps 32 --threads 1)
 run(lc32 train gpt --data fox.txt --layers 1 --heads 2 --d-model 32 --context 16 --batch 8 --steps 200 --lr 1e-2
   --threads 1 --checkpoint lc32.safetensors --log-every 25)
 run(lc16 train gpt --data fox.txt --layers 1 --heads 2 --d-model 32 --context 16 --batch 8 --steps 200 --lr 1e-2

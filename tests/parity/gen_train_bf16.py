@@ -29,6 +29,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st  # noqa: E402
 from gen_nn_gpt import RefGPT  # noqa: E402
 
+# Parameters N(0, SCALE^2) (norm weights 1 + that): about PyTorch's default init at these widths.
+SCALE = 0.1
+
+
 
 def bf16(t):
     return t.float().bfloat16().double()
@@ -117,7 +121,7 @@ def loss_and_grads(m, tokens, targets, r):
 def make_case(gen, c, B, N):
     m = RefGPT(c)
     for name, p in m.named_parameters():
-        r = torch.randn(p.shape, generator=gen) * 0.3
+        r = torch.randn(p.shape, generator=gen) * SCALE
         if "norm" in name and name.endswith("weight"):
             r = 1.0 + r
         p.data = r.float()
