@@ -9,6 +9,7 @@
  *    to the fp32 master weights, and save + load + continue is bitwise the uninterrupted run;
  *  - a few hundred steps of a small GPT on the same data and seed in fp32 and bf16: the loss curves
  *    agree within 2% at the end;
+ *  - RoPE, the window, linear and local_global kinds and dropout in bf16: close to fp32 but rounded;
  *  - a precision outside the enum is refused at creation. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -169,6 +170,74 @@ static void parity_case(const attn_safetensors *st, int ci) {
     free(g16r);
     attn_gpt_free(m32);
     attn_gpt_free(m16);
+}
+
+/* The other paths bf16 takes — RoPE (Q, K rotated in float, then rounded), the window kind (bf16
+ * attention), linear and local_global (float attention, bf16 linear layers), dropout — against
+ * the same model in fp32: rounded (farther than fp32 noise) but within bf16's error, every run
+ * bitwise repeatable. */
+static void other_paths(void) {
+    const int64_t V = 24, N = 20, B = 2;
+    test_rng r = rng_seeded(29);
+    int64_t tok[40], tgt[40];
+    for (int i = 0; i < B * N; i++) tok[i] = (int64_t)(rng_next(&r) % (uint64_t)V), tgt[i] = (int64_t)(rng_next(&r) % (uint64_t)V);
+    for (int variant = 0; variant < 5; variant++) {
+        static const char *names[] = {"rope", "window", "linear", "local_global", "dropout"};
+        attn_gpt_config c = attn_gpt_config_default(V, N, 32, 2, 2);
+        c.layer.dim_feedforward = 64;
+        c.layer.dropout = variant == 4 ? 0.1f : 0.0f;
+        if (variant == 0) c.positions = ATTN_POSITIONS_ROPE;
+        if (variant == 1) c.layer.attention.kind = ATTN_ATTENTION_WINDOW, c.layer.attention.window = 5;
+        if (variant == 2) c.layer.attention.kind = ATTN_ATTENTION_LINEAR;
+        if (variant == 3) c.layer.attention.kind = ATTN_ATTENTION_LOCAL_GLOBAL, c.layer.attention.window = 5;
+        attn_gpt *m32 = NULL, *m16 = NULL;
+        CHECK_OK(attn_gpt_create(&c, &m32));
+        c.precision = ATTN_PRECISION_BF16;
+        CHECK_OK(attn_gpt_create(&c, &m16));
+        if (!m32 || !m16) return;
+        CHECK_OK(attn_params_reset(attn_gpt_params(m32), rng_next(&r)));
+        copy_params(attn_gpt_params(m16), attn_gpt_params(m32));
+        const size_t P = attn_params_numel(attn_gpt_params(m16));
+        float *g32 = xmalloc(sizeof(float) * P), *g16 = xmalloc(sizeof(float) * P), *again = xmalloc(sizeof(float) * P);
+        const int training = variant == 4; /* step_grads runs eval: dropout through the mode below */
+        float l32, l16, l16b;
+        if (training) {
+            /* dropout on: the same Philox masks in both precisions */
+            attn_gpt *ms[2] = {m32, m16};
+            float *gs[2] = {g32, g16}, ls[2];
+            for (int k = 0; k < 2; k++) {
+                const attn_params *ps = attn_gpt_params(ms[k]);
+                attn_gpt_args a = {B, N, tok, NULL, 1, 5, 9, NULL};
+                const size_t sb = attn_gpt_saved_size(ms[k], &a), wb = attn_gpt_workspace_size(ms[k], &a);
+                void *saved = xmalloc(sb), *ws = xmalloc(wb);
+                float *logits = xmalloc(sizeof(float) * (size_t)(B * N * V));
+                CHECK_OK(attn_params_zero_grad(ps));
+                CHECK_OK(attn_gpt_forward(ms[k], &a, logits, saved, sb, ws, wb));
+                CHECK_OK(attn_cross_entropy_forward(logits, tgt, B * N, V, NULL, &ls[k], logits));
+                CHECK_OK(attn_gpt_backward(ms[k], &a, logits, saved, sb, ws, wb));
+                for (size_t i = 0, off = 0; i < attn_params_count(ps); off += attn_params_get(ps, i)->numel, i++)
+                    memcpy(gs[k] + off, attn_params_get(ps, i)->grad, sizeof(float) * attn_params_get(ps, i)->numel);
+                free(saved), free(ws), free(logits);
+            }
+            l32 = ls[0], l16 = ls[1], l16b = l16;
+            memcpy(again, g16, sizeof(float) * P); /* repeatability is checked on the eval variants */
+        } else {
+            l32 = step_grads(m32, tok, tgt, B, N, g32);
+            l16 = step_grads(m16, tok, tgt, B, N, g16);
+            l16b = step_grads(m16, tok, tgt, B, N, again);
+        }
+        const double e = rel_err_ff(g16, g32, P);
+        printf("bf16 %-12s gradients vs fp32 rel %.3g, loss %.6f vs %.6f\n", names[variant], e, (double)l16, (double)l32);
+        CHECK(e >= 1e-4 && e <= 0.1, "%s: bf16 gradients vs fp32 rel %.3g outside [1e-4, 0.1]", names[variant], e);
+        CHECK(fabs((double)l16 - l32) <= 1e-2 * fabs((double)l32), "%s: loss %.6f vs fp32 %.6f", names[variant],
+              (double)l16, (double)l32);
+        if (!training)
+            CHECK(!memcmp(&l16, &l16b, sizeof l16) && !memcmp(g16, again, sizeof(float) * P),
+                  "%s: bf16 step not repeatable", names[variant]);
+        free(g32), free(g16), free(again);
+        attn_gpt_free(m32);
+        attn_gpt_free(m16);
+    }
 }
 
 /* ---- training runs ---- */
@@ -349,6 +418,7 @@ int main(void) {
     }
     /* one thread for the training runs: results are the same for any count (checked above), and a
      * busy machine makes every OpenMP barrier of hundreds of tiny steps expensive */
+    other_paths();
     test_rng rng = rng_seeded(11);
     run_seed = rng_next(&rng);
     printf("training runs: seed %llu (from ATTN_TEST_SEED when set)\n", (unsigned long long)run_seed);
