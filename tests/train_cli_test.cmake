@@ -176,6 +176,57 @@ expect_one_line_error(2 "--val-fraction wants a number in \\[0, 0.9\\]" train gp
 expect_one_line_error(1 "--layers 2 differs from the checkpoint's 1" train gpt ${common} --checkpoint split.safetensors
   --resume --layers 2)
 
+# ---- --precision bf16: bitwise resume within bf16 (the precision comes from the checkpoint), the
+# checkpoint's tensors F32 and its metadata naming the precision; another precision on resume is
+# allowed with a note; the loss curves of fp32 and bf16 on the same data and seed stay close ----
+expect_one_line_error(2 "--precision 'fp16' is neither fp32 nor bf16" train gpt --data fox.txt --precision fp16)
+expect_one_line_error(2 "--precision 'half' is neither fp32 nor bf16" bench train --precision half)
+expect(0 "\"precision\": \"bf16\", \"threads\": 1, \"ms\": [0-9.]+, \"tokens_per_s\""
+  bench train --layers 1 --context 16 --d-model 32 --heads 2 --steps 1 --threads 1 --json --precision bf16)
+run(a16 train gpt ${common} --precision bf16 --checkpoint straight16.safetensors)
+set(common16 --data fox.txt --layers 1 --heads 2 --d-model 16 --context 8 --batch 4 --steps 30 --lr 1e-2 --every 5
+  --log-every 10 --precision bf16)
+run(b16 train gpt ${common16} --threads 1 --checkpoint split16.safetensors --stop-at 12)
+run(c16 train gpt --data fox.txt --checkpoint split16.safetensors --resume --threads 1)
+final_loss("${a16}" la16)
+final_loss("${c16}" lc16)
+file(READ ${WORK}/split16.safetensors head16 OFFSET 8 LIMIT 20000) # the JSON header
+if(NOT a16_rc EQUAL 0 OR NOT c16_rc EQUAL 0 OR la16 STREQUAL "none" OR NOT la16 STREQUAL lc16
+   OR NOT a16 MATCHES "lr 0.01, bf16, 2 threads" OR NOT c16 MATCHES "resuming from split16.safetensors at step 12.*lr 0.01, bf16, 1 threads"
+   OR NOT head16 MATCHES "\"train.precision\":\"bf16\"" OR head16 MATCHES "\"dtype\":\"(BF16|F16)\"")
+  message(SEND_ERROR "bf16 resume: straight (${a16_rc}):\n${a16}\nsplit (${b16_rc}, ${c16_rc}):\n${b16}${c16}")
+else()
+  message(STATUS "ok: bf16: 30 steps straight and 12 + resumed 18 both end at loss ${la16} (fp32: ${la})")
+endif()
+expect(0 "note: --precision fp32, the checkpoint was trained in bf16.*resuming from split16.safetensors at step 30.*final loss"
+  train gpt --data fox.txt --checkpoint split16.safetensors --resume --precision fp32 --steps 32 --threads 1)
+run(lc32 train gpt --data fox.txt --layers 1 --heads 2 --d-model 32 --context 16 --batch 8 --steps 200 --lr 1e-2
+  --threads 1 --checkpoint lc32.safetensors --log-every 25)
+run(lc16 train gpt --data fox.txt --layers 1 --heads 2 --d-model 32 --context 16 --batch 8 --steps 200 --lr 1e-2
+  --threads 1 --checkpoint lc16.safetensors --log-every 25 --precision bf16)
+final_loss("${lc32}" f32)
+final_loss("${lc16}" f16)
+if(NOT lc32_rc EQUAL 0 OR NOT lc16_rc EQUAL 0 OR f32 STREQUAL "none" OR f16 STREQUAL "none")
+  message(SEND_ERROR "loss curves: fp32 (${lc32_rc}):\n${lc32}\nbf16 (${lc16_rc}):\n${lc16}")
+else()
+  # |f16 - f32| <= 2% of f32, in units of 1e-6
+  foreach(v f32 f16)
+    string(REGEX MATCH "^([0-9]+)\\.([0-9]*)" _ "${${v}}")
+    string(SUBSTRING "${CMAKE_MATCH_2}000000" 0 6 frac)
+    math(EXPR ${v}_u "${CMAKE_MATCH_1} * 1000000 + 1${frac} - 1000000")
+  endforeach()
+  math(EXPR diff "${f16_u} - ${f32_u}")
+  if(diff LESS 0)
+    math(EXPR diff "-${diff}")
+  endif()
+  math(EXPR tol "${f32_u} / 50")
+  if(diff GREATER tol)
+    message(SEND_ERROR "loss curves: final fp32 ${f32}, bf16 ${f16}: more than 2% apart\n${lc32}\n${lc16}")
+  else()
+    message(STATUS "ok: 200 steps, final loss fp32 ${f32}, bf16 ${f16}")
+  endif()
+endif()
+
 # ---- safe output: the checkpoint is never an input, never replaces a non-checkpoint (without
 # --force) or, without --resume, a trained model (without --force); a bad path fails before training ----
 file(SHA256 ${WORK}/straight.safetensors straight_sum)

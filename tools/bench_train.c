@@ -30,9 +30,10 @@ static void usage(FILE *f) {
             "  --d-model D     width (default 768)\n"
             "  --heads H       heads (default 12)\n"
             "  --steps N       timed steps (default 3)\n"
+            "  --precision P   fp32 (default) or bf16 (mixed precision, as attn train gpt --precision)\n"
             "  --threads T     thread counts, comma-separated (default: all)\n"
-            "  --json          one JSON object per thread count: op, impl, shape, threads, ms,\n"
-            "                  tokens_per_s, gflops\n\n"
+            "  --json          one JSON object per thread count: op, impl, shape, precision,\n"
+            "                  threads, ms, tokens_per_s, gflops\n\n"
             "Under mpirun (a build with MPI), data-parallel as `attn train gpt`: each of N ranks\n"
             "runs B/N sequences, then the gradients are all-reduced (attn_dist_allreduce_grads);\n"
             "tokens/s counts the global batch; allreduce_ms / allreduce_share report the\n"
@@ -44,6 +45,8 @@ int bench_train_cmd(int argc, char **argv) {
     bench_opts o;
     bench_opts_init(&o);
     int64_t L = 2, C = 1024, B = 1, D = 768, H = 12, steps = 3;
+    const char *pname = NULL;
+    attn_precision prec = ATTN_PRECISION_FP32;
     cli_opt opts[] = {
         BENCH_COMMON_OPTS(&o),
         CLI_INT("--layers", &L, 1, 96),
@@ -52,6 +55,7 @@ int bench_train_cmd(int argc, char **argv) {
         CLI_INT("--d-model", &D, 1, 16384),
         CLI_INT("--heads", &H, 1, 1024),
         CLI_INT("--steps", &steps, 1, 1000),
+        CLI_STRING("--precision", &pname),
         CLI_END,
     };
     int parsed = cli_parse("bench train", opts, argc, argv, NULL, 0);
@@ -60,6 +64,8 @@ int bench_train_cmd(int argc, char **argv) {
         return 0;
     }
     if (parsed) return parsed;
+    if (pname && train_parse_precision(pname, &prec))
+        return cli_usage_error("bench train: --precision '%s' is neither fp32 nor bf16", pname);
     if (D % H != 0) return cli_usage_error("bench train: --d-model %lld is not a multiple of --heads %lld", (long long)D,
                                            (long long)H);
     attn_dist *dist = NULL;
@@ -72,6 +78,7 @@ int bench_train_cmd(int argc, char **argv) {
     const train_gpt_shape shape = {TRAIN_BYTE_VOCAB, L, H, D, 4 * D, C, attn_attention_config_default()};
     const int64_t V = shape.vocab;
     attn_gpt_config cfg = train_gpt_config(&shape);
+    cfg.precision = prec;
     attn_gpt *g = NULL;
     attn_optimizer *opt = NULL;
     if (attn_gpt_create(&cfg, &g) != ATTN_OK) return train_dist_end(dist, cli_fail("bench train: %s", attn_last_error()));
@@ -95,8 +102,9 @@ int bench_train_cmd(int argc, char **argv) {
     const double flops = (double)(B * C) * (6.0 * matrix_params + 6.0 * (double)(L * C * D));
     if (!o.json)
         printf("train step, GPT-2-small-shaped stack: %lld layers, d_model %lld, %lld heads, context %lld, batch %lld, "
-               "vocab %lld (%zu parameters)\n%8s %12s %14s %10s\n",
+               "vocab %lld (%zu parameters), %s\n%8s %12s %14s %10s\n",
                (long long)L, (long long)D, (long long)H, (long long)C, (long long)B, (long long)V, attn_params_numel(ps),
+               attn_precision_name(prec),
                "threads", "ms/step", "tokens/s", "GFLOP/s");
     if (!o.json && dist)
         printf("data-parallel over %d ranks, %lld sequences each; all-reduce median ms and share of the step:\n", nranks,
@@ -142,10 +150,10 @@ int bench_train_cmd(int argc, char **argv) {
             const double tps = (double)(B * C) / (med * 1e-3), gf = flops / (med * 1e6);
             if (o.json)
                 printf("{\"op\": \"train\", \"impl\": \"attn\", \"shape\": {\"layers\": %lld, \"d_model\": %lld, "
-                       "\"heads\": %lld, \"context\": %lld, \"batch\": %lld, \"vocab\": %lld}, \"threads\": %d, "
-                       "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops\": %.2f",
+                       "\"heads\": %lld, \"context\": %lld, \"batch\": %lld, \"vocab\": %lld}, \"precision\": \"%s\", "
+                       "\"threads\": %d, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops\": %.2f",
                        (long long)L, (long long)D, (long long)H, (long long)C, (long long)B, (long long)V,
-                       o.threads[ti], med, tps, gf);
+                       attn_precision_name(prec), o.threads[ti], med, tps, gf);
             else
                 printf("%8d %12.1f %14.1f %10.2f", o.threads[ti], med, tps, gf);
             if (dist)

@@ -61,6 +61,13 @@ static void usage_gpt(FILE *f) {
             "  --features M       random features for performer (default 256)\n"
             "  --feature-seed S   seed of performer's projection (default 0)\n"
             "  --seed S           initialisation and data order (default 1)\n"
+            "  --precision P      fp32 (default) or bf16: mixed precision, the linear layers' and\n"
+            "                     flash attention's products from bf16-rounded operands with float\n"
+            "                     accumulation; weights, gradients, AdamW and the checkpoint stay\n"
+            "                     fp32 (vdpbf16ps with AVX512-BF16, a bit-exact emulation elsewhere,\n"
+            "                     slower). Kept in the checkpoint: --resume continues in it unless\n"
+            "                     given again; another precision is allowed (noted; the weights are\n"
+            "                     fp32 either way), bitwise resume holds within one precision\n"
             "  --threads T        threads (default: all)\n"
             "  --checkpoint PATH  checkpoint file (default attn-gpt.safetensors)\n"
             "  --every N          also write the checkpoint every N steps (default 100; 0: only at\n"
@@ -96,9 +103,10 @@ typedef struct gpt_opts {
     int given_layers, given_heads, given_d, given_context, given_seed, given_steps, given_batch, given_lr,
         given_warmup, given_micro;
     int64_t steps, batch, warmup, every, log_every, threads, seed, stop_at, micro;
-    int given_attention, given_val;
+    int given_attention, given_val, given_precision;
     int64_t eval_interval, eval_batches;
     double lr, val_fraction;
+    attn_precision precision;
     int resume, force;
     char data_hash[17]; /* of the --data contents, kept in the checkpoint */
 } gpt_opts;
@@ -156,13 +164,14 @@ static attn_status val_loss(attn_gpt *g, const attn_gpt_args *train_args, const 
 
 /* CLI_OK, CLI_HELP or 2 (usage error, printed). */
 static int parse_gpt(int argc, char **argv, gpt_opts *o) {
-    const char *attention = NULL;
+    const char *attention = NULL, *precision = NULL;
     int64_t kopt[TRAIN_KIND_OPTS];
     for (int i = 0; i < TRAIN_KIND_OPTS; i++) kopt[i] = -1;
     cli_opt opts[] = {
         CLI_STRING_NONEMPTY("--data", &o->data),
         CLI_STRING_NONEMPTY("--checkpoint", &o->checkpoint),
         CLI_STRING("--attention", &attention),
+        CLI_STRING("--precision", &precision),
         CLI_INT("--window", &kopt[0], 0, 1 << 30),
         CLI_INT("--features", &kopt[1], 1, 1 << 16),
         CLI_INT("--feature-seed", &kopt[2], 0, INT64_MAX),
@@ -190,6 +199,9 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
     int parsed = cli_parse("train gpt", opts, argc, argv, NULL, 0);
     if (parsed) return parsed;
     o->given_attention = attention != NULL;
+    o->given_precision = precision != NULL;
+    if (precision && train_parse_precision(precision, &o->precision))
+        return cli_usage_error("train gpt: --precision '%s' is neither fp32 nor bf16", precision);
     if (attention && attn_attention_kind_from_name(attention, &o->shape.attention.kind) != ATTN_OK)
         return cli_usage_error("train gpt: --attention: %s", strchr(attn_last_error(), ' ') + 1);
     const char *kname = attn_attention_kind_name(o->shape.attention.kind);
@@ -233,6 +245,7 @@ static void fill_meta(train_meta *m, const gpt_opts *o) {
     train_meta_add(m, "train.data_hash", "%s", o->data_hash);
     /* the split point: a resumed run must train on the same bytes */
     train_meta_add(m, "train.val_fraction", "%.17g", o->val_fraction);
+    train_meta_add(m, "train.precision", "%s", attn_precision_name(o->precision));
 }
 
 static int train_gpt_run(int argc, char **argv, attn_dist **distp);
@@ -244,7 +257,7 @@ static int train_gpt(int argc, char **argv) {
 
 /* Options hashed for the check that every rank runs the same configuration. */
 static uint64_t config_hash(const gpt_opts *o, const unsigned char *text, size_t len) {
-    const int64_t v[] = {o->shape.vocab, o->shape.layers, o->shape.heads, o->shape.d_model, o->shape.ff,
+    const int64_t v[] = {(int64_t)o->precision, o->shape.vocab, o->shape.layers, o->shape.heads, o->shape.d_model, o->shape.ff,
                          o->shape.context, (int64_t)o->shape.attention.kind, o->shape.attention.window,
                          o->shape.attention.num_features, (int64_t)o->shape.attention.seed, o->steps, o->batch, o->micro, o->warmup, o->every, o->stop_at, o->seed, (int64_t)len};
     uint64_t h = train_hash(TRAIN_HASH_SEED, v, sizeof v);
@@ -331,6 +344,18 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
         }
         const int other_val = ckpt_val < 0 || (o.given_val && o.val_fraction != ckpt_val);
         if (!other_val) o.val_fraction = ckpt_val;
+        /* absent in older checkpoints: fp32 */
+        attn_precision ckpt_precision = ATTN_PRECISION_FP32;
+        if ((mv = attn_safetensors_metadata_find(st, "train.precision")) && train_parse_precision(mv, &ckpt_precision)) {
+            attn_safetensors_close(st);
+            free(text);
+            return cli_fail("train gpt: --resume: %s: train.precision '%s' is neither fp32 nor bf16", o.checkpoint, mv);
+        }
+        if (!o.given_precision) o.precision = ckpt_precision;
+        else if (o.precision != ckpt_precision)
+            printf("note: --precision %s, the checkpoint was trained in %s (its weights are fp32 either way): "
+                   "continuing in %s\n", attn_precision_name(o.precision), attn_precision_name(ckpt_precision),
+                   attn_precision_name(o.precision));
         const char *dh = attn_safetensors_metadata_find(st, "train.data_hash"); /* absent in older checkpoints */
         const int other_data = dh && strcmp(dh, o.data_hash) != 0;
         attn_safetensors_close(st);
@@ -413,6 +438,7 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
     }
 
     attn_gpt_config cfg = train_gpt_config(&o.shape);
+    cfg.precision = o.precision;
     attn_gpt *g = NULL;
     attn_optimizer *opt = NULL;
     int64_t *x = NULL, *y = NULL;
@@ -500,9 +526,10 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
     char held[64] = "";
     if (val_len) snprintf(held, sizeof held, " (%zu held out for validation)", val_len);
     printf("gpt: %lld layers, %lld heads, d_model %lld, context %lld, %s, %zu parameters; %zu bytes of "
-           "'%s'%s; batch %lld, %lld steps, lr %g, %d threads\n",
+           "'%s'%s; batch %lld, %lld steps, lr %g, %s, %d threads\n",
            (long long)o.shape.layers, (long long)o.shape.heads, (long long)o.shape.d_model, (long long)C, att,
-           attn_params_numel(ps), len, o.data, held, (long long)B, (long long)o.steps, o.lr, attn_get_num_threads());
+           attn_params_numel(ps), len, o.data, held, (long long)B, (long long)o.steps, o.lr,
+           attn_precision_name(o.precision), attn_get_num_threads());
     if (M > 1 || nranks > 1)
         printf("data-parallel: %d rank%s, %lld windows each, micro-batch %lld (%lld gradients added in order per step)\n",
                nranks, nranks > 1 ? "s" : "", (long long)count, (long long)m, (long long)M);

@@ -227,3 +227,12 @@ uint64_t train_hash(uint64_t h, const void *data, size_t n) {
     for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
     return h;
 }
+
+int train_parse_precision(const char *name, attn_precision *p) {
+    for (int i = ATTN_PRECISION_FP32; i <= ATTN_PRECISION_BF16; i++)
+        if (name && strcmp(name, attn_precision_name((attn_precision)i)) == 0) {
+            *p = (attn_precision)i;
+            return 0;
+        }
+    return -1;
+}

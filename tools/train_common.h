@@ -32,6 +32,10 @@ int64_t *train_kind_opt_value(attn_attention_config *c, int i);
 /* Whether kind reads option i (and in *required, nullable, whether it must be set). */
 int train_kind_uses(attn_attention_kind kind, int i, int *required);
 
+/* --precision NAME ("fp32" or "bf16", attn_precision_name's spelling) into *p: 0, or -1 for
+ * another name. */
+int train_parse_precision(const char *name, attn_precision *p);
+
 /* Checkpoint metadata: "model" = "gpt", "gpt.vocab_size", "gpt.layers", "gpt.heads",
  * "gpt.d_model", "gpt.ff", "gpt.context", "gpt.tokenizer" = "bytes", then "gpt.attention" (a kind's
  * name; absent in older checkpoints, meaning flash) and the kind's options ("gpt.window"). */

@@ -650,6 +650,29 @@ ATTN_API attn_decoder *attn_transformer_decoder(attn_transformer *t);
  * and continue from the cache's length in a step. Dropout (training) inside the layers only. */
 typedef enum attn_positions { ATTN_POSITIONS_LEARNED = 0, ATTN_POSITIONS_ROPE = 1 } attn_positions;
 
+/* Compute precision of a model's forward and backward (mixed precision, as PyTorch's autocast with
+ * float32 master weights):
+ *   fp32: everything in float32.
+ *   bf16: the matrix products take operands rounded to bfloat16 (round to nearest even; a
+ *         subnormal float32 operand becomes 0, as vcvtneps2bf16 does) and
+ *         accumulate and return float32: every linear layer (forward x W^T; backward dY W and
+ *         dY^T x, i.e. dY rounded too) and, with the flash and window attention kinds, attention
+ *         (Q, K, V and dO rounded; attn_flash_*'s bf16 path: P and dS rounded, statistics float).
+ *         The other attention kinds keep float32 attention. Layernorm, softmax statistics, GELU,
+ *         residual adds, embeddings, the loss and the optimizer stay float32; parameters and their
+ *         gradients stay float32 (gradients accumulate in float32) — they are the master weights,
+ *         and what checkpoints store. The products run on the bf16 kernels of attn_gemm_bf16 /
+ *         attn_flash_*: AVX512-BF16 (vdpbf16ps) where the CPU has it, the portable emulation
+ *         elsewhere (the same roundings: linear products bit for bit, attention up to its float
+ *         exp; slower) — bf16 mode works on every CPU.
+ * Results are bitwise identical for any thread count in either precision. attn_gpt_forward,
+ * attn_gpt_backward and attn_gpt_workspace_size follow attn_gpt_config.precision (a bf16 call needs
+ * a larger workspace: ask that model); generation steps (attn_gpt_forward_step) run float32. */
+typedef enum attn_precision { ATTN_PRECISION_FP32 = 0, ATTN_PRECISION_BF16 = 1 } attn_precision;
+
+/* "fp32", "bf16"; NULL for a value outside the enum. */
+ATTN_API const char *attn_precision_name(attn_precision p);
+
 typedef struct attn_gpt_config {
     int64_t vocab_size, max_positions; /* learned positions: a forward or cache holds at most this */
     attn_layer_config layer;           /* norm_first is always on; default activation gelu */
@@ -658,6 +681,7 @@ typedef struct attn_gpt_config {
     attn_positions positions;
     attn_rope_config rope;             /* with ATTN_POSITIONS_ROPE (head_dim is filled in) */
     int tie_embeddings;
+    attn_precision precision;          /* compute precision (default fp32; see attn_precision) */
 } attn_gpt_config;
 
 ATTN_API attn_gpt_config attn_gpt_config_default(int64_t vocab_size, int64_t max_positions, int64_t d_model,

@@ -61,6 +61,9 @@ attn_status attn_gpt_create(const attn_gpt_config *cfg, attn_gpt **out) {
     if (cfg->positions != ATTN_POSITIONS_LEARNED && cfg->positions != ATTN_POSITIONS_ROPE)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: positions = %d is neither learned nor rope", fn,
                           (int)cfg->positions);
+    if (!attn_precision_name(cfg->precision))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: precision = %d is neither fp32 nor bf16", fn,
+                          (int)cfg->precision);
     attn_status st = attn_nn_layer_check_config(fn, &cfg->layer);
     if (st) return st;
     attn_gpt *g = attn__calloc(1, sizeof *g);
@@ -137,11 +140,20 @@ size_t attn_gpt_saved_size(const attn_gpt *g, const attn_gpt_args *a) {
     return nn_add(nn_add(NN_SLACK, nn_mul(2, rows_bytes(g, a))), nn_block(attn_nn_stack_saved(&g->S, &la)));
 }
 
-size_t attn_gpt_workspace_size(const attn_gpt *g, const attn_gpt_args *a) {
+/* The size in the model's precision: bf16 products need room for their rounded operands. */
+static size_t workspace_size(const attn_gpt *g, const attn_gpt_args *a) {
     if (!args_ok(g, a)) return 0;
     attn_layer_args la = layer_args(a, NULL);
     const size_t lin = attn_nn_linear_ws(a->batch * a->n, g->cfg.layer.d_model, g->cfg.vocab_size);
     return nn_add(nn_add(NN_SLACK, nn_mul(2, rows_bytes(g, a))), nn_max(attn_nn_stack_ws(&g->S, &la), lin));
+}
+
+size_t attn_gpt_workspace_size(const attn_gpt *g, const attn_gpt_args *a) {
+    if (!args_ok(g, a)) return 0;
+    const attn_precision prev = attn_nn_precision_set(g->cfg.precision);
+    const size_t s = workspace_size(g, a);
+    attn_nn_precision_set(prev);
+    return s;
 }
 
 static attn_status check_args(const char *fn, const attn_gpt *g, const attn_gpt_args *a) {
@@ -164,15 +176,14 @@ static attn_status embed(const char *fn, const attn_gpt *g, const int64_t *token
     return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
-attn_status attn_gpt_forward(attn_gpt *g, const attn_gpt_args *a, float *logits, void *saved,
-                             size_t saved_bytes, void *workspace, size_t workspace_bytes) {
-    static const char fn[] = "attn_gpt_forward";
+static attn_status gpt_forward(const char *fn, attn_gpt *g, const attn_gpt_args *a, float *logits, void *saved,
+                               size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     attn_status st = check_args(fn, g, a);
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, logits);
     nn_arena sv, ws;
     if ((saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_gpt_saved_size(g, a)))) ||
-        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_gpt_workspace_size(g, a))))
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, workspace_size(g, a))))
         return st;
     const int64_t R = a->batch * a->n, d = g->cfg.layer.d_model;
     attn_layer_args la = layer_args(a, NULL);
@@ -188,17 +199,15 @@ attn_status attn_gpt_forward(attn_gpt *g, const attn_gpt_args *a, float *logits,
     return attn_nn_linear_fwd(fn, h, g->w_lm, NULL, logits, R, d, g->cfg.vocab_size, rest, wb);
 }
 
-attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *dlogits,
-                              const void *saved, size_t saved_bytes, void *workspace,
-                              size_t workspace_bytes) {
-    static const char fn[] = "attn_gpt_backward";
+static attn_status gpt_backward(const char *fn, attn_gpt *g, const attn_gpt_args *a, const float *dlogits,
+                                const void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     attn_status st = check_args(fn, g, a);
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, dlogits);
     ATTN_CHECK_NOT_NULL(fn, saved);
     nn_arena sv, ws;
     if ((st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_gpt_saved_size(g, a))) ||
-        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_gpt_workspace_size(g, a))))
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, workspace_size(g, a))))
         return st;
     const int64_t R = a->batch * a->n, d = g->cfg.layer.d_model;
     attn_layer_args la = layer_args(a, NULL);
@@ -215,6 +224,25 @@ attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *
     st = attn_embedding_backward(g->tok, a->tokens, R, dx0);
     if (!st && g->pos) st = attn_embedding_positions_backward(g->pos, dx0, a->batch, a->n, 0);
     return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
+}
+
+/* The forward and backward run in the model's precision (attn_nn_precision, restored after). */
+attn_status attn_gpt_forward(attn_gpt *g, const attn_gpt_args *a, float *logits, void *saved,
+                             size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+    const attn_precision prev = attn_nn_precision_set(g ? g->cfg.precision : ATTN_PRECISION_FP32);
+    const attn_status st = gpt_forward("attn_gpt_forward", g, a, logits, saved, saved_bytes, workspace, workspace_bytes);
+    attn_nn_precision_set(prev);
+    return st;
+}
+
+attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *dlogits,
+                              const void *saved, size_t saved_bytes, void *workspace,
+                              size_t workspace_bytes) {
+    const attn_precision prev = attn_nn_precision_set(g ? g->cfg.precision : ATTN_PRECISION_FP32);
+    const attn_status st =
+        gpt_backward("attn_gpt_backward", g, a, dlogits, saved, saved_bytes, workspace, workspace_bytes);
+    attn_nn_precision_set(prev);
+    return st;
 }
 
 /* ---- generation with a cache ---- */

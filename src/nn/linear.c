@@ -1,10 +1,81 @@
 /* Linear layer, torch.nn.functional.linear, with PyTorch's weight layout W [out, in]:
  *   forward   y = x W^T + b                         x [rows, in], y [rows, out]
  *   backward  dx = dy W,  dW += dy^T x,  db += sum_rows dy
- * Three SGEMMs (attn_sgemm, deterministic for any thread count) and a column sum. */
+ * Three SGEMMs (attn_sgemm, deterministic for any thread count) and a column sum; in bf16
+ * precision three bf16 GEMMs (attn_gemm_bf16, also deterministic) over rounded copies of x, W and
+ * dy kept in the workspace. */
 #include "nn_internal.h"
 
+#include "kernels/bf16_internal.h"
+
+static _Thread_local attn_precision precision;
+
+attn_precision attn_nn_precision(void) { return precision; }
+
+attn_precision attn_nn_precision_set(attn_precision p) {
+    const attn_precision prev = precision;
+    precision = p;
+    return prev;
+}
+
+const char *attn_precision_name(attn_precision p) {
+    switch (p) {
+    case ATTN_PRECISION_FP32: return "fp32";
+    case ATTN_PRECISION_BF16: return "bf16";
+    }
+    return NULL;
+}
+
+/* Chunks of the rounding: 128 KB of floats, enough to amortise a thread's start. */
+#define ROUND_CHUNK ((size_t)1 << 15)
+
+void attn_nn_round_bf16(const float *src, attn_bf16 *dst, size_t n) {
+    const attn_bf16_kernels *k = attn_bf16_kernels_active();
+    const int64_t chunks = (int64_t)((n + ROUND_CHUNK - 1) / ROUND_CHUNK);
+#pragma omp parallel for schedule(static) num_threads(attn_threads_for(chunks)) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; c++) {
+        const size_t i0 = (size_t)c * ROUND_CHUNK, len = n - i0 < ROUND_CHUNK ? n - i0 : ROUND_CHUNK;
+        k->round_row((int)len, src + i0, NULL, dst + i0);
+    }
+}
+
+/* bf16 workspace: copies of x [rows, in], W [out, in], dy [rows, out], then the GEMM's own. */
+static size_t bf16_ws(int64_t rows, int64_t in, int64_t out) {
+    const size_t h = sizeof(attn_bf16);
+    size_t s = nn_add(nn_block(nn_mul(nn_mul((size_t)rows, (size_t)in), h)),
+                      nn_block(nn_mul(nn_mul((size_t)out, (size_t)in), h)));
+    s = nn_add(s, nn_block(nn_mul(nn_mul((size_t)rows, (size_t)out), h)));
+    size_t g = attn_gemm_bf16_workspace_size(rows, out, in);
+    g = nn_max(g, attn_gemm_bf16_workspace_size(rows, in, out));
+    g = nn_max(g, attn_gemm_bf16_workspace_size(out, in, rows));
+    return nn_add(nn_add(NN_SLACK, s), g);
+}
+
+typedef struct bf16_bufs {
+    attn_bf16 *x, *w, *dy;
+    void *ws;
+    size_t wsb;
+} bf16_bufs;
+
+/* Carve the copies out of ws (sized by bf16_ws) and round the operands present into them. */
+static attn_status bf16_take(const char *fn, void *ws, size_t bytes, const float *x, const float *w,
+                             const float *dy, int64_t rows, int64_t in, int64_t out, bf16_bufs *b) {
+    nn_arena ar;
+    attn_status st = attn_nn_arena_init(&ar, fn, "workspace", ws, bytes, bf16_ws(rows, in, out));
+    if (st) return st;
+    const size_t nx = (size_t)rows * (size_t)in, nw = (size_t)out * (size_t)in, ny = (size_t)rows * (size_t)out;
+    b->x = attn_nn_take(&ar, nx * sizeof(attn_bf16));
+    b->w = attn_nn_take(&ar, nw * sizeof(attn_bf16));
+    b->dy = attn_nn_take(&ar, ny * sizeof(attn_bf16));
+    b->ws = nn_rest(&ar, &b->wsb);
+    if (x) attn_nn_round_bf16(x, b->x, nx);
+    if (w) attn_nn_round_bf16(w, b->w, nw);
+    if (dy) attn_nn_round_bf16(dy, b->dy, ny);
+    return ATTN_OK;
+}
+
 size_t attn_nn_linear_ws(int64_t rows, int64_t in, int64_t out) {
+    if (precision == ATTN_PRECISION_BF16) return bf16_ws(rows, in, out);
     size_t s = attn_sgemm_workspace_size(rows, out, in);
     s = nn_max(s, attn_sgemm_workspace_size(rows, in, out));
     return nn_max(s, attn_sgemm_workspace_size(out, in, rows));
@@ -25,8 +96,14 @@ static attn_status check_sizes(const char *fn, int64_t rows, int64_t in, int64_t
 attn_status attn_nn_linear_fwd(const char *fn, const float *x, const float *w, const float *b, float *y,
                           int64_t rows, int64_t in, int64_t out, void *ws, size_t bytes) {
     if (rows == 0) return ATTN_OK;
-    attn_status st = attn_sgemm(ATTN_NO_TRANS, ATTN_TRANS, rows, out, in, 1.0f, x, in, w, in, 0.0f, y,
-                                out, ws, bytes);
+    attn_status st;
+    if (precision == ATTN_PRECISION_BF16) {
+        bf16_bufs h;
+        if ((st = bf16_take(fn, ws, bytes, x, w, NULL, rows, in, out, &h))) return st;
+        st = attn_gemm_bf16(ATTN_NO_TRANS, ATTN_TRANS, rows, out, in, h.x, in, h.w, in, 0, y, out, h.ws, h.wsb);
+    } else {
+        st = attn_sgemm(ATTN_NO_TRANS, ATTN_TRANS, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out, ws, bytes);
+    }
     if (!st && b) st = attn_bias_add(y, b, y, rows, out);
     if (st) return attn_nn_wrap_error(st, fn);
     return ATTN_OK;
@@ -37,10 +114,21 @@ attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, c
                           void *ws, size_t bytes) {
     attn_status st = ATTN_OK;
     if (rows == 0) return ATTN_OK;
-    if (dx)
+    if (precision == ATTN_PRECISION_BF16) {
+        bf16_bufs h;
+        if ((st = bf16_take(fn, ws, bytes, dw ? x : NULL, dx ? w : NULL, dy, rows, in, out, &h))) return st;
+        if (dx)
+            st = attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, rows, in, out, h.dy, out, h.w, in, acc_dx, dx, in,
+                                h.ws, h.wsb);
+        /* dW accumulates in float onto the float gradient */
+        if (!st && dw)
+            st = attn_gemm_bf16(ATTN_TRANS, ATTN_NO_TRANS, out, in, rows, h.dy, out, h.x, in, 1, dw, in, h.ws,
+                                h.wsb);
+    } else if (dx) {
         st = attn_sgemm(ATTN_NO_TRANS, ATTN_NO_TRANS, rows, in, out, 1.0f, dy, out, w, in,
                         acc_dx ? 1.0f : 0.0f, dx, in, ws, bytes);
-    if (!st && dw)
+    }
+    if (!st && dw && precision != ATTN_PRECISION_BF16)
         st = attn_sgemm(ATTN_TRANS, ATTN_NO_TRANS, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, ws,
                         bytes);
     if (!st && db) st = attn_bias_backward(dy, db, rows, out);

@@ -404,6 +404,27 @@ static attn_kind_extra kind_extra(const mha_dims *d, const attn_mha_args *a, att
     return x;
 }
 
+/* bf16 precision (attn_nn_precision): the flash-kernel kinds get bf16-rounded copies of Q, K, V
+ * (and dO in the backward), the buffers' [B, N, H, hd] layout kept; other kinds stay float. */
+static int bf16_attention(const attn_mha *m) {
+    return attn_nn_precision() == ATTN_PRECISION_BF16 &&
+           (m->cfg.attention.kind == ATTN_ATTENTION_FLASH || m->cfg.attention.kind == ATTN_ATTENTION_WINDOW);
+}
+
+static attn_tensor head_view16(attn_bf16 *buf, int64_t B, int64_t H, int64_t N, int64_t hd) {
+    attn_tensor t = head_view(NULL, B, H, N, hd);
+    t.data16 = buf;
+    t.dtype = ATTN_TYPE_BF16;
+    return t;
+}
+
+/* Bytes of the bf16 copies of Q, O (or dO), K and V. */
+static size_t bf16_copies_bytes(const mha_dims *d) {
+    const size_t q = nn_block(nn_mul(nn_mul((size_t)d->B, (size_t)d->Nq), (size_t)d->E * sizeof(attn_bf16)));
+    const size_t kv = nn_block(nn_mul(nn_mul((size_t)d->B, (size_t)d->Nk2), (size_t)d->E * sizeof(attn_bf16)));
+    return nn_add(NN_SLACK, nn_add(nn_add(q, q), nn_add(kv, kv)));
+}
+
 static size_t scratch_bytes(const attn_mha *m, const mha_dims *d, const attn_mha_args *a) {
     attn_btensor gm;
     const attn_kind_extra x = kind_extra(d, a, &gm);
@@ -413,7 +434,13 @@ static size_t scratch_bytes(const attn_mha *m, const mha_dims *d, const attn_mha
     s = nn_max(s, attn_nn_linear_ws(krows, m->vdim, d->E));
     attn_tensor q = head_view(NULL, d->B, d->H, d->Nq, d->hd), k = head_view(NULL, d->B, d->H, d->Nk2, d->hd);
     const attn_sdpa_params p = attn_sdpa_params_default();
-    s = nn_max(s, m->kind->workspace_size(&m->cfg.attention, &q, &k, &k, &p, &x));
+    if (bf16_attention(m)) {
+        q = head_view16(NULL, d->B, d->H, d->Nq, d->hd);
+        k = head_view16(NULL, d->B, d->H, d->Nk2, d->hd);
+        s = nn_max(s, nn_add(bf16_copies_bytes(d), m->kind->workspace_size(&m->cfg.attention, &q, &k, &k, &p, &x)));
+    } else {
+        s = nn_max(s, m->kind->workspace_size(&m->cfg.attention, &q, &k, &k, &p, &x));
+    }
     if (a->need_weights && a->average_attn_weights)
         s = nn_max(s, nn_add(NN_SLACK, nn_fblock(nn_mul((size_t)attn_get_num_threads(), (size_t)d->Nk2))));
     return s;
@@ -545,6 +572,62 @@ static attn_status mha_capture(const char *fn, const attn_mha *m, const mha_dims
     return ATTN_OK;
 }
 
+/* The bf16 copies of Q, K, V, O / dO, carved from the scratch (sized by bf16_copies_bytes). */
+typedef struct mha_bf16 {
+    attn_bf16 *Q, *K, *V, *O;
+    void *rest;
+    size_t rest_bytes;
+} mha_bf16;
+
+static attn_status round_acts(const char *fn, const mha_dims *d, void *scr, size_t wsb, const mha_acts *t,
+                              const float *o, mha_bf16 *h) {
+    nn_arena ar;
+    attn_status st = attn_nn_arena_init(&ar, fn, "workspace", scr, wsb, bf16_copies_bytes(d));
+    if (st) return st;
+    const size_t nq = (size_t)(d->B * d->Nq * d->E), nk = (size_t)(d->B * d->Nk2 * d->E);
+    h->Q = attn_nn_take(&ar, nq * sizeof(attn_bf16));
+    h->O = attn_nn_take(&ar, nq * sizeof(attn_bf16));
+    h->K = attn_nn_take(&ar, nk * sizeof(attn_bf16));
+    h->V = attn_nn_take(&ar, nk * sizeof(attn_bf16));
+    h->rest = nn_rest(&ar, &h->rest_bytes);
+    attn_nn_round_bf16(t->Q, h->Q, nq);
+    attn_nn_round_bf16(t->K, h->K, nk);
+    attn_nn_round_bf16(t->V, h->V, nk);
+    if (o) attn_nn_round_bf16(o, h->O, nq);
+    return ATTN_OK;
+}
+
+/* The kind's forward, on bf16 copies of Q, K, V in bf16 precision (float O and statistics). */
+static attn_status attention_fwd(const char *fn, const attn_mha *m, const mha_dims *d, const mha_acts *t,
+                                 const attn_tensor *qv, const attn_tensor *kv, const attn_tensor *vv,
+                                 const attn_sdpa_params *p, const attn_kind_extra *x, attn_tensor *ov, void *scr,
+                                 size_t wsb) {
+    if (!bf16_attention(m)) return m->kind->forward(&m->cfg.attention, qv, kv, vv, p, x, ov, t->lse, scr, wsb);
+    mha_bf16 h;
+    attn_status st = round_acts(fn, d, scr, wsb, t, NULL, &h);
+    if (st) return st;
+    const attn_tensor q = head_view16(h.Q, d->B, d->H, d->Nq, d->hd), k = head_view16(h.K, d->B, d->H, d->Nk2, d->hd),
+                      v = head_view16(h.V, d->B, d->H, d->Nk2, d->hd);
+    return m->kind->forward(&m->cfg.attention, &q, &k, &v, p, x, ov, t->lse, h.rest, h.rest_bytes);
+}
+
+/* The kind's backward; in bf16 precision on bf16 copies of Q, K, V and dO (float gradients). */
+static attn_status attention_bwd(const char *fn, const attn_mha *m, const mha_dims *d, const mha_acts *t,
+                                 const mha_acts *g, const attn_tensor *qv, const attn_tensor *kv,
+                                 const attn_tensor *vv, const attn_sdpa_params *p, const attn_kind_extra *x,
+                                 const attn_tensor *ov, const attn_tensor *dov, attn_tensor *dqv, attn_tensor *dkv,
+                                 attn_tensor *dvv, void *scr, size_t wsb) {
+    if (!bf16_attention(m))
+        return m->kind->backward(&m->cfg.attention, qv, kv, vv, p, x, ov, dov, t->lse, dqv, dkv, dvv, scr, wsb);
+    mha_bf16 h;
+    attn_status st = round_acts(fn, d, scr, wsb, t, g->O, &h);
+    if (st) return st;
+    const attn_tensor q = head_view16(h.Q, d->B, d->H, d->Nq, d->hd), k = head_view16(h.K, d->B, d->H, d->Nk2, d->hd),
+                      v = head_view16(h.V, d->B, d->H, d->Nk2, d->hd), dout = head_view16(h.O, d->B, d->H, d->Nq, d->hd);
+    return m->kind->backward(&m->cfg.attention, &q, &k, &v, p, x, ov, &dout, t->lse, dqv, dkv, dvv, h.rest,
+                             h.rest_bytes);
+}
+
 static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_args *a, float *out,
                                     float *weights, nn_arena *saved, nn_arena *ws) {
     const mha_dims d = dims_of(m, a);
@@ -568,8 +651,7 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     if (m->cfg.use_rope && ((st = attn_rope_forward(&m->cfg.rope, &qv, 0, NULL)) ||
                             (st = attn_rope_forward(&m->cfg.rope, &kv, 0, NULL))))
         return attn_nn_wrap_error(st, fn);
-    if ((st = m->kind->forward(&m->cfg.attention, &qv, &kv, &vv, &p, &x, &ov, t.lse, scr, wsb)))
-        return attn_nn_wrap_error(st, fn);
+    if ((st = attention_fwd(fn, m, &d, &t, &qv, &kv, &vv, &p, &x, &ov, scr, wsb))) return attn_nn_wrap_error(st, fn);
     if ((st = attn_nn_linear_fwd(fn, t.O, m->wo, m->bo, out, d.B * d.Nq, d.E, d.E, scr, wsb))) return st;
     attn_capture *cap = attn_nn_capture_of(a->capture);
     if (cap && (st = mha_capture(fn, m, &d, cap, &qv, &kv, &p, &x, p.dropout_p > 0))) return st;
@@ -637,7 +719,7 @@ static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha
                 vv = head_view(t.V, d.B, d.H, d.Nk2, d.hd), ov = head_view(t.O, d.B, d.H, d.Nq, d.hd);
     attn_tensor dov = head_view(g.O, d.B, d.H, d.Nq, d.hd), dqv = head_view(g.Q, d.B, d.H, d.Nq, d.hd),
                 dkv = head_view(g.K, d.B, d.H, d.Nk2, d.hd), dvv = head_view(g.V, d.B, d.H, d.Nk2, d.hd);
-    if ((st = m->kind->backward(&m->cfg.attention, &qv, &kv, &vv, &p, &x, &ov, &dov, t.lse, &dqv, &dkv, &dvv, scr, wsb)))
+    if ((st = attention_bwd(fn, m, &d, &t, &g, &qv, &kv, &vv, &p, &x, &ov, &dov, &dqv, &dkv, &dvv, scr, wsb)))
         return attn_nn_wrap_error(st, fn);
     /* Q and K were rotated after the projection: rotate their gradients back */
     if (m->cfg.use_rope && ((st = attn_rope_backward(&m->cfg.rope, &dqv, 0, NULL)) ||

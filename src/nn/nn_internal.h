@@ -93,7 +93,22 @@ static inline void *nn_rest(const nn_arena *a, size_t *bytes) {
 /* Prefix the current error message with "fn: " (a kernel's message seen from a module). */
 attn_status attn_nn_wrap_error(attn_status st, const char *fn);
 
-/* ---- linear (linear.c) ---- */
+/* ---- compute precision (linear.c) ----
+ * The precision (attn_precision) of the model call in progress on the calling thread: a model's
+ * entry points set it for the call's duration (size queries included, since bf16 needs more
+ * workspace) and restore the previous one, so the many linear and attention call sites inside
+ * layers and stacks need no extra argument. Every linear / attention call of a model runs on the
+ * calling thread (kernels parallelise inside), so a thread-local value reaches all of them.
+ * Default fp32. */
+attn_precision attn_nn_precision(void);
+attn_precision attn_nn_precision_set(attn_precision p); /* returns the previous one */
+/* dst[i] = bf16(src[i]), i < n: round to nearest even, subnormal inputs to 0 (the bf16 kernels'
+ * vcvtneps2bf16, which the products read as 0 anyway), vectorised and threaded. */
+void attn_nn_round_bf16(const float *src, attn_bf16 *dst, size_t n);
+
+/* ---- linear (linear.c) ----
+ * In bf16 precision the three products take bf16-rounded x, W and dy (attn_gemm_bf16, float
+ * accumulation into the float y, dx, dW); the bias and its gradient stay float. */
 size_t attn_nn_linear_ws(int64_t rows, int64_t in, int64_t out);
 /* y [rows, out] (row stride out) = x W^T + b; ws: raw workspace of >= attn_nn_linear_ws bytes. */
 attn_status attn_nn_linear_fwd(const char *fn, const float *x, const float *w, const float *b, float *y,
