@@ -5,7 +5,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test demo bench install clean asan
+.PHONY: all build test demo bench install clean asan fuzz fuzz-build fuzz-corpus
 
 all: build
 
@@ -39,5 +39,25 @@ asan:
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -E install_examples
 
+# libFuzzer harnesses (tests/fuzz, docs/fuzzing.md): clang, ASan + UBSan, each run FUZZ_SECONDS on a
+# scratch copy of its seed corpus; FUZZ_TARGETS picks some (e.g. "json image"). No OpenMP: the
+# parsers are serial and clang's libomp is not needed. Warnings are not errors here, as the
+# harness build uses another compiler than the one the code is checked with.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+fuzz-build:
+	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DATTN_FUZZ=ON \
+	  -DATTN_BUILD_TESTS=OFF -DATTN_OPENMP=OFF -DATTN_WITH_MPI=OFF -DATTN_WERROR=OFF $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_all fuzz_corpus_gen
+
+fuzz: fuzz-build
+	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# Rewrite the committed seed corpus (tests/fuzz/corpus_gen.c); regression inputs found by fuzzing
+# are added by hand next to the generated files and kept.
+fuzz-corpus: fuzz-build
+	mkdir -p $(addprefix tests/fuzz/corpus/,safetensors json config checkpoint image)
+	./build-fuzz/tests/fuzz/fuzz_corpus_gen tests/fuzz/corpus
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz

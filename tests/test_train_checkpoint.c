@@ -3,7 +3,8 @@
  * objects and continued gives bitwise the losses, parameters and moments of the uninterrupted run
  * (SGD with momentum too); truncated and corrupted files, missing and mis-shaped tensors, a wrong
  * optimizer, a stray PATH.tmp (left alone) and a failing write are all rejected with a
- * clear message while the objects and the previous checkpoint stay bitwise intact. */
+ * clear message while the objects and the previous checkpoint stay bitwise intact; the in-memory
+ * entry of the fuzz harness applies the same checks, its checksum comparison optional. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <signal.h>
@@ -283,6 +284,22 @@ static void test_damaged(void) {
     write_all(bad, c, len);
     CHECK(hit != NULL, "metadata value not found in the header");
     expect_rejected(&o, bad, ATTN_ERR_IO, "corrupted", "metadata value changed");
+    {   /* the fuzz harness's in-memory entry: the same checks, the checksum comparison optional */
+        run p;
+        run_create(&p, 0, 7);
+        attn_train_state ms;
+        memset(&ms, 0, sizeof ms);
+        CHECK_STATUS(attn_tr_checkpoint_load_memory(c, len, "mem", attn_mha_params(p.mha), p.opt, &ms, 1),
+                     ATTN_ERR_IO);
+        CHECK(strstr(attn_last_error(), "'mem' is corrupted"), "memory load: %s", attn_last_error());
+        CHECK_OK(attn_tr_checkpoint_load_memory(c, len, "mem", attn_mha_params(p.mha), p.opt, &ms, 0));
+        CHECK(ms.step == 3 && attn_optimizer_steps(p.opt) == 3, "memory load: step %lld", (long long)ms.step);
+        const attn_param *a = attn_params_get(attn_mha_params(p.mha), 0), *b = attn_params_get(attn_mha_params(r.mha), 0);
+        CHECK(!memcmp(a->data, b->data, a->numel * sizeof(float)), "memory load: %s differs from the saved run", a->name);
+        CHECK_STATUS(attn_tr_checkpoint_load_memory(c, len / 2, "mem", attn_mha_params(p.mha), p.opt, &ms, 0),
+                     ATTN_ERR_ST_OFFSET_OUT_OF_BOUNDS);
+        run_free(&p);
+    }
     memcpy(c, good, len);
     hit = strstr((char *)c + 8, "\"out_proj.bias\"");
     if (hit) hit[1] = 'p';

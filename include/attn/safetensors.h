@@ -1,4 +1,4 @@
-/* attn safetensors: a validating reader (file via mmap, or a memory buffer) and a writer.
+/* attn safetensors: a validating reader (a file, read into memory, or a memory buffer) and a writer.
  *
  * Format: u64 little-endian header length N, N bytes of JSON header
  *   {"__metadata__": {"k": "v", ...}, "name": {"dtype": "F32", "shape": [..],
@@ -38,7 +38,9 @@ typedef struct attn_safetensors_tensor {
 
 typedef struct attn_safetensors attn_safetensors;
 
-/* Open and validate. On failure *out is NULL and attn_last_error() names the problem. */
+/* Open and validate. On failure *out is NULL and attn_last_error() names the problem. The file is
+ * read into memory (not mapped), so another process truncating or rewriting it meanwhile gives an
+ * ATTN_ERR_IO ("file was truncated while being read") or a validation error, never a crash. */
 ATTN_API attn_status attn_safetensors_open_file(const char *path, attn_safetensors **out);
 /* The buffer is not copied: it must outlive the returned object. */
 ATTN_API attn_status attn_safetensors_open_memory(const void *buf, size_t len, attn_safetensors **out);

@@ -1,4 +1,4 @@
-/* safetensors reader (validating, mmap or memory) and writer: see include/attn/safetensors.h.
+/* safetensors reader (validating, file read into memory or caller's memory) and writer: see include/attn/safetensors.h.
  *
  * The reader mirrors the checks of the reference implementation (the Hugging Face `safetensors`
  * crate), each with its own status code, in the reference's order:
@@ -34,7 +34,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,6 +42,7 @@
 #include "core/internal.h"
 #include "io/json.h"
 #include "io/safe_file.h"
+#include "io/st_internal.h"
 
 /* ---- dtypes ----------------------------------------------------------------------------- */
 
@@ -116,6 +116,8 @@ static const char *errstr(int e, char *buf, size_t n) {
 
 /* ---- the file object ---------------------------------------------------------------------- */
 
+void (*attn_st_read_hook)(int fd) = NULL;
+
 struct attn_safetensors {
     attn_safetensors_tensor *tensors; /* data-offset order */
     size_t count;
@@ -124,8 +126,7 @@ struct attn_safetensors {
     size_t meta_count;
     size_t *meta_by_key;              /* indices sorted by key */
     char *strings;                    /* names, keys and values */
-    void *map;                        /* mmap'ed file, or NULL */
-    size_t map_len;
+    void *file;                       /* the file's bytes read into memory (open_file), or NULL */
 };
 
 /* What the header says about one tensor, before validation of its offsets. */
@@ -468,7 +469,7 @@ done:
 
 void attn_safetensors_close(attn_safetensors *st) {
     if (!st) return;
-    if (st->map) munmap(st->map, st->map_len);
+    attn__free(st->file);
     attn__free(st->tensors);
     attn__free(st->by_name);
     attn__free(st->meta_keys);
@@ -512,7 +513,7 @@ attn_status attn_safetensors_open_file(const char *path, attn_safetensors **out)
     }
     if (sbuf.st_size < 0 || (uintmax_t)sbuf.st_size > (uintmax_t)SIZE_MAX) {
         close(fd);
-        return st_fail(path, ATTN_ERR_IO, "file too large to map");
+        return st_fail(path, ATTN_ERR_IO, "file too large for memory");
     }
     size_t len = (size_t)sbuf.st_size;
     attn_safetensors *st = attn__calloc(1, sizeof *st);
@@ -520,20 +521,36 @@ attn_status attn_safetensors_open_file(const char *path, attn_safetensors **out)
         close(fd);
         return st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "out of memory");
     }
+    /* Read, not mmap: a mapping of a file that another process truncates raises SIGBUS on the first
+     * access past the new end, killing the program; a read just comes back short. The weights are
+     * copied into the model anyway, so the copy costs the file's size only while loading. */
     const void *buf = "";
-    if (len > 0) { /* mmap of 0 bytes fails: an empty file is simply too small */
-        void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
+    if (len > 0) {
+        st->file = attn__malloc(len);
+        if (!st->file) {
             close(fd);
             attn__free(st);
-            return st_fail(path, ATTN_ERR_IO, "cannot mmap %zu bytes: %s", len, errstr(e, eb, sizeof eb));
+            return st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "out of memory reading %zu bytes", len);
         }
-        st->map = m;
-        st->map_len = len;
-        buf = m;
+        if (attn_st_read_hook) attn_st_read_hook(fd);
+        size_t n = 0;
+        while (n < len) { /* a file that grows meanwhile is read up to its size at open */
+            const ssize_t r = pread(fd, (char *)st->file + n, len - n, (off_t)n);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                int e = errno;
+                close(fd);
+                attn_safetensors_close(st);
+                if (r == 0)
+                    return st_fail(path, ATTN_ERR_IO, "file was truncated while being read (%zu of %zu bytes)", n,
+                                   len);
+                return st_fail(path, ATTN_ERR_IO, "cannot read: %s", errstr(e, eb, sizeof eb));
+            }
+            n += (size_t)r;
+        }
+        buf = st->file;
     }
-    close(fd); /* the mapping stays valid */
+    close(fd);
     attn_status s = parse_file(buf, len, path, st);
     if (s != ATTN_OK) {
         attn_safetensors_close(st);

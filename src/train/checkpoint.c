@@ -330,20 +330,13 @@ static attn_status file_checksum(const char *fn, const attn_safetensors *f, uint
     return ATTN_OK;
 }
 
-attn_status attn_checkpoint_load(const char *path, const attn_params *ps, attn_optimizer *opt,
-                                 attn_train_state *state, attn_safetensors **file) {
-    static const char fn[] = "attn_checkpoint_load";
-    if (file) *file = NULL;
-    ATTN_CHECK_NOT_NULL(fn, path);
-    ATTN_CHECK_NOT_NULL(fn, ps);
-    attn_safetensors *f = NULL;
+/* Validate and apply an opened checkpoint f (closed here unless handed to *file). path names it in
+ * messages. */
+static attn_status load_opened(const char *fn, const char *path, attn_safetensors *f, const attn_params *ps,
+                               attn_optimizer *opt, attn_train_state *state, attn_safetensors **file,
+                               int verify_checksum) {
     char *key = NULL;
-    attn_status st = attn_safetensors_open_file(path, &f);
-    if (st) {
-        char why[400];
-        snprintf(why, sizeof why, "%s", attn_last_error());
-        return attn_error(st, "%s: '%.200s' is not a readable checkpoint: %s", fn, path, why);
-    }
+    attn_status st = ATTN_OK;
     char msg[480];
     msg[0] = '\0';
     const char *fmt = attn_safetensors_metadata_find(f, "attn.format");
@@ -364,7 +357,7 @@ attn_status attn_checkpoint_load(const char *path, const attn_params *ps, attn_o
     if (st) goto fail;
     char want[17];
     snprintf(want, sizeof want, "%016llx", (unsigned long long)got);
-    if (strcmp(want, sum)) {
+    if (verify_checksum && strcmp(want, sum)) {
         st = attn_error(ATTN_ERR_IO, "%s: '%.200s' is corrupted: checksum %.20s stored, %s computed", fn, path, sum,
                         want);
         goto fail;
@@ -458,4 +451,35 @@ fail:
     attn__free(key);
     attn_safetensors_close(f);
     return st;
+}
+
+attn_status attn_checkpoint_load(const char *path, const attn_params *ps, attn_optimizer *opt,
+                                 attn_train_state *state, attn_safetensors **file) {
+    static const char fn[] = "attn_checkpoint_load";
+    if (file) *file = NULL;
+    ATTN_CHECK_NOT_NULL(fn, path);
+    ATTN_CHECK_NOT_NULL(fn, ps);
+    attn_safetensors *f = NULL;
+    attn_status st = attn_safetensors_open_file(path, &f);
+    if (st) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        return attn_error(st, "%s: '%.200s' is not a readable checkpoint: %s", fn, path, why);
+    }
+    return load_opened(fn, path, f, ps, opt, state, file, 1);
+}
+
+attn_status attn_tr_checkpoint_load_memory(const void *buf, size_t len, const char *label, const attn_params *ps,
+                                           attn_optimizer *opt, attn_train_state *state, int verify_checksum) {
+    static const char fn[] = "attn_checkpoint_load";
+    ATTN_CHECK_NOT_NULL(fn, label);
+    ATTN_CHECK_NOT_NULL(fn, ps);
+    attn_safetensors *f = NULL;
+    attn_status st = attn_safetensors_open_memory(buf, len, &f);
+    if (st) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        return attn_error(st, "%s: '%.200s' is not a readable checkpoint: %s", fn, label, why);
+    }
+    return load_opened(fn, label, f, ps, opt, state, NULL, verify_checksum);
 }

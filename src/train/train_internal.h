@@ -13,6 +13,12 @@
 #define TR_PARALLEL_FOR(nt) TR_PRAGMA(omp parallel for schedule(static) num_threads(nt) if ((nt) > 1))
 #else
 #define TR_PARALLEL_FOR(nt) (void)(nt);
+/* attn_checkpoint_load from memory (label names it in messages), for the fuzz harness: every check
+ * but, when verify_checksum is 0, the checksum comparison (so that mutated files reach the
+ * shape, dtype and metadata checks behind it). */
+attn_status attn_tr_checkpoint_load_memory(const void *buf, size_t len, const char *label, const attn_params *ps,
+                                           attn_optimizer *opt, attn_train_state *state, int verify_checksum);
+
 #endif
 
 /* Reductions split their n items into TR_BLOCKS contiguous blocks fixed by n alone: each block is
@@ -66,5 +72,11 @@ void attn_tr_optimizer_config_str(const attn_optimizer *o, char *buf, size_t len
 attn_status attn_tr_grad_sumsq(const char *fn, const attn_params *ps, double *sumsq);
 /* g <- (float)(g * factor) for every gradient. */
 void attn_tr_grad_scale(const attn_params *ps, double factor);
+
+/* attn_checkpoint_load from memory (label names it in messages), for the fuzz harness: every check
+ * but, when verify_checksum is 0, the checksum comparison (so that mutated files reach the
+ * shape, dtype and metadata checks behind it). */
+attn_status attn_tr_checkpoint_load_memory(const void *buf, size_t len, const char *label, const attn_params *ps,
+                                           attn_optimizer *opt, attn_train_state *state, int verify_checksum);
 
 #endif

@@ -1,32 +1,52 @@
-// libFuzzer harness for the safetensors reader (and, through it, the JSON parser). Not built by
-// default. Build and run from the repository root (clang 14 with libclang-rt-14-dev):
-//
-//   clang -g -O1 -std=c11 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc tests/fuzz/fuzz_safetensors.c src/io/*.c src/core/*.c -lm -o /tmp/fuzz_safetensors
-//   mkdir -p /tmp/st_corpus && cp tests/parity/fixtures/*.safetensors /tmp/st_corpus/
-//   /tmp/fuzz_safetensors -max_total_time=60 -max_len=4096 /tmp/st_corpus
-//
-// (src/core/threads.c's OpenMP pragmas are ignored without -fopenmp.) Each input is opened from
-// memory; every tensor is checked to lie inside the input, to follow the previous one, to agree
-// with its shape and dtype, to be found by its name, and is converted to float32; metadata is
-// iterated and looked up. The raw input also goes through the JSON parser. Any violation aborts,
-// so libFuzzer reports it with the input.
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
+/* libFuzzer harness: the safetensors reader (src/io/safetensors.c, and through it the JSON parser).
+ * Built by `make fuzz` (docs/fuzzing.md). Each input is opened from memory (the file path reads the
+ * whole file into memory first, then takes the same parse); every tensor is checked to lie inside
+ * the input, to follow the previous one, to agree with its shape and dtype, to be found by its
+ * name, and is converted to float32; metadata is iterated and looked up. An accepted file is
+ * written back with the writer and must reopen with the same tensors, bytes and metadata. The raw
+ * input also goes through the JSON parser. Any violation aborts, so libFuzzer reports the input. */
 #include <string.h>
 
 #include "attn/safetensors.h"
+#include "fuzz_util.h"
 #include "io/json.h"
 
-#define REQUIRE(c)                                                                             \
-    do {                                                                                       \
-        if (!(c)) {                                                                            \
-            fprintf(stderr, "fuzz_safetensors: violated: %s (line %d)\n", #c, __LINE__);       \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+/* Written back by the writer (tensors in data order, metadata), st reopens identically. */
+static void round_trip(const attn_safetensors *st) {
+    attn_safetensors_writer *w = NULL;
+    REQUIRE(attn_safetensors_writer_create(&w) == ATTN_OK);
+    const size_t n = attn_safetensors_count(st), nm = attn_safetensors_metadata_count(st);
+    for (size_t i = 0; i < n; i++) {
+        const attn_safetensors_tensor *t = attn_safetensors_get(st, i);
+        REQUIRE(attn_safetensors_writer_add(w, t->name, t->dtype, t->rank, t->shape, t->data) == ATTN_OK);
+    }
+    for (size_t i = 0; i < nm; i++) {
+        const char *k = NULL, *v = NULL;
+        REQUIRE(attn_safetensors_metadata_get(st, i, &k, &v) == ATTN_OK);
+        REQUIRE(attn_safetensors_writer_add_metadata(w, k, v) == ATTN_OK);
+    }
+    void *buf = NULL;
+    size_t len = 0;
+    REQUIRE(attn_safetensors_writer_write_memory(w, &buf, &len) == ATTN_OK);
+    attn_safetensors_writer_free(w);
+    attn_safetensors *again = NULL;
+    REQUIRE(attn_safetensors_open_memory(buf, len, &again) == ATTN_OK);
+    REQUIRE(attn_safetensors_count(again) == n && attn_safetensors_metadata_count(again) == nm);
+    for (size_t i = 0; i < n; i++) {
+        const attn_safetensors_tensor *a = attn_safetensors_get(st, i), *b = attn_safetensors_find(again, a->name);
+        REQUIRE(b != NULL && b->dtype == a->dtype && b->rank == a->rank && b->nbytes == a->nbytes);
+        REQUIRE(!memcmp(a->shape, b->shape, sizeof a->shape[0] * (size_t)a->rank));
+        REQUIRE(a->nbytes == 0 || !memcmp(a->data, b->data, a->nbytes));
+    }
+    for (size_t i = 0; i < nm; i++) {
+        const char *k = NULL, *v = NULL;
+        REQUIRE(attn_safetensors_metadata_get(st, i, &k, &v) == ATTN_OK);
+        const char *v2 = attn_safetensors_metadata_find(again, k);
+        REQUIRE(v2 != NULL && !strcmp(v, v2));
+    }
+    attn_safetensors_close(again);
+    free(buf);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* the JSON parser on its own, on the raw bytes */
@@ -80,6 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         REQUIRE(attn_safetensors_metadata_get(st, i, &k, &v) == ATTN_OK && k && v);
         REQUIRE(attn_safetensors_metadata_find(st, k) == v);
     }
+    round_trip(st);
     attn_safetensors_close(st);
     return 0;
 }
