@@ -180,6 +180,12 @@ int main(void) {
         {2, 4, 2, 777, 64, 64, 1, 0, 1, -1, 0, 0},
         {2, 4, 4, 700, 64, 64, 1, 0, 0, -1, 0, 1},
         {1, 8, 2, 1025, 128, 128, 1, 1, 0, -1, 0, 0},  /* bf16 output */
+        /* kernel tiles: groups of 7 (4 + 3 rows) and 2 with value widths past one 128-column strip,
+         * key counts leaving 1-3 keys after the four-key score passes */
+        {1, 7, 1, 515, 96, 160, 0, 0, 0, -1, 0, 0},
+        {1, 7, 1, 515, 96, 160, 1, 0, 0, -1, 0, 0},
+        {2, 4, 2, 262, 40, 200, 0, 0, 0, -1, 0, 0},
+        {1, 3, 3, 301, 144, 130, 1, 0, 0, -1, 0, 1},
     };
     for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
         CHECK_OK(attn_force_isa((attn_isa)isa));

@@ -86,13 +86,21 @@ attn_status attn_flash_decode(const char *fn, const attn_ctx *c, const attn_tens
                 dst[x] = (bf16 ? attn_bf16_f(q->data16[i]) : q->data[i]) * qscale;
             }
         }
+    /* Task order: consecutive tasks read consecutive cache memory, so that a thread's share
+     * (static schedule: a contiguous run of tasks) is a few long sequential streams the hardware
+     * prefetcher follows. Heads outermost within a batch when a head's rows are contiguous
+     * ([B, H, N, d]: one K and one V stream per head), chunks outermost when the rows of all heads
+     * are interleaved ([B, N, H, d]). The order decides only which thread runs a task, never a
+     * result. */
+    const int head_major = k->stride[1] >= k->stride[2] && v->stride[1] >= v->stride[2];
 #pragma omp parallel num_threads(attn_threads_for(tasks > B * HQ ? tasks : B * HQ))
     {
-        /* static: consecutive tasks (heads of one chunk, then the next chunk) stay on one thread,
-         * so each thread streams a contiguous run of the cache */
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tasks; t++) {
-            const int64_t sl = t % slices, g = t / slices % HK, ch = t / (slices * HK) % nch, b = t / (slices * HK * nch);
+            const int64_t b = t / (slices * HK * nch), r = t % (slices * HK * nch);
+            const int64_t sl = head_major ? r / nch % slices : r % slices;
+            const int64_t g = head_major ? r / (nch * slices) : r / slices % HK;
+            const int64_t ch = head_major ? r % nch : r / (slices * HK);
             const int64_t h0 = g * G + sl * ATTN_DECODE_MAXG, j0 = jlo + ch * CHUNK;
             attn_decode_job jb;
             jb.g = (int)(G - sl * ATTN_DECODE_MAXG < ATTN_DECODE_MAXG ? G - sl * ATTN_DECODE_MAXG : ATTN_DECODE_MAXG);
