@@ -95,6 +95,23 @@ static void check_kernels(test_rng *r, int fast) {
     int same = 1;
     for (int j = 0; j < 67; j++) same &= df[j] == dg[j] || (j == 2 && ((df[j] & 0x7fff) > 0x7f80) == ((dg[j] & 0x7fff) > 0x7f80));
     CHECK(same, "vcvtneps2bf16 and the scalar rounding disagree");
+    /* float rows as A words: odd and even column counts, a row stride past the columns, the
+     * words past each row's count left alone */
+    const int pcs[3] = {65, 33, 32};
+    for (int t = 0; t < 3; t++) {
+        const int cols = pcs[t], rows = 2 * 67 / (cols + 1), ldd = (cols + 1) / 2 + 3;
+        uint32_t wf[4 * 37], wg[4 * 37];
+        memset(wf, 0xa5, sizeof wf);
+        memset(wg, 0xa5, sizeof wg);
+        f->pair_cols_f32(rows, cols, src, cols + 1, wf, ldd);
+        g->pair_cols_f32(rows, cols, src, cols + 1, wg, ldd);
+        int ok = 1;
+        for (int i = 0; i < rows * ldd; i++) {
+            const int nan = (wf[i] & 0x7fff) > 0x7f80 && (wg[i] & 0x7fff) > 0x7f80 && (wf[i] >> 16) == (wg[i] >> 16);
+            ok &= wf[i] == wg[i] || nan;
+        }
+        CHECK(ok, "pair_cols_f32 (%d rows, %d columns) and the scalar rounding disagree", rows, cols);
+    }
     uint16_t rf[67], rg[67];
     const float two = 2.0f;
     f->round_row(67, src + 5, &two, rf);

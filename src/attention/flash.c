@@ -626,14 +626,6 @@ static void words_vnni(const attn_bf16_kernels *hk, const uint16_t *x, int64_t r
         for (int64_t t = 0; t < D; t++)
             dst[p * D + t] = attn_pair(x[2 * p * rs + t * cs], 2 * p + 1 < rows ? x[(2 * p + 1) * rs + t * cs] : 0);
 }
-/* dst[r * (BR / 2) + p] = (bf16(s[r][2p]), bf16(s[r][2p + 1])) for the cols columns of a tile:
- * its rows as A-operand words over the query columns. */
-static void words_of_cols(const float *s, int rows, int cols, uint32_t *dst) {
-    for (int r = 0; r < rows; r++)
-        for (int p = 0; p < (cols + 1) / 2; p++)
-            dst[r * (BR / 2) + p] = attn_pair(attn_bf16_rne_daz(s[r * BR + 2 * p]),
-                                              2 * p + 1 < cols ? attn_bf16_rne_daz(s[r * BR + 2 * p + 1]) : 0);
-}
 /* The S^T tile of keys [j0, j0 + bj) of head (b, g) against qw (Q^T as pair words), whole (the
  * epilogue masks the band), in log2 units (qscale). kbuf: room for the keys as words. */
 static void scores_tile_bf16(const attn_bf16_kernels *hk, const attn_ctx *c, int general, const attn_tensor *k,
@@ -685,9 +677,9 @@ static void bf16_backward_tile(const attn_bf16_kernels *hk, const attn_flash_ker
                 if (w->ds[r * BR + x] != 0) w->ds[r * BR + x] *= w->capd[r * BR + x];
     if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->s, w->colbase);
     const int bip = (bi + 1) / 2;
-    words_of_cols(w->s, bj, bi, w1);
+    hk->pair_cols_f32(bj, bi, w->s, BR, w1, BR / 2); /* P rows as A words over the queries */
     hk->gemm_pairs(bj, (int)c->dv, bip, w1, BR / 2, 1, dov, c->dv, dvj, lddv, 1, NULL, 1.0f);
-    words_of_cols(w->ds, bj, bi, w2);
+    hk->pair_cols_f32(bj, bi, w->ds, BR, w2, BR / 2);
     hk->gemm_pairs(bj, (int)c->d, bip, w2, BR / 2, 1, qv, c->d, dkj, lddk, 1, NULL, 1.0f);
     if (!acc) return;
     const uint16_t *kj = k->data16 + b * k->stride[0] + g * k->stride[1] + j0 * k->stride[2];

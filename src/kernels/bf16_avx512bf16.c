@@ -91,6 +91,21 @@ static void pair_rows_f32_bf16(int rows, int cols, const float *src, int64_t lds
     }
 }
 
+/* 32 floats round to 32 consecutive bf16, which are 16 pair words in order (x86 is little-endian:
+ * the even element is the low half); masked-off columns load 0, so an odd count's missing high
+ * half is 0. */
+static void pair_cols_f32_bf16(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    for (int r = 0; r < rows; r++) {
+        const float *s = src + r * lds;
+        uint32_t *d = dst + r * ldd;
+        for (int j = 0; j < cols; j += 32) {
+            const __mmask16 klo = tail_mask(cols - j), khi = tail_mask(cols - j - 16);
+            const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(khi, s + j + 16), _mm512_maskz_loadu_ps(klo, s + j));
+            _mm512_mask_storeu_epi32(d + j / 2, tail_mask((cols - j + 1) / 2), (__m512i)x);
+        }
+    }
+}
+
 static void pair_rows_bf16_bf16(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd) {
     for (int p = 0; p < (rows + 1) / 2; p++) {
         const uint16_t *r0 = src + 2 * p * lds, *r1 = r0 + lds;
@@ -115,8 +130,8 @@ static void round_row_bf16(int n, const float *src, const float *f, uint16_t *ds
 }
 
 const attn_bf16_kernels *attn_bf16_kernels_avx512bf16(void) {
-    static const attn_bf16_kernels k = {"avx512bf16", gemm_pairs_bf16, pair_rows_f32_bf16, pair_rows_bf16_bf16,
-                                        round_row_bf16};
+    static const attn_bf16_kernels k = {"avx512bf16", gemm_pairs_bf16, pair_rows_f32_bf16, pair_cols_f32_bf16,
+                                        pair_rows_bf16_bf16, round_row_bf16};
     return &k;
 }
 

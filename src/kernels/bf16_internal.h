@@ -30,6 +30,10 @@ typedef struct attn_bf16_kernels {
      * p < ceil(rows / 2), j < cols; the missing row of an odd count reads 0. bf16() rounds to
      * nearest even with subnormal inputs flushed (vcvtneps2bf16). */
     void (*pair_rows_f32)(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd);
+    /* dst[r * ldd + p] = pair(bf16(src[r * lds + 2p]), bf16(src[r * lds + 2p + 1])) for r < rows,
+     * p < ceil(cols / 2); the missing column of an odd count reads 0: float rows as A-operand
+     * words (the same rounding as pair_rows_f32). */
+    void (*pair_cols_f32)(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd);
     /* The same from bf16 rows (no rounding: the VNNI interleave). */
     void (*pair_rows_bf16)(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd);
     /* dst[i] = bf16(src[i] * (f ? *f : 1)), i < n. */

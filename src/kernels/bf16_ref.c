@@ -40,6 +40,13 @@ static void pair_rows_f32_ref(int rows, int cols, const float *src, int64_t lds,
         }
 }
 
+static void pair_cols_f32_ref(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    for (int r = 0; r < rows; r++)
+        for (int p = 0; p < (cols + 1) / 2; p++)
+            dst[r * ldd + p] = attn_pair(attn_bf16_rne_daz(src[r * lds + 2 * p]),
+                                         2 * p + 1 < cols ? attn_bf16_rne_daz(src[r * lds + 2 * p + 1]) : 0);
+}
+
 static void pair_rows_bf16_ref(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd) {
     for (int p = 0; p < (rows + 1) / 2; p++)
         for (int j = 0; j < cols; j++)
@@ -51,7 +58,8 @@ static void round_row_ref(int n, const float *src, const float *f, uint16_t *dst
 }
 
 const attn_bf16_kernels *attn_bf16_kernels_ref(void) {
-    static const attn_bf16_kernels k = {"ref", gemm_pairs_ref, pair_rows_f32_ref, pair_rows_bf16_ref, round_row_ref};
+    static const attn_bf16_kernels k = {"ref", gemm_pairs_ref, pair_rows_f32_ref, pair_cols_f32_ref, pair_rows_bf16_ref,
+                                        round_row_ref};
     return &k;
 }
 
