@@ -14,6 +14,8 @@ static void gemm_pairs_bf16(int m, int n, int kp, const uint32_t *a, int64_t ars
                             int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
                             float outscale) {
     const __m512 os = _mm512_set1_ps(outscale);
+    /* multiplies by 1 skipped: they would take vdpbf16ps's FP pipes (x * 1 is x, bit for bit) */
+    const int scale_out = outscale != 1.0f;
     for (int j0 = 0; j0 < n; j0 += 64) {
         const int nj = n - j0;
         const __mmask16 k0 = tail_mask(nj), k1 = tail_mask(nj - 16), k2 = tail_mask(nj - 32), k3 = tail_mask(nj - 48);
@@ -22,10 +24,10 @@ static void gemm_pairs_bf16(int m, int n, int kp, const uint32_t *a, int64_t ars
             __m512 c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33;
             c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = _mm512_setzero_ps();
             c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = _mm512_setzero_ps();
-#define LOADC(r, v, kk, dst)                                                                          \
-    if (accumulate && (r) < mi) {                                                                     \
-        const __m512 f = _mm512_set1_ps(rowscale ? rowscale[i0 + (r)] : 1.0f);                         \
-        dst = _mm512_mul_ps(_mm512_maskz_loadu_ps(kk, c + (int64_t)(i0 + (r)) * ldc + j0 + 16 * (v)), f); \
+#define LOADC(r, v, kk, dst)                                                          \
+    if (accumulate && (r) < mi) {                                                     \
+        dst = _mm512_maskz_loadu_ps(kk, c + (int64_t)(i0 + (r)) * ldc + j0 + 16 * (v)); \
+        if (rowscale) dst = _mm512_mul_ps(dst, _mm512_set1_ps(rowscale[i0 + (r)]));     \
     }
             LOADC(0, 0, k0, c00) LOADC(0, 1, k1, c01) LOADC(0, 2, k2, c02) LOADC(0, 3, k3, c03)
             LOADC(1, 0, k0, c10) LOADC(1, 1, k1, c11) LOADC(1, 2, k2, c12) LOADC(1, 3, k3, c13)
@@ -63,7 +65,7 @@ static void gemm_pairs_bf16(int m, int n, int kp, const uint32_t *a, int64_t ars
                 c33 = _mm512_dpbf16_ps(c33, x, b3);
             }
 #define STOREC(r, v, kk, src)                                                                           \
-    if ((r) < mi) _mm512_mask_storeu_ps(c + (int64_t)(i0 + (r)) * ldc + j0 + 16 * (v), kk, _mm512_mul_ps(src, os));
+    if ((r) < mi) _mm512_mask_storeu_ps(c + (int64_t)(i0 + (r)) * ldc + j0 + 16 * (v), kk, scale_out ? _mm512_mul_ps(src, os) : src);
             STOREC(0, 0, k0, c00) STOREC(0, 1, k1, c01) STOREC(0, 2, k2, c02) STOREC(0, 3, k3, c03)
             STOREC(1, 0, k0, c10) STOREC(1, 1, k1, c11) STOREC(1, 2, k2, c12) STOREC(1, 3, k3, c13)
             STOREC(2, 0, k0, c20) STOREC(2, 1, k1, c21) STOREC(2, 2, k2, c22) STOREC(2, 3, k3, c23)
