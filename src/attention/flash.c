@@ -677,15 +677,16 @@ static void bf16_backward_tile(const attn_bf16_kernels *hk, const attn_flash_ker
                 if (w->ds[r * BR + x] != 0) w->ds[r * BR + x] *= w->capd[r * BR + x];
     if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->s, w->colbase);
     const int bip = (bi + 1) / 2;
-    hk->pair_cols_f32(bj, bi, w->s, BR, w1, BR / 2); /* P rows as A words over the queries */
+    /* P and dS rows as A words over the queries, dS rows paired over the keys (into dP's room:
+     * dP is dead once dS is formed) */
+    uint32_t *dsv = (uint32_t *)(void *)w->dp;
+    hk->pair_tile_grads(bj, bi, w->s, w->ds, BR, w1, w2, BR / 2, acc ? dsv : NULL, BR);
     hk->gemm_pairs(bj, (int)c->dv, bip, w1, BR / 2, 1, dov, c->dv, dvj, lddv, 1, NULL, 1.0f);
-    hk->pair_cols_f32(bj, bi, w->ds, BR, w2, BR / 2);
     hk->gemm_pairs(bj, (int)c->d, bip, w2, BR / 2, 1, qv, c->d, dkj, lddk, 1, NULL, 1.0f);
     if (!acc) return;
     const uint16_t *kj = k->data16 + b * k->stride[0] + g * k->stride[1] + j0 * k->stride[2];
-    hk->pair_rows_f32(bj, bi, w->ds, BR, w1, BR);
     words_vnni(hk, kj, k->stride[2], k->stride[3], bj, c->d, kv);
-    hk->gemm_pairs(bi, (int)c->d, (bj + 1) / 2, w1, 1, BR, kv, c->d, acc, lda, 1, NULL, 1.0f);
+    hk->gemm_pairs(bi, (int)c->d, (bj + 1) / 2, dsv, 1, BR, kv, c->d, acc, lda, 1, NULL, 1.0f);
 }
 
 /* Wait until *x == want (an earlier key block adds its dQ share first): a short spin, then sleep

@@ -93,17 +93,37 @@ static void pair_rows_f32_bf16(int rows, int cols, const float *src, int64_t lds
     }
 }
 
-/* 32 floats round to 32 consecutive bf16, which are 16 pair words in order (x86 is little-endian:
- * the even element is the low half); masked-off columns load 0, so an odd count's missing high
- * half is 0. */
-static void pair_cols_f32_bf16(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd) {
-    for (int r = 0; r < rows; r++) {
-        const float *s = src + r * lds;
-        uint32_t *d = dst + r * ldd;
+/* Two rows at a time: 32 floats round to 32 consecutive bf16, which are 16 pair words in order
+ * (x86 is little-endian: the even element is the low half; masked-off columns load 0, so an odd
+ * count's missing high half is 0). Each 32-column chunk of p and ds is rounded once (vcvtne2ps2bf16), stored
+ * as row words, and the two ds rows' bf16 are interleaved 16 bits at a time into dsv's words. */
+static void pair_tile_grads_bf16(int rows, int cols, const float *p, const float *ds, int64_t ld, uint32_t *pw,
+                                 uint32_t *dsw, int64_t ldw, uint32_t *dsv, int64_t ldv) {
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                            37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    for (int r = 0; r < rows; r += 2) {
+        const int has1 = r + 1 < rows;
+        const float *p0 = p + r * ld, *d0 = ds + r * ld;
         for (int j = 0; j < cols; j += 32) {
-            const __mmask16 klo = tail_mask(cols - j), khi = tail_mask(cols - j - 16);
-            const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(khi, s + j + 16), _mm512_maskz_loadu_ps(klo, s + j));
-            _mm512_mask_storeu_epi32(d + j / 2, tail_mask((cols - j + 1) / 2), (__m512i)x);
+            const __mmask16 klo = tail_mask(cols - j), khi = tail_mask(cols - j - 16), kw = tail_mask((cols - j + 1) / 2);
+            __m512i x0 = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(khi, d0 + j + 16), _mm512_maskz_loadu_ps(klo, d0 + j));
+            __m512i x1 = _mm512_setzero_si512();
+            _mm512_mask_storeu_epi32(dsw + r * ldw + j / 2, kw, x0);
+            _mm512_mask_storeu_epi32(pw + r * ldw + j / 2, kw,
+                                     (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(khi, p0 + j + 16),
+                                                                  _mm512_maskz_loadu_ps(klo, p0 + j)));
+            if (has1) {
+                x1 = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(khi, d0 + ld + j + 16), _mm512_maskz_loadu_ps(klo, d0 + ld + j));
+                _mm512_mask_storeu_epi32(dsw + (r + 1) * ldw + j / 2, kw, x1);
+                _mm512_mask_storeu_epi32(pw + (r + 1) * ldw + j / 2, kw,
+                                         (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(khi, p0 + ld + j + 16),
+                                                                      _mm512_maskz_loadu_ps(klo, p0 + ld + j)));
+            }
+            if (!dsv) continue;
+            uint32_t *v = dsv + r / 2 * ldv + j;
+            _mm512_mask_storeu_epi32(v, klo, _mm512_permutex2var_epi16(x0, lo_idx, x1));
+            _mm512_mask_storeu_epi32(v + 16, khi, _mm512_permutex2var_epi16(x0, hi_idx, x1));
         }
     }
 }
@@ -132,7 +152,7 @@ static void round_row_bf16(int n, const float *src, const float *f, uint16_t *ds
 }
 
 const attn_bf16_kernels *attn_bf16_kernels_avx512bf16(void) {
-    static const attn_bf16_kernels k = {"avx512bf16", gemm_pairs_bf16, pair_rows_f32_bf16, pair_cols_f32_bf16,
+    static const attn_bf16_kernels k = {"avx512bf16", gemm_pairs_bf16, pair_rows_f32_bf16, pair_tile_grads_bf16,
                                         pair_rows_bf16_bf16, round_row_bf16};
     return &k;
 }
