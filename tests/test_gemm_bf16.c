@@ -72,6 +72,15 @@ static void check_case(test_rng *r, attn_transpose ta, attn_transpose tb, int64_
     free(cf);
 }
 
+/* Equal pair words, or halves that are both NaN where they differ (the payloads may). */
+static int same_words(uint32_t x, uint32_t y) {
+    for (int h = 0; h < 32; h += 16) {
+        const uint32_t a = x >> h & 0xffff, b = y >> h & 0xffff;
+        if (a != b && !((a & 0x7fff) > 0x7f80 && (b & 0x7fff) > 0x7f80)) return 0;
+    }
+    return 1;
+}
+
 /* vcvtneps2bf16 and the scalar rounding agree (subnormals flushed), and the pair products agree
  * with the emulation on values near the subnormal range. */
 static void check_kernels(test_rng *r, int fast) {
@@ -95,6 +104,26 @@ static void check_kernels(test_rng *r, int fast) {
     int same = 1;
     for (int j = 0; j < 67; j++) same &= df[j] == dg[j] || (j == 2 && ((df[j] & 0x7fff) > 0x7f80) == ((dg[j] & 0x7fff) > 0x7f80));
     CHECK(same, "vcvtneps2bf16 and the scalar rounding disagree");
+    /* the backward's tile roundings (P and dS rows as words, dS rows paired): odd and even row
+     * and column counts, a row stride past the columns, words past each count left alone */
+    const int tr[3] = {3, 4, 2}, tc[3] = {33, 32, 65};
+    for (int t = 0; t < 3; t++) {
+        const int rows = tr[t], cols = tc[t], ld = cols + 1, ldw = (cols + 1) / 2 + 3, ldv = cols + 2;
+        uint32_t pf[4 * 40], pg[4 * 40], sf[4 * 40], sg[4 * 40], vf[2 * 70], vg[2 * 70];
+        memset(pf, 0xa5, sizeof pf);
+        memset(pg, 0xa5, sizeof pg);
+        memset(sf, 0xa5, sizeof sf);
+        memset(sg, 0xa5, sizeof sg);
+        memset(vf, 0xa5, sizeof vf);
+        memset(vg, 0xa5, sizeof vg);
+        const float *ds = src + 134 - rows * ld; /* overlaps p: any floats do */
+        f->pair_tile_grads(rows, cols, src, ds, ld, pf, sf, ldw, vf, ldv);
+        g->pair_tile_grads(rows, cols, src, ds, ld, pg, sg, ldw, vg, ldv);
+        int ok = 1;
+        for (int i = 0; i < 4 * 40; i++) ok &= same_words(pf[i], pg[i]) && same_words(sf[i], sg[i]);
+        for (int i = 0; i < 2 * 70; i++) ok &= same_words(vf[i], vg[i]);
+        CHECK(ok, "pair_tile_grads (%d rows, %d columns) and the scalar rounding disagree", rows, cols);
+    }
     uint16_t rf[67], rg[67];
     const float two = 2.0f;
     f->round_row(67, src + 5, &two, rf);

@@ -626,14 +626,6 @@ static void words_vnni(const attn_bf16_kernels *hk, const uint16_t *x, int64_t r
         for (int64_t t = 0; t < D; t++)
             dst[p * D + t] = attn_pair(x[2 * p * rs + t * cs], 2 * p + 1 < rows ? x[(2 * p + 1) * rs + t * cs] : 0);
 }
-/* dst[r * (BR / 2) + p] = (bf16(s[r][2p]), bf16(s[r][2p + 1])) for the cols columns of a tile:
- * its rows as A-operand words over the query columns. */
-static void words_of_cols(const float *s, int rows, int cols, uint32_t *dst) {
-    for (int r = 0; r < rows; r++)
-        for (int p = 0; p < (cols + 1) / 2; p++)
-            dst[r * (BR / 2) + p] = attn_pair(attn_bf16_rne_daz(s[r * BR + 2 * p]),
-                                              2 * p + 1 < cols ? attn_bf16_rne_daz(s[r * BR + 2 * p + 1]) : 0);
-}
 /* The S^T tile of keys [j0, j0 + bj) of head (b, g) against qw (Q^T as pair words), whole (the
  * epilogue masks the band), in log2 units (qscale). kbuf: room for the keys as words. */
 static void scores_tile_bf16(const attn_bf16_kernels *hk, const attn_ctx *c, int general, const attn_tensor *k,
@@ -685,15 +677,16 @@ static void bf16_backward_tile(const attn_bf16_kernels *hk, const attn_flash_ker
                 if (w->ds[r * BR + x] != 0) w->ds[r * BR + x] *= w->capd[r * BR + x];
     if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->s, w->colbase);
     const int bip = (bi + 1) / 2;
-    words_of_cols(w->s, bj, bi, w1);
+    /* P and dS rows as A words over the queries, dS rows paired over the keys (into dP's room:
+     * dP is dead once dS is formed) */
+    uint32_t *dsv = (uint32_t *)(void *)w->dp;
+    hk->pair_tile_grads(bj, bi, w->s, w->ds, BR, w1, w2, BR / 2, acc ? dsv : NULL, BR);
     hk->gemm_pairs(bj, (int)c->dv, bip, w1, BR / 2, 1, dov, c->dv, dvj, lddv, 1, NULL, 1.0f);
-    words_of_cols(w->ds, bj, bi, w2);
     hk->gemm_pairs(bj, (int)c->d, bip, w2, BR / 2, 1, qv, c->d, dkj, lddk, 1, NULL, 1.0f);
     if (!acc) return;
     const uint16_t *kj = k->data16 + b * k->stride[0] + g * k->stride[1] + j0 * k->stride[2];
-    hk->pair_rows_f32(bj, bi, w->ds, BR, w1, BR);
     words_vnni(hk, kj, k->stride[2], k->stride[3], bj, c->d, kv);
-    hk->gemm_pairs(bi, (int)c->d, (bj + 1) / 2, w1, 1, BR, kv, c->d, acc, lda, 1, NULL, 1.0f);
+    hk->gemm_pairs(bi, (int)c->d, (bj + 1) / 2, dsv, 1, BR, kv, c->d, acc, lda, 1, NULL, 1.0f);
 }
 
 /* Wait until *x == want (an earlier key block adds its dQ share first): a short spin, then sleep

@@ -14,6 +14,8 @@ static void gemm_pairs_bf16(int m, int n, int kp, const uint32_t *a, int64_t ars
                             int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
                             float outscale) {
     const __m512 os = _mm512_set1_ps(outscale);
+    /* multiplies by 1 skipped: they would take vdpbf16ps's FP pipes (x * 1 is x, bit for bit) */
+    const int scale_out = outscale != 1.0f;
     for (int j0 = 0; j0 < n; j0 += 64) {
         const int nj = n - j0;
         const __mmask16 k0 = tail_mask(nj), k1 = tail_mask(nj - 16), k2 = tail_mask(nj - 32), k3 = tail_mask(nj - 48);
@@ -22,10 +24,10 @@ static void gemm_pairs_bf16(int m, int n, int kp, const uint32_t *a, int64_t ars
             __m512 c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33;
             c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = _mm512_setzero_ps();
             c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = _mm512_setzero_ps();
-#define LOADC(r, v, kk, dst)                                                                          \
-    if (accumulate && (r) < mi) {                                                                     \
-        const __m512 f = _mm512_set1_ps(rowscale ? rowscale[i0 + (r)] : 1.0f);                         \
-        dst = _mm512_mul_ps(_mm512_maskz_loadu_ps(kk, c + (int64_t)(i0 + (r)) * ldc + j0 + 16 * (v)), f); \
+#define LOADC(r, v, kk, dst)                                                          \
+    if (accumulate && (r) < mi) {                                                     \
+        dst = _mm512_maskz_loadu_ps(kk, c + (int64_t)(i0 + (r)) * ldc + j0 + 16 * (v)); \
+        if (rowscale) dst = _mm512_mul_ps(dst, _mm512_set1_ps(rowscale[i0 + (r)]));     \
     }
             LOADC(0, 0, k0, c00) LOADC(0, 1, k1, c01) LOADC(0, 2, k2, c02) LOADC(0, 3, k3, c03)
             LOADC(1, 0, k0, c10) LOADC(1, 1, k1, c11) LOADC(1, 2, k2, c12) LOADC(1, 3, k3, c13)
@@ -63,7 +65,7 @@ static void gemm_pairs_bf16(int m, int n, int kp, const uint32_t *a, int64_t ars
                 c33 = _mm512_dpbf16_ps(c33, x, b3);
             }
 #define STOREC(r, v, kk, src)                                                                           \
-    if ((r) < mi) _mm512_mask_storeu_ps(c + (int64_t)(i0 + (r)) * ldc + j0 + 16 * (v), kk, _mm512_mul_ps(src, os));
+    if ((r) < mi) _mm512_mask_storeu_ps(c + (int64_t)(i0 + (r)) * ldc + j0 + 16 * (v), kk, scale_out ? _mm512_mul_ps(src, os) : src);
             STOREC(0, 0, k0, c00) STOREC(0, 1, k1, c01) STOREC(0, 2, k2, c02) STOREC(0, 3, k3, c03)
             STOREC(1, 0, k0, c10) STOREC(1, 1, k1, c11) STOREC(1, 2, k2, c12) STOREC(1, 3, k3, c13)
             STOREC(2, 0, k0, c20) STOREC(2, 1, k1, c21) STOREC(2, 2, k2, c22) STOREC(2, 3, k3, c23)
@@ -87,6 +89,41 @@ static void pair_rows_f32_bf16(int rows, int cols, const float *src, int64_t lds
             const __m256i lo = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, r0 + j));
             const __m256i hi = has1 ? (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, r1 + j)) : _mm256_setzero_si256();
             _mm512_mask_storeu_epi32(dst + p * ldd + j, k, interleave16(lo, hi));
+        }
+    }
+}
+
+/* Two rows at a time: 32 floats round to 32 consecutive bf16, which are 16 pair words in order
+ * (x86 is little-endian: the even element is the low half; masked-off columns load 0, so an odd
+ * count's missing high half is 0). Each 32-column chunk of p and ds is rounded once (vcvtne2ps2bf16), stored
+ * as row words, and the two ds rows' bf16 are interleaved 16 bits at a time into dsv's words. */
+static void pair_tile_grads_bf16(int rows, int cols, const float *p, const float *ds, int64_t ld, uint32_t *pw,
+                                 uint32_t *dsw, int64_t ldw, uint32_t *dsv, int64_t ldv) {
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                            37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    for (int r = 0; r < rows; r += 2) {
+        const int has1 = r + 1 < rows;
+        const float *p0 = p + r * ld, *d0 = ds + r * ld;
+        for (int j = 0; j < cols; j += 32) {
+            const __mmask16 klo = tail_mask(cols - j), khi = tail_mask(cols - j - 16), kw = tail_mask((cols - j + 1) / 2);
+            __m512i x0 = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(khi, d0 + j + 16), _mm512_maskz_loadu_ps(klo, d0 + j));
+            __m512i x1 = _mm512_setzero_si512();
+            _mm512_mask_storeu_epi32(dsw + r * ldw + j / 2, kw, x0);
+            _mm512_mask_storeu_epi32(pw + r * ldw + j / 2, kw,
+                                     (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(khi, p0 + j + 16),
+                                                                  _mm512_maskz_loadu_ps(klo, p0 + j)));
+            if (has1) {
+                x1 = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(khi, d0 + ld + j + 16), _mm512_maskz_loadu_ps(klo, d0 + ld + j));
+                _mm512_mask_storeu_epi32(dsw + (r + 1) * ldw + j / 2, kw, x1);
+                _mm512_mask_storeu_epi32(pw + (r + 1) * ldw + j / 2, kw,
+                                         (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(khi, p0 + ld + j + 16),
+                                                                      _mm512_maskz_loadu_ps(klo, p0 + ld + j)));
+            }
+            if (!dsv) continue;
+            uint32_t *v = dsv + r / 2 * ldv + j;
+            _mm512_mask_storeu_epi32(v, klo, _mm512_permutex2var_epi16(x0, lo_idx, x1));
+            _mm512_mask_storeu_epi32(v + 16, khi, _mm512_permutex2var_epi16(x0, hi_idx, x1));
         }
     }
 }
@@ -115,8 +152,8 @@ static void round_row_bf16(int n, const float *src, const float *f, uint16_t *ds
 }
 
 const attn_bf16_kernels *attn_bf16_kernels_avx512bf16(void) {
-    static const attn_bf16_kernels k = {"avx512bf16", gemm_pairs_bf16, pair_rows_f32_bf16, pair_rows_bf16_bf16,
-                                        round_row_bf16};
+    static const attn_bf16_kernels k = {"avx512bf16", gemm_pairs_bf16, pair_rows_f32_bf16, pair_tile_grads_bf16,
+                                        pair_rows_bf16_bf16, round_row_bf16};
     return &k;
 }
 

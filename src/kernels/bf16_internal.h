@@ -30,6 +30,13 @@ typedef struct attn_bf16_kernels {
      * p < ceil(rows / 2), j < cols; the missing row of an odd count reads 0. bf16() rounds to
      * nearest even with subnormal inputs flushed (vcvtneps2bf16). */
     void (*pair_rows_f32)(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd);
+    /* The bf16 backward's roundings of a tile [rows x cols] of P and dS (leading dimension ld) in
+     * one pass: their rows as A-operand words, pw[r * ldw + q] = pair(bf16(p[r][2q]),
+     * bf16(p[r][2q + 1])) for q < ceil(cols / 2) (an odd count's missing column reads 0), dsw
+     * the same of ds; and (dsv not NULL) ds's rows paired as pair_rows_f32 does,
+     * dsv[k * ldv + x] = pair(bf16(ds[2k][x]), bf16(ds[2k + 1][x])). */
+    void (*pair_tile_grads)(int rows, int cols, const float *p, const float *ds, int64_t ld, uint32_t *pw,
+                            uint32_t *dsw, int64_t ldw, uint32_t *dsv, int64_t ldv);
     /* The same from bf16 rows (no rounding: the VNNI interleave). */
     void (*pair_rows_bf16)(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd);
     /* dst[i] = bf16(src[i] * (f ? *f : 1)), i < n. */

@@ -40,6 +40,20 @@ static void pair_rows_f32_ref(int rows, int cols, const float *src, int64_t lds,
         }
 }
 
+static void pair_cols_f32_ref(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    for (int r = 0; r < rows; r++)
+        for (int p = 0; p < (cols + 1) / 2; p++)
+            dst[r * ldd + p] = attn_pair(attn_bf16_rne_daz(src[r * lds + 2 * p]),
+                                         2 * p + 1 < cols ? attn_bf16_rne_daz(src[r * lds + 2 * p + 1]) : 0);
+}
+
+static void pair_tile_grads_ref(int rows, int cols, const float *p, const float *ds, int64_t ld, uint32_t *pw,
+                                uint32_t *dsw, int64_t ldw, uint32_t *dsv, int64_t ldv) {
+    pair_cols_f32_ref(rows, cols, p, ld, pw, ldw);
+    pair_cols_f32_ref(rows, cols, ds, ld, dsw, ldw);
+    if (dsv) pair_rows_f32_ref(rows, cols, ds, ld, dsv, ldv);
+}
+
 static void pair_rows_bf16_ref(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd) {
     for (int p = 0; p < (rows + 1) / 2; p++)
         for (int j = 0; j < cols; j++)
@@ -51,7 +65,8 @@ static void round_row_ref(int n, const float *src, const float *f, uint16_t *dst
 }
 
 const attn_bf16_kernels *attn_bf16_kernels_ref(void) {
-    static const attn_bf16_kernels k = {"ref", gemm_pairs_ref, pair_rows_f32_ref, pair_rows_bf16_ref, round_row_ref};
+    static const attn_bf16_kernels k = {"ref", gemm_pairs_ref, pair_rows_f32_ref, pair_tile_grads_ref, pair_rows_bf16_ref,
+                                        round_row_ref};
     return &k;
 }
 
