@@ -127,8 +127,8 @@ int bench_decode_cmd(int argc, char **argv) {
                 const size_t nkv = (size_t)(B * HK * N * D), nq = (size_t)(B * H * D);
                 /* 64-byte aligned, as a cache allocated for SIMD rows would be: malloc's 16-byte
                  * offset makes every 64-byte row load straddle two cache lines */
-                const size_t bytes = (esz * (2 * nkv + nq) + sizeof(float) * nq + 63) & ~(size_t)63;
-                char *buf = aligned_alloc(64, bytes);
+                const size_t buf_bytes = (esz * (2 * nkv + nq) + sizeof(float) * nq + 63) & ~(size_t)63;
+                char *buf = aligned_alloc(64, buf_bytes);
                 if (!buf) {
                     rc = cli_fail("bench decode: out of memory for a %lld-token cache", (long long)N);
                     break;
