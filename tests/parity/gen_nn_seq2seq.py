@@ -18,12 +18,13 @@ import st  # noqa: E402
 
 
 class Seq2Seq(nn.Module):
-    def __init__(self, src_vocab, tgt_vocab, d_model, nhead, layers, ff, max_len):
+    def __init__(self, src_vocab, tgt_vocab, d_model, nhead, layers, ff, max_len, activation="relu"):
         super().__init__()
         self.d_model = d_model
         self.src_embedding = nn.Embedding(src_vocab, d_model)
         self.tgt_embedding = nn.Embedding(tgt_vocab, d_model)
-        self.transformer = nn.Transformer(d_model, nhead, layers, layers, ff, dropout=0.0, batch_first=True)
+        self.transformer = nn.Transformer(d_model, nhead, layers, layers, ff, dropout=0.0, batch_first=True,
+                                          activation=activation)
         self.output_projection = nn.Linear(d_model, tgt_vocab)
         pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
         div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
