@@ -152,6 +152,67 @@ static void run_case(const dcase *c, test_rng *rng) {
     free(oh);
 }
 
+/* Non-finite values propagate as IEEE arithmetic (and PyTorch) say: a NaN in a query row or in
+ * a key its row sees makes that row NaN, a NaN in a value row makes that column NaN for every
+ * query row reading it, a +inf score makes its row NaN (inf - inf). B=1, 4 query heads on 2
+ * key/value heads, 300 keys (two chunks), f32. */
+static void nonfinite_case(int which, test_rng *rng) {
+    const int64_t HQ = 4, HK = 2, N = 300, d = 64;
+    const size_t nq = (size_t)(HQ * d), nkv = (size_t)(HK * N * d), no = (size_t)(HQ * d);
+    float *q = xmalloc(sizeof(float) * nq), *k = xmalloc(sizeof(float) * nkv), *v = xmalloc(sizeof(float) * nkv);
+    float *o = xmalloc(sizeof(float) * no), *lse = xmalloc(sizeof(float) * (size_t)HQ);
+    fill_normal(rng, q, nq, 1.0);
+    fill_normal(rng, k, nkv, 1.0);
+    fill_normal(rng, v, nkv, 1.0);
+    /* want[h][c]: 1 when out[h][c] must be NaN */
+    int want[4][64] = {{0}};
+    const char *what = "";
+    switch (which) {
+    case 0:
+        what = "NaN in query head 0";
+        q[3] = NAN;
+        for (int c = 0; c < d; c++) want[0][c] = 1;
+        break;
+    case 1:
+        what = "NaN in key 100 of kv head 1";
+        k[(1 * N + 100) * d + 5] = NAN;
+        for (int c = 0; c < d; c++) want[2][c] = want[3][c] = 1;
+        break;
+    case 2:
+        what = "NaN in value 7 of kv head 0, column 2";
+        v[(0 * N + 7) * d + 2] = NAN;
+        want[0][2] = want[1][2] = 1;
+        break;
+    default:
+        what = "+inf score (query head 0 all 1, key 50 of kv head 0 all 3e38)";
+        for (int x = 0; x < d; x++) q[x] = 1.0f, k[(0 * N + 50) * d + x] = 3e38f;
+        for (int c = 0; c < d; c++) want[0][c] = 1;
+        break;
+    }
+    attn_tensor tq = attn_tensor_4d(q, 1, HQ, 1, d), tk = attn_tensor_4d(k, 1, HK, N, d), tv = attn_tensor_4d(v, 1, HK, N, d);
+    attn_tensor to = attn_tensor_4d(o, 1, HQ, 1, d), tl = attn_tensor_3d(lse, 1, HQ, 1);
+    attn_sdpa_params p = attn_sdpa_params_default();
+    p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    const size_t wsb = attn_flash_workspace_size(&tq, &tk, &tv);
+    void *ws = xmalloc(wsb);
+    CHECK_OK(attn_flash_forward(&tq, &tk, &tv, &p, &to, &tl, ws, wsb));
+    int bad = 0;
+    for (int h = 0; h < HQ; h++) {
+        if (which == 3 && h == 1) continue; /* head 1 sees +-3e38 * q: overflow or not, by chance */
+        for (int c = 0; c < d; c++) {
+            const float x = o[h * d + c];
+            if (want[h][c] ? !isnan(x) : !isfinite(x)) bad++;
+        }
+    }
+    CHECK(!bad, "decode %s [%s]: %d outputs not as IEEE arithmetic says", what, attn_isa_name(attn_active_isa()), bad);
+    free(ws);
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    free(lse);
+}
+
 int main(void) {
     test_rng rng = rng_seeded(0xdec0de);
     printf("seed state %llu\n", (unsigned long long)rng.s);
@@ -191,6 +252,7 @@ int main(void) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         CHECK(attn_kernel_ctx_active()->decode->isa == (attn_isa)isa, "decode kernels of %s", attn_isa_name((attn_isa)isa));
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], &rng);
+        for (int w = 0; w < 4; w++) nonfinite_case(w, &rng);
     }
     attn_force_isa(attn_detected_isa());
     printf("decode: worst rel err f32 %.3g, bf16 cache %.3g\n", worst_f32, worst_bf16);

@@ -132,7 +132,7 @@ attn_status attn_flash_decode(const char *fn, const attn_ctx *c, const attn_tens
                 pc[dv] = m == -INFINITY || pc[dv] == -INFINITY ? 0.0f : exp2f(pc[dv] - m);
                 l += pc[dv + 1] * pc[dv];
             }
-            const float inv = l > 0 ? 1.0f / l : 0.0f;
+            const float inv = l != 0 ? 1.0f / l : 0.0f; /* a NaN l (a NaN score) stays NaN */
             const int64_t ob = b * out->stride[0] + h * out->stride[1];
             for (int64_t x = 0; x < dv; x++) {
                 float a = 0.0f;
@@ -148,7 +148,7 @@ attn_status attn_flash_decode(const char *fn, const attn_ctx *c, const attn_tens
             }
             if (lse)
                 lse->data[b * lse->stride[0] + h * lse->stride[1]] =
-                    l > 0 ? (float)(((double)m + log2((double)l)) * LN2) : -INFINITY;
+                    l != 0 ? (float)(((double)m + log2((double)l)) * LN2) : -INFINITY;
         }
     }
     return ATTN_OK;

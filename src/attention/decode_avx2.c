@@ -94,8 +94,8 @@ static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
     float mb = -INFINITY;
     for (int j = 0; j < nb; j++) mb = s[j] > mb ? s[j] : mb;
     const float m_old = o[dv], m_new = mb > m_old ? mb : m_old;
-    if (m_new == -INFINITY) {
-        memset(s, 0, sizeof(float) * (size_t)nb);
+    if (m_new == -INFINITY) { /* nothing seen yet: every p of the block is 0, or NaN */
+        o[dv + 1] += attn_decode_block_unseen(s, nb);
         return 1.0f;
     }
     const __m256 mn = _mm256_set1_ps(m_new), ln2 = _mm256_set1_ps(0.6931471805599453f);

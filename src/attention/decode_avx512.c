@@ -122,8 +122,8 @@ static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
     __m512 mx = ninf;
     for (int j = 0; j < nb; j += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, tail(nb - j), s + j));
     const float m_old = o[dv], mb = _mm512_reduce_max_ps(mx), m_new = mb > m_old ? mb : m_old;
-    if (m_new == -INFINITY) { /* nothing seen yet: every p of the block is 0 */
-        memset(s, 0, sizeof(float) * (size_t)nb);
+    if (m_new == -INFINITY) { /* nothing seen yet: every p of the block is 0, or NaN */
+        o[dv + 1] += attn_decode_block_unseen(s, nb);
         return 1.0f;
     }
     const __m512 mn = _mm512_set1_ps(m_new), ln2 = _mm512_set1_ps(0.6931471805599453f);

@@ -64,4 +64,16 @@ const attn_decode_kernels *attn_decode_kernels_avx2(void);
 const attn_decode_kernels *attn_decode_kernels_avx512(void);
 #endif
 
+/* A block whose scores are all -inf or NaN, so that no maximum exists yet: p = 0, except NaN where
+ * the score is NaN (a NaN query or key must reach the output, as in PyTorch). Returns the sum of
+ * p, to add to the row's l (NaN when a score was NaN, 0 otherwise). */
+static inline float attn_decode_block_unseen(float *s, int nb) {
+    float sum = 0.0f;
+    for (int j = 0; j < nb; j++) {
+        s[j] = s[j] != s[j] ? s[j] : 0.0f;
+        sum += s[j];
+    }
+    return sum;
+}
+
 #endif

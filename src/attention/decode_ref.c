@@ -36,8 +36,8 @@ static inline void chunk(const attn_decode_job *jb, int bf16) {
             float *o = jb->out + r * jb->ldo;
             float mx = o[jb->dv];
             for (int j = 0; j < nb; j++) mx = fmaxf(mx, s[r][j]);
-            if (mx == -INFINITY) { /* nothing seen yet: every p of the block is 0 */
-                for (int j = 0; j < nb; j++) s[r][j] = 0.0f;
+            if (mx == -INFINITY) { /* nothing seen yet: every p of the block is 0, or NaN */
+                o[jb->dv + 1] += attn_decode_block_unseen(s[r], nb);
                 continue;
             }
             const float alpha = exp2f(o[jb->dv] - mx); /* 0 when m was -inf: acc and l are 0 then */
