@@ -77,10 +77,18 @@ def case(gen, module, cfg, call, m, inputs, where, idx, value, what):
     return module, cfg, call, t, f"{what}: {value!r} at {where}{list(idx)}"
 
 
-def mha(gen, where, idx, value, mask=None):
+def mha(gen, where, idx, value, mask=None, mixed_key_col=None):
     cfg = {"embed_dim": D, "num_heads": H}
     m = randomize(torch.nn.MultiheadAttention(D, H, batch_first=True), gen)
     inputs = {n: torch.randn(2, l, D, generator=gen).float() for n, l in (("query", 5), ("key", 6), ("value", 6))}
+    if mixed_key_col is not None:
+        # an infinite key-projection weight on this input column gives every key a +-inf feature;
+        # keys 0 and 1 of opposite signs make every row see a +inf logit (NaN, in both libraries)
+        # rather than, by chance, only -inf logits: a row whose logits are all -inf is attn's
+        # documented fully-masked row (0; PyTorch >= 2.5 alike, 1.13 NaN)
+        k = inputs["key"]
+        k[:, 0, mixed_key_col] = k[:, 0, mixed_key_col].abs() + 0.1
+        k[:, 1, mixed_key_col] = -k[:, 1, mixed_key_col].abs() - 0.1
     if mask == "float":
         am = torch.randn(5, 6, generator=gen).float()
         am[torch.rand(5, 6, generator=gen) < 0.3] = float("-inf")
@@ -127,7 +135,7 @@ def main():
         # (a) weights
         mha(gen, "p.in_proj_weight", (3, 2), nan),
         mha(gen, "p.in_proj_weight", (2 * D + 5, 1), inf),
-        mha(gen, "p.in_proj_weight", (D + 7, 4), HUGE),
+        mha(gen, "p.in_proj_weight", (D + 7, 4), HUGE, mixed_key_col=4),
         mha(gen, "p.out_proj.weight", (5, 1), inf),
         mha(gen, "p.out_proj.weight", (9, 3), HUGE),
         mha(gen, "p.out_proj.bias", (2,), -inf),
