@@ -15,29 +15,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "io/json.h"
+#include "test_gpt_config.h"
 #include "test_util.h"
-
-static double num(const attn_json *o, const char *k, double dflt) {
-    double v = dflt;
-    attn_json_as_double(attn_json_get(o, k), &v);
-    return v;
-}
-
-/* gen_train_bf16.py's configs: learned positions, GELU or ReLU, tied or not. */
-static attn_gpt_config config_from_json(const attn_json *o) {
-    attn_gpt_config c = attn_gpt_config_default((int64_t)num(o, "vocab_size", 0), (int64_t)num(o, "max_positions", 0),
-                                                (int64_t)num(o, "d_model", 0), (int64_t)num(o, "nhead", 0),
-                                                (int64_t)num(o, "num_layers", 0));
-    c.layer.dim_feedforward = (int64_t)num(o, "dim_feedforward", 2048);
-    c.layer.layer_norm_eps = (float)num(o, "layer_norm_eps", 1e-5);
-    const char *act = attn_json_as_string(attn_json_get(o, "activation"), NULL);
-    c.layer.activation = act && !strcmp(act, "relu") ? ATTN_ACTIVATION_RELU : ATTN_ACTIVATION_GELU;
-    int tie = 0;
-    attn_json_as_bool(attn_json_get(o, "tie_embeddings"), &tie);
-    c.tie_embeddings = tie;
-    return c;
-}
 
 /* One step's loss and gradients (all parameters concatenated into g, numel floats). */
 static float step_grads(attn_gpt *m, const int64_t *tokens, const int64_t *targets, int64_t B, int64_t N, float *g) {
