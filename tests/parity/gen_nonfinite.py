@@ -25,18 +25,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st  # noqa: E402
+from gen_nn_layers import randomize  # noqa: E402
 
 D, H, F = 16, 4, 32
 HUGE = 1e300
-
-
-def randomize(m, gen):
-    for name, p in m.named_parameters():
-        r = torch.randn(p.shape, generator=gen) * 0.3
-        if "norm" in name and name.endswith("weight"):
-            r = 1.0 + r
-        p.data = r.float()
-    return m.double().eval()
 
 
 def place(t, idx, value):
