@@ -147,12 +147,7 @@ static inline __attribute__((always_inline)) void chunk(const attn_decode_job *j
     float s[ATTN_DECODE_MAXG][BK], alpha[ATTN_DECODE_MAXG];
     const int g = jb->g;
     const int64_t esz = bf16 ? 2 : 4;
-    for (int r = 0; r < g; r++) {
-        float *o = jb->out + r * jb->ldo;
-        memset(o, 0, sizeof(float) * (size_t)jb->dv);
-        o[jb->dv] = -INFINITY;
-        o[jb->dv + 1] = 0.0f;
-    }
+    attn_decode_rows_init(jb);
     for (int64_t j0 = 0; j0 < jb->n; j0 += BK) {
         const int nb = (int)(jb->n - j0 < BK ? jb->n - j0 : BK);
         for (int j = 0; j < nb; j++) prefetch_row((const char *)jb->v + (j0 + j) * jb->ldv * esz, jb->dv * esz);
@@ -165,10 +160,7 @@ static inline __attribute__((always_inline)) void chunk(const attn_decode_job *j
             default: scores(4, bf16, jb, q, j0, nb, s + r0); break;
             }
         }
-        if (jb->km)
-            for (int j = 0; j < nb; j++)
-                if (!jb->km[(j0 + j) * jb->kms])
-                    for (int r = 0; r < g; r++) s[r][j] = -INFINITY;
+        attn_decode_mask_block(jb, j0, nb, s);
         for (int r = 0; r < g; r++) alpha[r] = softmax_row(s[r], nb, jb->out + r * jb->ldo, jb->dv);
         for (int r0 = 0; r0 < g; r0 += 4) {
             float *o = jb->out + r0 * jb->ldo;

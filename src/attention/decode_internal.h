@@ -14,7 +14,9 @@
 #ifndef ATTN_DECODE_INTERNAL_H
 #define ATTN_DECODE_INTERNAL_H
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "attention_common.h"
 #include "attn/core.h"
@@ -63,6 +65,25 @@ const attn_decode_kernels *attn_decode_kernels_ref(void);
 const attn_decode_kernels *attn_decode_kernels_avx2(void);
 const attn_decode_kernels *attn_decode_kernels_avx512(void);
 #endif
+
+/* Each row of a chunk starts empty: acc = 0, m = -inf, l = 0 (after the dv acc floats). */
+static inline void attn_decode_rows_init(const attn_decode_job *jb) {
+    for (int r = 0; r < jb->g; r++) {
+        float *o = jb->out + r * jb->ldo;
+        memset(o, 0, sizeof(float) * (size_t)jb->dv);
+        o[jb->dv] = -INFINITY;
+        o[jb->dv + 1] = 0.0f;
+    }
+}
+
+/* The key mask on a block's scores: a masked key's logit is -inf for every row of the group. */
+static inline void attn_decode_mask_block(const attn_decode_job *jb, int64_t j0, int nb,
+                                          float (*s)[ATTN_DECODE_BK]) {
+    if (!jb->km) return;
+    for (int j = 0; j < nb; j++)
+        if (!jb->km[(j0 + j) * jb->kms])
+            for (int r = 0; r < jb->g; r++) s[r][j] = -INFINITY;
+}
 
 /* A block whose scores are all -inf or NaN, so that no maximum exists yet: p = 0, except NaN where
  * the score is NaN (a NaN query or key must reach the output, as in PyTorch). Returns the sum of

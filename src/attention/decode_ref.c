@@ -15,12 +15,7 @@ static inline float elem(const void *p, int64_t i, int bf16) {
 static inline void chunk(const attn_decode_job *jb, int bf16) {
     const int g = jb->g;
     float s[ATTN_DECODE_MAXG][BK];
-    for (int r = 0; r < g; r++) {
-        float *o = jb->out + r * jb->ldo;
-        memset(o, 0, sizeof(float) * (size_t)jb->dv);
-        o[jb->dv] = -INFINITY;
-        o[jb->dv + 1] = 0.0f;
-    }
+    attn_decode_rows_init(jb);
     for (int64_t j0 = 0; j0 < jb->n; j0 += BK) {
         const int nb = (int)(jb->n - j0 < BK ? jb->n - j0 : BK);
         for (int j = 0; j < nb; j++) {
