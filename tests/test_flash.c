@@ -3,6 +3,7 @@
  * bitwise determinism across thread counts; attn_flash_weights; argument errors. */
 #include <malloc.h>
 
+#include "attention/flash_internal.h"
 #include "test_util.h"
 
 typedef struct {
@@ -284,6 +285,22 @@ static void check_determinism_case(const fcase *c, test_rng *r, int max_threads)
               "%s: flash results differ bitwise between 1 and %d threads", c->name, t);
         free_result(&f);
     }
+    /* and for any run length of the backward's key pass (derived from the L2 unless forced):
+     * runs of 1, 2 and 3 key blocks, on 1 and 3 threads (both task orders) */
+    for (int64_t run = 1; run <= 3; run++)
+        for (int t = 1; t <= 3; t += 2) {
+            attn_set_num_threads(t);
+            attn__flash_key_run_force(run);
+            fresult f;
+            run_flash(c, &in, &f);
+            attn__flash_key_run_force(0);
+            CHECK(!memcmp(f.dq, first.dq, sizeof(float) * nq * c->d) && !memcmp(f.dk, first.dk, sizeof(float) * nk * c->d) &&
+                      !memcmp(f.dv, first.dv, sizeof(float) * nk * c->dv),
+                  "%s: flash backward differs bitwise with key runs of %lld blocks on %d threads", c->name,
+                  (long long)run, t);
+            free_result(&f);
+        }
+    attn_set_num_threads(0);
     /* and between repeated runs */
     fresult again;
     run_flash(c, &in, &again);

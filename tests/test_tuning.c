@@ -2,13 +2,14 @@
  * kernel table gets for the caches of Zen 4 (L1d 32K, L2 1M), Zen 5 (48K, 1M), Sapphire Rapids
  * (48K, 2M) and a small-cache part, against the values worked out by hand from the rules in
  * gemm_internal.h (the tuned values exactly on the reference caches); the fits those rules
- * promise; ATTN_CACHE parsing. In-process: the dispatch context holds the blocking derived from
+ * promise; the flash backward's key runs (attn_flash_key_run_blocks); ATTN_CACHE parsing. In-process: the dispatch context holds the blocking derived from
  * attn_cpu_caches() (ATTN_CACHE applied: ctest runs this test again under the three parts'
  * caches), and under it SGEMM (shapes across the KC / NC / MC edges) and flash attention match
  * float64 references, SGEMM bitwise for threads 1..3. */
 #include <string.h>
 
 #include "core/dispatch.h"
+#include "attention/flash_internal.h"
 #include "core/tuning.h"
 #include "kernels/gemm_internal.h"
 #include "test_util.h"
@@ -48,6 +49,24 @@ static void check_blocking(void) {
             CHECK(a.mr == base->mr && a.nr == base->nr && a.ukr == base->ukr, "%s: the kernel itself changed",
                   parts[p].name);
         }
+    }
+}
+
+/* The flash backward's key runs: K and V of a run (fp32 or bf16) within the L2. */
+static void check_key_runs(void) {
+    static const struct {
+        int64_t l2, d, dv;
+        int bytes;
+        int64_t want;
+    } rc[] = {{1 * M_, 64, 64, 4, 32},    {1 * M_, 128, 128, 4, 16},  {1 * M_, 128, 128, 2, 32}, {2 * M_, 64, 64, 4, 64},
+              {2 * M_, 128, 128, 4, 32},  {256 * K_, 64, 64, 4, 8},   {256 * K_, 128, 128, 4, 4}, {256 * K_, 100, 28, 4, 8},
+              {256 * K_, 4096, 4096, 4, 1}, {4096, 64, 64, 4, 1}};
+    for (size_t i = 0; i < sizeof rc / sizeof rc[0]; i++) {
+        const int64_t got = attn_flash_key_run_blocks(rc[i].d, rc[i].dv, rc[i].bytes, rc[i].l2);
+        CHECK(got == rc[i].want, "key run for L2 %lld, d %lld, dv %lld, %d-byte K/V: %lld blocks, want %lld",
+              (long long)rc[i].l2, (long long)rc[i].d, (long long)rc[i].dv, rc[i].bytes, (long long)got,
+              (long long)rc[i].want);
+        CHECK(got == 1 || got * ATTN_FLASH_BC * (rc[i].d + rc[i].dv) * rc[i].bytes <= rc[i].l2, "key run outgrows the L2");
     }
 }
 
@@ -184,6 +203,7 @@ static void check_flash(test_rng *rng) {
 int main(void) {
     test_rng rng = rng_seeded(0x7c4e);
     check_blocking();
+    check_key_runs();
     check_parse();
     check_context();
     check_sgemm(&rng);

@@ -31,6 +31,7 @@
 #include "attention_common.h"
 #include "core/dispatch.h"
 #include "core/internal.h"
+#include "core/tuning.h"
 #include "decode_internal.h"
 #include "flash_internal.h"
 #include "kernels/bf16_internal.h"
@@ -727,6 +728,14 @@ static void key_blocks(const attn_ctx *c, int64_t qb, int64_t *kb0, int64_t *kb1
     *kb1 = jhi > jlo ? ceil_div(jhi, BC) : *kb0;
 }
 
+static _Atomic int64_t forced_key_run;
+void attn__flash_key_run_force(int64_t blocks) { atomic_store(&forced_key_run, blocks); }
+
+int64_t attn_flash_key_run_blocks(int64_t d, int64_t dv, int kv_bytes, int64_t l2) {
+    const int64_t per = (int64_t)BC * (d + dv) * kv_bytes;
+    return per > 0 && l2 / per > 1 ? l2 / per : 1;
+}
+
 /* part: out and lse belong to a softmax over a wider key set than this call's (one pass of a split
  * softmax), so P = exp(s - lse) is taken as given: rows of large |lse| are never renormalised over
  * this call's own keys. */
@@ -835,19 +844,23 @@ static attn_status flash_backward(const char *fn, const attn_tensor *q, const at
         }
     }
 
-    /* Pass 2, one task per (batch, key/value head, run of kc key blocks), taken in increasing
-     * order: the task owns dK and dV of its keys and walks the group's query heads and the query
-     * blocks that see them in a fixed order (each query block packed once for its kc key blocks);
-     * its share of each dQ block is added after the previous tasks' (a per-block counter of key
-     * blocks added), so every dQ element sums its key blocks in increasing order whatever kc and
-     * the thread count. Tasks start in order and wait only on earlier ones, so the earliest
-     * unfinished task always runs. kc sets only the granularity, never a bit of the results (dK
-     * and dV are per key block, and dQ sums its key blocks in increasing order whatever the runs),
-     * so it follows the thread count: one run of all key blocks per head (each query block
-     * packed once, no waiting: the old schedule) when the heads alone give every thread two
-     * tasks, otherwise about 4 tasks per thread. */
+    /* Pass 2, one task per (batch, key/value head, run of kc key blocks): the task owns dK and dV
+     * of its keys and walks the group's query heads and the query blocks that see them in a fixed
+     * order (each query block packed once for its kc key blocks); its share of each dQ block is
+     * added after the earlier runs' (a per-block counter of key blocks added), so every dQ element
+     * sums its key blocks in increasing order whatever kc and the thread count. A task waits only
+     * on tasks taken before it, so the earliest unfinished task always runs. kc sets only the
+     * granularity, never a bit of the results, so it follows the machine: at most the run whose
+     * K and V fit the L2 (attn_flash_key_run_blocks), and about 4 tasks per thread when the
+     * heads alone cannot give every thread two. Runs are taken run-major when there are heads
+     * enough (threads on different heads seldom wait), else head-major. */
     const int64_t bgs = c.b * c.hk, nthreads = attn_threads_for(bgs * nkb);
-    int64_t kc = nthreads > 1 && bgs < 2 * nthreads ? ceil_div(bgs * nkb, 4 * nthreads) : nkb;
+    const int few_heads = nthreads > 1 && bgs < 2 * nthreads;
+    int64_t kc = few_heads ? ceil_div(bgs * nkb, 4 * nthreads) : nkb;
+    const int64_t kc_l2 = attn_flash_key_run_blocks(c.d, c.dv, bf ? 2 : 4, attn_cpu_caches()->l2);
+    const int64_t kc_forced = atomic_load(&forced_key_run);
+    kc = kc > kc_l2 ? kc_l2 : kc;
+    kc = kc_forced > 0 ? kc_forced : kc;
     kc = kc > nkb ? nkb : kc;
     kc = kc < 1 ? 1 : kc;
     const int64_t nchunk = ceil_div(nkb, kc), tasks = bgs * nchunk;
@@ -861,8 +874,8 @@ static attn_status flash_backward(const char *fn, const attn_tensor *q, const at
         for (;;) {
             const int64_t t = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
             if (t >= tasks) break;
-            const int64_t bg = t / nchunk, g = bg % c.hk, b = bg / c.hk;
-            const int64_t kbs = t % nchunk * kc, kbe = kbs + kc < nkb ? kbs + kc : nkb;
+            const int64_t bg = few_heads ? t / nchunk : t % bgs, g = bg % c.hk, b = bg / c.hk;
+            const int64_t kbs = (few_heads ? t % nchunk : t / bgs) * kc, kbe = kbs + kc < nkb ? kbs + kc : nkb;
             const float *kh = bf ? NULL : k->data + b * k->stride[0] + g * k->stride[1];
             const float *vh = bf ? NULL : v->data + b * v->stride[0] + g * v->stride[1];
             float *dkh = dk->data + b * dk->stride[0] + g * dk->stride[1];

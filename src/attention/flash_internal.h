@@ -73,6 +73,16 @@ attn_status attn_flash_backward_part(const char *fn, const attn_tensor *q, const
                                      attn_tensor *dq, attn_tensor *dk, attn_tensor *dv, void *workspace,
                                      size_t workspace_bytes);
 
+/* Key blocks per task of the backward's key pass on a machine whose L2 holds l2 bytes: as many
+ * as keep the run's K and V rows (kv_bytes per element: 4 fp32, 2 bf16) within the L2, at least
+ * one, so each query block meets keys and values held near the core instead of the whole head's
+ * streaming from the L3 (Zen 4, d = 128, N = 4096, one thread: 63-66% of the FMA peak with
+ * whole-head runs, 80-84% with 12-16 blocks; half that, 8, measured 77-81%). The runs set only
+ * the granularity of the work, never a bit of the results. */
+int64_t attn_flash_key_run_blocks(int64_t d, int64_t dv, int kv_bytes, int64_t l2);
+/* Tests: a run length to use instead of the derived one (0: derived). */
+void attn__flash_key_run_force(int64_t blocks);
+
 const attn_flash_kernels *attn_flash_kernels_ref(void);
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
 const attn_flash_kernels *attn_flash_kernels_avx2(void);
