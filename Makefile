@@ -47,7 +47,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
 fuzz-build:
 	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DATTN_FUZZ=ON \
-	  -DATTN_BUILD_TESTS=OFF -DATTN_OPENMP=OFF -DATTN_WITH_MPI=OFF -DATTN_WERROR=OFF $(CMAKE_FLAGS)
+	  -DATTN_BUILD_TESTS=OFF -DATTN_OPENMP=OFF -DATTN_WITH_MPI=OFF $(CMAKE_FLAGS)
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_all fuzz_corpus_gen
 
 fuzz: fuzz-build

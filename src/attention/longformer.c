@@ -229,6 +229,7 @@ static void build_index(const lg_plan *pl, lg_bufs *bb) {
         for (; n < G; n++) bb->pos[b * G + n] = -1;
     }
     const int nt = attn_threads_for(B * N);
+    (void)nt; /* only the OpenMP pragma reads it */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t r = 0; r < B * N; r++) {
         const int64_t b = r / N, i = r % N;
@@ -241,6 +242,7 @@ static void build_index(const lg_plan *pl, lg_bufs *bb) {
     }
     if (bb->m3) {
         const int nt3 = attn_threads_for(B * G);
+        (void)nt3; /* only the OpenMP pragma reads it */
 #pragma omp parallel for schedule(static) num_threads(nt3) if (nt3 > 1)
         for (int64_t r = 0; r < B * G; r++) {
             const int64_t b = r / G, t = r % G, p = bb->pos[r];
@@ -256,6 +258,7 @@ static void gather_rows(const lg_plan *pl, const lg_bufs *bb, const float *src, 
                         int64_t D, float fill, float *dst) {
     const int64_t G = pl->G;
     const int nt = attn_threads_for(pl->B * Hx);
+    (void)nt; /* only the OpenMP pragma reads it */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t bh = 0; bh < pl->B * Hx; bh++) {
         const int64_t b = bh / Hx, h = bh % Hx;
@@ -313,6 +316,7 @@ attn_status attn_longformer_forward(const attn_tensor *q, const attn_tensor *k, 
 
     /* merge the two partial softmaxes, then the global rows; tasks (b, h) own their rows */
     const int nt = attn_threads_for(B * H);
+    (void)nt; /* only the OpenMP pragma reads it */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t b = bh / H, h = bh % H;
@@ -387,6 +391,7 @@ attn_status attn_longformer_backward(const attn_tensor *q, const attn_tensor *k,
     }
     /* dO with the global rows zeroed: passes 1 and 2 own the local rows only */
     const int nt = attn_threads_for(B * H);
+    (void)nt; /* only the OpenMP pragma reads it */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t b = bh / H, h = bh % H;
@@ -433,6 +438,7 @@ attn_status attn_longformer_backward(const attn_tensor *q, const attn_tensor *k,
         }
     }
     const int ntk = attn_threads_for(B * Hk);
+    (void)ntk; /* only the OpenMP pragma reads it */
 #pragma omp parallel for schedule(static) num_threads(ntk) if (ntk > 1)
     for (int64_t bg = 0; bg < B * Hk; bg++) {
         const int64_t b = bg / Hk, g = bg % Hk;

@@ -32,6 +32,7 @@ int attn_get_num_threads(void) {
 #ifdef _OPENMP
     return num_threads > 0 ? num_threads : default_threads();
 #else
+    (void)default_threads; /* one thread without OpenMP, whatever ATTN_NUM_THREADS says */
     return 1;
 #endif
 }

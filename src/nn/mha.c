@@ -564,6 +564,7 @@ static attn_status mha_capture(const char *fn, const attn_mha *m, const mha_dims
     if ((st = m->kind->weights(ac, qv, kv, p, x, 0, 0, 0, 0, dropout, cs.w))) return attn_nn_wrap_error(st, fn);
     const int64_t tasks = cs.batch * cs.heads * cs.rows;
     const int nt = attn_threads_for(tasks);
+    (void)nt; /* only the OpenMP pragma reads it */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t t = 0; t < tasks; t++) {
         const int64_t i = t % cs.rows, h = (t / cs.rows) % cs.heads, b = t / (cs.rows * cs.heads);
