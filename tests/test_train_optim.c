@@ -4,7 +4,7 @@
  * tests/parity/gen_train_optim.py), a float64 reference on a parameter large enough to be
  * threaded, bitwise identical results for 1..4 threads, a non-finite gradient norm leaving
  * everything bitwise unchanged, the schedule against its closed form and PyTorch's schedulers,
- * and argument errors.
+ * and argument errors; the AdamW kernel of every ISA bitwise equal to the portable one.
  *
  * Tolerance against PyTorch float64: parameters and moments are float32 here, rounded once per
  * stored value and step (relative 6e-8), so after 10 steps the parameters may drift by ~10 x 6e-8
@@ -12,6 +12,8 @@
  * is a bound with margin; the measured errors are printed. */
 #include <float.h>
 
+#include "core/dispatch.h"
+#include "kernels/ops_internal.h"
 #include "test_util.h"
 #include "attn/train.h"
 
@@ -531,7 +533,58 @@ static void test_errors(void) {
     attn_mha_free(mha);
 }
 
+/* The AdamW kernel of every ISA the CPU runs gives the portable kernel's bits (ops_internal.h):
+ * lengths around the vector widths, amsgrad, maximize, eps 0, and special values (NaN, +-inf, 0,
+ * subnormal and huge gradients, v = 0). */
+static int same_bits_or_nan(const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, sizeof(float)) && !(a[i] != a[i] && b[i] != b[i])) return 0;
+    return 1;
+}
+
+static void test_adamw_isas(void) {
+    static const int64_t sizes[] = {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 100, 16385};
+    test_rng rng = rng_seeded(0xada3);
+    int compared = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const int64_t n = sizes[si];
+        float *in = xmalloc(sizeof(float) * 5 * (size_t)n), *ref = xmalloc(sizeof(float) * 4 * (size_t)n),
+              *got = xmalloc(sizeof(float) * 4 * (size_t)n);
+        fill_normal(&rng, in, 5 * (size_t)n, 1.0); /* p, g, m, v, vmax */
+        for (int64_t i = 0; i < n; i++) {
+            in[3 * n + i] *= in[3 * n + i] * 1e-3f; /* v, vmax >= 0 */
+            in[4 * n + i] *= in[4 * n + i] * 1e-3f;
+        }
+        static const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, 1e-40f, 3e38f, -2e-45f};
+        for (int64_t i = 0; i < n && i < 7; i++) in[n + (i * 5) % n] = special[i];
+        if (n > 2) in[3 * n + 2] = 0.0f;
+        for (int variant = 0; variant < 8; variant++) {
+            const int amsgrad = variant & 1, maximize = (variant >> 1) & 1, late = variant >> 2;
+            const double lr = 1e-3, wd = 0.01, b1 = 0.9, b2 = 0.999, t = late ? 7 : 1, eps = late ? 0.0 : 1e-8;
+            const attn_adamw_coef c = {maximize ? -1.0 : 1.0, 1.0 - lr * wd, b1, 1.0 - b1, b2, 1.0 - b2,
+                                       lr / (1.0 - pow(b1, t)), sqrt(1.0 - pow(b2, t)), eps};
+            memcpy(ref, in, sizeof(float) * (size_t)n);
+            memcpy(ref + n, in + 2 * n, sizeof(float) * 3 * (size_t)n);
+            attn_adamw_ref(ref, in + n, ref + n, ref + 2 * n, amsgrad ? ref + 3 * n : NULL, n, &c);
+            for (int isa = ATTN_ISA_REF + 1; isa <= (int)attn_detected_isa(); isa++) {
+                memcpy(got, in, sizeof(float) * (size_t)n);
+                memcpy(got + n, in + 2 * n, sizeof(float) * 3 * (size_t)n);
+                attn_ops_for((attn_isa)isa)->adamw(got, in + n, got + n, got + 2 * n, amsgrad ? got + 3 * n : NULL, n, &c);
+                CHECK(same_bits_or_nan(got, ref, 4 * n), "adamw [%s] n=%lld amsgrad %d maximize %d t %g: not the reference's bits",
+                      attn_isa_name((attn_isa)isa), (long long)n, amsgrad, maximize, t);
+                compared++;
+            }
+        }
+        free(in);
+        free(ref);
+        free(got);
+    }
+    if (!compared) printf("  adamw kernels: only the portable one runs on this CPU (nothing to compare)\n");
+    else printf("  adamw kernels: %d ISA runs bitwise equal to the portable kernel\n", compared);
+}
+
 int main(void) {
+    test_adamw_isas();
     test_fixture();
     test_reference_large();
     test_threads_and_nonfinite();

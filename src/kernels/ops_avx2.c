@@ -406,4 +406,5 @@ const attn_ops_kernels attn_ops_avx2 = {
     .relu_bwd = relu_bwd_avx2,
     .add = add_avx2,
     .dropout = dropout_avx2,
+    .adamw = attn_adamw_avx2,
 };

@@ -345,4 +345,5 @@ const attn_ops_kernels attn_ops_avx512 = {
     .relu_bwd = relu_bwd_avx512,
     .add = add_avx512,
     .dropout = dropout_avx512,
+    .adamw = attn_adamw_avx512,
 };

@@ -30,6 +30,19 @@
 #define ATTN_PHILOX_W0 0x9E3779B9u
 #define ATTN_PHILOX_W1 0xBB67AE85u
 
+/* AdamW's per-step constants, in double: sign (-1 with maximize), decay = 1 - lr wd, b1 and
+ * omb1 = 1 - b1, b2 and omb2 = 1 - b2, step_size = lr / (1 - b1^t), bc2_sqrt = sqrt(1 - b2^t),
+ * eps. Per element, from the float32 p, g, m, v (vmax nullable: amsgrad), every operation an
+ * IEEE double operation in this order, each stored value rounded once to float32:
+ *   g' = sign g;  pd = p decay;  m <- f32(b1 m + omb1 g');  v <- f32(b2 v + (omb2 g') g');
+ *   vd = vmax ? (vmax <- (vmax > v ? vmax : v)) : v;
+ *   p <- f32(pd - (step_size m) / (sqrt(vd) / bc2_sqrt + eps))
+ * The vector kernels evaluate exactly these operations lane by lane, never fused (optim_*.c are
+ * compiled with -ffp-contract=off), so every ISA gives the reference's bits. */
+typedef struct attn_adamw_coef {
+    double sign, decay, b1, omb1, b2, omb2, step_size, bc2_sqrt, eps;
+} attn_adamw_coef;
+
 typedef struct attn_ops_kernels {
     attn_isa isa;
 
@@ -71,7 +84,16 @@ typedef struct attn_ops_kernels {
      * x == y allowed. */
     void (*dropout)(const float *x, float *y, uint8_t *mask, int64_t n, uint64_t first, float p,
                     uint32_t threshold, float scale, uint64_t seed, uint64_t offset);
+    /* One AdamW update of n elements (optim_*.c; the formula in src/train/optim.c). */
+    void (*adamw)(float *p, const float *g, float *m, float *v, float *vmax, int64_t n,
+                  const attn_adamw_coef *c);
 } attn_ops_kernels;
+
+void attn_adamw_ref(float *p, const float *g, float *m, float *v, float *vmax, int64_t n, const attn_adamw_coef *c);
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+void attn_adamw_avx2(float *p, const float *g, float *m, float *v, float *vmax, int64_t n, const attn_adamw_coef *c);
+void attn_adamw_avx512(float *p, const float *g, float *m, float *v, float *vmax, int64_t n, const attn_adamw_coef *c);
+#endif
 
 extern const attn_ops_kernels attn_ops_ref;
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86

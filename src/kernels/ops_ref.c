@@ -202,4 +202,5 @@ const attn_ops_kernels attn_ops_ref = {
     .relu_bwd = relu_bwd_ref,
     .add = add_ref,
     .dropout = dropout_ref,
+    .adamw = attn_adamw_ref,
 };

