@@ -2,6 +2,8 @@
  * Both operands are packed into pair words (bf16_internal.h): A row by row, B in the VNNI layout;
  * each task computes a block of C over the whole of k, so every element is one chain in
  * increasing k and results are bitwise identical for any thread count. */
+#include <string.h>
+
 #include "attn/kernels.h"
 #include "bf16_internal.h"
 #include "core/internal.h"
@@ -9,6 +11,7 @@
 
 #define MB 64
 #define NB 256
+#define PB 16 /* rows per packing block */
 
 static size_t round_up(size_t x) { return (x + 15) & ~(size_t)15; }
 
@@ -43,24 +46,46 @@ attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t
     uint32_t *ap = (uint32_t *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
     uint32_t *bp = ap + round_up((size_t)m * (size_t)kp);
     const int ta = transa == ATTN_TRANS, tb = transb == ATTN_TRANS;
-    /* A(i, p) = a[i lda + p] (or a[p lda + i] transposed); B(p, j) likewise */
+    /* A(i, p) = a[i lda + p] (or a[p lda + i] transposed); B(p, j) likewise. Packing moves data
+     * only (no rounding), so how it walks never changes a bit; it walks in blocks of PB rows so
+     * that the transposing cases read and write whole cache lines. */
+    const int64_t kf = k / 2; /* full pairs; an odd k ends with (x, 0) */
 #pragma omp parallel num_threads(attn_threads_for((m + MB - 1) / MB))
     {
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t p = 0; p < kp; p++) {
-                const attn_bf16 lo = ta ? a[2 * p * lda + i] : a[i * lda + 2 * p];
-                const attn_bf16 hi = 2 * p + 1 < k ? (ta ? a[(2 * p + 1) * lda + i] : a[i * lda + 2 * p + 1]) : 0;
-                ap[i * kp + p] = attn_pair(lo, hi);
-            }
-#pragma omp for schedule(static)
-        for (int64_t p = 0; p < kp; p++) {
-            if (!tb) {
-                kr->pair_rows_bf16(2 * p + 1 < k ? 2 : 1, (int)n, b + 2 * p * ldb, ldb, bp + p * n, n);
+        for (int64_t i0 = 0; i0 < m; i0 += PB) {
+            const int64_t i1 = i0 + PB < m ? i0 + PB : m;
+            if (!ta) {
+                for (int64_t i = i0; i < i1; i++) {
+                    const attn_bf16 *row = a + i * lda;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                    memcpy(ap + i * kp, row, sizeof(uint32_t) * (size_t)kf); /* a pair word is its two bf16 in memory */
+#else
+                    for (int64_t p = 0; p < kf; p++) ap[i * kp + p] = attn_pair(row[2 * p], row[2 * p + 1]);
+#endif
+                    if (kf < kp) ap[i * kp + kf] = attn_pair(row[2 * kf], 0);
+                }
                 continue;
             }
-            for (int64_t j = 0; j < n; j++)
-                bp[p * n + j] = attn_pair(b[j * ldb + 2 * p], 2 * p + 1 < k ? b[j * ldb + 2 * p + 1] : 0);
+            for (int64_t p = 0; p < kf; p++) {
+                const attn_bf16 *r0 = a + 2 * p * lda, *r1 = r0 + lda;
+                for (int64_t i = i0; i < i1; i++) ap[i * kp + p] = attn_pair(r0[i], r1[i]);
+            }
+            if (kf < kp)
+                for (int64_t i = i0; i < i1; i++) ap[i * kp + kf] = attn_pair(a[2 * kf * lda + i], 0);
+        }
+        if (!tb) {
+#pragma omp for schedule(static)
+            for (int64_t p = 0; p < kp; p++)
+                kr->pair_rows_bf16(2 * p + 1 < k ? 2 : 1, (int)n, b + 2 * p * ldb, ldb, bp + p * n, n);
+        } else {
+#pragma omp for schedule(static)
+            for (int64_t j0 = 0; j0 < n; j0 += PB) {
+                const int64_t j1 = j0 + PB < n ? j0 + PB : n;
+                for (int64_t p = 0; p < kp; p++)
+                    for (int64_t j = j0; j < j1; j++)
+                        bp[p * n + j] = attn_pair(b[j * ldb + 2 * p], 2 * p + 1 < k ? b[j * ldb + 2 * p + 1] : 0);
+            }
         }
     }
     const int64_t tm = (m + MB - 1) / MB, tn = (n + NB - 1) / NB, tasks = tm * tn;
