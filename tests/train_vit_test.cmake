@@ -43,6 +43,12 @@ expect_one_line_error(1 "cannot read 'nowhere/labels.u8'" train vit --data nowhe
 expect_one_line_error(1 "--patch 3 does not divide the 8 x 8 images" train vit ${tiny} --patch 3)
 expect_one_line_error(1 "resume" train vit ${tiny} --checkpoint none.safetensors --resume)
 
+# held-out accuracy during training: --eval-interval (as `train gpt` names it) and --eval-every alike
+expect(0 "step +2  held-out accuracy [0-9.]+% \\([0-9]+/299\\).*step +4  held-out accuracy.*held-out accuracy: "
+  train vit ${tiny} --steps 5 --eval-interval 2 --checkpoint evali.safetensors)
+expect(0 "step +3  held-out accuracy [0-9.]+% \\([0-9]+/299\\).*held-out accuracy: "
+  train vit ${tiny} --steps 4 --eval-every 3 --checkpoint evale.safetensors)
+
 # bitwise resume: 12 steps straight == 5 steps, then --resume to 12 with one thread
 set(common ${tiny} --steps 12 --lr 3e-3 --every 4 --log-every 4)
 run(a train vit ${common} --checkpoint straight.safetensors)

@@ -46,7 +46,8 @@ static void usage_vit(FILE *f) {
             "                     attn_vit's names)\n"
             "  --every N          also write the checkpoint every N steps (default 1000; 0: only at\n"
             "                     the end)\n"
-            "  --eval-every N     held-out accuracy every N steps (default 0: at the end only)\n"
+            "  --eval-interval N  held-out accuracy every N steps (default 0: at the end only; the\n"
+            "                     name `attn train gpt` uses; --eval-every is the same option)\n"
             "  --resume           continue from the checkpoint: model shape, seed, weights,\n"
             "                     optimizer state, step and (unless given again) --steps, --batch,\n"
             "                     --lr, --warmup and --shift: bitwise as if never stopped\n"
@@ -266,6 +267,7 @@ int train_vit(int argc, char **argv) {
         CLI_INT("--warmup", &o.warmup, 0, 1 << 30),
         CLI_INT("--shift", &o.shift, 0, 8),
         CLI_INT("--every", &o.every, 0, 1 << 30),
+        CLI_INT("--eval-interval", &o.eval_every, 0, 1 << 30),
         CLI_INT("--eval-every", &o.eval_every, 0, 1 << 30),
         CLI_INT("--log-every", &o.log_every, 1, 1 << 30),
         CLI_INT("--stop-at", &o.stop_at, 1, 1 << 30),
