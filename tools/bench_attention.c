@@ -143,6 +143,11 @@ int bench_attention_cmd(int argc, char **argv) {
                             }
                             c.ws_bytes = c.flash ? attn_flash_workspace_size(&c.q, &c.k, &c.v)
                                                  : attn_sdpa_workspace_size(&c.q, &c.k, &c.v);
+                            if (c.flash && want_bf16) { /* the bf16 views' need (V's pairs) may be larger */
+                                const attn_tensor hv = attn_tensor_4d_typed(NULL, ATTN_TYPE_BF16, B, H, N, D);
+                                const size_t hb = attn_flash_workspace_size(&hv, &hv, &hv);
+                                c.ws_bytes = hb > c.ws_bytes ? hb : c.ws_bytes;
+                            }
                             c.ws = malloc(c.ws_bytes);
                             if (!c.ws) {
                                 free(buf);

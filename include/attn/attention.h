@@ -79,7 +79,8 @@ ATTN_API attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor 
  * The same function as attn_sdpa_* (every option of attn_sdpa_params), computed tile by tile with
  * the online softmax of FlashAttention-2: no Nq x Nk matrix is formed, tiles that causality or a
  * window mask entirely are skipped (a window of w costs O(N w)), and the extra memory is a few
- * tiles per thread plus 16 bytes per query row for the backward (attn_flash_workspace_size).
+ * tiles per thread plus 16 bytes per query row for the backward, and for bf16 views a copy of V
+ * with its rows paired (attn_flash_workspace_size: ask it with views of the dtype that will run).
  * Bitwise identical for any thread count; the backward runs on every thread even for one
  * (batch, key/value head) pair.
  * dk and dv must have unit innermost stride (stride[3] == 1): they are accumulated in place;

@@ -321,15 +321,30 @@ static size_t rows_layout(int64_t rows, int64_t nblk, float *base, flash_rows *r
     return total;
 }
 
+/* Does the bf16 forward pair V's rows once per call (vpairs_base) rather than tile by tile? When
+ * some key tile serves more than one query block (several blocks, or a group of query heads). */
+static int prepair_v(int bf16, int64_t nq, int64_t hq, int64_t hk) { return bf16 && (nq > BR || hq > hk); }
+
+/* Pair words of the bf16 forward's V paired once per call: B Hk ceil(Nk / 2) dv when
+ * prepair_v, else none. SIZE_MAX on overflow. */
+static size_t vpair_words(int prepair, int64_t b, int64_t hk, int64_t nk, int64_t dv) {
+    size_t w;
+    if (!prepair || b <= 0 || hk <= 0 || nk <= 0 || dv <= 0) return 0;
+    if (attn_mul_overflow((size_t)b, (size_t)hk, &w) || attn_mul_overflow(w, (size_t)(nk / 2 + nk % 2), &w) ||
+        attn_mul_overflow(w, (size_t)dv, &w))
+        return SIZE_MAX;
+    return w;
+}
+
 /* Bytes of workspace: per-thread tile buffers, then the backward's row statistics for
- * rows = B Hq Nq query rows in nblk = B Hq ceil(Nq / BR) blocks. */
-static size_t workspace_bytes(int64_t d, int64_t dv, int64_t rows, int64_t nblk) {
+ * rows = B Hq Nq query rows in nblk = B Hq ceil(Nq / BR) blocks, then vpw pair words of V. */
+static size_t workspace_bytes(int64_t d, int64_t dv, int64_t rows, int64_t nblk, size_t vpw) {
     flash_bufs unused;
     flash_rows unused_rows;
     size_t per = layout(d, dv, NULL, &unused), total, extra = rows_layout(rows, nblk, NULL, &unused_rows);
-    if (extra == SIZE_MAX || attn_mul_overflow(per, (size_t)attn_get_num_threads(), &total) ||
-        attn_add_overflow(total, extra, &total) || attn_mul_overflow(total, sizeof(float), &total) ||
-        attn_add_overflow(total, 64, &total))
+    if (extra == SIZE_MAX || vpw == SIZE_MAX || attn_mul_overflow(per, (size_t)attn_get_num_threads(), &total) ||
+        attn_add_overflow(total, extra, &total) || attn_add_overflow(total, round16(vpw), &total) ||
+        attn_mul_overflow(total, sizeof(float), &total) || attn_add_overflow(total, 64, &total))
         return SIZE_MAX;
     return total;
 }
@@ -346,7 +361,9 @@ size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tensor *k, con
         attn_mul_overflow(nblk, (size_t)q->shape[2], &rows) ||
         attn_mul_overflow(nblk, (size_t)ceil_div(q->shape[2], BR), &nblk) || rows > (size_t)INT64_MAX / 64)
         return SIZE_MAX;
-    size_t need = workspace_bytes(q->shape[3], v->shape[3], (int64_t)rows, (int64_t)nblk);
+    size_t need = workspace_bytes(q->shape[3], v->shape[3], (int64_t)rows, (int64_t)nblk,
+                                  vpair_words(prepair_v(q->dtype == ATTN_TYPE_BF16, q->shape[2], q->shape[1], k->shape[1]),
+                                              k->shape[0], k->shape[1], k->shape[2], v->shape[3]));
     if (q->shape[2] == 1) { /* enough for either path: which one runs depends on the params */
         const size_t dec = attn_flash_decode_workspace(q->shape[0], q->shape[1], k->shape[2], q->shape[3], v->shape[3]);
         if (dec > need) need = dec;
@@ -354,10 +371,14 @@ size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tensor *k, con
     return need;
 }
 
-static attn_status get_bufs(const char *fn, const attn_ctx *c, void *ws, size_t bytes, float **base) {
+static attn_status get_bufs(const char *fn, const attn_ctx *c, int bf16, void *ws, size_t bytes, float **base) {
     void *aligned;
     const int64_t nblk = c->b * c->hq * ceil_div(c->nq, BR);
-    attn_status st = attn_ctx_workspace(fn, ws, bytes, workspace_bytes(c->d, c->dv, c->b * c->hq * c->nq, nblk), &aligned);
+    attn_status st = attn_ctx_workspace(
+        fn, ws, bytes,
+        workspace_bytes(c->d, c->dv, c->b * c->hq * c->nq, nblk,
+                        vpair_words(prepair_v(bf16, c->nq, c->hq, c->hk), c->b, c->hk, c->nk, c->dv)),
+        &aligned);
     *base = aligned;
     return st;
 }
@@ -368,6 +389,16 @@ static flash_rows backward_rows(const attn_ctx *c, float *base) {
     const size_t per = layout(c->d, c->dv, NULL, &unused);
     rows_layout(c->b * c->hq * c->nq, c->b * c->hq * ceil_div(c->nq, BR), base + per * (size_t)attn_get_num_threads(), &rr);
     return rr;
+}
+
+/* The bf16 forward's V pair words, after the row statistics: head (b, g) at
+ * ((b Hk + g) ceil(Nk / 2)) dv, rows (2p, 2p + 1) at p dv. */
+static uint32_t *vpairs_base(const attn_ctx *c, float *base) {
+    flash_bufs unused;
+    flash_rows unused_rows;
+    const size_t per = layout(c->d, c->dv, NULL, &unused);
+    const size_t rows = rows_layout(c->b * c->hq * c->nq, c->b * c->hq * ceil_div(c->nq, BR), NULL, &unused_rows);
+    return (uint32_t *)(void *)(base + per * (size_t)attn_get_num_threads() + rows);
 }
 
 static flash_bufs thread_bufs(const attn_ctx *c, float *base) {
@@ -409,6 +440,21 @@ int64_t attn_flash_tile_count(const attn_tensor *q, const attn_tensor *k, const 
  * (as FlashAttention does), the output float or bf16. The same tiles, masks and order as the
  * float path; tiles the band crosses are computed whole and masked by the epilogue. The
  * per-thread buffers of the float path are reused (pair words take at most as much room). */
+/* Rows j0 .. j0 + bj of head (b, g) of a bf16 V paired: dst[p dv + x] = (v[j0 + 2p][x],
+ * v[j0 + 2p + 1][x]), the high half 0 past the last row. */
+static void pair_v_rows(const attn_bf16_kernels *hk, const attn_tensor *v, int64_t b, int64_t g, int64_t j0, int bj,
+                        int64_t dv, uint32_t *dst) {
+    const uint16_t *vj = v->data16 + b * v->stride[0] + g * v->stride[1] + j0 * v->stride[2];
+    if (v->stride[3] == 1) {
+        hk->pair_rows_bf16(bj, (int)dv, vj, v->stride[2], dst, dv);
+        return;
+    }
+    for (int p = 0; p < (bj + 1) / 2; p++)
+        for (int64_t x = 0; x < dv; x++)
+            dst[p * dv + x] = attn_pair(vj[2 * p * v->stride[2] + x * v->stride[3]],
+                                        2 * p + 1 < bj ? vj[(2 * p + 1) * v->stride[2] + x * v->stride[3]] : 0);
+}
+
 static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, const attn_tensor *k,
                                       const attn_tensor *v, attn_tensor *out, attn_tensor *lse, float *base) {
     const attn_ctx c = *cp;
@@ -422,11 +468,21 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
      * stride, 4-byte aligned */
     const int k_words = k->stride[3] == 1 && c.d % 2 == 0 && k->stride[2] % 2 == 0 && k->stride[0] % 2 == 0 &&
                         k->stride[1] % 2 == 0 && ((uintptr_t)k->ptr & 3) == 0;
+    /* V paired by rows (rows 2p and 2p + 1 of a head; tiles start at even keys, so a tile's pairs
+     * are the head's): once per call when tiles serve several query blocks, else tile by tile */
+    const int prepaired = prepair_v(1, c.nq, c.hq, c.hk);
+    uint32_t *vpairs = prepaired ? vpairs_base(&c, base) : NULL;
+    const int64_t nkp = (c.nk + 1) / 2, vchunks = ceil_div(c.nk, BC), vtasks = prepaired ? c.b * c.hk * vchunks : 0;
+#pragma omp parallel for schedule(static) num_threads(attn_threads_for(vtasks))
+    for (int64_t t = 0; t < vtasks; t++) {
+        const int64_t bg = t / vchunks, j0 = t % vchunks * BC, b = bg / c.hk, g = bg % c.hk;
+        const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
+        pair_v_rows(hk, v, b, g, j0, bj, c.dv, vpairs + (bg * nkp + j0 / 2) * c.dv);
+    }
 #pragma omp parallel num_threads(attn_threads_for(tasks))
     {
         flash_bufs w = thread_bufs(&c, base);
-        uint32_t *qp = (uint32_t *)(void *)w.qt, *kp = (uint32_t *)(void *)w.kp, *vp = (uint32_t *)(void *)w.vp,
-                 *pw = (uint32_t *)(void *)w.dp;
+        uint32_t *qp = (uint32_t *)(void *)w.qt, *kp = (uint32_t *)(void *)w.kp, *pw = (uint32_t *)(void *)w.dp;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; t++) {
             const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb;
@@ -435,7 +491,6 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
             const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
             const uint16_t *qi = q->data16 + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
             const uint16_t *kh = k->data16 + b * k->stride[0] + g * k->stride[1];
-            const uint16_t *vh = v->data16 + b * v->stride[0] + g * v->stride[1];
             /* Q^T as pair words: qp[p * BR + r] = (q[r][2p], q[r][2p + 1]) */
             for (int r = 0; r < bi; r++)
                 for (int p = 0; p < dp; p++) {
@@ -470,17 +525,13 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
                 epilogue(&c, general, b, h, i0, bi, j0, bj, w.sh, w.s, NULL);
                 kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha, NULL);
                 if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
-                /* P^T rows paired: pw[p * BR + q] = (P[q][2p], P[q][2p + 1]); V paired by rows */
+                /* P^T rows paired: pw[p * BR + q] = (P[q][2p], P[q][2p + 1]); V's pairs made above */
                 hk->pair_rows_f32(bj, bi, w.s, BR, pw, BR);
-                const uint16_t *vj = vh + j0 * v->stride[2];
-                if (v->stride[3] == 1) {
-                    hk->pair_rows_bf16(bj, (int)c.dv, vj, v->stride[2], vp, c.dv);
-                } else {
-                    for (int p = 0; p < (bj + 1) / 2; p++)
-                        for (int64_t x = 0; x < c.dv; x++)
-                            vp[p * c.dv + x] = attn_pair(vj[2 * p * v->stride[2] + x * v->stride[3]],
-                                                         2 * p + 1 < bj ? vj[(2 * p + 1) * v->stride[2] + x * v->stride[3]] : 0);
-                }
+                const uint32_t *vp = (const uint32_t *)(void *)w.vp;
+                if (prepaired)
+                    vp = vpairs + ((b * c.hk + g) * nkp + j0 / 2) * c.dv;
+                else
+                    pair_v_rows(hk, v, b, g, j0, bj, c.dv, (uint32_t *)(void *)w.vp);
                 hk->gemm_pairs(bi, (int)c.dv, (bj + 1) / 2, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
             }
             for (int r = 0; r < bi; r++) w.alpha[r] = w.l[r] != 0 ? 1.0f / w.l[r] : 0.0f; /* NaN l: NaN row */
@@ -524,7 +575,7 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
         key_range(&c, 0, 1, &jlo, &jhi);
         return attn_flash_decode(fn, &c, q, k, v, out, lse, jlo, jhi, workspace, workspace_bytes_);
     }
-    if ((st = get_bufs(fn, &c, workspace, workspace_bytes_, &base))) return st;
+    if ((st = get_bufs(fn, &c, q->dtype == ATTN_TYPE_BF16, workspace, workspace_bytes_, &base))) return st;
     if (q->dtype == ATTN_TYPE_BF16) return flash_forward_bf16(&c, q, k, v, out, lse, base);
     const attn_flash_kernels *kr = flash_kernels();
     const int general = needs_general_epilogue(&c);
@@ -761,7 +812,7 @@ static attn_status flash_backward(const char *fn, const attn_tensor *q, const at
     if (dk->stride[3] != 1 || dv->stride[3] != 1)
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: dk and dv need unit innermost stride (got %lld and %lld)", fn,
                           (long long)dk->stride[3], (long long)dv->stride[3]);
-    if ((st = get_bufs(fn, &c, workspace, workspace_bytes_, &base))) return st;
+    if ((st = get_bufs(fn, &c, bf, workspace, workspace_bytes_, &base))) return st;
     const attn_flash_kernels *kr = flash_kernels();
     const int general = needs_general_epilogue(&c);
     const float qscale = (float)(general ? c.scale : c.scale * LOG2E);
