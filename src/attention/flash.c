@@ -322,8 +322,9 @@ static size_t rows_layout(int64_t rows, int64_t nblk, float *base, flash_rows *r
 }
 
 /* Does the bf16 forward pair V's rows once per call (vpairs_base) rather than tile by tile? When
- * some key tile serves more than one query block (several blocks, or a group of query heads). */
-static int prepair_v(int bf16, int64_t nq, int64_t hq, int64_t hk) { return bf16 && (nq > BR || hq > hk); }
+ * every key tile serves several query blocks of a head; not for a single block (one-token decode
+ * with a GQA group would pay a copy of V for little). */
+static int prepair_v(int bf16, int64_t nq) { return bf16 && nq > BR; }
 
 /* Pair words of the bf16 forward's V paired once per call: B Hk ceil(Nk / 2) dv when
  * prepair_v, else none. SIZE_MAX on overflow. */
@@ -362,7 +363,7 @@ size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tensor *k, con
         attn_mul_overflow(nblk, (size_t)ceil_div(q->shape[2], BR), &nblk) || rows > (size_t)INT64_MAX / 64)
         return SIZE_MAX;
     size_t need = workspace_bytes(q->shape[3], v->shape[3], (int64_t)rows, (int64_t)nblk,
-                                  vpair_words(prepair_v(q->dtype == ATTN_TYPE_BF16, q->shape[2], q->shape[1], k->shape[1]),
+                                  vpair_words(prepair_v(q->dtype == ATTN_TYPE_BF16, q->shape[2]),
                                               k->shape[0], k->shape[1], k->shape[2], v->shape[3]));
     if (q->shape[2] == 1) { /* enough for either path: which one runs depends on the params */
         const size_t dec = attn_flash_decode_workspace(q->shape[0], q->shape[1], k->shape[2], q->shape[3], v->shape[3]);
@@ -377,7 +378,7 @@ static attn_status get_bufs(const char *fn, const attn_ctx *c, int bf16, void *w
     attn_status st = attn_ctx_workspace(
         fn, ws, bytes,
         workspace_bytes(c->d, c->dv, c->b * c->hq * c->nq, nblk,
-                        vpair_words(prepair_v(bf16, c->nq, c->hq, c->hk), c->b, c->hk, c->nk, c->dv)),
+                        vpair_words(prepair_v(bf16, c->nq), c->b, c->hk, c->nk, c->dv)),
         &aligned);
     *base = aligned;
     return st;
@@ -470,7 +471,7 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
                         k->stride[1] % 2 == 0 && ((uintptr_t)k->ptr & 3) == 0;
     /* V paired by rows (rows 2p and 2p + 1 of a head; tiles start at even keys, so a tile's pairs
      * are the head's): once per call when tiles serve several query blocks, else tile by tile */
-    const int prepaired = prepair_v(1, c.nq, c.hq, c.hk);
+    const int prepaired = prepair_v(1, c.nq);
     uint32_t *vpairs = prepaired ? vpairs_base(&c, base) : NULL;
     const int64_t nkp = (c.nk + 1) / 2, vchunks = ceil_div(c.nk, BC), vtasks = prepaired ? c.b * c.hk * vchunks : 0;
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(vtasks))
