@@ -28,6 +28,10 @@ bench: build
 	./$(BUILD)/attn bench attention --impl flash --n 1024,2048,4096 --d 64,128 --threads 1,2 --causal --backward
 	./$(BUILD)/attn bench attention --impl sdpa --n 512 --d 64 --threads 2
 
+# One Markdown report of this CPU against #14's targets (bench/cpu_report.py; quiet machine).
+bench-report: build
+	python3 bench/cpu_report.py --attn ./$(BUILD)/attn --out attn-report-$$(hostname).md
+
 install: build
 	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 	cmake --install $(BUILD)

@@ -1,0 +1,218 @@
+"""One report of where attn stands on the CPU it runs on, against issue #14's targets.
+
+The machines this project runs on change (AMD Zen 4, Zen 5, Intel Xeon with AVX-512, AVX512-BF16
+and AMX have all been seen); each new one should be measured the same way. This script runs the
+`attn bench` commands behind every target with --json, in one sitting, and writes a Markdown
+report: the CPU model and `attn info`, then one table per target with the measured cells and
+whether each meets its aim, and the raw JSON lines at the end.
+
+Usage: python3 bench/cpu_report.py [--attn build/attn] [--out report.md] [--threads 1,2]
+       [--peer-python VENV/bin/python] [--quick]
+
+  --threads       thread counts (default 1 and the machine's CPU count when larger)
+  --peer-python   an interpreter with PyTorch 2.x: adds bench/torch_train.py's training ratio
+                  (and bench/compare_attention.py's SDPA / ONNX Runtime cells when it has them)
+  --quick         tiny shapes and few repeats: checks that the report runs (tests use it), its
+                  numbers mean nothing
+
+Aims (#14): flash forward/backward and SGEMM >= 75% of the FMA peak at N >= 1024; bf16 flash
+>= 1.7x fp32 (>= 4x with AMX); decode >= 70% of the measured memory bandwidth; training and
+attention >= 1.3x / 2x the peers. Run it on a quiet machine: the figures are medians, but a busy
+machine still moves them."""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        raise SystemExit(f"cpu_report: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr.strip()}")
+    return p.stdout
+
+
+def run_json(cmd):
+    return [json.loads(line) for line in run(cmd).splitlines() if line.startswith("{")]
+
+
+def try_json(cmd, missing):
+    """run_json, or [] with the reason added to missing (a CPU without a feature the command needs)."""
+    try:
+        return run_json(cmd)
+    except SystemExit as e:
+        missing.append(str(e).splitlines()[-1])
+        return []
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def pct(x):
+    return f"{100.0 * x:.1f}%"
+
+
+def mark(ok):
+    return "yes" if ok else "**no**"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--attn", default=os.path.join(HERE, "..", "build", "attn"))
+    ap.add_argument("--out", default="-")
+    ap.add_argument("--threads", default=None)
+    ap.add_argument("--peer-python", default=None)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    attn = a.attn
+    ncpu = os.cpu_count() or 1
+    threads = a.threads or ("1" if ncpu == 1 else f"1,{ncpu}")
+    q = a.quick
+    reps = ["--repeats", "5"]
+    ns = "128,256" if q else "1024,2048,4096"
+    ns_bf = "128" if q else "2048,4096"
+    ncausal = "256" if q else "4096"
+    ds = "64,128"
+    gm = "64,128" if q else "1024,2048"
+    ctx = "1024,2048" if q else "1024,8192,32768"
+    raw = []
+    t0 = time.time()
+
+    missing = []
+    info = run([attn, "info"]).strip()
+    peaks = run_json([attn, "bench", "peak", "--threads", threads, "--json"])
+    peaks += try_json([attn, "bench", "peak", "--dtype", "bf16", "--threads", threads, "--json"], missing)
+    raw += peaks
+    gemm = run_json([attn, "bench", "gemm", "--m", gm, "--threads", threads, "--json"] + reps)
+    gemm += try_json([attn, "bench", "gemm", "--m", gm, "--dtype", "bf16", "--threads", threads, "--json"] + reps,
+                     missing)
+    raw += gemm
+    flash = run_json([attn, "bench", "attention", "--n", ns, "--d", ds, "--backward", "--threads", threads,
+                      "--json"] + reps)
+    flash += run_json([attn, "bench", "attention", "--n", ncausal, "--d", ds, "--causal", "--backward",
+                       "--threads", threads, "--json"] + reps)
+    raw += flash
+    bf = try_json([attn, "bench", "attention", "--n", ns_bf, "--d", ds, "--backward", "--threads", threads,
+                   "--dtype", "f32,bf16", "--json"] + reps, missing)
+    bf += try_json([attn, "bench", "attention", "--n", ncausal, "--d", ds, "--causal", "--backward",
+                    "--threads", threads, "--dtype", "f32,bf16", "--json"] + reps, missing)
+    raw += bf
+    dec = run_json([attn, "bench", "decode", "--ctx", ctx, "--threads", threads, "--dtype", "f32", "--json"])
+    dec += try_json([attn, "bench", "decode", "--ctx", ctx, "--threads", threads, "--dtype", "bf16", "--json"],
+                    missing)
+    raw += dec
+    small = ["--layers", "1", "--context", "32", "--d-model", "64", "--heads", "2", "--steps", "1"] if q else []
+    train = run_json([attn, "bench", "train", "--threads", threads, "--json"] + small)
+    train += try_json([attn, "bench", "train", "--precision", "bf16", "--threads", threads, "--json"] + small, missing)
+    raw += train
+    peer_rows = []
+    if a.peer_python:
+        for prec in ("fp32", "bf16"):
+            out = run([a.peer_python, os.path.join(HERE, "torch_train.py"), "--attn", attn, "--threads", threads,
+                       "--precision", prec] + small)
+            for line in out.splitlines():
+                if "attn / torch tokens/s =" in line:
+                    peer_rows.append((prec, line.strip()))
+
+    L = []
+    L.append("# attn on this CPU\n")
+    L.append(f"- CPU: `{cpu_model()}` ({ncpu} logical CPUs), {platform.system()} {platform.release()}")
+    L.append(f"- taken {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.time() - t0:.0f} s"
+             + (" (--quick: tiny shapes, the numbers mean nothing)" if q else ""))
+    L.append("\n```\n$ attn info\n" + info + "\n```\n")
+    for m in missing:
+        L.append(f"- not measured here: {m}")
+
+    L.append("## Peaks (GFLOP/s)\n\n| threads | fp32 FMA | bf16 | bf16 / fp32 |\n|---|---|---|---|")
+    f32p = {r["threads"]: r for r in peaks if r["op"] == "fma_peak"}
+    bfp = {r["threads"]: r for r in peaks if r["op"] == "bf16_peak"}
+    for t in sorted(f32p):
+        b = bfp.get(t)
+        L.append(f"| {t} | {f32p[t]['gflops']:.1f} | {b['gflops']:.1f} | {b['gflops'] / f32p[t]['gflops']:.2f} |" if b
+                 else f"| {t} | {f32p[t]['gflops']:.1f} | - | - |")
+
+    L.append("\n## GEMM (aim: fp32 >= 75% of the FMA peak)\n")
+    L.append("| shape | threads | impl | GFLOP/s | % of its peak | ratio |\n|---|---|---|---|---|---|")
+    for r in gemm:
+        s = r["shape"]
+        ratio = f"{r['ratio']:.2f} x {r['peer']}" if "ratio" in r else ""
+        L.append(f"| {s['m']}x{s['n']}x{s['k']} | {r['threads']} | {r['impl']} | {r['gflops']:.1f} | "
+                 f"{pct(r['peak_fraction'])} | {ratio} |")
+    f32g = [r for r in gemm if r["impl"] == "attn" and r["shape"]["m"] >= 1024]
+    if f32g:
+        lo = min(r["peak_fraction"] for r in f32g)
+        L.append(f"\nfp32 GEMM lowest cell {pct(lo)} of the peak: aim met: {mark(lo >= 0.75)}")
+
+    L.append("\n## fp32 flash attention (aim: >= 75% of the FMA peak, N >= 1024)\n")
+    L.append("| pass | shape | threads | GFLOP/s | % of peak |\n|---|---|---|---|---|")
+    for r in flash:
+        s = r["shape"]
+        L.append(f"| {r['variant']} | b={s['b']} h={s['h']} n={s['n']} d={s['d']} | {r['threads']} | "
+                 f"{r['gflops']:.1f} | {pct(r['peak_fraction'])} |")
+    big = [r for r in flash if r["shape"]["n"] >= 1024]
+    if big:
+        lo = min(big, key=lambda r: r["peak_fraction"])
+        L.append(f"\nlowest cell at N >= 1024: {lo['variant']} n={lo['shape']['n']} d={lo['shape']['d']} "
+                 f"{lo['threads']} threads, {pct(lo['peak_fraction'])}: aim met: {mark(lo['peak_fraction'] >= 0.75)}")
+
+    amx = "bf16 kernels: amx" in info
+    aim_bf = 4.0 if amx else 1.7
+    L.append(f"\n## bf16 flash against fp32 flash (aim: >= {aim_bf}x{' with AMX' if amx else ''})\n")
+    L.append("| pass | shape | threads | GFLOP/s | % of bf16 peak | x fp32 |\n|---|---|---|---|---|---|")
+    bfr = [r for r in bf if r["impl"] == "flash.bf16"]
+    for r in bfr:
+        s = r["shape"]
+        L.append(f"| {r['variant']} | n={s['n']} d={s['d']} | {r['threads']} | {r['gflops']:.1f} | "
+                 f"{pct(r['peak_fraction'])} | {r.get('ratio', 0):.2f} |")
+    if bfr:
+        lo = min(r.get("ratio", 0) for r in bfr)
+        L.append(f"\nlowest ratio {lo:.2f}x: aim met: {mark(lo >= aim_bf)}")
+
+    L.append("\n## Decode with the KV cache (aim: >= 70% of the measured memory bandwidth)\n")
+    L.append("| cache | ctx | threads | GB/s | memory GB/s | fraction |\n|---|---|---|---|---|---|")
+    for r in dec:
+        L.append(f"| {r['dtype']} | {r['ctx']} | {r['threads']} | {r['gbs']:.1f} | {r['mem_gbs']:.1f} | "
+                 f"{pct(r['mem_fraction'])} |")
+    big = [r for r in dec if r["cache_bytes"] > 32 << 20]
+    if big:
+        lo = min(r["mem_fraction"] for r in big)
+        L.append(f"\ncaches above 32 MiB, lowest {pct(lo)}: aim met: {mark(lo >= 0.70)}")
+
+    L.append("\n## Training (GPT-2-small-shaped layers, `attn bench train`)\n")
+    L.append("| precision | threads | tokens/s | GFLOP/s |\n|---|---|---|---|")
+    for r in train:
+        L.append(f"| {r['precision']} | {r['threads']} | {r['tokens_per_s']:.0f} | {r['gflops']:.1f} |")
+    if peer_rows:
+        L.append("\nAgainst PyTorch (bench/torch_train.py, aim >= 2x):\n")
+        for prec, line in peer_rows:
+            L.append(f"- {prec}: {line}")
+    elif not a.peer_python:
+        L.append("\n(no --peer-python: the PyTorch ratios were not measured)")
+
+    L.append("\n## Raw results (`--json` lines)\n\n```")
+    L += [json.dumps(r) for r in raw]
+    L.append("```\n")
+    text = "\n".join(L) + "\n"
+    if a.out == "-":
+        sys.stdout.write(text)
+    else:
+        with open(a.out, "w") as f:
+            f.write(text)
+        print(f"cpu_report: wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
