@@ -68,6 +68,36 @@ if(NOT a_rc EQUAL 0 OR NOT b_rc EQUAL 0 OR NOT c_rc EQUAL 0 OR a_loss STREQUAL "
 else()
   message(STATUS "ok: 12 steps straight and 5 + resumed 7 both end at loss / accuracy ${a_loss}")
 endif()
+
+# ---- --precision bf16: bitwise resume within bf16 (the precision comes from the checkpoint), the
+# checkpoint's tensors F32 and its metadata naming the precision, a loss other than fp32's (the
+# products really round); another precision on resume is allowed with a note ----
+expect_one_line_error(2 "--precision 'fp16' is neither fp32 nor bf16" train vit --data ${DATA} --precision fp16)
+run(a16 train vit ${common} --precision bf16 --checkpoint straight16.safetensors)
+run(b16 train vit ${common} --precision bf16 --checkpoint split16.safetensors --stop-at 5)
+run(c16 train vit --data ${DATA} --checkpoint split16.safetensors --resume --threads 1)
+foreach(v a16 c16)
+  if(${v} MATCHES "final loss: ([^\n]+)\nheld-out accuracy: ([0-9.]+)% \\(([0-9]+)/299\\)")
+    set(${v}_loss "${CMAKE_MATCH_1} ${CMAKE_MATCH_2}")
+  else()
+    set(${v}_loss "none")
+  endif()
+endforeach()
+file(READ ${WORK}/split16.safetensors head16 OFFSET 8 LIMIT 20000) # the JSON header
+file(READ ${WORK}/straight.safetensors head32 OFFSET 8 LIMIT 20000)
+if(NOT a16_rc EQUAL 0 OR NOT b16_rc EQUAL 0 OR NOT c16_rc EQUAL 0 OR a16_loss STREQUAL "none"
+   OR NOT a16_loss STREQUAL c16_loss OR a16_loss STREQUAL a_loss
+   OR NOT a16 MATCHES "^vit: [^\n]*lr 0.003, bf16, [0-9]+ threads\n"
+   OR NOT c16 MATCHES "resuming from split16.safetensors at step 5\nvit: [^\n]*lr 0.003, bf16, 1 threads"
+   OR NOT head16 MATCHES "\"train.precision\":\"bf16\"" OR head16 MATCHES "\"dtype\":\"(BF16|F16)\""
+   OR NOT head32 MATCHES "\"train.precision\":\"fp32\"" OR NOT a MATCHES "lr 0.003, fp32, [0-9]+ threads")
+  message(SEND_ERROR "bf16 resume: straight (${a16_rc}):\n${a16}\nsplit (${b16_rc}, ${c16_rc}):\n${b16}${c16}\nfp32: ${a_loss}")
+else()
+  message(STATUS "ok: bf16: 12 steps straight and 5 + resumed 7 both end at loss / accuracy ${a16_loss} (fp32: ${a_loss})")
+endif()
+expect(0 "note: --precision fp32, the checkpoint was trained in bf16.*resuming from split16.safetensors at step 12.*fp32, 1 threads.*final loss"
+  train vit --data ${DATA} --checkpoint split16.safetensors --resume --precision fp32 --steps 14 --threads 1)
+
 expect_one_line_error(1 "--layers 2 differs from the checkpoint's 1" train vit ${common} --checkpoint split.safetensors
   --resume --layers 2)
 expect_one_line_error(1 "--checkpoint 'straight.safetensors' already holds a checkpoint: continue it with --resume"

@@ -41,6 +41,14 @@ static void usage_vit(FILE *f) {
             "  --warmup W         warmup steps (default N/20)\n"
             "  --shift S          random shift in pixels, 0 = none (default 1)\n"
             "  --seed S           initialisation and data order (default 1)\n"
+            "  --precision P      fp32 (default) or bf16: mixed precision, the patch embedding's,\n"
+            "                     the layers' and the head's products and flash attention's from\n"
+            "                     bf16-rounded operands with float accumulation; weights,\n"
+            "                     gradients, AdamW and the checkpoint stay fp32 (vdpbf16ps with\n"
+            "                     AVX512-BF16, a bit-exact emulation elsewhere, slower). Kept in the\n"
+            "                     checkpoint: --resume continues in it unless given again; another\n"
+            "                     precision is allowed (noted; the weights are fp32 either way),\n"
+            "                     bitwise resume holds within one precision\n"
             "  --threads T        threads (default 1: a model this small gains nothing from more)\n"
             "  --checkpoint PATH  checkpoint file (default attn-vit.safetensors; the weights under\n"
             "                     attn_vit's names)\n"
@@ -67,7 +75,8 @@ typedef struct vit_opts {
     double lr;
     int resume, force;
     int given[8]; /* patch, layers, heads, hidden, mlp, seed, and the schedule below */
-    int given_steps, given_batch, given_lr, given_warmup, given_shift;
+    int given_steps, given_batch, given_lr, given_warmup, given_shift, given_precision;
+    attn_precision precision;
 } vit_opts;
 
 typedef struct vit_data {
@@ -194,6 +203,7 @@ static void fill_meta(train_meta *m, const vit_opts *o, const attn_vit_config *c
     train_meta_add(m, "train.warmup", "%lld", (long long)o->warmup);
     train_meta_add(m, "train.lr", "%.17g", o->lr);
     train_meta_add(m, "train.shift", "%lld", (long long)o->shift);
+    train_meta_add(m, "train.precision", "%s", attn_precision_name(o->precision));
 }
 
 /* The checkpoint's model shape and schedule into o (a shape given again must agree); 0 or 1. */
@@ -238,7 +248,19 @@ static int resume_meta(vit_opts *o) {
     const char *v = attn_safetensors_metadata_find(st, "train.lr");
     double dv;
     if (!o->given_lr && v && !cli_parse_double(v, 0.0, 10.0, &dv) && dv > 0) o->lr = dv;
+    /* absent in older checkpoints: fp32 */
+    attn_precision ckpt_precision = ATTN_PRECISION_FP32;
+    if ((v = attn_safetensors_metadata_find(st, "train.precision")) && train_parse_precision(v, &ckpt_precision)) {
+        cli_fail("train vit: --resume: %s: train.precision '%s' is neither fp32 nor bf16", o->checkpoint, v);
+        attn_safetensors_close(st);
+        return 1;
+    }
     attn_safetensors_close(st);
+    if (!o->given_precision) o->precision = ckpt_precision;
+    else if (o->precision != ckpt_precision)
+        printf("note: --precision %s, the checkpoint was trained in %s (its weights are fp32 either way): "
+               "continuing in %s\n", attn_precision_name(o->precision), attn_precision_name(ckpt_precision),
+               attn_precision_name(o->precision));
     return 0;
 }
 
@@ -251,9 +273,11 @@ int train_vit(int argc, char **argv) {
     o.steps = 5000, o.batch = 32, o.warmup = -1, o.shift = 1, o.every = 1000, o.log_every = 500, o.seed = 1;
     o.threads = 1;
     o.lr = 5e-3;
+    const char *precision = NULL;
     cli_opt opts[] = {
         CLI_STRING_NONEMPTY("--data", &o.data),
         CLI_STRING_NONEMPTY("--checkpoint", &o.checkpoint),
+        CLI_STRING("--precision", &precision),
         CLI_FLAG("--resume", &o.resume),
         CLI_FLAG("--force", &o.force),
         CLI_DOUBLE_ABOVE("--lr", &o.lr, 0.0, 10.0),
@@ -288,6 +312,9 @@ int train_vit(int argc, char **argv) {
     o.given_lr = cli_seen(opts, "--lr");
     o.given_warmup = cli_seen(opts, "--warmup");
     o.given_shift = cli_seen(opts, "--shift");
+    o.given_precision = precision != NULL;
+    if (precision && train_parse_precision(precision, &o.precision))
+        return cli_usage_error("train vit: --precision '%s' is neither fp32 nor bf16", precision);
     if (!o.resume && o.hidden % o.heads)
         return cli_usage_error("train vit: --hidden %lld is not a multiple of --heads %lld", (long long)o.hidden,
                                (long long)o.heads);
@@ -318,6 +345,7 @@ int train_vit(int argc, char **argv) {
     }
     attn_vit_config cfg = attn_vit_config_default(d.side, o.patch, o.layers, o.heads, o.hidden, o.mlp, d.classes);
     cfg.in_channels = 1;
+    cfg.precision = o.precision;
     attn_status s;
     if ((s = attn_vit_create(&cfg, &v)) != ATTN_OK) {
         cli_fail("train vit: %s", attn_last_error());
@@ -371,11 +399,11 @@ int train_vit(int argc, char **argv) {
     }
     printf("vit: %lldx%lld images, patch %lld (%lld tokens), %lld layers, %lld heads, hidden %lld, mlp %lld, %lld "
            "classes, %zu parameters; %lld training / %lld held-out images from '%s'; batch %lld, %lld steps, lr %g, "
-           "%d threads\n",
+           "%s, %d threads\n",
            (long long)S, (long long)S, (long long)o.patch, (long long)attn_vit_tokens(v), (long long)o.layers,
            (long long)o.heads, (long long)o.hidden, (long long)o.mlp, (long long)K, attn_params_numel(ps),
            (long long)ntrain, (long long)(d.n - ntrain), o.data, (long long)B, (long long)o.steps, o.lr,
-           attn_get_num_threads());
+           attn_precision_name(o.precision), attn_get_num_threads());
     fflush(stdout);
 
     train_signals_catch();

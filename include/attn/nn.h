@@ -667,7 +667,9 @@ typedef enum attn_positions { ATTN_POSITIONS_LEARNED = 0, ATTN_POSITIONS_ROPE = 
  *         exp; slower) — bf16 mode works on every CPU.
  * Results are bitwise identical for any thread count in either precision. attn_gpt_forward,
  * attn_gpt_backward and attn_gpt_workspace_size follow attn_gpt_config.precision (a bf16 call needs
- * a larger workspace: ask that model); generation steps (attn_gpt_forward_step) run float32. */
+ * a larger workspace: ask that model); generation steps (attn_gpt_forward_step) run float32.
+ * attn_vit_forward, attn_vit_backward and attn_vit_workspace_size follow attn_vit_config.precision
+ * the same way (the patch embedding is a linear layer; the ViT's attention is flash). */
 typedef enum attn_precision { ATTN_PRECISION_FP32 = 0, ATTN_PRECISION_BF16 = 1 } attn_precision;
 
 /* "fp32", "bf16"; NULL for a value outside the enum. */
@@ -879,6 +881,9 @@ typedef struct attn_vit_config {
     float dropout;                     /* default 0 */
     float layer_norm_eps;              /* every LayerNorm's (default 1e-6) */
     int distilled;                     /* DeiT's dist_token and head_dist (default 0) */
+    attn_precision precision;          /* compute precision (default fp32; see attn_precision): in
+                                        * bf16 the patch embedding, the layers' linears and flash
+                                        * attention, and the heads */
 } attn_vit_config;
 
 /* torchvision's VisionTransformer(image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim,

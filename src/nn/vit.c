@@ -80,6 +80,9 @@ static attn_status check_config(const char *fn, const attn_vit_config *c) {
                           (long long)np, (long long)(c->in_channels * c->patch_size * c->patch_size));
     if (!(c->dropout >= 0.0f && c->dropout <= 1.0f))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: dropout = %g must be in [0, 1]", fn, (double)c->dropout);
+    if (!attn_precision_name(c->precision))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: precision = %d is neither fp32 nor bf16", fn,
+                          (int)c->precision);
     if (!(c->layer_norm_eps > 0.0f))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: layer_norm_eps = %g must be > 0", fn,
                           (double)c->layer_norm_eps);
@@ -182,7 +185,8 @@ size_t attn_vit_saved_size(const attn_vit *v, const attn_vit_args *a) {
     return nn_add(nn_add(NN_SLACK, nn_add(bnd(v, a), hc)), nn_block(attn_nn_stack_saved(&v->S, &la)));
 }
 
-size_t attn_vit_workspace_size(const attn_vit *v, const attn_vit_args *a) {
+/* The size in the model's precision: bf16 products need room for their rounded operands. */
+static size_t workspace_size(const attn_vit *v, const attn_vit_args *a) {
     if (!args_ok(v, a)) return 0;
     attn_layer_args la = layer_args(v, a, NULL);
     const int64_t B = a->batch, D = v->cfg.hidden_dim, K = v->cfg.num_classes;
@@ -199,6 +203,14 @@ size_t attn_vit_workspace_size(const attn_vit *v, const attn_vit_args *a) {
     s = nn_add(s, nn_mul(2, hc));
     s = nn_add(s, lg);
     return nn_add(s, sub);
+}
+
+size_t attn_vit_workspace_size(const attn_vit *v, const attn_vit_args *a) {
+    if (!args_ok(v, a)) return 0;
+    const attn_precision prev = attn_nn_precision_set(v->cfg.precision);
+    const size_t s = workspace_size(v, a);
+    attn_nn_precision_set(prev);
+    return s;
 }
 
 static attn_status check_args(const char *fn, const attn_vit *v, const attn_vit_args *a) {
@@ -247,9 +259,8 @@ static uint64_t pos_offset(const attn_vit *v, const attn_vit_args *a) {
     return nn_site_offset(a->offset, v->cfg.num_layers, NN_SITE_POS_SRC);
 }
 
-attn_status attn_vit_forward(attn_vit *v, const attn_vit_args *a, float *logits, void *saved,
-                             size_t saved_bytes, void *workspace, size_t workspace_bytes) {
-    static const char fn[] = "attn_vit_forward";
+static attn_status vit_forward(const char *fn, attn_vit *v, const attn_vit_args *a, float *logits, void *saved,
+                               size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     attn_status st = check_args(fn, v, a);
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, logits);
@@ -293,9 +304,9 @@ attn_status attn_vit_forward(attn_vit *v, const attn_vit_args *a, float *logits,
     return ATTN_OK;
 }
 
-attn_status attn_vit_backward(attn_vit *v, const attn_vit_args *a, const float *dlogits, float *dimages,
-                              const void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
-    static const char fn[] = "attn_vit_backward";
+static attn_status vit_backward(const char *fn, attn_vit *v, const attn_vit_args *a, const float *dlogits,
+                                float *dimages, const void *saved, size_t saved_bytes, void *workspace,
+                                size_t workspace_bytes) {
     attn_status st = check_args(fn, v, a);
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, dlogits);
@@ -351,6 +362,24 @@ attn_status attn_vit_backward(attn_vit *v, const attn_vit_args *a, const float *
         return st;
     if (dimages) col2im(v, dcols, B, dimages);
     return ATTN_OK;
+}
+
+/* The forward and backward run in the model's precision (attn_nn_precision, restored after). */
+attn_status attn_vit_forward(attn_vit *v, const attn_vit_args *a, float *logits, void *saved,
+                             size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+    const attn_precision prev = attn_nn_precision_set(v ? v->cfg.precision : ATTN_PRECISION_FP32);
+    const attn_status st = vit_forward("attn_vit_forward", v, a, logits, saved, saved_bytes, workspace, workspace_bytes);
+    attn_nn_precision_set(prev);
+    return st;
+}
+
+attn_status attn_vit_backward(attn_vit *v, const attn_vit_args *a, const float *dlogits, float *dimages,
+                              const void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+    const attn_precision prev = attn_nn_precision_set(v ? v->cfg.precision : ATTN_PRECISION_FP32);
+    const attn_status st = vit_backward("attn_vit_backward", v, a, dlogits, dimages, saved, saved_bytes, workspace,
+                                        workspace_bytes);
+    attn_nn_precision_set(prev);
+    return st;
 }
 
 /* ---- name maps ---- */
