@@ -164,8 +164,8 @@ static void check_fixture(void) {
     CHECK(n >= 10, "fixture has %d cases", n);
     const int fast = attn_detected_isa() == ATTN_ISA_AVX512 && strstr(attn_cpu_features(), "avx512bf16");
     if (!fast) printf("  notice: no AVX512-BF16 on this CPU: the vdpbf16ps kernels are not tested\n");
-    if (!attn_bf16_kernels_try_amx())
-        printf("  notice: no AMX-BF16 on this CPU (or the tile state was refused): the AMX path is not tested\n");
+    if (strcmp(attn_bf16_kernels_active()->name, "amx"))
+        printf("  notice: AMX tiles not in use (opt-in with ATTN_AMX=1, on AMX-BF16 CPUs only): the AMX path is not tested\n");
     printf("  bf16 kernels in use at the detected ISA: %s\n", attn_bf16_kernels_active()->name);
     printf("  rel RMS error vs float64 (torch bf16 | attn per ISA, f32 out / bf16 out):\n");
     for (int ci = 0; ci < n; ci++) {

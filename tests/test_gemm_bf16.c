@@ -2,8 +2,10 @@
  * against the float64 product of the bf16-rounded inputs), transposes, odd k, accumulate, edges,
  * bitwise determinism across thread counts. Without AVX512-BF16 the fast comparison is skipped
  * with a notice. */
+#define _POSIX_C_SOURCE 200112L /* setenv */
 #include <string.h>
 
+#include "core/dispatch.h"
 #include "kernels/bf16_internal.h"
 #include "test_util.h"
 
@@ -145,9 +147,37 @@ static void check_kernels(test_rng *r, int fast) {
     CHECK(eq, "vdpbf16ps and the emulation disagree near the subnormal range");
 }
 
+/* AMX is opt-in while unmeasured on hardware: the AVX-512 bf16 kernels are AMX's only with
+ * ATTN_AMX=1 and an AMX-BF16 CPU whose tile state Linux grants, else vdpbf16ps (or the reference
+ * without AVX512-BF16); the same for the context the process started with (ctest runs this test
+ * with and without ATTN_AMX=1). */
+static void check_amx_policy(void) {
+    const char *e = getenv("ATTN_AMX");
+    const int asked = e && !strcmp(e, "1");
+    const char *fallback = attn_cpu_has_avx512bf16() && attn_detected_isa() == ATTN_ISA_AVX512 ? "avx512bf16" : "ref";
+    const int amx = attn_bf16_kernels_try_amx() != NULL;
+    if (attn_active_isa() == ATTN_ISA_AVX512) {
+        const char *active = attn_bf16_kernels_active()->name;
+        CHECK(!strcmp(active, asked && amx ? "amx" : fallback), "ATTN_AMX=%s: active bf16 kernels %s", e ? e : "(unset)",
+              active);
+        if (asked && !amx) printf("  notice: ATTN_AMX=1 but no AMX-BF16 here: the %s kernels serve\n", active);
+    }
+    static const char *const values[] = {NULL, "0", "1", "yes"};
+    for (int i = 0; i < 4; i++) {
+        if (values[i]) setenv("ATTN_AMX", values[i], 1);
+        else unsetenv("ATTN_AMX");
+        const char *want = values[i] && !strcmp(values[i], "1") && amx ? "amx" : fallback;
+        const char *got = attn_bf16_kernels_for(ATTN_ISA_AVX512)->name;
+        CHECK(!strcmp(got, want), "ATTN_AMX=%s: AVX-512 bf16 kernels %s, want %s", values[i] ? values[i] : "(unset)", got,
+              want);
+    }
+    if (e) setenv("ATTN_AMX", e, 1);
+    else unsetenv("ATTN_AMX");
+}
+
 /* AMX tiles against the emulation: the same pair products, TDPBF16PS's own rounding of the sums,
  * so close rather than bitwise; skipped with a notice where the CPU has no AMX-BF16 or Linux
- * refuses the tile state. */
+ * refuses the tile state (test_amx_emulated runs the kernel on emulated tiles everywhere). */
 static void check_amx(test_rng *r) {
     const attn_bf16_kernels *amx = attn_bf16_kernels_try_amx(), *ref = attn_bf16_kernels_ref();
     if (!amx) {
@@ -182,6 +212,7 @@ int main(void) {
     test_rng r = rng_seeded(31337);
     const int fast = attn_cpu_has_avx512bf16() && attn_detected_isa() == ATTN_ISA_AVX512;
     if (!fast) printf("  notice: no AVX512-BF16 on this CPU: only the portable bf16 kernels are tested\n");
+    check_amx_policy();
     check_amx(&r);
     static const int64_t sz[][3] = {{1, 1, 1}, {4, 64, 2}, {5, 17, 3}, {64, 64, 64}, {67, 130, 31}, {130, 300, 128},
                                     {3, 513, 77}, {200, 70, 260}};

@@ -47,20 +47,21 @@ const attn_bf16_kernels *attn_bf16_kernels_ref(void);
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
 const attn_bf16_kernels *attn_bf16_kernels_avx512bf16(void);
 float attn_dpbf16_loop_avx512bf16(int64_t iters, int *chains, int *lanes);
-/* AMX tiles (bf16_amx.c): NULL when the CPU has no AMX-BF16 or Linux refuses the tile state. */
+/* AMX tiles (bf16_amx.c): NULL when the CPU has no AMX-BF16 or Linux refuses the tile state.
+ * Tested through an emulation of the instructions (amx_emulate.h, test_amx_emulated). */
 const attn_bf16_kernels *attn_bf16_kernels_amx(void);
 int attn_cpu_has_amx_bf16(void);
 #endif
 /* Peak loop for `attn bench peak --dtype bf16`: iters rounds of *chains independent vdpbf16ps
  * of *lanes lanes (4 flops per lane each); *chains = 0 when the CPU has no AVX512-BF16. */
 float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes);
-/* The kernels for the active ISA: with the active ISA AVX-512, AMX tiles where the CPU has
- * AMX-BF16 and Linux grants the tile state (ATTN_AMX=0 in the environment declines them), else
- * vdpbf16ps where the CPU has AVX512-BF16; the reference otherwise (ATTN_ISA=ref or
- * attn_force_isa select it). */
+/* The kernels for the active ISA: with the active ISA AVX-512, vdpbf16ps where the CPU has
+ * AVX512-BF16, or AMX tiles when asked for (ATTN_AMX=1 in the environment: opt-in while the AMX
+ * kernel is unmeasured on hardware) and the CPU has AMX-BF16 and Linux grants the tile state;
+ * the reference otherwise (ATTN_ISA=ref or attn_force_isa select it). */
 const attn_bf16_kernels *attn_bf16_kernels_active(void);
-/* The AMX kernels when the CPU has AMX-BF16 and Linux grants the tile state, NULL otherwise
- * (any architecture; tests call it). */
+/* The AMX kernels when the CPU has AMX-BF16 and Linux grants the tile state, NULL otherwise,
+ * whatever ATTN_AMX says (any architecture; tests call it). */
 const attn_bf16_kernels *attn_bf16_kernels_try_amx(void);
 /* Does the CPU have AVX512-BF16? */
 int attn_cpu_has_avx512bf16(void);

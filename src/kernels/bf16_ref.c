@@ -75,8 +75,10 @@ int attn_cpu_has_avx512bf16(void) { return (attn_cpu_feature_bits() & ATTN_CPU_A
 const attn_bf16_kernels *attn_bf16_kernels_for(attn_isa isa) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
     if (isa == ATTN_ISA_AVX512 && attn_cpu_has_avx512bf16()) {
+        /* AMX only on request (ATTN_AMX=1): the kernel has never run on AMX hardware, so it is
+         * not known to beat vdpbf16ps (see bf16_amx.c) */
         const char *e = getenv("ATTN_AMX");
-        const attn_bf16_kernels *amx = e && !strcmp(e, "0") ? NULL : attn_bf16_kernels_amx();
+        const attn_bf16_kernels *amx = e && !strcmp(e, "1") ? attn_bf16_kernels_amx() : NULL;
         return amx ? amx : attn_bf16_kernels_avx512bf16();
     }
 #endif
