@@ -5,6 +5,7 @@
  * trips, dropout and thread determinism, training a tiny ViT, and bad arguments. */
 #include "io/json.h"
 #include "test_util.h"
+#include "test_vit_config.h"
 
 #include <unistd.h>
 
@@ -13,33 +14,6 @@
 
 static double max_out_err, max_grad_err;
 
-static double num(const attn_json *o, const char *k, double dflt) {
-    double v = dflt;
-    attn_json_as_double(attn_json_get(o, k), &v);
-    return v;
-}
-
-static int config_of(const attn_safetensors *st, int ci, attn_vit_config *c, int64_t *batch) {
-    char key[64];
-    snprintf(key, sizeof key, "case%d.config", ci);
-    const char *js = attn_safetensors_metadata_find(st, key);
-    attn_json_doc *doc = NULL;
-    CHECK(js && attn_json_parse(js, strlen(js), NULL, &doc, NULL) == ATTN_JSON_OK, "case %d: config", ci);
-    if (!doc) return 0;
-    const attn_json *o = attn_json_root(doc);
-    *c = attn_vit_config_default(0, (int64_t)num(o, "patch_size", 0), (int64_t)num(o, "num_layers", 0),
-                                 (int64_t)num(o, "num_heads", 0), (int64_t)num(o, "hidden_dim", 0),
-                                 (int64_t)num(o, "mlp_dim", 0), (int64_t)num(o, "num_classes", 0));
-    c->image_h = (int64_t)num(o, "image_h", 0);
-    c->image_w = (int64_t)num(o, "image_w", 0);
-    c->in_channels = (int64_t)num(o, "in_channels", 3);
-    int dist = 0;
-    attn_json_as_bool(attn_json_get(o, "distilled"), &dist);
-    c->distilled = dist;
-    *batch = (int64_t)num(o, "batch", 1);
-    attn_json_free(doc);
-    return 1;
-}
 
 static void cmp(const char *ctx, const char *what, const float *got, const float *ref, size_t n, double tol,
                 double *worst) {
