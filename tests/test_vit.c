@@ -5,7 +5,7 @@
  * trips, dropout and thread determinism, training a tiny ViT, and bad arguments. */
 #include "io/json.h"
 #include "test_util.h"
-#include "test_vit_config.h"
+#include "test_vit_fixture.h"
 
 #include <unistd.h>
 
@@ -35,14 +35,8 @@ static void parity_case(const attn_safetensors *st, int ci, const attn_name_map 
     snprintf(key, sizeof key, "case%d.p.", ci);
     CHECK_OK(attn_params_load_mapped(ps, st, map, key, 1));
     const int64_t K = c.num_classes, nimg = B * c.in_channels * c.image_h * c.image_w;
-    snprintf(key, sizeof key, "case%d.x", ci);
-    float *x = fx_floats(st, key, NULL);
-    snprintf(key, sizeof key, "case%d.logits", ci);
-    float *ref = fx_floats(st, key, NULL);
-    snprintf(key, sizeof key, "case%d.dlogits", ci);
-    float *dy = fx_floats(st, key, NULL);
-    snprintf(key, sizeof key, "case%d.dx", ci);
-    float *dxref = fx_floats(st, key, NULL);
+    float *x = vit_case_tensor(st, ci, "x", NULL), *ref = vit_case_tensor(st, ci, "logits", NULL);
+    float *dy = vit_case_tensor(st, ci, "dlogits", NULL), *dxref = vit_case_tensor(st, ci, "dx", NULL);
     CHECK(x && ref && dy && dxref, "%s: fixture tensors", ctx);
     if (!x || !ref || !dy || !dxref) goto out;
     attn_vit_args a = {0};
@@ -82,12 +76,9 @@ static void parity_case(const attn_safetensors *st, int ci, const attn_name_map 
     size_t checked = 0;
     for (size_t i = 0; i < attn_params_count(ps); i++) {
         const attn_param *p = attn_params_get(ps, i);
-        char theirs[256];
-        CHECK_OK(attn_name_map_apply(map, p->name, theirs, sizeof theirs));
-        snprintf(key, sizeof key, "case%d.g.%s", ci, theirs);
         size_t n = 0;
-        float *g = fx_floats(st, key, &n);
-        CHECK(g && n == p->numel, "%s: gradient %s missing", ctx, key);
+        float *g = vit_case_grad(st, map, ci, p->name, &n);
+        CHECK(g && n == p->numel, "%s: gradient of %s missing", ctx, p->name);
         if (!g) continue;
         cmp(ctx, p->name, p->grad, g, n, GRAD_TOL, &max_grad_err);
         checked++;
@@ -96,8 +87,7 @@ static void parity_case(const attn_safetensors *st, int ci, const attn_name_map 
     CHECK(checked == attn_params_count(ps), "%s: %zu of %zu gradients checked", ctx, checked, attn_params_count(ps));
     printf("%s: %zu parameters, logits and %zu gradients + dx checked\n", ctx, attn_params_count(ps), checked);
     if (c.distilled) {
-        snprintf(key, sizeof key, "case%d.logits_sep", ci);
-        float *sep = fx_floats(st, key, NULL);
+        float *sep = vit_case_tensor(st, ci, "logits_sep", NULL);
         a.separate_heads = 1;
         CHECK_OK(attn_vit_forward(v, &a, logits, NULL, 0, ws, wb));
         if (sep) cmp(ctx, "separate heads", logits, sep, (size_t)(2 * B * K), OUT_TOL, &max_out_err);

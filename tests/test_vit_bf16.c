@@ -15,7 +15,7 @@
 
 #include "io/json.h"
 #include "test_util.h"
-#include "test_vit_config.h"
+#include "test_vit_fixture.h"
 
 
 static size_t nimg(const attn_vit_config *c, int64_t B) {
@@ -61,22 +61,13 @@ static void parity_case(const attn_safetensors *st, int ci, const attn_name_map 
     CHECK_OK(attn_params_load_mapped(attn_vit_params(m16), st, map, key, 1));
     const attn_params *ps = attn_vit_params(m16);
     const size_t P = attn_params_numel(ps), K = (size_t)c.num_classes, NI = nimg(&c, B);
-    snprintf(key, sizeof key, "case%d.x", ci);
-    float *x = fx_floats(st, key, NULL);
-    snprintf(key, sizeof key, "case%d.logits", ci);
-    float *yref = fx_floats(st, key, NULL);
-    snprintf(key, sizeof key, "case%d.dlogits", ci);
-    float *dy = fx_floats(st, key, NULL);
-    snprintf(key, sizeof key, "case%d.dx", ci);
-    float *dxref = fx_floats(st, key, NULL);
+    float *x = vit_case_tensor(st, ci, "x", NULL), *yref = vit_case_tensor(st, ci, "logits", NULL);
+    float *dy = vit_case_tensor(st, ci, "dlogits", NULL), *dxref = vit_case_tensor(st, ci, "dx", NULL);
     float *gref = xmalloc(sizeof(float) * P);
     int have = x && yref && dy && dxref;
     for (size_t i = 0, off = 0; have && i < attn_params_count(ps); off += attn_params_get(ps, i)->numel, i++) {
-        char theirs[256];
-        CHECK_OK(attn_name_map_apply(map, attn_params_get(ps, i)->name, theirs, sizeof theirs));
-        snprintf(key, sizeof key, "case%d.g.%s", ci, theirs);
         size_t n = 0;
-        float *g = fx_floats(st, key, &n);
+        float *g = vit_case_grad(st, map, ci, attn_params_get(ps, i)->name, &n);
         if (!g || n != attn_params_get(ps, i)->numel) have = 0;
         else memcpy(gref + off, g, sizeof(float) * n);
         free(g);

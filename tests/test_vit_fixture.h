@@ -1,7 +1,7 @@
-/* The ViT configs of the PyTorch fixture (gen_vit.py) as attn_vit_config: one reader for the
- * tests that build attn_vit from the fixture's JSON (test_vit, test_vit_bf16). */
-#ifndef ATTN_TEST_VIT_CONFIG_H
-#define ATTN_TEST_VIT_CONFIG_H
+/* The PyTorch ViT fixture (gen_vit.py) for the tests that build attn_vit from it (test_vit,
+ * test_vit_bf16): a case's config as attn_vit_config, and its tensors by name. */
+#ifndef ATTN_TEST_VIT_FIXTURE_H
+#define ATTN_TEST_VIT_FIXTURE_H
 
 #include <string.h>
 
@@ -35,6 +35,22 @@ static inline int config_of(const attn_safetensors *st, int ci, attn_vit_config 
     *batch = (int64_t)num(o, "batch", 1);
     attn_json_free(doc);
     return 1;
+}
+
+/* Tensor "case<ci>.<what>" (x, logits, dlogits, dx, logits_sep, ...), NULL when absent. */
+static inline float *vit_case_tensor(const attn_safetensors *st, int ci, const char *what, size_t *n) {
+    char key[300];
+    snprintf(key, sizeof key, "case%d.%s", ci, what);
+    return fx_floats(st, key, n);
+}
+
+/* PyTorch's gradient of the parameter attn calls `name` (through the name map), NULL when absent. */
+static inline float *vit_case_grad(const attn_safetensors *st, const attn_name_map *map, int ci, const char *name,
+                                   size_t *n) {
+    char theirs[256], what[280];
+    CHECK_OK(attn_name_map_apply(map, name, theirs, sizeof theirs));
+    snprintf(what, sizeof what, "g.%s", theirs);
+    return vit_case_tensor(st, ci, what, n);
 }
 
 #endif
