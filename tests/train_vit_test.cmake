@@ -31,6 +31,15 @@ function(expect_one_line_error rc regex)
   endif()
 endfunction()
 
+# final_result(var): ${var}_loss = "LOSS ACCURACY" from the run's closing lines, or "none".
+macro(final_result v)
+  if(${v} MATCHES "final loss: ([^\n]+)\nheld-out accuracy: ([0-9.]+)% \\(([0-9]+)/299\\)")
+    set(${v}_loss "${CMAKE_MATCH_1} ${CMAKE_MATCH_2}")
+  else()
+    set(${v}_loss "none")
+  endif()
+endmacro()
+
 set(tiny --data ${DATA} --layers 1 --heads 2 --hidden 16 --batch 8 --threads 2)
 
 expect(0 "usage: attn train gpt.*attn train vit" train --help)
@@ -54,13 +63,8 @@ set(common ${tiny} --steps 12 --lr 3e-3 --every 4 --log-every 4)
 run(a train vit ${common} --checkpoint straight.safetensors)
 run(b train vit ${common} --checkpoint split.safetensors --stop-at 5)
 run(c train vit --data ${DATA} --checkpoint split.safetensors --resume --threads 1)
-foreach(v a c)
-  if(${v} MATCHES "final loss: ([^\n]+)\nheld-out accuracy: ([0-9.]+)% \\(([0-9]+)/299\\)")
-    set(${v}_loss "${CMAKE_MATCH_1} ${CMAKE_MATCH_2}")
-  else()
-    set(${v}_loss "none")
-  endif()
-endforeach()
+final_result(a)
+final_result(c)
 if(NOT a_rc EQUAL 0 OR NOT b_rc EQUAL 0 OR NOT c_rc EQUAL 0 OR a_loss STREQUAL "none" OR NOT a_loss STREQUAL c_loss
    OR NOT a MATCHES "vit: 8x8 images, patch 2 \\(17 tokens\\).*1498 training / 299 held-out"
    OR NOT a MATCHES "step +1/12  loss [0-9.]+  lr .* img/s" OR NOT c MATCHES "resuming from split.safetensors at step 5")
@@ -76,13 +80,8 @@ expect_one_line_error(2 "--precision 'fp16' is neither fp32 nor bf16" train vit 
 run(a16 train vit ${common} --precision bf16 --checkpoint straight16.safetensors)
 run(b16 train vit ${common} --precision bf16 --checkpoint split16.safetensors --stop-at 5)
 run(c16 train vit --data ${DATA} --checkpoint split16.safetensors --resume --threads 1)
-foreach(v a16 c16)
-  if(${v} MATCHES "final loss: ([^\n]+)\nheld-out accuracy: ([0-9.]+)% \\(([0-9]+)/299\\)")
-    set(${v}_loss "${CMAKE_MATCH_1} ${CMAKE_MATCH_2}")
-  else()
-    set(${v}_loss "none")
-  endif()
-endforeach()
+final_result(a16)
+final_result(c16)
 file(READ ${WORK}/split16.safetensors head16 OFFSET 8 LIMIT 20000) # the JSON header
 file(READ ${WORK}/straight.safetensors head32 OFFSET 8 LIMIT 20000)
 if(NOT a16_rc EQUAL 0 OR NOT b16_rc EQUAL 0 OR NOT c16_rc EQUAL 0 OR a16_loss STREQUAL "none"
