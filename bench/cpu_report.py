@@ -69,6 +69,13 @@ def mark(ok):
     return "yes" if ok else "**no**"
 
 
+def table(L, title, columns, rows, first=False):
+    """A Markdown section: its title, then a table of the rows (cells formatted already)."""
+    L.append(("" if first else "\n") + f"## {title}\n")
+    L.append("| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|")
+    L += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--attn", default=os.path.join(HERE, "..", "build", "attn"))
@@ -136,32 +143,24 @@ def main():
     for m in missing:
         L.append(f"- not measured here: {m}")
 
-    L.append("## Peaks (GFLOP/s)\n\n| threads | fp32 FMA | bf16 | bf16 / fp32 |\n|---|---|---|---|")
     f32p = {r["threads"]: r for r in peaks if r["op"] == "fma_peak"}
     bfp = {r["threads"]: r for r in peaks if r["op"] == "bf16_peak"}
-    for t in sorted(f32p):
-        b = bfp.get(t)
-        L.append(f"| {t} | {f32p[t]['gflops']:.1f} | {b['gflops']:.1f} | {b['gflops'] / f32p[t]['gflops']:.2f} |" if b
-                 else f"| {t} | {f32p[t]['gflops']:.1f} | - | - |")
+    table(L, "Peaks (GFLOP/s)", ["threads", "fp32 FMA", "bf16", "bf16 / fp32"],
+          [[t, f"{f32p[t]['gflops']:.1f}", f"{bfp[t]['gflops']:.1f}", f"{bfp[t]['gflops'] / f32p[t]['gflops']:.2f}"]
+           if t in bfp else [t, f"{f32p[t]['gflops']:.1f}", "-", "-"] for t in sorted(f32p)], first=True)
 
-    L.append("\n## GEMM (aim: fp32 >= 75% of the FMA peak)\n")
-    L.append("| shape | threads | impl | GFLOP/s | % of its peak | ratio |\n|---|---|---|---|---|---|")
-    for r in gemm:
-        s = r["shape"]
-        ratio = f"{r['ratio']:.2f} x {r['peer']}" if "ratio" in r else ""
-        L.append(f"| {s['m']}x{s['n']}x{s['k']} | {r['threads']} | {r['impl']} | {r['gflops']:.1f} | "
-                 f"{pct(r['peak_fraction'])} | {ratio} |")
+    table(L, "GEMM (aim: fp32 >= 75% of the FMA peak)", ["shape", "threads", "impl", "GFLOP/s", "% of its peak", "ratio"],
+          [[f"{r['shape']['m']}x{r['shape']['n']}x{r['shape']['k']}", r["threads"], r["impl"], f"{r['gflops']:.1f}",
+            pct(r["peak_fraction"]), f"{r['ratio']:.2f} x {r['peer']}" if "ratio" in r else ""] for r in gemm])
     f32g = [r for r in gemm if r["impl"] == "attn" and r["shape"]["m"] >= 1024]
     if f32g:
         lo = min(r["peak_fraction"] for r in f32g)
         L.append(f"\nfp32 GEMM lowest cell {pct(lo)} of the peak: aim met: {mark(lo >= 0.75)}")
 
-    L.append("\n## fp32 flash attention (aim: >= 75% of the FMA peak, N >= 1024)\n")
-    L.append("| pass | shape | threads | GFLOP/s | % of peak |\n|---|---|---|---|---|")
-    for r in flash:
-        s = r["shape"]
-        L.append(f"| {r['variant']} | b={s['b']} h={s['h']} n={s['n']} d={s['d']} | {r['threads']} | "
-                 f"{r['gflops']:.1f} | {pct(r['peak_fraction'])} |")
+    table(L, "fp32 flash attention (aim: >= 75% of the FMA peak, N >= 1024)",
+          ["pass", "shape", "threads", "GFLOP/s", "% of peak"],
+          [[r["variant"], "b={b} h={h} n={n} d={d}".format(**r["shape"]), r["threads"], f"{r['gflops']:.1f}",
+            pct(r["peak_fraction"])] for r in flash])
     big = [r for r in flash if r["shape"]["n"] >= 1024]
     if big:
         lo = min(big, key=lambda r: r["peak_fraction"])
@@ -170,31 +169,26 @@ def main():
 
     amx = "bf16 kernels: amx" in info
     aim_bf = 4.0 if amx else 1.7
-    L.append(f"\n## bf16 flash against fp32 flash (aim: >= {aim_bf}x{' with AMX' if amx else ''})\n")
-    L.append("| pass | shape | threads | GFLOP/s | % of bf16 peak | x fp32 |\n|---|---|---|---|---|---|")
     bfr = [r for r in bf if r["impl"] == "flash.bf16"]
-    for r in bfr:
-        s = r["shape"]
-        L.append(f"| {r['variant']} | n={s['n']} d={s['d']} | {r['threads']} | {r['gflops']:.1f} | "
-                 f"{pct(r['peak_fraction'])} | {r.get('ratio', 0):.2f} |")
+    table(L, f"bf16 flash against fp32 flash (aim: >= {aim_bf}x{' with AMX' if amx else ''})",
+          ["pass", "shape", "threads", "GFLOP/s", "% of bf16 peak", "x fp32"],
+          [[r["variant"], "n={n} d={d}".format(**r["shape"]), r["threads"], f"{r['gflops']:.1f}",
+            pct(r["peak_fraction"]), f"{r.get('ratio', 0):.2f}"] for r in bfr])
     if bfr:
         lo = min(r.get("ratio", 0) for r in bfr)
         L.append(f"\nlowest ratio {lo:.2f}x: aim met: {mark(lo >= aim_bf)}")
 
-    L.append("\n## Decode with the KV cache (aim: >= 70% of the measured memory bandwidth)\n")
-    L.append("| cache | ctx | threads | GB/s | memory GB/s | fraction |\n|---|---|---|---|---|---|")
-    for r in dec:
-        L.append(f"| {r['dtype']} | {r['ctx']} | {r['threads']} | {r['gbs']:.1f} | {r['mem_gbs']:.1f} | "
-                 f"{pct(r['mem_fraction'])} |")
+    table(L, "Decode with the KV cache (aim: >= 70% of the measured memory bandwidth)",
+          ["cache", "ctx", "threads", "GB/s", "memory GB/s", "fraction"],
+          [[r["dtype"], r["ctx"], r["threads"], f"{r['gbs']:.1f}", f"{r['mem_gbs']:.1f}", pct(r["mem_fraction"])]
+           for r in dec])
     big = [r for r in dec if r["cache_bytes"] > 32 << 20]
     if big:
         lo = min(r["mem_fraction"] for r in big)
         L.append(f"\ncaches above 32 MiB, lowest {pct(lo)}: aim met: {mark(lo >= 0.70)}")
 
-    L.append("\n## Training (GPT-2-small-shaped layers, `attn bench train`)\n")
-    L.append("| precision | threads | tokens/s | GFLOP/s |\n|---|---|---|---|")
-    for r in train:
-        L.append(f"| {r['precision']} | {r['threads']} | {r['tokens_per_s']:.0f} | {r['gflops']:.1f} |")
+    table(L, "Training (GPT-2-small-shaped layers, `attn bench train`)", ["precision", "threads", "tokens/s", "GFLOP/s"],
+          [[r["precision"], r["threads"], f"{r['tokens_per_s']:.0f}", f"{r['gflops']:.1f}"] for r in train])
     if peer_rows:
         L.append("\nAgainst PyTorch (bench/torch_train.py, aim >= 2x):\n")
         for prec, line in peer_rows:
