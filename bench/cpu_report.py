@@ -7,13 +7,15 @@ report: the CPU model and `attn info`, then one table per target with the measur
 whether each meets its aim, and the raw JSON lines at the end.
 
 Usage: python3 bench/cpu_report.py [--attn build/attn] [--out report.md] [--threads 1,2]
-       [--peer-python VENV/bin/python] [--quick]
+       [--peer-python VENV/bin/python] [--quick] [--force]
 
   --threads       thread counts (default 1 and the machine's CPU count when larger)
   --peer-python   an interpreter with PyTorch 2.x: adds bench/torch_train.py's training ratio
                   (and bench/compare_attention.py's SDPA / ONNX Runtime cells when it has them)
   --quick         tiny shapes and few repeats: checks that the report runs (tests use it), its
                   numbers mean nothing
+  --force         replace --out even when it holds something other than an earlier report
+                  (an earlier report is replaced; a link or a non-regular file never is)
 
 Aims (#14): flash forward/backward and SGEMM >= 75% of the FMA peak at N >= 1024; bf16 flash
 >= 1.7x fp32 (>= 4x with AMX); decode >= 70% of the measured memory bandwidth; training and
@@ -69,6 +71,23 @@ def mark(ok):
     return "yes" if ok else "**no**"
 
 
+TITLE = "# attn on this CPU"
+
+
+def check_out(path, force):
+    """Refuse, before measuring anything, to write through a link or over a file that is not an
+    earlier report (unless --force): a user's file is never replaced by accident."""
+    if path == "-" or not os.path.lexists(path):
+        return
+    if os.path.islink(path) or not os.path.isfile(path):
+        raise SystemExit(f"cpu_report: --out {path} is not a regular file: refusing to write through it")
+    with open(path, errors="replace") as f:
+        first = f.readline().rstrip("\n")
+    if first != TITLE and not force:
+        raise SystemExit(f"cpu_report: --out {path} exists and is not an earlier report: "
+                         "give another path, or --force to replace it")
+
+
 def table(L, title, columns, rows, first=False):
     """A Markdown section: its title, then a table of the rows (cells formatted already)."""
     L.append(("" if first else "\n") + f"## {title}\n")
@@ -83,7 +102,9 @@ def main():
     ap.add_argument("--threads", default=None)
     ap.add_argument("--peer-python", default=None)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--force", action="store_true", help="replace --out even when it is not an earlier report")
     a = ap.parse_args()
+    check_out(a.out, a.force)
     attn = a.attn
     ncpu = os.cpu_count() or 1
     threads = a.threads or ("1" if ncpu == 1 else f"1,{ncpu}")
@@ -135,7 +156,7 @@ def main():
                     peer_rows.append((prec, line.strip()))
 
     L = []
-    L.append("# attn on this CPU\n")
+    L.append(TITLE + "\n")
     L.append(f"- CPU: `{cpu_model()}` ({ncpu} logical CPUs), {platform.system()} {platform.release()}")
     L.append(f"- taken {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.time() - t0:.0f} s"
              + (" (--quick: tiny shapes, the numbers mean nothing)" if q else ""))

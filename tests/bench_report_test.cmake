@@ -16,3 +16,21 @@ foreach(want "- CPU: `" "\\$ attn info" "## Peaks" "\\| 1 \\| [0-9.]+ \\|" "## G
   endif()
 endforeach()
 message(STATUS "ok: cpu_report.py --quick wrote every section")
+
+# an existing file that is not an earlier report is kept (exit non-zero, nothing measured) unless
+# --force; a re-run replaces the earlier report
+get_filename_component(dir ${OUT} DIRECTORY)
+set(notes ${dir}/bench_report_notes.txt)
+file(WRITE ${notes} "my notes\n")
+execute_process(COMMAND ${PY} ${SCRIPT} --attn ${ATTN} --quick --out ${notes} RESULT_VARIABLE rc ERROR_VARIABLE err
+  OUTPUT_QUIET TIMEOUT 60)
+file(READ ${notes} kept)
+if(rc EQUAL 0 OR NOT kept STREQUAL "my notes\n" OR NOT err MATCHES "is not an earlier report.*--force")
+  message(FATAL_ERROR "cpu_report.py replaced a user's file (${rc}): ${err}")
+endif()
+execute_process(COMMAND ${PY} ${SCRIPT} --attn ${ATTN} --quick --threads 1 --out ${OUT} RESULT_VARIABLE rc
+  OUTPUT_QUIET ERROR_VARIABLE err TIMEOUT 280)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cpu_report.py did not replace its own earlier report (${rc}): ${err}")
+endif()
+message(STATUS "ok: a user's file kept, an earlier report replaced")
