@@ -384,22 +384,24 @@ static attn_status get_bufs(const char *fn, const attn_ctx *c, int bf16, void *w
     return st;
 }
 
-static flash_rows backward_rows(const attn_ctx *c, float *base) {
+/* Past the per-thread buffers: the backward's row statistics (backward_rows), then V's pairs. */
+static float *shared_base(const attn_ctx *c, float *base) {
     flash_bufs unused;
+    return base + layout(c->d, c->dv, NULL, &unused) * (size_t)attn_get_num_threads();
+}
+
+static flash_rows backward_rows(const attn_ctx *c, float *base) {
     flash_rows rr = {NULL, NULL, NULL, NULL, NULL};
-    const size_t per = layout(c->d, c->dv, NULL, &unused);
-    rows_layout(c->b * c->hq * c->nq, c->b * c->hq * ceil_div(c->nq, BR), base + per * (size_t)attn_get_num_threads(), &rr);
+    rows_layout(c->b * c->hq * c->nq, c->b * c->hq * ceil_div(c->nq, BR), shared_base(c, base), &rr);
     return rr;
 }
 
 /* The bf16 forward's V pair words, after the row statistics: head (b, g) at
  * ((b Hk + g) ceil(Nk / 2)) dv, rows (2p, 2p + 1) at p dv. */
 static uint32_t *vpairs_base(const attn_ctx *c, float *base) {
-    flash_bufs unused;
     flash_rows unused_rows;
-    const size_t per = layout(c->d, c->dv, NULL, &unused);
     const size_t rows = rows_layout(c->b * c->hq * c->nq, c->b * c->hq * ceil_div(c->nq, BR), NULL, &unused_rows);
-    return (uint32_t *)(void *)(base + per * (size_t)attn_get_num_threads() + rows);
+    return (uint32_t *)(void *)(shared_base(c, base) + rows);
 }
 
 static flash_bufs thread_bufs(const attn_ctx *c, float *base) {
