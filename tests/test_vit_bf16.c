@@ -3,8 +3,9 @@
  *    under timm's names), PyTorch in float64: logits, input gradient and every parameter gradient
  *    of the fp32 path within float32 noise of it, the bf16 path at least 20x farther from both it
  *    and the fp32 path (the rounding really happens) yet within bf16's error of it;
- *  - a fresh random ViT (ATTN_TEST_SEED): bf16 on the active kernels (vdpbf16ps here) against the
- *    portable emulation (ATTN_ISA=ref) within float rounding; bitwise the same for 1, 2 and 3
+ *  - a fresh random ViT (ATTN_TEST_SEED): bf16 on the active kernels (vdpbf16ps here) bitwise equal
+ *    to the same run with the bf16 products emulated; with every kernel portable (ATTN_ISA=ref)
+ *    still within bf16's error of fp32; bitwise the same for 1, 2 and 3
  *    threads; close to fp32 but rounded; an fp32 run after a bf16 one is unchanged (the precision
  *    is restored); the bf16 workspace is larger, the saved size the same;
  *  - AdamW steps in bf16 then a checkpoint: parameters F32, equal to the fp32 master weights;
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "io/json.h"
+#include "kernels/bf16_internal.h"
 #include "test_util.h"
 #include "test_vit_fixture.h"
 
@@ -139,8 +141,8 @@ static void fresh_model(test_rng *rng, int distilled) {
     float *x = xmalloc(sizeof(float) * NI), *dy = xmalloc(sizeof(float) * n);
     fill_normal(rng, x, NI, 1.0);
     fill_normal(rng, dy, n, 1.0);
-    float *y[4], *dx[4], *g[4]; /* fp32, bf16, bf16 portable, fp32 again */
-    for (int k = 0; k < 4; k++) {
+    float *y[5], *dx[5], *g[5]; /* fp32, bf16, bf16 all-portable, fp32 again, bf16 products portable */
+    for (int k = 0; k < 5; k++) {
         y[k] = xmalloc(sizeof(float) * n), dx[k] = xmalloc(sizeof(float) * NI), g[k] = xmalloc(sizeof(float) * P);
     }
     step(m32, x, dy, B, y[0], dx[0], g[0]);
@@ -149,19 +151,36 @@ static void fresh_model(test_rng *rng, int distilled) {
     CHECK_OK(attn_force_isa(ATTN_ISA_REF));
     step(m16, x, dy, B, y[2], dx[2], g[2]);
     CHECK_OK(attn_force_isa(isa));
+    attn__bf16_force_portable(1);
+    CHECK(attn_bf16_kernels_active() == attn_bf16_kernels_ref(), "the hook did not select the emulation");
+    step(m16, x, dy, B, y[4], dx[4], g[4]);
+    attn__bf16_force_portable(0);
     step(m32, x, dy, B, y[3], dx[3], g[3]);
     const double d[3] = {rel_err_ff(y[1], y[0], n), rel_err_ff(dx[1], dx[0], NI), rel_err_ff(g[1], g[0], P)};
+    const double dp[3] = {rel_err_ff(y[2], y[0], n), rel_err_ff(dx[2], dx[0], NI), rel_err_ff(g[2], g[0], P)};
     const double r[3] = {rel_err_ff(y[2], y[1], n), rel_err_ff(dx[2], dx[1], NI), rel_err_ff(g[2], g[1], P)};
     printf("fresh ViT (distilled %d, %zu parameters, %s kernels): logits / dx / gradients rel err\n"
-           "  bf16 vs fp32 %.3g / %.3g / %.3g\n  bf16 %s vs portable emulation %.3g / %.3g / %.3g\n",
-           distilled, P, attn_isa_name(isa), d[0], d[1], d[2], attn_isa_name(isa), r[0], r[1], r[2]);
+           "  bf16 vs fp32 %.3g / %.3g / %.3g\n  bf16 portable (ATTN_ISA=ref) vs fp32 %.3g / %.3g / %.3g\n"
+           "  bf16 %s vs portable %.3g / %.3g / %.3g\n",
+           distilled, P, attn_isa_name(isa), d[0], d[1], d[2], dp[0], dp[1], dp[2], attn_isa_name(isa), r[0], r[1],
+           r[2]);
     for (int k = 0; k < 3; k++) {
-        /* rounded (the fixture cases put fp32's own noise near 1e-6) but within bf16's error */
+        /* rounded (the fixture cases put fp32's own noise near 1e-6) but within bf16's error, on
+         * the active kernels and on the portable ones */
         CHECK(d[k] >= 1e-4 && d[k] <= 5e-2, "fresh ViT: bf16 vs fp32 rel %.3g outside [1e-4, 5e-2] (%d)", d[k], k);
-        /* the linear products are bit-exact; flash attention differs by its float exp only (seen:
-         * up to 3e-7 on the gradients) */
-        CHECK(r[k] <= 1e-5, "fresh ViT: bf16 active vs portable kernels rel %.3g > 1e-5 (%d)", r[k], k);
+        CHECK(dp[k] >= 1e-4 && dp[k] <= 5e-2, "fresh ViT: portable bf16 vs fp32 rel %.3g outside [1e-4, 5e-2] (%d)",
+              dp[k], k);
     }
+    /* The bf16 products (GEMM and flash's vdpbf16ps) are bit-exact against their emulation, so
+     * with only them swapped the model is bitwise the same. With every kernel portable the two
+     * runs are not comparable this closely: the fp32 kernels' exp, layernorm and GELU differ in
+     * the last bit, one such bit that crosses a bf16 rounding boundary changes that value by
+     * 2^-8, and every layer after it rounds differently (seen: up to 0.6x bf16's own error), so
+     * that run is held to bf16's accuracy above. */
+    CHECK(!memcmp(y[4], y[1], sizeof(float) * n) && !memcmp(dx[4], dx[1], sizeof(float) * NI) &&
+              !memcmp(g[4], g[1], sizeof(float) * P),
+          "fresh ViT: bf16 on %s with the bf16 products portable differs (rel %.3g / %.3g / %.3g)",
+          attn_isa_name(isa), rel_err_ff(y[4], y[1], n), rel_err_ff(dx[4], dx[1], NI), rel_err_ff(g[4], g[1], P));
     /* the bf16 call restored the thread's precision: fp32 is bit for bit what it was */
     CHECK(!memcmp(y[3], y[0], sizeof(float) * n) && !memcmp(dx[3], dx[0], sizeof(float) * NI) &&
               !memcmp(g[3], g[0], sizeof(float) * P),
@@ -186,7 +205,7 @@ static void fresh_model(test_rng *rng, int distilled) {
           "bf16 workspace %zu not larger than fp32's %zu", attn_vit_workspace_size(m16, &a),
           attn_vit_workspace_size(m32, &a));
     CHECK(attn_vit_saved_size(m16, &a) == attn_vit_saved_size(m32, &a), "saved sizes differ");
-    for (int k = 0; k < 4; k++) free(y[k]), free(dx[k]), free(g[k]);
+    for (int k = 0; k < 5; k++) free(y[k]), free(dx[k]), free(g[k]);
     free(x), free(dy);
     attn_vit_free(m32);
     attn_vit_free(m16);

@@ -462,7 +462,7 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
                                       const attn_tensor *v, attn_tensor *out, attn_tensor *lse, float *base) {
     const attn_ctx c = *cp;
     const attn_flash_kernels *kr = flash_kernels();
-    const attn_bf16_kernels *hk = attn_kernel_ctx_active()->bf16;
+    const attn_bf16_kernels *hk = attn_bf16_kernels_active();
     const int general = needs_general_epilogue(&c);
     const float qscale = (float)(general ? c.scale : c.scale * LOG2E);
     const int64_t nqb = ceil_div(c.nq, BR), tasks = c.b * c.hq * nqb;
@@ -822,7 +822,7 @@ static attn_status flash_backward(const char *fn, const attn_tensor *q, const at
     const int64_t nqb = ceil_div(c.nq, BR), nkb = ceil_div(c.nk, BC);
     const int k_inplace = k->stride[3] == 1;
     const flash_rows rs = backward_rows(&c, base);
-    const attn_bf16_kernels *hk = attn_kernel_ctx_active()->bf16;
+    const attn_bf16_kernels *hk = attn_bf16_kernels_active();
     const int dpv = (int)((c.dv + 1) / 2);
 
     /* Pass 1, one task per (batch, query head, query block): the row statistics (shift, lse split

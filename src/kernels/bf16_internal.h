@@ -60,6 +60,10 @@ float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes);
  * kernel is unmeasured on hardware) and the CPU has AMX-BF16 and Linux grants the tile state;
  * the reference otherwise (ATTN_ISA=ref or attn_force_isa select it). */
 const attn_bf16_kernels *attn_bf16_kernels_active(void);
+/* Test hook: while on, attn_bf16_kernels_active() is the emulation whatever the ISA, so that a
+ * test can swap the bf16 products alone and keep every fp32 kernel (exp, layernorm, GELU) the
+ * same: the results must then agree bit for bit. */
+void attn__bf16_force_portable(int on);
 /* The AMX kernels when the CPU has AMX-BF16 and Linux grants the tile state, NULL otherwise,
  * whatever ATTN_AMX says (any architecture; tests call it). */
 const attn_bf16_kernels *attn_bf16_kernels_try_amx(void);

@@ -2,6 +2,7 @@
  * fast kernels are tested against. */
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "bf16_internal.h"
@@ -86,7 +87,13 @@ const attn_bf16_kernels *attn_bf16_kernels_for(attn_isa isa) {
     return attn_bf16_kernels_ref();
 }
 
-const attn_bf16_kernels *attn_bf16_kernels_active(void) { return attn_kernel_ctx_active()->bf16; }
+static atomic_int force_portable;
+void attn__bf16_force_portable(int on) { atomic_store(&force_portable, on != 0); }
+
+const attn_bf16_kernels *attn_bf16_kernels_active(void) {
+    return atomic_load_explicit(&force_portable, memory_order_relaxed) ? attn_bf16_kernels_ref()
+                                                                        : attn_kernel_ctx_active()->bf16;
+}
 
 float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
