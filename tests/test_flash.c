@@ -1,7 +1,9 @@
 /* Flash attention against the reference attention (itself checked against a float64 oracle,
  * finite differences and PyTorch in test_sdpa): every option, block edges, head dims, every ISA;
- * bitwise determinism across thread counts; attn_flash_weights; argument errors. */
+ * bitwise determinism across thread counts; the AVX-512 4- and 6-row register tiles bitwise equal;
+ * attn_flash_weights; argument errors (ctest runs it with each tile: test_flash_rows4/6). */
 #include <malloc.h>
+#include <string.h>
 
 #include "attention/flash_internal.h"
 #include "test_util.h"
@@ -406,11 +408,57 @@ static void check_work_and_memory(test_rng *r) {
     free(buf);
 }
 
+/* The AVX-512 tile kernel's two register tiles (4 and 6 rows, chosen per microarchitecture) give
+ * bitwise the same products, column maxima, accumulation and row scaling, at every edge: each
+ * element is the same chain of FMAs. */
+static void check_tile_rows(test_rng *r) {
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    if (attn_detected_isa() < ATTN_ISA_AVX512) {
+        printf("  (no AVX-512 on this CPU: the 4- and 6-row tile kernels were not compared)\n");
+        return;
+    }
+    const attn_flash_kernels *k4 = attn_flash_kernels_avx512_rows(4), *k6 = attn_flash_kernels_avx512_rows(6);
+    CHECK(k4 && k6 && !attn_flash_kernels_avx512_rows(5), "avx512 row tables");
+    if (!k4 || !k6) return;
+    const int ms[] = {1, 3, 4, 5, 6, 7, 12, 13, 64}, ns[] = {1, 15, 16, 17, 40, 64, 65, 130}, ks[] = {1, 7, 64, 129};
+    float *a = xmalloc(sizeof(float) * 64 * 160), *b = xmalloc(sizeof(float) * 160 * 140), *c4 = xmalloc(sizeof(float) * 64 * 140),
+          *c6 = xmalloc(sizeof(float) * 64 * 140), *rs = xmalloc(sizeof(float) * 64), *m4 = xmalloc(sizeof(float) * 140),
+          *m6 = xmalloc(sizeof(float) * 140);
+    int checked = 0, same = 1;
+    for (size_t im = 0; im < sizeof ms / sizeof ms[0]; im++)
+        for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
+            for (size_t ik = 0; ik < sizeof ks / sizeof ks[0]; ik++)
+                for (int mode = 0; mode < 3; mode++) {
+                    const int m = ms[im], n = ns[in], k = ks[ik];
+                    /* mode 0: A rows contiguous, column maxima; 1: A strided (P^T), accumulate with
+                     * row scales; 2: accumulate without scales */
+                    const int64_t ars = mode == 1 ? 1 : 160, acs = mode == 1 ? 64 : 1;
+                    fill_normal(r, a, 64 * 160, 1.0);
+                    fill_normal(r, b, 160 * 140, 1.0);
+                    fill_normal(r, c4, 64 * 140, 1.0);
+                    fill_normal(r, rs, 64, 1.0);
+                    memcpy(c6, c4, sizeof(float) * 64 * 140);
+                    for (int j = 0; j < 140; j++) m4[j] = m6[j] = -1.0f;
+                    k4->gemm(m, n, k, a, ars, acs, b, 140, c4, 140, mode > 0, mode == 1 ? rs : NULL, mode == 0 ? m4 : NULL);
+                    k6->gemm(m, n, k, a, ars, acs, b, 140, c6, 140, mode > 0, mode == 1 ? rs : NULL, mode == 0 ? m6 : NULL);
+                    const int ok = !memcmp(c4, c6, sizeof(float) * 64 * 140) && !memcmp(m4, m6, sizeof(float) * 140);
+                    CHECK(ok, "avx512 tile kernel: 4 and 6 rows differ at m %d n %d k %d mode %d", m, n, k, mode);
+                    same &= ok;
+                    checked++;
+                }
+    if (same) printf("  avx512 tile kernel: 4- and 6-row register tiles bitwise equal on %d shapes\n", checked);
+    free(a), free(b), free(c4), free(c6), free(rs), free(m4), free(m6);
+#else
+    (void)r;
+#endif
+}
+
 int main(void) {
     test_rng r = rng_seeded(7771);
     printf("flash attention against the reference (rel err fwd / dq / dk / dv per ISA):\n");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], &r);
     check_determinism(&r);
+    check_tile_rows(&r);
     check_work_and_memory(&r);
     check_errors();
     return test_summary("test_flash");

@@ -26,6 +26,7 @@
 #include <unistd.h>
 #endif
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention_common.h"
@@ -42,6 +43,21 @@
 #define LN2 0.6931471805599453
 
 static const attn_flash_kernels *flash_kernels(void) { return attn_kernel_ctx_active()->flash; }
+
+int attn_flash_avx512_rows(const char **why) {
+    const char *e = getenv("ATTN_FLASH_ROWS");
+    if (e && (!strcmp(e, "4") || !strcmp(e, "6"))) {
+        if (why) *why = "ATTN_FLASH_ROWS";
+        return e[0] - '0';
+    }
+    /* 6 rows measured 3-6% faster than 4 on Intel Ice Lake-SP (docs/performance.md §7); the
+     * AMD parts the kernels were tuned on keep 4, the only size measured there */
+    const int intel = !strcmp(attn_cpu_uarch()->vendor, "GenuineIntel");
+    if (why)
+        *why = e ? "ATTN_FLASH_ROWS is not 4 or 6, ignored; by the CPU's vendor"
+                 : intel ? "Intel: measured faster on Ice Lake-SP" : "as tuned on AMD Zen 4/5";
+    return intel ? 6 : 4;
+}
 
 const attn_flash_kernels *attn_flash_kernels_for(attn_isa isa) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86

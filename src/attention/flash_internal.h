@@ -87,6 +87,12 @@ const attn_flash_kernels *attn_flash_kernels_ref(void);
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
 const attn_flash_kernels *attn_flash_kernels_avx2(void);
 const attn_flash_kernels *attn_flash_kernels_avx512(void);
+/* The AVX-512 table with register tiles of `rows` (4 or 6) x 64 columns; NULL for other sizes.
+ * The two give bitwise the same results (tests compare them). */
+const attn_flash_kernels *attn_flash_kernels_avx512_rows(int rows);
 #endif
+/* The rows chosen for this CPU (ATTN_FLASH_ROWS=4|6 overrides; else 6 on Intel, 4 elsewhere)
+ * and why, for `attn info`. */
+int attn_flash_avx512_rows(const char **why);
 
 #endif
