@@ -1,8 +1,8 @@
 /* bf16 flash attention: on PyTorch's fixture (tests/parity/gen_flash_bf16.py) the error against
  * the float64 attention of the same bf16 inputs is within 2x of PyTorch's own bf16 attention
- * error, for every mask kind, every ISA, float and bf16 output; the vdpbf16ps kernels close to the
- * portable emulation; strided views; bitwise identical for 1..3 threads. Without AVX512-BF16 the
- * fast kernels' checks are skipped with a notice. */
+ * error, for every mask kind, every ISA, float and bf16 output; the AVX-512 kernels (vdpbf16ps,
+ * or its FMA emulation without AVX512-BF16) close to the portable emulation; strided views;
+ * bitwise identical for 1..3 threads. Without AVX-512 only the portable kernels run (a notice). */
 #include <string.h>
 
 #include "kernels/bf16_internal.h"
@@ -162,8 +162,10 @@ static void check_fixture(void) {
     const char *ncases = attn_safetensors_metadata_find(st, "cases");
     const int n = ncases ? atoi(ncases) : 0;
     CHECK(n >= 10, "fixture has %d cases", n);
-    const int fast = attn_detected_isa() == ATTN_ISA_AVX512 && strstr(attn_cpu_features(), "avx512bf16");
-    if (!fast) printf("  notice: no AVX512-BF16 on this CPU: the vdpbf16ps kernels are not tested\n");
+    if (attn_detected_isa() == ATTN_ISA_AVX512 && !strstr(attn_cpu_features(), "avx512bf16"))
+        printf("  notice: no AVX512-BF16 on this CPU: vdpbf16ps itself is not tested, its FMA emulation is\n");
+    else if (attn_detected_isa() < ATTN_ISA_AVX512)
+        printf("  notice: no AVX-512 on this CPU: only the portable bf16 kernels are tested\n");
     if (strcmp(attn_bf16_kernels_active()->name, "amx"))
         printf("  notice: AMX tiles not in use (opt-in with ATTN_AMX=1, on AMX-BF16 CPUs only): the AMX path is not tested\n");
     printf("  bf16 kernels in use at the detected ISA: %s\n", attn_bf16_kernels_active()->name);

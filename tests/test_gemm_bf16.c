@@ -1,13 +1,19 @@
-/* attn_gemm_bf16: the vdpbf16ps kernels bit for bit against the portable emulation (and that
- * against the float64 product of the bf16-rounded inputs), transposes, odd k, accumulate, edges,
- * bitwise determinism across thread counts. Without AVX512-BF16 the fast comparison is skipped
- * with a notice. */
+/* attn_gemm_bf16: the fast kernels bit for bit against the portable emulation (and that against
+ * the float64 product of the bf16-rounded inputs), transposes, odd k, accumulate, edges, bitwise
+ * determinism across thread counts. The fast kernels: vdpbf16ps where the CPU has AVX512-BF16,
+ * and its FMA emulation on any AVX-512 CPU (both where both run). Without AVX-512 the fast
+ * comparisons are skipped with a notice. */
 #define _POSIX_C_SOURCE 200112L /* setenv */
+#include <float.h>
 #include <string.h>
 
 #include "core/dispatch.h"
 #include "kernels/bf16_internal.h"
 #include "test_util.h"
+
+/* The fast bf16 kernel tables this CPU runs (vdpbf16ps, its AVX-512F emulation). */
+static const attn_bf16_kernels *fast[2];
+static int nfast;
 
 static void fill_bf16(test_rng *r, attn_bf16 *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = attn_f32_to_bf16((float)rng_normal(r));
@@ -25,8 +31,7 @@ static void run(attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, int6
     free(ws);
 }
 
-static void check_case(test_rng *r, attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, int64_t k, int acc,
-                       int fast) {
+static void check_case(test_rng *r, attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, int64_t k, int acc) {
     const int64_t lda = ta ? m + 1 : k + 3, ldb = tb ? k + 2 : n + 1, ldc = n + 5;
     const size_t na = (size_t)((ta ? k : m) * lda), nb = (size_t)((tb ? n : k) * ldb), nc = (size_t)(m * ldc);
     attn_bf16 *a = xmalloc(2 * na + 2), *b = xmalloc(2 * nb + 2);
@@ -54,18 +59,20 @@ static void check_case(test_rng *r, attn_transpose ta, attn_transpose tb, int64_
         }
     CHECK(num < 1e-6 * (double)(k + 2), "bf16 gemm ref %lldx%lldx%lld: error %.3g of the magnitude", (long long)m,
           (long long)n, (long long)k, num);
-    if (fast) {
+    for (int f = 0; f < nfast; f++) {
+        attn__bf16_force(fast[f]);
         run(ta, tb, m, n, k, acc, a, b, c0, cf);
-        CHECK(!memcmp(cf, cr, sizeof(float) * nc), "bf16 gemm avx512bf16 %lldx%lldx%lld ta%d tb%d acc%d differs from ref",
-              (long long)m, (long long)n, (long long)k, (int)ta, (int)tb, acc);
+        CHECK(!memcmp(cf, cr, sizeof(float) * nc), "bf16 gemm %s %lldx%lldx%lld ta%d tb%d acc%d differs from ref",
+              fast[f]->name, (long long)m, (long long)n, (long long)k, (int)ta, (int)tb, acc);
         for (int t = 1; t <= 3; t++) { /* any thread count: bit for bit */
             attn_set_num_threads(t);
             float *ct = xmalloc(4 * nc + 4);
             run(ta, tb, m, n, k, acc, a, b, c0, ct);
-            CHECK(!memcmp(ct, cf, sizeof(float) * nc), "bf16 gemm differs with %d threads", t);
+            CHECK(!memcmp(ct, cf, sizeof(float) * nc), "bf16 gemm %s differs with %d threads", fast[f]->name, t);
             free(ct);
         }
         attn_set_num_threads(0);
+        attn__bf16_force(NULL);
     }
     free(a);
     free(b);
@@ -83,13 +90,11 @@ static int same_words(uint32_t x, uint32_t y) {
     return 1;
 }
 
-/* vcvtneps2bf16 and the scalar rounding agree (subnormals flushed), and the pair products agree
- * with the emulation on values near the subnormal range. */
-static void check_kernels(test_rng *r, int fast) {
-    if (!fast) return;
-    attn_force_isa(ATTN_ISA_AVX512);
-    const attn_bf16_kernels *f = attn_bf16_kernels_active(), *g = attn_bf16_kernels_ref();
-    CHECK(!strcmp(f->name, "avx512bf16"), "active bf16 kernels: %s", f->name);
+/* f's rounding (vcvtneps2bf16 or its emulation) and the scalar one agree (subnormals flushed),
+ * and its pair products agree with the portable emulation on values near the subnormal range,
+ * with row and output scalings. */
+static void check_kernels(test_rng *r, const attn_bf16_kernels *f) {
+    const attn_bf16_kernels *g = attn_bf16_kernels_ref();
     float src[2 * 67];
     for (int i = 0; i < 2 * 67; i++) {
         const double e = rng_uniform(r) * 300 - 150;
@@ -105,7 +110,7 @@ static void check_kernels(test_rng *r, int fast) {
     g->pair_rows_f32(2, 67, src, 67, dg, 67);
     int same = 1;
     for (int j = 0; j < 67; j++) same &= df[j] == dg[j] || (j == 2 && ((df[j] & 0x7fff) > 0x7f80) == ((dg[j] & 0x7fff) > 0x7f80));
-    CHECK(same, "vcvtneps2bf16 and the scalar rounding disagree");
+    CHECK(same, "%s: vcvtneps2bf16 and the scalar rounding disagree", f->name);
     /* the backward's tile roundings (P and dS rows as words, dS rows paired): odd and even row
      * and column counts, a row stride past the columns, words past each count left alone */
     const int tr[3] = {3, 4, 2}, tc[3] = {33, 32, 65};
@@ -124,13 +129,13 @@ static void check_kernels(test_rng *r, int fast) {
         int ok = 1;
         for (int i = 0; i < 4 * 40; i++) ok &= same_words(pf[i], pg[i]) && same_words(sf[i], sg[i]);
         for (int i = 0; i < 2 * 70; i++) ok &= same_words(vf[i], vg[i]);
-        CHECK(ok, "pair_tile_grads (%d rows, %d columns) and the scalar rounding disagree", rows, cols);
+        CHECK(ok, "%s: pair_tile_grads (%d rows, %d columns) and the scalar rounding disagree", f->name, rows, cols);
     }
     uint16_t rf[67], rg[67];
     const float two = 2.0f;
     f->round_row(67, src + 5, &two, rf);
     g->round_row(67, src + 5, &two, rg);
-    CHECK(!memcmp(rf, rg, sizeof rf), "round_row differs");
+    CHECK(!memcmp(rf, rg, sizeof rf), "%s: round_row differs", f->name);
     /* tiny magnitudes through the pair products (subnormal products and sums; overflow is not
      * emulated) */
     for (int i = 0; i < 2 * 67; i++) src[i] = (float)(rng_normal(r) * pow(2, rng_uniform(r) * 120 - 130));
@@ -140,21 +145,42 @@ static void check_kernels(test_rng *r, int fast) {
     a[0] = b[0] = attn_pair(attn_f32_to_bf16(1.0f), 0);
     float cf[4 * 70], cg[4 * 70];
     for (int i = 0; i < 4 * 70; i++) cf[i] = cg[i] = (float)rng_normal(r) * 1e-38f;
-    f->gemm_pairs(4, 70, 9, a, 9, 1, b, 70, cf, 70, 1, NULL, 0.5f);
-    g->gemm_pairs(4, 70, 9, a, 9, 1, b, 70, cg, 70, 1, NULL, 0.5f);
-    int eq = 1;
-    for (int i = 0; i < 4 * 70; i++) eq &= cf[i] == cg[i] || (isnan(cf[i]) && isnan(cg[i]));
-    CHECK(eq, "vdpbf16ps and the emulation disagree near the subnormal range");
+    /* row scales that make C subnormal before the products, an output scale that makes the
+     * sums subnormal after them: both under the caller's rounding, as around vdpbf16ps */
+    const float rs[4] = {1e-3f, 0.5f, 1e-6f, 3.0f};
+    for (int v = 0; v < 3; v++) {
+        int sub_in = 0;
+        for (int i = 0; i < 4 * 70; i++) {
+            cf[i] = cg[i] = (float)rng_normal(r) * 1e-38f;
+            sub_in += v && fabsf(cf[i] * rs[i / 70]) < FLT_MIN && cf[i] * rs[i / 70] != 0;
+        }
+        const float os = v == 2 ? 1e-5f : 0.5f;
+        f->gemm_pairs(4, 70, 9, a, 9, 1, b, 70, cf, 70, 1, v ? rs : NULL, os);
+        g->gemm_pairs(4, 70, 9, a, 9, 1, b, 70, cg, 70, 1, v ? rs : NULL, os);
+        int eq = 1, sub = 0;
+        for (int i = 0; i < 4 * 70; i++) {
+            eq &= cf[i] == cg[i] || (isnan(cf[i]) && isnan(cg[i]));
+            sub += cf[i] != 0 && fabsf(cf[i]) < FLT_MIN;
+        }
+        CHECK(eq, "%s: vdpbf16ps and the emulation disagree near the subnormal range (%s)", f->name,
+              v == 0 ? "no row scales" : v == 1 ? "row scales" : "row scales, small output scale");
+        CHECK((v == 0 || sub_in > 0) && (v < 2 || sub > 0), "%s: no subnormal scaled C (%d) or result (%d): case %d tests nothing",
+              f->name, sub_in, sub, v);
+    }
 }
 
 /* AMX is opt-in while unmeasured on hardware: the AVX-512 bf16 kernels are AMX's only with
- * ATTN_AMX=1 and an AMX-BF16 CPU whose tile state Linux grants, else vdpbf16ps (or the reference
- * without AVX512-BF16); the same for the context the process started with (ctest runs this test
+ * ATTN_AMX=1 and an AMX-BF16 CPU whose tile state Linux grants, else vdpbf16ps (or its FMA
+ * emulation without AVX512-BF16); the same for the context the process started with (ctest runs this test
  * with and without ATTN_AMX=1). */
 static void check_amx_policy(void) {
     const char *e = getenv("ATTN_AMX");
     const int asked = e && !strcmp(e, "1");
-    const char *fallback = attn_cpu_has_avx512bf16() && attn_detected_isa() == ATTN_ISA_AVX512 ? "avx512bf16" : "ref";
+    const char *fallback = "ref";
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    if (attn_detected_isa() == ATTN_ISA_AVX512)
+        fallback = attn_cpu_has_avx512bf16() ? "avx512bf16" : attn_bf16_kernels_avx512()->name;
+#endif
     const int amx = attn_bf16_kernels_try_amx() != NULL;
     if (attn_active_isa() == ATTN_ISA_AVX512) {
         const char *active = attn_bf16_kernels_active()->name;
@@ -210,8 +236,15 @@ static void check_amx(test_rng *r) {
 
 int main(void) {
     test_rng r = rng_seeded(31337);
-    const int fast = attn_cpu_has_avx512bf16() && attn_detected_isa() == ATTN_ISA_AVX512;
-    if (!fast) printf("  notice: no AVX512-BF16 on this CPU: only the portable bf16 kernels are tested\n");
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    if (attn_detected_isa() == ATTN_ISA_AVX512) {
+        if (attn_cpu_has_avx512bf16()) fast[nfast++] = attn_bf16_kernels_avx512bf16();
+        else printf("  notice: no AVX512-BF16 on this CPU: vdpbf16ps itself is not tested, its emulation is\n");
+        fast[nfast++] = attn_bf16_kernels_avx512();
+    }
+#endif
+    if (!nfast) printf("  notice: no AVX-512 on this CPU: only the portable bf16 kernels are tested\n");
+    for (int f = 0; f < nfast; f++) printf("  fast bf16 kernels tested against the portable ones: %s\n", fast[f]->name);
     check_amx_policy();
     check_amx(&r);
     static const int64_t sz[][3] = {{1, 1, 1}, {4, 64, 2}, {5, 17, 3}, {64, 64, 64}, {67, 130, 31}, {130, 300, 128},
@@ -219,8 +252,8 @@ int main(void) {
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
-                check_case(&r, (attn_transpose)ta, (attn_transpose)tb, sz[i][0], sz[i][1], sz[i][2], (int)((i + ta) % 2), fast);
-    check_kernels(&r, fast);
+                check_case(&r, (attn_transpose)ta, (attn_transpose)tb, sz[i][0], sz[i][1], sz[i][2], (int)((i + ta) % 2));
+    for (int f = 0; f < nfast; f++) check_kernels(&r, fast[f]);
     /* errors */
     float c[4];
     attn_bf16 x[4] = {0};

@@ -151,10 +151,10 @@ static void fresh_model(test_rng *rng, int distilled) {
     CHECK_OK(attn_force_isa(ATTN_ISA_REF));
     step(m16, x, dy, B, y[2], dx[2], g[2]);
     CHECK_OK(attn_force_isa(isa));
-    attn__bf16_force_portable(1);
+    attn__bf16_force(attn_bf16_kernels_ref());
     CHECK(attn_bf16_kernels_active() == attn_bf16_kernels_ref(), "the hook did not select the emulation");
     step(m16, x, dy, B, y[4], dx[4], g[4]);
-    attn__bf16_force_portable(0);
+    attn__bf16_force(NULL);
     step(m32, x, dy, B, y[3], dx[3], g[3]);
     const double d[3] = {rel_err_ff(y[1], y[0], n), rel_err_ff(dx[1], dx[0], NI), rel_err_ff(g[1], g[0], P)};
     const double dp[3] = {rel_err_ff(y[2], y[0], n), rel_err_ff(dx[2], dx[0], NI), rel_err_ff(g[2], g[0], P)};

@@ -82,17 +82,18 @@ const attn_bf16_kernels *attn_bf16_kernels_for(attn_isa isa) {
         const attn_bf16_kernels *amx = e && !strcmp(e, "1") ? attn_bf16_kernels_amx() : NULL;
         return amx ? amx : attn_bf16_kernels_avx512bf16();
     }
+    if (isa == ATTN_ISA_AVX512) return attn_bf16_kernels_avx512();
 #endif
     (void)isa;
     return attn_bf16_kernels_ref();
 }
 
-static atomic_int force_portable;
-void attn__bf16_force_portable(int on) { atomic_store(&force_portable, on != 0); }
+static _Atomic(const attn_bf16_kernels *) forced;
+void attn__bf16_force(const attn_bf16_kernels *k) { atomic_store(&forced, k); }
 
 const attn_bf16_kernels *attn_bf16_kernels_active(void) {
-    return atomic_load_explicit(&force_portable, memory_order_relaxed) ? attn_bf16_kernels_ref()
-                                                                        : attn_kernel_ctx_active()->bf16;
+    const attn_bf16_kernels *k = atomic_load_explicit(&forced, memory_order_relaxed);
+    return k ? k : attn_kernel_ctx_active()->bf16;
 }
 
 float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes) {

@@ -1,0 +1,181 @@
+/* The bf16 kernels' AVX-512 bodies (contracts in bf16_internal.h), included by one file per ISA
+ * with the pair-product and rounding operations defined first:
+ *   BF16_FN(name)       the function's name in that file
+ *   BF16_DP(c, x, b)    one vdpbf16ps step on pair words x, b (__m512i) into c (__m512)
+ *   BF16_CVT16(v)       16 floats rounded to bf16 (vcvtneps2bf16), __m256i
+ *   BF16_CVT32(hi, lo)  32 floats, lo's then hi's, rounded to bf16 (vcvtne2ps2bf16), __m512i
+ *   BF16_EMULATED       1 when BF16_DP needs subnormals flushed (BF16_ENTER / BF16_LEAVE around
+ *                       the products; C's scalings stay outside them), else 0
+ * bf16_avx512bf16.c: the AVX512-BF16 instructions; bf16_avx512.c: AVX-512F alone. */
+#ifndef ATTN_BF16_AVX512_BODY_H
+#define ATTN_BF16_AVX512_BODY_H
+
+#include <immintrin.h>
+
+#include "bf16_internal.h"
+
+static inline __mmask16 tail_mask(int rem) {
+    return rem >= 16 ? (__mmask16)0xffff : rem > 0 ? (__mmask16)((1u << rem) - 1) : (__mmask16)0;
+}
+
+/* C[r][j] *= (rs ? rs[r] : *f) for r < rows, j < min(cols, 64): the emulation's scalings, kept
+ * outside its flush-to-zero region (BF16_ENTER .. BF16_LEAVE). */
+static inline void scale_rows(float *c, int64_t ldc, int rows, int cols, const float *rs, const float *f) {
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < 64 && j < cols; j += 16) {
+            const __mmask16 k = tail_mask(cols - j);
+            const __m512 x = _mm512_maskz_loadu_ps(k, c + r * ldc + j);
+            _mm512_mask_storeu_ps(c + r * ldc + j, k, _mm512_mul_ps(x, _mm512_set1_ps(rs ? rs[r] : *f)));
+        }
+}
+
+/* Register tile: 4 rows x 64 columns (16 accumulators); masked loads and stores at the edges
+ * (masked-off lanes read 0, whose products add nothing). */
+static void BF16_FN(gemm_pairs)(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
+                            int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
+                            float outscale) {
+    const __m512 os = _mm512_set1_ps(outscale);
+    /* multiplies by 1 skipped: they would take vdpbf16ps's FP pipes (x * 1 is x, bit for bit) */
+    const int scale_out = outscale != 1.0f;
+    for (int j0 = 0; j0 < n; j0 += 64) {
+        const int nj = n - j0;
+        const __mmask16 k0 = tail_mask(nj), k1 = tail_mask(nj - 16), k2 = tail_mask(nj - 32), k3 = tail_mask(nj - 48);
+        for (int i0 = 0; i0 < m; i0 += 4) {
+            const int mi = m - i0 < 4 ? m - i0 : 4;
+            __m512 c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33;
+            c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = _mm512_setzero_ps();
+            c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = _mm512_setzero_ps();
+            /* the emulation scales C in place before it flushes subnormals, as vdpbf16ps's callers
+             * scale under the caller's MXCSR */
+            if (BF16_EMULATED && accumulate && rowscale) scale_rows(c + (int64_t)i0 * ldc + j0, ldc, mi, nj, rowscale + i0, NULL);
+            BF16_ENTER();
+#define LOADC(r, v, kk, dst)                                                                    \
+    if (accumulate && (r) < mi) {                                                               \
+        dst = _mm512_maskz_loadu_ps(kk, c + (int64_t)(i0 + (r)) * ldc + j0 + 16 * (v));           \
+        if (!BF16_EMULATED && rowscale) dst = _mm512_mul_ps(dst, _mm512_set1_ps(rowscale[i0 + (r)])); \
+    }
+            LOADC(0, 0, k0, c00) LOADC(0, 1, k1, c01) LOADC(0, 2, k2, c02) LOADC(0, 3, k3, c03)
+            LOADC(1, 0, k0, c10) LOADC(1, 1, k1, c11) LOADC(1, 2, k2, c12) LOADC(1, 3, k3, c13)
+            LOADC(2, 0, k0, c20) LOADC(2, 1, k1, c21) LOADC(2, 2, k2, c22) LOADC(2, 3, k3, c23)
+            LOADC(3, 0, k0, c30) LOADC(3, 1, k1, c31) LOADC(3, 2, k2, c32) LOADC(3, 3, k3, c33)
+#undef LOADC
+            const uint32_t *a0 = a + (int64_t)i0 * ars, *a1 = a + (int64_t)(i0 + (mi > 1)) * ars,
+                           *a2 = a + (int64_t)(i0 + (mi > 2 ? 2 : 0)) * ars, *a3 = a + (int64_t)(i0 + (mi > 3 ? 3 : 0)) * ars;
+            const uint32_t *bp = b + j0;
+            for (int p = 0; p < kp; p++, bp += ldb) {
+                const __m512i b0 = _mm512_maskz_loadu_epi32(k0, bp);
+                const __m512i b1 = _mm512_maskz_loadu_epi32(k1, bp + 16);
+                const __m512i b2 = _mm512_maskz_loadu_epi32(k2, bp + 32);
+                const __m512i b3 = _mm512_maskz_loadu_epi32(k3, bp + 48);
+                const int64_t o = (int64_t)p * acs;
+                __m512i x = _mm512_set1_epi32((int)a0[o]);
+                c00 = BF16_DP(c00, x, b0);
+                c01 = BF16_DP(c01, x, b1);
+                c02 = BF16_DP(c02, x, b2);
+                c03 = BF16_DP(c03, x, b3);
+                x = _mm512_set1_epi32((int)a1[o]);
+                c10 = BF16_DP(c10, x, b0);
+                c11 = BF16_DP(c11, x, b1);
+                c12 = BF16_DP(c12, x, b2);
+                c13 = BF16_DP(c13, x, b3);
+                x = _mm512_set1_epi32((int)a2[o]);
+                c20 = BF16_DP(c20, x, b0);
+                c21 = BF16_DP(c21, x, b1);
+                c22 = BF16_DP(c22, x, b2);
+                c23 = BF16_DP(c23, x, b3);
+                x = _mm512_set1_epi32((int)a3[o]);
+                c30 = BF16_DP(c30, x, b0);
+                c31 = BF16_DP(c31, x, b1);
+                c32 = BF16_DP(c32, x, b2);
+                c33 = BF16_DP(c33, x, b3);
+            }
+#define STOREC(r, v, kk, src)                                                                           \
+    if ((r) < mi) _mm512_mask_storeu_ps(c + (int64_t)(i0 + (r)) * ldc + j0 + 16 * (v), kk, !BF16_EMULATED && scale_out ? _mm512_mul_ps(src, os) : src);
+            STOREC(0, 0, k0, c00) STOREC(0, 1, k1, c01) STOREC(0, 2, k2, c02) STOREC(0, 3, k3, c03)
+            STOREC(1, 0, k0, c10) STOREC(1, 1, k1, c11) STOREC(1, 2, k2, c12) STOREC(1, 3, k3, c13)
+            STOREC(2, 0, k0, c20) STOREC(2, 1, k1, c21) STOREC(2, 2, k2, c22) STOREC(2, 3, k3, c23)
+            STOREC(3, 0, k0, c30) STOREC(3, 1, k1, c31) STOREC(3, 2, k2, c32) STOREC(3, 3, k3, c33)
+#undef STOREC
+            BF16_LEAVE();
+            if (BF16_EMULATED && scale_out) scale_rows(c + (int64_t)i0 * ldc + j0, ldc, mi, nj, NULL, &outscale);
+        }
+    }
+}
+
+/* 16 words: the low halves from lo, the high halves from hi. */
+static inline __m512i interleave16(__m256i lo, __m256i hi) {
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+}
+
+static void BF16_FN(pair_rows_f32)(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    for (int p = 0; p < (rows + 1) / 2; p++) {
+        const float *r0 = src + 2 * p * lds, *r1 = r0 + lds;
+        const int has1 = 2 * p + 1 < rows;
+        for (int j = 0; j < cols; j += 16) {
+            const __mmask16 k = tail_mask(cols - j);
+            const __m256i lo = BF16_CVT16(_mm512_maskz_loadu_ps(k, r0 + j));
+            const __m256i hi = has1 ? BF16_CVT16(_mm512_maskz_loadu_ps(k, r1 + j)) : _mm256_setzero_si256();
+            _mm512_mask_storeu_epi32(dst + p * ldd + j, k, interleave16(lo, hi));
+        }
+    }
+}
+
+/* Two rows at a time: 32 floats round to 32 consecutive bf16, which are 16 pair words in order
+ * (x86 is little-endian: the even element is the low half; masked-off columns load 0, so an odd
+ * count's missing high half is 0). Each 32-column chunk of p and ds is rounded once (vcvtne2ps2bf16), stored
+ * as row words, and the two ds rows' bf16 are interleaved 16 bits at a time into dsv's words. */
+static void BF16_FN(pair_tile_grads)(int rows, int cols, const float *p, const float *ds, int64_t ld, uint32_t *pw,
+                                 uint32_t *dsw, int64_t ldw, uint32_t *dsv, int64_t ldv) {
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                            37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    for (int r = 0; r < rows; r += 2) {
+        const int has1 = r + 1 < rows;
+        const float *p0 = p + r * ld, *d0 = ds + r * ld;
+        for (int j = 0; j < cols; j += 32) {
+            const __mmask16 klo = tail_mask(cols - j), khi = tail_mask(cols - j - 16), kw = tail_mask((cols - j + 1) / 2);
+            __m512i x0 = BF16_CVT32(_mm512_maskz_loadu_ps(khi, d0 + j + 16), _mm512_maskz_loadu_ps(klo, d0 + j));
+            __m512i x1 = _mm512_setzero_si512();
+            _mm512_mask_storeu_epi32(dsw + r * ldw + j / 2, kw, x0);
+            _mm512_mask_storeu_epi32(pw + r * ldw + j / 2, kw,
+                                     BF16_CVT32(_mm512_maskz_loadu_ps(khi, p0 + j + 16),
+                                                                  _mm512_maskz_loadu_ps(klo, p0 + j)));
+            if (has1) {
+                x1 = BF16_CVT32(_mm512_maskz_loadu_ps(khi, d0 + ld + j + 16), _mm512_maskz_loadu_ps(klo, d0 + ld + j));
+                _mm512_mask_storeu_epi32(dsw + (r + 1) * ldw + j / 2, kw, x1);
+                _mm512_mask_storeu_epi32(pw + (r + 1) * ldw + j / 2, kw,
+                                         BF16_CVT32(_mm512_maskz_loadu_ps(khi, p0 + ld + j + 16),
+                                                                      _mm512_maskz_loadu_ps(klo, p0 + ld + j)));
+            }
+            if (!dsv) continue;
+            uint32_t *v = dsv + r / 2 * ldv + j;
+            _mm512_mask_storeu_epi32(v, klo, _mm512_permutex2var_epi16(x0, lo_idx, x1));
+            _mm512_mask_storeu_epi32(v + 16, khi, _mm512_permutex2var_epi16(x0, hi_idx, x1));
+        }
+    }
+}
+
+static void BF16_FN(pair_rows_bf16)(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    for (int p = 0; p < (rows + 1) / 2; p++) {
+        const uint16_t *r0 = src + 2 * p * lds, *r1 = r0 + lds;
+        const int has1 = 2 * p + 1 < rows;
+        for (int j = 0; j < cols; j += 16) {
+            const __mmask16 k = tail_mask(cols - j);
+            const __m256i lo = _mm256_maskz_loadu_epi16(k, r0 + j);
+            const __m256i hi = has1 ? _mm256_maskz_loadu_epi16(k, r1 + j) : _mm256_setzero_si256();
+            _mm512_mask_storeu_epi32(dst + p * ldd + j, k, interleave16(lo, hi));
+        }
+    }
+}
+
+static void BF16_FN(round_row)(int n, const float *src, const float *f, uint16_t *dst) {
+    const __m512 s = _mm512_set1_ps(f ? *f : 1.0f);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        __m512 x = _mm512_maskz_loadu_ps(k, src + i);
+        if (f) x = _mm512_mul_ps(x, s);
+        _mm256_mask_storeu_epi16(dst + i, k, BF16_CVT16(x));
+    }
+}
+
+#endif
