@@ -530,6 +530,7 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
            (long long)o.shape.layers, (long long)o.shape.heads, (long long)o.shape.d_model, (long long)C, att,
            attn_params_numel(ps), len, o.data, held, (long long)B, (long long)o.steps, o.lr,
            attn_precision_name(o.precision), attn_get_num_threads());
+    train_precision_note(o.precision);
     if (M > 1 || nranks > 1)
         printf("data-parallel: %d rank%s, %lld windows each, micro-batch %lld (%lld gradients added in order per step)\n",
                nranks, nranks > 1 ? "s" : "", (long long)count, (long long)m, (long long)M);

@@ -404,6 +404,7 @@ int train_vit(int argc, char **argv) {
            (long long)o.heads, (long long)o.hidden, (long long)o.mlp, (long long)K, attn_params_numel(ps),
            (long long)ntrain, (long long)(d.n - ntrain), o.data, (long long)B, (long long)o.steps, o.lr,
            attn_precision_name(o.precision), attn_get_num_threads());
+    train_precision_note(o.precision);
     fflush(stdout);
 
     train_signals_catch();
