@@ -1,7 +1,8 @@
 /* AVX-512 flash-attention tile kernels (contracts in flash_internal.h).
  *
- * gemm: register tile of 4 rows x 64 columns (16 zmm accumulators); A is broadcast element by
- * element so it may have any strides, B rows are read with unaligned (tail: masked) loads.
+ * gemm: register tile of 4 or 6 rows x 64 columns (16 or 24 zmm accumulators, chosen per
+ * microarchitecture: see gemm_rows); A is broadcast element by element so it may have any
+ * strides, B rows are read with unaligned (tail: masked) loads.
  * exp2 on x <= 0: n = round(x), f = x - n in [-1/2, 1/2], 2^f by its degree-7 Taylor polynomial
  * (truncation error 5e-9 relative), 2^n applied with vscalefps; inputs below -126 give exactly 0
  * (those probabilities are < 1.2e-38 of the row's largest and would only produce subnormals).
