@@ -34,7 +34,8 @@ ATTN_API attn_status attn_sgemm_ref(attn_transpose transa, attn_transpose transb
  * conversions in core.h) and float accumulation and output: the products of bf16 pairs are
  * exact and summed in float in increasing k, as AVX512-BF16's vdpbf16ps does (subnormals read
  * as 0). Runs on vdpbf16ps where the CPU has AVX512-BF16 and the active ISA is avx512, on a
- * bit-exact portable emulation otherwise. Bitwise identical for any thread count. The workspace
+ * bit-exact emulation otherwise: by FMAs on other AVX-512 CPUs (about fp32's speed), scalar
+ * elsewhere. Bitwise identical for any thread count. The workspace
  * holds both operands repacked (4 (m + n) ceil(k / 2) bytes and a little). */
 ATTN_API size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k);
 ATTN_API attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
