@@ -39,9 +39,11 @@ static void print_tuning(void) {
            size_str((int64_t)g->kc * g->nc * 4, b, sizeof b), base->nc, g->mc,
            size_str((int64_t)g->mc * g->kc * 4, c, sizeof c), base->mc);
     printf("flash tiles:  %d query rows x %d keys (fixed: not derived from the caches)\n", ATTN_FLASH_BR, ATTN_FLASH_BC);
-    const char *why = "";
-    const int rows = attn_flash_avx512_rows(&why);
-    printf("flash avx512: register tiles of %d rows x 64 columns (%s)\n", rows, why);
+    if (attn_active_isa() == ATTN_ISA_AVX512) {
+        const char *why = "";
+        const int rows = attn_flash_avx512_rows(&why);
+        printf("flash avx512: register tiles of %d rows x 64 columns (%s)\n", rows, why);
+    }
     printf("flash bwd:    key runs of up to %lld blocks at d=64, %lld at d=128 (fp32; bf16 %lld, %lld): a run's K and V\n"
            "              within the L2 (%s), instead of the whole head's streaming from the L3 for each query block\n",
            (long long)attn_flash_key_run_blocks(64, 64, 4, cs->l2), (long long)attn_flash_key_run_blocks(128, 128, 4, cs->l2),
