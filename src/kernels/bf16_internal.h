@@ -6,8 +6,9 @@
  * Operands are "pair words": a uint32 holding two bf16, element 2p in the low half and 2p + 1 in
  * the high half (the VNNI layout). One step of a dot product, per output element:
  *   c = ftz(c + x[2p+1] y[2p+1]) ; c = ftz(c + x[2p] y[2p])
- * the high product first, each product exact (8-bit significands), each sum rounded to nearest
- * even, subnormal bf16 inputs and accumulators read as 0 and subnormal sums flushed (DAZ, FTZ;
+ * the high product first, each product exact (8-bit significands, also below the normal range)
+ * and each sum rounded once to nearest even (a fused multiply-add), subnormal bf16 inputs and
+ * accumulators read as 0 and subnormal sums flushed (DAZ, FTZ;
  * the products themselves are not flushed): what vdpbf16ps does on AMD Zen 4 (measured) and, for
  * the order, what the SDM's pseudocode says for Intel. Overflow past the float range is not
  * emulated bit for bit. */

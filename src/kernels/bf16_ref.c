@@ -12,14 +12,16 @@ static inline float ftz(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x
 
 /* One vdpbf16ps lane step: the high pair's product first; subnormal bf16 inputs and a subnormal
  * accumulator read as 0, subnormal sums are flushed, products are not (measured on Zen 4: a
- * subnormal product added to a normal sum counts). Products of two normal bf16 are exact in
- * float unless they overflow; the hardware's results past the float range (an infinite product
+ * subnormal product added to a normal sum counts). Each step rounds once, the exact product plus
+ * the accumulator (fmaf): a product below the normal range has more bits than a float subnormal
+ * holds, and rounding it first gave a last-bit difference from vdpbf16ps in about 3% of CI's
+ * random near-subnormal cases. The hardware's results past the float range (an infinite product
  * followed by an opposite one) are not emulated. */
 static inline float dp_step(float c, uint32_t x, uint32_t y) {
     const float xh = ftz(attn_bf16_f((uint16_t)(x >> 16))), yh = ftz(attn_bf16_f((uint16_t)(y >> 16)));
     const float xl = ftz(attn_bf16_f((uint16_t)x)), yl = ftz(attn_bf16_f((uint16_t)y));
-    c = ftz(ftz(c) + xh * yh);
-    return ftz(c + xl * yl);
+    c = ftz(fmaf(xh, yh, ftz(c)));
+    return ftz(fmaf(xl, yl, c));
 }
 
 static void gemm_pairs_ref(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
