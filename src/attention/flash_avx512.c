@@ -80,10 +80,11 @@ static inline __attribute__((always_inline)) void ukr(const int MR, const int nv
 }
 
 /* The tile rows per register tile, MR, is the one kernel parameter chosen per microarchitecture
- * (attn_flash_avx512_rows): 4 rows x 64 columns (16 accumulators) as tuned on AMD Zen 4/5, or 6
- * rows (24 accumulators: B is streamed from L1 a third fewer times per tile and each broadcast
- * feeds as many FMAs) where measured faster, Intel Ice Lake-SP. Every element of C is the same
- * chain of FMAs in increasing p either way, so the choice never changes a bit. */
+ * (attn_flash_avx512_rows): 4 rows x 64 columns (16 accumulators) as tuned on AMD (6 measured
+ * no faster on Zen 5), or 6 rows (24 accumulators: B is streamed from L1 a third fewer times per
+ * tile and each broadcast feeds as many FMAs) where measured faster, Intel Ice Lake-SP. Every
+ * element of C is the same chain of FMAs in increasing p either way, so the choice never changes
+ * a bit. */
 static inline __attribute__((always_inline)) void gemm_rows(const int MR, int m, int n, int k, const float *a,
                                                             int64_t ars, int64_t acs, const float *b, int64_t ldb,
                                                             float *c, int64_t ldc, int accumulate,
