@@ -18,6 +18,17 @@
 
 static size_t round_up(size_t x) { return (x + 15) & ~(size_t)15; }
 
+/* The pair word of x[0] and x[1]: their 4 bytes as they lie in memory on a little-endian CPU. */
+static inline uint32_t pair_word(const attn_bf16 *x) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint32_t w;
+    memcpy(&w, x, sizeof w);
+    return w;
+#else
+    return attn_pair(x[0], x[1]);
+#endif
+}
+
 size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k) {
     if (m < 0 || n < 0 || k < 0) return 0;
     const size_t kp = (size_t)(k + 1) / 2;
@@ -89,9 +100,10 @@ attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t
             for (int64_t j0 = 0; j0 < n; j0 += PB) {
                 const int64_t j1 = j0 + PB < n ? j0 + PB : n;
                 uint32_t *panel = bp + j0 / NP * NP * kp + j0 % NP;
-                for (int64_t p = 0; p < kp; p++)
-                    for (int64_t j = j0; j < j1; j++)
-                        panel[p * NP + (j - j0)] = attn_pair(b[j * ldb + 2 * p], 2 * p + 1 < k ? b[j * ldb + 2 * p + 1] : 0);
+                for (int64_t p = 0; p < kf; p++)
+                    for (int64_t j = j0; j < j1; j++) panel[p * NP + (j - j0)] = pair_word(b + j * ldb + 2 * p);
+                if (kf < kp)
+                    for (int64_t j = j0; j < j1; j++) panel[kf * NP + (j - j0)] = attn_pair(b[j * ldb + 2 * kf], 0);
             }
         }
     }
