@@ -7,8 +7,8 @@
  * over the finite entries).
  *
  * Kernels against a float64 evaluation of the textbook formulas (PyTorch's math): softmax,
- * layernorm, GELU, ReLU, the flash and the reference SDPA with a non-finite value in Q, K, V or
- * the float mask.
+ * layernorm, GELU, ReLU, the flash (float and bf16) and the reference SDPA with a non-finite value
+ * in Q, K, V or the float mask, and their backward passes with one in Q, K, V, dO or the mask.
  *
  * Also a helper of tests/cli_test.cmake (which splits cases with test_seed_modules --split):
  *   test_nonfinite --compare OUT FIXTURE CASE   'output' of OUT against caseCASE.out: the same
@@ -28,13 +28,15 @@ static size_t lenient_nan;
 
 /* Same non-finite positions and kinds, finite entries within TOL; returns the finite rel err (INFINITY
  * on a position mismatch). *nonfinite receives the reference's count of non-finite entries.
- * lenient: a NaN may stand for a finite reference value (counted in lenient_nan). */
-static double compare_nf_l(const char *ctx, const float *got, const double *ref, size_t n, size_t *nonfinite,
-                           int lenient) {
+ * lenient 1: a NaN may stand for a finite reference value (counted in lenient_nan); 2: also any
+ * non-finite kind for a non-finite one. */
+static double compare_nf_tol(const char *ctx, const float *got, const double *ref, size_t n, size_t *nonfinite,
+                             int lenient, double tol) {
     double num = 0, den = 0;
     size_t bad = 0, nf = 0, first = 0;
     for (size_t i = 0; i < n; i++) {
-        const int kg = kind_of(got[i]), kr = kind_of(ref[i]);
+        int kg = kind_of(got[i]), kr = kind_of(ref[i]);
+        if (lenient == 2 && kg && kr) kg = kr; /* non-finite of any kind for non-finite */
         nf += kr != 0;
         if (lenient && kg == 1 && kr == 0) {
             lenient_nan++;
@@ -52,8 +54,13 @@ static double compare_nf_l(const char *ctx, const float *got, const double *ref,
     CHECK(!bad, "%s: %zu of %zu entries differ in kind, first [%zu]: got %g, want %g", ctx, bad, n, first,
           (double)got[first], ref[first]);
     const double e = bad ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
-    CHECK(e <= TOL, "%s: finite entries' rel err %.3g > %.0e", ctx, e, TOL);
+    CHECK(e <= tol, "%s: finite entries' rel err %.3g > %.0e", ctx, e, tol);
     return e;
+}
+
+static double compare_nf_l(const char *ctx, const float *got, const double *ref, size_t n, size_t *nonfinite,
+                           int lenient) {
+    return compare_nf_tol(ctx, got, ref, n, nonfinite, lenient, TOL);
 }
 
 static double compare_nf(const char *ctx, const float *got, const double *ref, size_t n, size_t *nonfinite) {
@@ -285,7 +292,12 @@ static void test_sdpa(void) {
                 tv = attn_tensor_4d(v, SB, SH, SNK, SD), to = attn_tensor_4d(out, SB, SH, SNQ, SD),
                 tam = attn_tensor_4d(am, 1, 1, SNQ, SNK);
     attn_btensor tbm = {allow, 4, {1, 1, SNQ, SNK}, {SNQ * SNK, SNQ * SNK, SNK, 1}};
-    const size_t ws = attn_sdpa_workspace_size(&tq, &tk, &tv) + attn_flash_workspace_size(&tq, &tk, &tv);
+    attn_bf16 qb[SH * SNQ * SD], kb[SH * SNK * SD], vb[SH * SNK * SD];
+    attn_tensor tqb = attn_tensor_4d_typed(qb, ATTN_TYPE_BF16, SB, SH, SNQ, SD),
+                tkb = attn_tensor_4d_typed(kb, ATTN_TYPE_BF16, SB, SH, SNK, SD),
+                tvb = attn_tensor_4d_typed(vb, ATTN_TYPE_BF16, SB, SH, SNK, SD);
+    const size_t ws = attn_sdpa_workspace_size(&tq, &tk, &tv) + attn_flash_workspace_size(&tq, &tk, &tv) +
+                      attn_flash_workspace_size(&tqb, &tkb, &tvb);
     void *w = xmalloc(ws);
     /* where: 0 q, 1 k, 2 v, 3 additive mask, 4 a key hidden by the boolean mask (k and v) */
     for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
@@ -325,6 +337,160 @@ static void test_sdpa(void) {
                          * while the reference path never reads a masked key (as the fused kernels) */
                         const int lenient = flash && (where == 4 || (where == 2 && mode > 0));
                         track(compare_nf_l(ctx, out, ref, sizeof out / 4, NULL, lenient));
+                    }
+                    /* bf16 flash: Q, K, V rounded to bf16 (NaN and +-Inf stay what they are), the
+                     * reference on the rounded values; the same positions, finite entries within
+                     * bf16's error (P is rounded to bf16 for P V) */
+                    for (size_t e = 0; e < sizeof q / 4; e++) q[e] = attn_bf16_to_f32(qb[e] = attn_f32_to_bf16(q[e]));
+                    for (size_t e = 0; e < sizeof k / 4; e++) k[e] = attn_bf16_to_f32(kb[e] = attn_f32_to_bf16(k[e]));
+                    for (size_t e = 0; e < sizeof v / 4; e++) v[e] = attn_bf16_to_f32(vb[e] = attn_f32_to_bf16(v[e]));
+                    sdpa_ref(q, k, v, p.add_mask ? am : NULL, allow, mode == 1, ref);
+                    CHECK_OK(attn_flash_forward(&tqb, &tkb, &tvb, &p, &to, NULL, w, ws));
+                    snprintf(ctx, sizeof ctx, "flash bf16 [%s] %g in %s, mode %d", attn_isa_name((attn_isa)isa),
+                             (double)val, (const char *[]){"q", "k", "v", "float mask", "a masked key"}[where], mode);
+                    compare_nf_tol(ctx, out, ref, sizeof out / 4, NULL, where == 4 || (where == 2 && mode > 0), 1e-2);
+                }
+    }
+    attn_force_isa(attn_detected_isa());
+    free(w);
+}
+
+/* The gradients of sdpa_ref by PyTorch's autograd formulas, in float64: P = softmax(S),
+ * dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K, dK = scale dS^T Q, over
+ * the keys each query sees (a masked key is not read; a query that sees none adds nothing). */
+static void sdpa_bwd_ref(const float *q, const float *k, const float *v, const float *am, const uint8_t *allow,
+                         int causal, const float *dout, double *dq, double *dk, double *dv) {
+    const double scale = 1 / sqrt((double)SD);
+    double s[SNK], pr[SNK], dp[SNK];
+    memset(dq, 0, sizeof(double) * SH * SNQ * SD);
+    memset(dk, 0, sizeof(double) * SH * SNK * SD);
+    memset(dv, 0, sizeof(double) * SH * SNK * SD);
+    for (int h = 0; h < SH; h++)
+        for (int i = 0; i < SNQ; i++) {
+            double m = -INFINITY;
+            int nan = 0, any = 0;
+            for (int j = 0; j < SNK; j++) {
+                s[j] = NAN;
+                if (!allow[i * SNK + j] || (causal && j > i)) continue;
+                double x = 0;
+                for (int t = 0; t < SD; t++) x += (double)q[(h * SNQ + i) * SD + t] * k[(h * SNK + j) * SD + t];
+                s[j] = x * scale + (am ? am[i * SNK + j] : 0);
+                nan |= isnan(s[j]);
+                any = 1;
+                if (s[j] > m) m = s[j];
+            }
+            if (nan) m = NAN;
+            if (!any || (!nan && m == -INFINITY)) continue;
+            double sum = 0, dsum = 0;
+            for (int j = 0; j < SNK; j++)
+                if (allow[i * SNK + j] && !(causal && j > i)) sum += exp(s[j] - m);
+            for (int j = 0; j < SNK; j++) {
+                if (!allow[i * SNK + j] || (causal && j > i)) continue;
+                pr[j] = exp(s[j] - m) / sum;
+                dp[j] = 0;
+                for (int t = 0; t < SD; t++) dp[j] += (double)dout[(h * SNQ + i) * SD + t] * v[(h * SNK + j) * SD + t];
+                dsum += pr[j] * dp[j];
+            }
+            for (int j = 0; j < SNK; j++) {
+                if (!allow[i * SNK + j] || (causal && j > i)) continue;
+                const double ds = pr[j] * (dp[j] - dsum);
+                for (int t = 0; t < SD; t++) {
+                    dq[(h * SNQ + i) * SD + t] += scale * ds * k[(h * SNK + j) * SD + t];
+                    dk[(h * SNK + j) * SD + t] += scale * ds * q[(h * SNQ + i) * SD + t];
+                    dv[(h * SNK + j) * SD + t] += pr[j] * dout[(h * SNQ + i) * SD + t];
+                }
+            }
+        }
+}
+
+/* The backward passes with a NaN or an infinity in Q, K, V, dO or the float mask: the reference,
+ * the flash kernel in float and in bf16 against sdpa_bwd_ref, same non-finite positions (a row
+ * whose logits hold a NaN or an infinity has NaN probabilities, and its gradients are NaN, not a
+ * masked row's zeros; 0 * Inf is NaN in dS K). Where a mask is in play the flash kernel may give
+ * NaN where the reference is finite: it multiplies by P = 0 inside the tiles it computes (dV +=
+ * P^T dO with a NaN in dO, a masked key's K or V row), which the reference never reads (the
+ * forward's convention, above). */
+static void test_sdpa_backward(void) {
+    test_rng g = rng_seeded(73);
+    float q[SH * SNQ * SD], k[SH * SNK * SD], v[SH * SNK * SD], am[SNQ * SNK], dout[SH * SNQ * SD];
+    float out[SH * SNQ * SD], lse[SH * SNQ], dq[SH * SNQ * SD], dk[SH * SNK * SD], dv[SH * SNK * SD];
+    attn_bf16 qb[SH * SNQ * SD], kb[SH * SNK * SD], vb[SH * SNK * SD], db[SH * SNQ * SD];
+    uint8_t allow[SNQ * SNK];
+    double rq[SH * SNQ * SD], rk[SH * SNK * SD], rv[SH * SNK * SD];
+    char ctx[160];
+    attn_tensor tq = attn_tensor_4d(q, SB, SH, SNQ, SD), tk = attn_tensor_4d(k, SB, SH, SNK, SD),
+                tv = attn_tensor_4d(v, SB, SH, SNK, SD), tdo = attn_tensor_4d(dout, SB, SH, SNQ, SD),
+                to = attn_tensor_4d(out, SB, SH, SNQ, SD), tl = attn_tensor_3d(lse, SB, SH, SNQ),
+                tdq = attn_tensor_4d(dq, SB, SH, SNQ, SD), tdk = attn_tensor_4d(dk, SB, SH, SNK, SD),
+                tdv = attn_tensor_4d(dv, SB, SH, SNK, SD), tam = attn_tensor_4d(am, 1, 1, SNQ, SNK);
+    attn_tensor tqb = attn_tensor_4d_typed(qb, ATTN_TYPE_BF16, SB, SH, SNQ, SD),
+                tkb = attn_tensor_4d_typed(kb, ATTN_TYPE_BF16, SB, SH, SNK, SD),
+                tvb = attn_tensor_4d_typed(vb, ATTN_TYPE_BF16, SB, SH, SNK, SD),
+                tdob = attn_tensor_4d_typed(db, ATTN_TYPE_BF16, SB, SH, SNQ, SD);
+    attn_btensor tbm = {allow, 4, {1, 1, SNQ, SNK}, {SNQ * SNK, SNQ * SNK, SNK, 1}};
+    const size_t ws = attn_sdpa_workspace_size(&tq, &tk, &tv) + attn_flash_workspace_size(&tq, &tk, &tv) +
+                      attn_flash_workspace_size(&tqb, &tkb, &tvb);
+    void *w = xmalloc(ws);
+    static const char *const names[] = {"q", "k", "v", "dout", "float mask"};
+    /* where: 0 q, 1 k, 2 v, 3 dout, 4 additive mask */
+    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+        CHECK_OK(attn_force_isa((attn_isa)isa));
+        for (int where = 0; where < 5; where++)
+            for (int sp = 0; sp < 3; sp++)
+                for (int mode = 0; mode < 3; mode++) { /* none, causal, bool + float masks */
+                    fill_normal(&g, q, sizeof q / 4, 1);
+                    fill_normal(&g, k, sizeof k / 4, 1);
+                    fill_normal(&g, v, sizeof v / 4, 1);
+                    fill_normal(&g, am, sizeof am / 4, 1);
+                    fill_normal(&g, dout, sizeof dout / 4, 1);
+                    for (int e = 0; e < SNQ * SNK; e++) allow[e] = mode < 2 || rng_uniform(&g) < 0.7;
+                    const int h = (int)(rng_next(&g) % SH), i = (int)(rng_next(&g) % SNQ), j = (int)(rng_next(&g) % SNK),
+                              t = (int)(rng_next(&g) % SD);
+                    const float val = SPECIAL[sp];
+                    if (where == 0) q[(h * SNQ + i) * SD + t] = val;
+                    if (where == 1) k[(h * SNK + j) * SD + t] = val;
+                    if (where == 2) v[(h * SNK + j) * SD + t] = val;
+                    if (where == 3) dout[(h * SNQ + i) * SD + t] = val;
+                    if (where == 4) am[i * SNK + j] = val;
+                    attn_sdpa_params p = attn_sdpa_params_default();
+                    p.causal = mode == 1 ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
+                    if (where == 4 || mode == 2) p.add_mask = &tam;
+                    if (mode == 2) p.bool_mask = &tbm;
+                    /* flash takes D_i = dO_i . O_i (FlashAttention's, PyTorch's fused kernels), the
+                     * math path rowsum(P dP): equal for finite values, but with an infinity in dO
+                     * the one is +-Inf where the other sums +Inf and -Inf to NaN, and the kinds of
+                     * dS, dQ and dK follow; with masks, a forward output made NaN by a masked key's
+                     * infinite value (above) makes D_i NaN where the reference's is +-Inf */
+                    const int lenient = (where == 3 && sp > 0) || mode > 0 ? 2 : 0;
+                    for (int run = 0; run < 3; run++) { /* reference, flash, flash bf16 */
+                        if (run == 2) { /* the inputs rounded to bf16, the reference on the rounded values */
+                            for (size_t e = 0; e < sizeof q / 4; e++) q[e] = attn_bf16_to_f32(qb[e] = attn_f32_to_bf16(q[e]));
+                            for (size_t e = 0; e < sizeof k / 4; e++) k[e] = attn_bf16_to_f32(kb[e] = attn_f32_to_bf16(k[e]));
+                            for (size_t e = 0; e < sizeof v / 4; e++) v[e] = attn_bf16_to_f32(vb[e] = attn_f32_to_bf16(v[e]));
+                            for (size_t e = 0; e < sizeof dout / 4; e++)
+                                dout[e] = attn_bf16_to_f32(db[e] = attn_f32_to_bf16(dout[e]));
+                        }
+                        if (run != 1) sdpa_bwd_ref(q, k, v, p.add_mask ? am : NULL, allow, mode == 1, dout, rq, rk, rv);
+                        if (run == 0) {
+                            CHECK_OK(attn_sdpa_backward(&tq, &tk, &tv, &p, &tdo, &tdq, &tdk, &tdv, w, ws));
+                        } else if (run == 1) {
+                            CHECK_OK(attn_flash_forward(&tq, &tk, &tv, &p, &to, &tl, w, ws));
+                            CHECK_OK(attn_flash_backward(&tq, &tk, &tv, &p, &to, &tdo, &tl, &tdq, &tdk, &tdv, w, ws));
+                        } else {
+                            CHECK_OK(attn_flash_forward(&tqb, &tkb, &tvb, &p, &to, &tl, w, ws));
+                            CHECK_OK(attn_flash_backward(&tqb, &tkb, &tvb, &p, &to, &tdob, &tl, &tdq, &tdk, &tdv, w, ws));
+                        }
+                        const float *gr[3] = {dq, dk, dv};
+                        const double *rr[3] = {rq, rk, rv};
+                        const size_t nr[3] = {sizeof dq / 4, sizeof dk / 4, sizeof dv / 4};
+                        for (int x = 0; x < 3; x++) {
+                            snprintf(ctx, sizeof ctx, "%s backward [%s] %g in %s, mode %d: %s",
+                                     (const char *[]){"sdpa", "flash", "flash bf16"}[run], attn_isa_name((attn_isa)isa),
+                                     (double)val, names[where], mode, (const char *[]){"dq", "dk", "dv"}[x]);
+                            const double e = compare_nf_tol(ctx, gr[x], rr[x], nr[x], NULL, run > 0 ? lenient : 0,
+                                                            run == 2 ? 3e-2 : 1e-4);
+                            if (run < 2) track(e);
+                        }
                     }
                 }
     }
@@ -397,7 +563,8 @@ int main(int argc, char **argv) {
     test_parity();
     test_ops();
     test_sdpa();
-    printf("max finite-entry rel err %.3g; %zu flash outputs NaN from a masked key's non-finite value\n", worst,
-           lenient_nan);
+    test_sdpa_backward();
+    printf("max finite-entry rel err %.3g; %zu flash outputs or gradients NaN from a masked key's non-finite value\n",
+           worst, lenient_nan);
     return test_summary("test_nonfinite");
 }

@@ -118,7 +118,9 @@ static void probs_and_ds_avx2(int rows, int cols, float *s, const float *dp, flo
     for (int c0 = 0; c0 < cols; c0 += 8) {
         const __m256i msk = tail_mask(cols - c0);
         const __m256 mv = load_or(ninf, msk, m + c0);
-        const __m256 fin = _mm256_cmp_ps(mv, ninf, _CMP_NEQ_OQ);
+        /* unordered compares: a NaN row statistic (a NaN or an infinity in the row's logits) makes
+         * P and dS NaN, as the textbook backward does, not a masked row's zeros */
+        const __m256 fin = _mm256_cmp_ps(mv, ninf, _CMP_NEQ_UQ);
         const __m256 ms = _mm256_and_ps(fin, mv), lv = _mm256_maskload_ps(ll + c0, msk);
         const __m256 dv = _mm256_maskload_ps(dsum + c0, msk);
         for (int r = 0; r < rows; r++) {
@@ -126,7 +128,7 @@ static void probs_and_ds_avx2(int rows, int cols, float *s, const float *dp, flo
             const __m256 p = _mm256_and_ps(fin, exp2_neg(x));
             _mm256_maskstore_ps(s + r * ld + c0, msk, p);
             const __m256 g = _mm256_sub_ps(_mm256_maskload_ps(dp + r * ld + c0, msk), dv);
-            const __m256 nz = _mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+            const __m256 nz = _mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_NEQ_UQ);
             _mm256_maskstore_ps(ds + r * ld + c0, msk, _mm256_and_ps(nz, _mm256_mul_ps(_mm256_mul_ps(p, g), sc)));
         }
     }

@@ -180,7 +180,9 @@ static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, f
     for (int c0 = 0; c0 < cols; c0 += 16) {
         const __mmask16 msk = tail_mask(cols - c0);
         const __m512 mv = _mm512_mask_loadu_ps(ninf, msk, m + c0);
-        const __mmask16 fin = _mm512_cmp_ps_mask(mv, ninf, _CMP_NEQ_OQ);
+        /* unordered compares: a NaN row statistic (a NaN or an infinity in the row's logits) makes
+         * P and dS NaN, as the textbook backward does, not a masked row's zeros */
+        const __mmask16 fin = _mm512_cmp_ps_mask(mv, ninf, _CMP_NEQ_UQ);
         const __m512 ms = _mm512_maskz_mov_ps(fin, mv), lv = _mm512_maskz_loadu_ps(msk, ll + c0);
         const __m512 dv = _mm512_maskz_loadu_ps(msk, dsum + c0);
         for (int r = 0; r < rows; r++) {
@@ -188,7 +190,7 @@ static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, f
             const __m512 p = _mm512_maskz_mov_ps(fin, exp2_neg(x));
             _mm512_mask_storeu_ps(s + r * ld + c0, msk, p);
             const __m512 g = _mm512_sub_ps(_mm512_maskz_loadu_ps(msk, dp + r * ld + c0), dv);
-            const __mmask16 nz = _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+            const __mmask16 nz = _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_UQ);
             _mm512_mask_storeu_ps(ds + r * ld + c0, msk, _mm512_maskz_mul_ps(nz, _mm512_mul_ps(p, g), sc));
         }
     }

@@ -183,7 +183,12 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
             const int64_t i = r % c.nq, h = (r / c.nq) % c.hq, b = r / (c.nq * c.hq);
-            for (int64_t j = 0; j < c.nk; j++) s[j] = logit(&c, q, k, b, h, i, j, &capped[j]);
+            /* capped[j] stays NaN for a masked key (logit() writes it only for visible ones): dq
+             * below skips those, and only those, where dS is 0 */
+            for (int64_t j = 0; j < c.nk; j++) {
+                capped[j] = NAN;
+                s[j] = logit(&c, q, k, b, h, i, j, &capped[j]);
+            }
             const double l = row_lse(s, c.nk);
             double dsum = 0;
             for (int64_t j = 0; j < c.nk; j++) {
@@ -199,10 +204,12 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
                 dp[j] = s[j] != 0 ? grad_logit(&c, s[j], dp[j], dsum, capped[j]) : 0.0;
             const float *kb = k->data + b * k->stride[0] + (h / c.group) * k->stride[1];
             float *gq = dq->data + b * dq->stride[0] + h * dq->stride[1] + i * dq->stride[2];
+            /* a visible key with dS = 0 still multiplies its K row (0 * Inf is NaN, as in
+             * PyTorch's dS @ K); a masked one is not read */
             for (int64_t t = 0; t < c.d; t++) {
                 double acc = 0;
                 for (int64_t j = 0; j < c.nk; j++)
-                    if (dp[j] != 0) acc += dp[j] * kb[j * k->stride[2] + t * k->stride[3]];
+                    if (dp[j] != 0 || !isnan(capped[j])) acc += dp[j] * kb[j * k->stride[2] + t * k->stride[3]];
                 gq[t * dq->stride[3]] = (float)(c.scale * acc);
             }
         }
@@ -222,10 +229,12 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
             for (int64_t h = g * c.group; h < (g + 1) * c.group; h++) {
                 for (int64_t i = 0; i < c.nq; i++) {
                     const int64_t qr = (b * c.hq + h) * c.nq + i;
+                    /* a masked key is not read, nor any key of a fully masked row; a logit that is
+                     * -inf by arithmetic (an infinite q or k) still meets its row's statistic, so a
+                     * NaN row (NaN or infinite logits) gives NaN here as in pass 1 */
+                    if (lse_all[qr] == -INFINITY || !attn_ctx_allowed(&c, b, h, i, j)) continue;
                     double capped = 0;
-                    const double s = lse_all[qr] == -INFINITY ? -INFINITY
-                                                              : logit(&c, q, k, b, h, i, j, &capped);
-                    if (s == -INFINITY) continue;
+                    const double s = logit(&c, q, k, b, h, i, j, &capped);
                     const double p = exp(s - lse_all[qr]);
                     const double keep = attn_ctx_keep(&c, b, h, i, j);
                     const float *go = dout->data + b * dout->stride[0] + h * dout->stride[1] +
