@@ -205,11 +205,13 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
             const float *kb = k->data + b * k->stride[0] + (h / c.group) * k->stride[1];
             float *gq = dq->data + b * dq->stride[0] + h * dq->stride[1] + i * dq->stride[2];
             /* a visible key with dS = 0 still multiplies its K row (0 * Inf is NaN, as in
-             * PyTorch's dS @ K); a masked one is not read */
+             * PyTorch's dS @ K); a masked one is not read, nor is any key of a row whose logits
+             * are all -inf (masked or not: such a row is a masked row, output 0, no gradient) */
             for (int64_t t = 0; t < c.d; t++) {
                 double acc = 0;
                 for (int64_t j = 0; j < c.nk; j++)
-                    if (dp[j] != 0 || !isnan(capped[j])) acc += dp[j] * kb[j * k->stride[2] + t * k->stride[3]];
+                    if (dp[j] != 0 || (l != -INFINITY && !isnan(capped[j])))
+                        acc += dp[j] * kb[j * k->stride[2] + t * k->stride[3]];
                 gq[t * dq->stride[3]] = (float)(c.scale * acc);
             }
         }
