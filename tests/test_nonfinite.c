@@ -15,6 +15,7 @@
  *                                               NaN / +-Inf positions, finite entries within 1e-4
  *   test_nonfinite --set IN OUT NAME E VALUE    IN with element E of the F32 tensor NAME set to
  *                                               VALUE, written to OUT */
+#include "attn/linear_attention.h"
 #include "io/json.h"
 #include "nn/nn_run.h"
 #include "test_util.h"
@@ -498,6 +499,69 @@ static void test_sdpa_backward(void) {
     free(w);
 }
 
+/* Linear attention (elu + 1) with a NaN or an infinity in Q, K or V, against its formula in
+ * float64, out_i = sum_j (phi(q_i) . phi(k_j)) v_j / (sum_j phi(q_i) . phi(k_j) + eps) over the keys
+ * query i sees: the same non-finite positions. Causal runs cross a chunk of the prefix-sum form
+ * (64 rows), so a future key's value must not reach the rows before it. */
+enum { LN = 80, LD = 8, LDV = 5, LH = 2 };
+
+static double elu1(double x) { return isnan(x) ? x : (x > 0 ? x : expm1(x)) + 1; }
+
+static void linear_ref(const float *q, const float *k, const float *v, int causal, double *o) {
+    for (int h = 0; h < LH; h++)
+        for (int i = 0; i < LN; i++) {
+            double z[LD] = {0}, num[LDV] = {0}, den = 0, s[LD][LDV];
+            memset(s, 0, sizeof s);
+            for (int j = 0; j < (causal ? i + 1 : LN); j++)
+                for (int t = 0; t < LD; t++) {
+                    const double f = elu1(k[(h * LN + j) * LD + t]);
+                    z[t] += f;
+                    for (int x = 0; x < LDV; x++) s[t][x] += f * v[(h * LN + j) * LDV + x];
+                }
+            for (int t = 0; t < LD; t++) {
+                const double f = elu1(q[(h * LN + i) * LD + t]);
+                den += f * z[t];
+                for (int x = 0; x < LDV; x++) num[x] += f * s[t][x];
+            }
+            for (int x = 0; x < LDV; x++) o[(h * LN + i) * LDV + x] = num[x] / (den + ATTN_LINEAR_ATTENTION_EPS);
+        }
+}
+
+static void test_linear(void) {
+    test_rng g = rng_seeded(74);
+    float *q = xmalloc(sizeof(float) * LH * LN * LD), *k = xmalloc(sizeof(float) * LH * LN * LD);
+    float *v = xmalloc(sizeof(float) * LH * LN * LDV), *out = xmalloc(sizeof(float) * LH * LN * LDV);
+    double *ref = xmalloc(sizeof(double) * LH * LN * LDV);
+    attn_tensor tq = attn_tensor_4d(q, 1, LH, LN, LD), tk = attn_tensor_4d(k, 1, LH, LN, LD),
+                tv = attn_tensor_4d(v, 1, LH, LN, LDV), to = attn_tensor_4d(out, 1, LH, LN, LDV);
+    char ctx[128];
+    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+        CHECK_OK(attn_force_isa((attn_isa)isa));
+        const size_t ws = attn_linear_attention_workspace_size(&tq, &tk, &tv);
+        void *w = xmalloc(ws);
+        for (int where = 0; where < 3; where++)
+            for (int sp = 0; sp < 3; sp++)
+                for (int causal = 0; causal < 2; causal++) {
+                    fill_normal(&g, q, (size_t)LH * LN * LD, 1);
+                    fill_normal(&g, k, (size_t)LH * LN * LD, 1);
+                    fill_normal(&g, v, (size_t)LH * LN * LDV, 1);
+                    const int h = (int)(rng_next(&g) % LH), i = 40 + (int)(rng_next(&g) % 40);
+                    float *x = where == 0 ? q : where == 1 ? k : v;
+                    const int width = where == 2 ? LDV : LD;
+                    x[(h * LN + i) * width + (int)(rng_next(&g) % (uint64_t)width)] = SPECIAL[sp];
+                    linear_ref(q, k, v, causal, ref);
+                    CHECK_OK(attn_linear_attention_forward(&tq, &tk, &tv, causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE,
+                                                           NULL, &to, w, ws));
+                    snprintf(ctx, sizeof ctx, "linear attention [%s] %g in %s row %d, %s", attn_isa_name((attn_isa)isa),
+                             (double)SPECIAL[sp], (const char *[]){"q", "k", "v"}[where], i, causal ? "causal" : "non-causal");
+                    track(compare_nf(ctx, out, ref, (size_t)LH * LN * LDV, NULL));
+                }
+        free(w);
+    }
+    attn_force_isa(attn_detected_isa());
+    free(q), free(k), free(v), free(out), free(ref);
+}
+
 static int compare_files(const char *out_path, const char *fixture, int ci) {
     attn_safetensors *out = NULL, *st = NULL;
     char key[64];
@@ -564,6 +628,7 @@ int main(int argc, char **argv) {
     test_ops();
     test_sdpa();
     test_sdpa_backward();
+    test_linear();
     printf("max finite-entry rel err %.3g; %zu flash outputs or gradients NaN from a masked key's non-finite value\n",
            worst, lenient_nan);
     return test_summary("test_nonfinite");

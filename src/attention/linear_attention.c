@@ -15,6 +15,8 @@
  * two GEMMs (S = B^T C, Y = A S); causal chunk by chunk of CH outputs: Y = A_chunk S (the
  * prefix state) + mask(A_chunk B_block^T) C_block, then S += B_block^T C_block; the transposed
  * visibility (the key side of the backward) runs the chunks from the end. Never an N x N matrix.
+ * A block whose C rows hold a NaN or an infinity takes its masked product row by row over the
+ * inputs each row sees, so a later input's NaN never reaches earlier rows through the mask's 0.
  * Each (batch, head) runs on one thread with single-threaded GEMMs: bitwise identical for any
  * thread count. The recurrent step is the same product starting from the stored state. */
 #include <math.h>
@@ -46,6 +48,22 @@ static void gemm(attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, int
 }
 
 enum { PRIM_ALL = 0, PRIM_FWD = 1, PRIM_REV = 2 };
+
+
+/* y[i] += sum over the inputs t = a + j that output o0 + i sees of T[i][j] C[j] (C from input a):
+ * the masked product of prim without its GEMM, for a block that holds a NaN or an infinity, so
+ * that the mask's zeros never multiply it (0 * Inf would carry it to the rows before it). */
+static __attribute__((noinline)) void masked_product_exact(int mode, int64_t off, int64_t o0, int64_t rows, int64_t a,
+                                                           int64_t cols, int64_t r, const float *T, const float *C,
+                                                           float *y) {
+    for (int64_t i = 0; i < rows; i++) {
+        const int64_t lim = mode == PRIM_FWD ? o0 + i + off - a : o0 + i - off - a;
+        const int64_t j0 = mode == PRIM_FWD ? 0 : clamp64(lim, 0, cols);
+        const int64_t j1 = mode == PRIM_FWD ? clamp64(lim + 1, 0, cols) : cols;
+        for (int64_t j = j0; j < j1; j++)
+            for (int64_t x = 0; x < r; x++) y[i * r + x] += T[i * CH + j] * C[j * r + x];
+    }
+}
 
 /* Y [no, r] = sum over allowed (o, t) of (A_o . B_t) C_t; A [no, p], B [ni, p], C [ni, r]
  * contiguous. PRIM_FWD: t <= o + off; PRIM_REV: t >= o - off. St [p, r]: the state, zeroed first
@@ -83,7 +101,10 @@ static void prim(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64
                 if (mode == PRIM_FWD ? t > o + off : t < o - off) T[i * CH + j] = 0.0f;
             }
         }
-        gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, rows, r, cols, T, CH, C + a * r, r, 1.0f, y, r, gws, gwsb);
+        if (attn_lin_vec_active()->all_finite(C + a * r, cols * r)) /* vectorised: a scalar check cost 8% */
+            gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, rows, r, cols, T, CH, C + a * r, r, 1.0f, y, r, gws, gwsb);
+        else
+            masked_product_exact(mode, off, o0, rows, a, cols, r, T, C + a * r, y);
         gemm(ATTN_TRANS, ATTN_NO_TRANS, p, r, cols, B + a * p, p, C + a * r, r, 1.0f, St, r, gws, gwsb);
     }
 }

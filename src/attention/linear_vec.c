@@ -35,7 +35,13 @@ static float edot_ref(const float *g, const float *y, float den, float *ep, int6
     return s;
 }
 
-const lin_vec attn_lin_vec_ref = {elu1_ref, elu1_bwd_ref, expsc_ref, submax_ref, ydiv_ref, edot_ref};
+static int all_finite_ref(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+const lin_vec attn_lin_vec_ref = {elu1_ref, elu1_bwd_ref, expsc_ref, submax_ref, ydiv_ref, edot_ref, all_finite_ref};
 
 const lin_vec *attn_lin_vec_active(void) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86

@@ -20,6 +20,8 @@ typedef struct lin_vec {
     void (*ydiv)(const float *y, const float *den, float *t, int64_t n);
     /* ep = g / den; returns sum ep * y in float (lanes then a fixed reduction) (ep == g allowed) */
     float (*edot)(const float *g, const float *y, float den, float *ep, int64_t n);
+    /* no NaN or infinity among x[0 .. n) */
+    int (*all_finite)(const float *x, int64_t n);
 } lin_vec;
 
 extern const lin_vec attn_lin_vec_ref;

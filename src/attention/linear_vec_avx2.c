@@ -80,4 +80,13 @@ static float edot_avx2(const float *g, const float *y, float den, float *ep, int
     return r;
 }
 
-const lin_vec attn_lin_vec_avx2 = {elu1_avx2, elu1_bwd_avx2, expsc_avx2, submax_avx2, ydiv_avx2, edot_avx2};
+/* x * 0 is NaN exactly where x is NaN or infinite */
+static int all_finite_avx2(const float *x, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8)
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_maskload_ps(x + i, tail8(n - i)), _mm256_setzero_ps()));
+    return _mm256_movemask_ps(_mm256_cmp_ps(acc, acc, _CMP_UNORD_Q)) == 0;
+}
+
+const lin_vec attn_lin_vec_avx2 = {elu1_avx2, elu1_bwd_avx2, expsc_avx2, submax_avx2, ydiv_avx2, edot_avx2,
+                                   all_finite_avx2};

@@ -69,5 +69,11 @@ static float edot_avx512(const float *g, const float *y, float den, float *ep, i
     return _mm512_reduce_add_ps(s);
 }
 
+static int all_finite_avx512(const float *x, int64_t n) {
+    __mmask16 bad = 0; /* vfpclassps 0x99: QNaN, +Inf, -Inf, SNaN */
+    for (int64_t i = 0; i < n; i += 16) bad |= _mm512_fpclass_ps_mask(_mm512_maskz_loadu_ps(tail16(n - i), x + i), 0x99);
+    return !bad;
+}
+
 const lin_vec attn_lin_vec_avx512 = {elu1_avx512, elu1_bwd_avx512, expsc_avx512, submax_avx512, ydiv_avx512,
-                                     edot_avx512};
+                                     edot_avx512, all_finite_avx512};
