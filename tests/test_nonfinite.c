@@ -245,6 +245,11 @@ static void test_ops(void) {
 
 /* ---- SDPA (reference and flash) ---- */
 
+/* xb = bf16(x) and x = the rounded values (NaN and +-Inf stay what they are). */
+static void to_bf16(float *x, attn_bf16 *xb, size_t n) {
+    for (size_t e = 0; e < n; e++) x[e] = attn_bf16_to_f32(xb[e] = attn_f32_to_bf16(x[e]));
+}
+
 enum { SB = 1, SH = 2, SNQ = 7, SNK = 19, SD = 8 };
 
 /* PyTorch's math on the logits (q.k scale + additive mask, softmax with NaN propagation) over the
@@ -342,9 +347,9 @@ static void test_sdpa(void) {
                     /* bf16 flash: Q, K, V rounded to bf16 (NaN and +-Inf stay what they are), the
                      * reference on the rounded values; the same positions, finite entries within
                      * bf16's error (P is rounded to bf16 for P V) */
-                    for (size_t e = 0; e < sizeof q / 4; e++) q[e] = attn_bf16_to_f32(qb[e] = attn_f32_to_bf16(q[e]));
-                    for (size_t e = 0; e < sizeof k / 4; e++) k[e] = attn_bf16_to_f32(kb[e] = attn_f32_to_bf16(k[e]));
-                    for (size_t e = 0; e < sizeof v / 4; e++) v[e] = attn_bf16_to_f32(vb[e] = attn_f32_to_bf16(v[e]));
+                    to_bf16(q, qb, sizeof q / 4);
+                    to_bf16(k, kb, sizeof k / 4);
+                    to_bf16(v, vb, sizeof v / 4);
                     sdpa_ref(q, k, v, p.add_mask ? am : NULL, allow, mode == 1, ref);
                     CHECK_OK(attn_flash_forward(&tqb, &tkb, &tvb, &p, &to, NULL, w, ws));
                     snprintf(ctx, sizeof ctx, "flash bf16 [%s] %g in %s, mode %d", attn_isa_name((attn_isa)isa),
@@ -465,11 +470,10 @@ static void test_sdpa_backward(void) {
                     const int lenient = (where == 3 && sp > 0) || mode > 0 ? 2 : 0;
                     for (int run = 0; run < 3; run++) { /* reference, flash, flash bf16 */
                         if (run == 2) { /* the inputs rounded to bf16, the reference on the rounded values */
-                            for (size_t e = 0; e < sizeof q / 4; e++) q[e] = attn_bf16_to_f32(qb[e] = attn_f32_to_bf16(q[e]));
-                            for (size_t e = 0; e < sizeof k / 4; e++) k[e] = attn_bf16_to_f32(kb[e] = attn_f32_to_bf16(k[e]));
-                            for (size_t e = 0; e < sizeof v / 4; e++) v[e] = attn_bf16_to_f32(vb[e] = attn_f32_to_bf16(v[e]));
-                            for (size_t e = 0; e < sizeof dout / 4; e++)
-                                dout[e] = attn_bf16_to_f32(db[e] = attn_f32_to_bf16(dout[e]));
+                            to_bf16(q, qb, sizeof q / 4);
+                            to_bf16(k, kb, sizeof k / 4);
+                            to_bf16(v, vb, sizeof v / 4);
+                            to_bf16(dout, db, sizeof dout / 4);
                         }
                         if (run != 1) sdpa_bwd_ref(q, k, v, p.add_mask ? am : NULL, allow, mode == 1, dout, rq, rk, rv);
                         if (run == 0) {
