@@ -49,7 +49,6 @@ static void gemm(attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, int
 
 enum { PRIM_ALL = 0, PRIM_FWD = 1, PRIM_REV = 2 };
 
-
 /* y[i] += sum over the inputs t = a + j that output o0 + i sees of T[i][j] C[j] (C from input a):
  * the masked product of prim without its GEMM, for a block that holds a NaN or an infinity, so
  * that the mask's zeros never multiply it (0 * Inf would carry it to the rows before it). */
