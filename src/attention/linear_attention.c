@@ -76,6 +76,7 @@ static void prim(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64
         gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, no, r, p, A, p, St, r, 0.0f, Y, r, gws, gwsb);
         return;
     }
+    const lin_vec *vk = attn_lin_vec_active();
     const int64_t nch = (no + CH - 1) / CH;
     int64_t done = mode == PRIM_FWD ? 0 : ni; /* the state holds inputs [0, done) resp. [done, ni) */
     for (int64_t ci = 0; ci < nch; ci++) {
@@ -100,7 +101,7 @@ static void prim(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64
                 if (mode == PRIM_FWD ? t > o + off : t < o - off) T[i * CH + j] = 0.0f;
             }
         }
-        if (attn_lin_vec_active()->all_finite(C + a * r, cols * r)) /* vectorised: a scalar check cost 8% */
+        if (vk->all_finite(C + a * r, cols * r)) /* vectorised: a scalar check cost 8% */
             gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, rows, r, cols, T, CH, C + a * r, r, 1.0f, y, r, gws, gwsb);
         else
             masked_product_exact(mode, off, o0, rows, a, cols, r, T, C + a * r, y);

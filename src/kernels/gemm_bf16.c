@@ -18,15 +18,20 @@
 
 static size_t round_up(size_t x) { return (x + 15) & ~(size_t)15; }
 
-/* The pair word of x[0] and x[1]: their 4 bytes as they lie in memory on a little-endian CPU. */
-static inline uint32_t pair_word(const attn_bf16 *x) {
+/* On a little-endian CPU a pair word is its two bf16 as they lie in memory (the even one is the
+ * low half), so packing copies words. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define PAIRS_IN_MEMORY 1
+#else
+#define PAIRS_IN_MEMORY 0
+#endif
+
+/* The pair word of x[0] and x[1]. */
+static inline uint32_t pair_word(const attn_bf16 *x) {
     uint32_t w;
+    if (!PAIRS_IN_MEMORY) return attn_pair(x[0], x[1]);
     memcpy(&w, x, sizeof w);
     return w;
-#else
-    return attn_pair(x[0], x[1]);
-#endif
 }
 
 size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k) {
@@ -72,11 +77,9 @@ attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t
             if (!ta) {
                 for (int64_t i = i0; i < i1; i++) {
                     const attn_bf16 *row = a + i * lda;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-                    memcpy(ap + i * kp, row, sizeof(uint32_t) * (size_t)kf); /* a pair word is its two bf16 in memory */
-#else
-                    for (int64_t p = 0; p < kf; p++) ap[i * kp + p] = attn_pair(row[2 * p], row[2 * p + 1]);
-#endif
+                    if (PAIRS_IN_MEMORY) memcpy(ap + i * kp, row, sizeof(uint32_t) * (size_t)kf);
+                    else
+                        for (int64_t p = 0; p < kf; p++) ap[i * kp + p] = pair_word(row + 2 * p);
                     if (kf < kp) ap[i * kp + kf] = attn_pair(row[2 * kf], 0);
                 }
                 continue;
