@@ -252,6 +252,29 @@ static void to_bf16(float *x, attn_bf16 *xb, size_t n) {
 
 enum { SB = 1, SH = 2, SNQ = 7, SNK = 19, SD = 8 };
 
+typedef struct sdpa_at {
+    int h, i, j, t; /* head, query row, key row, column */
+} sdpa_at;
+
+/* Fresh inputs for one case: normal Q, K, V, float mask and (dout not NULL) dO, the boolean mask
+ * all true but in mode 2 (each pair kept with probability 0.7), and a random place for the
+ * special value. */
+static sdpa_at sdpa_inputs(test_rng *g, float *q, float *k, float *v, float *am, float *dout, uint8_t *allow,
+                           int mode) {
+    fill_normal(g, q, SH * SNQ * SD, 1);
+    fill_normal(g, k, SH * SNK * SD, 1);
+    fill_normal(g, v, SH * SNK * SD, 1);
+    fill_normal(g, am, SNQ * SNK, 1);
+    if (dout) fill_normal(g, dout, SH * SNQ * SD, 1);
+    for (int e = 0; e < SNQ * SNK; e++) allow[e] = mode < 2 || rng_uniform(g) < 0.7;
+    sdpa_at at;
+    at.h = (int)(rng_next(g) % SH);
+    at.i = (int)(rng_next(g) % SNQ);
+    at.j = (int)(rng_next(g) % SNK);
+    at.t = (int)(rng_next(g) % SD);
+    return at;
+}
+
 /* PyTorch's math on the logits (q.k scale + additive mask, softmax with NaN propagation) over the
  * keys the boolean / causal mask lets a query see; masked keys are not read (attn's convention, as
  * PyTorch's fused kernels); a query that sees no key gets 0. */
@@ -311,13 +334,8 @@ static void test_sdpa(void) {
         for (int where = 0; where < 5; where++)
             for (int sp = 0; sp < (where == 3 ? 4 : 3); sp++) /* 3e38 only as a mask: q.k overflows float */
                 for (int mode = 0; mode < 3; mode++) { /* none, causal, bool + float masks */
-                    fill_normal(&g, q, sizeof q / 4, 1);
-                    fill_normal(&g, k, sizeof k / 4, 1);
-                    fill_normal(&g, v, sizeof v / 4, 1);
-                    fill_normal(&g, am, sizeof am / 4, 1);
-                    for (int e = 0; e < SNQ * SNK; e++) allow[e] = mode < 2 || rng_uniform(&g) < 0.7;
-                    const int h = (int)(rng_next(&g) % SH), i = (int)(rng_next(&g) % SNQ), j = (int)(rng_next(&g) % SNK),
-                              t = (int)(rng_next(&g) % SD);
+                    const sdpa_at at = sdpa_inputs(&g, q, k, v, am, NULL, allow, mode);
+                    const int h = at.h, i = at.i, j = at.j, t = at.t;
                     const float val = SPECIAL[sp];
                     if (where == 0) q[(h * SNQ + i) * SD + t] = val;
                     if (where == 1) k[(h * SNK + j) * SD + t] = val;
@@ -444,14 +462,8 @@ static void test_sdpa_backward(void) {
         for (int where = 0; where < 5; where++)
             for (int sp = 0; sp < 3; sp++)
                 for (int mode = 0; mode < 3; mode++) { /* none, causal, bool + float masks */
-                    fill_normal(&g, q, sizeof q / 4, 1);
-                    fill_normal(&g, k, sizeof k / 4, 1);
-                    fill_normal(&g, v, sizeof v / 4, 1);
-                    fill_normal(&g, am, sizeof am / 4, 1);
-                    fill_normal(&g, dout, sizeof dout / 4, 1);
-                    for (int e = 0; e < SNQ * SNK; e++) allow[e] = mode < 2 || rng_uniform(&g) < 0.7;
-                    const int h = (int)(rng_next(&g) % SH), i = (int)(rng_next(&g) % SNQ), j = (int)(rng_next(&g) % SNK),
-                              t = (int)(rng_next(&g) % SD);
+                    const sdpa_at at = sdpa_inputs(&g, q, k, v, am, dout, allow, mode);
+                    const int h = at.h, i = at.i, j = at.j, t = at.t;
                     const float val = SPECIAL[sp];
                     if (where == 0) q[(h * SNQ + i) * SD + t] = val;
                     if (where == 1) k[(h * SNK + j) * SD + t] = val;
