@@ -275,38 +275,48 @@ static sdpa_at sdpa_inputs(test_rng *g, float *q, float *k, float *v, float *am,
     return at;
 }
 
+/* Does query i see key j (the boolean and the causal mask)? */
+static int sees(const uint8_t *allow, int causal, int i, int j) { return allow[i * SNK + j] && !(causal && j > i); }
+
+/* Row i of head h: s[j] = q_i . k_j / sqrt(d) + am_ij for the keys it sees (NaN, never read, for
+ * the others) and *m their maximum (NaN when one is NaN). Returns 0 for a row that sees no key or
+ * only -inf logits (a masked row: output 0, no gradient). */
+static int row_logits(const float *q, const float *k, const float *am, const uint8_t *allow, int causal, int h, int i,
+                      double *s, double *m) {
+    const double scale = 1 / sqrt((double)SD);
+    int nan = 0, any = 0;
+    *m = -INFINITY;
+    for (int j = 0; j < SNK; j++) {
+        s[j] = NAN;
+        if (!sees(allow, causal, i, j)) continue;
+        double x = 0;
+        for (int t = 0; t < SD; t++) x += (double)q[(h * SNQ + i) * SD + t] * k[(h * SNK + j) * SD + t];
+        s[j] = x * scale + (am ? am[i * SNK + j] : 0);
+        nan |= isnan(s[j]);
+        any = 1;
+        if (s[j] > *m) *m = s[j];
+    }
+    if (nan) *m = NAN;
+    return any && *m != -INFINITY;
+}
+
 /* PyTorch's math on the logits (q.k scale + additive mask, softmax with NaN propagation) over the
  * keys the boolean / causal mask lets a query see; masked keys are not read (attn's convention, as
  * PyTorch's fused kernels); a query that sees no key gets 0. */
 static void sdpa_ref(const float *q, const float *k, const float *v, const float *am, const uint8_t *allow,
                      int causal, double *o) {
-    const double scale = 1 / sqrt((double)SD);
-    double s[SNK];
+    double s[SNK], m;
     for (int h = 0; h < SH; h++)
         for (int i = 0; i < SNQ; i++) {
-            double m = -INFINITY;
-            int nan = 0, any = 0;
-            for (int j = 0; j < SNK; j++) {
-                if (!allow[i * SNK + j] || (causal && j > i)) {
-                    s[j] = NAN; /* marks "not seen" */
-                    continue;
-                }
-                double x = 0;
-                for (int t = 0; t < SD; t++) x += (double)q[(h * SNQ + i) * SD + t] * k[(h * SNK + j) * SD + t];
-                s[j] = x * scale + (am ? am[i * SNK + j] : 0);
-                nan |= isnan(s[j]);
-                any = 1;
-                if (s[j] > m) m = s[j];
-            }
-            if (nan) m = NAN;
+            const int live = row_logits(q, k, am, allow, causal, h, i, s, &m);
             double sum = 0;
             for (int j = 0; j < SNK; j++)
-                if (allow[i * SNK + j] && !(causal && j > i)) sum += exp(s[j] - m);
+                if (sees(allow, causal, i, j)) sum += exp(s[j] - m);
             for (int t = 0; t < SD; t++) {
                 double acc = 0;
                 for (int j = 0; j < SNK; j++)
-                    if (allow[i * SNK + j] && !(causal && j > i)) acc += exp(s[j] - m) / sum * v[(h * SNK + j) * SD + t];
-                o[(h * SNQ + i) * SD + t] = any && (nan || m != -INFINITY) ? acc : 0;
+                    if (sees(allow, causal, i, j)) acc += exp(s[j] - m) / sum * v[(h * SNK + j) * SD + t];
+                o[(h * SNQ + i) * SD + t] = live ? acc : 0;
             }
         }
 }
@@ -385,38 +395,25 @@ static void test_sdpa(void) {
 static void sdpa_bwd_ref(const float *q, const float *k, const float *v, const float *am, const uint8_t *allow,
                          int causal, const float *dout, double *dq, double *dk, double *dv) {
     const double scale = 1 / sqrt((double)SD);
-    double s[SNK], pr[SNK], dp[SNK];
+    double s[SNK], pr[SNK], dp[SNK], m;
     memset(dq, 0, sizeof(double) * SH * SNQ * SD);
     memset(dk, 0, sizeof(double) * SH * SNK * SD);
     memset(dv, 0, sizeof(double) * SH * SNK * SD);
     for (int h = 0; h < SH; h++)
         for (int i = 0; i < SNQ; i++) {
-            double m = -INFINITY;
-            int nan = 0, any = 0;
-            for (int j = 0; j < SNK; j++) {
-                s[j] = NAN;
-                if (!allow[i * SNK + j] || (causal && j > i)) continue;
-                double x = 0;
-                for (int t = 0; t < SD; t++) x += (double)q[(h * SNQ + i) * SD + t] * k[(h * SNK + j) * SD + t];
-                s[j] = x * scale + (am ? am[i * SNK + j] : 0);
-                nan |= isnan(s[j]);
-                any = 1;
-                if (s[j] > m) m = s[j];
-            }
-            if (nan) m = NAN;
-            if (!any || (!nan && m == -INFINITY)) continue;
+            if (!row_logits(q, k, am, allow, causal, h, i, s, &m)) continue;
             double sum = 0, dsum = 0;
             for (int j = 0; j < SNK; j++)
-                if (allow[i * SNK + j] && !(causal && j > i)) sum += exp(s[j] - m);
+                if (sees(allow, causal, i, j)) sum += exp(s[j] - m);
             for (int j = 0; j < SNK; j++) {
-                if (!allow[i * SNK + j] || (causal && j > i)) continue;
+                if (!sees(allow, causal, i, j)) continue;
                 pr[j] = exp(s[j] - m) / sum;
                 dp[j] = 0;
                 for (int t = 0; t < SD; t++) dp[j] += (double)dout[(h * SNQ + i) * SD + t] * v[(h * SNK + j) * SD + t];
                 dsum += pr[j] * dp[j];
             }
             for (int j = 0; j < SNK; j++) {
-                if (!allow[i * SNK + j] || (causal && j > i)) continue;
+                if (!sees(allow, causal, i, j)) continue;
                 const double ds = pr[j] * (dp[j] - dsum);
                 for (int t = 0; t < SD; t++) {
                     dq[(h * SNQ + i) * SD + t] += scale * ds * k[(h * SNK + j) * SD + t];
