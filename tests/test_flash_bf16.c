@@ -294,7 +294,47 @@ static void check_fixture(void) {
     attn_safetensors_close(st);
 }
 
+/* The tile kernels' transpose with f == 1, which the bf16 path runs on pair words: every 32-bit
+ * pattern comes through exactly (a multiply would quiet a signalling NaN: a bf16 infinity in a
+ * word's high half over a nonzero low half), at every edge, words past the block left alone. */
+static void check_word_transpose(void) {
+    test_rng r = rng_seeded(0x77aa);
+    const attn_flash_kernels *tables[4] = {attn_flash_kernels_ref(), NULL, NULL, NULL};
+    const char *names[4] = {"ref", "avx2", "avx512 4 rows", "avx512 6 rows"};
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    if (attn_detected_isa() >= ATTN_ISA_AVX2) tables[1] = attn_flash_kernels_avx2();
+    if (attn_detected_isa() >= ATTN_ISA_AVX512) {
+        tables[2] = attn_flash_kernels_avx512_rows(4);
+        tables[3] = attn_flash_kernels_avx512_rows(6);
+    } else {
+        printf("  notice: no AVX-512 on this CPU: its word transpose was not checked\n");
+    }
+#endif
+    const int shapes[5][2] = {{64, 32}, {19, 21}, {1, 1}, {17, 64}, {64, 7}};
+    enum { LDD = 64, RS = 70 };
+    uint32_t src[64 * RS], dst[70 * LDD];
+    for (int t = 0; t < 4; t++) {
+        if (!tables[t]) continue;
+        int same = 1;
+        for (int sh = 0; sh < 5; sh++) {
+            const int rows = shapes[sh][0], cols = shapes[sh][1];
+            for (int i = 0; i < 64 * RS; i++) {
+                const uint32_t u = (uint32_t)rng_next(&r);
+                /* signalling NaNs, infinities over nonzero low halves, subnormals among random words */
+                src[i] = i % 5 == 0 ? 0x7f800000u | (u & 0x3fffffu) | 1u : i % 5 == 1 ? u & 0x807fffffu : u;
+            }
+            memset(dst, 0xa5, sizeof dst);
+            tables[t]->pack_transposed(rows, cols, (const float *)(const void *)src, RS, 1.0f, (float *)(void *)dst, LDD);
+            for (int c = 0; c < 70; c++)
+                for (int q = 0; q < LDD; q++)
+                    same &= dst[c * LDD + q] == (c < cols && q < rows ? src[q * RS + c] : 0xa5a5a5a5u);
+        }
+        CHECK(same, "%s: pack_transposed with f = 1 changed a 32-bit pattern or wrote past the block", names[t]);
+    }
+}
+
 int main(void) {
+    check_word_transpose();
     check_fixture();
     return test_summary("test_flash_bf16");
 }

@@ -105,12 +105,19 @@ static void check_kernels(test_rng *r, const attn_bf16_kernels *f) {
     src[2] = NAN;
     src[3] = INFINITY;
     src[4] = 3.4e38f;
-    uint32_t df[67], dg[67];
-    f->pair_rows_f32(2, 67, src, 67, df, 67);
-    g->pair_rows_f32(2, 67, src, 67, dg, 67);
-    int same = 1;
-    for (int j = 0; j < 67; j++) same &= df[j] == dg[j] || (j == 2 && ((df[j] & 0x7fff) > 0x7f80) == ((dg[j] & 0x7fff) > 0x7f80));
-    CHECK(same, "%s: vcvtneps2bf16 and the scalar rounding disagree", f->name);
+    /* rows paired: odd and even row counts, column counts on and off the 16 / 32-column steps,
+     * words past each count left alone */
+    const int pr[4] = {2, 1, 2, 1}, pc[4] = {67, 33, 32, 16};
+    for (int t = 0; t < 4; t++) {
+        uint32_t df[70], dg[70];
+        memset(df, 0xa5, sizeof df);
+        memset(dg, 0xa5, sizeof dg);
+        f->pair_rows_f32(pr[t], pc[t], src, 67, df, 70);
+        g->pair_rows_f32(pr[t], pc[t], src, 67, dg, 70);
+        int same = 1;
+        for (int j = 0; j < 70; j++) same &= df[j] == dg[j] || (j == 2 && ((df[j] & 0x7fff) > 0x7f80) == ((dg[j] & 0x7fff) > 0x7f80));
+        CHECK(same, "%s: vcvtneps2bf16 and the scalar rounding disagree (%d rows, %d columns)", f->name, pr[t], pc[t]);
+    }
     /* the backward's tile roundings (P and dS rows as words, dS rows paired): odd and even row
      * and column counts, a row stride past the columns, words past each count left alone */
     const int tr[3] = {3, 4, 2}, tc[3] = {33, 32, 65};

@@ -454,6 +454,46 @@ int64_t attn_flash_tile_count(const attn_tensor *q, const attn_tensor *k, const 
     return c.b * c.hq * n;
 }
 
+/* ---- bf16 operand packing (pair words, kernels/bf16_internal.h) ---- */
+
+/* Can the rows of a bf16 [.., N, D] view be read in place as pair words (A operands)? */
+static int rows_are_words(const attn_tensor *x) {
+    return x->stride[3] == 1 && x->shape[3] % 2 == 0 && x->stride[2] % 2 == 0 && x->stride[1] % 2 == 0 &&
+           x->stride[0] % 2 == 0 && ((uintptr_t)x->ptr & 3) == 0;
+}
+/* dst[r * ceil(D / 2) + p] = (x[r][2p], x[r][2p + 1]): rows as A-operand words. */
+static void words_rows(const uint16_t *x, int64_t rs, int64_t cs, int rows, int64_t D, uint32_t *dst) {
+    const int64_t dp = (D + 1) / 2;
+    for (int r = 0; r < rows; r++)
+        for (int64_t p = 0; p < dp; p++)
+            dst[r * dp + p] = attn_pair(x[r * rs + 2 * p * cs], 2 * p + 1 < D ? x[r * rs + (2 * p + 1) * cs] : 0);
+}
+/* dst[p * BR + r] = (x[r][2p], x[r][2p + 1]): a block's rows as the B operand of a product over D.
+ * When the view's rows are pair words (words), this is a transpose of 32-bit words: the kernels'
+ * vector transpose, which copies the patterns exactly. */
+static void words_rows_t(const attn_flash_kernels *kr, int words, const uint16_t *x, int64_t rs, int64_t cs, int rows,
+                         int64_t D, uint32_t *dst) {
+    const int64_t dp = (D + 1) / 2;
+    if (words) {
+        kr->pack_transposed(rows, (int)dp, (const float *)(const void *)x, rs / 2, 1.0f, (float *)(void *)dst, BR);
+        return;
+    }
+    for (int r = 0; r < rows; r++)
+        for (int64_t p = 0; p < dp; p++)
+            dst[p * BR + r] = attn_pair(x[r * rs + 2 * p * cs], 2 * p + 1 < D ? x[r * rs + (2 * p + 1) * cs] : 0);
+}
+/* dst[p * D + t] = (x[2p][t], x[2p + 1][t]): rows paired (VNNI), the B operand of a product over
+ * the rows. */
+static void words_vnni(const attn_bf16_kernels *hk, const uint16_t *x, int64_t rs, int64_t cs, int rows, int64_t D,
+                       uint32_t *dst) {
+    if (cs == 1) {
+        hk->pair_rows_bf16(rows, (int)D, x, rs, dst, D);
+        return;
+    }
+    for (int p = 0; p < (rows + 1) / 2; p++)
+        for (int64_t t = 0; t < D; t++)
+            dst[p * D + t] = attn_pair(x[2 * p * rs + t * cs], 2 * p + 1 < rows ? x[(2 * p + 1) * rs + t * cs] : 0);
+}
 /* ---- bf16 forward ----
  * Q, K, V in bf16; S^T = K Q^T and O += P V on pair products with float accumulation
  * (bf16_internal.h), the online softmax and its statistics in float, P rounded to bf16 for P V
@@ -486,8 +526,7 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
     const int dp = (int)((c.d + 1) / 2); /* pair words per q / k row */
     /* K rows are read in place as pair words when they are: unit stride, even length and row
      * stride, 4-byte aligned */
-    const int k_words = k->stride[3] == 1 && c.d % 2 == 0 && k->stride[2] % 2 == 0 && k->stride[0] % 2 == 0 &&
-                        k->stride[1] % 2 == 0 && ((uintptr_t)k->ptr & 3) == 0;
+    const int k_words = rows_are_words(k), q_words = rows_are_words(q);
     /* V paired by rows (rows 2p and 2p + 1 of a head; tiles start at even keys, so a tile's pairs
      * are the head's): once per call when tiles serve several query blocks, else tile by tile */
     const int prepaired = prepair_v(1, c.nq);
@@ -511,13 +550,7 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
             const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
             const uint16_t *qi = q->data16 + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
             const uint16_t *kh = k->data16 + b * k->stride[0] + g * k->stride[1];
-            /* Q^T as pair words: qp[p * BR + r] = (q[r][2p], q[r][2p + 1]) */
-            for (int r = 0; r < bi; r++)
-                for (int p = 0; p < dp; p++) {
-                    const uint16_t lo = qi[r * q->stride[2] + 2 * p * q->stride[3]];
-                    const uint16_t hi = 2 * p + 1 < c.d ? qi[r * q->stride[2] + (2 * p + 1) * q->stride[3]] : 0;
-                    qp[p * BR + r] = attn_pair(lo, hi);
-                }
+            words_rows_t(kr, q_words, qi, q->stride[2], q->stride[3], bi, c.d, qp); /* Q^T as pair words */
             row_shifts(&c, general, b, h, i0, bi, w.sh);
             for (int r = 0; r < bi; r++) {
                 w.m[r] = -INFINITY;
@@ -543,7 +576,7 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
                 }
                 hk->gemm_pairs(bj, bi, dp, ka, ars, 1, qp, BR, w.s, BR, 0, NULL, qscale);
                 epilogue(&c, general, b, h, i0, bi, j0, bj, w.sh, w.s, NULL);
-                kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha, NULL);
+                kr->softmax_update_bf16(bj, bi, w.s, BR, w.m, w.l, w.alpha, NULL);
                 if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
                 /* P^T rows paired: pw[p * BR + q] = (P[q][2p], P[q][2p + 1]); V's pairs made above */
                 hk->pair_rows_f32(bj, bi, w.s, BR, pw, BR);
@@ -665,39 +698,6 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
     return ATTN_OK;
 }
 
-/* ---- bf16 operand packing (pair words, kernels/bf16_internal.h) ---- */
-
-/* Can the rows of a bf16 [.., N, D] view be read in place as pair words (A operands)? */
-static int rows_are_words(const attn_tensor *x) {
-    return x->stride[3] == 1 && x->shape[3] % 2 == 0 && x->stride[2] % 2 == 0 && x->stride[1] % 2 == 0 &&
-           x->stride[0] % 2 == 0 && ((uintptr_t)x->ptr & 3) == 0;
-}
-/* dst[r * ceil(D / 2) + p] = (x[r][2p], x[r][2p + 1]): rows as A-operand words. */
-static void words_rows(const uint16_t *x, int64_t rs, int64_t cs, int rows, int64_t D, uint32_t *dst) {
-    const int64_t dp = (D + 1) / 2;
-    for (int r = 0; r < rows; r++)
-        for (int64_t p = 0; p < dp; p++)
-            dst[r * dp + p] = attn_pair(x[r * rs + 2 * p * cs], 2 * p + 1 < D ? x[r * rs + (2 * p + 1) * cs] : 0);
-}
-/* dst[p * BR + r] = (x[r][2p], x[r][2p + 1]): a block's rows as the B operand of a product over D. */
-static void words_rows_t(const uint16_t *x, int64_t rs, int64_t cs, int rows, int64_t D, uint32_t *dst) {
-    const int64_t dp = (D + 1) / 2;
-    for (int r = 0; r < rows; r++)
-        for (int64_t p = 0; p < dp; p++)
-            dst[p * BR + r] = attn_pair(x[r * rs + 2 * p * cs], 2 * p + 1 < D ? x[r * rs + (2 * p + 1) * cs] : 0);
-}
-/* dst[p * D + t] = (x[2p][t], x[2p + 1][t]): rows paired (VNNI), the B operand of a product over
- * the rows. */
-static void words_vnni(const attn_bf16_kernels *hk, const uint16_t *x, int64_t rs, int64_t cs, int rows, int64_t D,
-                       uint32_t *dst) {
-    if (cs == 1) {
-        hk->pair_rows_bf16(rows, (int)D, x, rs, dst, D);
-        return;
-    }
-    for (int p = 0; p < (rows + 1) / 2; p++)
-        for (int64_t t = 0; t < D; t++)
-            dst[p * D + t] = attn_pair(x[2 * p * rs + t * cs], 2 * p + 1 < rows ? x[(2 * p + 1) * rs + t * cs] : 0);
-}
 /* The S^T tile of keys [j0, j0 + bj) of head (b, g) against qw (Q^T as pair words), whole (the
  * epilogue masks the band), in log2 units (qscale). kbuf: room for the keys as words. */
 static void scores_tile_bf16(const attn_bf16_kernels *hk, const attn_ctx *c, int general, const attn_tensor *k,
@@ -742,7 +742,7 @@ static void bf16_backward_tile(const attn_bf16_kernels *hk, const attn_flash_ker
     }
     hk->gemm_pairs(bj, bi, dpv, va, vars, 1, dow, BR, w->dp, BR, 0, NULL, 1.0f);
     if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->dp, w->colbase);
-    kr->probs_and_ds(bj, bi, w->s, w->dp, w->ds, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0, (float)c->scale);
+    kr->probs_and_ds_bf16(bj, bi, w->s, w->dp, w->ds, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0, (float)c->scale);
     if (general && c->softcap > 0)
         for (int r = 0; r < bj; r++)
             for (int x = 0; x < bi; x++)
@@ -888,7 +888,9 @@ static attn_status flash_backward(const char *fn, const attn_tensor *q, const at
                  * blocks. */
                 int64_t jlo, jhi;
                 key_range(&c, i0, i0 + bi, &jlo, &jhi);
-                if (bf) words_rows_t(q->data16 + qoff, q->stride[2], q->stride[3], bi, c.d, (uint32_t *)(void *)w.qt);
+                if (bf)
+                    words_rows_t(kr, rows_are_words(q), q->data16 + qoff, q->stride[2], q->stride[3], bi, c.d,
+                                 (uint32_t *)(void *)w.qt);
                 else pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
                 for (int r = 0; r < bi; r++) {
                     m[r] = -INFINITY;
@@ -902,7 +904,7 @@ static attn_status flash_backward(const char *fn, const attn_tensor *q, const at
                                          w.s, NULL, qscale, (uint32_t *)(void *)w.kp);
                     else
                         scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, NULL, NULL, &banded, NULL, NULL);
-                    kr->softmax_update(bj, bi, w.s, BR, m, w.l, w.alpha, NULL);
+                    (bf ? kr->softmax_update_bf16 : kr->softmax_update)(bj, bi, w.s, BR, m, w.l, w.alpha, NULL);
                 }
                 for (int r = 0; r < bi; r++) ll[r] = w.l[r] > 0 ? (float)log2((double)w.l[r]) : 0.0f;
             }
@@ -969,8 +971,10 @@ static attn_status flash_backward(const char *fn, const attn_tensor *q, const at
                     const float *qrows = w.qp, *dorows = w.dop;
                     int64_t ldq = c.d, lddo = c.dv;
                     if (bf) { /* Q^T and dO^T as B words over d / dv; Q and dO rows paired */
-                        words_rows_t(q->data16 + qoff, q->stride[2], q->stride[3], bi, c.d, (uint32_t *)(void *)w.qt);
-                        words_rows_t(dout->data16 + goff, dout->stride[2], dout->stride[3], bi, c.dv, (uint32_t *)(void *)w.dot);
+                        words_rows_t(kr, rows_are_words(q), q->data16 + qoff, q->stride[2], q->stride[3], bi, c.d,
+                                     (uint32_t *)(void *)w.qt);
+                        words_rows_t(kr, rows_are_words(dout), dout->data16 + goff, dout->stride[2], dout->stride[3], bi,
+                                     c.dv, (uint32_t *)(void *)w.dot);
                         words_vnni(hk, q->data16 + qoff, q->stride[2], q->stride[3], bi, c.d, (uint32_t *)(void *)w.qp);
                         words_vnni(hk, dout->data16 + goff, dout->stride[2], dout->stride[3], bi, c.dv, (uint32_t *)(void *)w.dop);
                     } else {

@@ -6,6 +6,10 @@
  * exp2 on x <= 0: n = round(x), f = x - n in [-1/2, 1/2], 2^f by its degree-7 Taylor polynomial
  * (truncation error 5e-9 relative), 2^n applied with vscalefps; inputs below -126 give exactly 0
  * (those probabilities are < 1.2e-38 of the row's largest and would only produce subnormals).
+ * The bf16 path's probabilities (the *_bf16 entries) take the degree-3 minimax polynomial of 2^f
+ * on [-1/2, 1/2] instead (relative error 7.5e-5, a 26th of the 2^-9 that rounding P to bf16
+ * costs; four FMAs fewer, on the pipes the pair products need); its rescaling factors alpha,
+ * which compound over a row's tiles, keep the full polynomial.
  * Dropout: Philox-4x32-10 in 16 lanes (one counter block per lane; the 32 x 32 -> 64 products from
  * two vpmuludq on the even and odd lanes); when the stream indices of four consecutive keys share
  * a block (Nk and the tile start multiples of 4), one block serves four rows. */
@@ -17,21 +21,34 @@
 
 #define MR_MAX 6
 
-static inline __m512 exp2_neg(__m512 x) {
+/* lowp: the bf16 path's degree-3 polynomial (a compile-time constant in every caller) */
+static inline __attribute__((always_inline)) __m512 exp2_neg_poly(const int lowp, __m512 x) {
     const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
     x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x); /* maps -inf; a NaN stays (the second operand wins) */
     const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.525273380405984e-05f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-03f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-02f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 p;
+    if (lowp) {
+        p = _mm512_set1_ps(1.3277938903551432e-03f);
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675757640757681e-03f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550709598137876e-02f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022114337835154e-01f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931469682296739e-01f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000000733176135e+00f));
+    } else {
+        p = _mm512_set1_ps(1.525273380405984e-05f);
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-03f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-02f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-01f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-01f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    }
     return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
 }
+
+static inline __m512 exp2_neg(__m512 x) { return exp2_neg_poly(0, x); }
 
 static inline __mmask16 tail_mask(int cols) {
     return cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
@@ -122,7 +139,7 @@ static void gemm_avx512_r6(int m, int n, int k, const float *a, int64_t ars, int
 /* All column vectors of the tile advance together, row by row, so the max and sum chains of the
  * (up to 4) vectors are independent instead of one long serial chain per vector. NV is a
  * compile-time constant in each instantiation so the per-vector state stays in registers. */
-static inline __attribute__((always_inline)) void softmax_block(const int nv, int rows, int ncols, float *s,
+static inline __attribute__((always_inline)) void softmax_block(const int lowp, const int nv, int rows, int ncols, float *s,
                                                                 int64_t lds, float *mrun, float *l, float *alpha,
                                                                 const float *tilemax) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
@@ -146,7 +163,7 @@ static inline __attribute__((always_inline)) void softmax_block(const int nv, in
     for (int r = 0; r < rows; r++)
         for (int q = 0; q < nv; q++) {
             float *sp = s + r * lds + 16 * q;
-            const __m512 p = exp2_neg(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk[q], sp), mxs[q]));
+            const __m512 p = exp2_neg_poly(lowp, _mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk[q], sp), mxs[q]));
             _mm512_mask_storeu_ps(sp, msk[q], p);
             sum[q] = _mm512_add_ps(sum[q], p);
         }
@@ -159,22 +176,32 @@ static inline __attribute__((always_inline)) void softmax_block(const int nv, in
     }
 }
 
-static void softmax_update_avx512(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
+static inline __attribute__((always_inline)) void softmax_update_poly(const int lowp, int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
                                   float *alpha, const float *tilemax) {
     for (int c0 = 0; c0 < cols; c0 += 64) {
         const int nc = cols - c0 < 64 ? cols - c0 : 64, nv = (nc + 15) / 16;
         float *sc = s + c0, *mc = mrun + c0, *lc = l + c0, *ac = alpha + c0;
         const float *tc = tilemax ? tilemax + c0 : NULL;
         switch (nv) {
-        case 4: softmax_block(4, rows, nc, sc, lds, mc, lc, ac, tc); break;
-        case 3: softmax_block(3, rows, nc, sc, lds, mc, lc, ac, tc); break;
-        case 2: softmax_block(2, rows, nc, sc, lds, mc, lc, ac, tc); break;
-        default: softmax_block(1, rows, nc, sc, lds, mc, lc, ac, tc); break;
+        case 4: softmax_block(lowp, 4, rows, nc, sc, lds, mc, lc, ac, tc); break;
+        case 3: softmax_block(lowp, 3, rows, nc, sc, lds, mc, lc, ac, tc); break;
+        case 2: softmax_block(lowp, 2, rows, nc, sc, lds, mc, lc, ac, tc); break;
+        default: softmax_block(lowp, 1, rows, nc, sc, lds, mc, lc, ac, tc); break;
         }
     }
 }
 
-static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
+static void softmax_update_avx512(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
+                                  float *alpha, const float *tilemax) {
+    softmax_update_poly(0, rows, cols, s, lds, mrun, l, alpha, tilemax);
+}
+
+static void softmax_update_avx512_bf16(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
+                                       float *alpha, const float *tilemax) {
+    softmax_update_poly(1, rows, cols, s, lds, mrun, l, alpha, tilemax);
+}
+
+static inline __attribute__((always_inline)) void probs_and_ds_poly(const int lowp, int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
                                 const float *m, const float *ll, const float *dsum, float scale) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(scale);
     for (int c0 = 0; c0 < cols; c0 += 16) {
@@ -187,13 +214,23 @@ static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, f
         const __m512 dv = _mm512_maskz_loadu_ps(msk, dsum + c0);
         for (int r = 0; r < rows; r++) {
             const __m512 x = _mm512_sub_ps(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk, s + r * ld + c0), ms), lv);
-            const __m512 p = _mm512_maskz_mov_ps(fin, exp2_neg(x));
+            const __m512 p = _mm512_maskz_mov_ps(fin, exp2_neg_poly(lowp, x));
             _mm512_mask_storeu_ps(s + r * ld + c0, msk, p);
             const __m512 g = _mm512_sub_ps(_mm512_maskz_loadu_ps(msk, dp + r * ld + c0), dv);
             const __mmask16 nz = _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_UQ);
             _mm512_mask_storeu_ps(ds + r * ld + c0, msk, _mm512_maskz_mul_ps(nz, _mm512_mul_ps(p, g), sc));
         }
     }
+}
+
+static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
+                                const float *m, const float *ll, const float *dsum, float scale) {
+    probs_and_ds_poly(0, rows, cols, s, dp, ds, ld, m, ll, dsum, scale);
+}
+
+static void probs_and_ds_avx512_bf16(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
+                                     const float *m, const float *ll, const float *dsum, float scale) {
+    probs_and_ds_poly(1, rows, cols, s, dp, ds, ld, m, ll, dsum, scale);
 }
 
 #define PHILOX_M0 0xD2511F53u
@@ -324,9 +361,10 @@ static void pack_transposed_avx512(int rows, int cols, const float *src, int64_t
             const int nt = cols - t0 < 16 ? cols - t0 : 16;
             const __mmask16 tm = tail_mask(nt);
             __m512 r[16];
-            for (int i = 0; i < 16; i++)
-                r[i] = i < nq ? _mm512_mul_ps(_mm512_maskz_loadu_ps(tm, src + (q0 + i) * rs + t0), fv)
-                              : _mm512_setzero_ps();
+            for (int i = 0; i < 16; i++) {
+                r[i] = i < nq ? _mm512_maskz_loadu_ps(tm, src + (q0 + i) * rs + t0) : _mm512_setzero_ps();
+                if (f != 1.0f) r[i] = _mm512_mul_ps(r[i], fv);
+            }
             transpose16(r);
             for (int j = 0; j < nt; j++) _mm512_mask_storeu_ps(dst + (t0 + j) * ldd + q0, qm, r[j]);
         }
@@ -346,10 +384,12 @@ static void scale_copy_rows_avx512(int m, int n, const float *src, int64_t lds, 
 
 const attn_flash_kernels *attn_flash_kernels_avx512_rows(int rows) {
     static const attn_flash_kernels k4 = {ATTN_ISA_AVX512, gemm_avx512_r4, softmax_update_avx512,
-                                          probs_and_ds_avx512, pack_transposed_avx512, dropout_tile_avx512,
+                                          probs_and_ds_avx512, softmax_update_avx512_bf16,
+                                          probs_and_ds_avx512_bf16, pack_transposed_avx512, dropout_tile_avx512,
                                           scale_copy_rows_avx512};
     static const attn_flash_kernels k6 = {ATTN_ISA_AVX512, gemm_avx512_r6, softmax_update_avx512,
-                                          probs_and_ds_avx512, pack_transposed_avx512, dropout_tile_avx512,
+                                          probs_and_ds_avx512, softmax_update_avx512_bf16,
+                                          probs_and_ds_avx512_bf16, pack_transposed_avx512, dropout_tile_avx512,
                                           scale_copy_rows_avx512};
     return rows == 6 ? &k6 : rows == 4 ? &k4 : NULL;
 }

@@ -42,8 +42,18 @@ typedef struct attn_flash_kernels {
      * log2-unit lse into a part close to the logits and a small remainder, so s - m is exact. */
     void (*probs_and_ds)(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
                          const float *m, const float *ll, const float *dsum, float scale);
+    /* The bf16 path's softmax_update and probs_and_ds: the same contracts with P only as accurate
+     * as its rounding to bf16 needs (relative error at most 1e-4; alpha, m and l as accurate as
+     * softmax_update's). The forward, its backward's recomputation of the statistics and the
+     * backward's P all use these, so they agree with one another. */
+    void (*softmax_update_bf16)(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
+                                float *alpha, const float *tilemax);
+    void (*probs_and_ds_bf16)(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
+                              const float *m, const float *ll, const float *dsum, float scale);
     /* dst[t * ldd + q] = f * src[q * rs + t] for q < rows, t < cols (src has unit column stride):
-     * the transposed, scaled query block that S^T = K Q^T reads. */
+     * the transposed, scaled query block that S^T = K Q^T reads. f == 1 copies the 32-bit patterns
+     * exactly (no multiply, which would quiet a signalling NaN), so the bf16 path transposes its
+     * pair words with it. */
     void (*pack_transposed)(int rows, int cols, const float *src, int64_t rs, float f, float *dst,
                             int64_t ldd);
     /* Dropout on a tile: s[r][c] *= keep(colbase[c] + r), keep(i) = 1 / (1 - p) when Philox

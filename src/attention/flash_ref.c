@@ -1,5 +1,6 @@
 /* Portable flash-attention tile kernels (see flash_internal.h for the contracts). */
 #include <math.h>
+#include <string.h>
 
 #include "flash_internal.h"
 
@@ -55,7 +56,10 @@ static void probs_and_ds_ref(int rows, int cols, float *s, const float *dp, floa
 void attn_flash_pack_transposed_ref(int rows, int cols, const float *src, int64_t rs, float f,
                                     float *dst, int64_t ldd) {
     for (int q = 0; q < rows; q++)
-        for (int t = 0; t < cols; t++) dst[t * ldd + q] = src[q * rs + t] * f;
+        for (int t = 0; t < cols; t++) {
+            if (f == 1.0f) memcpy(dst + t * ldd + q, src + q * rs + t, sizeof(float)); /* the bits, exactly */
+            else dst[t * ldd + q] = src[q * rs + t] * f;
+        }
 }
 
 void attn_flash_scale_copy_rows_ref(int m, int n, const float *src, int64_t lds, const float *f,
@@ -68,7 +72,8 @@ void attn_flash_scale_copy_rows_ref(int m, int n, const float *src, int64_t lds,
 
 const attn_flash_kernels *attn_flash_kernels_ref(void) {
     static const attn_flash_kernels k = {ATTN_ISA_REF, gemm_ref, softmax_update_ref,
-                                         probs_and_ds_ref, attn_flash_pack_transposed_ref, NULL,
+                                         probs_and_ds_ref, softmax_update_ref, probs_and_ds_ref,
+                                         attn_flash_pack_transposed_ref, NULL,
                                          attn_flash_scale_copy_rows_ref};
     return &k;
 }

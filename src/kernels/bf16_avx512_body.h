@@ -107,15 +107,27 @@ static inline __m512i interleave16(__m256i lo, __m256i hi) {
     return _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
 }
 
+/* Word t of 32 (t < 16: lo, else hi) takes bf16 t of x0 as its low half and bf16 t of x1 as its
+ * high half: the vpermt2w indices that interleave two rows' rounded chunks into pair words. */
+static inline __m512i pair_idx_lo(void) {
+    return _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35,
+                            3, 34, 2, 33, 1, 32, 0);
+}
+
+/* Two rows' 32-column chunks, each rounded with one vcvtne2ps2bf16, then interleaved 16 bits at a
+ * time by two vpermt2w (masked-off columns load 0, as does the missing row of an odd count). */
 static void BF16_FN(pair_rows_f32)(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    const __m512i lo_idx = pair_idx_lo(), hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
     for (int p = 0; p < (rows + 1) / 2; p++) {
         const float *r0 = src + 2 * p * lds, *r1 = r0 + lds;
         const int has1 = 2 * p + 1 < rows;
-        for (int j = 0; j < cols; j += 16) {
-            const __mmask16 k = tail_mask(cols - j);
-            const __m256i lo = BF16_CVT16(_mm512_maskz_loadu_ps(k, r0 + j));
-            const __m256i hi = has1 ? BF16_CVT16(_mm512_maskz_loadu_ps(k, r1 + j)) : _mm256_setzero_si256();
-            _mm512_mask_storeu_epi32(dst + p * ldd + j, k, interleave16(lo, hi));
+        for (int j = 0; j < cols; j += 32) {
+            const __mmask16 klo = tail_mask(cols - j), khi = tail_mask(cols - j - 16);
+            const __m512i x0 = BF16_CVT32(_mm512_maskz_loadu_ps(khi, r0 + j + 16), _mm512_maskz_loadu_ps(klo, r0 + j));
+            const __m512i x1 = has1 ? BF16_CVT32(_mm512_maskz_loadu_ps(khi, r1 + j + 16), _mm512_maskz_loadu_ps(klo, r1 + j))
+                                    : _mm512_setzero_si512();
+            _mm512_mask_storeu_epi32(dst + p * ldd + j, klo, _mm512_permutex2var_epi16(x0, lo_idx, x1));
+            if (khi) _mm512_mask_storeu_epi32(dst + p * ldd + j + 16, khi, _mm512_permutex2var_epi16(x0, hi_idx, x1));
         }
     }
 }
@@ -126,9 +138,7 @@ static void BF16_FN(pair_rows_f32)(int rows, int cols, const float *src, int64_t
  * as row words, and the two ds rows' bf16 are interleaved 16 bits at a time into dsv's words. */
 static void BF16_FN(pair_tile_grads)(int rows, int cols, const float *p, const float *ds, int64_t ld, uint32_t *pw,
                                  uint32_t *dsw, int64_t ldw, uint32_t *dsv, int64_t ldv) {
-    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
-                                            37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    const __m512i lo_idx = pair_idx_lo(), hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
     for (int r = 0; r < rows; r += 2) {
         const int has1 = r + 1 < rows;
         const float *p0 = p + r * ld, *d0 = ds + r * ld;
