@@ -42,10 +42,11 @@ typedef struct attn_flash_kernels {
      * log2-unit lse into a part close to the logits and a small remainder, so s - m is exact. */
     void (*probs_and_ds)(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
                          const float *m, const float *ll, const float *dsum, float scale);
-    /* The bf16 path's softmax_update and probs_and_ds: the same contracts with P only as accurate
-     * as its rounding to bf16 needs (relative error at most 1e-4; alpha, m and l as accurate as
-     * softmax_update's). The forward, its backward's recomputation of the statistics and the
-     * backward's P all use these, so they agree with one another. */
+    /* The bf16 path's softmax_update and probs_and_ds: the same contracts with P to float's
+     * rounding (relative error within 1e-7) rather than the fp32 path's few parts in 1e9, which
+     * the bf16 rounding of P makes moot; alpha as accurate as softmax_update's. The forward, its
+     * backward's recomputation of the statistics and the backward's P all use these, so they
+     * agree with one another. */
     void (*softmax_update_bf16)(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
                                 float *alpha, const float *tilemax);
     void (*probs_and_ds_bf16)(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
