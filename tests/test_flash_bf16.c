@@ -333,7 +333,81 @@ static void check_word_transpose(void) {
     }
 }
 
+/* Each table's exp2 of the online softmax and of the backward's probabilities against double
+ * exp2, fp32 and bf16 entries: P within a few float roundings of exact (the bf16 entries' degree-5
+ * polynomial must still round P to the bf16 an exact exp gives, but for boundary cases), masked
+ * (-inf) logits exactly 0, alpha and l to float accuracy. */
+static void check_probability_exp(void) {
+    test_rng r = rng_seeded(0x3e9);
+    const attn_flash_kernels *tables[3] = {attn_flash_kernels_ref(), NULL, NULL};
+    const char *names[3] = {"ref", "avx2", "avx512"};
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    if (attn_detected_isa() >= ATTN_ISA_AVX2) tables[1] = attn_flash_kernels_avx2();
+    if (attn_detected_isa() >= ATTN_ISA_AVX512) tables[2] = attn_flash_kernels_avx512();
+#endif
+    enum { ROWS = 64, COLS = 64 };
+    static float s0[ROWS * COLS], s[ROWS * COLS], dp[ROWS * COLS], ds[ROWS * COLS];
+    float m[COLS], l[COLS], alpha[COLS], m0[COLS], ll[COLS], dsum[COLS];
+    for (int i = 0; i < ROWS * COLS; i++) {
+        s0[i] = (float)(rng_uniform(&r) * 40 - 30);
+        if (i % 97 == 3) s0[i] = -INFINITY;
+        dp[i] = (float)rng_normal(&r);
+    }
+    for (int c = 0; c < COLS; c++) {
+        m0[c] = (float)(rng_uniform(&r) * 4 - 2); /* a running max from an earlier tile */
+        ll[c] = (float)(rng_uniform(&r) * 3);
+        dsum[c] = 0.25f;
+    }
+    for (int t = 0; t < 3; t++) {
+        if (!tables[t]) continue;
+        for (int bf = 0; bf < 2; bf++) {
+            const attn_flash_kernels *k = tables[t];
+            double wp = 0, wa = 0, wl = 0, wb = 0;
+            int zeros = 1;
+            memcpy(s, s0, sizeof s);
+            for (int c = 0; c < COLS; c++) {
+                m[c] = m0[c];
+                l[c] = 1.5f;
+            }
+            (bf ? k->softmax_update_bf16 : k->softmax_update)(ROWS, COLS, s, COLS, m, l, alpha, NULL);
+            for (int c = 0; c < COLS; c++) {
+                /* exact exp2 of the kernels' float differences (their rounding is not the exp's) */
+                float mx = m0[c];
+                double sum = 0;
+                for (int q = 0; q < ROWS; q++) mx = s0[q * COLS + c] > mx ? s0[q * COLS + c] : mx;
+                for (int q = 0; q < ROWS; q++) {
+                    const double e = s0[q * COLS + c] == -INFINITY ? 0.0 : exp2((double)(s0[q * COLS + c] - mx));
+                    sum += e;
+                    if (e == 0) zeros &= s[q * COLS + c] == 0.0f;
+                    else if (e > 0x1p-120) wp = fmax(wp, fabs(s[q * COLS + c] / e - 1));
+                }
+                const double a = exp2((double)(m0[c] - mx)), lv = 1.5 * a + sum;
+                wa = fmax(wa, fabs(alpha[c] / a - 1));
+                wl = fmax(wl, fabs(l[c] / lv - 1));
+            }
+            memcpy(s, s0, sizeof s);
+            (bf ? k->probs_and_ds_bf16 : k->probs_and_ds)(ROWS, COLS, s, dp, ds, COLS, m0, ll, dsum, 0.5f);
+            for (int q = 0; q < ROWS; q++)
+                for (int c = 0; c < COLS; c++) {
+                    const double x = s0[q * COLS + c];
+                    const double e = x == -INFINITY ? 0.0 : exp2((double)(((float)x - m0[c]) - ll[c]));
+                    if (e == 0) zeros &= s[q * COLS + c] == 0.0f && ds[q * COLS + c] == 0.0f;
+                    else if (e > 0x1p-120) wb = fmax(wb, fabs(s[q * COLS + c] / e - 1));
+                }
+            printf("  exp2 %s %s: P rel %.2g, alpha %.2g, l %.2g, backward P %.2g\n", names[t], bf ? "bf16" : "fp32", wp,
+                   wa, wl, wb);
+            /* fp32: the degree-7 polynomial (5e-9) plus float evaluation; bf16: degree 5 (7.7e-8) plus it */
+            const double tol = bf ? 3e-7 : 1.5e-7;
+            CHECK(wp <= tol && wb <= tol, "%s %s: probabilities off exact exp2 by %.3g / %.3g (> %.2g)", names[t],
+                  bf ? "bf16" : "fp32", wp, wb, tol);
+            CHECK(wa <= 3e-7 && wl <= 1e-6, "%s %s: alpha / l off by %.3g / %.3g", names[t], bf ? "bf16" : "fp32", wa, wl);
+            CHECK(zeros, "%s %s: a masked logit's probability is not exactly 0", names[t], bf ? "bf16" : "fp32");
+        }
+    }
+}
+
 int main(void) {
+    check_probability_exp();
     check_word_transpose();
     check_fixture();
     return test_summary("test_flash_bf16");

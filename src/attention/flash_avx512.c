@@ -7,11 +7,11 @@
  * (truncation error 5e-9 relative), 2^n applied with vscalefps; inputs below -126 give exactly 0
  * (those probabilities are < 1.2e-38 of the row's largest and would only produce subnormals).
  * The bf16 path's probabilities (the *_bf16 entries) take the degree-5 minimax polynomial of 2^f
- * on [-1/2, 1/2] instead: relative error 7.7e-8, float's own rounding, so P still rounds to the
- * bf16 an exact exp gives except within 1e-7 of a rounding boundary (what the bf16 training
- * test's emulation needs; degree 3, at 7.5e-5, moved one P in 50 and that test's agreement
- * from 6e-8 to 3e-3), and two FMAs fewer on the pipes the pair products need. Its rescaling
- * factors alpha keep the full polynomial.
+ * on [-1/2, 1/2] instead: relative error 7.7e-8, 2e-7 with its float evaluation (the fp32 path:
+ * 6.5e-8), so P still rounds to the bf16 an exact exp gives except within 2e-7 of a rounding
+ * boundary, as the bf16 training test's emulation needs (degree 3, at 7.5e-5, moved one P in 50
+ * and that test's agreement from 6e-8 to 3e-3); two FMAs fewer, on the pipes the pair products
+ * need. Its rescaling factors alpha keep the full polynomial.
  * Dropout: Philox-4x32-10 in 16 lanes (one counter block per lane; the 32 x 32 -> 64 products from
  * two vpmuludq on the even and odd lanes); when the stream indices of four consecutive keys share
  * a block (Nk and the tile start multiples of 4), one block serves four rows. */
