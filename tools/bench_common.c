@@ -303,6 +303,8 @@ const char *bench_peak_isa(int *chains, int *lanes) {
     return attn_isa_name(peak_isa);
 }
 
+void bench_peak_bf16_shape(int *chains, int *lanes) { attn_dpbf16_loop(1, chains, lanes); }
+
 int bench_parse_dtypes(const char *cmd, const char *list, int *f32, int *bf16) {
     *f32 = !list;
     *bf16 = 0;

@@ -114,6 +114,8 @@ double bench_peak_gflops(int threads);
 double bench_peak_sample_ms(int threads);
 /* The ISA name and the loop shape the peak measurement used ("avx512", 12 chains, 16 lanes). */
 const char *bench_peak_isa(int *chains, int *lanes);
+/* The bf16 peak loop's independent chains and lanes (chains 0: no AVX512-BF16). */
+void bench_peak_bf16_shape(int *chains, int *lanes);
 /* The same for bf16 pair products (vdpbf16ps, 4 flops per lane); 0 without AVX512-BF16. */
 double bench_peak_gflops_bf16(int threads);
 double bench_peak_sample_ms_bf16(int threads);

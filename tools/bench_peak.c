@@ -62,8 +62,10 @@ int bench_peak_cmd(int argc, char **argv) {
             }
             bench_result r;
             bench_result_init(&r, "bf16_peak", "avx512bf16", o.threads[t]);
-            bench_result_dim(&r, "chains", 12);
-            bench_result_dim(&r, "lanes", 16);
+            int bchains, blanes;
+            bench_peak_bf16_shape(&bchains, &blanes);
+            bench_result_dim(&r, "chains", bchains);
+            bench_result_dim(&r, "lanes", blanes);
             r.gflops = g;
             r.ms = bench_peak_sample_ms_bf16(o.threads[t]);
             r.peak_fraction = 1.0;
