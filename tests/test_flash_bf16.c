@@ -3,6 +3,7 @@
  * error, for every mask kind, every ISA, float and bf16 output; the AVX-512 kernels (vdpbf16ps,
  * or its FMA emulation without AVX512-BF16) close to the portable emulation; strided views;
  * bitwise identical for 1..3 threads. Without AVX-512 only the portable kernels run (a notice). */
+#include <fenv.h>
 #include <string.h>
 
 #include "kernels/bf16_internal.h"
@@ -336,7 +337,7 @@ static void check_word_transpose(void) {
 /* Each table's exp2 of the online softmax and of the backward's probabilities against double
  * exp2, fp32 and bf16 entries: P within a few float roundings of exact (the bf16 entries' degree-5
  * polynomial must still round P to the bf16 an exact exp gives, but for boundary cases), masked
- * (-inf) logits exactly 0, alpha and l to float accuracy. */
+ * (-inf) logits exactly 0 without raising FE_INVALID, alpha and l to float accuracy. */
 static void check_probability_exp(void) {
     test_rng r = rng_seeded(0x3e9);
     const attn_flash_kernels *tables[3] = {attn_flash_kernels_ref(), NULL, NULL};
@@ -369,7 +370,9 @@ static void check_probability_exp(void) {
                 m[c] = m0[c];
                 l[c] = 1.5f;
             }
+            feclearexcept(FE_ALL_EXCEPT);
             (bf ? k->softmax_update_bf16 : k->softmax_update)(ROWS, COLS, s, COLS, m, l, alpha, NULL);
+            int invalid = fetestexcept(FE_INVALID) != 0;
             for (int c = 0; c < COLS; c++) {
                 /* exact exp2 of the kernels' float differences (their rounding is not the exp's) */
                 float mx = m0[c];
@@ -386,7 +389,9 @@ static void check_probability_exp(void) {
                 wl = fmax(wl, fabs(l[c] / lv - 1));
             }
             memcpy(s, s0, sizeof s);
+            feclearexcept(FE_ALL_EXCEPT);
             (bf ? k->probs_and_ds_bf16 : k->probs_and_ds)(ROWS, COLS, s, dp, ds, COLS, m0, ll, dsum, 0.5f);
+            invalid |= fetestexcept(FE_INVALID) != 0;
             for (int q = 0; q < ROWS; q++)
                 for (int c = 0; c < COLS; c++) {
                     const double x = s0[q * COLS + c];
@@ -402,6 +407,8 @@ static void check_probability_exp(void) {
                   bf ? "bf16" : "fp32", wp, wb, tol);
             CHECK(wa <= 3e-7 && wl <= 1e-6, "%s %s: alpha / l off by %.3g / %.3g", names[t], bf ? "bf16" : "fp32", wa, wl);
             CHECK(zeros, "%s %s: a masked logit's probability is not exactly 0", names[t], bf ? "bf16" : "fp32");
+            /* a program that traps FE_INVALID must not die on a masked (-inf) logit */
+            CHECK(!invalid, "%s %s: -inf logits raised the invalid exception", names[t], bf ? "bf16" : "fp32");
         }
     }
 }

@@ -25,10 +25,11 @@
 
 /* lowp: the bf16 path's degree-5 polynomial (a compile-time constant in every caller) */
 static inline __attribute__((always_inline)) __m512 exp2_neg_poly(const int lowp, __m512 x) {
-    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
-    x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x); /* maps -inf; a NaN stays (the second operand wins) */
+    /* lanes below -126 (and -inf) give 0, a NaN stays; the masked subtraction keeps -inf - -inf
+     * from raising the invalid exception (no clamp of x needed: one operation fewer) */
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
     const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(x, n);
+    const __m512 f = _mm512_maskz_sub_ps(keep, x, n);
     __m512 p;
     if (lowp) {
         p = _mm512_set1_ps(1.3277938903551432e-03f);
@@ -47,7 +48,7 @@ static inline __attribute__((always_inline)) __m512 exp2_neg_poly(const int lowp
         p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-01f));
         p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     }
-    return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
+    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
 }
 
 static inline __m512 exp2_neg(__m512 x) { return exp2_neg_poly(0, x); }
