@@ -413,7 +413,87 @@ static void check_probability_exp(void) {
     }
 }
 
+static int same_bits(float a, float b) { return !memcmp(&a, &b, sizeof a); }
+
+/* The bf16 kernels' fused flash steps against the two steps they fuse (the AVX-512 flash
+ * kernels' softmax_update_bf16 / probs_and_ds_bf16, then the table's own rounding): bit for bit,
+ * including the running statistics, at odd and even row counts, column counts off the vector
+ * steps, masked (-inf), NaN and fully masked columns, words past each count left alone. */
+static void check_fused_steps(void) {
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    if (attn_detected_isa() < ATTN_ISA_AVX512) {
+        printf("  notice: no AVX-512 on this CPU: the fused softmax / rounding kernels were not checked\n");
+        return;
+    }
+    const attn_flash_kernels *fk = attn_flash_kernels_avx512();
+    const attn_bf16_kernels *tables[2] = {attn_bf16_kernels_avx512(),
+                                          attn_cpu_has_avx512bf16() ? attn_bf16_kernels_avx512bf16() : NULL};
+    if (!tables[1]) printf("  notice: no AVX512-BF16 on this CPU: its fused kernels were not checked\n");
+    test_rng r = rng_seeded(0x5f1d);
+    enum { LD = 64, LW = 40 };
+    static float s0[64 * LD], s[64 * LD], dp[64 * LD], ds[64 * LD];
+    static uint32_t wa[64 * LD], wb[64 * LD], va[64 * LD], vb[64 * LD], xa[64 * LD], xb[64 * LD];
+    float m0[LD], mA[LD], mB[LD], lA[LD], lB[LD], aA[LD], aB[LD], ll[LD], dsum[LD];
+    /* the first six shapes cover the edges; twenty more whole tiles make roundings near a bf16
+     * boundary likely, where P or dS a few ulp off would show */
+    int shapes[26][2] = {{64, 64}, {63, 64}, {64, 33}, {7, 17}, {1, 1}, {2, 48}};
+    for (int sh = 6; sh < 26; sh++) shapes[sh][0] = shapes[sh][1] = 64;
+    for (int t = 0; t < 2; t++) {
+        const attn_bf16_kernels *hk = tables[t];
+        if (!hk) continue;
+        CHECK(hk->softmax_pairs && hk->probs_ds_pairs, "%s: no fused flash steps", hk->name);
+        if (!hk->softmax_pairs || !hk->probs_ds_pairs) continue;
+        int fwd = 1, bwd = 1;
+        for (int sh = 0; sh < 26; sh++) {
+            const int rows = shapes[sh][0], cols = shapes[sh][1];
+            for (int i = 0; i < 64 * LD; i++) {
+                s0[i] = (float)(rng_normal(&r) * 4);
+                if (i % 37 == 5) s0[i] = -INFINITY;
+                dp[i] = (float)rng_normal(&r);
+            }
+            s0[3] = NAN;
+            for (int q = 0; q < rows; q++) s0[q * LD + 9] = -INFINITY; /* a fully masked column */
+            for (int c = 0; c < LD; c++) {
+                m0[c] = c % 5 == 0 ? -INFINITY : (float)rng_normal(&r);
+                ll[c] = (float)rng_uniform(&r);
+                dsum[c] = (float)rng_normal(&r) * 0.1f;
+                mA[c] = mB[c] = m0[c];
+                lA[c] = lB[c] = m0[c] == -INFINITY ? 0.0f : 2.0f;
+            }
+            /* forward */
+            memcpy(s, s0, sizeof s);
+            memset(wa, 0xa5, sizeof wa);
+            memset(wb, 0xa5, sizeof wb);
+            fk->softmax_update_bf16(rows, cols, s, LD, mA, lA, aA, NULL);
+            hk->pair_rows_f32(rows, cols, s, LD, wa, LW);
+            memcpy(s, s0, sizeof s);
+            hk->softmax_pairs(rows, cols, s, LD, mB, lB, aB, wb, LW);
+            fwd &= !memcmp(wa, wb, sizeof wa) && !memcmp(s, s0, sizeof s);
+            for (int c = 0; c < cols; c++)
+                fwd &= same_bits(mA[c], mB[c]) && same_bits(lA[c], lB[c]) && same_bits(aA[c], aB[c]);
+            /* backward, with and without dS's row pairs */
+            for (int withv = 0; withv < 2; withv++) {
+                memcpy(s, s0, sizeof s);
+                memset(wa, 0xa5, sizeof wa);
+                memset(wb, 0xa5, sizeof wb);
+                memset(va, 0xa5, sizeof va);
+                memset(vb, 0xa5, sizeof vb);
+                memset(xa, 0xa5, sizeof xa);
+                memset(xb, 0xa5, sizeof xb);
+                fk->probs_and_ds_bf16(rows, cols, s, dp, ds, LD, m0, ll, dsum, 0.125f);
+                hk->pair_tile_grads(rows, cols, s, ds, LD, wa, va, LW, withv ? xa : NULL, LD);
+                hk->probs_ds_pairs(rows, cols, s0, dp, LD, m0, ll, dsum, 0.125f, wb, vb, LW, withv ? xb : NULL, LD);
+                bwd &= !memcmp(wa, wb, sizeof wa) && !memcmp(va, vb, sizeof va) && !memcmp(xa, xb, sizeof xa);
+            }
+        }
+        CHECK(fwd, "%s: softmax_pairs differs from softmax_update_bf16 + pair_rows_f32", hk->name);
+        CHECK(bwd, "%s: probs_ds_pairs differs from probs_and_ds_bf16 + pair_tile_grads", hk->name);
+    }
+#endif
+}
+
 int main(void) {
+    check_fused_steps();
     check_probability_exp();
     check_word_transpose();
     check_fixture();

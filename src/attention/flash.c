@@ -531,6 +531,9 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
      * are the head's): once per call when tiles serve several query blocks, else tile by tile */
     const int prepaired = prepair_v(1, c.nq);
     uint32_t *vpairs = prepaired ? vpairs_base(&c, base) : NULL;
+    /* softmax and P's rounding in one pass, where the bf16 kernels have it for these tile
+     * kernels; dropout scales P between the two */
+    const int fused = hk->softmax_pairs && kr->isa == ATTN_ISA_AVX512 && c.p == 0;
     const int64_t nkp = (c.nk + 1) / 2, vchunks = ceil_div(c.nk, BC), vtasks = prepaired ? c.b * c.hk * vchunks : 0;
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(vtasks))
     for (int64_t t = 0; t < vtasks; t++) {
@@ -576,10 +579,14 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
                 }
                 hk->gemm_pairs(bj, bi, dp, ka, ars, 1, qp, BR, w.s, BR, 0, NULL, qscale);
                 epilogue(&c, general, b, h, i0, bi, j0, bj, w.sh, w.s, NULL);
-                kr->softmax_update_bf16(bj, bi, w.s, BR, w.m, w.l, w.alpha, NULL);
-                if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
                 /* P^T rows paired: pw[p * BR + q] = (P[q][2p], P[q][2p + 1]); V's pairs made above */
-                hk->pair_rows_f32(bj, bi, w.s, BR, pw, BR);
+                if (fused) {
+                    hk->softmax_pairs(bj, bi, w.s, BR, w.m, w.l, w.alpha, pw, BR);
+                } else {
+                    kr->softmax_update_bf16(bj, bi, w.s, BR, w.m, w.l, w.alpha, NULL);
+                    if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
+                    hk->pair_rows_f32(bj, bi, w.s, BR, pw, BR);
+                }
                 const uint32_t *vp = (const uint32_t *)(void *)w.vp;
                 if (prepaired)
                     vp = vpairs + ((b * c.hk + g) * nkp + j0 / 2) * c.dv;
@@ -741,18 +748,26 @@ static void bf16_backward_tile(const attn_bf16_kernels *hk, const attn_flash_ker
         words_rows(vj, v->stride[2], v->stride[3], bj, c->dv, vbuf);
     }
     hk->gemm_pairs(bj, bi, dpv, va, vars, 1, dow, BR, w->dp, BR, 0, NULL, 1.0f);
-    if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->dp, w->colbase);
-    kr->probs_and_ds_bf16(bj, bi, w->s, w->dp, w->ds, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0, (float)c->scale);
-    if (general && c->softcap > 0)
-        for (int r = 0; r < bj; r++)
-            for (int x = 0; x < bi; x++)
-                if (w->ds[r * BR + x] != 0) w->ds[r * BR + x] *= w->capd[r * BR + x];
-    if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->s, w->colbase);
     const int bip = (bi + 1) / 2;
-    /* P and dS rows as A words over the queries, dS rows paired over the keys (into dP's room:
-     * dP is dead once dS is formed) */
-    uint32_t *dsv = (uint32_t *)(void *)w->dp;
-    hk->pair_tile_grads(bj, bi, w->s, w->ds, BR, w1, w2, BR / 2, acc ? dsv : NULL, BR);
+    uint32_t *dsv;
+    if (hk->probs_ds_pairs && kr->isa == ATTN_ISA_AVX512 && c->p == 0 && !(general && c->softcap > 0)) {
+        /* P and dS straight into their words (into dS's room, never stored as floats here) */
+        dsv = (uint32_t *)(void *)w->ds;
+        hk->probs_ds_pairs(bj, bi, w->s, w->dp, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0, (float)c->scale, w1, w2,
+                           BR / 2, acc ? dsv : NULL, BR);
+    } else {
+        if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->dp, w->colbase);
+        kr->probs_and_ds_bf16(bj, bi, w->s, w->dp, w->ds, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0, (float)c->scale);
+        if (general && c->softcap > 0)
+            for (int r = 0; r < bj; r++)
+                for (int x = 0; x < bi; x++)
+                    if (w->ds[r * BR + x] != 0) w->ds[r * BR + x] *= w->capd[r * BR + x];
+        if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->s, w->colbase);
+        /* P and dS rows as A words over the queries, dS rows paired over the keys (into dP's
+         * room: dP is dead once dS is formed) */
+        dsv = (uint32_t *)(void *)w->dp;
+        hk->pair_tile_grads(bj, bi, w->s, w->ds, BR, w1, w2, BR / 2, acc ? dsv : NULL, BR);
+    }
     hk->gemm_pairs(bj, (int)c->dv, bip, w1, BR / 2, 1, dov, c->dv, dvj, lddv, 1, NULL, 1.0f);
     hk->gemm_pairs(bj, (int)c->d, bip, w2, BR / 2, 1, qv, c->d, dkj, lddk, 1, NULL, 1.0f);
     if (!acc) return;

@@ -3,15 +3,8 @@
  * gemm: register tile of 4 or 6 rows x 64 columns (16 or 24 zmm accumulators, chosen per
  * microarchitecture: see gemm_rows); A is broadcast element by element so it may have any
  * strides, B rows are read with unaligned (tail: masked) loads.
- * exp2 on x <= 0: n = round(x), f = x - n in [-1/2, 1/2], 2^f by its degree-7 Taylor polynomial
- * (truncation error 5e-9 relative), 2^n applied with vscalefps; inputs below -126 give exactly 0
- * (those probabilities are < 1.2e-38 of the row's largest and would only produce subnormals).
- * The bf16 path's probabilities (the *_bf16 entries) take the degree-5 minimax polynomial of 2^f
- * on [-1/2, 1/2] instead: relative error 7.7e-8, 2e-7 with its float evaluation (the fp32 path:
- * 6.5e-8), so P still rounds to the bf16 an exact exp gives except within 2e-7 of a rounding
- * boundary, as the bf16 training test's emulation needs (degree 3, at 7.5e-5, moved one P in 50
- * and that test's agreement from 6e-8 to 3e-3); two FMAs fewer, on the pipes the pair products
- * need. Its rescaling factors alpha keep the full polynomial.
+ * The online softmax and the backward's probabilities (exp2, the bf16 path's cheaper polynomial)
+ * live in kernels/softmax_tile_avx512.h, shared with the bf16 kernels' fused versions.
  * Dropout: Philox-4x32-10 in 16 lanes (one counter block per lane; the 32 x 32 -> 64 products from
  * two vpmuludq on the even and odd lanes); when the stream indices of four consecutive keys share
  * a block (Nk and the tile start multiples of 4), one block serves four rows. */
@@ -20,38 +13,9 @@
 #include <string.h>
 
 #include "flash_internal.h"
+#include "kernels/softmax_tile_avx512.h"
 
 #define MR_MAX 6
-
-/* lowp: the bf16 path's degree-5 polynomial (a compile-time constant in every caller) */
-static inline __attribute__((always_inline)) __m512 exp2_neg_poly(const int lowp, __m512 x) {
-    /* lanes below -126 (and -inf) give 0, a NaN stays; the masked subtraction keeps -inf - -inf
-     * from raising the invalid exception (no clamp of x needed: one operation fewer) */
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
-    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_maskz_sub_ps(keep, x, n);
-    __m512 p;
-    if (lowp) {
-        p = _mm512_set1_ps(1.3277938903551432e-03f);
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675757640757681e-03f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550709598137876e-02f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022114337835154e-01f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931469682296739e-01f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000000733176135e+00f));
-    } else {
-        p = _mm512_set1_ps(1.525273380405984e-05f);
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-03f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-02f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-01f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-01f));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    }
-    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
-}
-
-static inline __m512 exp2_neg(__m512 x) { return exp2_neg_poly(0, x); }
 
 static inline __mmask16 tail_mask(int cols) {
     return cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
@@ -139,101 +103,24 @@ static void gemm_avx512_r6(int m, int n, int k, const float *a, int64_t ars, int
     gemm_rows(6, m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax);
 }
 
-/* All column vectors of the tile advance together, row by row, so the max and sum chains of the
- * (up to 4) vectors are independent instead of one long serial chain per vector. NV is a
- * compile-time constant in each instantiation so the per-vector state stays in registers. */
-static inline __attribute__((always_inline)) void softmax_block(const int lowp, const int nv, int rows, int ncols, float *s,
-                                                                int64_t lds, float *mrun, float *l, float *alpha,
-                                                                const float *tilemax) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
-    __mmask16 msk[4], fin[4];
-    __m512 m_old[4], mx[4], mxs[4], sum[4];
-    for (int q = 0; q < nv; q++) {
-        msk[q] = tail_mask(ncols - 16 * q);
-        m_old[q] = mx[q] = _mm512_mask_loadu_ps(ninf, msk[q], mrun + 16 * q);
-        sum[q] = _mm512_setzero_ps();
-    }
-    if (tilemax)
-        for (int q = 0; q < nv; q++) mx[q] = _mm512_max_ps(mx[q], _mm512_mask_loadu_ps(ninf, msk[q], tilemax + 16 * q));
-    else
-        for (int r = 0; r < rows; r++)
-            for (int q = 0; q < nv; q++)
-                mx[q] = _mm512_max_ps(mx[q], _mm512_mask_loadu_ps(ninf, msk[q], s + r * lds + 16 * q));
-    for (int q = 0; q < nv; q++) {
-        fin[q] = _mm512_cmp_ps_mask(mx[q], ninf, _CMP_NEQ_OQ);
-        mxs[q] = _mm512_maskz_mov_ps(fin[q], mx[q]); /* an all -inf column subtracts 0 */
-    }
-    for (int r = 0; r < rows; r++)
-        for (int q = 0; q < nv; q++) {
-            float *sp = s + r * lds + 16 * q;
-            const __m512 p = exp2_neg_poly(lowp, _mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk[q], sp), mxs[q]));
-            _mm512_mask_storeu_ps(sp, msk[q], p);
-            sum[q] = _mm512_add_ps(sum[q], p);
-        }
-    for (int q = 0; q < nv; q++) {
-        const __m512 al = _mm512_mask_mov_ps(one, fin[q], exp2_neg(_mm512_sub_ps(m_old[q], mxs[q])));
-        const __m512 lv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(msk[q], l + 16 * q), al, sum[q]);
-        _mm512_mask_storeu_ps(alpha + 16 * q, msk[q], al);
-        _mm512_mask_storeu_ps(l + 16 * q, msk[q], lv);
-        _mm512_mask_storeu_ps(mrun + 16 * q, msk[q], mx[q]);
-    }
-}
-
-static inline __attribute__((always_inline)) void softmax_update_poly(const int lowp, int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
-                                  float *alpha, const float *tilemax) {
-    for (int c0 = 0; c0 < cols; c0 += 64) {
-        const int nc = cols - c0 < 64 ? cols - c0 : 64, nv = (nc + 15) / 16;
-        float *sc = s + c0, *mc = mrun + c0, *lc = l + c0, *ac = alpha + c0;
-        const float *tc = tilemax ? tilemax + c0 : NULL;
-        switch (nv) {
-        case 4: softmax_block(lowp, 4, rows, nc, sc, lds, mc, lc, ac, tc); break;
-        case 3: softmax_block(lowp, 3, rows, nc, sc, lds, mc, lc, ac, tc); break;
-        case 2: softmax_block(lowp, 2, rows, nc, sc, lds, mc, lc, ac, tc); break;
-        default: softmax_block(lowp, 1, rows, nc, sc, lds, mc, lc, ac, tc); break;
-        }
-    }
-}
-
 static void softmax_update_avx512(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
                                   float *alpha, const float *tilemax) {
-    softmax_update_poly(0, rows, cols, s, lds, mrun, l, alpha, tilemax);
+    attn_tile_softmax(0, rows, cols, s, lds, mrun, l, alpha, tilemax, NULL, 0);
 }
 
 static void softmax_update_avx512_bf16(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
                                        float *alpha, const float *tilemax) {
-    softmax_update_poly(1, rows, cols, s, lds, mrun, l, alpha, tilemax);
-}
-
-static inline __attribute__((always_inline)) void probs_and_ds_poly(const int lowp, int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
-                                const float *m, const float *ll, const float *dsum, float scale) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(scale);
-    for (int c0 = 0; c0 < cols; c0 += 16) {
-        const __mmask16 msk = tail_mask(cols - c0);
-        const __m512 mv = _mm512_mask_loadu_ps(ninf, msk, m + c0);
-        /* unordered compares: a NaN row statistic (a NaN or an infinity in the row's logits) makes
-         * P and dS NaN, as the textbook backward does, not a masked row's zeros */
-        const __mmask16 fin = _mm512_cmp_ps_mask(mv, ninf, _CMP_NEQ_UQ);
-        const __m512 ms = _mm512_maskz_mov_ps(fin, mv), lv = _mm512_maskz_loadu_ps(msk, ll + c0);
-        const __m512 dv = _mm512_maskz_loadu_ps(msk, dsum + c0);
-        for (int r = 0; r < rows; r++) {
-            const __m512 x = _mm512_sub_ps(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk, s + r * ld + c0), ms), lv);
-            const __m512 p = _mm512_maskz_mov_ps(fin, exp2_neg_poly(lowp, x));
-            _mm512_mask_storeu_ps(s + r * ld + c0, msk, p);
-            const __m512 g = _mm512_sub_ps(_mm512_maskz_loadu_ps(msk, dp + r * ld + c0), dv);
-            const __mmask16 nz = _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-            _mm512_mask_storeu_ps(ds + r * ld + c0, msk, _mm512_maskz_mul_ps(nz, _mm512_mul_ps(p, g), sc));
-        }
-    }
+    attn_tile_softmax(1, rows, cols, s, lds, mrun, l, alpha, tilemax, NULL, 0);
 }
 
 static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
                                 const float *m, const float *ll, const float *dsum, float scale) {
-    probs_and_ds_poly(0, rows, cols, s, dp, ds, ld, m, ll, dsum, scale);
+    attn_tile_probs_ds(0, rows, cols, s, dp, ds, ld, m, ll, dsum, scale);
 }
 
 static void probs_and_ds_avx512_bf16(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
                                      const float *m, const float *ll, const float *dsum, float scale) {
-    probs_and_ds_poly(1, rows, cols, s, dp, ds, ld, m, ll, dsum, scale);
+    attn_tile_probs_ds(1, rows, cols, s, dp, ds, ld, m, ll, dsum, scale);
 }
 
 #define PHILOX_M0 0xD2511F53u

@@ -13,10 +13,10 @@
 #include <immintrin.h>
 
 #include "bf16_internal.h"
+#define ATTN_TILE_CVT32(hi, lo) BF16_CVT32(hi, lo)
+#include "softmax_tile_avx512.h"
 
-static inline __mmask16 tail_mask(int rem) {
-    return rem >= 16 ? (__mmask16)0xffff : rem > 0 ? (__mmask16)((1u << rem) - 1) : (__mmask16)0;
-}
+static inline __mmask16 tail_mask(int rem) { return attn_tile_mask(rem); }
 
 /* C[r][j] *= (rs ? rs[r] : *f) for r < rows, j < min(cols, 64): the emulation's scalings, kept
  * outside its flush-to-zero region (BF16_ENTER .. BF16_LEAVE). */
@@ -107,17 +107,10 @@ static inline __m512i interleave16(__m256i lo, __m256i hi) {
     return _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
 }
 
-/* Word t of 32 (t < 16: lo, else hi) takes bf16 t of x0 as its low half and bf16 t of x1 as its
- * high half: the vpermt2w indices that interleave two rows' rounded chunks into pair words. */
-static inline __m512i pair_idx_lo(void) {
-    return _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35,
-                            3, 34, 2, 33, 1, 32, 0);
-}
-
 /* Two rows' 32-column chunks, each rounded with one vcvtne2ps2bf16, then interleaved 16 bits at a
  * time by two vpermt2w (masked-off columns load 0, as does the missing row of an odd count). */
 static void BF16_FN(pair_rows_f32)(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd) {
-    const __m512i lo_idx = pair_idx_lo(), hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    const __m512i lo_idx = attn_tile_pair_idx_lo(), hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
     for (int p = 0; p < (rows + 1) / 2; p++) {
         const float *r0 = src + 2 * p * lds, *r1 = r0 + lds;
         const int has1 = 2 * p + 1 < rows;
@@ -138,7 +131,7 @@ static void BF16_FN(pair_rows_f32)(int rows, int cols, const float *src, int64_t
  * as row words, and the two ds rows' bf16 are interleaved 16 bits at a time into dsv's words. */
 static void BF16_FN(pair_tile_grads)(int rows, int cols, const float *p, const float *ds, int64_t ld, uint32_t *pw,
                                  uint32_t *dsw, int64_t ldw, uint32_t *dsv, int64_t ldv) {
-    const __m512i lo_idx = pair_idx_lo(), hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    const __m512i lo_idx = attn_tile_pair_idx_lo(), hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
     for (int r = 0; r < rows; r += 2) {
         const int has1 = r + 1 < rows;
         const float *p0 = p + r * ld, *d0 = ds + r * ld;
@@ -186,6 +179,19 @@ static void BF16_FN(round_row)(int n, const float *src, const float *f, uint16_t
         if (f) x = _mm512_mul_ps(x, s);
         _mm256_mask_storeu_epi16(dst + i, k, BF16_CVT16(x));
     }
+}
+
+/* The fused flash steps (bf16_internal.h): the flash tile kernels' arithmetic
+ * (softmax_tile_avx512.h) with this file's rounding. */
+static void BF16_FN(softmax_pairs)(int rows, int cols, float *s, int64_t lds, float *mrun, float *l, float *alpha,
+                                   uint32_t *pw, int64_t ldw) {
+    attn_tile_softmax(1, rows, cols, s, lds, mrun, l, alpha, NULL, pw, ldw);
+}
+
+static void BF16_FN(probs_ds_pairs)(int rows, int cols, const float *s, const float *dp, int64_t ld, const float *m,
+                                    const float *ll, const float *dsum, float scale, uint32_t *pw, uint32_t *dsw,
+                                    int64_t ldw, uint32_t *dsv, int64_t ldv) {
+    attn_tile_probs_ds_pairs(1, rows, cols, s, dp, ld, m, ll, dsum, scale, pw, dsw, ldw, dsv, ldv);
 }
 
 #endif

@@ -43,6 +43,19 @@ typedef struct attn_bf16_kernels {
     void (*pair_rows_bf16)(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd);
     /* dst[i] = bf16(src[i] * (f ? *f : 1)), i < n. */
     void (*round_row)(int n, const float *src, const float *f, uint16_t *dst);
+    /* Fused flash steps, bit for bit the AVX-512 flash tile kernels' (attention/flash_internal.h)
+     * bf16 entries followed by the rounding above, without the float tile stored and read back;
+     * NULL where a table has none (the portable one: its driver runs the two steps), and valid
+     * only while the flash tile kernels are the AVX-512 ones (their exp2: softmax_tile_avx512.h).
+     * softmax_pairs: softmax_update_bf16(rows, cols, s, lds, mrun, l, alpha, NULL), then P's rows
+     * paired into pw as pair_rows_f32(rows, cols, P, lds, pw, ldw) would; s is left as it was.
+     * probs_ds_pairs: probs_and_ds_bf16 on s and dp (no dS or P stored), then pair_tile_grads
+     * of the P and dS tiles into pw, dsw (ldw) and dsv (ldv; nullable). */
+    void (*softmax_pairs)(int rows, int cols, float *s, int64_t lds, float *mrun, float *l, float *alpha,
+                          uint32_t *pw, int64_t ldw);
+    void (*probs_ds_pairs)(int rows, int cols, const float *s, const float *dp, int64_t ld, const float *m,
+                           const float *ll, const float *dsum, float scale, uint32_t *pw, uint32_t *dsw, int64_t ldw,
+                           uint32_t *dsv, int64_t ldv);
 } attn_bf16_kernels;
 
 const attn_bf16_kernels *attn_bf16_kernels_ref(void);
