@@ -45,9 +45,8 @@ typedef struct attn_flash_kernels {
     /* The bf16 path's softmax_update and probs_and_ds: the same contracts with P to about float's
      * rounding (relative error within 3e-7 of the exact exp2 of the float differences) rather
      * than to the fp32 path's 1.5e-7, which the bf16 rounding of P makes moot; alpha as accurate
-     * as softmax_update's. The forward, its
-     * backward's recomputation of the statistics and the backward's P all use these, so they
-     * agree with one another. */
+     * as softmax_update's. The forward, its backward's recomputation of the statistics and the
+     * backward's P all use these, so they agree with one another. */
     void (*softmax_update_bf16)(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
                                 float *alpha, const float *tilemax);
     void (*probs_and_ds_bf16)(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,

@@ -125,37 +125,9 @@ static void BF16_FN(pair_rows_f32)(int rows, int cols, const float *src, int64_t
     }
 }
 
-/* Two rows at a time: 32 floats round to 32 consecutive bf16, which are 16 pair words in order
- * (x86 is little-endian: the even element is the low half; masked-off columns load 0, so an odd
- * count's missing high half is 0). Each 32-column chunk of p and ds is rounded once (vcvtne2ps2bf16), stored
- * as row words, and the two ds rows' bf16 are interleaved 16 bits at a time into dsv's words. */
 static void BF16_FN(pair_tile_grads)(int rows, int cols, const float *p, const float *ds, int64_t ld, uint32_t *pw,
-                                 uint32_t *dsw, int64_t ldw, uint32_t *dsv, int64_t ldv) {
-    const __m512i lo_idx = attn_tile_pair_idx_lo(), hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
-    for (int r = 0; r < rows; r += 2) {
-        const int has1 = r + 1 < rows;
-        const float *p0 = p + r * ld, *d0 = ds + r * ld;
-        for (int j = 0; j < cols; j += 32) {
-            const __mmask16 klo = tail_mask(cols - j), khi = tail_mask(cols - j - 16), kw = tail_mask((cols - j + 1) / 2);
-            __m512i x0 = BF16_CVT32(_mm512_maskz_loadu_ps(khi, d0 + j + 16), _mm512_maskz_loadu_ps(klo, d0 + j));
-            __m512i x1 = _mm512_setzero_si512();
-            _mm512_mask_storeu_epi32(dsw + r * ldw + j / 2, kw, x0);
-            _mm512_mask_storeu_epi32(pw + r * ldw + j / 2, kw,
-                                     BF16_CVT32(_mm512_maskz_loadu_ps(khi, p0 + j + 16),
-                                                                  _mm512_maskz_loadu_ps(klo, p0 + j)));
-            if (has1) {
-                x1 = BF16_CVT32(_mm512_maskz_loadu_ps(khi, d0 + ld + j + 16), _mm512_maskz_loadu_ps(klo, d0 + ld + j));
-                _mm512_mask_storeu_epi32(dsw + (r + 1) * ldw + j / 2, kw, x1);
-                _mm512_mask_storeu_epi32(pw + (r + 1) * ldw + j / 2, kw,
-                                         BF16_CVT32(_mm512_maskz_loadu_ps(khi, p0 + ld + j + 16),
-                                                                      _mm512_maskz_loadu_ps(klo, p0 + ld + j)));
-            }
-            if (!dsv) continue;
-            uint32_t *v = dsv + r / 2 * ldv + j;
-            _mm512_mask_storeu_epi32(v, klo, _mm512_permutex2var_epi16(x0, lo_idx, x1));
-            _mm512_mask_storeu_epi32(v + 16, khi, _mm512_permutex2var_epi16(x0, hi_idx, x1));
-        }
-    }
+                                     uint32_t *dsw, int64_t ldw, uint32_t *dsv, int64_t ldv) {
+    attn_tile_probs_ds_pairs(0, 0, rows, cols, p, ds, ld, NULL, NULL, NULL, 1.0f, pw, dsw, ldw, dsv, ldv);
 }
 
 static void BF16_FN(pair_rows_bf16)(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd) {
@@ -191,7 +163,7 @@ static void BF16_FN(softmax_pairs)(int rows, int cols, float *s, int64_t lds, fl
 static void BF16_FN(probs_ds_pairs)(int rows, int cols, const float *s, const float *dp, int64_t ld, const float *m,
                                     const float *ll, const float *dsum, float scale, uint32_t *pw, uint32_t *dsw,
                                     int64_t ldw, uint32_t *dsv, int64_t ldv) {
-    attn_tile_probs_ds_pairs(1, rows, cols, s, dp, ld, m, ll, dsum, scale, pw, dsw, ldw, dsv, ldv);
+    attn_tile_probs_ds_pairs(1, 1, rows, cols, s, dp, ld, m, ll, dsum, scale, pw, dsw, ldw, dsv, ldv);
 }
 
 #endif

@@ -197,35 +197,61 @@ static inline __attribute__((always_inline)) void attn_tile_probs_ds(const int l
 }
 
 #ifdef ATTN_TILE_CVT32
-/* probs_and_ds then pair_tile_grads (bf16_internal.h) in one pass, two rows by 32 columns at a
- * time: P and dS stay in registers, rounded straight into pw and dsw (rows as A words) and dsv
- * (dS's rows paired); s and ds are not written. */
-static inline __attribute__((always_inline)) void attn_tile_probs_ds_pairs(const int lowp, int rows, int cols,
-                                                                           const float *s, const float *dp,
+/* P and dS of 32 columns (two vectors) of row r at column j: computed from the logits s and dP
+ * (fused), or read as computed tiles (s holds P, dp holds dS; masked-off columns read 0). */
+static inline __attribute__((always_inline)) void attn_tile_p_ds2(const int lowp, const int fused,
+                                                                  const attn_tile_stats *t0,
+                                                                  const attn_tile_stats *t1, const float *s,
+                                                                  const float *dp, int64_t off, __m512 sc, __m512 *p,
+                                                                  __m512 *d) {
+    if (fused) {
+        attn_tile_p_ds(lowp, t0, s + off, dp + off, sc, &p[0], &d[0]);
+        attn_tile_p_ds(lowp, t1, s + off + 16, dp + off + 16, sc, &p[1], &d[1]);
+        return;
+    }
+    p[0] = _mm512_maskz_loadu_ps(t0->msk, s + off);
+    p[1] = _mm512_maskz_loadu_ps(t1->msk, s + off + 16);
+    d[0] = _mm512_maskz_loadu_ps(t0->msk, dp + off);
+    d[1] = _mm512_maskz_loadu_ps(t1->msk, dp + off + 16);
+}
+
+/* pair_tile_grads (bf16_internal.h) of the P tile s and the dS tile dp (fused 0), or probs_and_ds
+ * then pair_tile_grads in one pass (fused 1: s the logits, dp dP; P and dS stay in registers, no
+ * float tile written). Two rows by 32 columns at a time: 32 floats round to 32 consecutive bf16,
+ * which are 16 pair words in order (x86 is little-endian: the even element is the low half;
+ * masked-off columns give 0, so an odd count's missing high half is 0), stored as row words; the
+ * two dS rows' bf16 are interleaved 16 bits at a time into dsv's words. */
+static inline __attribute__((always_inline)) void attn_tile_probs_ds_pairs(const int lowp, const int fused, int rows,
+                                                                           int cols, const float *s, const float *dp,
                                                                            int64_t ld, const float *m,
                                                                            const float *ll, const float *dsum,
                                                                            float scale, uint32_t *pw, uint32_t *dsw,
                                                                            int64_t ldw, uint32_t *dsv, int64_t ldv) {
     const __m512 sc = _mm512_set1_ps(scale);
     const __m512i lo_idx = attn_tile_pair_idx_lo(), hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    attn_tile_stats t0, t1;
     for (int j = 0; j < cols; j += 32) {
-        const attn_tile_stats t0 = attn_tile_stats_at(cols, j, m, ll, dsum), t1 = attn_tile_stats_at(cols, j + 16, m, ll, dsum);
+        if (fused) {
+            t0 = attn_tile_stats_at(cols, j, m, ll, dsum);
+            t1 = attn_tile_stats_at(cols, j + 16, m, ll, dsum);
+        } else {
+            t0.msk = attn_tile_mask(cols - j);
+            t1.msk = attn_tile_mask(cols - j - 16);
+        }
         const __mmask16 kw = attn_tile_mask((cols - j + 1) / 2);
         for (int r = 0; r < rows; r += 2) {
             const int has1 = r + 1 < rows;
-            __m512 p0, p1, d0, d1;
-            attn_tile_p_ds(lowp, &t0, s + r * ld + j, dp + r * ld + j, sc, &p0, &d0);
-            attn_tile_p_ds(lowp, &t1, s + r * ld + j + 16, dp + r * ld + j + 16, sc, &p1, &d1);
-            const __m512i x0 = ATTN_TILE_CVT32(d1, d0);
+            __m512 p[2], d[2];
+            attn_tile_p_ds2(lowp, fused, &t0, &t1, s, dp, r * ld + j, sc, p, d);
+            const __m512i x0 = ATTN_TILE_CVT32(d[1], d[0]);
             __m512i x1 = _mm512_setzero_si512();
             _mm512_mask_storeu_epi32(dsw + r * ldw + j / 2, kw, x0);
-            _mm512_mask_storeu_epi32(pw + r * ldw + j / 2, kw, ATTN_TILE_CVT32(p1, p0));
+            _mm512_mask_storeu_epi32(pw + r * ldw + j / 2, kw, ATTN_TILE_CVT32(p[1], p[0]));
             if (has1) {
-                attn_tile_p_ds(lowp, &t0, s + (r + 1) * ld + j, dp + (r + 1) * ld + j, sc, &p0, &d0);
-                attn_tile_p_ds(lowp, &t1, s + (r + 1) * ld + j + 16, dp + (r + 1) * ld + j + 16, sc, &p1, &d1);
-                x1 = ATTN_TILE_CVT32(d1, d0);
+                attn_tile_p_ds2(lowp, fused, &t0, &t1, s, dp, (r + 1) * ld + j, sc, p, d);
+                x1 = ATTN_TILE_CVT32(d[1], d[0]);
                 _mm512_mask_storeu_epi32(dsw + (r + 1) * ldw + j / 2, kw, x1);
-                _mm512_mask_storeu_epi32(pw + (r + 1) * ldw + j / 2, kw, ATTN_TILE_CVT32(p1, p0));
+                _mm512_mask_storeu_epi32(pw + (r + 1) * ldw + j / 2, kw, ATTN_TILE_CVT32(p[1], p[0]));
             }
             if (!dsv) continue;
             uint32_t *v = dsv + r / 2 * ldv + j;
