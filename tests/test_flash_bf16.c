@@ -2,7 +2,9 @@
  * the float64 attention of the same bf16 inputs is within 2x of PyTorch's own bf16 attention
  * error, for every mask kind, every ISA, float and bf16 output; the AVX-512 kernels (vdpbf16ps,
  * or its FMA emulation without AVX512-BF16) close to the portable emulation; strided views;
- * bitwise identical for 1..3 threads. Without AVX-512 only the portable kernels run (a notice). */
+ * bitwise identical for 1..3 threads; on AVX512-BF16 CPUs the AVX-512F emulation of its
+ * instructions gives the same bits end to end. Without AVX-512 only the portable kernels run (a
+ * notice). */
 #include <fenv.h>
 #include <string.h>
 
@@ -153,6 +155,53 @@ static void check_backward(const bcase *c, const char *cname, double tol) {
     free(rv);
 }
 
+/* Output, lse and gradients (dout from a fixed stream) of one bf16 forward + backward, concatenated. */
+static float *fwd_bwd_bf16(const bcase *c, size_t *count) {
+    const int64_t *qs = c->qs, *ks = c->ks, *vs = c->vs;
+    const size_t nq = (size_t)(qs[0] * qs[1] * qs[2] * qs[3]), nk = (size_t)(ks[0] * ks[1] * ks[2] * ks[3]),
+                 nv = (size_t)(vs[0] * vs[1] * vs[2] * vs[3]), no = (size_t)(qs[0] * qs[1] * qs[2] * vs[3]),
+                 nl = (size_t)(qs[0] * qs[1] * qs[2]);
+    *count = no + nl + nq + nk + nv;
+    float *r = xmalloc(sizeof(float) * *count), *o = r, *l = o + no, *g = l + nl;
+    uint16_t *go = xmalloc(2 * no);
+    test_rng rng = rng_seeded(99);
+    for (size_t i = 0; i < no; i++) go[i] = attn_f32_to_bf16((float)rng_normal(&rng));
+    attn_tensor hq = attn_tensor_4d_typed(c->q, ATTN_TYPE_BF16, qs[0], qs[1], qs[2], qs[3]);
+    attn_tensor hk = attn_tensor_4d_typed(c->k, ATTN_TYPE_BF16, ks[0], ks[1], ks[2], ks[3]);
+    attn_tensor hv = attn_tensor_4d_typed(c->v, ATTN_TYPE_BF16, vs[0], vs[1], vs[2], vs[3]);
+    attn_tensor hgo = attn_tensor_4d_typed(go, ATTN_TYPE_BF16, qs[0], qs[1], qs[2], vs[3]);
+    attn_tensor to = attn_tensor_4d(o, qs[0], qs[1], qs[2], vs[3]), tl = attn_tensor_3d(l, qs[0], qs[1], qs[2]);
+    attn_tensor gq = attn_tensor_4d(g, qs[0], qs[1], qs[2], qs[3]), gk = attn_tensor_4d(g + nq, ks[0], ks[1], ks[2], ks[3]),
+                gv = attn_tensor_4d(g + nq + nk, vs[0], vs[1], vs[2], vs[3]);
+    const size_t wsb = attn_flash_workspace_size(&hq, &hk, &hv);
+    void *ws = xmalloc(wsb);
+    CHECK_OK(attn_flash_forward(&hq, &hk, &hv, &c->p, &to, &tl, ws, wsb));
+    CHECK_OK(attn_flash_backward(&hq, &hk, &hv, &c->p, &to, &hgo, &tl, &gq, &gk, &gv, ws, wsb));
+    free(ws);
+    free(go);
+    return r;
+}
+
+/* With AVX512-BF16 present, the AVX-512F emulation of its instructions (the kernels a CPU without
+ * it runs, fused steps included) must give the same bits end to end, forward and backward. */
+static void check_emulated_table(const bcase *c, const char *cname) {
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    if (attn_detected_isa() < ATTN_ISA_AVX512 || !attn_cpu_has_avx512bf16()) return;
+    size_t n1, n2;
+    float *native = fwd_bwd_bf16(c, &n1);
+    attn__bf16_force(attn_bf16_kernels_avx512());
+    float *emul = fwd_bwd_bf16(c, &n2);
+    attn__bf16_force(NULL);
+    CHECK(n1 == n2 && !memcmp(native, emul, sizeof(float) * n1),
+          "%s: the emulated AVX-512 bf16 kernels differ from vdpbf16ps end to end", cname);
+    free(native);
+    free(emul);
+#else
+    (void)c;
+    (void)cname;
+#endif
+}
+
 static void check_fixture(void) {
     char path[4096];
     snprintf(path, sizeof path, "%s/flash_bf16.safetensors", fixture_dir());
@@ -259,6 +308,7 @@ static void check_fixture(void) {
         printf("\n");
         attn_force_isa(attn_detected_isa());
         check_backward(&c, cname ? cname : "?", 1e-2);
+        check_emulated_table(&c, cname ? cname : "?");
         if (ci == 0) { /* dropout: the same Philox stream as the reference */
             bcase cd = c;
             cd.p.dropout_p = 0.2f;
