@@ -30,7 +30,7 @@ bench: build
 
 # One Markdown report of this CPU against #14's targets (bench/cpu_report.py; quiet machine).
 bench-report: build
-	python3 bench/cpu_report.py --attn ./$(BUILD)/attn --out attn-report-$$(hostname).md
+	python3 bench/cpu_report.py --attn ./$(BUILD)/attn --out attn-report-$$(hostname).md $(if $(SITTINGS),--sittings $(SITTINGS))
 
 install: build
 	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
