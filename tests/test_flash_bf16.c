@@ -76,6 +76,33 @@ static float *run_bf16(const bcase *c, int out_bf16, int bnhd) {
     return o;
 }
 
+/* Output, lse and gradients (dout from a fixed stream) of one bf16 forward + backward, concatenated. */
+static float *fwd_bwd_bf16(const bcase *c, size_t *count) {
+    const int64_t *qs = c->qs, *ks = c->ks, *vs = c->vs;
+    const size_t nq = (size_t)(qs[0] * qs[1] * qs[2] * qs[3]), nk = (size_t)(ks[0] * ks[1] * ks[2] * ks[3]),
+                 nv = (size_t)(vs[0] * vs[1] * vs[2] * vs[3]), no = (size_t)(qs[0] * qs[1] * qs[2] * vs[3]),
+                 nl = (size_t)(qs[0] * qs[1] * qs[2]);
+    *count = no + nl + nq + nk + nv;
+    float *r = xmalloc(sizeof(float) * *count), *o = r, *l = o + no, *g = l + nl;
+    uint16_t *go = xmalloc(2 * no);
+    test_rng rng = rng_seeded(99);
+    for (size_t i = 0; i < no; i++) go[i] = attn_f32_to_bf16((float)rng_normal(&rng));
+    attn_tensor hq = attn_tensor_4d_typed(c->q, ATTN_TYPE_BF16, qs[0], qs[1], qs[2], qs[3]);
+    attn_tensor hk = attn_tensor_4d_typed(c->k, ATTN_TYPE_BF16, ks[0], ks[1], ks[2], ks[3]);
+    attn_tensor hv = attn_tensor_4d_typed(c->v, ATTN_TYPE_BF16, vs[0], vs[1], vs[2], vs[3]);
+    attn_tensor hgo = attn_tensor_4d_typed(go, ATTN_TYPE_BF16, qs[0], qs[1], qs[2], vs[3]);
+    attn_tensor to = attn_tensor_4d(o, qs[0], qs[1], qs[2], vs[3]), tl = attn_tensor_3d(l, qs[0], qs[1], qs[2]);
+    attn_tensor gq = attn_tensor_4d(g, qs[0], qs[1], qs[2], qs[3]), gk = attn_tensor_4d(g + nq, ks[0], ks[1], ks[2], ks[3]),
+                gv = attn_tensor_4d(g + nq + nk, vs[0], vs[1], vs[2], vs[3]);
+    const size_t wsb = attn_flash_workspace_size(&hq, &hk, &hv);
+    void *ws = xmalloc(wsb);
+    CHECK_OK(attn_flash_forward(&hq, &hk, &hv, &c->p, &to, &tl, ws, wsb));
+    CHECK_OK(attn_flash_backward(&hq, &hk, &hv, &c->p, &to, &hgo, &tl, &gq, &gk, &gv, ws, wsb));
+    free(ws);
+    free(go);
+    return r;
+}
+
 /* The bf16 backward (dout bf16, out from the bf16 forward) against the reference attention's
  * gradients (attn_sdpa_backward, double math) on the same bf16 values widened to float: relative
  * RMS errors of dq, dk, dv below tol; bitwise identical for 1..3 threads. */
@@ -106,42 +133,29 @@ static void check_backward(const bcase *c, const char *cname, double tol) {
     for (size_t i = 0; i < nq; i++) rq[i] = rdq[i];
     for (size_t i = 0; i < nk; i++) rk[i] = rdk[i];
     for (size_t i = 0; i < nv; i++) rv[i] = rdv[i];
-    /* bf16 forward then backward */
-    attn_tensor hq = attn_tensor_4d_typed(c->q, ATTN_TYPE_BF16, qs[0], qs[1], qs[2], qs[3]);
-    attn_tensor hk = attn_tensor_4d_typed(c->k, ATTN_TYPE_BF16, ks[0], ks[1], ks[2], ks[3]);
-    attn_tensor hv = attn_tensor_4d_typed(c->v, ATTN_TYPE_BF16, vs[0], vs[1], vs[2], vs[3]);
-    attn_tensor hgo = attn_tensor_4d_typed(go, ATTN_TYPE_BF16, qs[0], qs[1], qs[2], vs[3]);
-    float *o = xmalloc(4 * no), *l = xmalloc(4 * nl), *first = NULL;
-    attn_tensor to = attn_tensor_4d(o, qs[0], qs[1], qs[2], vs[3]), tl = attn_tensor_3d(l, qs[0], qs[1], qs[2]);
+    /* bf16 forward then backward (the same dout stream) */
+    float *first = NULL;
     printf("    backward %-28s", cname);
     for (int t = 1; t <= 4; t++) { /* 4: 2 threads with the key pass in runs of one key block */
         attn_set_num_threads(t == 4 ? 2 : t);
         attn__flash_key_run_force(t == 4 ? 1 : 0);
-        float *g = xmalloc(4 * (nq + nk + nv));
-        attn_tensor gq = attn_tensor_4d(g, qs[0], qs[1], qs[2], qs[3]), gk = attn_tensor_4d(g + nq, ks[0], ks[1], ks[2], ks[3]),
-                    gv = attn_tensor_4d(g + nq + nk, vs[0], vs[1], vs[2], vs[3]);
-        wsb = attn_flash_workspace_size(&hq, &hk, &hv);
-        ws = xmalloc(wsb);
-        CHECK_OK(attn_flash_forward(&hq, &hk, &hv, &c->p, &to, &tl, ws, wsb));
-        CHECK_OK(attn_flash_backward(&hq, &hk, &hv, &c->p, &to, &hgo, &tl, &gq, &gk, &gv, ws, wsb));
-        free(ws);
+        size_t cnt;
+        float *all = fwd_bwd_bf16(c, &cnt), *g = all + no + nl;
         if (t == 1) {
             const double eq = rel_err_fd(g, rq, nq), ek = rel_err_fd(g + nq, rk, nk), ev = rel_err_fd(g + nq + nk, rv, nv);
             printf(" dq %.2e dk %.2e dv %.2e\n", eq, ek, ev);
             CHECK(eq < tol && ek < tol && ev < tol, "%s: bf16 backward errors dq %.3g dk %.3g dv %.3g (limit %.3g)", cname, eq,
                   ek, ev, tol);
-            first = g;
+            first = all;
             continue;
         }
-        CHECK(!memcmp(g, first, 4 * (nq + nk + nv)), "%s: bf16 backward differs between 1 and %d threads%s", cname,
-              t == 4 ? 2 : t, t == 4 ? " (key runs of one block)" : "");
-        free(g);
+        CHECK(!memcmp(g, first + no + nl, 4 * (nq + nk + nv)), "%s: bf16 backward differs between 1 and %d threads%s",
+              cname, t == 4 ? 2 : t, t == 4 ? " (key runs of one block)" : "");
+        free(all);
     }
     attn__flash_key_run_force(0);
     attn_set_num_threads(0);
     free(first);
-    free(o);
-    free(l);
     free(qf);
     free(kf);
     free(vf);
@@ -153,33 +167,6 @@ static void check_backward(const bcase *c, const char *cname, double tol) {
     free(rq);
     free(rk);
     free(rv);
-}
-
-/* Output, lse and gradients (dout from a fixed stream) of one bf16 forward + backward, concatenated. */
-static float *fwd_bwd_bf16(const bcase *c, size_t *count) {
-    const int64_t *qs = c->qs, *ks = c->ks, *vs = c->vs;
-    const size_t nq = (size_t)(qs[0] * qs[1] * qs[2] * qs[3]), nk = (size_t)(ks[0] * ks[1] * ks[2] * ks[3]),
-                 nv = (size_t)(vs[0] * vs[1] * vs[2] * vs[3]), no = (size_t)(qs[0] * qs[1] * qs[2] * vs[3]),
-                 nl = (size_t)(qs[0] * qs[1] * qs[2]);
-    *count = no + nl + nq + nk + nv;
-    float *r = xmalloc(sizeof(float) * *count), *o = r, *l = o + no, *g = l + nl;
-    uint16_t *go = xmalloc(2 * no);
-    test_rng rng = rng_seeded(99);
-    for (size_t i = 0; i < no; i++) go[i] = attn_f32_to_bf16((float)rng_normal(&rng));
-    attn_tensor hq = attn_tensor_4d_typed(c->q, ATTN_TYPE_BF16, qs[0], qs[1], qs[2], qs[3]);
-    attn_tensor hk = attn_tensor_4d_typed(c->k, ATTN_TYPE_BF16, ks[0], ks[1], ks[2], ks[3]);
-    attn_tensor hv = attn_tensor_4d_typed(c->v, ATTN_TYPE_BF16, vs[0], vs[1], vs[2], vs[3]);
-    attn_tensor hgo = attn_tensor_4d_typed(go, ATTN_TYPE_BF16, qs[0], qs[1], qs[2], vs[3]);
-    attn_tensor to = attn_tensor_4d(o, qs[0], qs[1], qs[2], vs[3]), tl = attn_tensor_3d(l, qs[0], qs[1], qs[2]);
-    attn_tensor gq = attn_tensor_4d(g, qs[0], qs[1], qs[2], qs[3]), gk = attn_tensor_4d(g + nq, ks[0], ks[1], ks[2], ks[3]),
-                gv = attn_tensor_4d(g + nq + nk, vs[0], vs[1], vs[2], vs[3]);
-    const size_t wsb = attn_flash_workspace_size(&hq, &hk, &hv);
-    void *ws = xmalloc(wsb);
-    CHECK_OK(attn_flash_forward(&hq, &hk, &hv, &c->p, &to, &tl, ws, wsb));
-    CHECK_OK(attn_flash_backward(&hq, &hk, &hv, &c->p, &to, &hgo, &tl, &gq, &gk, &gv, ws, wsb));
-    free(ws);
-    free(go);
-    return r;
 }
 
 /* With AVX512-BF16 present, the AVX-512F emulation of its instructions (the kernels a CPU without

@@ -17,9 +17,7 @@
 
 #define MR_MAX 6
 
-static inline __mmask16 tail_mask(int cols) {
-    return cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
-}
+static inline __mmask16 tail_mask(int cols) { return attn_tile_mask(cols); }
 
 /* One MR x (16 nv) tile; rows past mm re-read the last valid row and are not stored. */
 static inline __attribute__((always_inline)) void ukr(const int MR, const int nv, int mm, int k, const float *a,
