@@ -40,6 +40,9 @@ static void BF16_FN(gemm_pairs)(int m, int n, int kp, const uint32_t *a, int64_t
     for (int j0 = 0; j0 < n; j0 += 64) {
         const int nj = n - j0;
         const __mmask16 k0 = tail_mask(nj), k1 = tail_mask(nj - 16), k2 = tail_mask(nj - 32), k3 = tail_mask(nj - 48);
+        /* plain loads where the panel is whole: on Zen 5 a masked load costs more than a plain
+         * one even with every lane on (the loop is unswitched on it) */
+        const int full = nj >= 64;
         for (int i0 = 0; i0 < m; i0 += 4) {
             const int mi = m - i0 < 4 ? m - i0 : 4;
             __m512 c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33;
@@ -63,10 +66,10 @@ static void BF16_FN(gemm_pairs)(int m, int n, int kp, const uint32_t *a, int64_t
                            *a2 = a + (int64_t)(i0 + (mi > 2 ? 2 : 0)) * ars, *a3 = a + (int64_t)(i0 + (mi > 3 ? 3 : 0)) * ars;
             const uint32_t *bp = b + j0;
             for (int p = 0; p < kp; p++, bp += ldb) {
-                const __m512i b0 = _mm512_maskz_loadu_epi32(k0, bp);
-                const __m512i b1 = _mm512_maskz_loadu_epi32(k1, bp + 16);
-                const __m512i b2 = _mm512_maskz_loadu_epi32(k2, bp + 32);
-                const __m512i b3 = _mm512_maskz_loadu_epi32(k3, bp + 48);
+                const __m512i b0 = full ? _mm512_loadu_si512(bp) : _mm512_maskz_loadu_epi32(k0, bp);
+                const __m512i b1 = full ? _mm512_loadu_si512(bp + 16) : _mm512_maskz_loadu_epi32(k1, bp + 16);
+                const __m512i b2 = full ? _mm512_loadu_si512(bp + 32) : _mm512_maskz_loadu_epi32(k2, bp + 32);
+                const __m512i b3 = full ? _mm512_loadu_si512(bp + 48) : _mm512_maskz_loadu_epi32(k3, bp + 48);
                 const int64_t o = (int64_t)p * acs;
                 __m512i x = _mm512_set1_epi32((int)a0[o]);
                 c00 = BF16_DP(c00, x, b0);
