@@ -1,14 +1,14 @@
 /* AVX-512 kernels for the row-wise / elementwise ops (compiled with -mavx512f/bw/dq/vl -mfma).
- * 16 floats per vector; tails use masked loads/stores, so every element goes through the same
- * instructions wherever it sits. See ops_internal.h for each kernel's contract. */
+ * 16 floats per vector; tails use masked loads/stores (vec_tail_avx512.h: plain ones while every
+ * lane is on), so every element goes through the same arithmetic wherever it sits. See
+ * ops_internal.h for each kernel's contract. */
 #include <math.h>
 
 #include "ops_internal.h"
 #include "vec_math.h"
+#include "vec_tail_avx512.h"
 
-static inline __mmask16 tail16(int64_t r) {
-    return r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << r) - 1u);
-}
+static inline __mmask16 tail16(int64_t r) { return attn_tail16(r); }
 
 /* upper 8 floats */
 static inline __m256 hi256(__m512 v) {
@@ -31,7 +31,7 @@ static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
         m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
         m1 = _mm512_max_ps(m1, _mm512_loadu_ps(x + i + 16));
     }
-    for (; i < n; i += 16) m0 = _mm512_max_ps(m0, _mm512_mask_loadu_ps(ninf, tail16(n - i), x + i));
+    for (; i < n; i += 16) m0 = _mm512_max_ps(m0, attn_ld16_or(ninf, tail16(n - i), x + i));
     float mx = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
     if (mx == -INFINITY) {
         /* the max drops a NaN: a row of -inf and NaN is NaN (torch.softmax), not a masked row */
@@ -40,7 +40,7 @@ static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
             for (i = 0; i < n; i++) y[i] = NAN;
             return;
         }
-        for (i = 0; i < n; i += 16) _mm512_mask_storeu_ps(y + i, tail16(n - i), _mm512_setzero_ps());
+        for (i = 0; i < n; i += 16) attn_st16(y + i, tail16(n - i), _mm512_setzero_ps());
         return;
     }
     /* the sum in double, as the reference: a float sum of thousands of terms drifts by ~1e-6 */
@@ -56,8 +56,8 @@ static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
     }
     for (; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
-        __m512 e = attn_exp512(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, k, x + i), vm)); /* 0 */
-        _mm512_mask_storeu_ps(y + i, k, e);
+        __m512 e = attn_exp512(_mm512_sub_ps(attn_ld16_or(ninf, k, x + i), vm)); /* 0 */
+        attn_st16(y + i, k, e);
         acc16_pd(&s0, &s1, e);
     }
     const double sum = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
@@ -65,7 +65,7 @@ static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
     for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), inv));
     if (i < n) {
         __mmask16 k = tail16(n - i);
-        _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), inv));
+        attn_st16(y + i, k, _mm512_mul_ps(attn_ld16(k, y + i), inv));
     }
 }
 
@@ -76,7 +76,7 @@ static void softmax_bwd_avx512(const float *y, const float *dy, float *dx, int64
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
-        __m512 a = _mm512_maskz_loadu_ps(k, dy + i), b = _mm512_maskz_loadu_ps(k, y + i);
+        __m512 a = attn_ld16(k, dy + i), b = attn_ld16(k, y + i);
         s0 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
                              _mm512_cvtps_pd(_mm512_castps512_ps256(b)), s0);
         s1 = _mm512_fmadd_pd(_mm512_cvtps_pd(hi256(a)), _mm512_cvtps_pd(hi256(b)), s1);
@@ -86,9 +86,9 @@ static void softmax_bwd_avx512(const float *y, const float *dy, float *dx, int64
     const __m512 vhi = _mm512_set1_ps(dhi), vlo = _mm512_set1_ps(dlo);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
-        __m512 yv = _mm512_maskz_loadu_ps(k, y + i);
-        __m512 g = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, dy + i), vhi), vlo);
-        _mm512_mask_storeu_ps(dx + i, k, _mm512_mul_ps(yv, g));
+        __m512 yv = attn_ld16(k, y + i);
+        __m512 g = _mm512_sub_ps(_mm512_sub_ps(attn_ld16(k, dy + i), vhi), vlo);
+        attn_st16(dx + i, k, _mm512_mul_ps(yv, g));
     }
 }
 
@@ -107,7 +107,7 @@ static void layernorm_fwd_avx512(const float *x, const float *gamma, const float
         s0 = _mm512_add_ps(s0, _mm512_loadu_ps(x + i));
         s1 = _mm512_add_ps(s1, _mm512_loadu_ps(x + i + 16));
     }
-    for (; i < n; i += 16) s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(tail16(n - i), x + i));
+    for (; i < n; i += 16) s0 = _mm512_add_ps(s0, attn_ld16(tail16(n - i), x + i));
     const float mean = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)) / (float)n;
     const __m512 vm = _mm512_set1_ps(mean);
     s0 = s1 = _mm512_setzero_ps();
@@ -119,7 +119,7 @@ static void layernorm_fwd_avx512(const float *x, const float *gamma, const float
     }
     for (; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
-        __m512 d = _mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, x + i), vm);
+        __m512 d = _mm512_maskz_sub_ps(k, attn_ld16(k, x + i), vm);
         s0 = _mm512_fmadd_ps(d, d, s0);
     }
     const float var = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)) / (float)n;
@@ -127,10 +127,10 @@ static void layernorm_fwd_avx512(const float *x, const float *gamma, const float
     const __m512 vr = _mm512_set1_ps(rstd);
     for (i = 0; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
-        __m512 h = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm), vr);
-        if (gamma) h = _mm512_mul_ps(h, _mm512_maskz_loadu_ps(k, gamma + i));
-        if (beta) h = _mm512_add_ps(h, _mm512_maskz_loadu_ps(k, beta + i));
-        _mm512_mask_storeu_ps(y + i, k, h);
+        __m512 h = _mm512_mul_ps(_mm512_sub_ps(attn_ld16(k, x + i), vm), vr);
+        if (gamma) h = _mm512_mul_ps(h, attn_ld16(k, gamma + i));
+        if (beta) h = _mm512_add_ps(h, attn_ld16(k, beta + i));
+        attn_st16(y + i, k, h);
     }
     *mean_out = mean;
     *rstd_out = rstd;
@@ -142,9 +142,9 @@ static void layernorm_bwd_avx512(const float *x, const float *gamma, float mean,
     __m512 sg = _mm512_setzero_ps(), sgx = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
-        __m512 g = _mm512_maskz_loadu_ps(k, dy + i);
-        if (gamma) g = _mm512_mul_ps(g, _mm512_maskz_loadu_ps(k, gamma + i));
-        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm), vr);
+        __m512 g = attn_ld16(k, dy + i);
+        if (gamma) g = _mm512_mul_ps(g, attn_ld16(k, gamma + i));
+        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(attn_ld16(k, x + i), vm), vr);
         sg = _mm512_add_ps(sg, g);
         sgx = _mm512_fmadd_ps(g, xh, sgx);
     }
@@ -152,11 +152,11 @@ static void layernorm_bwd_avx512(const float *x, const float *gamma, float mean,
     const __m512 mgx = _mm512_set1_ps(_mm512_reduce_add_ps(sgx) / (float)n);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
-        __m512 g = _mm512_maskz_loadu_ps(k, dy + i);
-        if (gamma) g = _mm512_mul_ps(g, _mm512_maskz_loadu_ps(k, gamma + i));
-        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm), vr);
+        __m512 g = attn_ld16(k, dy + i);
+        if (gamma) g = _mm512_mul_ps(g, attn_ld16(k, gamma + i));
+        __m512 xh = _mm512_mul_ps(_mm512_sub_ps(attn_ld16(k, x + i), vm), vr);
         __m512 t = _mm512_fnmadd_ps(xh, mgx, _mm512_sub_ps(g, mg));
-        _mm512_mask_storeu_ps(dx + i, k, _mm512_mul_ps(t, vr));
+        attn_st16(dx + i, k, _mm512_mul_ps(t, vr));
     }
 }
 
@@ -181,8 +181,8 @@ static void layernorm_param_grad_avx512(const float *x, const float *mean, const
             const float *xr = x + r * n + c, *dr = dy + r * n + c;
             const __m512 vm = _mm512_set1_ps(mean[r]), vr = _mm512_set1_ps(rstd[r]);
             for (int v = 0; v < 4; v++) {
-                __m512 d = _mm512_maskz_loadu_ps(k[v], dr + 16 * v);
-                __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k[v], xr + 16 * v), vm), vr);
+                __m512 d = attn_ld16(k[v], dr + 16 * v);
+                __m512 xh = _mm512_mul_ps(_mm512_sub_ps(attn_ld16(k[v], xr + 16 * v), vm), vr);
                 __m512 t = _mm512_mul_ps(d, xh);
                 acc16_pd(&ag[2 * v], &ag[2 * v + 1], t);
                 acc16_pd(&ab[2 * v], &ab[2 * v + 1], d);
@@ -191,10 +191,10 @@ static void layernorm_param_grad_avx512(const float *x, const float *mean, const
         for (int v = 0; v < 4; v++) {
             float *g = dgamma + c + 16 * v, *b = dbeta + c + 16 * v;
             if (dgamma)
-                _mm512_mask_storeu_ps(g, k[v], _mm512_add_ps(_mm512_maskz_loadu_ps(k[v], g),
+                attn_st16(g, k[v], _mm512_add_ps(attn_ld16(k[v], g),
                                                              pd2_to_ps(ag[2 * v], ag[2 * v + 1])));
             if (dbeta)
-                _mm512_mask_storeu_ps(b, k[v], _mm512_add_ps(_mm512_maskz_loadu_ps(k[v], b),
+                attn_st16(b, k[v], _mm512_add_ps(attn_ld16(k[v], b),
                                                              pd2_to_ps(ab[2 * v], ab[2 * v + 1])));
         }
     }
@@ -209,12 +209,12 @@ static void col_sum_avx512(const float *m, float *out, int64_t rows, int64_t n, 
         for (int v = 0; v < 8; v++) a[v] = _mm512_setzero_pd();
         for (int64_t r = 0; r < rows; r++)
             for (int v = 0; v < 4; v++) {
-                __m512 d = _mm512_maskz_loadu_ps(k[v], m + r * n + c + 16 * v);
+                __m512 d = attn_ld16(k[v], m + r * n + c + 16 * v);
                 acc16_pd(&a[2 * v], &a[2 * v + 1], d);
             }
         for (int v = 0; v < 4; v++) {
             float *o = out + c + 16 * v;
-            _mm512_mask_storeu_ps(o, k[v], _mm512_add_ps(_mm512_maskz_loadu_ps(k[v], o),
+            attn_st16(o, k[v], _mm512_add_ps(attn_ld16(k[v], o),
                                                          pd2_to_ps(a[2 * v], a[2 * v + 1])));
         }
     }
@@ -225,9 +225,9 @@ static void col_sum_avx512(const float *m, float *out, int64_t rows, int64_t n, 
 static void gelu_fwd_avx512(const float *x, float *y, int64_t n, attn_gelu_approx approx) {
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
-        __m512 xv = _mm512_maskz_loadu_ps(k, x + i), aux, s;
+        __m512 xv = attn_ld16(k, x + i), aux, s;
         s = approx == ATTN_GELU_TANH ? attn_gelu_tanh_sig512(xv, &aux) : attn_normcdf512(xv, &aux);
-        _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(xv, s));
+        attn_st16(y + i, k, _mm512_mul_ps(xv, s));
     }
 }
 
@@ -235,7 +235,7 @@ static void gelu_bwd_avx512(const float *x, const float *dy, float *dx, int64_t 
                             attn_gelu_approx approx) {
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
-        __m512 xv = _mm512_maskz_loadu_ps(k, x + i), g;
+        __m512 xv = attn_ld16(k, x + i), g;
         if (approx == ATTN_GELU_TANH) {
             __m512 ds, s = attn_gelu_tanh_sig512(xv, &ds);
             __m512 xc = _mm512_min_ps(_mm512_set1_ps(ATTN_VM_GELU_X_MAX), _mm512_abs_ps(xv));
@@ -248,16 +248,16 @@ static void gelu_bwd_avx512(const float *x, const float *dy, float *dx, int64_t 
             __m512 pdf, cdf = attn_normcdf512(xv, &pdf);
             g = _mm512_fmadd_ps(xv, pdf, cdf);
         }
-        _mm512_mask_storeu_ps(dx + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dy + i), g));
+        attn_st16(dx + i, k, _mm512_mul_ps(attn_ld16(k, dy + i), g));
     }
 }
 
 static void relu_fwd_avx512(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
-        __m512 xv = _mm512_maskz_loadu_ps(k, x + i);
+        __m512 xv = attn_ld16(k, x + i);
         __mmask16 le = _mm512_cmp_ps_mask(xv, _mm512_setzero_ps(), _CMP_LE_OQ);
-        _mm512_mask_storeu_ps(y + i, k, _mm512_mask_mov_ps(xv, le, _mm512_setzero_ps()));
+        attn_st16(y + i, k, _mm512_mask_mov_ps(xv, le, _mm512_setzero_ps()));
     }
 }
 
@@ -265,8 +265,8 @@ static void relu_bwd_avx512(const float *x, const float *dy, float *dx, int64_t 
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = tail16(n - i);
         __mmask16 gt =
-            _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(k, x + i), _mm512_setzero_ps(), _CMP_GT_OQ);
-        _mm512_mask_storeu_ps(dx + i, k, _mm512_maskz_loadu_ps(gt & k, dy + i));
+            _mm512_cmp_ps_mask(attn_ld16(k, x + i), _mm512_setzero_ps(), _CMP_GT_OQ);
+        attn_st16(dx + i, k, attn_ld16(gt & k, dy + i));
     }
 }
 
@@ -276,8 +276,8 @@ static void add_avx512(const float *a, const float *b, float *y, int64_t n) {
         _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
     if (i < n) {
         __mmask16 k = tail16(n - i);
-        _mm512_mask_storeu_ps(y + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, a + i),
-                                                      _mm512_maskz_loadu_ps(k, b + i)));
+        attn_st16(y + i, k, _mm512_add_ps(attn_ld16(k, a + i),
+                                                      attn_ld16(k, b + i)));
     }
 }
 
@@ -325,8 +325,8 @@ static void dropout_avx512(const float *x, float *y, uint8_t *mask, int64_t n, u
         ctr = _mm512_add_epi64(ctr, inc);
         __mmask16 keep = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(c, 8), thr);
         __mmask16 k = tail16(n - j);
-        __m512 yv = _mm512_maskz_mul_ps(keep, _mm512_maskz_loadu_ps(k, x + j), vs);
-        _mm512_mask_storeu_ps(y + j, k, yv);
+        __m512 yv = _mm512_maskz_mul_ps(keep, attn_ld16(k, x + j), vs);
+        attn_st16(y + j, k, yv);
         if (mask) _mm_mask_storeu_epi8(mask + j, k, _mm_maskz_set1_epi8(keep, 1));
     }
 }
