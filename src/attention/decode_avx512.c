@@ -13,6 +13,7 @@
 
 #include "decode_internal.h"
 #include "kernels/vec_math.h"
+#include "kernels/vec_tail_avx512.h"
 
 #define BK ATTN_DECODE_BK
 #define PF 8 /* key rows prefetched ahead */
@@ -21,10 +22,10 @@ static inline __mmask16 tail(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (
 
 static inline __attribute__((always_inline)) __m512 load_row(const void *p, int64_t i, __mmask16 m, const int bf16) {
     if (bf16) {
-        const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i);
+        const __m256i h = attn_ld16_epi16(m, (const uint16_t *)p + i);
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
-    return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    return attn_ld16(m, (const float *)p + i);
 }
 
 static inline void prefetch_row(const void *p, int64_t bytes) {
@@ -38,7 +39,7 @@ static inline __attribute__((always_inline)) void score_step(const int nr, const
                                                             __m512 (*a)[4], int t) {
     const __m512 kv = load_row(k, kr + x, m, bf16);
     for (int r = 0; r < nr; r++) {
-        const __m512 qv = m == 0xFFFF ? _mm512_loadu_ps(q + r * d + x) : _mm512_maskz_loadu_ps(m, q + r * d + x);
+        const __m512 qv = attn_ld16(m, q + r * d + x);
         a[r][t] = _mm512_fmadd_ps(qv, kv, a[r][t]);
     }
 }
@@ -101,7 +102,7 @@ static inline __attribute__((always_inline)) void pv_strip(const int nr, const i
     for (int r = 0; r < nr; r++) {
         const __m512 al = _mm512_set1_ps(alpha[r]);
         for (int c = 0; c < nc; c++)
-            acc[r][c] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m[c], out + r * jb->ldo + x + 16 * c), al);
+            acc[r][c] = _mm512_mul_ps(attn_ld16(m[c], out + r * jb->ldo + x + 16 * c), al);
     }
     for (int j = 0; j < nb; j++) {
         const int64_t vr = (j0 + j) * jb->ldv + x;
@@ -113,14 +114,14 @@ static inline __attribute__((always_inline)) void pv_strip(const int nr, const i
         }
     }
     for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(out + r * jb->ldo + x + 16 * c, m[c], acc[r][c]);
+        for (int c = 0; c < nc; c++) attn_st16(out + r * jb->ldo + x + 16 * c, m[c], acc[r][c]);
 }
 
 /* The online softmax of one row over a block: s <- 2^(s - m'), returns alpha = 2^(m - m'). */
 static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 mx = ninf;
-    for (int j = 0; j < nb; j += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, tail(nb - j), s + j));
+    for (int j = 0; j < nb; j += 16) mx = _mm512_max_ps(mx, attn_ld16_or(ninf, tail(nb - j), s + j));
     const float m_old = o[dv], mb = _mm512_reduce_max_ps(mx), m_new = mb > m_old ? mb : m_old;
     if (m_new == -INFINITY) { /* nothing seen yet: every p of the block is 0, or NaN */
         o[dv + 1] += attn_decode_block_unseen(s, nb);
@@ -131,8 +132,8 @@ static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
     for (int j = 0; j < nb; j += 16) {
         const __mmask16 m = tail(nb - j);
         const __m512 p = _mm512_maskz_mov_ps(
-            m, attn_exp512(_mm512_mul_ps(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, m, s + j), mn), ln2)));
-        _mm512_mask_storeu_ps(s + j, m, p);
+            m, attn_exp512(_mm512_mul_ps(_mm512_sub_ps(attn_ld16_or(ninf, m, s + j), mn), ln2)));
+        attn_st16(s + j, m, p);
         sum = _mm512_add_ps(sum, p);
     }
     /* m_old = -inf: acc and l are still 0, any finite alpha keeps them so */

@@ -14,6 +14,7 @@
 
 #include "flash_internal.h"
 #include "kernels/softmax_tile_avx512.h"
+#include "kernels/vec_tail_avx512.h"
 
 #define MR_MAX 6
 
@@ -31,7 +32,7 @@ static inline __attribute__((always_inline)) void ukr(const int MR, const int nv
         const __m512 f = _mm512_set1_ps(rowscale && r < mm ? rowscale[r] : 1.0f);
         for (int q = 0; q < nv; q++) {
             const __mmask16 msk = q == nv - 1 ? last : (__mmask16)0xFFFF;
-            acc[r][q] = accumulate && r < mm ? _mm512_mul_ps(_mm512_maskz_loadu_ps(msk, c + r * ldc + 16 * q), f)
+            acc[r][q] = accumulate && r < mm ? _mm512_mul_ps(attn_ld16(msk, c + r * ldc + 16 * q), f)
                                              : _mm512_setzero_ps();
         }
     }
@@ -39,7 +40,7 @@ static inline __attribute__((always_inline)) void ukr(const int MR, const int nv
         __m512 bv[4];
         const float *bp = b + p * ldb;
         for (int q = 0; q < nv; q++)
-            bv[q] = q == nv - 1 ? _mm512_maskz_loadu_ps(last, bp + 16 * q) : _mm512_loadu_ps(bp + 16 * q);
+            bv[q] = q == nv - 1 ? attn_ld16(last, bp + 16 * q) : _mm512_loadu_ps(bp + 16 * q);
         for (int r = 0; r < MR; r++) {
             const __m512 av = _mm512_set1_ps(ar[r][p * acs]);
             for (int q = 0; q < nv; q++) acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
@@ -49,15 +50,15 @@ static inline __attribute__((always_inline)) void ukr(const int MR, const int nv
         if (r >= mm) break;
         for (int q = 0; q < nv; q++) {
             const __mmask16 msk = q == nv - 1 ? last : (__mmask16)0xFFFF;
-            _mm512_mask_storeu_ps(c + r * ldc + 16 * q, msk, acc[r][q]);
+            attn_st16(c + r * ldc + 16 * q, msk, acc[r][q]);
         }
     }
     if (colmax) /* rows past mm repeat row mm - 1, so they cannot change a maximum */
         for (int q = 0; q < nv; q++) {
             const __mmask16 msk = q == nv - 1 ? last : (__mmask16)0xFFFF;
-            __m512 mx = _mm512_maskz_loadu_ps(msk, colmax + 16 * q);
+            __m512 mx = attn_ld16(msk, colmax + 16 * q);
             for (int r = 0; r < MR; r++) mx = _mm512_max_ps(mx, acc[r][q]);
-            _mm512_mask_storeu_ps(colmax + 16 * q, msk, mx);
+            attn_st16(colmax + 16 * q, msk, mx);
         }
 }
 
@@ -82,7 +83,12 @@ static inline __attribute__((always_inline)) void gemm_rows(const int MR, int m,
             const float *rs = rowscale ? rowscale + i0 : NULL;
             float *cm = colmax ? colmax + j0 : NULL;
             switch (nv) {
-            case 4: ukr(MR, 4, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, last); break;
+            case 4: /* a whole 64-column tile: the constant mask makes every load a plain one */
+                if (last == (__mmask16)0xFFFF)
+                    ukr(MR, 4, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, (__mmask16)0xFFFF);
+                else
+                    ukr(MR, 4, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, last);
+                break;
             case 3: ukr(MR, 3, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, last); break;
             case 2: ukr(MR, 2, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, last); break;
             default: ukr(MR, 1, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, last); break;
@@ -187,7 +193,7 @@ static void dropout_tile_avx512(int rows, int cols, float *s, int64_t ld, const 
                 for (int t = 0; t < 4 && r0 + t < rows; t++) {
                     const __mmask16 keep = _mm512_cmp_epu32_mask(_mm512_srli_epi32(c[t], 8), thr, _MM_CMPINT_NLT);
                     float *sp = s + (r0 + t) * ld + c0;
-                    _mm512_mask_storeu_ps(sp, msk, _mm512_maskz_mul_ps(keep, _mm512_maskz_loadu_ps(msk, sp), scale));
+                    attn_st16(sp, msk, _mm512_maskz_mul_ps(keep, attn_ld16(msk, sp), scale));
                 }
             }
         } else {
@@ -207,7 +213,7 @@ static void dropout_tile_avx512(int rows, int cols, float *s, int64_t ld, const 
                 w = _mm512_mask_mov_epi32(w, _mm512_cmpeq_epi32_mask(sel, _mm512_set1_epi32(3)), c[3]);
                 const __mmask16 keep = _mm512_cmp_epu32_mask(_mm512_srli_epi32(w, 8), thr, _MM_CMPINT_NLT);
                 float *sp = s + r * ld + c0;
-                _mm512_mask_storeu_ps(sp, msk, _mm512_maskz_mul_ps(keep, _mm512_maskz_loadu_ps(msk, sp), scale));
+                attn_st16(sp, msk, _mm512_maskz_mul_ps(keep, attn_ld16(msk, sp), scale));
             }
         }
     }
@@ -250,11 +256,11 @@ static void pack_transposed_avx512(int rows, int cols, const float *src, int64_t
             const __mmask16 tm = tail_mask(nt);
             __m512 r[16];
             for (int i = 0; i < 16; i++) {
-                r[i] = i < nq ? _mm512_maskz_loadu_ps(tm, src + (q0 + i) * rs + t0) : _mm512_setzero_ps();
+                r[i] = i < nq ? attn_ld16(tm, src + (q0 + i) * rs + t0) : _mm512_setzero_ps();
                 if (f != 1.0f) r[i] = _mm512_mul_ps(r[i], fv);
             }
             transpose16(r);
-            for (int j = 0; j < nt; j++) _mm512_mask_storeu_ps(dst + (t0 + j) * ldd + q0, qm, r[j]);
+            for (int j = 0; j < nt; j++) attn_st16(dst + (t0 + j) * ldd + q0, qm, r[j]);
         }
     }
 }
@@ -265,7 +271,7 @@ static void scale_copy_rows_avx512(int m, int n, const float *src, int64_t lds, 
         const __m512 fv = _mm512_set1_ps(f ? f[i] : 1.0f);
         for (int j = 0; j < n; j += 16) {
             const __mmask16 msk = tail_mask(n - j);
-            _mm512_mask_storeu_ps(dst + i * ldd + j, msk, _mm512_mul_ps(_mm512_maskz_loadu_ps(msk, src + i * lds + j), fv));
+            attn_st16(dst + i * ldd + j, msk, _mm512_mul_ps(attn_ld16(msk, src + i * lds + j), fv));
         }
     }
 }

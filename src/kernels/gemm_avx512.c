@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include "gemm_internal.h"
+#include "vec_tail_avx512.h"
 
 enum { MR = 14, NR = 32 };
 
@@ -45,19 +46,19 @@ ukr_body(const int R, int64_t kc, const float *a, const float *b, int64_t ldb, f
     if (beta == 0.0f) {
 #pragma GCC unroll 16
         for (int i = 0; i < R; i++) {
-            _mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_mul_ps(c0[i], va));
-            _mm512_mask_storeu_ps(c + i * ldc + 16, m1, _mm512_mul_ps(c1[i], va));
+            attn_st16(c + i * ldc, m0, _mm512_mul_ps(c0[i], va));
+            attn_st16(c + i * ldc + 16, m1, _mm512_mul_ps(c1[i], va));
         }
     } else {
         __m512 vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 16
         for (int i = 0; i < R; i++) {
-            __m512 o0 = _mm512_maskz_loadu_ps(m0, c + i * ldc);
-            __m512 o1 = _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
+            __m512 o0 = attn_ld16(m0, c + i * ldc);
+            __m512 o1 = attn_ld16(m1, c + i * ldc + 16);
             o0 = _mm512_fmadd_ps(c0[i], va, _mm512_mul_ps(o0, vb));
             o1 = _mm512_fmadd_ps(c1[i], va, _mm512_mul_ps(o1, vb));
-            _mm512_mask_storeu_ps(c + i * ldc, m0, o0);
-            _mm512_mask_storeu_ps(c + i * ldc + 16, m1, o1);
+            attn_st16(c + i * ldc, m0, o0);
+            attn_st16(c + i * ldc + 16, m1, o1);
         }
     }
 }
@@ -131,8 +132,8 @@ static void pack_a_avx512(int trans, const float *a, int64_t lda, int64_t rows, 
             const __mmask16 lm = first_lanes(r);
             const float *src = a + i0;
             for (int64_t p = 0; p < kc; p++)
-                _mm512_mask_storeu_ps(dst + p * MR, mr_lanes,
-                                      _mm512_maskz_loadu_ps(lm, src + p * lda));
+                attn_st16(dst + p * MR, mr_lanes,
+                                      attn_ld16(lm, src + p * lda));
             continue;
         }
         /* A stored m x k: 16 k values of each of the r rows, transposed in registers */
@@ -141,13 +142,13 @@ static void pack_a_avx512(int trans, const float *a, int64_t lda, int64_t rows, 
             __m512 v[16];
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++)
-                v[i] = i < r ? _mm512_maskz_loadu_ps(km, a + (i0 + i) * lda + p)
+                v[i] = i < r ? attn_ld16(km, a + (i0 + i) * lda + p)
                              : _mm512_setzero_ps();
             transpose16(v);
             int np = kc - p < 16 ? (int)(kc - p) : 16;
 #pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
-                if (j < np) _mm512_mask_storeu_ps(dst + (p + j) * MR, mr_lanes, v[j]);
+                if (j < np) attn_st16(dst + (p + j) * MR, mr_lanes, v[j]);
         }
     }
 }
@@ -168,8 +169,8 @@ static void pack_b_avx512(int trans, const float *b, int64_t ldb, int64_t kc, in
                 _mm512_store_ps(d + 16, _mm512_loadu_ps(src + 16));
             }
             if (rest) {
-                _mm512_store_ps(d, _mm512_maskz_loadu_ps(m0, src));
-                _mm512_store_ps(d + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+                _mm512_store_ps(d, attn_ld16(m0, src));
+                _mm512_store_ps(d + 16, attn_ld16(m1, src + 16));
             }
         }
         return;
@@ -184,7 +185,7 @@ static void pack_b_avx512(int trans, const float *b, int64_t ldb, int64_t kc, in
                 __m512 v[16];
 #pragma GCC unroll 16
                 for (int j = 0; j < 16; j++)
-                    v[j] = j < jn ? _mm512_maskz_loadu_ps(km, b + (j0 + half * 16 + j) * ldb + p)
+                    v[j] = j < jn ? attn_ld16(km, b + (j0 + half * 16 + j) * ldb + p)
                                   : _mm512_setzero_ps();
                 transpose16(v);
                 int np = kc - p < 16 ? (int)(kc - p) : 16;
@@ -230,7 +231,7 @@ rows_body(const int R, const int NV, int64_t kc, const float *a, const float *b,
             for (int64_t p = 0; p < kc; p++, bp += ldb, ap += MR) {
 #pragma GCC unroll 16
                 for (int q = 0; q < NV; q++) {
-                    __m512 bv = _mm512_maskz_loadu_ps(mk[q], bp + 16 * q);
+                    __m512 bv = attn_ld16(mk[q], bp + 16 * q);
 #pragma GCC unroll 4
                     for (int i = 0; i < R; i++)
                         acc[i][q] = _mm512_fmadd_ps(_mm512_set1_ps(ap[i]), bv, acc[i][q]);
@@ -245,8 +246,8 @@ rows_body(const int R, const int NV, int64_t kc, const float *a, const float *b,
                 __m512 o = _mm512_mul_ps(acc[i][q], va);
                 if (beta != 0.0f)
                     o = _mm512_fmadd_ps(acc[i][q], va,
-                                        _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[q], cq), vb));
-                _mm512_mask_storeu_ps(cq, mk[q], o);
+                                        _mm512_mul_ps(attn_ld16(mk[q], cq), vb));
+                attn_st16(cq, mk[q], o);
             }
         }
     }
