@@ -18,8 +18,6 @@
 #define BK ATTN_DECODE_BK
 #define PF 8 /* key rows prefetched ahead */
 
-static inline __mmask16 tail(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
-
 static inline __attribute__((always_inline)) __m512 load_row(const void *p, int64_t i, __mmask16 m, const int bf16) {
     if (bf16) {
         const __m256i h = attn_ld16_epi16(m, (const uint16_t *)p + i);
@@ -74,7 +72,7 @@ static inline __attribute__((always_inline)) void scores(const int nr, const int
          * measured a third slower from memory: it breaks the hardware prefetcher's stream) */
         for (int t = 0; t < 4; t++) {
             for (int64_t x = 0; x < dfull; x += 16) score_step(nr, bf16, jb->k, kr + t * ldk, q, d, x, 0xFFFF, a, t);
-            if (dfull < d) score_step(nr, bf16, jb->k, kr + t * ldk, q, d, dfull, tail(d - dfull), a, t);
+            if (dfull < d) score_step(nr, bf16, jb->k, kr + t * ldk, q, d, dfull, attn_tail16(d - dfull), a, t);
         }
         for (int r = 0; r < nr; r++) _mm_storeu_ps(s[r] + j, reduce4(a[r][0], a[r][1], a[r][2], a[r][3]));
     }
@@ -84,7 +82,7 @@ static inline __attribute__((always_inline)) void scores(const int nr, const int
         __m512 a[4][4];
         for (int r = 0; r < nr; r++) a[r][0] = _mm512_setzero_ps();
         for (int64_t x = 0; x < dfull; x += 16) score_step(nr, bf16, jb->k, kr, q, d, x, 0xFFFF, a, 0);
-        if (dfull < d) score_step(nr, bf16, jb->k, kr, q, d, dfull, tail(d - dfull), a, 0);
+        if (dfull < d) score_step(nr, bf16, jb->k, kr, q, d, dfull, attn_tail16(d - dfull), a, 0);
         for (int r = 0; r < nr; r++) s[r][j] = _mm512_reduce_add_ps(a[r][0]);
     }
 }
@@ -97,7 +95,7 @@ static inline __attribute__((always_inline)) void pv_strip(const int nr, const i
     const int64_t dv = jb->dv;
     const int full = x + 16 * nc <= dv;
     __mmask16 m[8];
-    for (int c = 0; c < nc; c++) m[c] = x + 16 * c < dv ? tail(dv - x - 16 * c) : 0;
+    for (int c = 0; c < nc; c++) m[c] = x + 16 * c < dv ? attn_tail16(dv - x - 16 * c) : 0;
     __m512 acc[4][8];
     for (int r = 0; r < nr; r++) {
         const __m512 al = _mm512_set1_ps(alpha[r]);
@@ -121,7 +119,7 @@ static inline __attribute__((always_inline)) void pv_strip(const int nr, const i
 static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 mx = ninf;
-    for (int j = 0; j < nb; j += 16) mx = _mm512_max_ps(mx, attn_ld16_or(ninf, tail(nb - j), s + j));
+    for (int j = 0; j < nb; j += 16) mx = _mm512_max_ps(mx, attn_ld16_or(ninf, attn_tail16(nb - j), s + j));
     const float m_old = o[dv], mb = _mm512_reduce_max_ps(mx), m_new = mb > m_old ? mb : m_old;
     if (m_new == -INFINITY) { /* nothing seen yet: every p of the block is 0, or NaN */
         o[dv + 1] += attn_decode_block_unseen(s, nb);
@@ -130,7 +128,7 @@ static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
     const __m512 mn = _mm512_set1_ps(m_new), ln2 = _mm512_set1_ps(0.6931471805599453f);
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < nb; j += 16) {
-        const __mmask16 m = tail(nb - j);
+        const __mmask16 m = attn_tail16(nb - j);
         const __m512 p = _mm512_maskz_mov_ps(
             m, attn_exp512(_mm512_mul_ps(_mm512_sub_ps(attn_ld16_or(ninf, m, s + j), mn), ln2)));
         attn_st16(s + j, m, p);

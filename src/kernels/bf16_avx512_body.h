@@ -31,101 +31,88 @@ static inline void scale_rows(float *c, int64_t ldc, int rows, int cols, const f
 }
 
 /* Register tile: 4 rows x 64 columns (16 accumulators); masked loads and stores at the edges
- * (masked-off lanes read 0, whose products add nothing). One 64-column panel per call of the
- * body: whole panels (nj >= 64) take plain loads and stores throughout, as the constant `whole`
- * folds the masks away (on Zen 5 a masked load costs more than a plain one even with every lane
- * on: 2048^3 ran at 274-289 GFLOP/s with masked B loads, 349-370 with plain ones). */
-#define PLD(kk, p) (whole ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(kk, p))
-#define PLDI(kk, p) (whole ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(kk, p))
-#define PST(p, kk, v)                                \
-    do {                                             \
-        if (whole) _mm512_storeu_ps(p, v);           \
-        else _mm512_mask_storeu_ps(p, kk, v);        \
-    } while (0)
-static inline __attribute__((always_inline)) void BF16_FN(pairs_panel)(const int whole, int m, int nj, int kp,
-                                                                      const uint32_t *a, int64_t ars, int64_t acs,
-                                                                      const uint32_t *b, int64_t ldb, float *c,
-                                                                      int64_t ldc, int accumulate,
-                                                                      const float *rowscale, float outscale) {
+ * (masked-off lanes read 0, whose products add nothing). One panel of nj <= 64 columns per call
+ * of the body; gemm_pairs passes whole panels as the constant 64, so their masks are constants
+ * and every load and store a plain one (vec_tail_avx512.h; on Zen 5 2048^3 ran at 274-289
+ * GFLOP/s with masked B loads, 349-370 with plain ones). */
+static inline __attribute__((always_inline)) void BF16_FN(pairs_panel)(int m, int nj, int kp, const uint32_t *a,
+                                                                      int64_t ars, int64_t acs, const uint32_t *b,
+                                                                      int64_t ldb, float *c, int64_t ldc,
+                                                                      int accumulate, const float *rowscale,
+                                                                      float outscale) {
     const __m512 os = _mm512_set1_ps(outscale);
     /* multiplies by 1 skipped: they would take vdpbf16ps's FP pipes (x * 1 is x, bit for bit) */
     const int scale_out = outscale != 1.0f;
-    {
-        const __mmask16 k0 = tail_mask(nj), k1 = tail_mask(nj - 16), k2 = tail_mask(nj - 32), k3 = tail_mask(nj - 48);
-        for (int i0 = 0; i0 < m; i0 += 4) {
-            const int mi = m - i0 < 4 ? m - i0 : 4;
-            __m512 c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33;
-            c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = _mm512_setzero_ps();
-            c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = _mm512_setzero_ps();
-            /* the emulation scales C in place before it flushes subnormals, as vdpbf16ps's callers
-             * scale under the caller's MXCSR */
-            if (BF16_EMULATED && accumulate && rowscale) scale_rows(c + (int64_t)i0 * ldc, ldc, mi, nj, rowscale + i0, NULL);
-            BF16_ENTER();
-#define LOADC(r, v, kk, dst)                                                                    \
-    if (accumulate && (r) < mi) {                                                               \
-        dst = PLD(kk, c + (int64_t)(i0 + (r)) * ldc + 16 * (v));           \
+    const __mmask16 k0 = tail_mask(nj), k1 = tail_mask(nj - 16), k2 = tail_mask(nj - 32), k3 = tail_mask(nj - 48);
+    for (int i0 = 0; i0 < m; i0 += 4) {
+        const int mi = m - i0 < 4 ? m - i0 : 4;
+        __m512 c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33;
+        c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = _mm512_setzero_ps();
+        c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = _mm512_setzero_ps();
+        /* the emulation scales C in place before it flushes subnormals, as vdpbf16ps's callers
+         * scale under the caller's MXCSR */
+        if (BF16_EMULATED && accumulate && rowscale) scale_rows(c + (int64_t)i0 * ldc, ldc, mi, nj, rowscale + i0, NULL);
+        BF16_ENTER();
+#define LOADC(r, v, kk, dst)                                                                      \
+    if (accumulate && (r) < mi) {                                                                 \
+        dst = attn_ld16(kk, c + (int64_t)(i0 + (r)) * ldc + 16 * (v));                            \
         if (!BF16_EMULATED && rowscale) dst = _mm512_mul_ps(dst, _mm512_set1_ps(rowscale[i0 + (r)])); \
     }
-            LOADC(0, 0, k0, c00) LOADC(0, 1, k1, c01) LOADC(0, 2, k2, c02) LOADC(0, 3, k3, c03)
-            LOADC(1, 0, k0, c10) LOADC(1, 1, k1, c11) LOADC(1, 2, k2, c12) LOADC(1, 3, k3, c13)
-            LOADC(2, 0, k0, c20) LOADC(2, 1, k1, c21) LOADC(2, 2, k2, c22) LOADC(2, 3, k3, c23)
-            LOADC(3, 0, k0, c30) LOADC(3, 1, k1, c31) LOADC(3, 2, k2, c32) LOADC(3, 3, k3, c33)
+        LOADC(0, 0, k0, c00) LOADC(0, 1, k1, c01) LOADC(0, 2, k2, c02) LOADC(0, 3, k3, c03)
+        LOADC(1, 0, k0, c10) LOADC(1, 1, k1, c11) LOADC(1, 2, k2, c12) LOADC(1, 3, k3, c13)
+        LOADC(2, 0, k0, c20) LOADC(2, 1, k1, c21) LOADC(2, 2, k2, c22) LOADC(2, 3, k3, c23)
+        LOADC(3, 0, k0, c30) LOADC(3, 1, k1, c31) LOADC(3, 2, k2, c32) LOADC(3, 3, k3, c33)
 #undef LOADC
-            const uint32_t *a0 = a + (int64_t)i0 * ars, *a1 = a + (int64_t)(i0 + (mi > 1)) * ars,
-                           *a2 = a + (int64_t)(i0 + (mi > 2 ? 2 : 0)) * ars, *a3 = a + (int64_t)(i0 + (mi > 3 ? 3 : 0)) * ars;
-            const uint32_t *bp = b;
-            for (int p = 0; p < kp; p++, bp += ldb) {
-                const __m512i b0 = PLDI(k0, bp);
-                const __m512i b1 = PLDI(k1, bp + 16);
-                const __m512i b2 = PLDI(k2, bp + 32);
-                const __m512i b3 = PLDI(k3, bp + 48);
-                const int64_t o = (int64_t)p * acs;
-                __m512i x = _mm512_set1_epi32((int)a0[o]);
-                c00 = BF16_DP(c00, x, b0);
-                c01 = BF16_DP(c01, x, b1);
-                c02 = BF16_DP(c02, x, b2);
-                c03 = BF16_DP(c03, x, b3);
-                x = _mm512_set1_epi32((int)a1[o]);
-                c10 = BF16_DP(c10, x, b0);
-                c11 = BF16_DP(c11, x, b1);
-                c12 = BF16_DP(c12, x, b2);
-                c13 = BF16_DP(c13, x, b3);
-                x = _mm512_set1_epi32((int)a2[o]);
-                c20 = BF16_DP(c20, x, b0);
-                c21 = BF16_DP(c21, x, b1);
-                c22 = BF16_DP(c22, x, b2);
-                c23 = BF16_DP(c23, x, b3);
-                x = _mm512_set1_epi32((int)a3[o]);
-                c30 = BF16_DP(c30, x, b0);
-                c31 = BF16_DP(c31, x, b1);
-                c32 = BF16_DP(c32, x, b2);
-                c33 = BF16_DP(c33, x, b3);
-            }
-#define STOREC(r, v, kk, src)                                                                           \
-    if ((r) < mi) PST(c + (int64_t)(i0 + (r)) * ldc + 16 * (v), kk, !BF16_EMULATED && scale_out ? _mm512_mul_ps(src, os) : src);
-            STOREC(0, 0, k0, c00) STOREC(0, 1, k1, c01) STOREC(0, 2, k2, c02) STOREC(0, 3, k3, c03)
-            STOREC(1, 0, k0, c10) STOREC(1, 1, k1, c11) STOREC(1, 2, k2, c12) STOREC(1, 3, k3, c13)
-            STOREC(2, 0, k0, c20) STOREC(2, 1, k1, c21) STOREC(2, 2, k2, c22) STOREC(2, 3, k3, c23)
-            STOREC(3, 0, k0, c30) STOREC(3, 1, k1, c31) STOREC(3, 2, k2, c32) STOREC(3, 3, k3, c33)
-#undef STOREC
-            BF16_LEAVE();
-            if (BF16_EMULATED && scale_out) scale_rows(c + (int64_t)i0 * ldc, ldc, mi, nj, NULL, &outscale);
+        const uint32_t *a0 = a + (int64_t)i0 * ars, *a1 = a + (int64_t)(i0 + (mi > 1)) * ars,
+                       *a2 = a + (int64_t)(i0 + (mi > 2 ? 2 : 0)) * ars, *a3 = a + (int64_t)(i0 + (mi > 3 ? 3 : 0)) * ars;
+        const uint32_t *bp = b;
+        for (int p = 0; p < kp; p++, bp += ldb) {
+            const __m512i b0 = attn_ld16_epi32(k0, bp);
+            const __m512i b1 = attn_ld16_epi32(k1, bp + 16);
+            const __m512i b2 = attn_ld16_epi32(k2, bp + 32);
+            const __m512i b3 = attn_ld16_epi32(k3, bp + 48);
+            const int64_t o = (int64_t)p * acs;
+            __m512i x = _mm512_set1_epi32((int)a0[o]);
+            c00 = BF16_DP(c00, x, b0);
+            c01 = BF16_DP(c01, x, b1);
+            c02 = BF16_DP(c02, x, b2);
+            c03 = BF16_DP(c03, x, b3);
+            x = _mm512_set1_epi32((int)a1[o]);
+            c10 = BF16_DP(c10, x, b0);
+            c11 = BF16_DP(c11, x, b1);
+            c12 = BF16_DP(c12, x, b2);
+            c13 = BF16_DP(c13, x, b3);
+            x = _mm512_set1_epi32((int)a2[o]);
+            c20 = BF16_DP(c20, x, b0);
+            c21 = BF16_DP(c21, x, b1);
+            c22 = BF16_DP(c22, x, b2);
+            c23 = BF16_DP(c23, x, b3);
+            x = _mm512_set1_epi32((int)a3[o]);
+            c30 = BF16_DP(c30, x, b0);
+            c31 = BF16_DP(c31, x, b1);
+            c32 = BF16_DP(c32, x, b2);
+            c33 = BF16_DP(c33, x, b3);
         }
+#define STOREC(r, v, kk, src)                                                                           \
+    if ((r) < mi) attn_st16(c + (int64_t)(i0 + (r)) * ldc + 16 * (v), kk, !BF16_EMULATED && scale_out ? _mm512_mul_ps(src, os) : src);
+        STOREC(0, 0, k0, c00) STOREC(0, 1, k1, c01) STOREC(0, 2, k2, c02) STOREC(0, 3, k3, c03)
+        STOREC(1, 0, k0, c10) STOREC(1, 1, k1, c11) STOREC(1, 2, k2, c12) STOREC(1, 3, k3, c13)
+        STOREC(2, 0, k0, c20) STOREC(2, 1, k1, c21) STOREC(2, 2, k2, c22) STOREC(2, 3, k3, c23)
+        STOREC(3, 0, k0, c30) STOREC(3, 1, k1, c31) STOREC(3, 2, k2, c32) STOREC(3, 3, k3, c33)
+#undef STOREC
+        BF16_LEAVE();
+        if (BF16_EMULATED && scale_out) scale_rows(c + (int64_t)i0 * ldc, ldc, mi, nj, NULL, &outscale);
     }
 }
-
-#undef PLD
-#undef PLDI
-#undef PST
 
 static void BF16_FN(gemm_pairs)(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
                                 int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
                                 float outscale) {
     for (int j0 = 0; j0 < n; j0 += 64) {
         if (n - j0 >= 64)
-            BF16_FN(pairs_panel)(1, m, 64, kp, a, ars, acs, b + j0, ldb, c + j0, ldc, accumulate, rowscale, outscale);
+            BF16_FN(pairs_panel)(m, 64, kp, a, ars, acs, b + j0, ldb, c + j0, ldc, accumulate, rowscale, outscale);
         else
-            BF16_FN(pairs_panel)(0, m, n - j0, kp, a, ars, acs, b + j0, ldb, c + j0, ldc, accumulate, rowscale, outscale);
+            BF16_FN(pairs_panel)(m, n - j0, kp, a, ars, acs, b + j0, ldb, c + j0, ldc, accumulate, rowscale, outscale);
     }
 }
 

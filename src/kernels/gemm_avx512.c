@@ -132,8 +132,7 @@ static void pack_a_avx512(int trans, const float *a, int64_t lda, int64_t rows, 
             const __mmask16 lm = first_lanes(r);
             const float *src = a + i0;
             for (int64_t p = 0; p < kc; p++)
-                attn_st16(dst + p * MR, mr_lanes,
-                                      attn_ld16(lm, src + p * lda));
+                attn_st16(dst + p * MR, mr_lanes, attn_ld16(lm, src + p * lda));
             continue;
         }
         /* A stored m x k: 16 k values of each of the r rows, transposed in registers */

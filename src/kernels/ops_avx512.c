@@ -8,7 +8,6 @@
 #include "vec_math.h"
 #include "vec_tail_avx512.h"
 
-static inline __mmask16 tail16(int64_t r) { return attn_tail16(r); }
 
 /* upper 8 floats */
 static inline __m256 hi256(__m512 v) {
@@ -31,7 +30,7 @@ static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
         m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
         m1 = _mm512_max_ps(m1, _mm512_loadu_ps(x + i + 16));
     }
-    for (; i < n; i += 16) m0 = _mm512_max_ps(m0, attn_ld16_or(ninf, tail16(n - i), x + i));
+    for (; i < n; i += 16) m0 = _mm512_max_ps(m0, attn_ld16_or(ninf, attn_tail16(n - i), x + i));
     float mx = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
     if (mx == -INFINITY) {
         /* the max drops a NaN: a row of -inf and NaN is NaN (torch.softmax), not a masked row */
@@ -40,7 +39,7 @@ static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
             for (i = 0; i < n; i++) y[i] = NAN;
             return;
         }
-        for (i = 0; i < n; i += 16) attn_st16(y + i, tail16(n - i), _mm512_setzero_ps());
+        for (i = 0; i < n; i += 16) attn_st16(y + i, attn_tail16(n - i), _mm512_setzero_ps());
         return;
     }
     /* the sum in double, as the reference: a float sum of thousands of terms drifts by ~1e-6 */
@@ -55,7 +54,7 @@ static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
         acc16_pd(&s2, &s3, e1);
     }
     for (; i < n; i += 16) {
-        __mmask16 k = tail16(n - i);
+        __mmask16 k = attn_tail16(n - i);
         __m512 e = attn_exp512(_mm512_sub_ps(attn_ld16_or(ninf, k, x + i), vm)); /* 0 */
         attn_st16(y + i, k, e);
         acc16_pd(&s0, &s1, e);
@@ -64,7 +63,7 @@ static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
     const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
     for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), inv));
     if (i < n) {
-        __mmask16 k = tail16(n - i);
+        __mmask16 k = attn_tail16(n - i);
         attn_st16(y + i, k, _mm512_mul_ps(attn_ld16(k, y + i), inv));
     }
 }
@@ -75,7 +74,7 @@ static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
 static void softmax_bwd_avx512(const float *y, const float *dy, float *dx, int64_t n) {
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = tail16(n - i);
+        __mmask16 k = attn_tail16(n - i);
         __m512 a = attn_ld16(k, dy + i), b = attn_ld16(k, y + i);
         s0 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
                              _mm512_cvtps_pd(_mm512_castps512_ps256(b)), s0);
@@ -85,7 +84,7 @@ static void softmax_bwd_avx512(const float *y, const float *dy, float *dx, int64
     const float dhi = (float)dot, dlo = (float)(dot - (double)dhi);
     const __m512 vhi = _mm512_set1_ps(dhi), vlo = _mm512_set1_ps(dlo);
     for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = tail16(n - i);
+        __mmask16 k = attn_tail16(n - i);
         __m512 yv = attn_ld16(k, y + i);
         __m512 g = _mm512_sub_ps(_mm512_sub_ps(attn_ld16(k, dy + i), vhi), vlo);
         attn_st16(dx + i, k, _mm512_mul_ps(yv, g));
@@ -107,7 +106,7 @@ static void layernorm_fwd_avx512(const float *x, const float *gamma, const float
         s0 = _mm512_add_ps(s0, _mm512_loadu_ps(x + i));
         s1 = _mm512_add_ps(s1, _mm512_loadu_ps(x + i + 16));
     }
-    for (; i < n; i += 16) s0 = _mm512_add_ps(s0, attn_ld16(tail16(n - i), x + i));
+    for (; i < n; i += 16) s0 = _mm512_add_ps(s0, attn_ld16(attn_tail16(n - i), x + i));
     const float mean = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)) / (float)n;
     const __m512 vm = _mm512_set1_ps(mean);
     s0 = s1 = _mm512_setzero_ps();
@@ -118,7 +117,7 @@ static void layernorm_fwd_avx512(const float *x, const float *gamma, const float
         s1 = _mm512_fmadd_ps(d1, d1, s1);
     }
     for (; i < n; i += 16) {
-        __mmask16 k = tail16(n - i);
+        __mmask16 k = attn_tail16(n - i);
         __m512 d = _mm512_maskz_sub_ps(k, attn_ld16(k, x + i), vm);
         s0 = _mm512_fmadd_ps(d, d, s0);
     }
@@ -126,7 +125,7 @@ static void layernorm_fwd_avx512(const float *x, const float *gamma, const float
     const float rstd = 1.0f / sqrtf(var + eps);
     const __m512 vr = _mm512_set1_ps(rstd);
     for (i = 0; i < n; i += 16) {
-        __mmask16 k = tail16(n - i);
+        __mmask16 k = attn_tail16(n - i);
         __m512 h = _mm512_mul_ps(_mm512_sub_ps(attn_ld16(k, x + i), vm), vr);
         if (gamma) h = _mm512_mul_ps(h, attn_ld16(k, gamma + i));
         if (beta) h = _mm512_add_ps(h, attn_ld16(k, beta + i));
@@ -141,7 +140,7 @@ static void layernorm_bwd_avx512(const float *x, const float *gamma, float mean,
     const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
     __m512 sg = _mm512_setzero_ps(), sgx = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = tail16(n - i);
+        __mmask16 k = attn_tail16(n - i);
         __m512 g = attn_ld16(k, dy + i);
         if (gamma) g = _mm512_mul_ps(g, attn_ld16(k, gamma + i));
         __m512 xh = _mm512_mul_ps(_mm512_sub_ps(attn_ld16(k, x + i), vm), vr);
@@ -151,7 +150,7 @@ static void layernorm_bwd_avx512(const float *x, const float *gamma, float mean,
     const __m512 mg = _mm512_set1_ps(_mm512_reduce_add_ps(sg) / (float)n);
     const __m512 mgx = _mm512_set1_ps(_mm512_reduce_add_ps(sgx) / (float)n);
     for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = tail16(n - i);
+        __mmask16 k = attn_tail16(n - i);
         __m512 g = attn_ld16(k, dy + i);
         if (gamma) g = _mm512_mul_ps(g, attn_ld16(k, gamma + i));
         __m512 xh = _mm512_mul_ps(_mm512_sub_ps(attn_ld16(k, x + i), vm), vr);
@@ -175,7 +174,7 @@ static void layernorm_param_grad_avx512(const float *x, const float *mean, const
     for (int64_t c = c0; c < c1; c += 64) {
         __mmask16 k[4];
         __m512d ag[8], ab[8];
-        for (int v = 0; v < 4; v++) k[v] = c + 16 * v < c1 ? tail16(c1 - c - 16 * v) : 0;
+        for (int v = 0; v < 4; v++) k[v] = c + 16 * v < c1 ? attn_tail16(c1 - c - 16 * v) : 0;
         for (int v = 0; v < 8; v++) ag[v] = ab[v] = _mm512_setzero_pd();
         for (int64_t r = 0; r < rows; r++) {
             const float *xr = x + r * n + c, *dr = dy + r * n + c;
@@ -191,11 +190,9 @@ static void layernorm_param_grad_avx512(const float *x, const float *mean, const
         for (int v = 0; v < 4; v++) {
             float *g = dgamma + c + 16 * v, *b = dbeta + c + 16 * v;
             if (dgamma)
-                attn_st16(g, k[v], _mm512_add_ps(attn_ld16(k[v], g),
-                                                             pd2_to_ps(ag[2 * v], ag[2 * v + 1])));
+                attn_st16(g, k[v], _mm512_add_ps(attn_ld16(k[v], g), pd2_to_ps(ag[2 * v], ag[2 * v + 1])));
             if (dbeta)
-                attn_st16(b, k[v], _mm512_add_ps(attn_ld16(k[v], b),
-                                                             pd2_to_ps(ab[2 * v], ab[2 * v + 1])));
+                attn_st16(b, k[v], _mm512_add_ps(attn_ld16(k[v], b), pd2_to_ps(ab[2 * v], ab[2 * v + 1])));
         }
     }
 }
@@ -205,7 +202,7 @@ static void col_sum_avx512(const float *m, float *out, int64_t rows, int64_t n, 
     for (int64_t c = c0; c < c1; c += 64) {
         __mmask16 k[4];
         __m512d a[8];
-        for (int v = 0; v < 4; v++) k[v] = c + 16 * v < c1 ? tail16(c1 - c - 16 * v) : 0;
+        for (int v = 0; v < 4; v++) k[v] = c + 16 * v < c1 ? attn_tail16(c1 - c - 16 * v) : 0;
         for (int v = 0; v < 8; v++) a[v] = _mm512_setzero_pd();
         for (int64_t r = 0; r < rows; r++)
             for (int v = 0; v < 4; v++) {
@@ -214,8 +211,7 @@ static void col_sum_avx512(const float *m, float *out, int64_t rows, int64_t n, 
             }
         for (int v = 0; v < 4; v++) {
             float *o = out + c + 16 * v;
-            attn_st16(o, k[v], _mm512_add_ps(attn_ld16(k[v], o),
-                                                         pd2_to_ps(a[2 * v], a[2 * v + 1])));
+            attn_st16(o, k[v], _mm512_add_ps(attn_ld16(k[v], o), pd2_to_ps(a[2 * v], a[2 * v + 1])));
         }
     }
 }
@@ -224,7 +220,7 @@ static void col_sum_avx512(const float *m, float *out, int64_t rows, int64_t n, 
 
 static void gelu_fwd_avx512(const float *x, float *y, int64_t n, attn_gelu_approx approx) {
     for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = tail16(n - i);
+        __mmask16 k = attn_tail16(n - i);
         __m512 xv = attn_ld16(k, x + i), aux, s;
         s = approx == ATTN_GELU_TANH ? attn_gelu_tanh_sig512(xv, &aux) : attn_normcdf512(xv, &aux);
         attn_st16(y + i, k, _mm512_mul_ps(xv, s));
@@ -234,7 +230,7 @@ static void gelu_fwd_avx512(const float *x, float *y, int64_t n, attn_gelu_appro
 static void gelu_bwd_avx512(const float *x, const float *dy, float *dx, int64_t n,
                             attn_gelu_approx approx) {
     for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = tail16(n - i);
+        __mmask16 k = attn_tail16(n - i);
         __m512 xv = attn_ld16(k, x + i), g;
         if (approx == ATTN_GELU_TANH) {
             __m512 ds, s = attn_gelu_tanh_sig512(xv, &ds);
@@ -254,7 +250,7 @@ static void gelu_bwd_avx512(const float *x, const float *dy, float *dx, int64_t 
 
 static void relu_fwd_avx512(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = tail16(n - i);
+        __mmask16 k = attn_tail16(n - i);
         __m512 xv = attn_ld16(k, x + i);
         __mmask16 le = _mm512_cmp_ps_mask(xv, _mm512_setzero_ps(), _CMP_LE_OQ);
         attn_st16(y + i, k, _mm512_mask_mov_ps(xv, le, _mm512_setzero_ps()));
@@ -263,7 +259,7 @@ static void relu_fwd_avx512(const float *x, float *y, int64_t n) {
 
 static void relu_bwd_avx512(const float *x, const float *dy, float *dx, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = tail16(n - i);
+        __mmask16 k = attn_tail16(n - i);
         __mmask16 gt =
             _mm512_cmp_ps_mask(attn_ld16(k, x + i), _mm512_setzero_ps(), _CMP_GT_OQ);
         attn_st16(dx + i, k, attn_ld16(gt & k, dy + i));
@@ -275,9 +271,8 @@ static void add_avx512(const float *a, const float *b, float *y, int64_t n) {
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
     if (i < n) {
-        __mmask16 k = tail16(n - i);
-        attn_st16(y + i, k, _mm512_add_ps(attn_ld16(k, a + i),
-                                                      attn_ld16(k, b + i)));
+        __mmask16 k = attn_tail16(n - i);
+        attn_st16(y + i, k, _mm512_add_ps(attn_ld16(k, a + i), attn_ld16(k, b + i)));
     }
 }
 
@@ -324,7 +319,7 @@ static void dropout_avx512(const float *x, float *y, uint8_t *mask, int64_t n, u
         }
         ctr = _mm512_add_epi64(ctr, inc);
         __mmask16 keep = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(c, 8), thr);
-        __mmask16 k = tail16(n - j);
+        __mmask16 k = attn_tail16(n - j);
         __m512 yv = _mm512_maskz_mul_ps(keep, attn_ld16(k, x + j), vs);
         attn_st16(y + j, k, yv);
         if (mask) _mm_mask_storeu_epi8(mask + j, k, _mm_maskz_set1_epi8(keep, 1));

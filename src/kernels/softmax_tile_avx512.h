@@ -22,9 +22,9 @@
 #include <math.h>
 #include <stdint.h>
 
-static inline __mmask16 attn_tile_mask(int cols) {
-    return cols >= 16 ? (__mmask16)0xFFFF : cols > 0 ? (__mmask16)((1u << cols) - 1u) : (__mmask16)0;
-}
+#include "vec_tail_avx512.h"
+
+static inline __mmask16 attn_tile_mask(int cols) { return attn_tail16(cols); }
 
 /* lowp: the bf16 path's degree-5 polynomial (a compile-time constant in every caller) */
 static inline __attribute__((always_inline)) __m512 attn_tile_exp2(const int lowp, __m512 x) {
