@@ -15,8 +15,21 @@
 static const attn_bf16_kernels *fast[2];
 static int nfast;
 
-static void fill_bf16(test_rng *r, attn_bf16 *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = attn_f32_to_bf16((float)rng_normal(r));
+/* Floats that bf16 cannot hold (with a few subnormals and exact ties), and their roundings as
+ * every bf16 table rounds (to nearest even, subnormals to zero). */
+static void fill_f32_bf16(test_rng *r, float *xf, attn_bf16 *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)rng_normal(r);
+        if (i % 97 == 5) v = (float)(rng_normal(r) * 1e-39); /* subnormal */
+        if (i % 89 == 7) { /* halfway between two bf16: the even one wins */
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            u = (u & 0xffff0000u) | 0x8000u;
+            memcpy(&v, &u, 4);
+        }
+        xf[i] = v;
+        x[i] = attn_bf16_rne_daz(v);
+    }
 }
 
 static void run(attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, int64_t k, int acc, const attn_bf16 *a,
@@ -31,16 +44,32 @@ static void run(attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, int6
     free(ws);
 }
 
+/* The same from the float operands (attn_gemm_bf16_from_f32): must equal run() on their roundings. */
+static void run_f32(attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, int64_t k, int acc, const float *a,
+                    const float *b, const float *c0, float *c) {
+    const int64_t ldc = n + 5;
+    size_t wsb = attn_gemm_bf16_workspace_size(m, n, k);
+    void *ws = xmalloc(wsb);
+    memcpy(c, c0, sizeof(float) * (size_t)(m * ldc));
+    CHECK_OK(attn_gemm_bf16_from_f32(ta, tb, m, n, k, a, ta ? m + 1 : k + 3, b, tb ? k + 2 : n + 1, acc, c, ldc, ws,
+                                     wsb));
+    free(ws);
+}
+
 static void check_case(test_rng *r, attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, int64_t k, int acc) {
     const int64_t lda = ta ? m + 1 : k + 3, ldb = tb ? k + 2 : n + 1, ldc = n + 5;
     const size_t na = (size_t)((ta ? k : m) * lda), nb = (size_t)((tb ? n : k) * ldb), nc = (size_t)(m * ldc);
     attn_bf16 *a = xmalloc(2 * na + 2), *b = xmalloc(2 * nb + 2);
+    float *af = xmalloc(4 * na + 4), *bf = xmalloc(4 * nb + 4);
     float *c0 = xmalloc(4 * nc + 4), *cr = xmalloc(4 * nc + 4), *cf = xmalloc(4 * nc + 4);
-    fill_bf16(r, a, na);
-    fill_bf16(r, b, nb);
+    fill_f32_bf16(r, af, a, na);
+    fill_f32_bf16(r, bf, b, nb);
     fill_normal(r, c0, nc, 1);
     attn_force_isa(ATTN_ISA_REF);
     run(ta, tb, m, n, k, acc, a, b, c0, cr);
+    run_f32(ta, tb, m, n, k, acc, af, bf, c0, cf);
+    CHECK(!memcmp(cf, cr, sizeof(float) * nc), "bf16 gemm from f32, ref, %lldx%lldx%lld ta%d tb%d acc%d differs from "
+          "the product of the rounded copies", (long long)m, (long long)n, (long long)k, (int)ta, (int)tb, acc);
     attn_force_isa(attn_detected_isa());
     /* the emulation against float64 */
     double num = 0, den = 0;
@@ -64,11 +93,16 @@ static void check_case(test_rng *r, attn_transpose ta, attn_transpose tb, int64_
         run(ta, tb, m, n, k, acc, a, b, c0, cf);
         CHECK(!memcmp(cf, cr, sizeof(float) * nc), "bf16 gemm %s %lldx%lldx%lld ta%d tb%d acc%d differs from ref",
               fast[f]->name, (long long)m, (long long)n, (long long)k, (int)ta, (int)tb, acc);
+        run_f32(ta, tb, m, n, k, acc, af, bf, c0, cf);
+        CHECK(!memcmp(cf, cr, sizeof(float) * nc), "bf16 gemm from f32 %s %lldx%lldx%lld ta%d tb%d acc%d differs from ref",
+              fast[f]->name, (long long)m, (long long)n, (long long)k, (int)ta, (int)tb, acc);
         for (int t = 1; t <= 3; t++) { /* any thread count: bit for bit */
             attn_set_num_threads(t);
             float *ct = xmalloc(4 * nc + 4);
             run(ta, tb, m, n, k, acc, a, b, c0, ct);
-            CHECK(!memcmp(ct, cf, sizeof(float) * nc), "bf16 gemm %s differs with %d threads", fast[f]->name, t);
+            CHECK(!memcmp(ct, cr, sizeof(float) * nc), "bf16 gemm %s differs with %d threads", fast[f]->name, t);
+            run_f32(ta, tb, m, n, k, acc, af, bf, c0, ct);
+            CHECK(!memcmp(ct, cr, sizeof(float) * nc), "bf16 gemm from f32 %s differs with %d threads", fast[f]->name, t);
             free(ct);
         }
         attn_set_num_threads(0);
@@ -76,6 +110,8 @@ static void check_case(test_rng *r, attn_transpose ta, attn_transpose tb, int64_
     }
     free(a);
     free(b);
+    free(af);
+    free(bf);
     free(c0);
     free(cr);
     free(cf);
@@ -256,7 +292,7 @@ int main(void) {
     check_amx_policy();
     check_amx(&r);
     static const int64_t sz[][3] = {{1, 1, 1}, {4, 64, 2}, {5, 17, 3}, {64, 64, 64}, {67, 130, 31}, {130, 300, 128},
-                                    {3, 513, 77}, {200, 70, 260}};
+                                    {3, 513, 77}, {200, 70, 260}, {33, 90, 301}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
@@ -267,5 +303,11 @@ int main(void) {
     attn_bf16 x[4] = {0};
     CHECK_STATUS(attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, 2, 2, 2, x, 2, x, 2, 0, c, 2, NULL, 0), ATTN_ERR_WORKSPACE);
     CHECK_STATUS(attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, 2, 2, 2, NULL, 2, x, 2, 0, c, 2, c, 1000), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_gemm_bf16_from_f32(ATTN_NO_TRANS, ATTN_NO_TRANS, 2, 2, 2, c, 2, c, 2, 0, c, 2, NULL, 0),
+                 ATTN_ERR_WORKSPACE);
+    CHECK_STATUS(attn_gemm_bf16_from_f32(ATTN_NO_TRANS, ATTN_NO_TRANS, 2, 2, 2, c, 2, NULL, 2, 0, c, 2, c, 1000),
+                 ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_gemm_bf16_from_f32(ATTN_TRANS, ATTN_NO_TRANS, 3, 2, 2, c, 2, c, 2, 0, c, 2, c, 1000),
+                 ATTN_ERR_INVALID_ARGUMENT); /* lda 2 < m 3 */
     return test_summary("test_gemm_bf16");
 }

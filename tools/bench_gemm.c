@@ -40,7 +40,8 @@ static int openblas_load(void) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attn bench gemm [--m M,...] [--n N,...] [--k K,...] [--trans NN,NT,TN,TT]\n"
-            "                       [--dtype f32,bf16] [--threads T,...] [--repeats R] [--json]\n\n"
+            "                       [--dtype f32,bf16] [--from-f32] [--threads T,...] [--repeats R]\n"
+            "                       [--json]\n\n"
             "C = A * B (alpha = 1, beta = 0, row-major, op(A) m x k, op(B) k x n) for every\n"
             "combination of the lists; flops = 2*m*n*k. Without --n (--k), n (k) equals m for\n"
             "each m (square shapes); m defaults to 1024. Each attn row is followed by OpenBLAS\n"
@@ -52,6 +53,9 @@ static void usage(FILE *f) {
             "  --dtype          f32 (attn_sgemm, default) and/or bf16 (attn_gemm_bf16: bf16 A and B,\n"
             "                   float C; its peak fraction is of `attn bench peak --dtype bf16`, its\n"
             "                   ratio is to the f32 row when both run; no OpenBLAS peer)\n"
+            "  --from-f32       the bf16 row takes the float A and B and rounds them while packing\n"
+            "                   (attn_gemm_bf16_from_f32, impl attn.bf16_from_f32): the cost of a\n"
+            "                   mixed-precision layer's product, rounding included\n"
             "  --threads T,...  thread counts (default: attn's, ATTN_NUM_THREADS/OMP_NUM_THREADS)\n"
             "  --repeats R      timed samples per measurement (default 7)\n"
             "  --json           one JSON object per line\n"
@@ -73,6 +77,7 @@ typedef struct gemm_ctx {
     float *c;
     void *ws;
     size_t ws_bytes;
+    int from_f32;
     attn_status st;
 } gemm_ctx;
 
@@ -85,8 +90,10 @@ static void run_attn(void *p) {
 
 static void run_bf16(void *p) {
     gemm_ctx *g = p;
-    attn_status st = attn_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, g->ah, g->lda, g->bh, g->ldb, 0, g->c, g->ldc,
-                                    g->ws, g->ws_bytes);
+    attn_status st = g->from_f32 ? attn_gemm_bf16_from_f32(g->ta, g->tb, g->m, g->n, g->k, g->a, g->lda, g->b,
+                                                           g->ldb, 0, g->c, g->ldc, g->ws, g->ws_bytes)
+                                 : attn_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, g->ah, g->lda, g->bh, g->ldb, 0,
+                                                  g->c, g->ldc, g->ws, g->ws_bytes);
     if (st != ATTN_OK) g->st = st;
 }
 
@@ -122,12 +129,14 @@ static int parse_trans(const char *v, int *codes, int max) {
     }
 }
 
-static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64_t k, int f32, int bf16) {
+static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64_t k, int f32, int bf16,
+                     int from_f32) {
     static const char *names[4] = {"NN", "NT", "TN", "TT"};
     gemm_ctx g = {0};
     g.ta = trans & 2 ? ATTN_TRANS : ATTN_NO_TRANS;
     g.tb = trans & 1 ? ATTN_TRANS : ATTN_NO_TRANS;
     g.m = m, g.n = n, g.k = k;
+    g.from_f32 = from_f32;
     g.lda = g.ta == ATTN_TRANS ? m : k;
     g.ldb = g.tb == ATTN_TRANS ? k : n;
     g.ldc = n;
@@ -160,10 +169,11 @@ static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64
             bench_timing th = bench_measure(run_bf16, &g, o->repeats);
             free(g.ws);
             if (g.st != ATTN_OK) {
-                rc = cli_fail("bench gemm: attn_gemm_bf16 failed: %s", attn_last_error());
+                rc = cli_fail("bench gemm: %s failed: %s", from_f32 ? "attn_gemm_bf16_from_f32" : "attn_gemm_bf16",
+                              attn_last_error());
                 goto done;
             }
-            bench_result_init(&rh, "gemm", "attn.bf16", T);
+            bench_result_init(&rh, "gemm", from_f32 ? "attn.bf16_from_f32" : "attn.bf16", T);
             rh.variant = names[trans];
             rh.bf16 = 1;
             bench_result_dim(&rh, "m", m);
@@ -249,7 +259,7 @@ int bench_gemm_cmd(int argc, char **argv) {
     bench_opts o;
     bench_opts_init(&o);
     int64_t ms[BENCH_MAX_LIST], ns[BENCH_MAX_LIST], ks[BENCH_MAX_LIST];
-    int nm = 0, nn = 0, nk = 0, ntr = 1;
+    int nm = 0, nn = 0, nk = 0, ntr = 1, from_f32 = 0;
     int trans[4] = {0};
     const char *trans_list = NULL, *dtype_list = NULL;
     cli_opt opts[] = {
@@ -259,6 +269,7 @@ int bench_gemm_cmd(int argc, char **argv) {
         CLI_LIST("--k", ks, &nk, BENCH_MAX_LIST, 1, MAX_DIM),
         CLI_STRING("--trans", &trans_list),
         CLI_STRING("--dtype", &dtype_list),
+        CLI_FLAG("--from-f32", &from_f32),
         CLI_END,
     };
     int parsed = cli_parse("bench gemm", opts, argc, argv, NULL, 0);
@@ -283,7 +294,7 @@ int bench_gemm_cmd(int argc, char **argv) {
             for (int in = 0; in < nn; in++)
                 for (int ik = 0; ik < nk; ik++) {
                     int64_t m = ms[im], n = n_tied ? m : ns[in], k = k_tied ? m : ks[ik];
-                    int rc = one_shape(&o, trans[t], m, n, k, f32, bf16);
+                    int rc = one_shape(&o, trans[t], m, n, k, f32, bf16, from_f32);
                     if (rc) return rc;
                 }
     return 0;

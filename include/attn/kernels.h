@@ -41,6 +41,13 @@ ATTN_API size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k);
 ATTN_API attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
                                     const attn_bf16 *a, int64_t lda, const attn_bf16 *b, int64_t ldb,
                                     int accumulate, float *c, int64_t ldc, void *workspace, size_t workspace_bytes);
+/* The same product of float A and B rounded to bf16 (to nearest even, subnormals to zero, as
+ * vcvtneps2bf16) while they are packed: bit for bit attn_gemm_bf16 on bf16 copies of A and B,
+ * without the copies (torch.autocast's matmul). Workspace: attn_gemm_bf16_workspace_size. */
+ATTN_API attn_status attn_gemm_bf16_from_f32(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
+                                             int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                                             int accumulate, float *c, int64_t ldc, void *workspace,
+                                             size_t workspace_bytes);
 
 /* ---- row-wise ops on [rows, n] contiguous matrices ---------------------------------------- */
 

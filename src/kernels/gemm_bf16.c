@@ -44,12 +44,89 @@ size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k) {
     return t;
 }
 
-attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
-                           const attn_bf16 *a, int64_t lda, const attn_bf16 *b, int64_t ldb, int accumulate,
-                           float *c, int64_t ldc, void *workspace, size_t workspace_bytes) {
-    static const char fn[] = "attn_gemm_bf16";
-    attn_status st = attn_gemm_check_args(fn, transa, transb, m, n, k, (const float *)(const void *)a, lda,
-                                          (const float *)(const void *)b, ldb, c, ldc);
+/* Float operands are rounded to bf16 (round_row, pair_rows_f32: the table's rounding, the one
+ * attn_nn_round_bf16 uses) on their way into the packed words, so the result is bit for bit that
+ * of attn_gemm_bf16 on copies rounded by the same table, without the copies. The transposing
+ * cases round a block into a small buffer in the natural order and copy its words across. */
+#define PC 64 /* pair words per chunk of the transposing float packs */
+
+/* dst[p] = pair(bf16(src[2p]), bf16(src[2p + 1])), p < ceil(n / 2), the missing half of an odd n 0. */
+static void round_pairs(const attn_bf16_kernels *kr, int n, const float *src, uint32_t *dst) {
+    if (PAIRS_IN_MEMORY) {
+        kr->round_row(n, src, NULL, (uint16_t *)(void *)dst);
+        if (n & 1) ((uint16_t *)(void *)dst)[n] = 0;
+        return;
+    }
+    for (int p = 0; 2 * p < n; p++)
+        dst[p] = attn_pair(attn_bf16_rne_daz(src[2 * p]), 2 * p + 1 < n ? attn_bf16_rne_daz(src[2 * p + 1]) : 0);
+}
+
+/* Rows i0 .. i1 - 1 of the packed A: ap[i kp + p] = A(i, 2p) | A(i, 2p + 1) << 16. */
+static void pack_a(const attn_bf16_kernels *kr, int ta, int64_t i0, int64_t i1, int64_t k, const attn_bf16 *ah,
+                   const float *af, int64_t lda, uint32_t *ap) {
+    const int64_t kp = (k + 1) / 2, kf = k / 2; /* full pairs; an odd k ends with (x, 0) */
+    if (!ta) {
+        for (int64_t i = i0; i < i1; i++) {
+            if (af) {
+                round_pairs(kr, (int)k, af + i * lda, ap + i * kp);
+                continue;
+            }
+            const attn_bf16 *row = ah + i * lda;
+            if (PAIRS_IN_MEMORY) memcpy(ap + i * kp, row, sizeof(uint32_t) * (size_t)kf);
+            else
+                for (int64_t p = 0; p < kf; p++) ap[i * kp + p] = pair_word(row + 2 * p);
+            if (kf < kp) ap[i * kp + kf] = attn_pair(row[2 * kf], 0);
+        }
+        return;
+    }
+    if (af) { /* A(i, p) = af[p lda + i]: pair rows 2p, 2p + 1 of a PC x (i1 - i0) block, then transpose */
+        uint32_t t[PC * PB];
+        const int w = (int)(i1 - i0);
+        for (int64_t p0 = 0; p0 < kp; p0 += PC) {
+            const int rows = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC), np = (rows + 1) / 2;
+            kr->pair_rows_f32(rows, w, af + 2 * p0 * lda + i0, lda, t, w);
+            for (int ii = 0; ii < w; ii++)
+                for (int q = 0; q < np; q++) ap[(i0 + ii) * kp + p0 + q] = t[q * w + ii];
+        }
+        return;
+    }
+    for (int64_t p = 0; p < kf; p++) {
+        const attn_bf16 *r0 = ah + 2 * p * lda, *r1 = r0 + lda;
+        for (int64_t i = i0; i < i1; i++) ap[i * kp + p] = attn_pair(r0[i], r1[i]);
+    }
+    if (kf < kp)
+        for (int64_t i = i0; i < i1; i++) ap[i * kp + kf] = attn_pair(ah[2 * kf * lda + i], 0);
+}
+
+/* Columns j0 .. j1 - 1 (within one panel) of the packed B, tb: B(p, j) = b[j ldb + p]:
+ * bp[(j / NP) kp NP + p NP + j % NP] = B(2p, j) | B(2p + 1, j) << 16. */
+static void pack_bt(const attn_bf16_kernels *kr, int64_t j0, int64_t j1, int64_t k, const attn_bf16 *bh,
+                    const float *bf, int64_t ldb, uint32_t *bp) {
+    const int64_t kp = (k + 1) / 2, kf = k / 2;
+    uint32_t *panel = bp + j0 / NP * NP * kp + j0 % NP;
+    if (bf) { /* each row rounded into PC words, then the words across */
+        uint32_t t[PB * PC];
+        for (int64_t p0 = 0; p0 < kp; p0 += PC) {
+            const int len = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC), np = (len + 1) / 2;
+            for (int64_t j = j0; j < j1; j++) round_pairs(kr, len, bf + j * ldb + 2 * p0, t + (j - j0) * PC);
+            for (int q = 0; q < np; q++)
+                for (int64_t j = j0; j < j1; j++) panel[(p0 + q) * NP + (j - j0)] = t[(j - j0) * PC + q];
+        }
+        return;
+    }
+    for (int64_t p = 0; p < kf; p++)
+        for (int64_t j = j0; j < j1; j++) panel[p * NP + (j - j0)] = pair_word(bh + j * ldb + 2 * p);
+    if (kf < kp)
+        for (int64_t j = j0; j < j1; j++) panel[kf * NP + (j - j0)] = attn_pair(bh[j * ldb + 2 * kf], 0);
+}
+
+/* One operand given as bf16 (h) or as float (f, rounded while packing): exactly one is set. */
+static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
+                            int64_t k, const attn_bf16 *ah, const float *af, int64_t lda, const attn_bf16 *bh,
+                            const float *bf, int64_t ldb, int accumulate, float *c, int64_t ldc, void *workspace,
+                            size_t workspace_bytes) {
+    attn_status st = attn_gemm_check_args(fn, transa, transb, m, n, k, af ? af : (const float *)(const void *)ah,
+                                          lda, bf ? bf : (const float *)(const void *)bh, ldb, c, ldc);
     if (st) return st;
     if (m == 0 || n == 0) return ATTN_OK;
     const size_t need = attn_gemm_bf16_workspace_size(m, n, k);
@@ -66,48 +143,26 @@ attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t
     uint32_t *bp = ap + round_up((size_t)m * (size_t)kp);
     const int ta = transa == ATTN_TRANS, tb = transb == ATTN_TRANS;
     /* A(i, p) = a[i lda + p] (or a[p lda + i] transposed); B(p, j) likewise. Packing moves data
-     * only (no rounding), so how it walks never changes a bit; it walks in blocks of PB rows so
-     * that the transposing cases read and write whole cache lines. */
-    const int64_t kf = k / 2; /* full pairs; an odd k ends with (x, 0) */
+     * and rounds each element on its own, so how it walks never changes a bit; it walks in
+     * blocks of PB rows so that the transposing cases read and write whole cache lines. */
 #pragma omp parallel num_threads(attn_threads_for((m + MB - 1) / MB))
     {
 #pragma omp for schedule(static)
-        for (int64_t i0 = 0; i0 < m; i0 += PB) {
-            const int64_t i1 = i0 + PB < m ? i0 + PB : m;
-            if (!ta) {
-                for (int64_t i = i0; i < i1; i++) {
-                    const attn_bf16 *row = a + i * lda;
-                    if (PAIRS_IN_MEMORY) memcpy(ap + i * kp, row, sizeof(uint32_t) * (size_t)kf);
-                    else
-                        for (int64_t p = 0; p < kf; p++) ap[i * kp + p] = pair_word(row + 2 * p);
-                    if (kf < kp) ap[i * kp + kf] = attn_pair(row[2 * kf], 0);
-                }
-                continue;
-            }
-            for (int64_t p = 0; p < kf; p++) {
-                const attn_bf16 *r0 = a + 2 * p * lda, *r1 = r0 + lda;
-                for (int64_t i = i0; i < i1; i++) ap[i * kp + p] = attn_pair(r0[i], r1[i]);
-            }
-            if (kf < kp)
-                for (int64_t i = i0; i < i1; i++) ap[i * kp + kf] = attn_pair(a[2 * kf * lda + i], 0);
-        }
+        for (int64_t i0 = 0; i0 < m; i0 += PB)
+            pack_a(kr, ta, i0, i0 + PB < m ? i0 + PB : m, k, ah, af, lda, ap);
         /* B(p, j) pair word at bp[(j / NP) kp NP + p NP + j % NP] */
         if (!tb) {
 #pragma omp for schedule(static)
             for (int64_t p = 0; p < kp; p++)
-                for (int64_t j0 = 0; j0 < n; j0 += NP)
-                    kr->pair_rows_bf16(2 * p + 1 < k ? 2 : 1, (int)(n - j0 < NP ? n - j0 : NP), b + 2 * p * ldb + j0, ldb,
-                                       bp + j0 * kp + p * NP, NP);
+                for (int64_t j0 = 0; j0 < n; j0 += NP) {
+                    const int rows = 2 * p + 1 < k ? 2 : 1, w = (int)(n - j0 < NP ? n - j0 : NP);
+                    uint32_t *dst = bp + j0 * kp + p * NP;
+                    if (bf) kr->pair_rows_f32(rows, w, bf + 2 * p * ldb + j0, ldb, dst, NP);
+                    else kr->pair_rows_bf16(rows, w, bh + 2 * p * ldb + j0, ldb, dst, NP);
+                }
         } else {
 #pragma omp for schedule(static)
-            for (int64_t j0 = 0; j0 < n; j0 += PB) {
-                const int64_t j1 = j0 + PB < n ? j0 + PB : n;
-                uint32_t *panel = bp + j0 / NP * NP * kp + j0 % NP;
-                for (int64_t p = 0; p < kf; p++)
-                    for (int64_t j = j0; j < j1; j++) panel[p * NP + (j - j0)] = pair_word(b + j * ldb + 2 * p);
-                if (kf < kp)
-                    for (int64_t j = j0; j < j1; j++) panel[kf * NP + (j - j0)] = attn_pair(b[j * ldb + 2 * kf], 0);
-            }
+            for (int64_t j0 = 0; j0 < n; j0 += PB) pack_bt(kr, j0, j0 + PB < n ? j0 + PB : n, k, bh, bf, ldb, bp);
         }
     }
     const int64_t tm = (m + MB - 1) / MB, tn = (n + NB - 1) / NB, tasks = tm * tn;
@@ -120,4 +175,18 @@ attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t
                            c + i0 * ldc + j0 + j, ldc, accumulate, NULL, 1.0f);
     }
     return ATTN_OK;
+}
+
+attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
+                           const attn_bf16 *a, int64_t lda, const attn_bf16 *b, int64_t ldb, int accumulate,
+                           float *c, int64_t ldc, void *workspace, size_t workspace_bytes) {
+    return gemm_run("attn_gemm_bf16", transa, transb, m, n, k, a, NULL, lda, b, NULL, ldb, accumulate, c, ldc,
+                    workspace, workspace_bytes);
+}
+
+attn_status attn_gemm_bf16_from_f32(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
+                                    const float *a, int64_t lda, const float *b, int64_t ldb, int accumulate,
+                                    float *c, int64_t ldc, void *workspace, size_t workspace_bytes) {
+    return gemm_run("attn_gemm_bf16_from_f32", transa, transb, m, n, k, NULL, a, lda, NULL, b, ldb, accumulate, c,
+                    ldc, workspace, workspace_bytes);
 }

@@ -2,8 +2,8 @@
  *   forward   y = x W^T + b                         x [rows, in], y [rows, out]
  *   backward  dx = dy W,  dW += dy^T x,  db += sum_rows dy
  * Three SGEMMs (attn_sgemm, deterministic for any thread count) and a column sum; in bf16
- * precision three bf16 GEMMs (attn_gemm_bf16, also deterministic) over rounded copies of x, W and
- * dy kept in the workspace. */
+ * precision three bf16 GEMMs (attn_gemm_bf16_from_f32, also deterministic) that round x, W and dy
+ * to bf16 while packing them. */
 #include "nn_internal.h"
 
 #include "kernels/bf16_internal.h"
@@ -39,39 +39,11 @@ void attn_nn_round_bf16(const float *src, attn_bf16 *dst, size_t n) {
     }
 }
 
-/* bf16 workspace: copies of x [rows, in], W [out, in], dy [rows, out], then the GEMM's own. */
+/* bf16 workspace: the largest of the three GEMMs' own (the operands are rounded while packed). */
 static size_t bf16_ws(int64_t rows, int64_t in, int64_t out) {
-    const size_t h = sizeof(attn_bf16);
-    size_t s = nn_add(nn_block(nn_mul(nn_mul((size_t)rows, (size_t)in), h)),
-                      nn_block(nn_mul(nn_mul((size_t)out, (size_t)in), h)));
-    s = nn_add(s, nn_block(nn_mul(nn_mul((size_t)rows, (size_t)out), h)));
     size_t g = attn_gemm_bf16_workspace_size(rows, out, in);
     g = nn_max(g, attn_gemm_bf16_workspace_size(rows, in, out));
-    g = nn_max(g, attn_gemm_bf16_workspace_size(out, in, rows));
-    return nn_add(nn_add(NN_SLACK, s), g);
-}
-
-typedef struct bf16_bufs {
-    attn_bf16 *x, *w, *dy;
-    void *ws;
-    size_t wsb;
-} bf16_bufs;
-
-/* Carve the copies out of ws (sized by bf16_ws) and round the operands present into them. */
-static attn_status bf16_take(const char *fn, void *ws, size_t bytes, const float *x, const float *w,
-                             const float *dy, int64_t rows, int64_t in, int64_t out, bf16_bufs *b) {
-    nn_arena ar;
-    attn_status st = attn_nn_arena_init(&ar, fn, "workspace", ws, bytes, bf16_ws(rows, in, out));
-    if (st) return st;
-    const size_t nx = (size_t)rows * (size_t)in, nw = (size_t)out * (size_t)in, ny = (size_t)rows * (size_t)out;
-    b->x = attn_nn_take(&ar, nx * sizeof(attn_bf16));
-    b->w = attn_nn_take(&ar, nw * sizeof(attn_bf16));
-    b->dy = attn_nn_take(&ar, ny * sizeof(attn_bf16));
-    b->ws = nn_rest(&ar, &b->wsb);
-    if (x) attn_nn_round_bf16(x, b->x, nx);
-    if (w) attn_nn_round_bf16(w, b->w, nw);
-    if (dy) attn_nn_round_bf16(dy, b->dy, ny);
-    return ATTN_OK;
+    return nn_max(g, attn_gemm_bf16_workspace_size(out, in, rows));
 }
 
 size_t attn_nn_linear_ws(int64_t rows, int64_t in, int64_t out) {
@@ -98,9 +70,7 @@ attn_status attn_nn_linear_fwd(const char *fn, const float *x, const float *w, c
     if (rows == 0) return ATTN_OK;
     attn_status st;
     if (precision == ATTN_PRECISION_BF16) {
-        bf16_bufs h;
-        if ((st = bf16_take(fn, ws, bytes, x, w, NULL, rows, in, out, &h))) return st;
-        st = attn_gemm_bf16(ATTN_NO_TRANS, ATTN_TRANS, rows, out, in, h.x, in, h.w, in, 0, y, out, h.ws, h.wsb);
+        st = attn_gemm_bf16_from_f32(ATTN_NO_TRANS, ATTN_TRANS, rows, out, in, x, in, w, in, 0, y, out, ws, bytes);
     } else {
         st = attn_sgemm(ATTN_NO_TRANS, ATTN_TRANS, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out, ws, bytes);
     }
@@ -115,15 +85,13 @@ attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, c
     attn_status st = ATTN_OK;
     if (rows == 0) return ATTN_OK;
     if (precision == ATTN_PRECISION_BF16) {
-        bf16_bufs h;
-        if ((st = bf16_take(fn, ws, bytes, dw ? x : NULL, dx ? w : NULL, dy, rows, in, out, &h))) return st;
         if (dx)
-            st = attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, rows, in, out, h.dy, out, h.w, in, acc_dx, dx, in,
-                                h.ws, h.wsb);
+            st = attn_gemm_bf16_from_f32(ATTN_NO_TRANS, ATTN_NO_TRANS, rows, in, out, dy, out, w, in, acc_dx, dx, in,
+                                         ws, bytes);
         /* dW accumulates in float onto the float gradient */
         if (!st && dw)
-            st = attn_gemm_bf16(ATTN_TRANS, ATTN_NO_TRANS, out, in, rows, h.dy, out, h.x, in, 1, dw, in, h.ws,
-                                h.wsb);
+            st = attn_gemm_bf16_from_f32(ATTN_TRANS, ATTN_NO_TRANS, out, in, rows, dy, out, x, in, 1, dw, in, ws,
+                                         bytes);
     } else if (dx) {
         st = attn_sgemm(ATTN_NO_TRANS, ATTN_NO_TRANS, rows, in, out, 1.0f, dy, out, w, in,
                         acc_dx ? 1.0f : 0.0f, dx, in, ws, bytes);

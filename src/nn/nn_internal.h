@@ -107,7 +107,7 @@ attn_precision attn_nn_precision_set(attn_precision p); /* returns the previous 
 void attn_nn_round_bf16(const float *src, attn_bf16 *dst, size_t n);
 
 /* ---- linear (linear.c) ----
- * In bf16 precision the three products take bf16-rounded x, W and dy (attn_gemm_bf16, float
+ * In bf16 precision the three products take bf16-rounded x, W and dy (attn_gemm_bf16_from_f32, float
  * accumulation into the float y, dx, dW); the bias and its gradient stay float. */
 size_t attn_nn_linear_ws(int64_t rows, int64_t in, int64_t out);
 /* y [rows, out] (row stride out) = x W^T + b; ws: raw workspace of >= attn_nn_linear_ws bytes. */
