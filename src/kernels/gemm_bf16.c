@@ -49,6 +49,8 @@ size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k) {
  * of attn_gemm_bf16 on copies rounded by the same table, without the copies. The transposing
  * cases round a block into a small buffer in the natural order and copy its words across. */
 #define PC 64 /* pair words per chunk of the transposing float packs */
+#define TI 64 /* columns and */
+#define TP 16 /* pair words per block of the transposing A pack */
 
 /* dst[p] = pair(bf16(src[2p]), bf16(src[2p + 1])), p < ceil(n / 2), the missing half of an odd n 0. */
 static void round_pairs(const attn_bf16_kernels *kr, int n, const float *src, uint32_t *dst) {
@@ -79,23 +81,18 @@ static void pack_a(const attn_bf16_kernels *kr, int ta, int64_t i0, int64_t i1, 
         }
         return;
     }
-    if (af) { /* A(i, p) = af[p lda + i]: pair rows 2p, 2p + 1 of a PC x (i1 - i0) block, then transpose */
-        uint32_t t[PC * PB];
-        const int w = (int)(i1 - i0);
-        for (int64_t p0 = 0; p0 < kp; p0 += PC) {
-            const int rows = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC), np = (rows + 1) / 2;
-            kr->pair_rows_f32(rows, w, af + 2 * p0 * lda + i0, lda, t, w);
-            for (int ii = 0; ii < w; ii++)
-                for (int q = 0; q < np; q++) ap[(i0 + ii) * kp + p0 + q] = t[q * w + ii];
-        }
-        return;
+    /* A(i, p) = a[p lda + i]: pair rows 2p, 2p + 1 of a block of TP pair words by i1 - i0 <= TI
+     * columns (each row's TI floats are whole cache lines, which the prefetcher streams; a block of
+     * 16 columns read down all of k was 1.6x slower), then copy the words across */
+    uint32_t t[TP * TI];
+    const int w = (int)(i1 - i0);
+    for (int64_t p0 = 0; p0 < kp; p0 += TP) {
+        const int rows = (int)(k - 2 * p0 < 2 * TP ? k - 2 * p0 : 2 * TP), np = (rows + 1) / 2;
+        if (af) kr->pair_rows_f32(rows, w, af + 2 * p0 * lda + i0, lda, t, TI);
+        else kr->pair_rows_bf16(rows, w, ah + 2 * p0 * lda + i0, lda, t, TI);
+        for (int ii = 0; ii < w; ii++)
+            for (int q = 0; q < np; q++) ap[(i0 + ii) * kp + p0 + q] = t[q * TI + ii];
     }
-    for (int64_t p = 0; p < kf; p++) {
-        const attn_bf16 *r0 = ah + 2 * p * lda, *r1 = r0 + lda;
-        for (int64_t i = i0; i < i1; i++) ap[i * kp + p] = attn_pair(r0[i], r1[i]);
-    }
-    if (kf < kp)
-        for (int64_t i = i0; i < i1; i++) ap[i * kp + kf] = attn_pair(ah[2 * kf * lda + i], 0);
 }
 
 /* Columns j0 .. j1 - 1 (within one panel) of the packed B, tb: B(p, j) = b[j ldb + p]:
@@ -147,19 +144,21 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
      * blocks of PB rows so that the transposing cases read and write whole cache lines. */
 #pragma omp parallel num_threads(attn_threads_for((m + MB - 1) / MB))
     {
+        const int64_t ib = ta ? TI : PB;
 #pragma omp for schedule(static)
-        for (int64_t i0 = 0; i0 < m; i0 += PB)
-            pack_a(kr, ta, i0, i0 + PB < m ? i0 + PB : m, k, ah, af, lda, ap);
+        for (int64_t i0 = 0; i0 < m; i0 += ib)
+            pack_a(kr, ta, i0, i0 + ib < m ? i0 + ib : m, k, ah, af, lda, ap);
         /* B(p, j) pair word at bp[(j / NP) kp NP + p NP + j % NP] */
-        if (!tb) {
+        if (!tb) { /* one call per panel and PC pair words: the calls' own cost was 3x the work at 2 rows */
+            const int64_t chunks = (kp + PC - 1) / PC, tasks = (n + NP - 1) / NP * chunks;
 #pragma omp for schedule(static)
-            for (int64_t p = 0; p < kp; p++)
-                for (int64_t j0 = 0; j0 < n; j0 += NP) {
-                    const int rows = 2 * p + 1 < k ? 2 : 1, w = (int)(n - j0 < NP ? n - j0 : NP);
-                    uint32_t *dst = bp + j0 * kp + p * NP;
-                    if (bf) kr->pair_rows_f32(rows, w, bf + 2 * p * ldb + j0, ldb, dst, NP);
-                    else kr->pair_rows_bf16(rows, w, bh + 2 * p * ldb + j0, ldb, dst, NP);
-                }
+            for (int64_t t = 0; t < tasks; t++) {
+                const int64_t j0 = t / chunks * NP, p0 = t % chunks * PC;
+                const int rows = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC), w = (int)(n - j0 < NP ? n - j0 : NP);
+                uint32_t *dst = bp + j0 * kp + p0 * NP;
+                if (bf) kr->pair_rows_f32(rows, w, bf + 2 * p0 * ldb + j0, ldb, dst, NP);
+                else kr->pair_rows_bf16(rows, w, bh + 2 * p0 * ldb + j0, ldb, dst, NP);
+            }
         } else {
 #pragma omp for schedule(static)
             for (int64_t j0 = 0; j0 < n; j0 += PB) pack_bt(kr, j0, j0 + PB < n ? j0 + PB : n, k, bh, bf, ldb, bp);
