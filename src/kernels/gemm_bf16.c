@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "attn/kernels.h"
+#include "attention/flash_internal.h"
 #include "bf16_internal.h"
+#include "core/dispatch.h"
 #include "core/internal.h"
 #include "gemm_internal.h"
 
@@ -52,6 +54,13 @@ size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k) {
 #define TI 64 /* columns and */
 #define TP 16 /* pair words per block of the transposing A pack */
 
+/* dst[c * ldd + r] = src[r * lds + c], r < rows, c < cols: 32-bit words moved exactly, by the
+ * flash kernels' transposing copy (16 x 16 in registers; its scale 1 copies the bit patterns). */
+static void words_across(int rows, int cols, const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    attn_kernel_ctx_active()->flash->pack_transposed(rows, cols, (const float *)(const void *)src, lds, 1.0f,
+                                                     (float *)(void *)dst, ldd);
+}
+
 /* dst[p] = pair(bf16(src[2p]), bf16(src[2p + 1])), p < ceil(n / 2), the missing half of an odd n 0. */
 static void round_pairs(const attn_bf16_kernels *kr, int n, const float *src, uint32_t *dst) {
     if (PAIRS_IN_MEMORY) {
@@ -90,8 +99,7 @@ static void pack_a(const attn_bf16_kernels *kr, int ta, int64_t i0, int64_t i1, 
         const int rows = (int)(k - 2 * p0 < 2 * TP ? k - 2 * p0 : 2 * TP), np = (rows + 1) / 2;
         if (af) kr->pair_rows_f32(rows, w, af + 2 * p0 * lda + i0, lda, t, TI);
         else kr->pair_rows_bf16(rows, w, ah + 2 * p0 * lda + i0, lda, t, TI);
-        for (int ii = 0; ii < w; ii++)
-            for (int q = 0; q < np; q++) ap[(i0 + ii) * kp + p0 + q] = t[q * TI + ii];
+        words_across(np, w, t, TI, ap + i0 * kp + p0, kp);
     }
 }
 
@@ -106,13 +114,15 @@ static void pack_bt(const attn_bf16_kernels *kr, int64_t j0, int64_t j1, int64_t
         for (int64_t p0 = 0; p0 < kp; p0 += PC) {
             const int len = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC), np = (len + 1) / 2;
             for (int64_t j = j0; j < j1; j++) round_pairs(kr, len, bf + j * ldb + 2 * p0, t + (j - j0) * PC);
-            for (int q = 0; q < np; q++)
-                for (int64_t j = j0; j < j1; j++) panel[(p0 + q) * NP + (j - j0)] = t[(j - j0) * PC + q];
+            words_across((int)(j1 - j0), np, t, PC, panel + p0 * NP, NP);
         }
         return;
     }
-    for (int64_t p = 0; p < kf; p++)
-        for (int64_t j = j0; j < j1; j++) panel[p * NP + (j - j0)] = pair_word(bh + j * ldb + 2 * p);
+    if (PAIRS_IN_MEMORY && ldb % 2 == 0 && (uintptr_t)bh % 4 == 0) /* the rows are rows of pair words */
+        words_across((int)(j1 - j0), (int)kf, (const uint32_t *)(const void *)(bh + j0 * ldb), ldb / 2, panel, NP);
+    else
+        for (int64_t p = 0; p < kf; p++)
+            for (int64_t j = j0; j < j1; j++) panel[p * NP + (j - j0)] = pair_word(bh + j * ldb + 2 * p);
     if (kf < kp)
         for (int64_t j = j0; j < j1; j++) panel[kf * NP + (j - j0)] = attn_pair(bh[j * ldb + 2 * kf], 0);
 }
