@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "flash_internal.h"
+#include "kernels/vec_tail_avx2.h"
 
 #define MR 6
 
@@ -27,44 +28,41 @@ static inline __m256 exp2_neg(__m256 x) {
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-static inline __m256i tail_mask(int cols) {
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(cols < 8 ? cols : 8), idx);
-}
-
+/* Register tile of MR rows by 8 nv columns, the last vector holding nlast <= 8 columns: a
+ * constant 8 for whole tiles, so that every load and store of B and C is a plain one
+ * (vec_tail_avx2.h). */
 static inline __attribute__((always_inline)) void ukr(const int nv, int mm, int k, const float *a,
                                                       int64_t ars, int64_t acs, const float *b,
                                                       int64_t ldb, float *c, int64_t ldc,
-                                                      int accumulate, const float *rowscale, float *colmax, __m256i last) {
+                                                      int accumulate, const float *rowscale, float *colmax, int nlast) {
     __m256 acc[MR][2];
     const float *ar[MR];
-    const __m256i all = _mm256_set1_epi32(-1);
+#define LEFT(q) ((q) == nv - 1 ? nlast : 8)
     for (int r = 0; r < MR; r++) ar[r] = a + (r < mm ? r : mm - 1) * ars;
     for (int r = 0; r < MR; r++)
         for (int q = 0; q < nv; q++)
-            acc[r][q] = accumulate && r < mm ? _mm256_maskload_ps(c + r * ldc + 8 * q, q == nv - 1 ? last : all)
-                                             : _mm256_setzero_ps();
+            acc[r][q] = accumulate && r < mm ? attn_ld8n(c + r * ldc + 8 * q, LEFT(q)) : _mm256_setzero_ps();
     if (rowscale && accumulate)
         for (int r = 0; r < MR && r < mm; r++)
             for (int q = 0; q < nv; q++) acc[r][q] = _mm256_mul_ps(acc[r][q], _mm256_set1_ps(rowscale[r]));
     for (int p = 0; p < k; p++) {
         __m256 bv[2];
         const float *bp = b + p * ldb;
-        for (int q = 0; q < nv; q++) bv[q] = _mm256_maskload_ps(bp + 8 * q, q == nv - 1 ? last : all);
+        for (int q = 0; q < nv; q++) bv[q] = attn_ld8n(bp + 8 * q, LEFT(q));
         for (int r = 0; r < MR; r++) {
             const __m256 av = _mm256_broadcast_ss(ar[r] + p * acs);
             for (int q = 0; q < nv; q++) acc[r][q] = _mm256_fmadd_ps(av, bv[q], acc[r][q]);
         }
     }
     for (int r = 0; r < MR && r < mm; r++)
-        for (int q = 0; q < nv; q++) _mm256_maskstore_ps(c + r * ldc + 8 * q, q == nv - 1 ? last : all, acc[r][q]);
+        for (int q = 0; q < nv; q++) attn_st8n(c + r * ldc + 8 * q, LEFT(q), acc[r][q]);
     if (colmax) /* rows past mm repeat row mm - 1, so they cannot change a maximum */
         for (int q = 0; q < nv; q++) {
-            const __m256i msk = q == nv - 1 ? last : all;
             __m256 mx = _mm256_max_ps(_mm256_max_ps(acc[0][q], acc[1][q]), _mm256_max_ps(acc[2][q], acc[3][q]));
             mx = _mm256_max_ps(mx, _mm256_max_ps(acc[4][q], acc[5][q]));
-            _mm256_maskstore_ps(colmax + 8 * q, msk, _mm256_max_ps(mx, _mm256_maskload_ps(colmax + 8 * q, msk)));
+            attn_st8n(colmax + 8 * q, LEFT(q), _mm256_max_ps(mx, attn_ld8n(colmax + 8 * q, LEFT(q))));
         }
+#undef LEFT
 }
 
 static void gemm_avx2(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
@@ -73,42 +71,41 @@ static void gemm_avx2(int m, int n, int k, const float *a, int64_t ars, int64_t 
     for (int j0 = 0; j0 < n; j0 += 16) {
         const int nn = n - j0 < 16 ? n - j0 : 16;
         const int nv = (nn + 7) / 8;
-        const __m256i last = tail_mask(nn - 8 * (nv - 1));
+        const int nlast = nn - 8 * (nv - 1);
         for (int i0 = 0; i0 < m; i0 += MR) {
             const int mm = m - i0 < MR ? m - i0 : MR;
-            if (nv == 2) ukr(2, mm, k, a + i0 * ars, ars, acs, b + j0, ldb, c + i0 * ldc + j0, ldc, accumulate, rowscale ? rowscale + i0 : NULL, colmax ? colmax + j0 : NULL, last);
-            else ukr(1, mm, k, a + i0 * ars, ars, acs, b + j0, ldb, c + i0 * ldc + j0, ldc, accumulate, rowscale ? rowscale + i0 : NULL, colmax ? colmax + j0 : NULL, last);
+            const float *ai = a + i0 * ars, *rs = rowscale ? rowscale + i0 : NULL;
+            float *ci = c + i0 * ldc + j0, *cm = colmax ? colmax + j0 : NULL;
+            if (nn == 16) ukr(2, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, 8);
+            else if (nv == 2) ukr(2, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, nlast);
+            else ukr(1, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, nlast);
         }
     }
-}
-
-static inline __m256 load_or(__m256 fill, __m256i msk, const float *p) {
-    return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, msk), _mm256_castsi256_ps(msk));
 }
 
 static void softmax_update_avx2(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
                                 float *alpha, const float *tilemax) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY), one = _mm256_set1_ps(1.0f);
     for (int c0 = 0; c0 < cols; c0 += 8) {
-        const __m256i msk = tail_mask(cols - c0);
-        const __m256 m_old = load_or(ninf, msk, mrun + c0);
+        const int left = cols - c0;
+        const __m256 m_old = attn_ld8n_or(ninf, mrun + c0, left);
         __m256 mx = m_old;
-        if (tilemax) mx = _mm256_max_ps(mx, load_or(ninf, msk, tilemax + c0));
+        if (tilemax) mx = _mm256_max_ps(mx, attn_ld8n_or(ninf, tilemax + c0, left));
         else
-            for (int r = 0; r < rows; r++) mx = _mm256_max_ps(mx, load_or(ninf, msk, s + r * lds + c0));
+            for (int r = 0; r < rows; r++) mx = _mm256_max_ps(mx, attn_ld8n_or(ninf, s + r * lds + c0, left));
         const __m256 fin = _mm256_cmp_ps(mx, ninf, _CMP_NEQ_OQ);
         const __m256 mxs = _mm256_and_ps(fin, mx);
         __m256 sum = _mm256_setzero_ps();
         for (int r = 0; r < rows; r++) {
-            const __m256 p = exp2_neg(_mm256_sub_ps(load_or(ninf, msk, s + r * lds + c0), mxs));
-            _mm256_maskstore_ps(s + r * lds + c0, msk, p);
+            const __m256 p = exp2_neg(_mm256_sub_ps(attn_ld8n_or(ninf, s + r * lds + c0, left), mxs));
+            attn_st8n(s + r * lds + c0, left, p);
             sum = _mm256_add_ps(sum, p);
         }
         const __m256 al = _mm256_blendv_ps(one, exp2_neg(_mm256_sub_ps(m_old, mxs)), fin);
-        const __m256 lv = _mm256_fmadd_ps(_mm256_maskload_ps(l + c0, msk), al, sum);
-        _mm256_maskstore_ps(alpha + c0, msk, al);
-        _mm256_maskstore_ps(l + c0, msk, lv);
-        _mm256_maskstore_ps(mrun + c0, msk, mx);
+        const __m256 lv = _mm256_fmadd_ps(attn_ld8n(l + c0, left), al, sum);
+        attn_st8n(alpha + c0, left, al);
+        attn_st8n(l + c0, left, lv);
+        attn_st8n(mrun + c0, left, mx);
     }
 }
 
@@ -116,20 +113,20 @@ static void probs_and_ds_avx2(int rows, int cols, float *s, const float *dp, flo
                               const float *m, const float *ll, const float *dsum, float scale) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY), sc = _mm256_set1_ps(scale);
     for (int c0 = 0; c0 < cols; c0 += 8) {
-        const __m256i msk = tail_mask(cols - c0);
-        const __m256 mv = load_or(ninf, msk, m + c0);
+        const int left = cols - c0;
+        const __m256 mv = attn_ld8n_or(ninf, m + c0, left);
         /* unordered compares: a NaN row statistic (a NaN or an infinity in the row's logits) makes
          * P and dS NaN, as the textbook backward does, not a masked row's zeros */
         const __m256 fin = _mm256_cmp_ps(mv, ninf, _CMP_NEQ_UQ);
-        const __m256 ms = _mm256_and_ps(fin, mv), lv = _mm256_maskload_ps(ll + c0, msk);
-        const __m256 dv = _mm256_maskload_ps(dsum + c0, msk);
+        const __m256 ms = _mm256_and_ps(fin, mv), lv = attn_ld8n(ll + c0, left);
+        const __m256 dv = attn_ld8n(dsum + c0, left);
         for (int r = 0; r < rows; r++) {
-            const __m256 x = _mm256_sub_ps(_mm256_sub_ps(load_or(ninf, msk, s + r * ld + c0), ms), lv);
+            const __m256 x = _mm256_sub_ps(_mm256_sub_ps(attn_ld8n_or(ninf, s + r * ld + c0, left), ms), lv);
             const __m256 p = _mm256_and_ps(fin, exp2_neg(x));
-            _mm256_maskstore_ps(s + r * ld + c0, msk, p);
-            const __m256 g = _mm256_sub_ps(_mm256_maskload_ps(dp + r * ld + c0, msk), dv);
+            attn_st8n(s + r * ld + c0, left, p);
+            const __m256 g = _mm256_sub_ps(attn_ld8n(dp + r * ld + c0, left), dv);
             const __m256 nz = _mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_NEQ_UQ);
-            _mm256_maskstore_ps(ds + r * ld + c0, msk, _mm256_and_ps(nz, _mm256_mul_ps(_mm256_mul_ps(p, g), sc)));
+            attn_st8n(ds + r * ld + c0, left, _mm256_and_ps(nz, _mm256_mul_ps(_mm256_mul_ps(p, g), sc)));
         }
     }
 }

@@ -3,39 +3,32 @@
 
 #include "attention/linear_vec.h"
 #include "kernels/vec_math.h"
-
-static inline __m256i tail8(int64_t r) {
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(r >= 8 ? 8 : r)), idx);
-}
+#include "kernels/vec_tail_avx2.h"
 
 static void elu1_avx2(const float *x, float *y, int64_t n) {
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
-        const __m256i k = tail8(n - i);
-        const __m256 v = _mm256_maskload_ps(x + i, k);
+        const __m256 v = attn_ld8n(x + i, n - i);
         const __m256 pos = _mm256_cmp_ps(v, zero, _CMP_GT_OQ);
-        _mm256_maskstore_ps(y + i, k, _mm256_blendv_ps(attn_exp256(v), _mm256_add_ps(v, one), pos));
+        attn_st8n(y + i, n - i, _mm256_blendv_ps(attn_exp256(v), _mm256_add_ps(v, one), pos));
     }
 }
 
 static void elu1_bwd_avx2(const float *x, const float *dy, float *g, int64_t n) {
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
-        const __m256i k = tail8(n - i);
-        const __m256 v = _mm256_maskload_ps(x + i, k);
+        const __m256 v = attn_ld8n(x + i, n - i);
         const __m256 pos = _mm256_cmp_ps(v, zero, _CMP_GT_OQ);
         const __m256 s = _mm256_blendv_ps(attn_exp256(v), one, pos);
-        _mm256_maskstore_ps(g + i, k, _mm256_mul_ps(_mm256_maskload_ps(dy + i, k), s));
+        attn_st8n(g + i, n - i, _mm256_mul_ps(attn_ld8n(dy + i, n - i), s));
     }
 }
 
 static void expsc_avx2(float *f, int64_t n, float sub, float scale) {
     const __m256 vs = _mm256_set1_ps(sub), sc = _mm256_set1_ps(scale);
     for (int64_t i = 0; i < n; i += 8) {
-        const __m256i k = tail8(n - i);
-        const __m256 v = _mm256_sub_ps(_mm256_maskload_ps(f + i, k), vs);
-        _mm256_maskstore_ps(f + i, k, _mm256_mul_ps(attn_exp256(v), sc));
+        const __m256 v = _mm256_sub_ps(attn_ld8n(f + i, n - i), vs);
+        attn_st8n(f + i, n - i, _mm256_mul_ps(attn_exp256(v), sc));
     }
 }
 
@@ -43,9 +36,9 @@ static float submax_avx2(float *f, int64_t n, float sub) {
     const __m256 vs = _mm256_set1_ps(sub), ninf = _mm256_set1_ps(-INFINITY);
     __m256 m = ninf;
     for (int64_t i = 0; i < n; i += 8) {
-        const __m256i k = tail8(n - i);
-        const __m256 v = _mm256_sub_ps(_mm256_maskload_ps(f + i, k), vs);
-        _mm256_maskstore_ps(f + i, k, v);
+        const __m256i k = attn_mask8(n - i);
+        const __m256 v = _mm256_sub_ps(attn_ld8n(f + i, n - i), vs);
+        attn_st8n(f + i, n - i, v);
         m = _mm256_max_ps(m, _mm256_blendv_ps(ninf, v, _mm256_castsi256_ps(k)));
     }
     float t[8], r = -INFINITY;
@@ -57,11 +50,10 @@ static float submax_avx2(float *f, int64_t n, float sub) {
 static void ydiv_avx2(const float *y, const float *den, float *t, int64_t n) {
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
-        const __m256i k = tail8(n - i);
-        const __m256 dn = _mm256_maskload_ps(den + i, k);
+        const __m256 dn = attn_ld8n(den + i, n - i);
         const __m256 nz = _mm256_cmp_ps(dn, zero, _CMP_NEQ_UQ);
-        const __m256 q = _mm256_div_ps(_mm256_maskload_ps(y + i, k), _mm256_blendv_ps(one, dn, nz));
-        _mm256_maskstore_ps(t + i, k, _mm256_blendv_ps(zero, q, nz));
+        const __m256 q = _mm256_div_ps(attn_ld8n(y + i, n - i), _mm256_blendv_ps(one, dn, nz));
+        attn_st8n(t + i, n - i, _mm256_blendv_ps(zero, q, nz));
     }
 }
 
@@ -69,10 +61,10 @@ static float edot_avx2(const float *g, const float *y, float den, float *ep, int
     const __m256 dn = _mm256_set1_ps(den);
     __m256 s = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
-        const __m256i k = tail8(n - i);
-        const __m256 q = _mm256_div_ps(_mm256_maskload_ps(g + i, k), dn);
-        _mm256_maskstore_ps(ep + i, k, q);
-        s = _mm256_fmadd_ps(_mm256_and_ps(q, _mm256_castsi256_ps(k)), _mm256_maskload_ps(y + i, k), s);
+        const __m256i k = attn_mask8(n - i);
+        const __m256 q = _mm256_div_ps(attn_ld8n(g + i, n - i), dn);
+        attn_st8n(ep + i, n - i, q);
+        s = _mm256_fmadd_ps(_mm256_and_ps(q, _mm256_castsi256_ps(k)), attn_ld8n(y + i, n - i), s);
     }
     float t[8], r = 0.0f;
     _mm256_storeu_ps(t, s);
@@ -84,7 +76,7 @@ static float edot_avx2(const float *g, const float *y, float den, float *ep, int
 static int all_finite_avx2(const float *x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8)
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_maskload_ps(x + i, tail8(n - i)), _mm256_setzero_ps()));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(attn_ld8n(x + i, n - i), _mm256_setzero_ps()));
     return _mm256_movemask_ps(_mm256_cmp_ps(acc, acc, _CMP_UNORD_Q)) == 0;
 }
 

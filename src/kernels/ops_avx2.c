@@ -1,17 +1,13 @@
 /* AVX2 + FMA kernels for the row-wise / elementwise ops (compiled with -mavx2 -mfma).
- * 8 floats per vector; tails use masked loads/stores (vmaskmovps), so every element goes through
- * the same arithmetic wherever it sits. See ops_internal.h for each kernel's contract. */
+ * 8 floats per vector; tails use masked loads/stores (vmaskmovps, only where less than a vector
+ * is left: vec_tail_avx2.h), so every element goes through the same arithmetic wherever it sits.
+ * See ops_internal.h for each kernel's contract. */
 #include <math.h>
 #include <string.h>
 
 #include "ops_internal.h"
 #include "vec_math.h"
-
-/* lanes < r set (r >= 8: all) */
-static inline __m256i tail8(int64_t r) {
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(r >= 8 ? 8 : (int)r), idx);
-}
+#include "vec_tail_avx2.h"
 
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -50,8 +46,7 @@ static void softmax_fwd_avx2(const float *x, float *y, int64_t n) {
         m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + i + 8));
     }
     for (; i < n; i += 8) {
-        __m256i k = tail8(n - i);
-        __m256 v = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k));
+        __m256 v = attn_ld8n_or(ninf, x + i, n - i);
         m0 = _mm256_max_ps(m0, v);
     }
     const float mx = hmax8(_mm256_max_ps(m0, m1));
@@ -62,7 +57,7 @@ static void softmax_fwd_avx2(const float *x, float *y, int64_t n) {
             for (i = 0; i < n; i++) y[i] = NAN;
             return;
         }
-        for (i = 0; i < n; i += 8) _mm256_maskstore_ps(y + i, tail8(n - i), _mm256_setzero_ps());
+        for (i = 0; i < n; i += 8) attn_st8n(y + i, n - i, _mm256_setzero_ps());
         return;
     }
     /* the sum in double, as the reference: a float sum of thousands of terms drifts by ~1e-6 */
@@ -77,18 +72,16 @@ static void softmax_fwd_avx2(const float *x, float *y, int64_t n) {
         acc8_pd(&s2, &s3, e1);
     }
     for (; i < n; i += 8) {
-        __m256i k = tail8(n - i);
-        __m256 v = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k));
+        __m256 v = attn_ld8n_or(ninf, x + i, n - i);
         __m256 e = attn_exp256(_mm256_sub_ps(v, vm)); /* masked lanes: e^-inf = 0 */
-        _mm256_maskstore_ps(y + i, k, e);
+        attn_st8n(y + i, n - i, e);
         acc8_pd(&s0, &s1, e);
     }
     const double sum = hsum4d(_mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3)));
     const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), inv));
     if (i < n) {
-        __m256i k = tail8(n - i);
-        _mm256_maskstore_ps(y + i, k, _mm256_mul_ps(_mm256_maskload_ps(y + i, k), inv));
+        attn_st8n(y + i, n - i, _mm256_mul_ps(attn_ld8n(y + i, n - i), inv));
     }
 }
 
@@ -97,8 +90,7 @@ static void softmax_bwd_avx2(const float *y, const float *dy, float *dx, int64_t
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
     int64_t i = 0;
     for (; i < n; i += 8) {
-        __m256i k = tail8(n - i);
-        __m256 a = _mm256_maskload_ps(dy + i, k), b = _mm256_maskload_ps(y + i, k);
+        __m256 a = attn_ld8n(dy + i, n - i), b = attn_ld8n(y + i, n - i);
         s0 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)),
                              _mm256_cvtps_pd(_mm256_castps256_ps128(b)), s0);
         s1 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
@@ -112,9 +104,8 @@ static void softmax_bwd_avx2(const float *y, const float *dy, float *dx, int64_t
         _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), g));
     }
     if (i < n) {
-        __m256i k = tail8(n - i);
-        __m256 g = _mm256_sub_ps(_mm256_sub_ps(_mm256_maskload_ps(dy + i, k), vhi), vlo);
-        _mm256_maskstore_ps(dx + i, k, _mm256_mul_ps(_mm256_maskload_ps(y + i, k), g));
+        __m256 g = _mm256_sub_ps(_mm256_sub_ps(attn_ld8n(dy + i, n - i), vhi), vlo);
+        attn_st8n(dx + i, n - i, _mm256_mul_ps(attn_ld8n(y + i, n - i), g));
     }
 }
 
@@ -133,7 +124,7 @@ static void layernorm_fwd_avx2(const float *x, const float *gamma, const float *
         s0 = _mm256_add_ps(s0, _mm256_loadu_ps(x + i));
         s1 = _mm256_add_ps(s1, _mm256_loadu_ps(x + i + 8));
     }
-    for (; i < n; i += 8) s0 = _mm256_add_ps(s0, _mm256_maskload_ps(x + i, tail8(n - i)));
+    for (; i < n; i += 8) s0 = _mm256_add_ps(s0, attn_ld8n(x + i, n - i));
     const float mean = hsum8(_mm256_add_ps(s0, s1)) / (float)n;
     const __m256 vm = _mm256_set1_ps(mean);
     s0 = s1 = _mm256_setzero_ps();
@@ -144,8 +135,8 @@ static void layernorm_fwd_avx2(const float *x, const float *gamma, const float *
         s1 = _mm256_fmadd_ps(d1, d1, s1);
     }
     for (; i < n; i += 8) {
-        __m256i k = tail8(n - i);
-        __m256 d = _mm256_and_ps(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), vm),
+        const __m256i k = attn_mask8(n - i);
+        __m256 d = _mm256_and_ps(_mm256_sub_ps(attn_ld8n(x + i, n - i), vm),
                                  _mm256_castsi256_ps(k));
         s0 = _mm256_fmadd_ps(d, d, s0);
     }
@@ -153,11 +144,10 @@ static void layernorm_fwd_avx2(const float *x, const float *gamma, const float *
     const float rstd = 1.0f / sqrtf(var + eps);
     const __m256 vr = _mm256_set1_ps(rstd);
     for (i = 0; i < n; i += 8) {
-        __m256i k = tail8(n - i);
-        __m256 h = _mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), vm), vr);
-        if (gamma) h = _mm256_mul_ps(h, _mm256_maskload_ps(gamma + i, k));
-        if (beta) h = _mm256_add_ps(h, _mm256_maskload_ps(beta + i, k));
-        _mm256_maskstore_ps(y + i, k, h);
+        __m256 h = _mm256_mul_ps(_mm256_sub_ps(attn_ld8n(x + i, n - i), vm), vr);
+        if (gamma) h = _mm256_mul_ps(h, attn_ld8n(gamma + i, n - i));
+        if (beta) h = _mm256_add_ps(h, attn_ld8n(beta + i, n - i));
+        attn_st8n(y + i, n - i, h);
     }
     *mean_out = mean;
     *rstd_out = rstd;
@@ -168,22 +158,20 @@ static void layernorm_bwd_avx2(const float *x, const float *gamma, float mean, f
     const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd);
     __m256 sg = _mm256_setzero_ps(), sgx = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
-        __m256i k = tail8(n - i);
-        __m256 g = _mm256_maskload_ps(dy + i, k);
-        if (gamma) g = _mm256_mul_ps(g, _mm256_maskload_ps(gamma + i, k));
-        __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), vm), vr);
+        __m256 g = attn_ld8n(dy + i, n - i);
+        if (gamma) g = _mm256_mul_ps(g, attn_ld8n(gamma + i, n - i));
+        __m256 xh = _mm256_mul_ps(_mm256_sub_ps(attn_ld8n(x + i, n - i), vm), vr);
         sg = _mm256_add_ps(sg, g);
         sgx = _mm256_fmadd_ps(g, xh, sgx); /* g is 0 in masked lanes */
     }
     const __m256 mg = _mm256_set1_ps(hsum8(sg) / (float)n);
     const __m256 mgx = _mm256_set1_ps(hsum8(sgx) / (float)n);
     for (int64_t i = 0; i < n; i += 8) {
-        __m256i k = tail8(n - i);
-        __m256 g = _mm256_maskload_ps(dy + i, k);
-        if (gamma) g = _mm256_mul_ps(g, _mm256_maskload_ps(gamma + i, k));
-        __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), vm), vr);
+        __m256 g = attn_ld8n(dy + i, n - i);
+        if (gamma) g = _mm256_mul_ps(g, attn_ld8n(gamma + i, n - i));
+        __m256 xh = _mm256_mul_ps(_mm256_sub_ps(attn_ld8n(x + i, n - i), vm), vr);
         __m256 t = _mm256_fnmadd_ps(xh, mgx, _mm256_sub_ps(g, mg));
-        _mm256_maskstore_ps(dx + i, k, _mm256_mul_ps(t, vr));
+        attn_st8n(dx + i, n - i, _mm256_mul_ps(t, vr));
     }
 }
 
@@ -194,54 +182,71 @@ static inline __m256 pd2_to_ps(__m256d lo, __m256d hi) {
     return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
 }
 
+/* One block of 16 columns c .. c + 16 (left: the columns left from c, whole: left >= 16, a
+ * constant at each call so that a whole block's loads are plain ones). */
+static inline __attribute__((always_inline)) void param_grad_block(const int whole, const float *x, const float *mean,
+                                                                   const float *rstd, const float *dy, float *dgamma,
+                                                                   float *dbeta, int64_t rows, int64_t n, int64_t c,
+                                                                   int64_t left) {
+    int64_t k[2]; /* columns left in each vector */
+    __m256d ag[4], ab[4];
+    for (int v = 0; v < 2; v++) k[v] = whole ? 8 : left - 8 * v;
+    for (int v = 0; v < 4; v++) ag[v] = ab[v] = _mm256_setzero_pd();
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n + c, *dr = dy + r * n + c;
+        const __m256 vm = _mm256_set1_ps(mean[r]), vr = _mm256_set1_ps(rstd[r]);
+        for (int v = 0; v < 2; v++) {
+            __m256 d = attn_ld8n(dr + 8 * v, k[v]);
+            __m256 xh = _mm256_mul_ps(_mm256_sub_ps(attn_ld8n(xr + 8 * v, k[v]), vm), vr);
+            __m256 t = _mm256_mul_ps(d, xh);
+            acc8_pd(&ag[2 * v], &ag[2 * v + 1], t);
+            acc8_pd(&ab[2 * v], &ab[2 * v + 1], d);
+        }
+    }
+    for (int v = 0; v < 2; v++) {
+        float *g = dgamma + c + 8 * v, *b = dbeta + c + 8 * v;
+        if (dgamma) attn_st8n(g, k[v], _mm256_add_ps(attn_ld8n(g, k[v]), pd2_to_ps(ag[2 * v], ag[2 * v + 1])));
+        if (dbeta) attn_st8n(b, k[v], _mm256_add_ps(attn_ld8n(b, k[v]), pd2_to_ps(ab[2 * v], ab[2 * v + 1])));
+    }
+}
+
 static void layernorm_param_grad_avx2(const float *x, const float *mean, const float *rstd,
                                       const float *dy, float *dgamma, float *dbeta, int64_t rows,
                                       int64_t n, int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; c += 16) { /* 8 double accumulators: 16 ymm registers in all */
-        __m256i k[2];
-        __m256d ag[4], ab[4];
-        for (int v = 0; v < 2; v++) k[v] = c + 8 * v < c1 ? tail8(c1 - c - 8 * v) : _mm256_setzero_si256();
-        for (int v = 0; v < 4; v++) ag[v] = ab[v] = _mm256_setzero_pd();
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * n + c, *dr = dy + r * n + c;
-            const __m256 vm = _mm256_set1_ps(mean[r]), vr = _mm256_set1_ps(rstd[r]);
-            for (int v = 0; v < 2; v++) {
-                __m256 d = _mm256_maskload_ps(dr + 8 * v, k[v]);
-                __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(xr + 8 * v, k[v]), vm), vr);
-                __m256 t = _mm256_mul_ps(d, xh);
-                acc8_pd(&ag[2 * v], &ag[2 * v + 1], t);
-                acc8_pd(&ab[2 * v], &ab[2 * v + 1], d);
+        if (c1 - c >= 16) param_grad_block(1, x, mean, rstd, dy, dgamma, dbeta, rows, n, c, c1 - c);
+        else param_grad_block(0, x, mean, rstd, dy, dgamma, dbeta, rows, n, c, c1 - c);
+    }
+}
+
+/* One block of 32 columns, as param_grad_block. */
+static inline __attribute__((always_inline)) void col_sum_block(const int whole, const float *m, float *out,
+                                                                int64_t rows, int64_t n, int64_t c, int64_t left) {
+    int64_t k[4]; /* columns left in each vector */
+    __m256d a[8];
+    for (int v = 0; v < 4; v++) k[v] = whole ? 8 : left - 8 * v;
+    for (int v = 0; v < 8; v++) a[v] = _mm256_setzero_pd();
+    for (int64_t r = 0; r < rows; r++)
+        for (int v = 0; v < 4; v++) {
+            const float *p = m + r * n + c + 8 * v;
+            if (whole) { /* two 4-float loads into the conversions: no lane extract */
+                a[2 * v] = _mm256_add_pd(a[2 * v], _mm256_cvtps_pd(_mm_loadu_ps(p)));
+                a[2 * v + 1] = _mm256_add_pd(a[2 * v + 1], _mm256_cvtps_pd(_mm_loadu_ps(p + 4)));
+            } else {
+                acc8_pd(&a[2 * v], &a[2 * v + 1], attn_ld8n(p, k[v]));
             }
         }
-        for (int v = 0; v < 2; v++) {
-            float *g = dgamma + c + 8 * v, *b = dbeta + c + 8 * v;
-            if (dgamma)
-                _mm256_maskstore_ps(g, k[v], _mm256_add_ps(_mm256_maskload_ps(g, k[v]),
-                                                           pd2_to_ps(ag[2 * v], ag[2 * v + 1])));
-            if (dbeta)
-                _mm256_maskstore_ps(b, k[v], _mm256_add_ps(_mm256_maskload_ps(b, k[v]),
-                                                           pd2_to_ps(ab[2 * v], ab[2 * v + 1])));
-        }
+    for (int v = 0; v < 4; v++) {
+        float *o = out + c + 8 * v;
+        attn_st8n(o, k[v], _mm256_add_ps(attn_ld8n(o, k[v]), pd2_to_ps(a[2 * v], a[2 * v + 1])));
     }
 }
 
 static void col_sum_avx2(const float *m, float *out, int64_t rows, int64_t n, int64_t c0,
                          int64_t c1) {
     for (int64_t c = c0; c < c1; c += 32) {
-        __m256i k[4];
-        __m256d a[8];
-        for (int v = 0; v < 4; v++) k[v] = c + 8 * v < c1 ? tail8(c1 - c - 8 * v) : _mm256_setzero_si256();
-        for (int v = 0; v < 8; v++) a[v] = _mm256_setzero_pd();
-        for (int64_t r = 0; r < rows; r++)
-            for (int v = 0; v < 4; v++) {
-                __m256 d = _mm256_maskload_ps(m + r * n + c + 8 * v, k[v]);
-                acc8_pd(&a[2 * v], &a[2 * v + 1], d);
-            }
-        for (int v = 0; v < 4; v++) {
-            float *o = out + c + 8 * v;
-            _mm256_maskstore_ps(o, k[v], _mm256_add_ps(_mm256_maskload_ps(o, k[v]),
-                                                       pd2_to_ps(a[2 * v], a[2 * v + 1])));
-        }
+        if (c1 - c >= 32) col_sum_block(1, m, out, rows, n, c, c1 - c);
+        else col_sum_block(0, m, out, rows, n, c, c1 - c);
     }
 }
 
@@ -271,8 +276,7 @@ static void gelu_fwd_avx2(const float *x, float *y, int64_t n, attn_gelu_approx 
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu_fwd8(_mm256_loadu_ps(x + i), approx));
     if (i < n) {
-        __m256i k = tail8(n - i);
-        _mm256_maskstore_ps(y + i, k, gelu_fwd8(_mm256_maskload_ps(x + i, k), approx));
+        attn_st8n(y + i, n - i, gelu_fwd8(attn_ld8n(x + i, n - i), approx));
     }
 }
 
@@ -283,9 +287,8 @@ static void gelu_bwd_avx2(const float *x, const float *dy, float *dx, int64_t n,
         _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dy + i),
                                                gelu_grad8(_mm256_loadu_ps(x + i), approx)));
     if (i < n) {
-        __m256i k = tail8(n - i);
-        _mm256_maskstore_ps(dx + i, k, _mm256_mul_ps(_mm256_maskload_ps(dy + i, k),
-                                                     gelu_grad8(_mm256_maskload_ps(x + i, k), approx)));
+        attn_st8n(dx + i, n - i, _mm256_mul_ps(attn_ld8n(dy + i, n - i),
+                                                     gelu_grad8(attn_ld8n(x + i, n - i), approx)));
     }
 }
 
@@ -298,8 +301,7 @@ static void relu_fwd_avx2(const float *x, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, relu8(_mm256_loadu_ps(x + i)));
     if (i < n) {
-        __m256i k = tail8(n - i);
-        _mm256_maskstore_ps(y + i, k, relu8(_mm256_maskload_ps(x + i, k)));
+        attn_st8n(y + i, n - i, relu8(attn_ld8n(x + i, n - i)));
     }
 }
 
@@ -312,9 +314,8 @@ static void relu_bwd_avx2(const float *x, const float *dy, float *dx, int64_t n)
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dx + i, relu_grad8(_mm256_loadu_ps(x + i), _mm256_loadu_ps(dy + i)));
     if (i < n) {
-        __m256i k = tail8(n - i);
-        _mm256_maskstore_ps(dx + i, k,
-                            relu_grad8(_mm256_maskload_ps(x + i, k), _mm256_maskload_ps(dy + i, k)));
+        attn_st8n(dx + i, n - i,
+                            relu_grad8(attn_ld8n(x + i, n - i), attn_ld8n(dy + i, n - i)));
     }
 }
 
@@ -323,9 +324,8 @@ static void add_avx2(const float *a, const float *b, float *y, int64_t n) {
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
     if (i < n) {
-        __m256i k = tail8(n - i);
-        _mm256_maskstore_ps(y + i, k,
-                            _mm256_add_ps(_mm256_maskload_ps(a + i, k), _mm256_maskload_ps(b + i, k)));
+        attn_st8n(y + i, n - i,
+                            _mm256_add_ps(attn_ld8n(a + i, n - i), attn_ld8n(b + i, n - i)));
     }
 }
 
@@ -379,10 +379,9 @@ static void dropout_avx2(const float *x, float *y, uint8_t *mask, int64_t n, uin
             _mm256_storeu_ps(y + j, yv);
             if (mask) _mm_storel_epi64((__m128i *)(void *)(mask + j), bytes);
         } else {
-            __m256i k = tail8(n - j);
-            __m256 yv = _mm256_and_ps(_mm256_mul_ps(_mm256_maskload_ps(x + j, k), vs),
+            __m256 yv = _mm256_and_ps(_mm256_mul_ps(attn_ld8n(x + j, n - j), vs),
                                       _mm256_castsi256_ps(keep));
-            _mm256_maskstore_ps(y + j, k, yv);
+            attn_st8n(y + j, n - j, yv);
             if (mask) {
                 uint8_t tmp[16];
                 _mm_storeu_si128((__m128i *)(void *)tmp, bytes);
