@@ -42,9 +42,12 @@ static inline __attribute__((always_inline)) void ukr(const int nv, int mm, int 
     for (int r = 0; r < MR; r++)
         for (int q = 0; q < nv; q++)
             acc[r][q] = accumulate && r < mm ? attn_ld8n(c + r * ldc + 8 * q, LEFT(q)) : _mm256_setzero_ps();
+    /* constant loop bounds with the row test inside: with r < mm in the bound GCC kept acc in
+     * memory and stored all 12 accumulators on every step of p (half the FMA rate) */
     if (rowscale && accumulate)
-        for (int r = 0; r < MR && r < mm; r++)
-            for (int q = 0; q < nv; q++) acc[r][q] = _mm256_mul_ps(acc[r][q], _mm256_set1_ps(rowscale[r]));
+        for (int r = 0; r < MR; r++)
+            if (r < mm)
+                for (int q = 0; q < nv; q++) acc[r][q] = _mm256_mul_ps(acc[r][q], _mm256_set1_ps(rowscale[r]));
     for (int p = 0; p < k; p++) {
         __m256 bv[2];
         const float *bp = b + p * ldb;
@@ -54,8 +57,9 @@ static inline __attribute__((always_inline)) void ukr(const int nv, int mm, int 
             for (int q = 0; q < nv; q++) acc[r][q] = _mm256_fmadd_ps(av, bv[q], acc[r][q]);
         }
     }
-    for (int r = 0; r < MR && r < mm; r++)
-        for (int q = 0; q < nv; q++) attn_st8n(c + r * ldc + 8 * q, LEFT(q), acc[r][q]);
+    for (int r = 0; r < MR; r++)
+        if (r < mm)
+            for (int q = 0; q < nv; q++) attn_st8n(c + r * ldc + 8 * q, LEFT(q), acc[r][q]);
     if (colmax) /* rows past mm repeat row mm - 1, so they cannot change a maximum */
         for (int q = 0; q < nv; q++) {
             __m256 mx = _mm256_max_ps(_mm256_max_ps(acc[0][q], acc[1][q]), _mm256_max_ps(acc[2][q], acc[3][q]));

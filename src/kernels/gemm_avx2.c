@@ -15,7 +15,12 @@ static inline __m256i lane_mask(int valid) {
 
 static inline __attribute__((always_inline)) void
 ukr_body(const int R, int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
-         int64_t ldc, float alpha, float beta, int nr) {
+         int64_t ldc, float alpha_in, float beta_in, int nr) {
+    /* alpha and beta wait in memory during the loop (the empty asm below makes the compiler
+     * reload them): held in registers they left 14 of the 16 for the loop's 15 (12 accumulators,
+     * B's two vectors, the broadcast), so one accumulator lived on the stack and its chain went
+     * through a store and a load on every step of p */
+    float ab[2] = {alpha_in, beta_in};
     __m256 c0[MR], c1[MR];
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++) {
@@ -36,6 +41,8 @@ ukr_body(const int R, int64_t kc, const float *a, const float *b, int64_t ldb, f
         a += MR;
         b += ldb;
     }
+    __asm__("" : "+m"(ab));
+    const float alpha = ab[0], beta = ab[1];
     __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
     if (nr == NR) {
 #pragma GCC unroll 8
