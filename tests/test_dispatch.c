@@ -25,13 +25,17 @@ int main(void) {
         CHECK(c->isa == (attn_isa)isa && c->features == f, "%s: context isa/features", attn_isa_name((attn_isa)isa));
         CHECK(c->ops->isa == (attn_isa)isa && c->flash->isa == (attn_isa)isa && c->gemm == attn_gemm_arch_active(),
               "%s: a table of another ISA in the context", attn_isa_name((attn_isa)isa));
-        /* AVX-512: vdpbf16ps (or AMX) with AVX512-BF16, its FMA emulation without; else portable */
+        /* AVX-512: vdpbf16ps (or AMX) with AVX512-BF16, its FMA emulation without; AVX2: the
+         * emulation in AVX2 registers; else portable */
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-        const char *emulated = attn_bf16_kernels_avx512()->name;
+        const char *emulated = attn_bf16_kernels_avx512()->name, *emulated2 = attn_bf16_kernels_avx2()->name;
 #else
-        const char *emulated = "ref"; /* no AVX-512 context off x86 */
+        const char *emulated = "ref", *emulated2 = "ref"; /* no AVX2 or AVX-512 context off x86 */
 #endif
-        const char *want = isa != ATTN_ISA_AVX512 ? "ref" : (f & ATTN_CPU_AVX512BF16) ? NULL : emulated;
+        const char *want = isa == ATTN_ISA_AVX2 ? emulated2
+                           : isa != ATTN_ISA_AVX512 ? "ref"
+                           : (f & ATTN_CPU_AVX512BF16) ? NULL
+                                                       : emulated;
         CHECK(want ? !strcmp(c->bf16->name, want) : strcmp(c->bf16->name, "ref") && strcmp(c->bf16->name, emulated),
               "%s: bf16 kernels %s", attn_isa_name((attn_isa)isa), c->bf16->name);
         printf("  %s: bf16 kernels %s\n", attn_isa_name((attn_isa)isa), c->bf16->name);

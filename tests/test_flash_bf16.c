@@ -169,8 +169,9 @@ static void check_backward(const bcase *c, const char *cname, double tol) {
     free(rv);
 }
 
-/* With AVX512-BF16 present, the AVX-512F emulation of its instructions (the kernels a CPU without
- * it runs, fused steps included) must give the same bits end to end, forward and backward. */
+/* With AVX512-BF16 present, the AVX-512F and AVX2 emulations of its instructions (the kernels a
+ * CPU without it runs, fused steps included) must give the same bits end to end, forward and
+ * backward. */
 static void check_emulated_table(const bcase *c, const char *cname) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
     if (attn_detected_isa() < ATTN_ISA_AVX512 || !attn_cpu_has_avx512bf16()) return;
@@ -181,6 +182,13 @@ static void check_emulated_table(const bcase *c, const char *cname) {
     attn__bf16_force(NULL);
     CHECK(n1 == n2 && !memcmp(native, emul, sizeof(float) * n1),
           "%s: the emulated AVX-512 bf16 kernels differ from vdpbf16ps end to end", cname);
+    free(emul);
+    /* and the AVX2 emulation (no fused steps: the driver's two-step path, the same bits) */
+    attn__bf16_force(attn_bf16_kernels_avx2());
+    emul = fwd_bwd_bf16(c, &n2);
+    attn__bf16_force(NULL);
+    CHECK(n1 == n2 && !memcmp(native, emul, sizeof(float) * n1),
+          "%s: the emulated AVX2 bf16 kernels differ from vdpbf16ps end to end", cname);
     free(native);
     free(emul);
 #else

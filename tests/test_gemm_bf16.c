@@ -1,8 +1,8 @@
 /* attn_gemm_bf16: the fast kernels bit for bit against the portable emulation (and that against
  * the float64 product of the bf16-rounded inputs), transposes, odd k, accumulate, edges, bitwise
  * determinism across thread counts. The fast kernels: vdpbf16ps where the CPU has AVX512-BF16,
- * and its FMA emulation on any AVX-512 CPU (both where both run). Without AVX-512 the fast
- * comparisons are skipped with a notice. */
+ * its FMA emulation on any AVX-512 CPU and on any AVX2 one (all where all run). Without AVX2 the
+ * fast comparisons are skipped with a notice. */
 #define _POSIX_C_SOURCE 200112L /* setenv */
 #include <float.h>
 #include <string.h>
@@ -11,8 +11,8 @@
 #include "kernels/bf16_internal.h"
 #include "test_util.h"
 
-/* The fast bf16 kernel tables this CPU runs (vdpbf16ps, its AVX-512F emulation). */
-static const attn_bf16_kernels *fast[2];
+/* The fast bf16 kernel tables this CPU runs (vdpbf16ps, its AVX-512F and AVX2 emulations). */
+static const attn_bf16_kernels *fast[3];
 static int nfast;
 
 /* Floats that bf16 cannot hold (with a few subnormals and exact ties), and their roundings as
@@ -286,8 +286,10 @@ int main(void) {
         else printf("  notice: no AVX512-BF16 on this CPU: vdpbf16ps itself is not tested, its emulation is\n");
         fast[nfast++] = attn_bf16_kernels_avx512();
     }
+    if (attn_detected_isa() >= ATTN_ISA_AVX2) fast[nfast++] = attn_bf16_kernels_avx2();
+    else printf("  notice: no AVX2 on this CPU: its bf16 emulation is compiled, not tested\n");
 #endif
-    if (!nfast) printf("  notice: no AVX-512 on this CPU: only the portable bf16 kernels are tested\n");
+    if (!nfast) printf("  notice: no AVX2 or AVX-512 on this CPU: only the portable bf16 kernels are tested\n");
     for (int f = 0; f < nfast; f++) printf("  fast bf16 kernels tested against the portable ones: %s\n", fast[f]->name);
     check_amx_policy();
     check_amx(&r);

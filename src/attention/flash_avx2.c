@@ -136,7 +136,8 @@ static void probs_and_ds_avx2(int rows, int cols, float *s, const float *dp, flo
 }
 
 const attn_flash_kernels *attn_flash_kernels_avx2(void) {
-    /* the bf16 path here runs the portable pair products, which dwarf the softmax: one exp2 */
+    /* the bf16 path here runs the AVX2 emulation of the pair products (bf16_avx2.c) after this
+     * softmax: the bf16 entries are the fp32 ones (one exp2) */
     static const attn_flash_kernels k = {ATTN_ISA_AVX2, gemm_avx2, softmax_update_avx2,
                                          probs_and_ds_avx2, softmax_update_avx2, probs_and_ds_avx2,
                                          attn_flash_pack_transposed_ref, NULL,

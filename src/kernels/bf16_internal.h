@@ -1,7 +1,8 @@
 /* bf16 kernels: products of bfloat16 pairs accumulated in float, the semantics of AVX512-BF16's
  * vdpbf16ps, one implementation per ISA: bf16_ref.c (portable, bit-exact emulation: the oracle),
- * bf16_avx512bf16.c (vdpbf16ps, compiled with -mavx512bf16 only there) and bf16_avx512.c (the
- * same bodies on AVX-512F alone, each vdpbf16ps two FMAs under DAZ/FTZ).
+ * bf16_avx512bf16.c (vdpbf16ps, compiled with -mavx512bf16 only there), bf16_avx512.c (the
+ * same bodies on AVX-512F alone, each vdpbf16ps two FMAs under DAZ/FTZ) and bf16_avx2.c (that
+ * emulation in AVX2 registers).
  *
  * Operands are "pair words": a uint32 holding two bf16, element 2p in the low half and 2p + 1 in
  * the high half (the VNNI layout). One step of a dot product, per output element:
@@ -63,6 +64,8 @@ const attn_bf16_kernels *attn_bf16_kernels_ref(void);
 const attn_bf16_kernels *attn_bf16_kernels_avx512bf16(void);
 /* The same kernels on AVX-512F alone, each instruction emulated bit for bit (bf16_avx512.c). */
 const attn_bf16_kernels *attn_bf16_kernels_avx512(void);
+/* The same emulation in AVX2 + FMA registers (bf16_avx2.c). */
+const attn_bf16_kernels *attn_bf16_kernels_avx2(void);
 float attn_dpbf16_loop_avx512bf16(int64_t iters, int *chains, int *lanes);
 /* AMX tiles (bf16_amx.c): NULL when the CPU has no AMX-BF16 or Linux refuses the tile state.
  * Tested through an emulation of the instructions (amx_emulate.h, test_amx_emulated). */
@@ -75,8 +78,8 @@ float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes);
 /* The kernels for the active ISA: with the active ISA AVX-512, vdpbf16ps where the CPU has
  * AVX512-BF16, or AMX tiles when asked for (ATTN_AMX=1 in the environment: opt-in while the AMX
  * kernel is unmeasured on hardware) and the CPU has AMX-BF16 and Linux grants the tile state,
- * else its emulation on AVX-512F; the reference otherwise (ATTN_ISA=ref|avx2 or attn_force_isa
- * select it). */
+ * else its emulation on AVX-512F; with the active ISA AVX2, the emulation on AVX2 + FMA; the
+ * reference otherwise (ATTN_ISA=ref or attn_force_isa select it). */
 const attn_bf16_kernels *attn_bf16_kernels_active(void);
 /* Test hook: while k is not NULL, attn_bf16_kernels_active() is k (one the CPU can run) whatever
  * the ISA, so that a test can swap the bf16 kernels alone and keep every fp32 kernel (exp,

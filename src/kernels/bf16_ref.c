@@ -86,6 +86,7 @@ const attn_bf16_kernels *attn_bf16_kernels_for(attn_isa isa) {
         return amx ? amx : attn_bf16_kernels_avx512bf16();
     }
     if (isa == ATTN_ISA_AVX512) return attn_bf16_kernels_avx512();
+    if (isa == ATTN_ISA_AVX2) return attn_bf16_kernels_avx2();
 #endif
     (void)isa;
     return attn_bf16_kernels_ref();

@@ -1,0 +1,166 @@
+/* bf16 kernels on AVX2 + FMA (CPUs without AVX-512: AMD Zen 2 and 3, Intel's client cores):
+ * vdpbf16ps emulated bit for bit as bf16_avx512.c does it, in 8-lane registers, so that the bf16
+ * paths run at about the fp32 FMA rate there instead of the portable scalar emulation's (0.8
+ * GFLOP/s for a 512^3 product on Zen 5 with ATTN_ISA=avx2).
+ *
+ * vdpbf16ps step, per lane: c = ftz(daz(c) + xh yh) ; c = ftz(c + xl yl) (bf16_internal.h): a
+ * bf16 widened to float is exact and so is the product of two, so each step is one FMA under
+ * DAZ and FTZ (MXCSR set around the products only, restored exactly; C's scalings run outside,
+ * in memory, as bf16_avx512.c's). Register tile: 4 rows x 16 columns, 8 accumulators, the two
+ * B vectors' high and low halves and the broadcast word's two halves: 14 of the 16 registers.
+ * Rounding (vcvtneps2bf16's: to nearest even on the bits, subnormals to signed 0, NaN quieted)
+ * in integer lanes, the same bits as attn_bf16_rne_daz. */
+#include <immintrin.h>
+
+#include "bf16_internal.h"
+#include "vec_tail_avx2.h"
+
+/* The "memory" clobber orders the switch against the loads of C before the products and the
+ * stores after them; every product reads operands loaded after it. */
+#define BF16_ENTER()                                                                      \
+    const unsigned csr_saved = _mm_getcsr(), csr_flush = csr_saved | 0x8040u; /* FTZ, DAZ */ \
+    __asm__ __volatile__("ldmxcsr %0" : : "m"(csr_flush) : "memory")
+#define BF16_LEAVE() __asm__ __volatile__("ldmxcsr %0" : : "m"(csr_saved) : "memory")
+
+/* C[r][j] *= (rs ? rs[r] : *f), r < rows, j < cols (<= 16), under the caller's MXCSR. */
+static void scale_rows(float *c, int64_t ldc, int rows, int cols, const float *rs, const float *f) {
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j += 8) {
+            const __m256 s = _mm256_set1_ps(rs ? rs[r] : *f);
+            attn_st8n(c + r * ldc + j, cols - j, _mm256_mul_ps(attn_ld8n(c + r * ldc + j, cols - j), s));
+        }
+}
+
+static inline __m256 hi_half(__m256i w) { return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u))); }
+static inline __m256 lo_half(__m256i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)); }
+
+/* One panel of nj <= 16 columns (whole: nj = 16, a constant at the call, so the loads and stores
+ * of B and C are plain ones). */
+static inline __attribute__((always_inline)) void pairs_panel(const int whole, int m, int nj, int kp, const uint32_t *a,
+                                                             int64_t ars, int64_t acs, const uint32_t *b, int64_t ldb,
+                                                             float *c, int64_t ldc, int accumulate,
+                                                             const float *rowscale, float outscale) {
+    const int64_t l0 = whole ? 8 : nj, l1 = whole ? 8 : nj - 8; /* columns left in each vector */
+    for (int i0 = 0; i0 < m; i0 += 4) {
+        const int mi = m - i0 < 4 ? m - i0 : 4;
+        float *ci = c + (int64_t)i0 * ldc;
+        if (accumulate && rowscale) scale_rows(ci, ldc, mi, nj, rowscale + i0, NULL);
+        const uint32_t *ar[4];
+        for (int r = 0; r < 4; r++) ar[r] = a + (int64_t)(i0 + (r < mi ? r : 0)) * ars;
+        BF16_ENTER();
+        __m256 acc[4][2];
+        for (int r = 0; r < 4; r++) {
+            acc[r][0] = accumulate && r < mi ? attn_ld8n(ci + r * ldc, l0) : _mm256_setzero_ps();
+            acc[r][1] = accumulate && r < mi && l1 > 0 ? attn_ld8n(ci + r * ldc + 8, l1) : _mm256_setzero_ps();
+        }
+        const uint32_t *bp = b;
+        for (int p = 0; p < kp; p++, bp += ldb) {
+            const __m256i w0 = _mm256_castps_si256(attn_ld8n((const float *)(const void *)bp, l0));
+            const __m256i w1 = l1 > 0 ? _mm256_castps_si256(attn_ld8n((const float *)(const void *)(bp + 8), l1))
+                                      : _mm256_setzero_si256();
+            const __m256 b0h = hi_half(w0), b0l = lo_half(w0), b1h = hi_half(w1), b1l = lo_half(w1);
+            const int64_t o = (int64_t)p * acs;
+            for (int r = 0; r < 4; r++) {
+                const __m256i x = _mm256_set1_epi32((int)ar[r][o]);
+                const __m256 xh = hi_half(x), xl = lo_half(x);
+                acc[r][0] = _mm256_fmadd_ps(xl, b0l, _mm256_fmadd_ps(xh, b0h, acc[r][0]));
+                acc[r][1] = _mm256_fmadd_ps(xl, b1l, _mm256_fmadd_ps(xh, b1h, acc[r][1]));
+            }
+        }
+        for (int r = 0; r < 4; r++)
+            if (r < mi) {
+                attn_st8n(ci + r * ldc, l0, acc[r][0]);
+                if (l1 > 0) attn_st8n(ci + r * ldc + 8, l1, acc[r][1]);
+            }
+        BF16_LEAVE();
+        if (outscale != 1.0f) scale_rows(ci, ldc, mi, nj, NULL, &outscale);
+    }
+}
+
+static void gemm_pairs_avx2(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
+                            int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
+                            float outscale) {
+    for (int j0 = 0; j0 < n; j0 += 16) {
+        if (n - j0 >= 16)
+            pairs_panel(1, m, 16, kp, a, ars, acs, b + j0, ldb, c + j0, ldc, accumulate, rowscale, outscale);
+        else
+            pairs_panel(0, m, n - j0, kp, a, ars, acs, b + j0, ldb, c + j0, ldc, accumulate, rowscale, outscale);
+    }
+}
+
+/* bf16 of 8 floats, one per 32-bit lane (the high half 0) */
+static inline __m256i rne8(__m256 v) {
+    const __m256i u = _mm256_castps_si256(v), top = _mm256_srli_epi32(u, 16);
+    const __m256i sub = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    const __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(top, _mm256_set1_epi32(1)));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+    r = _mm256_blendv_epi8(r, _mm256_and_si256(top, _mm256_set1_epi32(0x8000)), sub);
+    return _mm256_blendv_epi8(r, _mm256_or_si256(top, _mm256_set1_epi32(0x40)), nan);
+}
+
+static void round_row_avx2(int n, const float *src, const float *f, uint16_t *dst) {
+    const __m256 s = _mm256_set1_ps(f ? *f : 1.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(src + i);
+        if (f) x = _mm256_mul_ps(x, s);
+        const __m256i r = rne8(x);
+        /* packus keeps each 128-bit lane's four words; the permute brings lanes 0 and 2 together */
+        const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), _mm256_castsi256_si128(p));
+    }
+    for (; i < n; i++) dst[i] = attn_bf16_rne_daz(f ? src[i] * *f : src[i]);
+}
+
+static void pair_rows_f32_avx2(int rows, int cols, const float *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    for (int p = 0; p < (rows + 1) / 2; p++) {
+        const float *r0 = src + 2 * p * lds, *r1 = r0 + lds;
+        const int has1 = 2 * p + 1 < rows;
+        for (int j = 0; j < cols; j += 8) {
+            const __m256i lo = rne8(attn_ld8n(r0 + j, cols - j));
+            const __m256i hi = has1 ? rne8(attn_ld8n(r1 + j, cols - j)) : _mm256_setzero_si256();
+            attn_st8n((float *)(void *)(dst + p * ldd + j), cols - j,
+                      _mm256_castsi256_ps(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 16))));
+        }
+    }
+}
+
+/* Rows of a tile as A-operand words: w[r * ldw + q] = pair(bf16(x[r][2q]), bf16(x[r][2q + 1])),
+ * the missing column of an odd count 0: on a little-endian CPU a row's bf16 in order. */
+static void pair_cols_f32(int rows, int cols, const float *x, int64_t ld, uint32_t *w, int64_t ldw) {
+    for (int r = 0; r < rows; r++) {
+        uint16_t *h = (uint16_t *)(void *)(w + r * ldw);
+        round_row_avx2(cols, x + r * ld, NULL, h);
+        if (cols & 1) h[cols] = 0;
+    }
+}
+
+static void pair_tile_grads_avx2(int rows, int cols, const float *p, const float *ds, int64_t ld, uint32_t *pw,
+                                 uint32_t *dsw, int64_t ldw, uint32_t *dsv, int64_t ldv) {
+    pair_cols_f32(rows, cols, p, ld, pw, ldw);
+    pair_cols_f32(rows, cols, ds, ld, dsw, ldw);
+    if (dsv) pair_rows_f32_avx2(rows, cols, ds, ld, dsv, ldv);
+}
+
+static void pair_rows_bf16_avx2(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+    for (int p = 0; p < (rows + 1) / 2; p++) {
+        const uint16_t *r0 = src + 2 * p * lds, *r1 = r0 + lds;
+        const int has1 = 2 * p + 1 < rows;
+        int j = 0;
+        for (; j + 8 <= cols; j += 8) {
+            const __m256i lo = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(r0 + j)));
+            const __m256i hi =
+                has1 ? _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(r1 + j))) : _mm256_setzero_si256();
+            _mm256_storeu_si256((__m256i *)(void *)(dst + p * ldd + j), _mm256_or_si256(lo, _mm256_slli_epi32(hi, 16)));
+        }
+        for (; j < cols; j++) dst[p * ldd + j] = attn_pair(r0[j], has1 ? r1[j] : 0);
+    }
+}
+
+const attn_bf16_kernels *attn_bf16_kernels_avx2(void) {
+    /* no fused flash steps: the driver runs the AVX2 flash kernels' softmax, then these roundings */
+    static const attn_bf16_kernels k = {"avx2 (vdpbf16ps emulated by FMAs)", gemm_pairs_avx2, pair_rows_f32_avx2,
+                                        pair_tile_grads_avx2, pair_rows_bf16_avx2, round_row_avx2, NULL, NULL};
+    return &k;
+}
