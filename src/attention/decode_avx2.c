@@ -104,12 +104,14 @@ static inline __attribute__((always_inline)) void pv_body(const int nr, const in
     for (int r = 0; r < nr; r++) {
         const __m256 al = _mm256_set1_ps(alpha[r]);
         for (int c = 0; c < nc; c++)
-            acc[r][c] = left[c] > 0 ? _mm256_mul_ps(load_f(out + r * jb->ldo + x + 8 * c, left[c]), al) : _mm256_setzero_ps();
+            acc[r][c] = left[c] > 0 ? _mm256_mul_ps(load_f(out + r * jb->ldo + x + 8 * c, left[c]), al)
+                                    : _mm256_setzero_ps();
     }
     for (int j = 0; j < nb; j++) {
         const int64_t vr = (j0 + j) * jb->ldv + x;
         __m256 v[8];
-        for (int c = 0; c < nc; c++) v[c] = left[c] > 0 ? load_row(jb->v, vr + 8 * c, left[c], bf16) : _mm256_setzero_ps();
+        for (int c = 0; c < nc; c++)
+            v[c] = left[c] > 0 ? load_row(jb->v, vr + 8 * c, left[c], bf16) : _mm256_setzero_ps();
         for (int r = 0; r < nr; r++) {
             const __m256 p = _mm256_set1_ps(s[r][j]);
             for (int c = 0; c < nc; c++) acc[r][c] = _mm256_fmadd_ps(p, v[c], acc[r][c]);

@@ -31,7 +31,9 @@ static void scale_rows(float *c, int64_t ldc, int rows, int cols, const float *r
         }
 }
 
-static inline __m256 hi_half(__m256i w) { return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u))); }
+static inline __m256 hi_half(__m256i w) {
+    return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
+}
 static inline __m256 lo_half(__m256i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)); }
 
 /* One panel of nj <= 16 columns (whole: nj = 16, a constant at the call, so the loads and stores
@@ -92,7 +94,8 @@ static void gemm_pairs_avx2(int m, int n, int kp, const uint32_t *a, int64_t ars
 static inline __m256i rne8(__m256 v) {
     const __m256i u = _mm256_castps_si256(v), top = _mm256_srli_epi32(u, 16);
     const __m256i sub = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    const __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
     const __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(top, _mm256_set1_epi32(1)));
     __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
     r = _mm256_blendv_epi8(r, _mm256_and_si256(top, _mm256_set1_epi32(0x8000)), sub);
@@ -150,8 +153,8 @@ static void pair_rows_bf16_avx2(int rows, int cols, const uint16_t *src, int64_t
         int j = 0;
         for (; j + 8 <= cols; j += 8) {
             const __m256i lo = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(r0 + j)));
-            const __m256i hi =
-                has1 ? _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(r1 + j))) : _mm256_setzero_si256();
+            const __m256i hi = has1 ? _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(r1 + j)))
+                                    : _mm256_setzero_si256();
             _mm256_storeu_si256((__m256i *)(void *)(dst + p * ldd + j), _mm256_or_si256(lo, _mm256_slli_epi32(hi, 16)));
         }
         for (; j < cols; j++) dst[p * ldd + j] = attn_pair(r0[j], has1 ? r1[j] : 0);
