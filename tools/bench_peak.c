@@ -8,10 +8,11 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attn bench peak [--dtype f32,bf16] [--threads T[,T...]] [--json]\n\n"
-            "Measures FP32 FMA throughput with independent FMA chains in the best vector ISA of\n"
-            "this CPU (enough chains to cover the FMA latency), every thread running its own\n"
-            "loop; the fastest of %d samples of ~50 ms. Other benchmarks report fractions of\n"
-            "this peak. --dtype bf16 measures vdpbf16ps the same way (4 flops per lane: two\n"
+            "Measures FP32 FMA throughput with independent FMA chains in the vector ISA the\n"
+            "kernels run (the best of this CPU, or the one ATTN_ISA forces, so that a forced\n"
+            "ISA's fractions are of its own peak; enough chains to cover the FMA latency), every\n"
+            "thread running its own loop; the fastest of %d samples of ~50 ms. Other benchmarks\n"
+            "report fractions of this peak. --dtype bf16 measures vdpbf16ps the same way (4 flops per lane: two\n"
             "products and their sums), the peak of bf16 results; it is absent without\n"
             "AVX512-BF16.\n\n"
             "  --dtype f32,bf16 which peaks (default f32)\n"

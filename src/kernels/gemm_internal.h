@@ -106,7 +106,8 @@ float attn_fma_loop_ref(int64_t iters, int *chains, int *lanes);
 float attn_fma_loop_avx2(int64_t iters, int *chains, int *lanes);
 float attn_fma_loop_avx512(int64_t iters, int *chains, int *lanes);
 #endif
-/* The loop of the best ISA the CPU runs (attn_detected_isa()). */
+/* The loop of the ISA the kernels run (attn_active_isa(): the best the CPU has unless ATTN_ISA
+ * or attn_force_isa chose another), so that a forced ISA's fractions are of its own peak. */
 float attn_fma_loop_best(int64_t iters, int *chains, int *lanes, attn_isa *isa);
 
 #endif
