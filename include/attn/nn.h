@@ -663,9 +663,9 @@ typedef enum attn_positions { ATTN_POSITIONS_LEARNED = 0, ATTN_POSITIONS_ROPE = 
  *         gradients stay float32 (gradients accumulate in float32) — they are the master weights,
  *         and what checkpoints store. The products run on the bf16 kernels of attn_gemm_bf16 /
  *         attn_flash_*: AVX512-BF16 (vdpbf16ps) where the CPU has it, a bit-exact emulation
- *         elsewhere (by FMAs on other AVX-512 CPUs, below fp32's speed; scalar without AVX-512,
- *         far slower; the same roundings: products bit for bit, attention up to its float exp)
- *         — bf16 mode works on every CPU.
+ *         elsewhere (by FMAs on other AVX-512 and on AVX2 CPUs, below fp32's speed; scalar
+ *         without AVX2, far slower; the same roundings: products bit for bit, attention up to its
+ *         float exp) — bf16 mode works on every CPU.
  * Results are bitwise identical for any thread count in either precision. attn_gpt_forward,
  * attn_gpt_backward and attn_gpt_workspace_size follow attn_gpt_config.precision (a bf16 call needs
  * a larger workspace: ask that model); generation steps (attn_gpt_forward_step) run float32.
