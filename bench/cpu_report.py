@@ -26,7 +26,11 @@ Usage: python3 bench/cpu_report.py [--attn build/attn] [--out report.md] [--thre
 Aims (#14): flash forward/backward and SGEMM >= 75% of the FMA peak at N >= 1024; bf16 flash
 >= 1.7x fp32 (>= 4x with AMX); decode >= 70% of the measured memory bandwidth; training and
 attention >= 1.3x / 2x the peers. Run it on a quiet machine: the figures are medians, but a busy
-machine still moves them (--sittings 3 there)."""
+machine still moves them (--sittings 3 there).
+
+ATTN_ISA=avx2 in the environment measures the AVX2 tier (the kernels of CPUs without AVX-512) on
+an AVX-512 machine: every attn command runs its AVX2 kernels and `attn bench peak` its AVX2 loop,
+so the fractions are of the AVX2 peak."""
 import argparse
 import json
 import os
@@ -182,13 +186,13 @@ def main():
 
     missing = []
     info = run([attn, "info"]).strip()
-    # Without AVX-512 the bf16 products are the portable emulation: correct but scalar, and its
+    # Without AVX2 the bf16 products are the portable emulation: correct but scalar, and its
     # flash backward alone takes many minutes at these shapes. Its cells mean nothing for the aims,
-    # so they are skipped (--quick still runs them, to check the report's code). With AVX-512 but
-    # no AVX512-BF16 they are emulated by FMAs: measured, labelled.
+    # so they are skipped (--quick still runs them, to check the report's code). With AVX2 or
+    # AVX-512 but no AVX512-BF16 they are emulated by FMAs: measured, labelled.
     native_bf16 = "bf16 kernels: ref" not in info
     if not native_bf16 and not q:
-        missing.append("bf16: no AVX-512 on this CPU (attn's bf16 kernels are the portable scalar emulation), "
+        missing.append("bf16: no AVX2 on this CPU (attn's bf16 kernels are the portable scalar emulation), "
                        "so no bf16 cell was measured")
 
     def bf16_json(cmd):

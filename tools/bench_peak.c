@@ -58,7 +58,9 @@ int bench_peak_cmd(int argc, char **argv) {
         if (bf16) {
             const double g = bench_peak_gflops_bf16(o.threads[t]);
             if (g <= 0) {
-                fprintf(o.json ? stderr : stdout, "bf16 peak: this CPU has no AVX512-BF16\n");
+                fprintf(o.json ? stderr : stdout,
+                        "bf16 peak: no vdpbf16ps in the kernels that run (no AVX512-BF16 on this CPU, or ATTN_ISA "
+                        "below avx512): bf16 fractions are of the FMA peak\n");
                 break;
             }
             bench_result r;

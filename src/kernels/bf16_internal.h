@@ -73,7 +73,8 @@ const attn_bf16_kernels *attn_bf16_kernels_amx(void);
 int attn_cpu_has_amx_bf16(void);
 #endif
 /* Peak loop for `attn bench peak --dtype bf16`: iters rounds of *chains independent vdpbf16ps
- * of *lanes lanes (4 flops per lane each); *chains = 0 when the CPU has no AVX512-BF16. */
+ * of *lanes lanes (4 flops per lane each); *chains = 0 when the CPU has no AVX512-BF16 or the
+ * active ISA is below AVX-512 (the bf16 kernels then emulate it). */
 float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes);
 /* The kernels for the active ISA: with the active ISA AVX-512, vdpbf16ps where the CPU has
  * AVX512-BF16, or AMX tiles when asked for (ATTN_AMX=1 in the environment: opt-in while the AMX

@@ -102,7 +102,10 @@ const attn_bf16_kernels *attn_bf16_kernels_active(void) {
 
 float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    if (attn_cpu_has_avx512bf16()) return attn_dpbf16_loop_avx512bf16(iters, chains, lanes);
+    /* only while the kernels run vdpbf16ps: under ATTN_ISA=avx2 the bf16 products are emulated,
+     * and their peak is the FMA loop's */
+    if (attn_cpu_has_avx512bf16() && attn_active_isa() == ATTN_ISA_AVX512)
+        return attn_dpbf16_loop_avx512bf16(iters, chains, lanes);
 #endif
     (void)iters;
     *chains = *lanes = 0;
