@@ -207,7 +207,7 @@ static float peak_loop(int bf16, int64_t iters, int *chains, int *lanes, attn_is
         *isa = ATTN_ISA_AVX512;
         return attn_dpbf16_loop(iters, chains, lanes);
     }
-    return attn_fma_loop_best(iters, chains, lanes, isa);
+    return attn_fma_loop_active(iters, chains, lanes, isa);
 }
 
 /* Seconds for `threads` threads each running `iters` iterations at once. */
@@ -264,7 +264,7 @@ static double peak_gflops(int bf16, int threads) {
     if (bf16) {
         int c, l;
         attn_dpbf16_loop(1, &c, &l);
-        if (!c) return 0.0; /* no AVX512-BF16 */
+        if (!c) return 0.0; /* no vdpbf16ps in the kernels that run */
     }
     int granted = peak_threads_granted(threads);
     /* calibrate: a sample of about 50 ms */

@@ -95,7 +95,7 @@ static inline __attribute__((always_inline)) void pv_strip(const int nr, const i
     const int64_t dv = jb->dv;
     const int full = x + 16 * nc <= dv;
     __mmask16 m[8];
-    for (int c = 0; c < nc; c++) m[c] = x + 16 * c < dv ? attn_tail16(dv - x - 16 * c) : 0;
+    for (int c = 0; c < nc; c++) m[c] = attn_tail16(dv - x - 16 * c); /* 0 past dv */
     __m512 acc[4][8];
     for (int r = 0; r < nr; r++) {
         const __m512 al = _mm512_set1_ps(alpha[r]);

@@ -18,8 +18,6 @@
 
 #define MR_MAX 6
 
-static inline __mmask16 tail_mask(int cols) { return attn_tile_mask(cols); }
-
 /* One MR x (16 nv) tile; rows past mm re-read the last valid row and are not stored. */
 static inline __attribute__((always_inline)) void ukr(const int MR, const int nv, int mm, int k, const float *a,
                                                       int64_t ars, int64_t acs, const float *b,
@@ -75,7 +73,7 @@ static inline __attribute__((always_inline)) void gemm_rows(const int MR, int m,
     for (int j0 = 0; j0 < n; j0 += 64) {
         const int nn = n - j0 < 64 ? n - j0 : 64;
         const int nv = (nn + 15) / 16;
-        const __mmask16 last = tail_mask(nn - 16 * (nv - 1));
+        const __mmask16 last = attn_tail16(nn - 16 * (nv - 1));
         for (int i0 = 0; i0 < m; i0 += MR) {
             const int mm = m - i0 < MR ? m - i0 : MR;
             const float *ai = a + i0 * ars;
@@ -173,7 +171,7 @@ static void dropout_tile_avx512(int rows, int cols, float *s, int64_t ld, const 
     const __m512 scale = _mm512_set1_ps((float)(p < 1 ? 1.0 / (1.0 - (double)p) : 0.0));
     for (int c0 = 0; c0 < cols; c0 += 16) {
         const int nc = cols - c0 < 16 ? cols - c0 : 16;
-        const __mmask16 msk = tail_mask(nc);
+        const __mmask16 msk = attn_tail16(nc);
         uint64_t base[16];
         int aligned = 1;
         for (int q = 0; q < 16; q++) {
@@ -250,10 +248,10 @@ static void pack_transposed_avx512(int rows, int cols, const float *src, int64_t
     const __m512 fv = _mm512_set1_ps(f);
     for (int q0 = 0; q0 < rows; q0 += 16) {
         const int nq = rows - q0 < 16 ? rows - q0 : 16;
-        const __mmask16 qm = tail_mask(nq);
+        const __mmask16 qm = attn_tail16(nq);
         for (int t0 = 0; t0 < cols; t0 += 16) {
             const int nt = cols - t0 < 16 ? cols - t0 : 16;
-            const __mmask16 tm = tail_mask(nt);
+            const __mmask16 tm = attn_tail16(nt);
             __m512 r[16];
             for (int i = 0; i < 16; i++) {
                 r[i] = i < nq ? attn_ld16(tm, src + (q0 + i) * rs + t0) : _mm512_setzero_ps();
@@ -270,7 +268,7 @@ static void scale_copy_rows_avx512(int m, int n, const float *src, int64_t lds, 
     for (int i = 0; i < m; i++) {
         const __m512 fv = _mm512_set1_ps(f ? f[i] : 1.0f);
         for (int j = 0; j < n; j += 16) {
-            const __mmask16 msk = tail_mask(n - j);
+            const __mmask16 msk = attn_tail16(n - j);
             attn_st16(dst + i * ldd + j, msk, _mm512_mul_ps(attn_ld16(msk, src + i * lds + j), fv));
         }
     }

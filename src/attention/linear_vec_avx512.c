@@ -5,7 +5,6 @@
 #include "kernels/vec_math.h"
 #include "kernels/vec_tail_avx512.h"
 
-
 static void elu1_avx512(const float *x, float *y, int64_t n) {
     const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {

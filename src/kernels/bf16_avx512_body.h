@@ -17,14 +17,12 @@
 #include "softmax_tile_avx512.h"
 #include "vec_tail_avx512.h"
 
-static inline __mmask16 tail_mask(int rem) { return attn_tile_mask(rem); }
-
 /* C[r][j] *= (rs ? rs[r] : *f) for r < rows, j < min(cols, 64): the emulation's scalings, kept
  * outside its flush-to-zero region (BF16_ENTER .. BF16_LEAVE). */
 static inline void scale_rows(float *c, int64_t ldc, int rows, int cols, const float *rs, const float *f) {
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < 64 && j < cols; j += 16) {
-            const __mmask16 k = tail_mask(cols - j);
+            const __mmask16 k = attn_tail16(cols - j);
             const __m512 x = attn_ld16(k, c + r * ldc + j);
             attn_st16(c + r * ldc + j, k, _mm512_mul_ps(x, _mm512_set1_ps(rs ? rs[r] : *f)));
         }
@@ -43,7 +41,8 @@ static inline __attribute__((always_inline)) void BF16_FN(pairs_panel)(int m, in
     const __m512 os = _mm512_set1_ps(outscale);
     /* multiplies by 1 skipped: they would take vdpbf16ps's FP pipes (x * 1 is x, bit for bit) */
     const int scale_out = outscale != 1.0f;
-    const __mmask16 k0 = tail_mask(nj), k1 = tail_mask(nj - 16), k2 = tail_mask(nj - 32), k3 = tail_mask(nj - 48);
+    const __mmask16 k0 = attn_tail16(nj), k1 = attn_tail16(nj - 16), k2 = attn_tail16(nj - 32),
+                    k3 = attn_tail16(nj - 48);
     for (int i0 = 0; i0 < m; i0 += 4) {
         const int mi = m - i0 < 4 ? m - i0 : 4;
         __m512 c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33;
@@ -129,7 +128,7 @@ static void BF16_FN(pair_rows_f32)(int rows, int cols, const float *src, int64_t
         const float *r0 = src + 2 * p * lds, *r1 = r0 + lds;
         const int has1 = 2 * p + 1 < rows;
         for (int j = 0; j < cols; j += 32) {
-            const __mmask16 klo = tail_mask(cols - j), khi = tail_mask(cols - j - 16);
+            const __mmask16 klo = attn_tail16(cols - j), khi = attn_tail16(cols - j - 16);
             const __m512i x0 = BF16_CVT32(attn_ld16(khi, r0 + j + 16), attn_ld16(klo, r0 + j));
             const __m512i x1 = has1 ? BF16_CVT32(attn_ld16(khi, r1 + j + 16), attn_ld16(klo, r1 + j))
                                     : _mm512_setzero_si512();
@@ -149,7 +148,7 @@ static void BF16_FN(pair_rows_bf16)(int rows, int cols, const uint16_t *src, int
         const uint16_t *r0 = src + 2 * p * lds, *r1 = r0 + lds;
         const int has1 = 2 * p + 1 < rows;
         for (int j = 0; j < cols; j += 16) {
-            const __mmask16 k = tail_mask(cols - j);
+            const __mmask16 k = attn_tail16(cols - j);
             const __m256i lo = attn_ld16_epi16(k, r0 + j);
             const __m256i hi = has1 ? attn_ld16_epi16(k, r1 + j) : _mm256_setzero_si256();
             attn_st16_epi32(dst + p * ldd + j, k, interleave16(lo, hi));
@@ -160,7 +159,7 @@ static void BF16_FN(pair_rows_bf16)(int rows, int cols, const uint16_t *src, int
 static void BF16_FN(round_row)(int n, const float *src, const float *f, uint16_t *dst) {
     const __m512 s = _mm512_set1_ps(f ? *f : 1.0f);
     for (int i = 0; i < n; i += 16) {
-        const __mmask16 k = tail_mask(n - i);
+        const __mmask16 k = attn_tail16(n - i);
         __m512 x = attn_ld16(k, src + i);
         if (f) x = _mm512_mul_ps(x, s);
         attn_st16_epi16(dst + i, k, BF16_CVT16(x));

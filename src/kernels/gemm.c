@@ -451,8 +451,8 @@ attn_status attn_sgemm(attn_transpose transa, attn_transpose transb, int64_t m, 
     return ATTN_OK;
 }
 
-/* ---- FMA peak loop of the best ISA (for `attn bench peak`) ------------------------------- */
-float attn_fma_loop_best(int64_t iters, int *chains, int *lanes, attn_isa *isa) {
+/* ---- FMA peak loop of the active ISA (for `attn bench peak`) ----------------------------- */
+float attn_fma_loop_active(int64_t iters, int *chains, int *lanes, attn_isa *isa) {
     *isa = attn_active_isa();
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
     if (*isa == ATTN_ISA_AVX512) return attn_fma_loop_avx512(iters, chains, lanes);

@@ -108,6 +108,6 @@ float attn_fma_loop_avx512(int64_t iters, int *chains, int *lanes);
 #endif
 /* The loop of the ISA the kernels run (attn_active_isa(): the best the CPU has unless ATTN_ISA
  * or attn_force_isa chose another), so that a forced ISA's fractions are of its own peak. */
-float attn_fma_loop_best(int64_t iters, int *chains, int *lanes, attn_isa *isa);
+float attn_fma_loop_active(int64_t iters, int *chains, int *lanes, attn_isa *isa);
 
 #endif

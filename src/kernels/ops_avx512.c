@@ -8,7 +8,6 @@
 #include "vec_math.h"
 #include "vec_tail_avx512.h"
 
-
 /* upper 8 floats */
 static inline __m256 hi256(__m512 v) {
     return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
@@ -174,7 +173,7 @@ static void layernorm_param_grad_avx512(const float *x, const float *mean, const
     for (int64_t c = c0; c < c1; c += 64) {
         __mmask16 k[4];
         __m512d ag[8], ab[8];
-        for (int v = 0; v < 4; v++) k[v] = c + 16 * v < c1 ? attn_tail16(c1 - c - 16 * v) : 0;
+        for (int v = 0; v < 4; v++) k[v] = attn_tail16(c1 - c - 16 * v); /* 0 past c1 */
         for (int v = 0; v < 8; v++) ag[v] = ab[v] = _mm512_setzero_pd();
         for (int64_t r = 0; r < rows; r++) {
             const float *xr = x + r * n + c, *dr = dy + r * n + c;
@@ -202,7 +201,7 @@ static void col_sum_avx512(const float *m, float *out, int64_t rows, int64_t n, 
     for (int64_t c = c0; c < c1; c += 64) {
         __mmask16 k[4];
         __m512d a[8];
-        for (int v = 0; v < 4; v++) k[v] = c + 16 * v < c1 ? attn_tail16(c1 - c - 16 * v) : 0;
+        for (int v = 0; v < 4; v++) k[v] = attn_tail16(c1 - c - 16 * v); /* 0 past c1 */
         for (int v = 0; v < 8; v++) a[v] = _mm512_setzero_pd();
         for (int64_t r = 0; r < rows; r++)
             for (int v = 0; v < 4; v++) {

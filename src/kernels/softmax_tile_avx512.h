@@ -24,8 +24,6 @@
 
 #include "vec_tail_avx512.h"
 
-static inline __mmask16 attn_tile_mask(int cols) { return attn_tail16(cols); }
-
 /* lowp: the bf16 path's degree-5 polynomial (a compile-time constant in every caller) */
 static inline __attribute__((always_inline)) __m512 attn_tile_exp2(const int lowp, __m512 x) {
     /* lanes below -126 (and -inf) give 0, a NaN stays; the masked subtraction keeps -inf - -inf
@@ -75,7 +73,7 @@ static inline __attribute__((always_inline)) void attn_tile_softmax_block(const 
     __mmask16 msk[4], fin[4];
     __m512 m_old[4], mx[4], mxs[4], sum[4];
     for (int q = 0; q < nv; q++) {
-        msk[q] = attn_tile_mask(ncols - 16 * q);
+        msk[q] = attn_tail16(ncols - 16 * q);
         m_old[q] = mx[q] = _mm512_mask_loadu_ps(ninf, msk[q], mrun + 16 * q);
         sum[q] = _mm512_setzero_ps();
     }
@@ -159,7 +157,7 @@ typedef struct {
 static inline __attribute__((always_inline)) attn_tile_stats attn_tile_stats_at(int cols, int c0, const float *m,
                                                                               const float *ll, const float *dsum) {
     attn_tile_stats t;
-    t.msk = attn_tile_mask(cols - c0);
+    t.msk = attn_tail16(cols - c0);
     const __m512 mv = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), t.msk, m + c0);
     t.fin = _mm512_cmp_ps_mask(mv, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
     t.ms = _mm512_maskz_mov_ps(t.fin, mv);
@@ -235,10 +233,10 @@ static inline __attribute__((always_inline)) void attn_tile_probs_ds_pairs(const
             t0 = attn_tile_stats_at(cols, j, m, ll, dsum);
             t1 = attn_tile_stats_at(cols, j + 16, m, ll, dsum);
         } else {
-            t0.msk = attn_tile_mask(cols - j);
-            t1.msk = attn_tile_mask(cols - j - 16);
+            t0.msk = attn_tail16(cols - j);
+            t1.msk = attn_tail16(cols - j - 16);
         }
-        const __mmask16 kw = attn_tile_mask((cols - j + 1) / 2);
+        const __mmask16 kw = attn_tail16((cols - j + 1) / 2);
         for (int r = 0; r < rows; r += 2) {
             const int has1 = r + 1 < rows;
             __m512 p[2], d[2];
