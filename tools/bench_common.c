@@ -97,10 +97,7 @@ void bench_result_dim(bench_result *r, const char *name, int64_t value) {
 void bench_result_finish(bench_result *r, double flops, double ms) {
     r->ms = ms;
     r->gflops = ms > 0 ? flops / (ms * 1e6) : 0.0;
-    double peak = r->bf16 ? bench_peak_gflops_bf16(r->threads) : bench_peak_gflops(r->threads);
-    /* no vdpbf16ps in the kernels that run: the bf16 products are two FMAs per pair, whose
-     * ceiling, counted as bf16 flops, is the FMA peak */
-    if (r->bf16 && !(peak > 0)) peak = bench_peak_gflops(r->threads);
+    const double peak = r->bf16 ? bench_peak_gflops_bf16_results(r->threads) : bench_peak_gflops(r->threads);
     r->peak_fraction = peak > 0 ? r->gflops / peak : 0.0;
 }
 
@@ -197,21 +194,22 @@ void bench_print(FILE *f, const bench_result *r, int json) {
 /* ---- peak -------------------------------------------------------------------------------- */
 
 #define PEAK_CACHE 1025
-static double peak_cache[2][PEAK_CACHE], peak_ms[2][PEAK_CACHE];
-static int peak_chains[2], peak_lanes[2];
+/* kinds: 0 the FMA loop, 1 vdpbf16ps, 2 AMX tiles */
+enum { PEAK_FMA, PEAK_DPBF16, PEAK_AMX, PEAK_KINDS };
+static double peak_cache[PEAK_KINDS][PEAK_CACHE], peak_ms[PEAK_KINDS][PEAK_CACHE];
+static int peak_chains[PEAK_KINDS], peak_lanes[PEAK_KINDS];
 static attn_isa peak_isa;
 static volatile float peak_sink; /* keeps the loops' results alive */
 
-static float peak_loop(int bf16, int64_t iters, int *chains, int *lanes, attn_isa *isa) {
-    if (bf16) {
-        *isa = ATTN_ISA_AVX512;
-        return attn_dpbf16_loop(iters, chains, lanes);
-    }
+static float peak_loop(int kind, int64_t iters, int *chains, int *lanes, attn_isa *isa) {
+    *isa = ATTN_ISA_AVX512;
+    if (kind == PEAK_DPBF16) return attn_dpbf16_loop(iters, chains, lanes);
+    if (kind == PEAK_AMX) return attn_amx_loop(iters, chains, lanes);
     return attn_fma_loop_active(iters, chains, lanes, isa);
 }
 
 /* Seconds for `threads` threads each running `iters` iterations at once. */
-static double peak_run(int bf16, int threads, int64_t iters) {
+static double peak_run(int kind, int threads, int64_t iters) {
     double t0 = 0, el = 0;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads)
@@ -221,24 +219,24 @@ static double peak_run(int bf16, int threads, int64_t iters) {
         t0 = bench_now();
         int chains, lanes;
         attn_isa isa;
-        float s = peak_loop(bf16, iters, &chains, &lanes, &isa);
+        float s = peak_loop(kind, iters, &chains, &lanes, &isa);
 #pragma omp barrier
 #pragma omp master
         {
             el = bench_now() - t0;
             peak_sink = s;
-            peak_chains[bf16] = chains;
-            peak_lanes[bf16] = lanes;
-            if (!bf16) peak_isa = isa;
+            peak_chains[kind] = chains;
+            peak_lanes[kind] = lanes;
+            if (kind == PEAK_FMA) peak_isa = isa;
         }
     }
 #else
     (void)threads;
     attn_isa isa;
     t0 = bench_now();
-    peak_sink = peak_loop(bf16, iters, &peak_chains[bf16], &peak_lanes[bf16], &isa);
+    peak_sink = peak_loop(kind, iters, &peak_chains[kind], &peak_lanes[kind], &isa);
     el = bench_now() - t0;
-    if (!bf16) peak_isa = isa;
+    if (kind == PEAK_FMA) peak_isa = isa;
 #endif
     return el;
 }
@@ -258,58 +256,73 @@ static int peak_threads_granted(int threads) {
 #endif
 }
 
-static double peak_gflops(int bf16, int threads) {
+static double peak_gflops(int kind, int threads) {
     if (threads < 1) threads = 1;
-    if (threads < PEAK_CACHE && peak_cache[bf16][threads] > 0) return peak_cache[bf16][threads];
-    if (bf16) {
+    if (threads < PEAK_CACHE && peak_cache[kind][threads] > 0) return peak_cache[kind][threads];
+    if (kind != PEAK_FMA) {
         int c, l;
-        attn_dpbf16_loop(1, &c, &l);
-        if (!c) return 0.0; /* no vdpbf16ps in the kernels that run */
+        attn_isa isa;
+        peak_loop(kind, 1, &c, &l, &isa);
+        if (!c) return 0.0; /* no vdpbf16ps (or AMX tiles) in the kernels that run */
     }
     int granted = peak_threads_granted(threads);
     /* calibrate: a sample of about 50 ms */
-    int64_t iters = 1 << 16;
+    int64_t iters = 1 << 12;
     double el;
-    while ((el = peak_run(bf16, threads, iters)) < 0.01) iters *= 4;
+    while ((el = peak_run(kind, threads, iters)) < 0.01) iters *= 4;
     iters = (int64_t)((double)iters * 0.05 / el) + 1;
     double s[BENCH_MIN_REPEATS];
-    for (int r = 0; r < BENCH_MIN_REPEATS; r++) s[r] = peak_run(bf16, threads, iters);
+    for (int r = 0; r < BENCH_MIN_REPEATS; r++) s[r] = peak_run(kind, threads, iters);
     /* a peak is a capability: the fastest sample (anything else on the machine only slows) */
     double sec = s[0];
     for (int r = 1; r < BENCH_MIN_REPEATS; r++)
         if (s[r] < sec) sec = s[r];
-    /* an FMA is 2 flops per lane, a vdpbf16ps 4 (two products and their sums) */
-    double flops = (double)granted * (double)iters * peak_chains[bf16] * peak_lanes[bf16] * (bf16 ? 4.0 : 2.0);
+    /* an FMA is 2 flops per lane, a pair product 4 (two products and their sums) */
+    double flops =
+        (double)granted * (double)iters * peak_chains[kind] * peak_lanes[kind] * (kind == PEAK_FMA ? 2.0 : 4.0);
     double g = flops / sec * 1e-9;
     if (threads < PEAK_CACHE) {
-        peak_cache[bf16][threads] = g;
-        peak_ms[bf16][threads] = sec * 1e3;
+        peak_cache[kind][threads] = g;
+        peak_ms[kind][threads] = sec * 1e3;
     }
     return g;
 }
 
-double bench_peak_gflops(int threads) { return peak_gflops(0, threads); }
-double bench_peak_gflops_bf16(int threads) { return peak_gflops(1, threads); }
+double bench_peak_gflops(int threads) { return peak_gflops(PEAK_FMA, threads); }
+double bench_peak_gflops_bf16(int threads) { return peak_gflops(PEAK_DPBF16, threads); }
+double bench_peak_gflops_amx(int threads) { return peak_gflops(PEAK_AMX, threads); }
 
-static double sample_ms(int bf16, int threads) {
+static double sample_ms(int kind, int threads) {
     if (threads < 1 || threads >= PEAK_CACHE) return NAN;
-    if (peak_cache[bf16][threads] <= 0) peak_gflops(bf16, threads);
-    return peak_ms[bf16][threads];
+    if (peak_cache[kind][threads] <= 0) peak_gflops(kind, threads);
+    return peak_ms[kind][threads];
 }
-double bench_peak_sample_ms(int threads) { return sample_ms(0, threads); }
-double bench_peak_sample_ms_bf16(int threads) { return sample_ms(1, threads); }
+double bench_peak_sample_ms(int threads) { return sample_ms(PEAK_FMA, threads); }
+double bench_peak_sample_ms_bf16(int threads) { return sample_ms(PEAK_DPBF16, threads); }
+double bench_peak_sample_ms_amx(int threads) { return sample_ms(PEAK_AMX, threads); }
 
 const char *bench_peak_isa(int *chains, int *lanes) {
-    if (peak_chains[0] == 0) bench_peak_gflops(1);
-    if (chains) *chains = peak_chains[0];
-    if (lanes) *lanes = peak_lanes[0];
+    if (peak_chains[PEAK_FMA] == 0) bench_peak_gflops(1);
+    if (chains) *chains = peak_chains[PEAK_FMA];
+    if (lanes) *lanes = peak_lanes[PEAK_FMA];
     return attn_isa_name(peak_isa);
 }
 
-void bench_peak_bf16_shape(int *chains, int *lanes) {
-    if (peak_chains[1] == 0) bench_peak_gflops_bf16(1); /* the shape the measurement recorded */
-    *chains = peak_chains[1];
-    *lanes = peak_lanes[1];
+static void peak_shape(int kind, int *chains, int *lanes) {
+    if (peak_chains[kind] == 0) peak_gflops(kind, 1); /* the shape the measurement recorded */
+    *chains = peak_chains[kind];
+    *lanes = peak_lanes[kind];
+}
+void bench_peak_bf16_shape(int *chains, int *lanes) { peak_shape(PEAK_DPBF16, chains, lanes); }
+void bench_peak_amx_shape(int *tiles, int *lanes) { peak_shape(PEAK_AMX, tiles, lanes); }
+
+double bench_peak_gflops_bf16_results(int threads) {
+    /* the ceiling of the bf16 kernels that run: AMX tiles, else vdpbf16ps, else (the products
+     * emulated as two FMAs per pair, counted as bf16 flops) the FMA peak */
+    double peak = bench_peak_gflops_amx(threads);
+    if (!(peak > 0)) peak = bench_peak_gflops_bf16(threads);
+    if (!(peak > 0)) peak = bench_peak_gflops(threads);
+    return peak;
 }
 
 int bench_parse_dtypes(const char *cmd, const char *list, int *f32, int *bf16) {

@@ -86,7 +86,7 @@ typedef struct bench_result {
     double ms;            /* median per call */
     double gflops;        /* flops / time */
     double peak_fraction; /* gflops / bench_peak_gflops(threads), or the bf16 peak when bf16 */
-    int bf16;             /* a bf16 computation: its peak is bench_peak_gflops_bf16 */
+    int bf16;             /* a bf16 computation: its peak is bench_peak_gflops_bf16_results */
     double ratio;         /* to the peer (NAN: none) */
     const char *peer;     /* the peer's impl name when ratio is set */
 } bench_result;
@@ -119,6 +119,14 @@ void bench_peak_bf16_shape(int *chains, int *lanes);
 /* The same for bf16 pair products (vdpbf16ps, 4 flops per lane); 0 without AVX512-BF16. */
 double bench_peak_gflops_bf16(int threads);
 double bench_peak_sample_ms_bf16(int threads);
+/* The same for AMX tiles (TDPBF16PS, 4 flops per pair lane); 0 unless the bf16 kernels that
+ * run are AMX's. */
+double bench_peak_gflops_amx(int threads);
+double bench_peak_sample_ms_amx(int threads);
+void bench_peak_amx_shape(int *tiles, int *lanes);
+/* The peak of the bf16 kernels that run, which bf16 rows' fractions are of: AMX's, else
+ * vdpbf16ps's, else the FMA peak (the products emulated as FMAs). */
+double bench_peak_gflops_bf16_results(int threads);
 
 /* --dtype LIST (f32, bf16, comma-separated; NULL: f32) into flags; 0, or cli_usage_error's
  * code when bad. */

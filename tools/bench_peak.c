@@ -1,5 +1,6 @@
 /* attn bench peak: this machine's FP32 FMA throughput per thread count, and with --dtype bf16
- * the AVX512-BF16 pair-product (vdpbf16ps) throughput. */
+ * the AVX512-BF16 pair-product (vdpbf16ps) throughput and, where the bf16 kernels run on them,
+ * AMX tiles' (TDPBF16PS). */
 #include <stdio.h>
 
 #include "bench_common.h"
@@ -12,9 +13,10 @@ static void usage(FILE *f) {
             "kernels run (the best of this CPU, or the one ATTN_ISA forces, so that a forced\n"
             "ISA's fractions are of its own peak; enough chains to cover the FMA latency), every\n"
             "thread running its own loop; the fastest of %d samples of ~50 ms. Other benchmarks\n"
-            "report fractions of this peak. --dtype bf16 measures vdpbf16ps the same way (4 flops per lane: two\n"
-            "products and their sums), the peak of bf16 results; it is absent without\n"
-            "AVX512-BF16.\n\n"
+            "report fractions of this peak. --dtype bf16 measures vdpbf16ps the same way (4 flops\n"
+            "per lane: two products and their sums; absent without AVX512-BF16) and, where the\n"
+            "bf16 kernels run on AMX tiles, TDPBF16PS into 4 accumulator tiles (16 x 16 results\n"
+            "of 16 pairs each): the peak of bf16 results is AMX's where it runs, else vdpbf16ps's.\n\n"
             "  --dtype f32,bf16 which peaks (default f32)\n"
             "  --threads T,...  thread counts (default: 1 and attn's, ATTN_NUM_THREADS or\n"
             "                   OMP_NUM_THREADS)\n"
@@ -78,6 +80,22 @@ int bench_peak_cmd(int argc, char **argv) {
                 r.peer = "fma_peak";
             }
             bench_print(stdout, &r, o.json);
+            const double ga = bench_peak_gflops_amx(o.threads[t]);
+            if (ga > 0) {
+                bench_result a;
+                bench_result_init(&a, "amx_peak", "amx", o.threads[t]);
+                int tiles, alanes;
+                bench_peak_amx_shape(&tiles, &alanes);
+                bench_result_dim(&a, "tiles", tiles);
+                bench_result_dim(&a, "lanes", alanes);
+                a.gflops = ga;
+                a.ms = bench_peak_sample_ms_amx(o.threads[t]);
+                a.peak_fraction = 1.0;
+                a.bf16 = 1;
+                a.ratio = ga / g;
+                a.peer = "bf16_peak";
+                bench_print(stdout, &a, o.json);
+            }
         }
     }
     return 0;

@@ -69,7 +69,7 @@ int cmd_info(int argc, char **argv) {
     printf("cpu features: %s\n", attn_cpu_features()[0] ? attn_cpu_features() : "(none)");
     printf("best isa:     %s\n", attn_isa_name(attn_detected_isa()));
     printf("kernels:      %s\n", attn_isa_name(attn_active_isa()));
-    printf("bf16 kernels: %s (AMX tiles opt-in, ATTN_AMX=1: not yet measured on AMX hardware)\n", attn_kernel_ctx_active()->bf16->name);
+    printf("bf16 kernels: %s (AMX tiles where granted; ATTN_AMX=0 declines them)\n", attn_kernel_ctx_active()->bf16->name);
     printf("threads:      %d\n", attn_get_num_threads());
     print_tuning();
     return 0;

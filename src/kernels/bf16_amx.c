@@ -2,23 +2,23 @@
  * later). The only file compiled with -mamx-tile -mamx-bf16. The tile state must be requested
  * from Linux once per process (arch_prctl ARCH_REQ_XCOMP_PERM); when the CPU lacks AMX or the
  * request is refused, attn_bf16_kernels_amx() returns NULL and the vdpbf16ps kernels serve.
- * Opt-in (ATTN_AMX=1, see bf16_internal.h): no machine has run this file on AMX hardware yet;
- * it is tested through the instruction-level emulation amx_emulate.h (-DATTN_AMX_EMULATE,
- * test_amx_emulated), which checks its tile shapes and results, not its speed.
+ * The default where granted (ATTN_AMX=0 declines it, see bf16_internal.h): on a Sapphire Rapids
+ * it runs the bf16 GEMM at 2.3-7x vdpbf16ps and the bf16 flash at 2-4x (docs/performance.md
+ * section 12). Also tested on the instruction-level emulation amx_emulate.h (-DATTN_AMX_EMULATE,
+ * test_amx_emulated, any CPU), which checks its tile shapes and results, not its speed.
  *
  * Blocks of C of 32 x 32 in four 16 x 16 float tiles (0-3), k in chunks of 16 pair words with
  * two A tiles (4-5, 16 rows x 16 pairs) and two B tiles (6-7, 16 pairs x 16 columns): palette
  * 1's 8 tiles all used, each loaded A and B tile feeding two TDPBF16PS (4 multiplies per 4 tile
  * loads, against 1 per 2 with a single accumulator); 32 columns also fit the flash tiles'
- * n <= 64. Full 16 x 16 blocks are loaded straight from the operands (A when acs == 1, with
- * stride ars; B with stride ldb; C when accumulating without rowscale, else zeroed) and C
- * stored straight back; only edge blocks (partial rows, columns or k chunk), strided A
- * (acs != 1) and rowscale go through zero-padded staging buffers. The k chunks run in
- * increasing order into the same accumulators, so each C element is one chain in increasing k.
- * TDPBF16PS sums the same pair products in float; its rounding of the pair sum is the
- * hardware's, so results may differ in the last bits from vdpbf16ps (never between thread
- * counts: every thread runs the same kernel). The other three kernels of the table are
- * vdpbf16ps's. */
+ * n <= 64. Blocks wholly inside C with A's rows contiguous (block_full) load A, B and C straight
+ * from memory; A given down its columns (ars 1, the flash kernels' P and dS) is transposed once
+ * per call first; other edge blocks (partial rows, columns or k chunk, any other strides) go
+ * through zero-padded staging buffers (block_edge). The k chunks run in increasing order into
+ * the same accumulators, so each C element is one chain in increasing k. TDPBF16PS sums the same
+ * pair products in float; its rounding of the pair sum is the hardware's, so results may differ
+ * in the last bits from vdpbf16ps (never between thread counts: every thread runs the same
+ * kernel). The other kernels of the table are vdpbf16ps's. */
 #define _DEFAULT_SOURCE /* syscall */
 #include <stdatomic.h>
 #include <string.h>
@@ -31,7 +31,9 @@
 #include <immintrin.h>
 #endif
 
+#include "attention/flash_internal.h"
 #include "bf16_internal.h"
+#include "core/dispatch.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -99,6 +101,149 @@ static inline void dp(int t) {
     }
 }
 
+/* A block of C of 32 x 32 wholly inside C with A's pairs contiguous (acs 1), all kp pair words:
+ * the accumulators start from zero (!accumulate), C, or C scaled by rowscale, and go back to C
+ * times outscale. The loads are interleaved with the products (A0 B0 | B1 | A1 ...), so that
+ * each load overlaps a product that does not read its tile (no renaming of tiles), and the next
+ * chunk's B lines are prefetched (B's rows are a panel's, 4 lines apart). Ranges of k with the
+ * partial sums stored between them (A and B in L1 across the call's blocks) measured slower. */
+static void block_full(int kp, const uint32_t *a, int64_t ars, const uint32_t *b, int64_t ldb, float *c, int64_t ldc,
+                       int accumulate, const float *rowscale, float outscale) {
+    float cb[16 * 16] __attribute__((aligned(64)));
+    if (!accumulate) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    } else if (!rowscale) {
+        _tile_loadd(0, c, ldc * 4);
+        _tile_loadd(1, c + 16, ldc * 4);
+        _tile_loadd(2, c + 16 * ldc, ldc * 4);
+        _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+    } else {
+        for (int t = 0; t < 4; t++) {
+            const float *cp = c + (t >> 1) * 16 * ldc + (t & 1) * 16;
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 16; j++) cb[i * 16 + j] = cp[(int64_t)i * ldc + j] * rowscale[(t >> 1) * 16 + i];
+            load_c(t, cb, 64);
+        }
+    }
+    const uint32_t *a1 = a + 16 * ars;
+    const int full_hi = kp & ~15;
+    for (int p0 = 0; p0 < full_hi; p0 += 16) {
+        const uint32_t *bp = b + (int64_t)p0 * ldb;
+        _tile_loadd(4, a + p0, ars * 4);
+        _tile_loadd(6, bp, ldb * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, bp + 16, ldb * 4);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, a1 + p0, ars * 4);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        if (p0 + 16 < full_hi)
+            for (int q = 0; q < 16; q++) {
+                __builtin_prefetch(bp + (int64_t)(16 + q) * ldb, 0, 3);
+                __builtin_prefetch(bp + (int64_t)(16 + q) * ldb + 16, 0, 3);
+            }
+    }
+    if (full_hi < kp) { /* the last pair words, zero-padded to a chunk */
+        const int pk = kp - full_hi;
+        uint32_t ab[2][16 * 16] __attribute__((aligned(64))), bb[2][16 * 16] __attribute__((aligned(64)));
+        for (int h = 0; h < 2; h++) {
+            for (int i = 0; i < 16; i++)
+                for (int q = 0; q < 16; q++) ab[h][i * 16 + q] = q < pk ? a[(int64_t)(16 * h + i) * ars + full_hi + q] : 0;
+            for (int q = 0; q < 16; q++)
+                for (int j = 0; j < 16; j++) bb[h][q * 16 + j] = q < pk ? b[(int64_t)(full_hi + q) * ldb + 16 * h + j] : 0;
+        }
+        _tile_loadd(4, ab[0], 64);
+        _tile_loadd(5, ab[1], 64);
+        _tile_loadd(6, bb[0], 64);
+        _tile_loadd(7, bb[1], 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, ldc * 4);
+    _tile_stored(1, c + 16, ldc * 4);
+    _tile_stored(2, c + 16 * ldc, ldc * 4);
+    _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+    if (outscale != 1.0f)
+        for (int i = 0; i < 32; i++)
+            for (int j = 0; j < 32; j++) c[(int64_t)i * ldc + j] *= outscale;
+}
+
+/* Any other block (partial rows or columns, or strided A), all of k at once, through
+ * zero-padded staging buffers where the operands do not fill a tile. */
+static void block_edge(int m, int n, int kp, int i0, int j0, const uint32_t *a, int64_t ars, int64_t acs,
+                       const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
+                       float outscale) {
+    float cb[4][16 * 16] __attribute__((aligned(64)));
+    uint32_t ab[16 * 16] __attribute__((aligned(64))), bb[16 * 16] __attribute__((aligned(64)));
+    /* hi, hj: 16-row / 16-column halves of the block that hold any of C (1 or 2) */
+    const int mi = m - i0 < 32 ? m - i0 : 32, nj = n - j0 < 32 ? n - j0 : 32;
+    const int hi_n = (mi + 15) / 16, hj_n = (nj + 15) / 16;
+    for (int hi = 0; hi < hi_n; hi++)
+        for (int hj = 0; hj < hj_n; hj++) {
+            const int t = 2 * hi + hj, r0 = i0 + 16 * hi, c0 = j0 + 16 * hj;
+            const int full = r0 + 16 <= m && c0 + 16 <= n;
+            if (!accumulate) {
+                zero_c(t);
+            } else if (full && !rowscale) {
+                load_c(t, c + (int64_t)r0 * ldc + c0, ldc * 4);
+            } else {
+                for (int i = 0; i < 16; i++)
+                    for (int j = 0; j < 16; j++)
+                        cb[t][i * 16 + j] = r0 + i < m && c0 + j < n ? c[(int64_t)(r0 + i) * ldc + c0 + j] *
+                                                                           (rowscale ? rowscale[r0 + i] : 1.0f)
+                                                                     : 0.0f;
+                load_c(t, cb[t], 64);
+            }
+        }
+    for (int p0 = 0; p0 < kp; p0 += 16) {
+        const int pk = kp - p0 < 16 ? kp - p0 : 16;
+        for (int h = 0; h < hi_n; h++) {
+            const int r0 = i0 + 16 * h;
+            if (acs == 1 && pk == 16 && r0 + 16 <= m) {
+                load_a(h, a + (int64_t)r0 * ars + p0, ars * 4);
+            } else {
+                for (int i = 0; i < 16; i++)
+                    for (int p = 0; p < 16; p++)
+                        ab[i * 16 + p] = r0 + i < m && p < pk ? a[(int64_t)(r0 + i) * ars + (int64_t)(p0 + p) * acs] : 0;
+                load_a(h, ab, 64);
+            }
+        }
+        for (int h = 0; h < hj_n; h++) {
+            const int c0 = j0 + 16 * h;
+            if (pk == 16 && c0 + 16 <= n) {
+                load_b(h, b + (int64_t)p0 * ldb + c0, ldb * 4);
+            } else {
+                for (int p = 0; p < 16; p++)
+                    for (int j = 0; j < 16; j++) bb[p * 16 + j] = p < pk && c0 + j < n ? b[(int64_t)(p0 + p) * ldb + c0 + j] : 0;
+                load_b(h, bb, 64);
+            }
+        }
+        for (int hi = 0; hi < hi_n; hi++)
+            for (int hj = 0; hj < hj_n; hj++) dp(2 * hi + hj);
+    }
+    for (int hi = 0; hi < hi_n; hi++)
+        for (int hj = 0; hj < hj_n; hj++) {
+            const int t = 2 * hi + hj, r0 = i0 + 16 * hi, c0 = j0 + 16 * hj;
+            if (r0 + 16 <= m && c0 + 16 <= n) {
+                float *cp = c + (int64_t)r0 * ldc + c0;
+                store_c(t, cp, ldc * 4);
+                if (outscale != 1.0f)
+                    for (int i = 0; i < 16; i++)
+                        for (int j = 0; j < 16; j++) cp[(int64_t)i * ldc + j] *= outscale;
+            } else {
+                store_c(t, cb[t], 64);
+                for (int i = 0; i < 16 && r0 + i < m; i++)
+                    for (int j = 0; j < 16 && c0 + j < n; j++)
+                        c[(int64_t)(r0 + i) * ldc + c0 + j] = cb[t][i * 16 + j] * outscale;
+            }
+        }
+}
+
 #ifdef ATTN_AMX_EMULATE
 /* The test's entry point to the emulated kernel (the library's copy stays static). */
 void attn_bf16_gemm_pairs_amx_emulated(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs,
@@ -111,77 +256,59 @@ static
 void gemm_pairs_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
                     int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale, float outscale) {
     configure();
-    float cb[4][16 * 16] __attribute__((aligned(64)));
-    uint32_t ab[16 * 16] __attribute__((aligned(64))), bb[16 * 16] __attribute__((aligned(64)));
+    /* A given down its columns (ars 1: the flash kernels' P and dS words, pw[p * BR + i]): tiles
+     * need its rows, so a small A is transposed once per call (16 x 16 words in registers) rather
+     * than gathered into staging for every block and chunk */
+    uint32_t at[64 * 64] __attribute__((aligned(64)));
+    if (acs != 1 && ars == 1 && (int64_t)m * kp <= 64 * 64 && m > 0 && kp > 0) {
+        attn_kernel_ctx_active()->flash->pack_transposed(kp, m, (const float *)(const void *)a, acs, 1.0f,
+                                                         (float *)(void *)at, kp);
+        a = at;
+        ars = kp;
+        acs = 1;
+    }
+    const int mf = acs == 1 ? m & ~31 : 0, nf = n & ~31;
+    for (int i0 = 0; i0 < mf; i0 += 32)
+        for (int j0 = 0; j0 < nf; j0 += 32)
+            block_full(kp, a + (int64_t)i0 * ars, ars, b + j0, ldb, c + (int64_t)i0 * ldc + j0, ldc, accumulate,
+                       rowscale ? rowscale + i0 : NULL, outscale);
     for (int i0 = 0; i0 < m; i0 += 32)
-        for (int j0 = 0; j0 < n; j0 += 32) {
-            /* hi, hj: 16-row / 16-column halves of the block that hold any of C (1 or 2) */
-            const int mi = m - i0 < 32 ? m - i0 : 32, nj = n - j0 < 32 ? n - j0 : 32;
-            const int hi_n = (mi + 15) / 16, hj_n = (nj + 15) / 16;
-            for (int hi = 0; hi < hi_n; hi++)
-                for (int hj = 0; hj < hj_n; hj++) {
-                    const int t = 2 * hi + hj, r0 = i0 + 16 * hi, c0 = j0 + 16 * hj;
-                    const int full = r0 + 16 <= m && c0 + 16 <= n;
-                    if (!accumulate) {
-                        zero_c(t);
-                    } else if (full && !rowscale) {
-                        load_c(t, c + (int64_t)r0 * ldc + c0, ldc * 4);
-                    } else {
-                        for (int i = 0; i < 16; i++)
-                            for (int j = 0; j < 16; j++)
-                                cb[t][i * 16 + j] = r0 + i < m && c0 + j < n ? c[(int64_t)(r0 + i) * ldc + c0 + j] *
-                                                                                   (rowscale ? rowscale[r0 + i] : 1.0f)
-                                                                             : 0.0f;
-                        load_c(t, cb[t], 64);
-                    }
-                }
-            for (int p0 = 0; p0 < kp; p0 += 16) {
-                const int pk = kp - p0 < 16 ? kp - p0 : 16;
-                for (int h = 0; h < hi_n; h++) {
-                    const int r0 = i0 + 16 * h;
-                    if (acs == 1 && pk == 16 && r0 + 16 <= m) {
-                        load_a(h, a + (int64_t)r0 * ars + p0, ars * 4);
-                    } else {
-                        for (int i = 0; i < 16; i++)
-                            for (int p = 0; p < 16; p++)
-                                ab[i * 16 + p] = r0 + i < m && p < pk ? a[(int64_t)(r0 + i) * ars + (int64_t)(p0 + p) * acs] : 0;
-                        load_a(h, ab, 64);
-                    }
-                }
-                for (int h = 0; h < hj_n; h++) {
-                    const int c0 = j0 + 16 * h;
-                    if (pk == 16 && c0 + 16 <= n) {
-                        load_b(h, b + (int64_t)p0 * ldb + c0, ldb * 4);
-                    } else {
-                        for (int p = 0; p < 16; p++)
-                            for (int j = 0; j < 16; j++)
-                                bb[p * 16 + j] = p < pk && c0 + j < n ? b[(int64_t)(p0 + p) * ldb + c0 + j] : 0;
-                        load_b(h, bb, 64);
-                    }
-                }
-                for (int hi = 0; hi < hi_n; hi++)
-                    for (int hj = 0; hj < hj_n; hj++) dp(2 * hi + hj);
-            }
-            for (int hi = 0; hi < hi_n; hi++)
-                for (int hj = 0; hj < hj_n; hj++) {
-                    const int t = 2 * hi + hj, r0 = i0 + 16 * hi, c0 = j0 + 16 * hj;
-                    if (r0 + 16 <= m && c0 + 16 <= n) {
-                        float *cp = c + (int64_t)r0 * ldc + c0;
-                        store_c(t, cp, ldc * 4);
-                        if (outscale != 1.0f)
-                            for (int i = 0; i < 16; i++)
-                                for (int j = 0; j < 16; j++) cp[(int64_t)i * ldc + j] *= outscale;
-                    } else {
-                        store_c(t, cb[t], 64);
-                        for (int i = 0; i < 16 && r0 + i < m; i++)
-                            for (int j = 0; j < 16 && c0 + j < n; j++)
-                                c[(int64_t)(r0 + i) * ldc + c0 + j] = cb[t][i * 16 + j] * outscale;
-                    }
-                }
-        }
+        for (int j0 = 0; j0 < n; j0 += 32)
+            if (i0 >= mf || j0 >= nf)
+                block_edge(m, n, kp, i0, j0, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, outscale);
 }
 
 #ifndef ATTN_AMX_EMULATE
+/* AMX peak: 4 accumulator tiles fed by the same two A and two B tiles, as the GEMM's 2 x 2 block
+ * uses them; each TDPBF16PS is 16 x 16 results of 16 pairs (4096 pair lanes of 4 flops). Call
+ * only once attn_bf16_kernels_amx() has been granted the tile state. */
+float attn_amx_loop_tiles(int64_t iters, int *chains, int *lanes) {
+    configure();
+    uint32_t src[16 * 16] __attribute__((aligned(64)));
+    for (int i = 0; i < 16 * 16; i++) src[i] = 0x3f803f80u; /* pairs of 1.0 */
+    float out[16 * 16] __attribute__((aligned(64)));
+    _tile_loadd(4, src, 64);
+    _tile_loadd(5, src, 64);
+    _tile_loadd(6, src, 64);
+    _tile_loadd(7, src, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t it = 0; it < iters; it++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out, 64);
+    float s = out[0];
+    _tile_stored(3, out, 64);
+    *chains = 4;
+    *lanes = 16 * 16 * 16;
+    return s + out[255];
+}
+
 int attn_cpu_has_amx_bf16(void) {
     const uint32_t want = ATTN_CPU_AMX_TILE | ATTN_CPU_AMX_BF16;
     return (attn_cpu_feature_bits() & want) == want;

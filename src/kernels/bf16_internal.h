@@ -68,19 +68,25 @@ const attn_bf16_kernels *attn_bf16_kernels_avx512(void);
 const attn_bf16_kernels *attn_bf16_kernels_avx2(void);
 float attn_dpbf16_loop_avx512bf16(int64_t iters, int *chains, int *lanes);
 /* AMX tiles (bf16_amx.c): NULL when the CPU has no AMX-BF16 or Linux refuses the tile state.
- * Tested through an emulation of the instructions (amx_emulate.h, test_amx_emulated). */
+ * Tested on the hardware where present and everywhere through an emulation of the instructions
+ * (amx_emulate.h, test_amx_emulated). */
 const attn_bf16_kernels *attn_bf16_kernels_amx(void);
+/* The AMX peak loop (bf16_amx.c): iters rounds of *chains TDPBF16PS of *lanes pair lanes. */
+float attn_amx_loop_tiles(int64_t iters, int *chains, int *lanes);
 int attn_cpu_has_amx_bf16(void);
 #endif
 /* Peak loop for `attn bench peak --dtype bf16`: iters rounds of *chains independent vdpbf16ps
  * of *lanes lanes (4 flops per lane each); *chains = 0 when the CPU has no AVX512-BF16 or the
  * active ISA is below AVX-512 (the bf16 kernels then emulate it). */
 float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes);
+/* The same for AMX tiles (*lanes pair lanes per TDPBF16PS): *chains = 0 unless the active bf16
+ * kernels are AMX's (the CPU has AMX-BF16, Linux granted the tile state, ATTN_AMX is not 0). */
+float attn_amx_loop(int64_t iters, int *chains, int *lanes);
 /* The kernels for the active ISA: with the active ISA AVX-512, vdpbf16ps where the CPU has
- * AVX512-BF16, or AMX tiles when asked for (ATTN_AMX=1 in the environment: opt-in while the AMX
- * kernel is unmeasured on hardware) and the CPU has AMX-BF16 and Linux grants the tile state,
- * else its emulation on AVX-512F; with the active ISA AVX2, the emulation on AVX2 + FMA; the
- * reference otherwise (ATTN_ISA=ref or attn_force_isa select it). */
+ * AVX512-BF16, or AMX tiles where the CPU has AMX-BF16 and Linux grants the tile state (unless
+ * ATTN_AMX=0 in the environment declines them), else its emulation on AVX-512F; with the active
+ * ISA AVX2, the emulation on AVX2 + FMA; the reference otherwise (ATTN_ISA=ref or
+ * attn_force_isa select it). */
 const attn_bf16_kernels *attn_bf16_kernels_active(void);
 /* Test hook: while k is not NULL, attn_bf16_kernels_active() is k (one the CPU can run) whatever
  * the ISA, so that a test can swap the bf16 kernels alone and keep every fp32 kernel (exp,

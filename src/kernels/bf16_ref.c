@@ -79,10 +79,10 @@ int attn_cpu_has_avx512bf16(void) { return (attn_cpu_feature_bits() & ATTN_CPU_A
 const attn_bf16_kernels *attn_bf16_kernels_for(attn_isa isa) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
     if (isa == ATTN_ISA_AVX512 && attn_cpu_has_avx512bf16()) {
-        /* AMX only on request (ATTN_AMX=1): the kernel has never run on AMX hardware, so it is
-         * not known to beat vdpbf16ps (see bf16_amx.c) */
+        /* AMX tiles unless declined (ATTN_AMX=0): several times vdpbf16ps on Sapphire Rapids
+         * (docs/performance.md section 12) */
         const char *e = getenv("ATTN_AMX");
-        const attn_bf16_kernels *amx = e && !strcmp(e, "1") ? attn_bf16_kernels_amx() : NULL;
+        const attn_bf16_kernels *amx = e && !strcmp(e, "0") ? NULL : attn_bf16_kernels_amx();
         return amx ? amx : attn_bf16_kernels_avx512bf16();
     }
     if (isa == ATTN_ISA_AVX512) return attn_bf16_kernels_avx512();
@@ -106,6 +106,15 @@ float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes) {
      * and their peak is the FMA loop's */
     if (attn_cpu_has_avx512bf16() && attn_active_isa() == ATTN_ISA_AVX512)
         return attn_dpbf16_loop_avx512bf16(iters, chains, lanes);
+#endif
+    (void)iters;
+    *chains = *lanes = 0;
+    return 0.0f;
+}
+
+float attn_amx_loop(int64_t iters, int *chains, int *lanes) {
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    if (!strcmp(attn_bf16_kernels_active()->name, "amx")) return attn_amx_loop_tiles(iters, chains, lanes);
 #endif
     (void)iters;
     *chains = *lanes = 0;
