@@ -102,31 +102,23 @@ static inline void dp(int t) {
 }
 
 /* A block of C of 32 x 32 wholly inside C with A's pairs contiguous (acs 1), all kp pair words:
- * the accumulators start from zero (!accumulate), C, or C scaled by rowscale, and go back to C
- * times outscale. The loads are interleaved with the products (A0 B0 | B1 | A1 ...), so that
+ * the accumulators start from zero (!accumulate) or C (the caller applied rowscale), and go back
+ * to C times outscale. The loads are interleaved with the products (A0 B0 | B1 | A1 ...), so that
  * each load overlaps a product that does not read its tile (no renaming of tiles), and the next
  * chunk's B lines are prefetched (B's rows are a panel's, 4 lines apart). Ranges of k with the
  * partial sums stored between them (A and B in L1 across the call's blocks) measured slower. */
 static void block_full(int kp, const uint32_t *a, int64_t ars, const uint32_t *b, int64_t ldb, float *c, int64_t ldc,
-                       int accumulate, const float *rowscale, float outscale) {
-    float cb[16 * 16] __attribute__((aligned(64)));
+                       int accumulate, float outscale) {
     if (!accumulate) {
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
-    } else if (!rowscale) {
+    } else {
         _tile_loadd(0, c, ldc * 4);
         _tile_loadd(1, c + 16, ldc * 4);
         _tile_loadd(2, c + 16 * ldc, ldc * 4);
         _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
-    } else {
-        for (int t = 0; t < 4; t++) {
-            const float *cp = c + (t >> 1) * 16 * ldc + (t & 1) * 16;
-            for (int i = 0; i < 16; i++)
-                for (int j = 0; j < 16; j++) cb[i * 16 + j] = cp[(int64_t)i * ldc + j] * rowscale[(t >> 1) * 16 + i];
-            load_c(t, cb, 64);
-        }
     }
     const uint32_t *a1 = a + 16 * ars;
     const int full_hi = kp & ~15;
@@ -268,10 +260,16 @@ void gemm_pairs_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_
         acs = 1;
     }
     const int mf = acs == 1 ? m & ~31 : 0, nf = n & ~31;
+    if (accumulate && rowscale && nf) /* the full blocks' C scaled in place, rows of vectors */
+        for (int i = 0; i < mf; i++) {
+            const float f = rowscale[i];
+            float *cr = c + (int64_t)i * ldc;
+            for (int j = 0; j < nf; j++) cr[j] *= f;
+        }
     for (int i0 = 0; i0 < mf; i0 += 32)
         for (int j0 = 0; j0 < nf; j0 += 32)
             block_full(kp, a + (int64_t)i0 * ars, ars, b + j0, ldb, c + (int64_t)i0 * ldc + j0, ldc, accumulate,
-                       rowscale ? rowscale + i0 : NULL, outscale);
+                       outscale);
     for (int i0 = 0; i0 < m; i0 += 32)
         for (int j0 = 0; j0 < n; j0 += 32)
             if (i0 >= mf || j0 >= nf)
