@@ -117,6 +117,10 @@ def merge_sittings(peaks, gemm, flash, bf, dec, train):
     """The best round per cell, with fractions and ratios recomputed from the best figures."""
     peaks = best_of(peaks, shape_key, "gflops")
     peak = {(r["op"], r["threads"]): r["gflops"] for r in peaks}
+    # bf16 rows are fractions of the peak of the kernels that ran: AMX tiles' where they ran
+    for (op, t), g in list(peak.items()):
+        if op == "amx_peak":
+            peak[("bf16_peak", t)] = g
     gemm = [dict(r) for r in best_of(gemm, shape_key, "gflops")]
     by = {(json.dumps(r["shape"], sort_keys=True), r["threads"], r["impl"]): r for r in gemm}
     for r in gemm:
@@ -250,9 +254,16 @@ def main():
 
     f32p = {r["threads"]: r for r in peaks if r["op"] == "fma_peak"}
     bfp = {r["threads"]: r for r in peaks if r["op"] == "bf16_peak"}
-    table(L, "Peaks (GFLOP/s)", ["threads", "fp32 FMA", "bf16", "bf16 / fp32"],
-          [[t, f"{f32p[t]['gflops']:.1f}", f"{bfp[t]['gflops']:.1f}", f"{bfp[t]['gflops'] / f32p[t]['gflops']:.2f}"]
-           if t in bfp else [t, f"{f32p[t]['gflops']:.1f}", "-", "-"] for t in sorted(f32p)], first=True)
+    amxp = {r["threads"]: r for r in peaks if r["op"] == "amx_peak"}
+    def amx_cells(t):
+        if t not in amxp:
+            return ["-", "-"] if amxp else []
+        return [f"{amxp[t]['gflops']:.1f}", f"{amxp[t]['gflops'] / f32p[t]['gflops']:.2f}"]
+    table(L, "Peaks (GFLOP/s; bf16 fractions below are of AMX's where the bf16 kernels run on it)",
+          ["threads", "fp32 FMA", "bf16 (vdpbf16ps)", "bf16 / fp32"] + (["AMX", "AMX / fp32"] if amxp else []),
+          [([t, f"{f32p[t]['gflops']:.1f}", f"{bfp[t]['gflops']:.1f}", f"{bfp[t]['gflops'] / f32p[t]['gflops']:.2f}"]
+            if t in bfp else [t, f"{f32p[t]['gflops']:.1f}", "-", "-"]) + amx_cells(t) for t in sorted(f32p)],
+          first=True)
 
     table(L, "GEMM (aim: fp32 >= 75% of the FMA peak)", ["shape", "threads", "impl", "GFLOP/s", "% of its peak", "ratio"],
           [[f"{r['shape']['m']}x{r['shape']['n']}x{r['shape']['k']}", r["threads"], r["impl"], f"{r['gflops']:.1f}",
