@@ -33,9 +33,11 @@ ATTN_API attn_status attn_sgemm_ref(attn_transpose transa, attn_transpose transb
  * C = (accumulate ? C : 0) + op(A) op(B) with bf16 A and B (attn_bf16, round-to-nearest-even
  * conversions in core.h) and float accumulation and output: the products of bf16 pairs are
  * exact and summed in float in increasing k, as AVX512-BF16's vdpbf16ps does (subnormals read
- * as 0). Runs on vdpbf16ps where the CPU has AVX512-BF16 and the active ISA is avx512, on a
- * bit-exact emulation otherwise: by FMAs on other AVX-512 CPUs (about fp32's speed), scalar
- * elsewhere. Bitwise identical for any thread count. The workspace
+ * as 0). Runs on AMX tiles where the CPU has AMX-BF16 and Linux grants the tile state (unless
+ * ATTN_AMX=0; TDPBF16PS rounds its float sums its own way, so the last bits may differ from
+ * vdpbf16ps), on vdpbf16ps where the CPU has AVX512-BF16 and the active ISA is avx512, on a
+ * bit-exact emulation of vdpbf16ps otherwise: by FMAs on other AVX-512 and AVX2 CPUs (about
+ * fp32's speed), scalar elsewhere. Bitwise identical for any thread count. The workspace
  * holds both operands repacked (4 (m + n) ceil(k / 2) bytes and a little). */
 ATTN_API size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k);
 ATTN_API attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,

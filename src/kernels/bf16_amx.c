@@ -3,8 +3,8 @@
  * from Linux once per process (arch_prctl ARCH_REQ_XCOMP_PERM); when the CPU lacks AMX or the
  * request is refused, attn_bf16_kernels_amx() returns NULL and the vdpbf16ps kernels serve.
  * The default where granted (ATTN_AMX=0 declines it, see bf16_internal.h): on a Sapphire Rapids
- * it runs the bf16 GEMM at 2.3-7x vdpbf16ps and the bf16 flash at 2-4x (docs/performance.md
- * section 12). Also tested on the instruction-level emulation amx_emulate.h (-DATTN_AMX_EMULATE,
+ * it runs the bf16 GEMM 1024^3 at 6-8.5x vdpbf16ps and the bf16 flash at 4-4.7x
+ * (docs/performance.md section 12). Also tested on the instruction-level emulation amx_emulate.h (-DATTN_AMX_EMULATE,
  * test_amx_emulated, any CPU), which checks its tile shapes and results, not its speed.
  *
  * Blocks of C of 32 x 32 in four 16 x 16 float tiles (0-3), k in chunks of 16 pair words with
