@@ -1,6 +1,7 @@
 /* attn bench peak: this machine's FP32 FMA throughput per thread count, and with --dtype bf16
  * the AVX512-BF16 pair-product (vdpbf16ps) throughput and, where the bf16 kernels run on them,
  * AMX tiles' (TDPBF16PS). */
+#include <math.h>
 #include <stdio.h>
 
 #include "bench_common.h"
@@ -22,6 +23,22 @@ static void usage(FILE *f) {
             "                   OMP_NUM_THREADS)\n"
             "  --json           one JSON object per line\n",
             BENCH_MIN_REPEATS);
+}
+
+/* One peak row: units (chains or tiles) x lanes, its GFLOP/s and sample time; ratio to peer. */
+static void print_peak(int json, const char *op, const char *impl, int threads, const char *units, int n, int lanes,
+                       double gflops, double ms, int bf16, double ratio, const char *peer) {
+    bench_result r;
+    bench_result_init(&r, op, impl, threads);
+    bench_result_dim(&r, units, n);
+    bench_result_dim(&r, "lanes", lanes);
+    r.gflops = gflops;
+    r.ms = ms;
+    r.peak_fraction = 1.0;
+    r.bf16 = bf16;
+    r.ratio = ratio;
+    r.peer = peer;
+    bench_print(stdout, &r, json);
 }
 
 int bench_peak_cmd(int argc, char **argv) {
@@ -47,54 +64,26 @@ int bench_peak_cmd(int argc, char **argv) {
     const char *isa = bench_peak_isa(&chains, &lanes);
     bench_print_header(stdout, o.json);
     for (int t = 0; t < o.nthreads; t++) {
-        if (f32) {
-            bench_result r;
-            bench_result_init(&r, "fma_peak", isa, o.threads[t]);
-            bench_result_dim(&r, "chains", chains);
-            bench_result_dim(&r, "lanes", lanes);
-            r.gflops = bench_peak_gflops(o.threads[t]);
-            r.ms = bench_peak_sample_ms(o.threads[t]);
-            r.peak_fraction = 1.0;
-            bench_print(stdout, &r, o.json);
-        }
+        const int th = o.threads[t];
+        int c, l;
+        if (f32) print_peak(o.json, "fma_peak", isa, th, "chains", chains, lanes, bench_peak_gflops(th),
+                            bench_peak_sample_ms(th), 0, NAN, NULL);
         if (bf16) {
-            const double g = bench_peak_gflops_bf16(o.threads[t]);
+            const double g = bench_peak_gflops_bf16(th);
             if (g <= 0) {
                 fprintf(o.json ? stderr : stdout,
                         "bf16 peak: no vdpbf16ps in the kernels that run (no AVX512-BF16 on this CPU, or ATTN_ISA "
                         "below avx512): bf16 fractions are of the FMA peak\n");
                 break;
             }
-            bench_result r;
-            bench_result_init(&r, "bf16_peak", "avx512bf16", o.threads[t]);
-            int bchains, blanes;
-            bench_peak_bf16_shape(&bchains, &blanes);
-            bench_result_dim(&r, "chains", bchains);
-            bench_result_dim(&r, "lanes", blanes);
-            r.gflops = g;
-            r.ms = bench_peak_sample_ms_bf16(o.threads[t]);
-            r.peak_fraction = 1.0;
-            r.bf16 = 1;
-            if (f32) {
-                r.ratio = g / bench_peak_gflops(o.threads[t]);
-                r.peer = "fma_peak";
-            }
-            bench_print(stdout, &r, o.json);
-            const double ga = bench_peak_gflops_amx(o.threads[t]);
+            bench_peak_bf16_shape(&c, &l);
+            print_peak(o.json, "bf16_peak", "avx512bf16", th, "chains", c, l, g, bench_peak_sample_ms_bf16(th), 1,
+                       f32 ? g / bench_peak_gflops(th) : NAN, f32 ? "fma_peak" : NULL);
+            const double ga = bench_peak_gflops_amx(th);
             if (ga > 0) {
-                bench_result a;
-                bench_result_init(&a, "amx_peak", "amx", o.threads[t]);
-                int tiles, alanes;
-                bench_peak_amx_shape(&tiles, &alanes);
-                bench_result_dim(&a, "tiles", tiles);
-                bench_result_dim(&a, "lanes", alanes);
-                a.gflops = ga;
-                a.ms = bench_peak_sample_ms_amx(o.threads[t]);
-                a.peak_fraction = 1.0;
-                a.bf16 = 1;
-                a.ratio = ga / g;
-                a.peer = "bf16_peak";
-                bench_print(stdout, &a, o.json);
+                bench_peak_amx_shape(&c, &l);
+                print_peak(o.json, "amx_peak", "amx", th, "tiles", c, l, ga, bench_peak_sample_ms_amx(th), 1, ga / g,
+                           "bf16_peak");
             }
         }
     }
