@@ -17,7 +17,7 @@ Usage: python3 bench/cpu_report.py [--attn build/attn] [--out report.md] [--thre
                   figures (a cell's GFLOP/s over the best peak; decode's GB/s over the best
                   streaming rate). Default 1.
   --peer-python   an interpreter with PyTorch 2.x: adds bench/torch_train.py's training ratio
-                  (and bench/compare_attention.py's SDPA / ONNX Runtime cells when it has them)
+                  (the attention peers, PyTorch's SDPA and ONNX Runtime, are bench/compare_attention.py's)
   --quick         tiny shapes and few repeats: checks that the report runs (tests use it), its
                   numbers mean nothing
   --force         replace --out even when it holds something other than an earlier report
