@@ -4,8 +4,9 @@
  * request is refused, attn_bf16_kernels_amx() returns NULL and the vdpbf16ps kernels serve.
  * The default where granted (ATTN_AMX=0 declines it, see bf16_internal.h): on a Sapphire Rapids
  * it runs the bf16 GEMM 1024^3 at 6-8.5x vdpbf16ps and the bf16 flash at 4-4.7x
- * (docs/performance.md section 12). Also tested on the instruction-level emulation amx_emulate.h (-DATTN_AMX_EMULATE,
- * test_amx_emulated, any CPU), which checks its tile shapes and results, not its speed.
+ * (docs/performance.md section 12). Also tested on the instruction-level emulation
+ * amx_emulate.h (-DATTN_AMX_EMULATE, test_amx_emulated, any CPU), which checks its tile shapes
+ * and results, not its speed.
  *
  * Blocks of C of 32 x 32 in four 16 x 16 float tiles (0-3), k in chunks of 16 pair words with
  * two A tiles (4-5, 16 rows x 16 pairs) and two B tiles (6-7, 16 pairs x 16 columns): palette
@@ -31,9 +32,7 @@
 #include <immintrin.h>
 #endif
 
-#include "attention/flash_internal.h"
 #include "bf16_internal.h"
-#include "core/dispatch.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -253,8 +252,7 @@ void gemm_pairs_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_
      * than gathered into staging for every block and chunk */
     uint32_t at[64 * 64] __attribute__((aligned(64)));
     if (acs != 1 && ars == 1 && (int64_t)m * kp <= 64 * 64 && m > 0 && kp > 0) {
-        attn_kernel_ctx_active()->flash->pack_transposed(kp, m, (const float *)(const void *)a, acs, 1.0f,
-                                                         (float *)(void *)at, kp);
+        attn_bf16_words_across(kp, m, a, acs, at, kp);
         a = at;
         ars = kp;
         acs = 1;

@@ -98,6 +98,11 @@ const attn_bf16_kernels *attn_bf16_kernels_try_amx(void);
 /* Does the CPU have AVX512-BF16? */
 int attn_cpu_has_avx512bf16(void);
 
+/* dst[c * ldd + r] = src[r * lds + c], r < rows, c < cols: 32-bit words moved exactly, by the
+ * active flash kernels' transposing copy (16 x 16 in registers; its scale 1 copies the bit
+ * patterns). Defined in gemm_bf16.c; the AMX kernel transposes flash's P words with it. */
+void attn_bf16_words_across(int rows, int cols, const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd);
+
 /* Scalar helpers shared by the reference and the drivers. */
 static inline float attn_bf16_f(uint16_t x) {
     const uint32_t u = (uint32_t)x << 16;

@@ -55,9 +55,7 @@ size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k) {
 #define TI 64 /* columns and */
 #define TP 16 /* pair words per block of the transposing A pack */
 
-/* dst[c * ldd + r] = src[r * lds + c], r < rows, c < cols: 32-bit words moved exactly, by the
- * flash kernels' transposing copy (16 x 16 in registers; its scale 1 copies the bit patterns). */
-static void words_across(int rows, int cols, const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd) {
+void attn_bf16_words_across(int rows, int cols, const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd) {
     attn_kernel_ctx_active()->flash->pack_transposed(rows, cols, (const float *)(const void *)src, lds, 1.0f,
                                                      (float *)(void *)dst, ldd);
 }
@@ -100,7 +98,7 @@ static void pack_a(const attn_bf16_kernels *kr, int ta, int64_t i0, int64_t i1, 
         const int rows = (int)(k - 2 * p0 < 2 * TP ? k - 2 * p0 : 2 * TP), np = (rows + 1) / 2;
         if (af) kr->pair_rows_f32(rows, w, af + 2 * p0 * lda + i0, lda, t, TI);
         else kr->pair_rows_bf16(rows, w, ah + 2 * p0 * lda + i0, lda, t, TI);
-        words_across(np, w, t, TI, ap + i0 * kp + p0, kp);
+        attn_bf16_words_across(np, w, t, TI, ap + i0 * kp + p0, kp);
     }
 }
 
@@ -115,12 +113,13 @@ static void pack_bt(const attn_bf16_kernels *kr, int64_t j0, int64_t j1, int64_t
         for (int64_t p0 = 0; p0 < kp; p0 += PC) {
             const int len = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC), np = (len + 1) / 2;
             for (int64_t j = j0; j < j1; j++) round_pairs(kr, len, bf + j * ldb + 2 * p0, t + (j - j0) * PC);
-            words_across((int)(j1 - j0), np, t, PC, panel + p0 * NP, NP);
+            attn_bf16_words_across((int)(j1 - j0), np, t, PC, panel + p0 * NP, NP);
         }
         return;
     }
     if (PAIRS_IN_MEMORY && ldb % 2 == 0 && (uintptr_t)bh % 4 == 0) /* the rows are rows of pair words */
-        words_across((int)(j1 - j0), (int)kf, (const uint32_t *)(const void *)(bh + j0 * ldb), ldb / 2, panel, NP);
+        attn_bf16_words_across((int)(j1 - j0), (int)kf, (const uint32_t *)(const void *)(bh + j0 * ldb), ldb / 2,
+                               panel, NP);
     else
         for (int64_t p = 0; p < kf; p++)
             for (int64_t j = j0; j < j1; j++) panel[p * NP + (j - j0)] = pair_word(bh + j * ldb + 2 * p);
@@ -180,7 +179,7 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
     const int64_t tm = (m + MB - 1) / MB, tn = (n + NB - 1) / NB, tasks = tm * tn;
     /* Consecutive tasks share a B block (NB columns, all of k) while it fits in half the L2, so
      * that B stays there and the 4x smaller A blocks stream; else they share an A block. B
-     * streamed from the L3 for every task held AMX to 0.8-0.9x (1024 x 3072 x 768 and 2048^3, one
+     * streamed from the L3 for every task held AMX to 0.82-0.91x (1024 x 3072 x 768 and 2048^3, one
      * and two threads, Sapphire Rapids); vdpbf16ps there 1.03-1.08x. */
     const int b_major = (int64_t)NB * kp * 4 <= attn_cpu_caches()->l2 / 2;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(attn_threads_for(tasks))
