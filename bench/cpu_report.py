@@ -113,13 +113,19 @@ def shape_key(r):
             r.get("ctx"), r.get("precision"), r["threads"])
 
 
-def merge_sittings(peaks, gemm, flash, bf, dec, train):
+def bf16_emulated(info):
+    """Do the bf16 kernels `attn info` names emulate vdpbf16ps by FMAs?"""
+    return "emulated" in info.split("bf16 kernels:", 1)[-1].split("\n", 1)[0]
+
+
+def merge_sittings(peaks, gemm, flash, bf, dec, train, emulated):
     """The best round per cell, with fractions and ratios recomputed from the best figures."""
     peaks = best_of(peaks, shape_key, "gflops")
     peak = {(r["op"], r["threads"]): r["gflops"] for r in peaks}
-    # bf16 rows are fractions of the peak of the kernels that ran: AMX tiles' where they ran
+    # bf16 rows are fractions of the peak of the kernels that ran: AMX tiles' where they ran,
+    # the FMA peak where vdpbf16ps was emulated by FMAs
     for (op, t), g in list(peak.items()):
-        if op == "amx_peak":
+        if op == "amx_peak" or (op == "fma_peak" and emulated):
             peak[("bf16_peak", t)] = g
     gemm = [dict(r) for r in best_of(gemm, shape_key, "gflops")]
     by = {(json.dumps(r["shape"], sort_keys=True), r["threads"], r["impl"]): r for r in gemm}
@@ -230,7 +236,7 @@ def main():
         if sitting:  # a missing feature is said once, not once per round
             del missing[missing_before:]
     if a.sittings > 1:
-        peaks, gemm, flash, bf, dec, train = merge_sittings(peaks, gemm, flash, bf, dec, train)
+        peaks, gemm, flash, bf, dec, train = merge_sittings(peaks, gemm, flash, bf, dec, train, bf16_emulated(info))
     peer_rows = []
     if a.peer_python:
         for prec in ("fp32", "bf16") if native_bf16 or q else ("fp32",):
@@ -284,7 +290,7 @@ def main():
                  f"{lo['threads']} threads, {pct(lo['peak_fraction'])}: aim met: {mark(lo['peak_fraction'] >= 0.75)}")
 
     amx = "bf16 kernels: amx" in info
-    emulated = "emulated" in info.split("bf16 kernels:", 1)[-1].split("\n", 1)[0]
+    emulated = bf16_emulated(info)
     aim_bf = 4.0 if amx else 1.7
     bfr = [r for r in bf if r["impl"] == "flash.bf16"]
     title = ("bf16 flash against fp32 flash (vdpbf16ps emulated by FMAs on this CPU: no aim, at best fp32's rate)"

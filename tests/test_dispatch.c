@@ -1,6 +1,7 @@
 /* The dispatch context: feature bits detected once and consistent with attn_cpu_features();
  * one context per ISA whose tables all belong to that ISA, the same object on every call;
  * attn_force_isa (and ATTN_ISA) switch contexts. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention/flash_internal.h"
@@ -32,12 +33,22 @@ int main(void) {
 #else
         const char *emulated = "ref", *emulated2 = "ref"; /* no AVX2 or AVX-512 context off x86 */
 #endif
+        /* with AVX512-BF16: AMX tiles where granted, else vdpbf16ps or its emulation, as
+         * attn_bf16_kernels_avx512_pairs chooses (by vendor, or ATTN_VDPBF16PS) */
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+        const char *pairs = attn_bf16_kernels_avx512_pairs(NULL)->name;
+        if (isa == ATTN_ISA_AVX512 && (f & ATTN_CPU_AVX512BF16) && attn_bf16_kernels_try_amx() &&
+            !(getenv("ATTN_AMX") && !strcmp(getenv("ATTN_AMX"), "0")))
+            pairs = "amx";
+#else
+        const char *pairs = "ref";
+#endif
         const char *want = isa == ATTN_ISA_AVX2 ? emulated2
                            : isa != ATTN_ISA_AVX512 ? "ref"
-                           : (f & ATTN_CPU_AVX512BF16) ? NULL
+                           : (f & ATTN_CPU_AVX512BF16) ? pairs
                                                        : emulated;
-        CHECK(want ? !strcmp(c->bf16->name, want) : strcmp(c->bf16->name, "ref") && strcmp(c->bf16->name, emulated),
-              "%s: bf16 kernels %s", attn_isa_name((attn_isa)isa), c->bf16->name);
+        CHECK(!strcmp(c->bf16->name, want), "%s: bf16 kernels %s, want %s", attn_isa_name((attn_isa)isa), c->bf16->name,
+              want);
         printf("  %s: bf16 kernels %s\n", attn_isa_name((attn_isa)isa), c->bf16->name);
     }
     attn_force_isa(attn_detected_isa());

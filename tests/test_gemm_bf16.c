@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/dispatch.h"
+#include "core/tuning.h"
 #include "kernels/bf16_internal.h"
 #include "test_util.h"
 
@@ -222,7 +223,7 @@ static void check_amx_policy(void) {
     const char *fallback = "ref";
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
     if (attn_detected_isa() == ATTN_ISA_AVX512)
-        fallback = attn_cpu_has_avx512bf16() ? "avx512bf16" : attn_bf16_kernels_avx512()->name;
+        fallback = attn_bf16_kernels_avx512_pairs(NULL)->name;
 #endif
     const int amx = attn_bf16_kernels_try_amx() != NULL;
     if (attn_active_isa() == ATTN_ISA_AVX512) {
@@ -242,6 +243,34 @@ static void check_amx_policy(void) {
     }
     if (e) setenv("ATTN_AMX", e, 1);
     else unsetenv("ATTN_AMX");
+}
+
+/* Without AMX tiles, the AVX-512 pair kernels are vdpbf16ps on AMD and its FMA emulation on
+ * Intel (vdpbf16ps at half the FMA rate there) or without AVX512-BF16; ATTN_VDPBF16PS=1 / 0
+ * runs / emulates it on an AVX512-BF16 CPU, any other value is ignored. */
+static void check_vdpbf16ps_policy(void) {
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+    if (attn_detected_isa() != ATTN_ISA_AVX512) return;
+    const char *e = getenv("ATTN_VDPBF16PS");
+    const char *emulated = attn_bf16_kernels_avx512()->name, *native = "avx512bf16";
+    const int has = attn_cpu_has_avx512bf16(), intel = !strcmp(attn_cpu_uarch()->vendor, "GenuineIntel");
+    static const char *const values[] = {NULL, "0", "1", "yes"};
+    for (int i = 0; i < 4; i++) {
+        if (values[i]) setenv("ATTN_VDPBF16PS", values[i], 1);
+        else unsetenv("ATTN_VDPBF16PS");
+        const char *why = NULL;
+        const char *got = attn_bf16_kernels_avx512_pairs(&why)->name;
+        const char *want = !has                                     ? emulated
+                           : values[i] && !strcmp(values[i], "0") ? emulated
+                           : values[i] && !strcmp(values[i], "1") ? native
+                           : intel                                 ? emulated
+                                                                   : native;
+        CHECK(!strcmp(got, want) && why && *why, "ATTN_VDPBF16PS=%s: pair kernels %s, want %s",
+              values[i] ? values[i] : "(unset)", got, want);
+    }
+    if (e) setenv("ATTN_VDPBF16PS", e, 1);
+    else unsetenv("ATTN_VDPBF16PS");
+#endif
 }
 
 /* AMX tiles against the emulation: the same pair products, TDPBF16PS's own rounding of the sums,
@@ -314,6 +343,7 @@ int main(void) {
     if (!nfast) printf("  notice: no AVX2 or AVX-512 on this CPU: only the portable bf16 kernels are tested\n");
     for (int f = 0; f < nfast; f++) printf("  fast bf16 kernels tested against the portable ones: %s\n", fast[f]->name);
     check_amx_policy();
+    check_vdpbf16ps_policy();
     check_amx(&r);
     static const int64_t sz[][3] = {{1, 1, 1}, {4, 64, 2}, {5, 17, 3}, {64, 64, 64}, {67, 130, 31}, {130, 300, 128},
                                     {3, 513, 77}, {200, 70, 260}, {33, 90, 301}};

@@ -3,9 +3,12 @@
  * AMX tiles' (TDPBF16PS). */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "bench_common.h"
 #include "cli.h"
+#include "core/dispatch.h"
+#include "kernels/bf16_internal.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -17,7 +20,9 @@ static void usage(FILE *f) {
             "report fractions of this peak. --dtype bf16 measures vdpbf16ps the same way (4 flops\n"
             "per lane: two products and their sums; absent without AVX512-BF16) and, where the\n"
             "bf16 kernels run on AMX tiles, TDPBF16PS into 4 accumulator tiles (16 x 16 results\n"
-            "of 16 pairs each): the peak of bf16 results is AMX's where it runs, else vdpbf16ps's.\n\n"
+            "of 16 pairs each): the peak of bf16 results is AMX's where it runs, else vdpbf16ps's\n"
+            "where the kernels run it, else (vdpbf16ps emulated by two FMAs, as on Intel CPUs\n"
+            "that issue it at half the FMA rate; attn info) the FMA peak.\n\n"
             "  --dtype f32,bf16 which peaks (default f32)\n"
             "  --threads T,...  thread counts (default: 1 and attn's, ATTN_NUM_THREADS or\n"
             "                   OMP_NUM_THREADS)\n"
@@ -79,6 +84,11 @@ int bench_peak_cmd(int argc, char **argv) {
             bench_peak_bf16_shape(&c, &l);
             print_peak(o.json, "bf16_peak", "avx512bf16", th, "chains", c, l, g, bench_peak_sample_ms_bf16(th), 1,
                        f32 ? g / bench_peak_gflops(th) : NAN, f32 ? "fma_peak" : NULL);
+            if (t == 0 && strcmp(attn_kernel_ctx_active()->bf16->name, "avx512bf16") &&
+                strcmp(attn_kernel_ctx_active()->bf16->name, "amx"))
+                fprintf(o.json ? stderr : stdout,
+                        "bf16 kernels: %s (attn info says why): bf16 fractions are of the FMA peak\n",
+                        attn_kernel_ctx_active()->bf16->name);
             const double ga = bench_peak_gflops_amx(th);
             if (ga > 0) {
                 bench_peak_amx_shape(&c, &l);

@@ -58,7 +58,8 @@ int cmd_info(int argc, char **argv) {
     int parsed = cli_parse("info", opts, argc, argv, NULL, 0);
     if (parsed == CLI_HELP) {
         printf("usage: attn info\n\nPrints the version, the CPU features found, the kernels "
-               "chosen for this CPU\n(ATTN_ISA=ref|avx2|avx512 forces one), the bf16 kernels and the thread "
+               "chosen for this CPU\n(ATTN_ISA=ref|avx2|avx512 forces one), the bf16 kernels (ATTN_AMX=0 declines AMX "
+               "tiles,\nATTN_VDPBF16PS=1|0 runs or emulates vdpbf16ps) and the thread "
                "count (ATTN_NUM_THREADS or OMP_NUM_THREADS),\nthe microarchitecture recognised, the cache sizes "
                "and where they came from\n(cpuid, sysfs, a table of known parts, a default; ATTN_CACHE=\"l1=48K,l2=2M,l3=32M\" "
                "overrides\nany of them) and the blocking derived from them.\n");
@@ -70,6 +71,11 @@ int cmd_info(int argc, char **argv) {
     printf("best isa:     %s\n", attn_isa_name(attn_detected_isa()));
     printf("kernels:      %s\n", attn_isa_name(attn_active_isa()));
     printf("bf16 kernels: %s (AMX tiles where granted; ATTN_AMX=0 declines them)\n", attn_kernel_ctx_active()->bf16->name);
+    if (attn_active_isa() == ATTN_ISA_AVX512 && strcmp(attn_kernel_ctx_active()->bf16->name, "amx")) {
+        const char *why;
+        attn_bf16_kernels_avx512_pairs(&why);
+        printf("bf16 pairs:   %s\n", why);
+    }
     printf("threads:      %d\n", attn_get_num_threads());
     print_tuning();
     return 0;

@@ -99,7 +99,7 @@ ATTN_API int64_t attn_flash_tile_count(const attn_tensor *q, const attn_tensor *
  * Element types: q, k, v all f32 (out f32), or all bf16 (out f32 or bf16; lse f32): the bf16
  * path forms Q K^T and P V from bf16 pairs with float accumulation (AMX tiles where the CPU has
  * AMX-BF16 and ATTN_AMX is not 0, AVX512-BF16's vdpbf16ps where it has that, a bit-exact
- * emulation of vdpbf16ps elsewhere), keeps the softmax statistics in float
+ * emulation of vdpbf16ps elsewhere and on Intel, where it is faster), keeps the softmax statistics in float
  * and rounds P to bf16 for P V; every mask and option of attn_sdpa_params applies. Other types
  * answer ATTN_ERR_UNSUPPORTED. attn_flash_weights takes f32 only. */
 ATTN_API attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,

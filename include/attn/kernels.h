@@ -36,8 +36,9 @@ ATTN_API attn_status attn_sgemm_ref(attn_transpose transa, attn_transpose transb
  * as 0). Runs on AMX tiles where the CPU has AMX-BF16 and Linux grants the tile state (unless
  * ATTN_AMX=0; TDPBF16PS rounds its float sums its own way, so the last bits may differ from
  * vdpbf16ps), on vdpbf16ps where the CPU has AVX512-BF16 and the active ISA is avx512, on a
- * bit-exact emulation of vdpbf16ps otherwise: by FMAs on other AVX-512 and AVX2 CPUs (about
- * fp32's speed), scalar elsewhere. Bitwise identical for any thread count. The workspace
+ * bit-exact emulation of vdpbf16ps otherwise: by FMAs on other AVX-512 and AVX2 CPUs and on
+ * Intel ones, which issue vdpbf16ps at half the FMA rate (about fp32's speed; ATTN_VDPBF16PS=1
+ * or 0 runs or emulates it), scalar elsewhere. Bitwise identical for any thread count. The workspace
  * holds both operands repacked (4 (m + n) ceil(k / 2) bytes and a little). */
 ATTN_API size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k);
 ATTN_API attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,

@@ -663,7 +663,8 @@ typedef enum attn_positions { ATTN_POSITIONS_LEARNED = 0, ATTN_POSITIONS_ROPE = 
  *         gradients stay float32 (gradients accumulate in float32) — they are the master weights,
  *         and what checkpoints store. The products run on the bf16 kernels of attn_gemm_bf16 /
  *         attn_flash_*: AMX tiles where the CPU has AMX-BF16, else AVX512-BF16 (vdpbf16ps)
- *         where it has that, a bit-exact emulation of vdpbf16ps elsewhere (by FMAs on other AVX-512 and on AVX2 CPUs, below fp32's speed; scalar
+ *         where it has that (emulated on Intel, where the emulation is faster), a bit-exact
+ *         emulation of vdpbf16ps elsewhere (by FMAs on other AVX-512 and on AVX2 CPUs, below fp32's speed; scalar
  *         without AVX2, far slower; the same roundings: products bit for bit, attention up to its
  *         float exp) — bf16 mode works on every CPU.
  * Results are bitwise identical for any thread count in either precision. attn_gpt_forward,

@@ -75,6 +75,11 @@ const attn_bf16_kernels *attn_bf16_kernels_amx(void);
 float attn_amx_loop_tiles(int64_t iters, int *chains, int *lanes);
 int attn_cpu_has_amx_bf16(void);
 #endif
+/* The AVX-512 pair kernels where AMX tiles do not serve: vdpbf16ps, or its FMA emulation where
+ * that is faster (Intel: vdpbf16ps at half the FMA rate) or the CPU lacks AVX512-BF16;
+ * ATTN_VDPBF16PS=1 / 0 forces one on an AVX512-BF16 CPU. *why (nullable) says why, for
+ * `attn info`. Both give the same bits (tests compare them). The portable kernels off x86. */
+const attn_bf16_kernels *attn_bf16_kernels_avx512_pairs(const char **why);
 /* Peak loop for `attn bench peak --dtype bf16`: iters rounds of *chains independent vdpbf16ps
  * of *lanes lanes (4 flops per lane each); *chains = 0 when the CPU has no AVX512-BF16 or the
  * active ISA is below AVX-512 (the bf16 kernels then emulate it). */
@@ -82,9 +87,9 @@ float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes);
 /* The same for AMX tiles (*lanes pair lanes per TDPBF16PS): *chains = 0 unless the active bf16
  * kernels are AMX's (the CPU has AMX-BF16, Linux granted the tile state, ATTN_AMX is not 0). */
 float attn_amx_loop(int64_t iters, int *chains, int *lanes);
-/* The kernels for the active ISA: with the active ISA AVX-512, vdpbf16ps where the CPU has
- * AVX512-BF16, or AMX tiles where the CPU has AMX-BF16 and Linux grants the tile state (unless
- * ATTN_AMX=0 in the environment declines them), else its emulation on AVX-512F; with the active
+/* The kernels for the active ISA: with the active ISA AVX-512, AMX tiles where the CPU has
+ * AMX-BF16 and Linux grants the tile state (unless ATTN_AMX=0 in the environment declines them),
+ * else attn_bf16_kernels_avx512_pairs (vdpbf16ps or its emulation on AVX-512F); with the active
  * ISA AVX2, the emulation on AVX2 + FMA; the reference otherwise (ATTN_ISA=ref or
  * attn_force_isa select it). */
 const attn_bf16_kernels *attn_bf16_kernels_active(void);

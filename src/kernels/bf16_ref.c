@@ -7,6 +7,7 @@
 
 #include "bf16_internal.h"
 #include "core/dispatch.h"
+#include "core/tuning.h"
 
 static inline float ftz(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
 
@@ -76,16 +77,51 @@ const attn_bf16_kernels *attn_bf16_kernels_ref(void) {
 
 int attn_cpu_has_avx512bf16(void) { return (attn_cpu_feature_bits() & ATTN_CPU_AVX512BF16) != 0; }
 
+#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
+const attn_bf16_kernels *attn_bf16_kernels_avx512_pairs(const char **why) {
+    const char *w;
+    const attn_bf16_kernels *k;
+    const char *e = getenv("ATTN_VDPBF16PS");
+    const int intel = !strcmp(attn_cpu_uarch()->vendor, "GenuineIntel");
+    if (!attn_cpu_has_avx512bf16()) {
+        w = "no AVX512-BF16: vdpbf16ps emulated";
+        k = attn_bf16_kernels_avx512();
+    } else if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) {
+        w = e[0] == '1' ? "ATTN_VDPBF16PS=1" : "ATTN_VDPBF16PS=0";
+        k = e[0] == '1' ? attn_bf16_kernels_avx512bf16() : attn_bf16_kernels_avx512();
+    } else if (intel) {
+        /* Sapphire and Emerald Rapids issue vdpbf16ps at half the FMA rate (bench peak: 79 / 153
+         * and 81 / 174 GFLOP/s), where two FMAs per instruction run at the FMA rate: the emulation
+         * measured 1.2-1.3x vdpbf16ps there (bf16 GEMM and flash, docs/performance.md section 13) */
+        w = e ? "ATTN_VDPBF16PS is not 0 or 1, ignored; Intel: vdpbf16ps at half the FMA rate, emulated by FMAs"
+              : "Intel: vdpbf16ps at half the FMA rate, emulated by FMAs (ATTN_VDPBF16PS=1 runs it)";
+        k = attn_bf16_kernels_avx512();
+    } else {
+        /* Zen 4 and Zen 5 run vdpbf16ps at twice the FMA rate (docs/performance.md sections 5, 9) */
+        w = e ? "ATTN_VDPBF16PS is not 0 or 1, ignored; vdpbf16ps at twice the FMA rate on AMD Zen 4 / Zen 5"
+              : "vdpbf16ps: twice the FMA rate on AMD Zen 4 / Zen 5 (ATTN_VDPBF16PS=0 emulates it)";
+        k = attn_bf16_kernels_avx512bf16();
+    }
+    if (why) *why = w;
+    return k;
+}
+#else
+const attn_bf16_kernels *attn_bf16_kernels_avx512_pairs(const char **why) {
+    if (why) *why = "no AVX-512 kernels in this build";
+    return attn_bf16_kernels_ref();
+}
+#endif
+
 const attn_bf16_kernels *attn_bf16_kernels_for(attn_isa isa) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    if (isa == ATTN_ISA_AVX512 && attn_cpu_has_avx512bf16()) {
+    if (isa == ATTN_ISA_AVX512) {
         /* AMX tiles unless declined (ATTN_AMX=0): several times vdpbf16ps on Sapphire Rapids
          * (docs/performance.md section 12) */
         const char *e = getenv("ATTN_AMX");
-        const attn_bf16_kernels *amx = e && !strcmp(e, "0") ? NULL : attn_bf16_kernels_amx();
-        return amx ? amx : attn_bf16_kernels_avx512bf16();
+        const attn_bf16_kernels *amx =
+            e && !strcmp(e, "0") ? NULL : attn_cpu_has_avx512bf16() ? attn_bf16_kernels_amx() : NULL;
+        return amx ? amx : attn_bf16_kernels_avx512_pairs(NULL);
     }
-    if (isa == ATTN_ISA_AVX512) return attn_bf16_kernels_avx512();
     if (isa == ATTN_ISA_AVX2) return attn_bf16_kernels_avx2();
 #endif
     (void)isa;
