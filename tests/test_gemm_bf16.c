@@ -127,6 +127,48 @@ static int same_words(uint32_t x, uint32_t y) {
     return 1;
 }
 
+/* f's gemm_pairs bit for bit the portable one on each way A may be laid out (rows of words,
+ * columns of words as flash's P^T / dS^T, any strides), row counts on and off the register
+ * tiles and past 64, columns on and off the 64-column panels, pair steps from none to 65, with
+ * and without accumulation, row and output scales. */
+static void check_pairs_layouts(test_rng *r, const attn_bf16_kernels *f) {
+    const attn_bf16_kernels *g = attn_bf16_kernels_ref();
+    static const int shapes[][3] = {{1, 1, 0}, {3, 17, 1}, {4, 64, 32}, {5, 70, 33}, {64, 64, 64}, {70, 130, 65},
+                                    {130, 40, 7}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int m = shapes[s][0], n = shapes[s][1], kp = shapes[s][2];
+        const int64_t ldb = n + 3, ldc = n + 5;
+        const size_t na = (size_t)(m + 3) * (size_t)(2 * kp + 2) + 1;
+        uint32_t *a = xmalloc(4 * na), *b = xmalloc(4 * ((size_t)kp * (size_t)ldb + 1));
+        float *c0 = xmalloc(4 * (size_t)m * (size_t)ldc), *cf = xmalloc(4 * (size_t)m * (size_t)ldc),
+              *cg = xmalloc(4 * (size_t)m * (size_t)ldc), *rs = xmalloc(4 * (size_t)m);
+        for (size_t i = 0; i < na; i++)
+            a[i] = attn_pair(attn_bf16_rne_daz((float)rng_normal(r)),
+                             attn_bf16_rne_daz((float)(rng_normal(r) * (i % 41 == 3 ? 1e-39 : 1))));
+        for (size_t i = 0; i < (size_t)kp * (size_t)ldb; i++)
+            b[i] = attn_pair(attn_bf16_rne_daz((float)rng_normal(r)), attn_bf16_rne_daz((float)rng_normal(r)));
+        fill_normal(r, c0, (size_t)m * (size_t)ldc, 1);
+        for (int i = 0; i < m; i++) rs[i] = (float)rng_uniform(r);
+        /* (ars, acs): rows of words, columns of words, both strided */
+        const int64_t lay[3][2] = {{kp + 1, 1}, {1, m + 3}, {2 * kp + 2, 2}};
+        for (int l = 0; l < 3; l++)
+            for (int v = 0; v < 3; v++) {
+                const int acc = v > 0;
+                const float *rsv = v == 2 ? rs : NULL;
+                const float os = v == 2 ? 0.5f : 1.0f;
+                memcpy(cf, c0, 4 * (size_t)m * (size_t)ldc);
+                memcpy(cg, c0, 4 * (size_t)m * (size_t)ldc);
+                f->gemm_pairs(m, n, kp, a, lay[l][0], lay[l][1], b, ldb, cf, ldc, acc, rsv, os);
+                g->gemm_pairs(m, n, kp, a, lay[l][0], lay[l][1], b, ldb, cg, ldc, acc, rsv, os);
+                CHECK(!memcmp(cf, cg, 4 * (size_t)m * (size_t)ldc),
+                      "%s: gemm_pairs %dx%dx%d, A strides (%lld, %lld), accumulate %d, scales %d differs from the "
+                      "portable kernel",
+                      f->name, m, n, kp, (long long)lay[l][0], (long long)lay[l][1], acc, v == 2);
+            }
+        free(a), free(b), free(c0), free(cf), free(cg), free(rs);
+    }
+}
+
 /* f's rounding (vcvtneps2bf16 or its emulation) and the scalar one agree (subnormals flushed),
  * and its pair products agree with the portable emulation on values near the subnormal range,
  * with row and output scalings. */
@@ -351,7 +393,10 @@ int main(void) {
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
                 check_case(&r, (attn_transpose)ta, (attn_transpose)tb, sz[i][0], sz[i][1], sz[i][2], (int)((i + ta) % 2));
-    for (int f = 0; f < nfast; f++) check_kernels(&r, fast[f]);
+    for (int f = 0; f < nfast; f++) {
+        check_kernels(&r, fast[f]);
+        check_pairs_layouts(&r, fast[f]);
+    }
     /* errors */
     float c[4];
     attn_bf16 x[4] = {0};
