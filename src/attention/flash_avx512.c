@@ -60,6 +60,24 @@ static inline __attribute__((always_inline)) void ukr(const int MR, const int nv
         }
 }
 
+/* One MR-row group of a panel of nv vectors (the last one masked by last). */
+static inline __attribute__((always_inline)) void tile_cols(const int MR, int nv, __mmask16 last, int mm, int k,
+                                                            const float *a, int64_t ars, int64_t acs, const float *b,
+                                                            int64_t ldb, float *c, int64_t ldc, int accumulate,
+                                                            const float *rowscale, float *colmax) {
+    switch (nv) {
+    case 4: /* a whole 64-column tile: the constant mask makes every load a plain one */
+        if (last == (__mmask16)0xFFFF)
+            ukr(MR, 4, mm, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax, (__mmask16)0xFFFF);
+        else
+            ukr(MR, 4, mm, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax, last);
+        break;
+    case 3: ukr(MR, 3, mm, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax, last); break;
+    case 2: ukr(MR, 2, mm, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax, last); break;
+    default: ukr(MR, 1, mm, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax, last); break;
+    }
+}
+
 /* The tile rows per register tile, MR, is the one kernel parameter chosen per microarchitecture
  * (attn_flash_avx512_rows): 4 rows x 64 columns (16 accumulators) as tuned on AMD (6 measured
  * no faster on Zen 5), or 6 rows (24 accumulators: B is streamed from L1 a third fewer times per
@@ -80,17 +98,12 @@ static inline __attribute__((always_inline)) void gemm_rows(const int MR, int m,
             float *ci = c + i0 * ldc + j0;
             const float *rs = rowscale ? rowscale + i0 : NULL;
             float *cm = colmax ? colmax + j0 : NULL;
-            switch (nv) {
-            case 4: /* a whole 64-column tile: the constant mask makes every load a plain one */
-                if (last == (__mmask16)0xFFFF)
-                    ukr(MR, 4, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, (__mmask16)0xFFFF);
-                else
-                    ukr(MR, 4, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, last);
-                break;
-            case 3: ukr(MR, 3, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, last); break;
-            case 2: ukr(MR, 2, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, last); break;
-            default: ukr(MR, 1, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, last); break;
-            }
+            /* a last group of at most 4 rows (64 = 10 x 6 + 4) runs the 4-row tile rather than
+             * 6 rows of which 2 repeat a row: 3% fewer FMAs in a 64-row tile, the same chains */
+            if (MR > 4 && mm <= 4)
+                tile_cols(4, nv, last, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm);
+            else
+                tile_cols(MR, nv, last, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm);
         }
     }
 }
