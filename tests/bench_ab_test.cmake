@@ -10,19 +10,15 @@ if(NOT rc EQUAL 0 OR NOT out MATCHES "2 rounds" OR
    OR out MATCHES "backward")
   message(FATAL_ERROR "ab.py on two attention runs (${rc}):\n${out}\n${err}")
 endif()
-execute_process(COMMAND ${PY} ${SCRIPT} --rounds 1 --a "${ATTN} bench nosuch" --b "${ATTN} bench peak"
-  RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err TIMEOUT 60)
-if(rc EQUAL 0 OR NOT err MATCHES "failed")
-  message(FATAL_ERROR "ab.py accepted a failing command (${rc}): ${err}")
-endif()
-execute_process(COMMAND ${PY} ${SCRIPT} --rounds 1 --a "${ATTN} bench peak --threads 1"
-  --b "${ATTN} bench gemm --m 16 --threads 1" RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err TIMEOUT 60)
-if(rc EQUAL 0 OR NOT err MATCHES "share no cell")
-  message(FATAL_ERROR "ab.py compared commands with no cell in common (${rc}): ${err}")
-endif()
-execute_process(COMMAND ${PY} ${SCRIPT} --rounds 0 --a "${ATTN} bench peak" --b "${ATTN} bench peak"
-  RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err TIMEOUT 60)
-if(rc EQUAL 0 OR NOT err MATCHES "--rounds must be")
-  message(FATAL_ERROR "ab.py accepted --rounds 0 (${rc}): ${err}")
-endif()
+# ab.py with the given arguments must exit non-zero with a message matching want
+function(expect_refused what want)
+  execute_process(COMMAND ${PY} ${SCRIPT} ${ARGN} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err TIMEOUT 60)
+  if(rc EQUAL 0 OR NOT err MATCHES "${want}")
+    message(FATAL_ERROR "ab.py accepted ${what} (${rc}): ${err}")
+  endif()
+endfunction()
+expect_refused("a failing command" "failed" --rounds 1 --a "${ATTN} bench nosuch" --b "${ATTN} bench peak")
+expect_refused("commands with no cell in common" "share no cell" --rounds 1 --a "${ATTN} bench peak --threads 1"
+  --b "${ATTN} bench gemm --m 16 --threads 1")
+expect_refused("--rounds 0" "--rounds must be" --rounds 0 --a "${ATTN} bench peak" --b "${ATTN} bench peak")
 message(STATUS "ok: ab.py alternates, matches cells, reports ratios; bad commands refused")
