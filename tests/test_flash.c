@@ -1,6 +1,6 @@
 /* Flash attention against the reference attention (itself checked against a float64 oracle,
  * finite differences and PyTorch in test_sdpa): every option, block edges, head dims, every ISA;
- * bitwise determinism across thread counts; the AVX-512 4- and 6-row register tiles bitwise equal;
+ * bitwise determinism across thread counts; the fast tile kernels (AVX2, AVX-512 4- and 6-row) bitwise the portable one;
  * attn_flash_weights; argument errors (ctest runs it with each tile: test_flash_rows4/6). */
 #include <malloc.h>
 #include <string.h>
@@ -408,46 +408,63 @@ static void check_work_and_memory(test_rng *r) {
     free(buf);
 }
 
-/* The AVX-512 tile kernel's two register tiles (4 and 6 rows, chosen per microarchitecture) give
- * bitwise the same products, column maxima, accumulation and row scaling, at every edge: each
- * element is the same chain of FMAs. */
-static void check_tile_rows(test_rng *r) {
+/* The fast tile kernels (AVX2; AVX-512 with its 4- and 6-row register tiles, chosen per
+ * microarchitecture) give bitwise the portable kernel's products, column maxima, accumulation and
+ * row scaling, at every edge and for each layout of A (rows; down the columns of a score tile, which
+ * they compile with constant strides; any other strides): each element is the same chain of FMAs. */
+static void check_tile_kernels(test_rng *r) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    if (attn_detected_isa() < ATTN_ISA_AVX512) {
-        printf("  (no AVX-512 on this CPU: the 4- and 6-row tile kernels were not compared)\n");
-        return;
+    const attn_flash_kernels *ref = attn_flash_kernels_ref(), *fast[3] = {NULL, NULL, NULL};
+    const char *names[3] = {"avx2", "avx512 4-row", "avx512 6-row"};
+    if (attn_detected_isa() >= ATTN_ISA_AVX2) fast[0] = attn_flash_kernels_avx2();
+    else printf("  (no AVX2 on this CPU: its tile kernel was not compared)\n");
+    if (attn_detected_isa() >= ATTN_ISA_AVX512) {
+        fast[1] = attn_flash_kernels_avx512_rows(4);
+        fast[2] = attn_flash_kernels_avx512_rows(6);
+        CHECK(fast[1] && fast[2] && !attn_flash_kernels_avx512_rows(5), "avx512 row tables");
+    } else {
+        printf("  (no AVX-512 on this CPU: its 4- and 6-row tile kernels were not compared)\n");
     }
-    const attn_flash_kernels *k4 = attn_flash_kernels_avx512_rows(4), *k6 = attn_flash_kernels_avx512_rows(6);
-    CHECK(k4 && k6 && !attn_flash_kernels_avx512_rows(5), "avx512 row tables");
-    if (!k4 || !k6) return;
     const int ms[] = {1, 3, 4, 5, 6, 7, 12, 13, 64}, ns[] = {1, 15, 16, 17, 40, 64, 65, 130}, ks[] = {1, 7, 64, 129};
-    float *a = xmalloc(sizeof(float) * 64 * 160), *b = xmalloc(sizeof(float) * 160 * 140), *c4 = xmalloc(sizeof(float) * 64 * 140),
-          *c6 = xmalloc(sizeof(float) * 64 * 140), *rs = xmalloc(sizeof(float) * 64), *m4 = xmalloc(sizeof(float) * 140),
-          *m6 = xmalloc(sizeof(float) * 140);
-    int checked = 0, same = 1;
+    const size_t asz = 64 * 160 + 160 * 65; /* room for A down its columns with stride 65 */
+    float *a = xmalloc(sizeof(float) * asz), *b = xmalloc(sizeof(float) * 160 * 140), *c0 = xmalloc(sizeof(float) * 64 * 140),
+          *cr = xmalloc(sizeof(float) * 64 * 140), *c = xmalloc(sizeof(float) * 64 * 140), *rs = xmalloc(sizeof(float) * 64),
+          *mr = xmalloc(sizeof(float) * 140), *mx = xmalloc(sizeof(float) * 140);
+    int checked[3] = {0, 0, 0}, same[3] = {1, 1, 1};
     for (size_t im = 0; im < sizeof ms / sizeof ms[0]; im++)
         for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
             for (size_t ik = 0; ik < sizeof ks / sizeof ks[0]; ik++)
-                for (int mode = 0; mode < 3; mode++) {
+                for (int mode = 0; mode < 4; mode++) {
                     const int m = ms[im], n = ns[in], k = ks[ik];
-                    /* mode 0: A rows contiguous, column maxima; 1: A strided (P^T), accumulate with
-                     * row scales; 2: accumulate without scales */
-                    const int64_t ars = mode == 1 ? 1 : 160, acs = mode == 1 ? 64 : 1;
-                    fill_normal(r, a, 64 * 160, 1.0);
+                    /* mode 0: A rows contiguous, column maxima; 1: A down the columns of a score tile
+                     * (P in P V: ars 1, acs ATTN_FLASH_BR), accumulate with row scales; 2: accumulate
+                     * without scales; 3: A with other strides (ars 1, acs 65), row scales */
+                    const int64_t ars = mode == 1 || mode == 3 ? 1 : 160,
+                                  acs = mode == 1 ? ATTN_FLASH_BR : mode == 3 ? 65 : 1;
+                    fill_normal(r, a, asz, 1.0);
                     fill_normal(r, b, 160 * 140, 1.0);
-                    fill_normal(r, c4, 64 * 140, 1.0);
+                    fill_normal(r, c0, 64 * 140, 1.0);
                     fill_normal(r, rs, 64, 1.0);
-                    memcpy(c6, c4, sizeof(float) * 64 * 140);
-                    for (int j = 0; j < 140; j++) m4[j] = m6[j] = -1.0f;
-                    k4->gemm(m, n, k, a, ars, acs, b, 140, c4, 140, mode > 0, mode == 1 ? rs : NULL, mode == 0 ? m4 : NULL);
-                    k6->gemm(m, n, k, a, ars, acs, b, 140, c6, 140, mode > 0, mode == 1 ? rs : NULL, mode == 0 ? m6 : NULL);
-                    const int ok = !memcmp(c4, c6, sizeof(float) * 64 * 140) && !memcmp(m4, m6, sizeof(float) * 140);
-                    CHECK(ok, "avx512 tile kernel: 4 and 6 rows differ at m %d n %d k %d mode %d", m, n, k, mode);
-                    same &= ok;
-                    checked++;
+                    const float *rsp = mode == 1 || mode == 3 ? rs : NULL;
+                    memcpy(cr, c0, sizeof(float) * 64 * 140);
+                    for (int j = 0; j < 140; j++) mr[j] = -1.0f;
+                    ref->gemm(m, n, k, a, ars, acs, b, 140, cr, 140, mode > 0, rsp, mode == 0 ? mr : NULL);
+                    for (int t = 0; t < 3; t++) {
+                        if (!fast[t]) continue;
+                        memcpy(c, c0, sizeof(float) * 64 * 140);
+                        for (int j = 0; j < 140; j++) mx[j] = -1.0f;
+                        fast[t]->gemm(m, n, k, a, ars, acs, b, 140, c, 140, mode > 0, rsp, mode == 0 ? mx : NULL);
+                        const int ok = !memcmp(c, cr, sizeof(float) * 64 * 140) && !memcmp(mx, mr, sizeof(float) * 140);
+                        CHECK(ok, "%s tile kernel differs from the portable one at m %d n %d k %d mode %d", names[t], m,
+                              n, k, mode);
+                        same[t] &= ok;
+                        checked[t]++;
+                    }
                 }
-    if (same) printf("  avx512 tile kernel: 4- and 6-row register tiles bitwise equal on %d shapes\n", checked);
-    free(a), free(b), free(c4), free(c6), free(rs), free(m4), free(m6);
+    for (int t = 0; t < 3; t++)
+        if (fast[t] && same[t])
+            printf("  %s tile kernel: bitwise the portable one on %d shapes\n", names[t], checked[t]);
+    free(a), free(b), free(c0), free(cr), free(c), free(rs), free(mr), free(mx);
 #else
     (void)r;
 #endif
@@ -458,7 +475,7 @@ int main(void) {
     printf("flash attention against the reference (rel err fwd / dq / dk / dv per ISA):\n");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], &r);
     check_determinism(&r);
-    check_tile_rows(&r);
+    check_tile_kernels(&r);
     check_work_and_memory(&r);
     check_errors();
     return test_summary("test_flash");

@@ -69,9 +69,10 @@ static inline __attribute__((always_inline)) void ukr(const int nv, int mm, int 
 #undef LEFT
 }
 
-static void gemm_avx2(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
-                      int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
-                      float *colmax) {
+static inline __attribute__((always_inline)) void gemm_tiles(int m, int n, int k, const float *a, int64_t ars,
+                                                             int64_t acs, const float *b, int64_t ldb, float *c,
+                                                             int64_t ldc, int accumulate, const float *rowscale,
+                                                             float *colmax) {
     for (int j0 = 0; j0 < n; j0 += 16) {
         const int nn = n - j0 < 16 ? n - j0 : 16;
         const int nv = (nn + 7) / 8;
@@ -85,6 +86,17 @@ static void gemm_avx2(int m, int n, int k, const float *a, int64_t ars, int64_t 
             else ukr(1, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, nlast);
         }
     }
+}
+
+/* A down the columns of a score tile (P, dS) with its strides as constants, as flash_avx512.c
+ * does: the broadcasts come off one pointer at fixed offsets. */
+static void gemm_avx2(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
+                      int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
+                      float *colmax) {
+    if (ars == 1 && acs == ATTN_FLASH_BR)
+        gemm_tiles(m, n, k, a, 1, ATTN_FLASH_BR, b, ldb, c, ldc, accumulate, rowscale, colmax);
+    else
+        gemm_tiles(m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax);
 }
 
 static void softmax_update_avx2(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
