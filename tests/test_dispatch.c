@@ -49,6 +49,12 @@ int main(void) {
                                                        : emulated;
         CHECK(!strcmp(c->bf16->name, want), "%s: bf16 kernels %s, want %s", attn_isa_name((attn_isa)isa), c->bf16->name,
               want);
+        /* the unit the table says runs its products (what bench and train read) agrees with the table */
+        const attn_bf16_unit unit = !strcmp(c->bf16->name, "amx")          ? ATTN_BF16_UNIT_AMX
+                                    : !strcmp(c->bf16->name, "avx512bf16") ? ATTN_BF16_UNIT_DPBF16PS
+                                                                           : ATTN_BF16_UNIT_FMA;
+        CHECK(c->bf16->unit == unit, "%s: bf16 kernels %s say unit %d, want %d", attn_isa_name((attn_isa)isa),
+              c->bf16->name, (int)c->bf16->unit, (int)unit);
         printf("  %s: bf16 kernels %s\n", attn_isa_name((attn_isa)isa), c->bf16->name);
     }
     attn_force_isa(attn_detected_isa());

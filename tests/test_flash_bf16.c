@@ -212,7 +212,7 @@ static void check_fixture(void) {
         printf("  notice: no AVX512-BF16 on this CPU: vdpbf16ps itself is not tested, its FMA emulation is\n");
     else if (attn_detected_isa() < ATTN_ISA_AVX512)
         printf("  notice: no AVX-512 on this CPU: only the portable bf16 kernels are tested\n");
-    if (strcmp(attn_bf16_kernels_active()->name, "amx"))
+    if (attn_bf16_kernels_active()->unit != ATTN_BF16_UNIT_AMX)
         printf("  notice: AMX tiles not in use (no AMX-BF16, tile state refused, or ATTN_AMX=0): the AMX path is not tested\n");
     printf("  bf16 kernels in use at the detected ISA: %s\n", attn_bf16_kernels_active()->name);
     printf("  rel RMS error vs float64 (torch bf16 | attn per ISA, f32 out / bf16 out):\n");

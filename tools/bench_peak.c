@@ -84,8 +84,7 @@ int bench_peak_cmd(int argc, char **argv) {
             bench_peak_bf16_shape(&c, &l);
             print_peak(o.json, "bf16_peak", "avx512bf16", th, "chains", c, l, g, bench_peak_sample_ms_bf16(th), 1,
                        f32 ? g / bench_peak_gflops(th) : NAN, f32 ? "fma_peak" : NULL);
-            if (t == 0 && strcmp(attn_kernel_ctx_active()->bf16->name, "avx512bf16") &&
-                strcmp(attn_kernel_ctx_active()->bf16->name, "amx"))
+            if (t == 0 && attn_kernel_ctx_active()->bf16->unit == ATTN_BF16_UNIT_FMA)
                 fprintf(o.json ? stderr : stdout,
                         "bf16 kernels: %s (attn info says why): bf16 fractions are of the FMA peak\n",
                         attn_kernel_ctx_active()->bf16->name);

@@ -71,7 +71,7 @@ int cmd_info(int argc, char **argv) {
     printf("best isa:     %s\n", attn_isa_name(attn_detected_isa()));
     printf("kernels:      %s\n", attn_isa_name(attn_active_isa()));
     printf("bf16 kernels: %s (AMX tiles where granted; ATTN_AMX=0 declines them)\n", attn_kernel_ctx_active()->bf16->name);
-    if (attn_active_isa() == ATTN_ISA_AVX512 && strcmp(attn_kernel_ctx_active()->bf16->name, "amx")) {
+    if (attn_active_isa() == ATTN_ISA_AVX512 && attn_kernel_ctx_active()->bf16->unit != ATTN_BF16_UNIT_AMX) {
         const char *why;
         attn_bf16_kernels_avx512_pairs(&why);
         printf("bf16 pairs:   %s\n", why);

@@ -248,9 +248,10 @@ void train_precision_note(attn_precision p) {
     }
     /* AVX512-BF16 without AMX tiles in use, where vdpbf16ps runs at half the FMA rate (Intel):
      * its FMA emulation serves, at best at fp32's rate */
-    const char *k = attn_kernel_ctx_active()->bf16->name, *why = "ATTN_ISA below avx512";
-    if (!strstr(k, "emulated")) return;
+    const attn_bf16_kernels *k = attn_kernel_ctx_active()->bf16;
+    const char *why = "ATTN_ISA below avx512";
+    if (k->unit != ATTN_BF16_UNIT_FMA) return;
     if (attn_active_isa() == ATTN_ISA_AVX512) attn_bf16_kernels_avx512_pairs(&why);
     printf("note: the bf16 products run on %s here (%s), at best at fp32's rate, so bf16 trains slower here "
-           "than fp32\n", k, why);
+           "than fp32\n", k->name, why);
 }

@@ -325,6 +325,7 @@ const attn_bf16_kernels *attn_bf16_kernels_amx(void) {
         const attn_bf16_kernels *v = attn_bf16_kernels_avx512bf16();
         attn_bf16_kernels t = *v;
         t.name = "amx";
+        t.unit = ATTN_BF16_UNIT_AMX;
         t.gemm_pairs = gemm_pairs_amx;
         k = t;
         atomic_store(&built, 1);

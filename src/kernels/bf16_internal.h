@@ -21,8 +21,13 @@
 
 #include "attn/core.h"
 
+/* What runs a table's pair products, and so the ceiling its speed is measured against: FMAs
+ * (the emulations: the FMA peak), vdpbf16ps (its own peak) or AMX tiles (TDPBF16PS's). */
+typedef enum attn_bf16_unit { ATTN_BF16_UNIT_FMA, ATTN_BF16_UNIT_DPBF16PS, ATTN_BF16_UNIT_AMX } attn_bf16_unit;
+
 typedef struct attn_bf16_kernels {
     const char *name;
+    attn_bf16_unit unit;
     /* C[m x n] = ((accumulate ? f_i C : 0) + sum_p A(i, p) . B(p, j)) * outscale, the sum over
      * pair words p = 0 .. kp - 1 in increasing order, one chain per element; A(i, p) =
      * a[i * ars + p * acs] (any strides: A is only broadcast), B(p, j) = b[p * ldb + j],

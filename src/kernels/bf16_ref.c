@@ -70,7 +70,7 @@ static void round_row_ref(int n, const float *src, const float *f, uint16_t *dst
 
 const attn_bf16_kernels *attn_bf16_kernels_ref(void) {
     /* no fused flash steps: the driver runs the flash kernels' softmax, then these roundings */
-    static const attn_bf16_kernels k = {"ref", gemm_pairs_ref, pair_rows_f32_ref, pair_tile_grads_ref, pair_rows_bf16_ref,
+    static const attn_bf16_kernels k = {"ref", ATTN_BF16_UNIT_FMA, gemm_pairs_ref, pair_rows_f32_ref, pair_tile_grads_ref, pair_rows_bf16_ref,
                                         round_row_ref, NULL, NULL};
     return &k;
 }
@@ -150,7 +150,7 @@ float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes) {
 
 float attn_amx_loop(int64_t iters, int *chains, int *lanes) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    if (!strcmp(attn_bf16_kernels_active()->name, "amx")) return attn_amx_loop_tiles(iters, chains, lanes);
+    if (attn_bf16_kernels_active()->unit == ATTN_BF16_UNIT_AMX) return attn_amx_loop_tiles(iters, chains, lanes);
 #endif
     (void)iters;
     *chains = *lanes = 0;
