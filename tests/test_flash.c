@@ -1,7 +1,8 @@
 /* Flash attention against the reference attention (itself checked against a float64 oracle,
  * finite differences and PyTorch in test_sdpa): every option, block edges, head dims, every ISA;
- * bitwise determinism across thread counts; the fast tile kernels (AVX2, AVX-512 4- and 6-row) bitwise the portable one;
- * attn_flash_weights; argument errors (ctest runs it with each tile: test_flash_rows4/6). */
+ * bitwise determinism across thread counts; the fast tile kernels (AVX2, AVX-512 4- and 6-row)
+ * bitwise the portable one; attn_flash_weights; argument errors (ctest runs it with each tile:
+ * test_flash_rows4/6). */
 #include <malloc.h>
 #include <string.h>
 
@@ -427,9 +428,10 @@ static void check_tile_kernels(test_rng *r) {
     }
     const int ms[] = {1, 3, 4, 5, 6, 7, 12, 13, 64}, ns[] = {1, 15, 16, 17, 40, 64, 65, 130}, ks[] = {1, 7, 64, 129};
     const size_t asz = 64 * 160 + 160 * 65; /* room for A down its columns with stride 65 */
-    float *a = xmalloc(sizeof(float) * asz), *b = xmalloc(sizeof(float) * 160 * 140), *c0 = xmalloc(sizeof(float) * 64 * 140),
-          *cr = xmalloc(sizeof(float) * 64 * 140), *c = xmalloc(sizeof(float) * 64 * 140), *rs = xmalloc(sizeof(float) * 64),
-          *mr = xmalloc(sizeof(float) * 140), *mx = xmalloc(sizeof(float) * 140);
+    float *a = xmalloc(sizeof(float) * asz), *b = xmalloc(sizeof(float) * 160 * 140),
+          *c0 = xmalloc(sizeof(float) * 64 * 140), *cr = xmalloc(sizeof(float) * 64 * 140),
+          *c = xmalloc(sizeof(float) * 64 * 140), *rs = xmalloc(sizeof(float) * 64), *mr = xmalloc(sizeof(float) * 140),
+          *mx = xmalloc(sizeof(float) * 140);
     int checked[3] = {0, 0, 0}, same[3] = {1, 1, 1};
     for (size_t im = 0; im < sizeof ms / sizeof ms[0]; im++)
         for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)

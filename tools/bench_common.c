@@ -321,7 +321,8 @@ double bench_peak_gflops_bf16_results(int threads) {
     /* the ceiling of the bf16 kernels that run: AMX tiles, else vdpbf16ps, else (the products
      * emulated as two FMAs per pair, counted as bf16 flops) the FMA peak */
     double peak = bench_peak_gflops_amx(threads);
-    if (!(peak > 0) && attn_kernel_ctx_active()->bf16->unit == ATTN_BF16_UNIT_DPBF16PS) peak = bench_peak_gflops_bf16(threads);
+    if (!(peak > 0) && attn_kernel_ctx_active()->bf16->unit == ATTN_BF16_UNIT_DPBF16PS)
+        peak = bench_peak_gflops_bf16(threads);
     if (!(peak > 0)) peak = bench_peak_gflops(threads);
     return peak;
 }

@@ -70,8 +70,8 @@ static void round_row_ref(int n, const float *src, const float *f, uint16_t *dst
 
 const attn_bf16_kernels *attn_bf16_kernels_ref(void) {
     /* no fused flash steps: the driver runs the flash kernels' softmax, then these roundings */
-    static const attn_bf16_kernels k = {"ref", ATTN_BF16_UNIT_FMA, gemm_pairs_ref, pair_rows_f32_ref, pair_tile_grads_ref, pair_rows_bf16_ref,
-                                        round_row_ref, NULL, NULL};
+    static const attn_bf16_kernels k = {"ref", ATTN_BF16_UNIT_FMA, gemm_pairs_ref, pair_rows_f32_ref,
+                                        pair_tile_grads_ref, pair_rows_bf16_ref, round_row_ref, NULL, NULL};
     return &k;
 }
 
