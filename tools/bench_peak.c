@@ -3,7 +3,6 @@
  * AMX tiles' (TDPBF16PS). */
 #include <math.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "bench_common.h"
 #include "cli.h"

@@ -241,7 +241,7 @@ int train_parse_precision(const char *name, attn_precision *p) {
 
 void train_precision_note(attn_precision p) {
     if (p != ATTN_PRECISION_BF16) return;
-    if (!strstr(attn_cpu_features(), "avx512bf16")) {
+    if (!attn_cpu_has_avx512bf16()) {
         printf("note: this CPU has no AVX512-BF16: the bf16 products are emulated (two fp32 FMAs each on AVX-512 or "
                "AVX2, scalar code without them), so bf16 trains slower here than fp32\n");
         return;

@@ -113,20 +113,24 @@ static inline __attribute__((always_inline)) void gemm_rows(const int MR, int m,
  * one pointer at fixed offsets instead of MR row pointers and a stride held in registers, which
  * spilled to the stack inside the k loop (the P V product ran at 0.78-0.89x the same product
  * with A by rows). */
+static inline __attribute__((always_inline)) void gemm_layouts(const int MR, int m, int n, int k, const float *a,
+                                                               int64_t ars, int64_t acs, const float *b, int64_t ldb,
+                                                               float *c, int64_t ldc, int accumulate,
+                                                               const float *rowscale, float *colmax) {
+    if (ars == 1 && acs == ATTN_FLASH_BR)
+        gemm_rows(MR, m, n, k, a, 1, ATTN_FLASH_BR, b, ldb, c, ldc, accumulate, rowscale, colmax);
+    else
+        gemm_rows(MR, m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax);
+}
+
 static void gemm_avx512_r4(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
                            int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale, float *colmax) {
-    if (ars == 1 && acs == ATTN_FLASH_BR)
-        gemm_rows(4, m, n, k, a, 1, ATTN_FLASH_BR, b, ldb, c, ldc, accumulate, rowscale, colmax);
-    else
-        gemm_rows(4, m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax);
+    gemm_layouts(4, m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax);
 }
 
 static void gemm_avx512_r6(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
                            int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale, float *colmax) {
-    if (ars == 1 && acs == ATTN_FLASH_BR)
-        gemm_rows(6, m, n, k, a, 1, ATTN_FLASH_BR, b, ldb, c, ldc, accumulate, rowscale, colmax);
-    else
-        gemm_rows(6, m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax);
+    gemm_layouts(6, m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax);
 }
 
 static void softmax_update_avx512(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
