@@ -18,15 +18,24 @@ static void note(double *w, double e) {
 
 /* loss of one row (target not ignored) and, when g != NULL, its gradient (dloss_i/dx_j). */
 static double ce_row64(const double *x, int64_t c, int64_t t, double eps, double *g) {
-    double m = x[0];
-    for (int64_t j = 1; j < c; j++) m = x[j] > m ? x[j] : m;
-    double s = 0;
-    for (int64_t j = 0; j < c; j++) s += exp(x[j] - m);
-    const double lse = m + log(s);
-    double l = (1 - eps) * (lse - x[t]);
-    for (int64_t j = 0; j < c; j++) l += eps / (double)c * (lse - x[j]);
+    int64_t am = 0;
+    for (int64_t j = 1; j < c; j++) am = x[j] > x[am] ? j : am;
+    const double m = x[am];
+    /* On a peaked row whose target is the maximum the loss and the target's gradient are tiny
+     * differences from 0 and 1: lse - x[j] is taken as (m - x[j]) + log1p(the other terms) and
+     * p_t - 1 as expm1, not m + log(s) - x[t] and exp(..) - 1, which round them to multiples of
+     * m's ulp and of 1's (central differences then carry that rounding divided by the step). */
+    double rest = 0;
+    for (int64_t j = 0; j < c; j++)
+        if (j != am) rest += exp(x[j] - m);
+    const double ls = log1p(rest);
+    double l = (1 - eps) * ((m - x[t]) + ls);
+    for (int64_t j = 0; j < c; j++) l += eps / (double)c * ((m - x[j]) + ls);
     if (g) {
-        for (int64_t j = 0; j < c; j++) g[j] = exp(x[j] - lse) - eps / (double)c - (j == t ? 1 - eps : 0);
+        for (int64_t j = 0; j < c; j++) {
+            const double a = (x[j] - m) - ls; /* log p_j */
+            g[j] = j == t ? expm1(a) + eps - eps / (double)c : exp(a) - eps / (double)c;
+        }
     }
     return l;
 }
