@@ -2,7 +2,8 @@
  * mean squared error, with PyTorch's reductions.
  *
  * Cross-entropy, row i with target t, C classes, smoothing eps, m = max_j x_j:
- *   s = sum_j exp(x_j - m)                           (double; every term <= 1, so no overflow)
+ *   s = sum_j exp(x_j - m)                           (double; every term <= 1, so no overflow;
+ *                                                     log s taken as log1p(s - 1), s - 1 summed apart)
  *   loss = log s + (1 - eps)(m - x_t) + eps / C * sum_j (m - x_j)
  *        = (1 - eps)(lse - x_t) + eps / C * sum_j (lse - x_j),   lse = m + log s
  *   dloss/dx_j = exp(x_j - m) / s - (1 - eps)[j == t] - eps / C
@@ -75,29 +76,32 @@ static attn_status ce_check(const char *fn, const float *logits, const int64_t *
 /* One row: returns its loss when want_loss, and writes its gradient times g into dx when dx is
  * not NULL. dx may be x itself: every x_j is read before dx_j is written. */
 static double ce_row(const float *x, int64_t c, int64_t t, double eps, int want_loss, float *dx, double g) {
-    float m = x[0];
-    for (int64_t j = 1; j < c; j++) m = x[j] > m ? x[j] : m;
-    const double md = m;
+    int64_t am = 0;
+    for (int64_t j = 1; j < c; j++) am = x[j] > x[am] ? j : am;
+    const double md = x[am];
     double gap = 0.0; /* sum_j (m - x_j), needed only for smoothing */
     if (want_loss && eps != 0.0)
         for (int64_t j = 0; j < c; j++) gap += md - (double)x[j];
     const double xt = x[t];
-    double s = 0.0;
+    double rest = 0.0; /* s - 1: the terms but the maximum's exp(0) = 1 */
     if (dx) {
         for (int64_t j = 0; j < c; j++) {
             const double e = exp((double)x[j] - md);
-            s += e;
+            if (j != am) rest += e;
             dx[j] = (float)e; /* kept for the second pass: rounding e costs 6e-8 relative */
         }
-        const double inv = g / s, off = g * eps / (double)c;
+        const double s = 1.0 + rest, inv = g / s, off = g * eps / (double)c;
         for (int64_t j = 0; j < c; j++) dx[j] = (float)((double)dx[j] * inv - off);
-        /* the target's p_t - (1 - eps) cancels when p_t is near 1: p_t from the unrounded exp */
-        dx[t] = (float)(exp(xt - md) * inv - off - g * (1.0 - eps));
+        /* the target's p_t - (1 - eps) cancels when p_t is near 1, which needs x_t = m: then
+         * p_t = 1 / s and p_t - 1 = -rest / s exactly; else p_t from the unrounded exp */
+        dx[t] = (float)(xt == md ? g * (eps - rest / s) - off : exp(xt - md) * inv - off - g * (1.0 - eps));
     } else {
-        for (int64_t j = 0; j < c; j++) s += exp((double)x[j] - md);
+        for (int64_t j = 0; j < c; j++)
+            if (j != am) rest += exp((double)x[j] - md);
     }
     if (!want_loss) return 0.0;
-    return log(s) + (1.0 - eps) * (md - xt) + eps / (double)c * gap;
+    /* log s as log1p(s - 1): a confident row's loss (~1e-13) keeps its relative precision */
+    return log1p(rest) + (1.0 - eps) * (md - xt) + eps / (double)c * gap;
 }
 
 /* The shared driver: losses into loss (per row for none, else reduced), gradients with upstream
