@@ -12,7 +12,7 @@
  * is a bound with margin; the measured errors are printed. */
 #include <float.h>
 
-#include "core/dispatch.h"
+#include "kernels/registry.h"
 #include "kernels/ops_internal.h"
 #include "test_util.h"
 #include "attn/train.h"
@@ -569,7 +569,7 @@ static void test_adamw_isas(void) {
             for (int isa = ATTN_ISA_REF + 1; isa <= (int)attn_detected_isa(); isa++) {
                 memcpy(got, in, sizeof(float) * (size_t)n);
                 memcpy(got + n, in + 2 * n, sizeof(float) * 3 * (size_t)n);
-                attn_ops_for((attn_isa)isa)->adamw(got, in + n, got + n, got + 2 * n, amsgrad ? got + 3 * n : NULL, n, &c);
+                attn_kernel_ctx_for((attn_isa)isa)->ops->adamw(got, in + n, got + n, got + 2 * n, amsgrad ? got + 3 * n : NULL, n, &c);
                 CHECK(same_bits_or_nan(got, ref, 4 * n), "adamw [%s] n=%lld amsgrad %d maximize %d t %g: not the reference's bits",
                       attn_isa_name((attn_isa)isa), (long long)n, amsgrad, maximize, t);
                 compared++;

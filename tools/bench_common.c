@@ -8,9 +8,6 @@
 #include <time.h>
 
 #include "cli.h"
-#include "core/dispatch.h"
-#include "kernels/bf16_internal.h"
-#include "kernels/gemm_internal.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -202,11 +199,11 @@ static int peak_chains[PEAK_KINDS], peak_lanes[PEAK_KINDS];
 static attn_isa peak_isa;
 static volatile float peak_sink; /* keeps the loops' results alive */
 
+/* The FMA loop of the ISA the kernels run (a forced ISA's fractions are of its own peak). */
 static float peak_loop(int kind, int64_t iters, int *chains, int *lanes, attn_isa *isa) {
-    *isa = ATTN_ISA_AVX512;
-    if (kind == PEAK_DPBF16) return attn_dpbf16_loop(iters, chains, lanes);
-    if (kind == PEAK_AMX) return attn_amx_loop(iters, chains, lanes);
-    return attn_fma_loop_active(iters, chains, lanes, isa);
+    static const attn_compute_unit units[PEAK_KINDS] = {ATTN_UNIT_FMA, ATTN_UNIT_DPBF16PS, ATTN_UNIT_AMX};
+    *isa = attn_active_isa();
+    return attn_peak_loop(units[kind], iters, chains, lanes);
 }
 
 /* Seconds for `threads` threads each running `iters` iterations at once. */
@@ -321,7 +318,8 @@ double bench_peak_gflops_bf16_results(int threads) {
     /* the ceiling of the bf16 kernels that run: AMX tiles, else vdpbf16ps, else (the products
      * emulated as two FMAs per pair, counted as bf16 flops) the FMA peak */
     double peak = bench_peak_gflops_amx(threads);
-    if (!(peak > 0) && attn_kernel_ctx_active()->bf16->unit == ATTN_BF16_UNIT_DPBF16PS)
+    attn_kernel_info k;
+    if (!(peak > 0) && attn_kernel_info_get(&k) == ATTN_OK && k.bf16_unit == ATTN_UNIT_DPBF16PS)
         peak = bench_peak_gflops_bf16(threads);
     if (!(peak > 0)) peak = bench_peak_gflops(threads);
     return peak;

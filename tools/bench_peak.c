@@ -6,8 +6,6 @@
 
 #include "bench_common.h"
 #include "cli.h"
-#include "core/dispatch.h"
-#include "kernels/bf16_internal.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -83,10 +81,10 @@ int bench_peak_cmd(int argc, char **argv) {
             bench_peak_bf16_shape(&c, &l);
             print_peak(o.json, "bf16_peak", "avx512bf16", th, "chains", c, l, g, bench_peak_sample_ms_bf16(th), 1,
                        f32 ? g / bench_peak_gflops(th) : NAN, f32 ? "fma_peak" : NULL);
-            if (t == 0 && attn_kernel_ctx_active()->bf16->unit == ATTN_BF16_UNIT_FMA)
+            attn_kernel_info k;
+            if (t == 0 && attn_kernel_info_get(&k) == ATTN_OK && k.bf16_unit == ATTN_UNIT_FMA)
                 fprintf(o.json ? stderr : stdout,
-                        "bf16 kernels: %s (attn info says why): bf16 fractions are of the FMA peak\n",
-                        attn_kernel_ctx_active()->bf16->name);
+                        "bf16 kernels: %s (attn info says why): bf16 fractions are of the FMA peak\n", k.bf16_name);
             const double ga = bench_peak_gflops_amx(th);
             if (ga > 0) {
                 bench_peak_amx_shape(&c, &l);

@@ -9,8 +9,6 @@
 #include <string.h>
 
 #include "cli_opts.h"
-#include "core/dispatch.h"
-#include "kernels/bf16_internal.h"
 
 static volatile sig_atomic_t g_interrupted;
 static struct sigaction g_old_int, g_old_term;
@@ -241,17 +239,15 @@ int train_parse_precision(const char *name, attn_precision *p) {
 
 void train_precision_note(attn_precision p) {
     if (p != ATTN_PRECISION_BF16) return;
-    if (!attn_cpu_has_avx512bf16()) {
+    if (!(attn_cpu_feature_bits() & ATTN_CPU_AVX512BF16)) {
         printf("note: this CPU has no AVX512-BF16: the bf16 products are emulated (two fp32 FMAs each on AVX-512 or "
                "AVX2, scalar code without them), so bf16 trains slower here than fp32\n");
         return;
     }
     /* AVX512-BF16 without AMX tiles in use, where vdpbf16ps runs at half the FMA rate (Intel):
      * its FMA emulation serves, at best at fp32's rate */
-    const attn_bf16_kernels *k = attn_kernel_ctx_active()->bf16;
-    const char *why = "ATTN_ISA below avx512";
-    if (k->unit != ATTN_BF16_UNIT_FMA) return;
-    if (attn_active_isa() == ATTN_ISA_AVX512) attn_bf16_kernels_avx512_pairs(&why);
+    attn_kernel_info k;
+    if (attn_kernel_info_get(&k) != ATTN_OK || k.bf16_unit != ATTN_UNIT_FMA) return;
     printf("note: the bf16 products run on %s here (%s), at best at fp32's rate, so bf16 trains slower here "
-           "than fp32\n", k->name, why);
+           "than fp32\n", k.bf16_name, k.bf16_note ? k.bf16_note : "ATTN_ISA below avx512");
 }

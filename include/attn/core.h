@@ -153,8 +153,10 @@ ATTN_API int attn_get_num_threads(void);
 
 /* ---- CPU dispatch --------------------------------------------------------------------------
  * Kernels are chosen once at first use from cpuid; ATTN_ISA=ref|avx2|avx512 forces one (an ISA
- * the CPU lacks falls back to the best supported one). */
+ * the CPU lacks falls back to the best supported one). Each value is a row of the ISA registry
+ * (attn/introspect.h describes the rows and the kernels that run). */
 typedef enum attn_isa { ATTN_ISA_REF = 0, ATTN_ISA_AVX2 = 1, ATTN_ISA_AVX512 = 2 } attn_isa;
+#define ATTN_ISA_COUNT 3
 
 ATTN_API attn_isa attn_active_isa(void);
 ATTN_API const char *attn_isa_name(attn_isa isa);
@@ -166,8 +168,8 @@ ATTN_API attn_status attn_force_isa(attn_isa isa);
 /* Comma-separated CPU features attn looked for and found, e.g. "avx2,fma,avx512f,avx512bf16". */
 ATTN_API const char *attn_cpu_features(void);
 /* The same as bits, detected once per process (cpuid, and the OS's support of the wider
- * register state). Every kernel family's choice derives from them: one dispatch context per
- * ISA, built once. */
+ * register state). Every kernel family's choice derives from them: one kernel context per
+ * ISA, built once from the ISA registry's row. */
 #define ATTN_CPU_SSE42 (1u << 0)
 #define ATTN_CPU_AVX (1u << 1)
 #define ATTN_CPU_AVX2 (1u << 2)

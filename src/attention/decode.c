@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "attention_common.h"
-#include "core/dispatch.h"
+#include "kernels/registry.h"
 #include "core/internal.h"
 #include "decode_internal.h"
 #include "kernels/bf16_internal.h"
@@ -20,17 +20,6 @@
 #define CHUNK ATTN_DECODE_CHUNK
 #define LOG2E 1.4426950408889634
 #define LN2 0.6931471805599453
-
-const attn_decode_kernels *attn_decode_kernels_for(attn_isa isa) {
-#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    switch (isa) {
-    case ATTN_ISA_AVX512: return attn_decode_kernels_avx512();
-    case ATTN_ISA_AVX2: return attn_decode_kernels_avx2();
-    default: break;
-    }
-#endif
-    return attn_decode_kernels_ref();
-}
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 

@@ -30,12 +30,13 @@
 #include <string.h>
 
 #include "attention_common.h"
-#include "core/dispatch.h"
+#include "attn/introspect.h"
 #include "core/internal.h"
 #include "core/tuning.h"
 #include "decode_internal.h"
 #include "flash_internal.h"
 #include "kernels/bf16_internal.h"
+#include "kernels/registry.h"
 
 #define BR ATTN_FLASH_BR
 #define BC ATTN_FLASH_BC
@@ -44,31 +45,10 @@
 
 static const attn_flash_kernels *flash_kernels(void) { return attn_kernel_ctx_active()->flash; }
 
-int attn_flash_avx512_rows(const char **why) {
-    const char *e = getenv("ATTN_FLASH_ROWS");
-    if (e && (!strcmp(e, "4") || !strcmp(e, "6"))) {
-        if (why) *why = "ATTN_FLASH_ROWS";
-        return e[0] - '0';
-    }
-    /* 6 rows measured 4-12% faster than 4 in the forward, 1-10% in the backward on Intel Ice
-     * Lake-SP (docs/performance.md §7); on AMD Zen 5 the two are within 2% of each other either
-     * way (paired, §8), so AMD keeps the 4 the kernels were tuned with */
-    const int intel = !strcmp(attn_cpu_uarch()->vendor, "GenuineIntel");
-    if (why)
-        *why = e ? "ATTN_FLASH_ROWS is not 4 or 6, ignored; by the CPU's vendor"
-                 : intel ? "Intel: measured faster on Ice Lake-SP" : "AMD: as tuned; 6 rows no faster on Zen 5";
-    return intel ? 6 : 4;
-}
-
-const attn_flash_kernels *attn_flash_kernels_for(attn_isa isa) {
-#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    switch (isa) {
-    case ATTN_ISA_AVX512: return attn_flash_kernels_avx512();
-    case ATTN_ISA_AVX2: return attn_flash_kernels_avx2();
-    default: break;
-    }
-#endif
-    return attn_flash_kernels_ref();
+/* May the bf16 table's fused softmax-and-pair steps stand in for this flash table's softmax? Only
+ * where both compute the same exp2 bit for bit (a capability of the rows, not of the ISA). */
+static int bf16_fuses(const attn_bf16_kernels *hk, const attn_flash_kernels *kr) {
+    return kr->softmax_tile != ATTN_SOFTMAX_TILE_OWN && hk->fused_softmax_tile == (int)kr->softmax_tile;
 }
 
 /* Fast tiles need only index masks and the key mask; anything else goes element by element
@@ -533,7 +513,7 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
     uint32_t *vpairs = prepaired ? vpairs_base(&c, base) : NULL;
     /* softmax and P's rounding in one pass, where the bf16 kernels have it for these tile
      * kernels; dropout scales P between the two */
-    const int fused = hk->softmax_pairs && kr->isa == ATTN_ISA_AVX512 && c.p == 0;
+    const int fused = hk->softmax_pairs && bf16_fuses(hk, kr) && c.p == 0;
     const int64_t nkp = (c.nk + 1) / 2, vchunks = ceil_div(c.nk, BC), vtasks = prepaired ? c.b * c.hk * vchunks : 0;
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(vtasks))
     for (int64_t t = 0; t < vtasks; t++) {
@@ -750,7 +730,7 @@ static void bf16_backward_tile(const attn_bf16_kernels *hk, const attn_flash_ker
     hk->gemm_pairs(bj, bi, dpv, va, vars, 1, dow, BR, w->dp, BR, 0, NULL, 1.0f);
     const int bip = (bi + 1) / 2;
     uint32_t *dsv;
-    if (hk->probs_ds_pairs && kr->isa == ATTN_ISA_AVX512 && c->p == 0 && !(general && c->softcap > 0)) {
+    if (hk->probs_ds_pairs && bf16_fuses(hk, kr) && c->p == 0 && !(general && c->softcap > 0)) {
         /* P and dS straight into their words (into dS's room, never stored as floats here) */
         dsv = (uint32_t *)(void *)w->ds;
         hk->probs_ds_pairs(bj, bi, w->s, w->dp, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0, (float)c->scale, w1, w2,
@@ -820,6 +800,12 @@ void attn__flash_key_run_force(int64_t blocks) { atomic_store(&forced_key_run, b
 int64_t attn_flash_key_run_blocks(int64_t d, int64_t dv, int kv_bytes, int64_t l2) {
     const int64_t per = (int64_t)BC * (d + dv) * kv_bytes;
     return per > 0 && l2 / per > 1 ? l2 / per : 1;
+}
+
+int64_t attn_flash_backward_key_blocks(int64_t d, int64_t dv, attn_type kv_type) {
+    const size_t bytes = attn_type_size(kv_type);
+    if (d < 1 || dv < 1 || bytes == 0 || d > INT32_MAX || dv > INT32_MAX) return 0;
+    return attn_flash_key_run_blocks(d, dv, (int)bytes, attn_cpu_caches()->l2);
 }
 
 /* part: out and lse belong to a softmax over a wider key set than this call's (one pass of a split

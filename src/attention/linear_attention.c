@@ -24,7 +24,7 @@
 
 #include "attention/attention_common.h"
 #include "attention/linear_internal.h"
-#include "attention/linear_vec.h"
+#include "kernels/registry.h"
 #include "core/internal.h"
 #include "kernels/gemm_internal.h"
 
@@ -76,7 +76,7 @@ static void prim(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64
         gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, no, r, p, A, p, St, r, 0.0f, Y, r, gws, gwsb);
         return;
     }
-    const lin_vec *vk = attn_lin_vec_active();
+    const attn_linear_vec_kernels *vk = attn_kernel_ctx_active()->linear_vec;
     const int64_t nch = (no + CH - 1) / CH;
     int64_t done = mode == PRIM_FWD ? 0 : ni; /* the state holds inputs [0, done) resp. [done, ni) */
     for (int64_t ci = 0; ci < nch; ci++) {
@@ -131,7 +131,7 @@ void attn_lin_features(const lin_map *mp, int64_t h, int64_t d, const float *x, 
                        int is_query, const uint8_t *keep, int64_t ks, float *kmax, float *F, float *xs, void *gws,
                        size_t gwsb) {
     const int64_t p = mp->p;
-    const lin_vec *vk = attn_lin_vec_active();
+    const attn_linear_vec_kernels *vk = attn_kernel_ctx_active()->linear_vec;
     if (!mp->w) { /* elu(x) + 1 */
         for (int64_t i = 0; i < n; i++) {
             float *f = F + i * p;
@@ -189,7 +189,7 @@ static void features_backward(const lin_map *mp, int64_t h, int64_t d, const flo
     const int64_t p = mp->p;
     (void)xs; /* x' is recomputed from x on the fly */
     if (!mp->w) {
-        const lin_vec *vk = attn_lin_vec_active();
+        const attn_linear_vec_kernels *vk = attn_kernel_ctx_active()->linear_vec;
         for (int64_t i = 0; i < n; i++) {
             float *g = dF + i * p, *o = dx + i * drs;
             if (keep && !keep[i * ks]) {
@@ -302,7 +302,7 @@ static int head_forward(const lin_map *mp, const attn_ctx *c, const attn_tensor 
 static void write_out(const float *Y, int yt, int64_t n, int64_t dv, float eps, float *o, int64_t rs, int64_t cs) {
     if (yt) {
         /* 64 rows at a time: contiguous vector divisions into t, then scattered into the rows */
-        const lin_vec *vk = attn_lin_vec_active();
+        const attn_linear_vec_kernels *vk = attn_kernel_ctx_active()->linear_vec;
         const float *dn = Y + dv * n;
         float dd[64], t[64];
         for (int64_t i0 = 0; i0 < n; i0 += 64) {
@@ -333,7 +333,7 @@ static void head_backward(const lin_map *mp, const attn_ctx *c, const attn_tenso
      * T (contiguous reads) so that each row is contiguous */
     const float *go = dout->data + b * dout->stride[0] + h * dout->stride[1];
     const int64_t grs = dout->stride[2], gcs = dout->stride[3];
-    const lin_vec *vk = attn_lin_vec_active();
+    const attn_linear_vec_kernels *vk = attn_kernel_ctx_active()->linear_vec;
     const int64_t R = yt ? max64(1, (CH * CH) / e) : 1;
     for (int64_t i0 = 0; i0 < c->nq; i0 += R) {
         const int64_t nb = i0 + R < c->nq ? R : c->nq - i0;

@@ -1,16 +1,12 @@
-/* Runtime CPU detection (feature bits, once per process) and ISA selection; the kernel tables of
- * the chosen ISA live in one dispatch context (dispatch.c). */
+/* Runtime CPU detection: the feature bits, once per process. Which ISA runs, and its kernels,
+ * is the registry's business (kernels/registry.c). */
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
 
 #include "internal.h"
-
-static int isa_forced = -1;
-static int isa_env = -2; /* -2: not read yet, -1: none */
 
 static const char *const feature_names[] = {"sse4.2",   "avx",      "avx2",       "fma",      "avx512f", "avx512bw",
                                             "avx512dq", "avx512vl", "avx512bf16", "amx-tile", "amx-bf16"};
@@ -47,51 +43,6 @@ uint32_t attn_cpu_feature_bits(void) {
         atomic_store_explicit(&cache, v, memory_order_relaxed);
     }
     return v & ~(1u << 31);
-}
-
-attn_isa attn_detected_isa(void) {
-    const uint32_t f = attn_cpu_feature_bits();
-    const uint32_t avx512 = ATTN_CPU_AVX512F | ATTN_CPU_AVX512BW | ATTN_CPU_AVX512DQ | ATTN_CPU_AVX512VL | ATTN_CPU_FMA;
-    if ((f & avx512) == avx512) return ATTN_ISA_AVX512;
-    if ((f & (ATTN_CPU_AVX2 | ATTN_CPU_FMA)) == (ATTN_CPU_AVX2 | ATTN_CPU_FMA)) return ATTN_ISA_AVX2;
-    return ATTN_ISA_REF;
-}
-
-const char *attn_isa_name(attn_isa isa) {
-    switch (isa) {
-    case ATTN_ISA_REF: return "ref";
-    case ATTN_ISA_AVX2: return "avx2";
-    case ATTN_ISA_AVX512: return "avx512";
-    }
-    return "unknown";
-}
-
-static int env_isa(void) {
-    if (isa_env == -2) {
-        const char *e = getenv("ATTN_ISA");
-        isa_env = -1;
-        if (e && !strcmp(e, "ref")) isa_env = ATTN_ISA_REF;
-        else if (e && !strcmp(e, "avx2")) isa_env = ATTN_ISA_AVX2;
-        else if (e && !strcmp(e, "avx512")) isa_env = ATTN_ISA_AVX512;
-    }
-    return isa_env;
-}
-
-attn_isa attn_active_isa(void) {
-    attn_isa best = attn_detected_isa();
-    int want = isa_forced >= 0 ? isa_forced : env_isa();
-    if (want >= 0 && want <= (int)best) return (attn_isa)want;
-    return best;
-}
-
-attn_status attn_force_isa(attn_isa isa) {
-    if ((int)isa < 0 || isa > ATTN_ISA_AVX512)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_force_isa: isa %d unknown", (int)isa);
-    if (isa > attn_detected_isa())
-        return attn_error(ATTN_ERR_UNSUPPORTED, "attn_force_isa: this CPU cannot run %s (best: %s)",
-                          attn_isa_name(isa), attn_isa_name(attn_detected_isa()));
-    isa_forced = (int)isa;
-    return ATTN_OK;
 }
 
 const char *attn_cpu_features(void) {

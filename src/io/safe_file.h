@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "attn/attn.h"
+#include "attn/core.h"
 
 /* Size caps by kind of input. */
 #define ATTN_IO_CAP_CONFIG ((uint64_t)16 << 20) /* JSON configurations: 16 MB */

@@ -163,8 +163,15 @@ static void pair_rows_bf16_avx2(int rows, int cols, const uint16_t *src, int64_t
 
 const attn_bf16_kernels *attn_bf16_kernels_avx2(void) {
     /* no fused flash steps: the driver runs the AVX2 flash kernels' softmax, then these roundings */
-    static const attn_bf16_kernels k = {"avx2 (vdpbf16ps emulated by FMAs)", ATTN_BF16_UNIT_FMA, gemm_pairs_avx2,
-                                        pair_rows_f32_avx2, pair_tile_grads_avx2, pair_rows_bf16_avx2, round_row_avx2,
-                                        NULL, NULL};
+    static const attn_bf16_kernels k = {.name = "avx2 (vdpbf16ps emulated by FMAs)",
+                                        .unit = ATTN_BF16_UNIT_FMA,
+                                        .fused_softmax_tile = ATTN_SOFTMAX_TILE_OWN,
+                                        .gemm_pairs = gemm_pairs_avx2,
+                                        .pair_rows_f32 = pair_rows_f32_avx2,
+                                        .pair_tile_grads = pair_tile_grads_avx2,
+                                        .pair_rows_bf16 = pair_rows_bf16_avx2,
+                                        .round_row = round_row_avx2,
+                                        .softmax_pairs = NULL,
+                                        .probs_ds_pairs = NULL};
     return &k;
 }

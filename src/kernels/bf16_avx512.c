@@ -49,8 +49,15 @@ static inline __m512i cvt32_emulated(__m512 hi, __m512 lo) {
 #include "bf16_avx512_body.h"
 
 const attn_bf16_kernels *attn_bf16_kernels_avx512(void) {
-    static const attn_bf16_kernels k = {"avx512 (vdpbf16ps emulated by FMAs)", ATTN_BF16_UNIT_FMA, gemm_pairs_avx512,
-                                        pair_rows_f32_avx512, pair_tile_grads_avx512, pair_rows_bf16_avx512,
-                                        round_row_avx512, softmax_pairs_avx512, probs_ds_pairs_avx512};
+    static const attn_bf16_kernels k = {.name = "avx512 (vdpbf16ps emulated by FMAs)",
+                                        .unit = ATTN_BF16_UNIT_FMA,
+                                        .fused_softmax_tile = ATTN_SOFTMAX_TILE_AVX512,
+                                        .gemm_pairs = gemm_pairs_avx512,
+                                        .pair_rows_f32 = pair_rows_f32_avx512,
+                                        .pair_tile_grads = pair_tile_grads_avx512,
+                                        .pair_rows_bf16 = pair_rows_bf16_avx512,
+                                        .round_row = round_row_avx512,
+                                        .softmax_pairs = softmax_pairs_avx512,
+                                        .probs_ds_pairs = probs_ds_pairs_avx512};
     return &k;
 }

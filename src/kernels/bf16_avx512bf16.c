@@ -12,9 +12,16 @@
 #include "bf16_avx512_body.h"
 
 const attn_bf16_kernels *attn_bf16_kernels_avx512bf16(void) {
-    static const attn_bf16_kernels k = {"avx512bf16", ATTN_BF16_UNIT_DPBF16PS, gemm_pairs_bf16, pair_rows_f32_bf16,
-                                        pair_tile_grads_bf16, pair_rows_bf16_bf16, round_row_bf16, softmax_pairs_bf16,
-                                        probs_ds_pairs_bf16};
+    static const attn_bf16_kernels k = {.name = "avx512bf16",
+                                        .unit = ATTN_BF16_UNIT_DPBF16PS,
+                                        .fused_softmax_tile = ATTN_SOFTMAX_TILE_AVX512,
+                                        .gemm_pairs = gemm_pairs_bf16,
+                                        .pair_rows_f32 = pair_rows_f32_bf16,
+                                        .pair_tile_grads = pair_tile_grads_bf16,
+                                        .pair_rows_bf16 = pair_rows_bf16_bf16,
+                                        .round_row = round_row_bf16,
+                                        .softmax_pairs = softmax_pairs_bf16,
+                                        .probs_ds_pairs = probs_ds_pairs_bf16};
     return &k;
 }
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "attn/core.h"
+#include "flash_kernels.h" /* attn_softmax_tile */
 
 /* What runs a table's pair products, and so the ceiling its speed is measured against: FMAs
  * (the emulations: the FMA peak), vdpbf16ps (its own peak) or AMX tiles (TDPBF16PS's). */
@@ -28,6 +29,9 @@ typedef enum attn_bf16_unit { ATTN_BF16_UNIT_FMA, ATTN_BF16_UNIT_DPBF16PS, ATTN_
 typedef struct attn_bf16_kernels {
     const char *name;
     attn_bf16_unit unit;
+    /* The flash softmax whose bits softmax_pairs / probs_ds_pairs reproduce (flash_kernels.h's
+     * attn_softmax_tile): the flash driver fuses them only with a flash table of the same one. */
+    int fused_softmax_tile;
     /* C[m x n] = ((accumulate ? f_i C : 0) + sum_p A(i, p) . B(p, j)) * outscale, the sum over
      * pair words p = 0 .. kp - 1 in increasing order, one chain per element; A(i, p) =
      * a[i * ars + p * acs] (any strides: A is only broadcast), B(p, j) = b[p * ldb + j],
@@ -49,10 +53,11 @@ typedef struct attn_bf16_kernels {
     void (*pair_rows_bf16)(int rows, int cols, const uint16_t *src, int64_t lds, uint32_t *dst, int64_t ldd);
     /* dst[i] = bf16(src[i] * (f ? *f : 1)), i < n. */
     void (*round_row)(int n, const float *src, const float *f, uint16_t *dst);
-    /* Fused flash steps, bit for bit the AVX-512 flash tile kernels' (attention/flash_internal.h)
+    /* Fused flash steps, bit for bit the AVX-512 flash tile kernels' (flash_kernels.h)
      * bf16 entries followed by the rounding above, without the float tile stored and read back;
      * NULL where a table has none (the portable one: its driver runs the two steps), and valid
-     * only while the flash tile kernels are the AVX-512 ones (their exp2: softmax_tile_avx512.h).
+     * only with flash tile kernels whose softmax_tile is fused_softmax_tile (the AVX-512 ones: their
+     * exp2 is softmax_tile_avx512.h's).
      * softmax_pairs: softmax_update_bf16(rows, cols, s, lds, mrun, l, alpha, NULL), then P's rows
      * paired into pw as pair_rows_f32(rows, cols, P, lds, pw, ldw) would; s is left as it was.
      * probs_ds_pairs: probs_and_ds_bf16 on s and dp (no dS or P stored), then pair_tile_grads
@@ -85,18 +90,10 @@ int attn_cpu_has_amx_bf16(void);
  * ATTN_VDPBF16PS=1 / 0 forces one on an AVX512-BF16 CPU. *why (nullable) says why, for
  * `attn info`. Both give the same bits (tests compare them). The portable kernels off x86. */
 const attn_bf16_kernels *attn_bf16_kernels_avx512_pairs(const char **why);
-/* Peak loop for `attn bench peak --dtype bf16`: iters rounds of *chains independent vdpbf16ps
- * of *lanes lanes (4 flops per lane each); *chains = 0 when the CPU has no AVX512-BF16 or the
- * active ISA is below AVX-512 (the bf16 kernels then emulate it). */
-float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes);
-/* The same for AMX tiles (*lanes pair lanes per TDPBF16PS): *chains = 0 unless the active bf16
- * kernels are AMX's (the CPU has AMX-BF16, Linux granted the tile state, ATTN_AMX is not 0). */
-float attn_amx_loop(int64_t iters, int *chains, int *lanes);
-/* The kernels for the active ISA: with the active ISA AVX-512, AMX tiles where the CPU has
+/* The kernels of the active ISA's context (registry.h): with AVX-512, AMX tiles where the CPU has
  * AMX-BF16 and Linux grants the tile state (unless ATTN_AMX=0 in the environment declines them),
- * else attn_bf16_kernels_avx512_pairs (vdpbf16ps or its emulation on AVX-512F); with the active
- * ISA AVX2, the emulation on AVX2 + FMA; the reference otherwise (ATTN_ISA=ref or
- * attn_force_isa select it). */
+ * else attn_bf16_kernels_avx512_pairs (vdpbf16ps or its emulation on AVX-512F); with AVX2, the
+ * emulation on AVX2 + FMA; the reference otherwise (isa_<name>.c make the choice). */
 const attn_bf16_kernels *attn_bf16_kernels_active(void);
 /* Test hook: while k is not NULL, attn_bf16_kernels_active() is k (one the CPU can run) whatever
  * the ISA, so that a test can swap the bf16 kernels alone and keep every fp32 kernel (exp,

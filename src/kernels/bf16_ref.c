@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "bf16_internal.h"
-#include "core/dispatch.h"
+#include "kernels/registry.h"
 #include "core/tuning.h"
 
 static inline float ftz(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
@@ -70,8 +70,16 @@ static void round_row_ref(int n, const float *src, const float *f, uint16_t *dst
 
 const attn_bf16_kernels *attn_bf16_kernels_ref(void) {
     /* no fused flash steps: the driver runs the flash kernels' softmax, then these roundings */
-    static const attn_bf16_kernels k = {"ref", ATTN_BF16_UNIT_FMA, gemm_pairs_ref, pair_rows_f32_ref,
-                                        pair_tile_grads_ref, pair_rows_bf16_ref, round_row_ref, NULL, NULL};
+    static const attn_bf16_kernels k = {.name = "ref",
+                                        .unit = ATTN_BF16_UNIT_FMA,
+                                        .fused_softmax_tile = ATTN_SOFTMAX_TILE_OWN,
+                                        .gemm_pairs = gemm_pairs_ref,
+                                        .pair_rows_f32 = pair_rows_f32_ref,
+                                        .pair_tile_grads = pair_tile_grads_ref,
+                                        .pair_rows_bf16 = pair_rows_bf16_ref,
+                                        .round_row = round_row_ref,
+                                        .softmax_pairs = NULL,
+                                        .probs_ds_pairs = NULL};
     return &k;
 }
 
@@ -112,49 +120,12 @@ const attn_bf16_kernels *attn_bf16_kernels_avx512_pairs(const char **why) {
 }
 #endif
 
-const attn_bf16_kernels *attn_bf16_kernels_for(attn_isa isa) {
-#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    if (isa == ATTN_ISA_AVX512) {
-        /* AMX tiles unless declined (ATTN_AMX=0): several times vdpbf16ps on Sapphire Rapids
-         * (docs/performance.md section 12) */
-        const char *e = getenv("ATTN_AMX");
-        const attn_bf16_kernels *amx =
-            e && !strcmp(e, "0") ? NULL : attn_cpu_has_avx512bf16() ? attn_bf16_kernels_amx() : NULL;
-        return amx ? amx : attn_bf16_kernels_avx512_pairs(NULL);
-    }
-    if (isa == ATTN_ISA_AVX2) return attn_bf16_kernels_avx2();
-#endif
-    (void)isa;
-    return attn_bf16_kernels_ref();
-}
-
 static _Atomic(const attn_bf16_kernels *) forced;
 void attn__bf16_force(const attn_bf16_kernels *k) { atomic_store(&forced, k); }
 
 const attn_bf16_kernels *attn_bf16_kernels_active(void) {
     const attn_bf16_kernels *k = atomic_load_explicit(&forced, memory_order_relaxed);
     return k ? k : attn_kernel_ctx_active()->bf16;
-}
-
-float attn_dpbf16_loop(int64_t iters, int *chains, int *lanes) {
-#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    /* only while the kernels run vdpbf16ps: under ATTN_ISA=avx2 the bf16 products are emulated,
-     * and their peak is the FMA loop's */
-    if (attn_cpu_has_avx512bf16() && attn_active_isa() == ATTN_ISA_AVX512)
-        return attn_dpbf16_loop_avx512bf16(iters, chains, lanes);
-#endif
-    (void)iters;
-    *chains = *lanes = 0;
-    return 0.0f;
-}
-
-float attn_amx_loop(int64_t iters, int *chains, int *lanes) {
-#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    if (attn_bf16_kernels_active()->unit == ATTN_BF16_UNIT_AMX) return attn_amx_loop_tiles(iters, chains, lanes);
-#endif
-    (void)iters;
-    *chains = *lanes = 0;
-    return 0.0f;
 }
 
 const attn_bf16_kernels *attn_bf16_kernels_try_amx(void) {

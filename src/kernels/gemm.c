@@ -43,7 +43,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/dispatch.h"
+#include "kernels/registry.h"
 #include "gemm_internal.h"
 
 #include "core/internal.h"
@@ -71,23 +71,6 @@ attn_gemm_arch attn_gemm_arch_blocked(const attn_gemm_arch *base, const attn_cac
     mc = floor_to(mc, base->mr, base->mr);
     a.mc = (int)(mc > (1 << 20) ? 1 << 20 : mc);
     return a;
-}
-
-const attn_gemm_arch *attn_gemm_arch_table(attn_isa isa) {
-#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    if (isa == ATTN_ISA_AVX512) return attn_gemm_arch_avx512();
-    if (isa == ATTN_ISA_AVX2) return attn_gemm_arch_avx2();
-#endif
-    (void)isa;
-    return attn_gemm_arch_ref();
-}
-
-/* Called once per ISA, by the dispatch context's construction (which serialises it). */
-const attn_gemm_arch *attn_gemm_arch_for(attn_isa isa) {
-    static attn_gemm_arch tuned[ATTN_ISA_AVX512 + 1];
-    const attn_gemm_arch *base = attn_gemm_arch_table(isa);
-    tuned[base->isa] = attn_gemm_arch_blocked(base, attn_cpu_caches());
-    return &tuned[base->isa];
 }
 
 const attn_gemm_arch *attn_gemm_arch_active(void) { return attn_kernel_ctx_active()->gemm; }
@@ -451,12 +434,3 @@ attn_status attn_sgemm(attn_transpose transa, attn_transpose transb, int64_t m, 
     return ATTN_OK;
 }
 
-/* ---- FMA peak loop of the active ISA (for `attn bench peak`) ----------------------------- */
-float attn_fma_loop_active(int64_t iters, int *chains, int *lanes, attn_isa *isa) {
-    *isa = attn_active_isa();
-#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    if (*isa == ATTN_ISA_AVX512) return attn_fma_loop_avx512(iters, chains, lanes);
-    if (*isa == ATTN_ISA_AVX2) return attn_fma_loop_avx2(iters, chains, lanes);
-#endif
-    return attn_fma_loop_ref(iters, chains, lanes);
-}

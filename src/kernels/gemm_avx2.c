@@ -159,7 +159,7 @@ static void ukr_rows_avx2(int64_t kc, const float *a, const float *b, int64_t ld
 }
 
 static const attn_gemm_arch arch_avx2 = {
-    .isa = ATTN_ISA_AVX2,
+    .name = "avx2",
     .mr = MR,
     .nr = NR,
     .kc = 256,

@@ -263,7 +263,7 @@ static void ukr_rows_avx512(int64_t kc, const float *a, const float *b, int64_t 
 }
 
 static const attn_gemm_arch arch_avx512 = {
-    .isa = ATTN_ISA_AVX512,
+    .name = "avx512",
     .mr = MR,
     .nr = NR,
     .kc = 384,      /* A micro-panel 14 x 384 floats = 21 KiB of the 48 KiB L1 */

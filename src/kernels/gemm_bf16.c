@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "attn/kernels.h"
-#include "attention/flash_internal.h"
+#include "flash_kernels.h"
 #include "bf16_internal.h"
-#include "core/dispatch.h"
+#include "kernels/registry.h"
 #include "core/internal.h"
 #include "core/tuning.h"
 #include "gemm_internal.h"

@@ -47,7 +47,7 @@ typedef void (*attn_gemm_rows_fn)(int64_t kc, const float *a, const float *b, in
  * the reference caches (ATTN_GEMM_REF_L2, ATTN_GEMM_REF_L3, an L1d of at least 32 KiB); the
  * dispatch context holds them derived for this CPU's caches (attn_gemm_arch_blocked). */
 typedef struct attn_gemm_arch {
-    attn_isa isa;
+    const char *name;
     int mr, nr;   /* register tile */
     int kc;       /* k block: MR x KC A micro-panel stays in L1 across the B panels */
     int mc;       /* rows of op(A) packed per block (multiple of mr) */
@@ -75,8 +75,6 @@ const attn_gemm_arch *attn_gemm_arch_ref(void);
  * On the reference caches the tuned values come out unchanged. KC sets where the k sum is cut,
  * so results are bitwise reproducible for one machine (and thread count), not across caches. */
 attn_gemm_arch attn_gemm_arch_blocked(const attn_gemm_arch *base, const attn_cache_sizes *cs);
-/* The kernel table of an ISA (tuned blocking, before attn_gemm_arch_blocked). */
-const attn_gemm_arch *attn_gemm_arch_table(attn_isa isa);
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
 const attn_gemm_arch *attn_gemm_arch_avx2(void);
 const attn_gemm_arch *attn_gemm_arch_avx512(void);
@@ -106,8 +104,5 @@ float attn_fma_loop_ref(int64_t iters, int *chains, int *lanes);
 float attn_fma_loop_avx2(int64_t iters, int *chains, int *lanes);
 float attn_fma_loop_avx512(int64_t iters, int *chains, int *lanes);
 #endif
-/* The loop of the ISA the kernels run (attn_active_isa(): the best the CPU has unless ATTN_ISA
- * or attn_force_isa chose another), so that a forced ISA's fractions are of its own peak. */
-float attn_fma_loop_active(int64_t iters, int *chains, int *lanes, attn_isa *isa);
 
 #endif

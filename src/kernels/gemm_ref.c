@@ -51,7 +51,7 @@ static void ukr_ref(int64_t kc, const float *a, const float *b, int64_t ldb, flo
 }
 
 static const attn_gemm_arch arch_ref = {
-    .isa = ATTN_ISA_REF,
+    .name = "ref",
     .mr = REF_MR,
     .nr = REF_NR,
     .kc = 256,

@@ -3,11 +3,11 @@
  * Work items depend only on the sizes (one row; one ATTN_OPS_CHUNK of elements; one block of
  * ATTN_OPS_COLS columns), never on the thread count, and every output element is written by
  * exactly one item with a fixed operation order, so results are bitwise identical for any
- * number of threads. Kernels come from the dispatch context of attn_active_isa() (core/dispatch.h). */
+ * number of threads. Kernels come from the kernel context of attn_active_isa() (registry.h). */
 #include <math.h>
 
 #include "core/internal.h"
-#include "core/dispatch.h"
+#include "kernels/registry.h"
 #include "ops_internal.h"
 
 #ifdef _OPENMP
@@ -21,17 +21,6 @@
 #define OPS_MIN_PARALLEL 32768
 
 const attn_ops_kernels *attn_ops_active(void) { return attn_kernel_ctx_active()->ops; }
-
-const attn_ops_kernels *attn_ops_for(attn_isa isa) {
-#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    switch (isa) {
-    case ATTN_ISA_AVX512: return &attn_ops_avx512;
-    case ATTN_ISA_AVX2: return &attn_ops_avx2;
-    case ATTN_ISA_REF: break;
-    }
-#endif
-    return &attn_ops_ref;
-}
 
 /* Threads for `items` work items covering `total` floats. */
 static int ops_threads(int64_t items, int64_t total) {

@@ -392,7 +392,7 @@ static void dropout_avx2(const float *x, float *y, uint8_t *mask, int64_t n, uin
 }
 
 const attn_ops_kernels attn_ops_avx2 = {
-    .isa = ATTN_ISA_AVX2,
+    .name = "avx2",
     .softmax_fwd = softmax_fwd_avx2,
     .softmax_bwd = softmax_bwd_avx2,
     .layernorm_fwd = layernorm_fwd_avx2,

@@ -326,7 +326,7 @@ static void dropout_avx512(const float *x, float *y, uint8_t *mask, int64_t n, u
 }
 
 const attn_ops_kernels attn_ops_avx512 = {
-    .isa = ATTN_ISA_AVX512,
+    .name = "avx512",
     .softmax_fwd = softmax_fwd_avx512,
     .softmax_bwd = softmax_bwd_avx512,
     .layernorm_fwd = layernorm_fwd_avx512,

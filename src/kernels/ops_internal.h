@@ -44,7 +44,7 @@ typedef struct attn_adamw_coef {
 } attn_adamw_coef;
 
 typedef struct attn_ops_kernels {
-    attn_isa isa;
+    const char *name;
 
     /* ---- one row of n floats ---- */
     /* y = softmax(x); x == y allowed. A row whose maximum is -inf gives zeros. */

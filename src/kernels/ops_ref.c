@@ -189,7 +189,7 @@ static void dropout_ref(const float *x, float *y, uint8_t *mask, int64_t n, uint
 }
 
 const attn_ops_kernels attn_ops_ref = {
-    .isa = ATTN_ISA_REF,
+    .name = "ref",
     .softmax_fwd = softmax_fwd_ref,
     .softmax_bwd = softmax_bwd_ref,
     .layernorm_fwd = layernorm_fwd_ref,

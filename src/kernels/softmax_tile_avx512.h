@@ -1,5 +1,5 @@
 /* The AVX-512 softmax of flash attention's score tiles, stated once for the two tables that run
- * it: the flash tile kernels (attention/flash_avx512.c: softmax_update, probs_and_ds and their
+ * it: the flash tile kernels (flash_avx512.c: softmax_update, probs_and_ds and their
  * bf16 entries; contracts in attention/flash_internal.h) and the bf16 kernels' fused entries
  * (bf16_avx512_body.h: the same arithmetic with P and dS rounded straight into pair words, no
  * float tile stored and read back), which must give the same bits as the unfused pair.

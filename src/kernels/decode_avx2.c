@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "decode_internal.h"
+#include "decode_kernels.h"
 #include "kernels/bf16_internal.h"
 #include "kernels/vec_math.h"
 
@@ -202,6 +202,6 @@ static void chunk_f32_avx2(const attn_decode_job *j) { chunk(j, 0); }
 static void chunk_bf16_avx2(const attn_decode_job *j) { chunk(j, 1); }
 
 const attn_decode_kernels *attn_decode_kernels_avx2(void) {
-    static const attn_decode_kernels k = {ATTN_ISA_AVX2, chunk_f32_avx2, chunk_bf16_avx2};
+    static const attn_decode_kernels k = {.name = "avx2", .chunk_f32 = chunk_f32_avx2, .chunk_bf16 = chunk_bf16_avx2};
     return &k;
 }

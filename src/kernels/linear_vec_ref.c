@@ -1,7 +1,7 @@
-/* Reference feature-map kernels and the dispatch (see linear_vec.h). */
+/* Reference feature-map kernels (see linear_vec.h). */
 #include <math.h>
 
-#include "attention/linear_vec.h"
+#include "linear_vec.h"
 #include "attn/core.h"
 
 static void elu1_ref(const float *x, float *y, int64_t n) {
@@ -41,15 +41,10 @@ static int all_finite_ref(const float *x, int64_t n) {
     return 1;
 }
 
-const lin_vec attn_lin_vec_ref = {elu1_ref, elu1_bwd_ref, expsc_ref, submax_ref, ydiv_ref, edot_ref, all_finite_ref};
-
-const lin_vec *attn_lin_vec_active(void) {
-#if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    switch (attn_active_isa()) {
-    case ATTN_ISA_AVX512: return &attn_lin_vec_avx512;
-    case ATTN_ISA_AVX2: return &attn_lin_vec_avx2;
-    case ATTN_ISA_REF: break;
-    }
-#endif
-    return &attn_lin_vec_ref;
-}
+const attn_linear_vec_kernels attn_linear_vec_ref = {.elu1 = elu1_ref,
+                                                  .elu1_bwd = elu1_bwd_ref,
+                                                  .expsc = expsc_ref,
+                                                  .submax = submax_ref,
+                                                  .ydiv = ydiv_ref,
+                                                  .edot = edot_ref,
+                                                  .all_finite = all_finite_ref};

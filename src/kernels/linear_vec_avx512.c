@@ -1,7 +1,7 @@
 /* AVX-512 feature-map kernels (see linear_vec.h). */
 #include <math.h>
 
-#include "attention/linear_vec.h"
+#include "linear_vec.h"
 #include "kernels/vec_math.h"
 #include "kernels/vec_tail_avx512.h"
 
@@ -74,5 +74,10 @@ static int all_finite_avx512(const float *x, int64_t n) {
     return !bad;
 }
 
-const lin_vec attn_lin_vec_avx512 = {elu1_avx512, elu1_bwd_avx512, expsc_avx512, submax_avx512, ydiv_avx512,
-                                     edot_avx512, all_finite_avx512};
+const attn_linear_vec_kernels attn_linear_vec_avx512 = {.elu1 = elu1_avx512,
+                                                     .elu1_bwd = elu1_bwd_avx512,
+                                                     .expsc = expsc_avx512,
+                                                     .submax = submax_avx512,
+                                                     .ydiv = ydiv_avx512,
+                                                     .edot = edot_avx512,
+                                                     .all_finite = all_finite_avx512};

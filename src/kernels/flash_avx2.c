@@ -6,7 +6,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "flash_internal.h"
+#include "flash_kernels.h"
 #include "kernels/vec_tail_avx2.h"
 
 #define MR 6
@@ -150,9 +150,16 @@ static void probs_and_ds_avx2(int rows, int cols, float *s, const float *dp, flo
 const attn_flash_kernels *attn_flash_kernels_avx2(void) {
     /* the bf16 path here runs the AVX2 emulation of the pair products (bf16_avx2.c) after this
      * softmax: the bf16 entries are the fp32 ones (one exp2) */
-    static const attn_flash_kernels k = {ATTN_ISA_AVX2, gemm_avx2, softmax_update_avx2,
-                                         probs_and_ds_avx2, softmax_update_avx2, probs_and_ds_avx2,
-                                         attn_flash_pack_transposed_ref, NULL,
-                                         attn_flash_scale_copy_rows_ref};
+    static const attn_flash_kernels k = {.name = "avx2",
+                                         .softmax_tile = ATTN_SOFTMAX_TILE_OWN,
+                                         .register_rows = 0,
+                                         .gemm = gemm_avx2,
+                                         .softmax_update = softmax_update_avx2,
+                                         .probs_and_ds = probs_and_ds_avx2,
+                                         .softmax_update_bf16 = softmax_update_avx2,
+                                         .probs_and_ds_bf16 = probs_and_ds_avx2,
+                                         .pack_transposed = attn_flash_pack_transposed_ref,
+                                         .dropout_tile = NULL,
+                                         .scale_copy_rows = attn_flash_scale_copy_rows_ref};
     return &k;
 }

@@ -1,13 +1,13 @@
 /* Elementwise kernels of the linear-attention feature maps (elu + 1, FAVOR+'s exp), one table per
- * ISA (linear_vec.c: reference; linear_vec_avx2.c / linear_vec_avx512.c: vector exp of
- * kernels/vec_math.h), chosen by attn_active_isa() at each call. Every element goes through the
+ * ISA (linear_vec_ref.c; linear_vec_avx2.c / linear_vec_avx512.c: vector exp of vec_math.h), in
+ * the kernel context of attn_active_isa() (registry.h), read at each call. Every element goes through the
  * same instructions wherever it sits (masked tails), so results never depend on how rows are cut. */
 #ifndef ATTN_LINEAR_VEC_H
 #define ATTN_LINEAR_VEC_H
 
 #include <stdint.h>
 
-typedef struct lin_vec {
+typedef struct attn_linear_vec_kernels {
     /* y = x > 0 ? x + 1 : exp(x) (x == y allowed) */
     void (*elu1)(const float *x, float *y, int64_t n);
     /* g = dy * (x > 0 ? 1 : exp(x)) (g == dy allowed) */
@@ -22,13 +22,12 @@ typedef struct lin_vec {
     float (*edot)(const float *g, const float *y, float den, float *ep, int64_t n);
     /* no NaN or infinity among x[0 .. n) */
     int (*all_finite)(const float *x, int64_t n);
-} lin_vec;
+} attn_linear_vec_kernels;
 
-extern const lin_vec attn_lin_vec_ref;
+extern const attn_linear_vec_kernels attn_linear_vec_ref;
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-extern const lin_vec attn_lin_vec_avx2;
-extern const lin_vec attn_lin_vec_avx512;
+extern const attn_linear_vec_kernels attn_linear_vec_avx2;
+extern const attn_linear_vec_kernels attn_linear_vec_avx512;
 #endif
-const lin_vec *attn_lin_vec_active(void);
 
 #endif

@@ -1,7 +1,7 @@
 /* AVX2 feature-map kernels (see linear_vec.h). */
 #include <math.h>
 
-#include "attention/linear_vec.h"
+#include "linear_vec.h"
 #include "kernels/vec_math.h"
 #include "kernels/vec_tail_avx2.h"
 
@@ -80,5 +80,10 @@ static int all_finite_avx2(const float *x, int64_t n) {
     return _mm256_movemask_ps(_mm256_cmp_ps(acc, acc, _CMP_UNORD_Q)) == 0;
 }
 
-const lin_vec attn_lin_vec_avx2 = {elu1_avx2, elu1_bwd_avx2, expsc_avx2, submax_avx2, ydiv_avx2, edot_avx2,
-                                   all_finite_avx2};
+const attn_linear_vec_kernels attn_linear_vec_avx2 = {.elu1 = elu1_avx2,
+                                                     .elu1_bwd = elu1_bwd_avx2,
+                                                     .expsc = expsc_avx2,
+                                                     .submax = submax_avx2,
+                                                     .ydiv = ydiv_avx2,
+                                                     .edot = edot_avx2,
+                                                     .all_finite = all_finite_avx2};

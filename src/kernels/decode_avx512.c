@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "decode_internal.h"
+#include "decode_kernels.h"
 #include "kernels/vec_math.h"
 #include "kernels/vec_tail_avx512.h"
 
@@ -182,6 +182,6 @@ static void chunk_f32_avx512(const attn_decode_job *j) { chunk(j, 0); }
 static void chunk_bf16_avx512(const attn_decode_job *j) { chunk(j, 1); }
 
 const attn_decode_kernels *attn_decode_kernels_avx512(void) {
-    static const attn_decode_kernels k = {ATTN_ISA_AVX512, chunk_f32_avx512, chunk_bf16_avx512};
+    static const attn_decode_kernels k = {.name = "avx512", .chunk_f32 = chunk_f32_avx512, .chunk_bf16 = chunk_bf16_avx512};
     return &k;
 }

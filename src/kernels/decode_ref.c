@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "decode_internal.h"
+#include "decode_kernels.h"
 #include "kernels/bf16_internal.h"
 
 #define BK ATTN_DECODE_BK
@@ -60,6 +60,6 @@ static void chunk_f32_ref(const attn_decode_job *j) { chunk(j, 0); }
 static void chunk_bf16_ref(const attn_decode_job *j) { chunk(j, 1); }
 
 const attn_decode_kernels *attn_decode_kernels_ref(void) {
-    static const attn_decode_kernels k = {ATTN_ISA_REF, chunk_f32_ref, chunk_bf16_ref};
+    static const attn_decode_kernels k = {.name = "ref", .chunk_f32 = chunk_f32_ref, .chunk_bf16 = chunk_bf16_ref};
     return &k;
 }

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "flash_internal.h"
+#include "flash_kernels.h"
 
 static void gemm_ref(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
                      int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
@@ -71,9 +71,16 @@ void attn_flash_scale_copy_rows_ref(int m, int n, const float *src, int64_t lds,
 }
 
 const attn_flash_kernels *attn_flash_kernels_ref(void) {
-    static const attn_flash_kernels k = {ATTN_ISA_REF, gemm_ref, softmax_update_ref,
-                                         probs_and_ds_ref, softmax_update_ref, probs_and_ds_ref,
-                                         attn_flash_pack_transposed_ref, NULL,
-                                         attn_flash_scale_copy_rows_ref};
+    static const attn_flash_kernels k = {.name = "ref",
+                                         .softmax_tile = ATTN_SOFTMAX_TILE_OWN,
+                                         .register_rows = 0,
+                                         .gemm = gemm_ref,
+                                         .softmax_update = softmax_update_ref,
+                                         .probs_and_ds = probs_and_ds_ref,
+                                         .softmax_update_bf16 = softmax_update_ref,
+                                         .probs_and_ds_bf16 = probs_and_ds_ref,
+                                         .pack_transposed = attn_flash_pack_transposed_ref,
+                                         .dropout_tile = NULL,
+                                         .scale_copy_rows = attn_flash_scale_copy_rows_ref};
     return &k;
 }
