@@ -3,7 +3,7 @@ under two environments) alternated for --rounds rounds, A B then B A, and per ce
 the per-round ratios B / A with its quartiles, beside each side's best figure.
 
 On a machine shared with others (a cloud guest), the speed drifts over seconds: the same binary
-moved 1.3-2x between sittings on the Intel guests (docs/performance.md sections 12 and 13), more
+moved 1.3-2x between sittings on the Intel guests (docs/performance-log.md sections 12 and 13), more
 than most kernel changes. Runs of A and B next to each other see nearly the same machine, so the
 ratio of a round cancels the drift that separate sittings of A and of B would not; the median of
 the rounds' ratios, and the quartiles around it, say whether B is faster and by how much.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bf16 mixed precision against fp32 (docs/performance.md, "bf16 training"):
+# bf16 mixed precision against fp32 (docs/performance-log.md section 6):
 #  1. loss curves: the same small GPT (attn train gpt defaults: 2 layers, 4 heads, d_model 128,
 #     context 64, batch 16), seed and data (this repository's README.md and docs/*.md, ~50 KB of
 #     text) trained STEPS steps with --precision fp32 and --precision bf16; the loss every 25

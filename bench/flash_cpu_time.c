@@ -1,5 +1,5 @@
 /* Wall and process CPU time per attn_flash_backward (or forward) call, for A/B runs of two builds on
- * a shared machine (docs/performance.md). Not part of the build:
+ * a shared machine (docs/performance-log.md). Not part of the build:
  *   gcc -O2 -std=c11 -fopenmp -Iinclude bench/flash_cpu_time.c build/libattn.a -lm -o flash_cpu_time
  *   ./flash_cpu_time H N D THREADS REPS [CAUSAL=1] [FORWARD=0]   (TICKS=1: per-thread CPU ticks)
  * Prints one JSON line: best and median GFLOP/s of REPS calls, and GFLOP per CPU second. */

@@ -4,7 +4,7 @@
  * request is refused, attn_bf16_kernels_amx() returns NULL and the vdpbf16ps kernels serve.
  * The default where granted (ATTN_AMX=0 declines it, see bf16_internal.h): on a Sapphire Rapids
  * it runs the bf16 GEMM 1024^3 at 6-8.5x vdpbf16ps and the bf16 flash at 4-4.7x
- * (docs/performance.md section 12). Also tested on the instruction-level emulation
+ * (docs/performance-log.md section 12). Also tested on the instruction-level emulation
  * amx_emulate.h (-DATTN_AMX_EMULATE, test_amx_emulated, any CPU), which checks its tile shapes
  * and results, not its speed.
  *

@@ -100,12 +100,12 @@ const attn_bf16_kernels *attn_bf16_kernels_avx512_pairs(const char **why) {
     } else if (intel) {
         /* Sapphire and Emerald Rapids issue vdpbf16ps at half the FMA rate (bench peak: 79 / 153
          * and 81 / 174 GFLOP/s), where two FMAs per instruction run at the FMA rate: the emulation
-         * measured 1.2-1.3x vdpbf16ps there (bf16 GEMM and flash, docs/performance.md section 13) */
+         * measured 1.2-1.3x vdpbf16ps there (bf16 GEMM and flash, docs/performance-log.md section 13) */
         w = e ? "ATTN_VDPBF16PS is not 0 or 1, ignored; Intel: vdpbf16ps at half the FMA rate, emulated by FMAs"
               : "Intel: vdpbf16ps at half the FMA rate, emulated by FMAs (ATTN_VDPBF16PS=1 runs it)";
         k = attn_bf16_kernels_avx512();
     } else {
-        /* Zen 4 and Zen 5 run vdpbf16ps at twice the FMA rate (docs/performance.md sections 5, 9) */
+        /* Zen 4 and Zen 5 run vdpbf16ps at twice the FMA rate (docs/performance-log.md sections 0b, 9) */
         w = e ? "ATTN_VDPBF16PS is not 0 or 1, ignored; vdpbf16ps at twice the FMA rate on AMD Zen 4 / Zen 5"
               : "vdpbf16ps: twice the FMA rate on AMD Zen 4 / Zen 5 (ATTN_VDPBF16PS=0 emulates it)";
         k = attn_bf16_kernels_avx512bf16();
