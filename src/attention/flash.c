@@ -808,9 +808,304 @@ int64_t attn_flash_backward_key_blocks(int64_t d, int64_t dv, attn_type kv_type)
     return attn_flash_key_run_blocks(d, dv, (int)bytes, attn_cpu_caches()->l2);
 }
 
+/* One backward call's arguments and what is derived from them once, shared by its passes. */
+typedef struct bwd_job {
+    const attn_ctx *c;
+    const attn_tensor *q, *k, *v, *out, *dout, *lse;
+    attn_tensor *dq, *dk, *dv;
+    const attn_flash_kernels *kr;
+    const attn_bf16_kernels *hk;
+    flash_rows rs;
+    int bf, general, part, k_inplace, dpv;
+    float qscale;
+    int64_t nqb, nkb;
+    atomic_int *sleepers;
+} bwd_job;
+
+/* Pass 1 for one (batch, query head, query block): the row statistics (shift, lse split into
+ * m + ll, D_i), dQ zeroed, the block's dQ counter reset. */
+static void backward_row_stats(const bwd_job *J, const flash_bufs *wp, int64_t t) {
+    const attn_ctx *cp = J->c;
+    const attn_tensor *q = J->q, *k = J->k, *out = J->out, *dout = J->dout, *lse = J->lse;
+    const attn_flash_kernels *kr = J->kr;
+    const flash_bufs w = *wp;
+    const flash_rows rs = J->rs;
+    const int bf = J->bf, general = J->general;
+    const int64_t nqb = J->nqb;
+    const int64_t bh = t / nqb, qb = t % nqb, h = bh % cp->hq, b = bh / cp->hq, g = h / cp->group;
+    const int64_t i0 = qb * BR, row0 = bh * cp->nq + i0;
+    const int bi = (int)(cp->nq - i0 < BR ? cp->nq - i0 : BR);
+    const int64_t qoff = b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
+    const int64_t goff = b * dout->stride[0] + h * dout->stride[1] + i0 * dout->stride[2];
+    const int64_t ooff = b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
+    float *m = rs.m + row0, *ll = rs.ll + row0, *sh = rs.sh + row0;
+    if (bf) {
+        for (int r = 0; r < bi; r++)
+            for (int64_t x = 0; x < cp->dv; x++)
+                w.dop[r * cp->dv + x] = attn_bf16_f(dout->data16[goff + r * dout->stride[2] + x * dout->stride[3]]);
+    } else {
+        pack_rows(kr, dout->data + goff, dout->stride[2], dout->stride[3], bi, cp->dv, w.dop);
+    }
+    row_shifts(cp, general, b, h, i0, bi, sh);
+    int large = 0; /* a row whose |lse| float cannot carry to 1e-7 of its probabilities */
+    for (int r = 0; r < bi; r++) {
+        const double lv = lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]];
+        /* P = exp2((s - m) - ll): m the row's log2-unit lse relative to its shift */
+        m[r] = lv == -INFINITY ? -INFINITY : (float)(lv * LOG2E - sh[r]);
+        ll[r] = 0.0f;
+        large |= !J->part && lv != -INFINITY && fabs(lv) > 64.0;
+        double dsum = 0;
+        for (int64_t x = 0; x < cp->dv; x++) {
+            const int64_t e = ooff + r * out->stride[2] + x * out->stride[3];
+            dsum += (double)w.dop[r * cp->dv + x] * (out->dtype == ATTN_TYPE_BF16 ? attn_bf16_f(out->data16[e]) : out->data[e]);
+        }
+        rs.dsum[row0 + r] = (float)dsum; /* D_i */
+    }
+    if (large) {
+        /* Recompute the forward's running max and sum exactly (same tiles, same kernels, same
+         * order), so P = exp2((s - max) - log2(sum)) keeps full accuracy where the float lse has
+         * lost it (logits ~1e4). Costs one extra S^T pass, only for such blocks. */
+        const float *kh = bf ? NULL : k->data + b * k->stride[0] + g * k->stride[1];
+        int64_t jlo, jhi;
+        key_range(cp, i0, i0 + bi, &jlo, &jhi);
+        if (bf)
+            words_rows_t(kr, rows_are_words(q), q->data16 + qoff, q->stride[2], q->stride[3], bi, cp->d,
+                         (uint32_t *)(void *)w.qt);
+        else pack_transposed(kr, q->data + qoff, q->stride[2], q->stride[3], bi, cp->d, J->qscale, w.qt);
+        for (int r = 0; r < bi; r++) {
+            m[r] = -INFINITY;
+            w.l[r] = 0.0f;
+        }
+        for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
+            const int bj = (int)(cp->nk - j0 < BC ? cp->nk - j0 : BC);
+            int banded;
+            if (bf)
+                scores_tile_bf16(J->hk, cp, general, k, b, g, h, i0, bi, j0, bj, (const uint32_t *)(void *)w.qt, sh, w.s,
+                                 NULL, J->qscale, (uint32_t *)(void *)w.kp);
+            else
+                scores_tile(kr, cp, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, NULL, NULL, &banded, NULL, NULL);
+            (bf ? kr->softmax_update_bf16 : kr->softmax_update)(bj, bi, w.s, BR, m, w.l, w.alpha, NULL);
+        }
+        for (int r = 0; r < bi; r++) ll[r] = w.l[r] > 0 ? (float)log2((double)w.l[r]) : 0.0f;
+    }
+    if (J->dq) {
+        attn_tensor *dq = J->dq;
+        float *dqi = dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2];
+        for (int r = 0; r < bi; r++)
+            for (int64_t x = 0; x < cp->d; x++) dqi[r * dq->stride[2] + x * dq->stride[3]] = 0.0f;
+    }
+    atomic_store_explicit(rs.done + bh * nqb + qb, 0, memory_order_relaxed);
+}
+
+/* One query block's rows as the fp32 tiles read them (qt/dot transposed and scaled; Q and dO rows
+ * in place where they have unit stride, else packed), or as bf16 pair words. */
+typedef struct bwd_rows {
+    const float *q, *dout;
+    int64_t ldq, lddo;
+} bwd_rows;
+
+static bwd_rows backward_pack_block(const bwd_job *J, const flash_bufs *w, int64_t qoff, int64_t goff, int bi) {
+    const attn_tensor *q = J->q, *dout = J->dout;
+    const attn_flash_kernels *kr = J->kr;
+    const int64_t d = J->c->d, dv = J->c->dv;
+    bwd_rows r = {w->qp, w->dop, d, dv};
+    if (J->bf) { /* Q^T and dO^T as B words over d / dv; Q and dO rows paired */
+        words_rows_t(kr, rows_are_words(q), q->data16 + qoff, q->stride[2], q->stride[3], bi, d, (uint32_t *)(void *)w->qt);
+        words_rows_t(kr, rows_are_words(dout), dout->data16 + goff, dout->stride[2], dout->stride[3], bi, dv,
+                     (uint32_t *)(void *)w->dot);
+        words_vnni(J->hk, q->data16 + qoff, q->stride[2], q->stride[3], bi, d, (uint32_t *)(void *)w->qp);
+        words_vnni(J->hk, dout->data16 + goff, dout->stride[2], dout->stride[3], bi, dv, (uint32_t *)(void *)w->dop);
+        return r;
+    }
+    const float *qi = q->data + qoff, *goi = dout->data + goff;
+    pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, d, J->qscale, w->qt);
+    pack_transposed(kr, goi, dout->stride[2], dout->stride[3], bi, dv, 1.0f, w->dot);
+    if (q->stride[3] == 1) {
+        r.q = qi;
+        r.ldq = q->stride[2];
+    } else {
+        pack_rows(kr, qi, q->stride[2], q->stride[3], bi, d, w->qp);
+    }
+    if (dout->stride[3] == 1) {
+        r.dout = goi;
+        r.lddo = dout->stride[2];
+    } else {
+        pack_rows(kr, goi, dout->stride[2], dout->stride[3], bi, dv, w->dop);
+    }
+    return r;
+}
+
+/* The fp32 backward of one tile (query rows i0 .. i0 + bi of head h, keys j0 .. j0 + bj of kv head
+ * g): dV_j += P^T dO, dK_j += dS^T Q, and (acc not NULL) dQ_i += dS K_j. On tiles the band crosses,
+ * every product runs over the band only: outside it P and dS are exactly 0 (probs_and_ds zeroes dS
+ * wherever P is 0). */
+static void backward_tile_f32(const bwd_job *J, const flash_bufs *wp, const bwd_rows *qr, int64_t b, int64_t g,
+                              int64_t h, int64_t i0, int bi, int64_t j0, int bj, int64_t row0, float *dkj, float *dvj,
+                              float *acc, int64_t lda) {
+    const attn_ctx *cp = J->c;
+    const attn_tensor *k = J->k, *v = J->v;
+    const attn_flash_kernels *kr = J->kr;
+    const flash_bufs w = *wp;
+    const float *kh = k->data + b * k->stride[0] + g * k->stride[1];
+    const float *kj = kh + j0 * k->stride[2];
+    const float *vj = v->data + b * v->stride[0] + g * v->stride[1] + j0 * v->stride[2];
+    const float *sh = J->rs.sh + row0;
+    int banded;
+    scores_tile(kr, cp, J->general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, w.capd, NULL, &banded, NULL, NULL);
+    for (int r0 = 0; r0 < bj; r0 += banded ? 4 : bj) {
+        const int rows = banded ? (bj - r0 < 4 ? bj - r0 : 4) : bj;
+        int qa = 0, qe = bi;
+        if (banded) band_cols(cp, i0, bi, j0, r0, rows, &qa, &qe);
+        if (qa < qe)
+            kr->gemm(rows, qe - qa, (int)cp->dv, vj + r0 * v->stride[2], v->stride[2], v->stride[3], w.dot + qa, BR,
+                     w.dp + r0 * BR + qa, BR, 0, NULL, NULL);
+    }
+    if (cp->p > 0) apply_dropout(kr, cp, b, h, i0, bi, j0, bj, w.dp, w.colbase);
+    kr->probs_and_ds(bj, bi, w.s, w.dp, w.ds, BR, J->rs.m + row0, J->rs.ll + row0, J->rs.dsum + row0,
+                     (float)cp->scale);
+    if (J->general && cp->softcap > 0)
+        for (int r = 0; r < bj; r++)
+            for (int x = 0; x < bi; x++) /* capd is only written where allowed */
+                if (w.ds[r * BR + x] != 0) w.ds[r * BR + x] *= w.capd[r * BR + x];
+    if (cp->p > 0) apply_dropout(kr, cp, b, h, i0, bi, j0, bj, w.s, w.colbase);
+    const int64_t lddk = J->dk->stride[2], lddv = J->dv->stride[2];
+    for (int r0 = 0; r0 < bj; r0 += banded ? 4 : bj) {
+        const int rows = banded ? (bj - r0 < 4 ? bj - r0 : 4) : bj;
+        int qa = 0, qe = bi;
+        if (banded) band_cols(cp, i0, bi, j0, r0, rows, &qa, &qe);
+        if (qa >= qe) continue;
+        kr->gemm(rows, (int)cp->dv, qe - qa, w.s + r0 * BR + qa, BR, 1, qr->dout + qa * qr->lddo, qr->lddo,
+                 dvj + r0 * lddv, lddv, 1, NULL, NULL);
+        kr->gemm(rows, (int)cp->d, qe - qa, w.ds + r0 * BR + qa, BR, 1, qr->q + qa * qr->ldq, qr->ldq,
+                 dkj + r0 * lddk, lddk, 1, NULL, NULL);
+    }
+    if (!acc) return;
+    const float *kbp = kj;
+    int64_t ldk = k->stride[2];
+    if (!J->k_inplace) {
+        pack_rows(kr, kj, k->stride[2], k->stride[3], bj, cp->d, w.kp);
+        kbp = w.kp;
+        ldk = cp->d;
+    }
+    for (int q0 = 0; q0 < bi; q0 += banded ? 4 : bi) {
+        const int cols = banded ? (bi - q0 < 4 ? bi - q0 : 4) : bi;
+        int ra = 0, rb = bj;
+        if (banded) band_rows(cp, i0, q0, cols, j0, bj, &ra, &rb);
+        if (ra >= rb) continue;
+        kr->gemm(cols, (int)cp->d, rb - ra, w.ds + ra * BR + q0, 1, BR, kbp + ra * ldk, ldk, acc + q0 * lda, lda, 1,
+                 NULL, NULL);
+    }
+}
+
+/* Pass 2 for query block qb of head h against key blocks [ka, ke) of kv head g: dK and dV of those
+ * keys accumulate; this run's share of the block's dQ is added after the runs of key blocks
+ * kb0 .. ka - 1 (the block's counter), so dQ sums its key blocks in increasing order. */
+static void backward_query_block(const bwd_job *J, const flash_bufs *w, int64_t b, int64_t g, int64_t h, int64_t qb,
+                                 int64_t kb0, int64_t ka, int64_t ke, float *dkh, float *dvh) {
+    const attn_ctx *cp = J->c;
+    attn_tensor *dq = J->dq;
+    const int64_t i0 = qb * BR, bh = b * cp->hq + h, row0 = bh * cp->nq + i0;
+    const int bi = (int)(cp->nq - i0 < BR ? cp->nq - i0 : BR);
+    const int64_t qoff = b * J->q->stride[0] + h * J->q->stride[1] + i0 * J->q->stride[2];
+    const int64_t goff = b * J->dout->stride[0] + h * J->dout->stride[1] + i0 * J->dout->stride[2];
+    const bwd_rows qr = backward_pack_block(J, w, qoff, goff, bi);
+    float *dqi = dq ? dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2] : NULL;
+    float *acc = dqi;
+    int64_t lda = dq ? dq->stride[2] : 0;
+    atomic_int *done = J->rs.done + bh * J->nqb + qb;
+    if (dq) {
+        /* dQ_i += dS K_j, after the shares of key blocks kb0 .. ka - 1 */
+        wait_turn(done, (int)(ka - kb0), J->sleepers);
+        if (dq->stride[3] != 1) { /* through a contiguous copy: the same sums, bit for bit */
+            for (int r = 0; r < bi; r++)
+                for (int64_t x = 0; x < cp->d; x++) w->acc[r * cp->d + x] = dqi[r * dq->stride[2] + x * dq->stride[3]];
+            acc = w->acc;
+            lda = cp->d;
+        }
+    }
+    for (int64_t kb = ka; kb < ke; kb++) {
+        const int64_t j0 = kb * BC;
+        const int bj = (int)(cp->nk - j0 < BC ? cp->nk - j0 : BC);
+        float *dkj = dkh + j0 * J->dk->stride[2], *dvj = dvh + j0 * J->dv->stride[2];
+        if (J->bf)
+            bf16_backward_tile(J->hk, J->kr, cp, J->general, J->k, J->v, b, g, h, i0, bi, j0, bj, w, J->rs, row0, J->qscale,
+                               J->dpv, dkj, J->dk->stride[2], dvj, J->dv->stride[2], dq ? acc : NULL, lda);
+        else
+            backward_tile_f32(J, w, &qr, b, g, h, i0, bi, j0, bj, row0, dkj, dvj, dq ? acc : NULL, lda);
+    }
+    if (!dq) return;
+    if (acc != dqi)
+        for (int r = 0; r < bi; r++)
+            for (int64_t x = 0; x < cp->d; x++) dqi[r * dq->stride[2] + x * dq->stride[3]] = w->acc[r * cp->d + x];
+    post_turn(done, (int)(ke - kb0), J->sleepers);
+}
+
+/* Pass 2 for one task: kv head g of batch b, key blocks [kbs, kbe). The task owns dK and dV of its
+ * keys and walks the group's query heads and the query blocks that see them in a fixed order. */
+static void backward_kv_task(const bwd_job *J, const flash_bufs *w, int64_t b, int64_t g, int64_t kbs, int64_t kbe) {
+    const attn_ctx *cp = J->c;
+    float *dkh = J->dk->data + b * J->dk->stride[0] + g * J->dk->stride[1];
+    float *dvh = J->dv->data + b * J->dv->stride[0] + g * J->dv->stride[1];
+    for (int64_t j = kbs * BC; j < cp->nk && j < kbe * BC; j++) {
+        memset(dkh + j * J->dk->stride[2], 0, sizeof(float) * (size_t)cp->d);
+        memset(dvh + j * J->dv->stride[2], 0, sizeof(float) * (size_t)cp->dv);
+    }
+    for (int64_t h = g * cp->group; h < (g + 1) * cp->group; h++)
+        for (int64_t qb = 0; qb < J->nqb; qb++) {
+            int64_t kb0, kb1;
+            key_blocks(cp, qb, &kb0, &kb1);
+            const int64_t ka = kbs > kb0 ? kbs : kb0, ke = kbe < kb1 ? kbe : kb1;
+            if (ka < ke) backward_query_block(J, w, b, g, h, qb, kb0, ka, ke, dkh, dvh);
+        }
+}
+
+/* Key blocks per pass-2 task. kc sets only the granularity, never a bit of the results, so it
+ * follows the machine: at most the run whose K and V fit the L2 (attn_flash_key_run_blocks), and
+ * about 4 tasks per thread when the heads alone cannot give every thread two. */
+static int64_t backward_key_run(const attn_ctx *c, int bf, int64_t nkb, int few_heads, int64_t bgs, int64_t nthreads) {
+    int64_t kc = few_heads ? ceil_div(bgs * nkb, 4 * nthreads) : nkb;
+    const int64_t kc_l2 = attn_flash_key_run_blocks(c->d, c->dv, bf ? 2 : 4, attn_cpu_caches()->l2);
+    const int64_t kc_forced = atomic_load(&forced_key_run);
+    kc = kc > kc_l2 ? kc_l2 : kc;
+    kc = kc_forced > 0 ? kc_forced : kc;
+    kc = kc > nkb ? nkb : kc;
+    return kc < 1 ? 1 : kc;
+}
+
+/* The backward's own arguments beyond the forward's (attn_ctx_init_typed checked those). */
+static attn_status backward_check(const char *fn, attn_ctx *c, const attn_tensor *q, const attn_tensor *k,
+                                  const attn_tensor *v, const attn_sdpa_params *params, const attn_tensor *out,
+                                  const attn_tensor *dout, const attn_tensor *lse, const attn_tensor *dq,
+                                  const attn_tensor *dk, const attn_tensor *dv) {
+    attn_status st;
+    const int bf = q && q->dtype == ATTN_TYPE_BF16; /* bf16 q, k, v, dout; out f32 or bf16 */
+    const unsigned f32t = ATTN_TYPES(ATTN_TYPE_F32), bft = ATTN_TYPES(ATTN_TYPE_BF16);
+    if ((st = attn_ctx_init_typed(c, fn, q, k, v, params, dout, "dout", f32t | bft, bf ? bft : f32t)) ||
+        (st = attn_ctx_check_like_typed(fn, out, "out", dout, bf ? f32t | bft : f32t)) ||
+        (st = attn_ctx_check_like(fn, dq, "dq", q)) || (st = attn_ctx_check_like(fn, dk, "dk", k)) ||
+        (st = attn_ctx_check_like(fn, dv, "dv", v)))
+        return st;
+    if (!out || !lse || !dk || !dv)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: out, lse, dk and dv are required (out %p, lse %p, dk %p, dv %p)",
+                          fn, (const void *)out, (const void *)lse, (const void *)dk, (const void *)dv);
+    if ((st = attn_ctx_check_rows(c, fn, lse, "lse", 0))) return st;
+    if (dk->stride[3] != 1 || dv->stride[3] != 1)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: dk and dv need unit innermost stride (got %lld and %lld)", fn,
+                          (long long)dk->stride[3], (long long)dv->stride[3]);
+    return ATTN_OK;
+}
+
 /* part: out and lse belong to a softmax over a wider key set than this call's (one pass of a split
  * softmax), so P = exp(s - lse) is taken as given: rows of large |lse| are never renormalised over
- * this call's own keys. */
+ * this call's own keys.
+ *
+ * Pass 1, one task per (batch, query head, query block): row statistics. Pass 2, one task per
+ * (batch, key/value head, run of kc key blocks): dK, dV and the shares of dQ; each query block is
+ * packed once for its kc key blocks; its share of each dQ block is added after the earlier runs'
+ * (a per-block counter of key blocks added), so every dQ element sums its key blocks in increasing
+ * order whatever kc and the thread count. A task waits only on tasks taken before it, so the
+ * earliest unfinished task always runs. Runs are taken run-major when there are heads enough
+ * (threads on different heads seldom wait), else head-major. */
 static attn_status flash_backward(const char *fn, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                   const attn_sdpa_params *params, const attn_tensor *out,
                                   const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
@@ -819,261 +1114,41 @@ static attn_status flash_backward(const char *fn, const attn_tensor *q, const at
     attn_ctx c;
     attn_status st;
     float *base;
-    const int bf = q && q->dtype == ATTN_TYPE_BF16; /* bf16 q, k, v, dout; out f32 or bf16 */
-    const unsigned f32t = ATTN_TYPES(ATTN_TYPE_F32), bft = ATTN_TYPES(ATTN_TYPE_BF16);
-    if ((st = attn_ctx_init_typed(&c, fn, q, k, v, params, dout, "dout", f32t | bft, bf ? bft : f32t)) ||
-        (st = attn_ctx_check_like_typed(fn, out, "out", dout, bf ? f32t | bft : f32t)) ||
-        (st = attn_ctx_check_like(fn, dq, "dq", q)) || (st = attn_ctx_check_like(fn, dk, "dk", k)) ||
-        (st = attn_ctx_check_like(fn, dv, "dv", v)))
-        return st;
-    if (!out || !lse || !dk || !dv)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: out, lse, dk and dv are required (out %p, lse %p, dk %p, dv %p)",
-                          fn, (const void *)out, (const void *)lse, (void *)dk, (void *)dv);
-    if ((st = attn_ctx_check_rows(&c, fn, lse, "lse", 0))) return st;
-    if (dk->stride[3] != 1 || dv->stride[3] != 1)
-        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: dk and dv need unit innermost stride (got %lld and %lld)", fn,
-                          (long long)dk->stride[3], (long long)dv->stride[3]);
+    if ((st = backward_check(fn, &c, q, k, v, params, out, dout, lse, dq, dk, dv))) return st;
+    const int bf = q->dtype == ATTN_TYPE_BF16;
     if ((st = get_bufs(fn, &c, bf, workspace, workspace_bytes_, &base))) return st;
-    const attn_flash_kernels *kr = flash_kernels();
-    const int general = needs_general_epilogue(&c);
-    const float qscale = (float)(general ? c.scale : c.scale * LOG2E);
-    const int64_t nqb = ceil_div(c.nq, BR), nkb = ceil_div(c.nk, BC);
-    const int k_inplace = k->stride[3] == 1;
-    const flash_rows rs = backward_rows(&c, base);
-    const attn_bf16_kernels *hk = attn_bf16_kernels_active();
-    const int dpv = (int)((c.dv + 1) / 2);
+    atomic_int sleepers;
+    atomic_init(&sleepers, 0);
+    bwd_job J = {.c = &c, .q = q, .k = k, .v = v, .out = out, .dout = dout, .lse = lse, .dq = dq, .dk = dk, .dv = dv,
+                 .kr = flash_kernels(), .hk = attn_bf16_kernels_active(), .rs = backward_rows(&c, base),
+                 .bf = bf, .general = needs_general_epilogue(&c), .part = part, .k_inplace = k->stride[3] == 1,
+                 .dpv = (int)((c.dv + 1) / 2), .nqb = ceil_div(c.nq, BR), .nkb = ceil_div(c.nk, BC),
+                 .sleepers = &sleepers};
+    J.qscale = (float)(J.general ? c.scale : c.scale * LOG2E);
 
-    /* Pass 1, one task per (batch, query head, query block): the row statistics (shift, lse split
-     * into m + ll, D_i), dQ zeroed, the block's dQ counter reset. */
-    const int64_t rtasks = c.b * c.hq * nqb;
+    const int64_t rtasks = c.b * c.hq * J.nqb;
 #pragma omp parallel num_threads(attn_threads_for(rtasks))
     {
         flash_bufs w = thread_bufs(&c, base);
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < rtasks; t++) {
-            const int64_t bh = t / nqb, qb = t % nqb, h = bh % c.hq, b = bh / c.hq, g = h / c.group;
-            const int64_t i0 = qb * BR, row0 = bh * c.nq + i0;
-            const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
-            const int64_t qoff = b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
-            const int64_t goff = b * dout->stride[0] + h * dout->stride[1] + i0 * dout->stride[2];
-            const int64_t ooff = b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
-            const float *qi = bf ? NULL : q->data + qoff;
-            const float *kh = bf ? NULL : k->data + b * k->stride[0] + g * k->stride[1];
-            float *m = rs.m + row0, *ll = rs.ll + row0, *sh = rs.sh + row0;
-            if (bf) {
-                for (int r = 0; r < bi; r++)
-                    for (int64_t x = 0; x < c.dv; x++)
-                        w.dop[r * c.dv + x] = attn_bf16_f(dout->data16[goff + r * dout->stride[2] + x * dout->stride[3]]);
-            } else {
-                pack_rows(kr, dout->data + goff, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
-            }
-            row_shifts(&c, general, b, h, i0, bi, sh);
-            int large = 0; /* a row whose |lse| float cannot carry to 1e-7 of its probabilities */
-            for (int r = 0; r < bi; r++) {
-                const double lv = lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]];
-                /* P = exp2((s - m) - ll): m the row's log2-unit lse relative to its shift */
-                m[r] = lv == -INFINITY ? -INFINITY : (float)(lv * LOG2E - sh[r]);
-                ll[r] = 0.0f;
-                large |= !part && lv != -INFINITY && fabs(lv) > 64.0;
-                double dsum = 0;
-                for (int64_t x = 0; x < c.dv; x++) {
-                    const int64_t e = ooff + r * out->stride[2] + x * out->stride[3];
-                    dsum += (double)w.dop[r * c.dv + x] * (out->dtype == ATTN_TYPE_BF16 ? attn_bf16_f(out->data16[e]) : out->data[e]);
-                }
-                rs.dsum[row0 + r] = (float)dsum; /* D_i */
-            }
-            if (large) {
-                /* Recompute the forward's running max and sum exactly (same tiles, same kernels,
-                 * same order), so P = exp2((s - max) - log2(sum)) keeps full accuracy where the
-                 * float lse has lost it (logits ~1e4). Costs one extra S^T pass, only for such
-                 * blocks. */
-                int64_t jlo, jhi;
-                key_range(&c, i0, i0 + bi, &jlo, &jhi);
-                if (bf)
-                    words_rows_t(kr, rows_are_words(q), q->data16 + qoff, q->stride[2], q->stride[3], bi, c.d,
-                                 (uint32_t *)(void *)w.qt);
-                else pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
-                for (int r = 0; r < bi; r++) {
-                    m[r] = -INFINITY;
-                    w.l[r] = 0.0f;
-                }
-                for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
-                    const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
-                    int banded;
-                    if (bf)
-                        scores_tile_bf16(hk, &c, general, k, b, g, h, i0, bi, j0, bj, (const uint32_t *)(void *)w.qt, sh,
-                                         w.s, NULL, qscale, (uint32_t *)(void *)w.kp);
-                    else
-                        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, NULL, NULL, &banded, NULL, NULL);
-                    (bf ? kr->softmax_update_bf16 : kr->softmax_update)(bj, bi, w.s, BR, m, w.l, w.alpha, NULL);
-                }
-                for (int r = 0; r < bi; r++) ll[r] = w.l[r] > 0 ? (float)log2((double)w.l[r]) : 0.0f;
-            }
-            if (dq) {
-                float *dqi = dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2];
-                for (int r = 0; r < bi; r++)
-                    for (int64_t x = 0; x < c.d; x++) dqi[r * dq->stride[2] + x * dq->stride[3]] = 0.0f;
-            }
-            atomic_store_explicit(rs.done + bh * nqb + qb, 0, memory_order_relaxed);
-        }
+        for (int64_t t = 0; t < rtasks; t++) backward_row_stats(&J, &w, t);
     }
 
-    /* Pass 2, one task per (batch, key/value head, run of kc key blocks): the task owns dK and dV
-     * of its keys and walks the group's query heads and the query blocks that see them in a fixed
-     * order (each query block packed once for its kc key blocks); its share of each dQ block is
-     * added after the earlier runs' (a per-block counter of key blocks added), so every dQ element
-     * sums its key blocks in increasing order whatever kc and the thread count. A task waits only
-     * on tasks taken before it, so the earliest unfinished task always runs. kc sets only the
-     * granularity, never a bit of the results, so it follows the machine: at most the run whose
-     * K and V fit the L2 (attn_flash_key_run_blocks), and about 4 tasks per thread when the
-     * heads alone cannot give every thread two. Runs are taken run-major when there are heads
-     * enough (threads on different heads seldom wait), else head-major. */
-    const int64_t bgs = c.b * c.hk, nthreads = attn_threads_for(bgs * nkb);
+    const int64_t bgs = c.b * c.hk, nthreads = attn_threads_for(bgs * J.nkb);
     const int few_heads = nthreads > 1 && bgs < 2 * nthreads;
-    int64_t kc = few_heads ? ceil_div(bgs * nkb, 4 * nthreads) : nkb;
-    const int64_t kc_l2 = attn_flash_key_run_blocks(c.d, c.dv, bf ? 2 : 4, attn_cpu_caches()->l2);
-    const int64_t kc_forced = atomic_load(&forced_key_run);
-    kc = kc > kc_l2 ? kc_l2 : kc;
-    kc = kc_forced > 0 ? kc_forced : kc;
-    kc = kc > nkb ? nkb : kc;
-    kc = kc < 1 ? 1 : kc;
-    const int64_t nchunk = ceil_div(nkb, kc), tasks = bgs * nchunk;
+    const int64_t kc = backward_key_run(&c, bf, J.nkb, few_heads, bgs, nthreads);
+    const int64_t nchunk = ceil_div(J.nkb, kc), tasks = bgs * nchunk;
     atomic_llong next;
-    atomic_int sleepers;
     atomic_init(&next, 0);
-    atomic_init(&sleepers, 0);
 #pragma omp parallel num_threads(attn_threads_for(tasks))
     {
         flash_bufs w = thread_bufs(&c, base);
         for (;;) {
             const int64_t t = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
             if (t >= tasks) break;
-            const int64_t bg = few_heads ? t / nchunk : t % bgs, g = bg % c.hk, b = bg / c.hk;
-            const int64_t kbs = (few_heads ? t % nchunk : t / bgs) * kc, kbe = kbs + kc < nkb ? kbs + kc : nkb;
-            const float *kh = bf ? NULL : k->data + b * k->stride[0] + g * k->stride[1];
-            const float *vh = bf ? NULL : v->data + b * v->stride[0] + g * v->stride[1];
-            float *dkh = dk->data + b * dk->stride[0] + g * dk->stride[1];
-            float *dvh = dv->data + b * dv->stride[0] + g * dv->stride[1];
-            for (int64_t j = kbs * BC; j < c.nk && j < kbe * BC; j++) {
-                memset(dkh + j * dk->stride[2], 0, sizeof(float) * (size_t)c.d);
-                memset(dvh + j * dv->stride[2], 0, sizeof(float) * (size_t)c.dv);
-            }
-            for (int64_t h = g * c.group; h < (g + 1) * c.group; h++)
-                for (int64_t qb = 0; qb < nqb; qb++) {
-                    int64_t kb0, kb1;
-                    key_blocks(&c, qb, &kb0, &kb1);
-                    const int64_t ka = kbs > kb0 ? kbs : kb0, ke = kbe < kb1 ? kbe : kb1;
-                    if (ka >= ke) continue;
-                    const int64_t i0 = qb * BR, bh = b * c.hq + h, row0 = bh * c.nq + i0;
-                    const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
-                    const int64_t qoff = b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
-                    const int64_t goff = b * dout->stride[0] + h * dout->stride[1] + i0 * dout->stride[2];
-                    const float *sh = rs.sh + row0;
-                    const float *qrows = w.qp, *dorows = w.dop;
-                    int64_t ldq = c.d, lddo = c.dv;
-                    if (bf) { /* Q^T and dO^T as B words over d / dv; Q and dO rows paired */
-                        words_rows_t(kr, rows_are_words(q), q->data16 + qoff, q->stride[2], q->stride[3], bi, c.d,
-                                     (uint32_t *)(void *)w.qt);
-                        words_rows_t(kr, rows_are_words(dout), dout->data16 + goff, dout->stride[2], dout->stride[3], bi,
-                                     c.dv, (uint32_t *)(void *)w.dot);
-                        words_vnni(hk, q->data16 + qoff, q->stride[2], q->stride[3], bi, c.d, (uint32_t *)(void *)w.qp);
-                        words_vnni(hk, dout->data16 + goff, dout->stride[2], dout->stride[3], bi, c.dv, (uint32_t *)(void *)w.dop);
-                    } else {
-                        const float *qi = q->data + qoff, *goi = dout->data + goff;
-                        pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
-                        pack_transposed(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, 1.0f, w.dot);
-                        /* Q and dO rows are read in place when they have unit stride */
-                        if (q->stride[3] == 1) {
-                            qrows = qi;
-                            ldq = q->stride[2];
-                        } else {
-                            pack_rows(kr, qi, q->stride[2], q->stride[3], bi, c.d, w.qp);
-                        }
-                        if (dout->stride[3] == 1) {
-                            dorows = goi;
-                            lddo = dout->stride[2];
-                        } else {
-                            pack_rows(kr, goi, dout->stride[2], dout->stride[3], bi, c.dv, w.dop);
-                        }
-                    }
-                    float *dqi = dq ? dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2] : NULL;
-                    float *acc = dqi;
-                    int64_t lda = dq ? dq->stride[2] : 0;
-                    atomic_int *done = rs.done + bh * nqb + qb;
-                    if (dq) {
-                        /* dQ_i += dS K_j, after the shares of key blocks kb0 .. ka - 1 */
-                        wait_turn(done, (int)(ka - kb0), &sleepers);
-                        if (dq->stride[3] != 1) { /* through a contiguous copy: the same sums, bit for bit */
-                            for (int r = 0; r < bi; r++)
-                                for (int64_t x = 0; x < c.d; x++) w.acc[r * c.d + x] = dqi[r * dq->stride[2] + x * dq->stride[3]];
-                            acc = w.acc;
-                            lda = c.d;
-                        }
-                    }
-                    for (int64_t kb = ka; kb < ke; kb++) {
-                        const int64_t j0 = kb * BC;
-                        const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
-                        float *dkj = dkh + j0 * dk->stride[2], *dvj = dvh + j0 * dv->stride[2];
-                        if (bf) {
-                            bf16_backward_tile(hk, kr, &c, general, k, v, b, g, h, i0, bi, j0, bj, &w, rs, row0, qscale,
-                                               dpv, dkj, dk->stride[2], dvj, dv->stride[2], dq ? acc : NULL, lda);
-                            continue;
-                        }
-                        const float *kj = kh + j0 * k->stride[2];
-                        const float *vj = vh + j0 * v->stride[2];
-                        /* on tiles the band crosses, every product runs over the band only: outside
-                         * it P and dS are exactly 0 (probs_and_ds zeroes dS wherever P is 0) */
-                        int banded;
-                        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, w.capd, NULL, &banded, NULL, NULL);
-                        for (int r0 = 0; r0 < bj; r0 += banded ? 4 : bj) {
-                            const int rows = banded ? (bj - r0 < 4 ? bj - r0 : 4) : bj;
-                            int qa = 0, qe = bi;
-                            if (banded) band_cols(&c, i0, bi, j0, r0, rows, &qa, &qe);
-                            if (qa < qe)
-                                kr->gemm(rows, qe - qa, (int)c.dv, vj + r0 * v->stride[2], v->stride[2], v->stride[3],
-                                         w.dot + qa, BR, w.dp + r0 * BR + qa, BR, 0, NULL, NULL);
-                        }
-                        if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.dp, w.colbase);
-                        kr->probs_and_ds(bj, bi, w.s, w.dp, w.ds, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0,
-                                         (float)c.scale);
-                        if (general && c.softcap > 0)
-                            for (int r = 0; r < bj; r++)
-                                for (int x = 0; x < bi; x++) /* capd is only written where allowed */
-                                    if (w.ds[r * BR + x] != 0) w.ds[r * BR + x] *= w.capd[r * BR + x];
-                        if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
-                        for (int r0 = 0; r0 < bj; r0 += banded ? 4 : bj) {
-                            const int rows = banded ? (bj - r0 < 4 ? bj - r0 : 4) : bj;
-                            int qa = 0, qe = bi;
-                            if (banded) band_cols(&c, i0, bi, j0, r0, rows, &qa, &qe);
-                            if (qa >= qe) continue;
-                            kr->gemm(rows, (int)c.dv, qe - qa, w.s + r0 * BR + qa, BR, 1, dorows + qa * lddo, lddo,
-                                     dvj + r0 * dv->stride[2], dv->stride[2], 1, NULL, NULL);
-                            kr->gemm(rows, (int)c.d, qe - qa, w.ds + r0 * BR + qa, BR, 1, qrows + qa * ldq, ldq,
-                                     dkj + r0 * dk->stride[2], dk->stride[2], 1, NULL, NULL);
-                        }
-                        if (!dq) continue;
-                        const float *kbp = kj;
-                        int64_t ldk = k->stride[2];
-                        if (!k_inplace) {
-                            pack_rows(kr, kj, k->stride[2], k->stride[3], bj, c.d, w.kp);
-                            kbp = w.kp;
-                            ldk = c.d;
-                        }
-                        for (int q0 = 0; q0 < bi; q0 += banded ? 4 : bi) {
-                            const int cols = banded ? (bi - q0 < 4 ? bi - q0 : 4) : bi;
-                            int ra = 0, rb = bj;
-                            if (banded) band_rows(&c, i0, q0, cols, j0, bj, &ra, &rb);
-                            if (ra >= rb) continue;
-                            kr->gemm(cols, (int)c.d, rb - ra, w.ds + ra * BR + q0, 1, BR, kbp + ra * ldk, ldk,
-                                     acc + q0 * lda, lda, 1, NULL, NULL);
-                        }
-                    }
-                    if (!dq) continue;
-                    if (acc != dqi)
-                        for (int r = 0; r < bi; r++)
-                            for (int64_t x = 0; x < c.d; x++) dqi[r * dq->stride[2] + x * dq->stride[3]] = w.acc[r * c.d + x];
-                    post_turn(done, (int)(ke - kb0), &sleepers);
-                }
+            const int64_t bg = few_heads ? t / nchunk : t % bgs;
+            const int64_t kbs = (few_heads ? t % nchunk : t / bgs) * kc;
+            backward_kv_task(&J, &w, bg / c.hk, bg % c.hk, kbs, kbs + kc < J.nkb ? kbs + kc : J.nkb);
         }
     }
     return ATTN_OK;
