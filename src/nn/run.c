@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention/attention_kind.h"
 #include "core/alloc.h"
 #include "nn_config.h"
 #include "nn_internal.h"
@@ -336,7 +337,7 @@ static attn_status kernel_create(nn_model *m, const attn_json *config, const cha
     int causal = 0;
     attn_status st = attn_nn_json_seed_kernel_config(config, m->ops->name, kind, ignore, &c, &causal);
     if (st) return st;
-    if (kind == ATTN_ATTENTION_PERFORMER) {
+    if (attn_kind_ops_get(kind)->random_features) {
         m->buffer = attn__calloc((size_t)(c.embed_dim * c.attention.num_features), sizeof(float));
         if (!m->buffer)
             return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the buffer R", m->ops->name);
