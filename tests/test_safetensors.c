@@ -1127,7 +1127,18 @@ static void test_truncation(const char *dir) {
     free(w);
 }
 
+/* The dtype table: a name and a size for every attn_dtype (its length is the enum's at compile
+ * time; this finds a row left empty), "unknown" past it. */
+static void test_dtype_table(void) {
+    for (int d = 0; d < ATTN_DTYPE_COUNT; d++) {
+        const char *name = attn_dtype_name((attn_dtype)d);
+        CHECK(name && *name && strcmp(name, "unknown") && attn_dtype_size((attn_dtype)d) > 0, "dtype %d has no row", d);
+    }
+    CHECK(!strcmp(attn_dtype_name(ATTN_DTYPE_COUNT), "unknown"), "a name past the table");
+}
+
 int main(void) {
+    test_dtype_table();
     char dir[] = "/tmp/attn_test_st.XXXXXX";
     if (!mkdtemp(dir)) {
         fprintf(stderr, "mkdtemp failed\n");
