@@ -2,10 +2,22 @@
  * exact (flash) kind with the equivalent band mask — nn.MultiheadAttention forward, weights and
  * backward, an encoder layer, and a GPT's cached decode steps against its full forward. */
 #include "test_util.h"
+#include "attention/attention_kind.h"
 
 static void test_table(void) {
     const int n = attn_attention_kind_count();
     CHECK(n >= 2, "%d kinds", n);
+    /* every row present and complete (the table's length is the enum's at compile time) */
+    CHECK(n == ATTN_ATTENTION_KIND_COUNT, "%d kinds, the enum has %d", n, (int)ATTN_ATTENTION_KIND_COUNT);
+    CHECK_OK(attn_kind_table_check());
+    /* the capabilities attn_mha asks of the rows */
+    for (int i = 0; i < n; i++) {
+        const attn_kind_ops *o = attn_kind_ops_get((attn_attention_kind)i);
+        CHECK(o && o->supports_bf16 == (i == ATTN_ATTENTION_FLASH || i == ATTN_ATTENTION_WINDOW), "kind %d bf16", i);
+        CHECK(o && o->takes_bias_kv == (i == ATTN_ATTENTION_FLASH), "kind %d add_bias_kv", i);
+        CHECK(o && o->random_features == (i == ATTN_ATTENTION_PERFORMER), "kind %d random features", i);
+        CHECK(o && o->takes_global_mask == (i == ATTN_ATTENTION_LOCAL_GLOBAL), "kind %d global mask", i);
+    }
     for (int i = 0; i < n; i++) {
         const char *name = attn_attention_kind_name((attn_attention_kind)i);
         CHECK(name && *name && attn_attention_kind_help((attn_attention_kind)i), "kind %d has no name or help", i);

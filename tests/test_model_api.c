@@ -3,6 +3,7 @@
  * gradients), a boolean mask staged by name, binding from a safetensors buffer, the attention
  * capture of an encoder layer, and the documented errors. */
 #include "test_util.h"
+#include "nn/nn_run.h"
 
 #define B 2
 #define N 5
@@ -202,6 +203,11 @@ static void test_create_errors(void) {
     int has_tr = 0;
     for (; attn_model_known(n); n++) has_tr |= !strcmp(attn_model_known(n), "transformer");
     CHECK(n >= 6 && has_tr, "%zu known modules, transformer %s", n, has_tr ? "among them" : "missing");
+    /* the module table: every row complete (its length is the enum's at compile time), the public
+     * listing all of its rows */
+    CHECK_OK(attn_nn_model_table_check());
+    CHECK(n == attn_nn_model_count(), "attn_model_known lists %zu of %zu modules", n, attn_nn_model_count());
+    CHECK(attn_model_known(attn_nn_model_count()) == NULL, "a name past the table");
     attn_model_free(NULL);
 }
 

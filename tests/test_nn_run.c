@@ -171,6 +171,26 @@ static void expect(int want_rc, const char *args, const char *needle) {
           needle ? needle : "");
 }
 
+/* attn run --help lists every module of the library's table, each followed by ',' or ';'. */
+static void test_help_modules(void) {
+    char cmd[2048], path[512], text[16384];
+    snprintf(path, sizeof path, "%s/help.txt", dir);
+    snprintf(cmd, sizeof cmd, "'%s' run --help >'%s'", attn_bin, path);
+    CHECK(system(cmd) == 0, "attn run --help failed");
+    FILE *f = fopen(path, "r");
+    const size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = '\0';
+    if (f) fclose(f);
+    size_t i = 0;
+    for (; attn_model_known(i); i++) {
+        char comma[80], semi[80];
+        snprintf(comma, sizeof comma, "%s,", attn_model_known(i));
+        snprintf(semi, sizeof semi, "%s;", attn_model_known(i));
+        CHECK(strstr(text, comma) || strstr(text, semi), "attn run --help does not list %s", attn_model_known(i));
+    }
+    CHECK(i >= 11, "%zu modules known", i);
+}
+
 static void test_errors(void) {
     char path[512];
     /* a valid encoder-layer set from the first layers fixture case remains in dir */
@@ -310,6 +330,7 @@ int main(void) {
         attn_safetensors_close(st);
     }
     test_errors();
+    test_help_modules();
     run_vit();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

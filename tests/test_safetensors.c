@@ -1127,7 +1127,38 @@ static void test_truncation(const char *dir) {
     free(w);
 }
 
+/* The dtype table: a name and a size for every attn_dtype (its length is the enum's at compile
+ * time; this finds a row left empty), "unknown" past it. */
+static void test_dtype_table(void) {
+    for (int d = 0; d < ATTN_DTYPE_COUNT; d++) {
+        const char *name = attn_dtype_name((attn_dtype)d);
+        CHECK(name && *name && strcmp(name, "unknown") && attn_dtype_size((attn_dtype)d) > 0, "dtype %d has no row", d);
+    }
+    CHECK(!strcmp(attn_dtype_name(ATTN_DTYPE_COUNT), "unknown"), "a name past the table");
+}
+
+/* The safetensors status codes (safetensors.h): their values, inside core.h's reserved range, and
+ * a description each from attn_status_str. */
+static void test_status_codes(void) {
+    static const attn_status codes[] = {
+        ATTN_ERR_ST_HEADER_TOO_SMALL,     ATTN_ERR_ST_HEADER_TOO_LARGE,   ATTN_ERR_ST_HEADER_TRUNCATED,
+        ATTN_ERR_ST_INVALID_HEADER_START, ATTN_ERR_ST_INVALID_JSON,       ATTN_ERR_ST_INVALID_UTF8,
+        ATTN_ERR_ST_UNKNOWN_DTYPE,        ATTN_ERR_ST_DUPLICATE_NAME,     ATTN_ERR_ST_INVALID_OFFSET,
+        ATTN_ERR_ST_OFFSET_OUT_OF_BOUNDS, ATTN_ERR_ST_INCOMPLETE_BUFFER,  ATTN_ERR_ST_TENSOR_INVALID_INFO,
+        ATTN_ERR_ST_SIZE_OVERFLOW,        ATTN_ERR_ST_MISSING_FIELD,      ATTN_ERR_ST_INVALID_METADATA};
+    for (int i = 0; i < (int)(sizeof codes / sizeof codes[0]); i++) {
+        CHECK((int)codes[i] == 20 + i && codes[i] >= ATTN_STATUS_SAFETENSORS_FIRST &&
+                  codes[i] <= ATTN_STATUS_SAFETENSORS_LAST, "safetensors code %d is %d", i, (int)codes[i]);
+        CHECK(!strncmp(attn_status_str(codes[i]), "safetensors: ", 13), "code %d: '%s'", (int)codes[i],
+              attn_status_str(codes[i]));
+    }
+    CHECK(!strcmp(attn_status_str(ATTN_STATUS_SAFETENSORS_LAST), "unknown status"), "39 is unassigned");
+    CHECK(!strcmp(attn_status_str(ATTN_ERR_NUMERIC), "non-finite value"), "a core code");
+}
+
 int main(void) {
+    test_dtype_table();
+    test_status_codes();
     char dir[] = "/tmp/attn_test_st.XXXXXX";
     if (!mkdtemp(dir)) {
         fprintf(stderr, "mkdtemp failed\n");

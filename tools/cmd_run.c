@@ -14,6 +14,21 @@
 #include "safe_io.h"
 #include "nn/nn_run.h"
 
+/* The module names of the library's table (attn_model_known), wrapped at 88 columns under the
+ * option's text. */
+static void print_modules(FILE *f) {
+    int col = fprintf(f, "MODEL.json   {\"module\": NAME, ...} with NAME one of");
+    for (size_t i = 0; attn_model_known(i); i++) {
+        const char *name = attn_model_known(i);
+        if (col + 2 + (int)strlen(name) > 88) /* ' ', the name, ',' */
+            col = fprintf(f, "\n             ") - 1;
+        else
+            col += fprintf(f, " ");
+        col += fprintf(f, "%s%c", name, attn_model_known(i + 1) ? ',' : ';');
+    }
+    fputc('\n', f);
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attn run --config MODEL.json --weights W.safetensors --inputs IN.safetensors\n"
@@ -22,11 +37,9 @@ static void usage(FILE *f) {
             "                [--std S[,S,S]] --out OUT.safetensors [--threads N] [--weights-prefix P] [--force]\n"
             "                [--check-finite]\n\n"
             "Runs one module in inference (eval) mode and writes its outputs, to check attn against a\n"
-            "PyTorch model without writing C.\n\n"
-            "MODEL.json   {\"module\": NAME, ...} with NAME one of multihead_attention,\n"
-            "             transformer_encoder_layer, transformer_decoder_layer, transformer_encoder,\n"
-            "             transformer_decoder, transformer, sparse_attention, local_global_attention,\n"
-            "             linear_attention, performer_attention, vision_transformer;\n"
+            "PyTorch model without writing C.\n\n");
+    print_modules(f);
+    fprintf(f,
             "             the other keys are the keyword arguments of the PyTorch constructor (same\n"
             "             names and defaults; batch_first is always true). multihead_attention also\n"
             "             takes separate_projections (true: q_proj/k_proj/v_proj/out_proj.weight/.bias\n"

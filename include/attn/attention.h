@@ -145,7 +145,9 @@ typedef enum attn_attention_kind {
     ATTN_ATTENTION_LINEAR = 3,
     /* Performer FAVOR+ (Choromanski 2021): softmax approximated by num_features positive
      * orthogonal random features drawn from seed, O(N m): linear_attention.h */
-    ATTN_ATTENTION_PERFORMER = 4
+    ATTN_ATTENTION_PERFORMER = 4,
+    /* the number of kinds (not a kind; = attn_attention_kind_count()) */
+    ATTN_ATTENTION_KIND_COUNT
 } attn_attention_kind;
 
 typedef struct attn_attention_config {

@@ -34,22 +34,11 @@ typedef enum attn_status {
     ATTN_ERR_NOT_FOUND = 8,        /* a named item is absent */
     ATTN_ERR_NUMERIC = 9,          /* a non-finite value where a finite one is required */
 
-    /* safetensors validation, one code per problem (mirrors the reference implementation) */
-    ATTN_ERR_ST_HEADER_TOO_SMALL = 20,   /* file shorter than the 8-byte length prefix */
-    ATTN_ERR_ST_HEADER_TOO_LARGE = 21,   /* declared header length above the limit (100 MB) */
-    ATTN_ERR_ST_HEADER_TRUNCATED = 22,   /* declared header length beyond the end of the file */
-    ATTN_ERR_ST_INVALID_HEADER_START = 23, /* header does not start with '{' */
-    ATTN_ERR_ST_INVALID_JSON = 24,       /* header is not the expected JSON object */
-    ATTN_ERR_ST_INVALID_UTF8 = 25,       /* header is not valid UTF-8 */
-    ATTN_ERR_ST_UNKNOWN_DTYPE = 26,
-    ATTN_ERR_ST_DUPLICATE_NAME = 27,
-    ATTN_ERR_ST_INVALID_OFFSET = 28,     /* offsets not contiguous, begin > end */
-    ATTN_ERR_ST_OFFSET_OUT_OF_BOUNDS = 29, /* a tensor reaches past the data buffer */
-    ATTN_ERR_ST_INCOMPLETE_BUFFER = 30,  /* the tensors do not cover the data buffer exactly */
-    ATTN_ERR_ST_TENSOR_INVALID_INFO = 31,/* byte length != product(shape) * dtype size */
-    ATTN_ERR_ST_SIZE_OVERFLOW = 32,      /* product(shape) * dtype size overflows */
-    ATTN_ERR_ST_MISSING_FIELD = 33,      /* a tensor entry lacks dtype, shape or data_offsets */
-    ATTN_ERR_ST_INVALID_METADATA = 34    /* __metadata__ is not an object of strings */
+    /* 20 .. 39: the safetensors codes, one per problem a file can have (ATTN_ERR_ST_*, 20 .. 34 so
+     * far), declared in safetensors.h as attn_status values; attn_status_str describes them too.
+     * These two bound the range (no function returns them) and keep it inside the enum's values. */
+    ATTN_STATUS_SAFETENSORS_FIRST = 20,
+    ATTN_STATUS_SAFETENSORS_LAST = 39
 } attn_status;
 
 /* A short constant description of a status code ("invalid argument", ...). */

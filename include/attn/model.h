@@ -3,7 +3,9 @@
  * bound by PyTorch's forward-argument names, and it runs forward and backward, owning its
  * activations and workspace (as a tool does, unlike the library's modules).
  *
- * Modules (NAME, PyTorch class, forward tensor arguments; options are the non-tensor arguments):
+ * Modules: attn_model_known(i) for i = 0, 1, ... until NULL names every one (the library's table;
+ * `attn run --help` and Python's attn.known_modules() print the same list). PyTorch's modules
+ * (NAME, PyTorch class, forward tensor arguments; options are the non-tensor arguments):
  *   multihead_attention        nn.MultiheadAttention        query, key, value, key_padding_mask,
  *                              attn_mask; options need_weights, average_attn_weights, is_causal
  *   transformer_encoder_layer  nn.TransformerEncoderLayer   src, src_mask, src_key_padding_mask;
@@ -18,6 +20,9 @@
  *                              src_key_padding_mask, tgt_key_padding_mask,
  *                              memory_key_padding_mask; options src_is_causal, tgt_is_causal,
  *                              memory_is_causal
+ * and, on one input x: sparse_attention, local_global_attention, linear_attention and
+ * performer_attention (the reference sketch's modules, corrected; x [batch, length, d_model]) and
+ * vision_transformer (torchvision's VisionTransformer; x [batch, channels, height, width]).
  * Float inputs are [batch, length, width] (batch-first). Masks follow PyTorch: a boolean mask
  * (BOOL / U8) is true where attending is NOT allowed, a float mask is added; attn_mask is
  * [Nq, Nk] or [batch * heads, Nq, Nk], a key_padding_mask [batch, Nk].
@@ -40,7 +45,8 @@ extern "C" {
 
 typedef struct attn_model attn_model;
 
-/* The i-th module name of the list above, NULL past the last. */
+/* The i-th module name (the order of the list above), NULL past the last: calling it for i = 0, 1,
+ * ... until NULL enumerates every module attn_model_create_json accepts. */
 ATTN_API const char *attn_model_known(size_t i);
 
 /* Create the module (PyTorch's initialisation) from a JSON configuration object of len bytes

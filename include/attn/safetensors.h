@@ -14,6 +14,27 @@
 extern "C" {
 #endif
 
+/* Status codes of safetensors validation, one per problem (mirroring the reference
+ * implementation's errors): attn_status values in the range core.h reserves for them
+ * (ATTN_STATUS_SAFETENSORS_FIRST .. _LAST), returned as attn_status and described by
+ * attn_status_str. Values never change once released. They are not enumerators of attn_status:
+ * a switch that names them switches on (int)status (-Wswitch flags their cases otherwise). */
+#define ATTN_ERR_ST_HEADER_TOO_SMALL ((attn_status)20)     /* file shorter than the 8-byte length prefix */
+#define ATTN_ERR_ST_HEADER_TOO_LARGE ((attn_status)21)     /* declared header length above the limit (100 MB) */
+#define ATTN_ERR_ST_HEADER_TRUNCATED ((attn_status)22)     /* declared header length beyond the end of the file */
+#define ATTN_ERR_ST_INVALID_HEADER_START ((attn_status)23) /* header does not start with '{' */
+#define ATTN_ERR_ST_INVALID_JSON ((attn_status)24)         /* header is not the expected JSON object */
+#define ATTN_ERR_ST_INVALID_UTF8 ((attn_status)25)         /* header is not valid UTF-8 */
+#define ATTN_ERR_ST_UNKNOWN_DTYPE ((attn_status)26)
+#define ATTN_ERR_ST_DUPLICATE_NAME ((attn_status)27)
+#define ATTN_ERR_ST_INVALID_OFFSET ((attn_status)28)       /* offsets not contiguous, begin > end */
+#define ATTN_ERR_ST_OFFSET_OUT_OF_BOUNDS ((attn_status)29) /* a tensor reaches past the data buffer */
+#define ATTN_ERR_ST_INCOMPLETE_BUFFER ((attn_status)30)    /* the tensors do not cover the data buffer exactly */
+#define ATTN_ERR_ST_TENSOR_INVALID_INFO ((attn_status)31)  /* byte length != product(shape) * dtype size */
+#define ATTN_ERR_ST_SIZE_OVERFLOW ((attn_status)32)        /* product(shape) * dtype size overflows */
+#define ATTN_ERR_ST_MISSING_FIELD ((attn_status)33)        /* a tensor entry lacks dtype, shape or data_offsets */
+#define ATTN_ERR_ST_INVALID_METADATA ((attn_status)34)     /* __metadata__ is not an object of strings */
+
 #define ATTN_SAFETENSORS_MAX_RANK 8
 #define ATTN_SAFETENSORS_MAX_HEADER (100u * 1000u * 1000u) /* as the reference implementation */
 

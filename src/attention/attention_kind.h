@@ -1,6 +1,8 @@
 /* The attention-kind table: what attn_mha (and through it every layer, stack and model) calls to
  * compute attention, one row per kind (kinds.c). A kind lives in its own file and supplies the
- * functions below; adding one is that file, its enum value in attention.h and its row.
+ * functions below; adding one is that file, its enum value in attention.h (before
+ * ATTN_ATTENTION_KIND_COUNT) and its row in kinds.c, indexed by that value (the build fails when
+ * the table and the enum differ in length).
  *
  * Every function takes per-head views: Q [B, H, Nq, d], K [B, Hk, Nk, d], V [B, Hk, Nk, dv],
  * O [B, H, Nq, dv] (any strides, as attn_flash_*), and the masks, causality and dropout the caller
@@ -42,6 +44,17 @@ typedef struct attn_kind_ops {
     /* Options of cfg that apply to this kind, validated (fn names the caller in messages). */
     attn_status (*check)(const char *fn, const attn_attention_config *cfg);
     int takes_global_mask;      /* attn_kind_extra.global_mask */
+    /* Capabilities attn_mha asks of the row (never of the kind's identity):
+     * supports_bf16: under attn_nn_precision() == ATTN_PRECISION_BF16 the kind is handed
+     *   bf16-rounded copies of Q, K, V (and dO in the backward) and runs the flash kernel's bf16
+     *   path; the other kinds stay float.
+     * takes_bias_kv: combines with attn_mha's add_bias_kv / add_zero_attn (extra key / value
+     *   columns appended before the kind sees K and V).
+     * random_features: approximates softmax with attention.num_features random features, drawn
+     *   from attention.seed (attn_mha_redraw_features draws them anew) or given as
+     *   attention.projection [projection_heads, num_features, d] (projection_heads 1 or the
+     *   module's heads); `attn run`'s configurations read num_features for it. */
+    int supports_bf16, takes_bias_kv, random_features;
     /* Floats per (batch, head, query row) the forward keeps for the backward (softmax kinds:
      * the log-sum-exp). */
     int64_t stats_per_row;
@@ -71,6 +84,13 @@ typedef struct attn_kind_ops {
 
 /* The row of a kind, or NULL for a value outside the table. */
 const attn_kind_ops *attn_kind_ops_get(attn_attention_kind kind);
+
+/* ATTN_OK when every kind 0 .. ATTN_ATTENTION_KIND_COUNT - 1 has a row, and each row its name,
+ * help, options and its workspace, forward, backward and step functions (check, weights and
+ * state_floats may be NULL); else ATTN_ERR_INVALID_ARGUMENT naming the kind and the field. The
+ * table's length is checked against the enum at compile time; this checks that no row is empty
+ * (test_attention_kinds runs it). */
+attn_status attn_kind_table_check(void);
 
 /* The rows, defined in each kind's own file. */
 extern const attn_kind_ops attn_kind_flash, attn_kind_window;

@@ -76,18 +76,21 @@ static attn_status softmax_step(const attn_kind_step *s, void *ws, size_t ws_byt
     return attn_flash_forward(s->q, s->k, s->v, &w, s->out, NULL, ws, ws_bytes);
 }
 
-/* The two rows differ only in name, help and option check. */
-#define SOFTMAX_KIND(nm, hlp, opts, chk)                                                       \
+/* The two rows differ only in name, help, option check and whether add_bias_kv / add_zero_attn
+ * combine with them. */
+#define SOFTMAX_KIND(nm, hlp, opts, chk, bias_kv)                                                 \
     {                                                                                          \
-        .name = nm, .help = hlp, .options = opts, .check = chk, .stats_per_row = 1, .workspace_size = softmax_ws, \
-        .forward = softmax_fwd, .backward = softmax_bwd, .weights = softmax_weights,           \
-        .state_floats = NULL, .step_workspace_size = softmax_step_ws, .step = softmax_step       \
+        .name = nm, .help = hlp, .options = opts, .check = chk, .takes_global_mask = 0,        \
+        .supports_bf16 = 1, .takes_bias_kv = bias_kv, .random_features = 0, .stats_per_row = 1, \
+        .workspace_size = softmax_ws, .forward = softmax_fwd, .backward = softmax_bwd,          \
+        .weights = softmax_weights, .state_floats = NULL, .step_workspace_size = softmax_step_ws, \
+        .step = softmax_step                                                                   \
     }
 
 const attn_kind_ops attn_kind_flash =
-    SOFTMAX_KIND("flash", "exact softmax attention, tiled (FlashAttention-2)", "", NULL);
+    SOFTMAX_KIND("flash", "exact softmax attention, tiled (FlashAttention-2)", "", NULL, 1);
 
 const attn_kind_ops attn_kind_window =
     SOFTMAX_KIND("window",
                  "softmax over a sliding window of w keys each side, O(N w)", "window!",
-                 check_window);
+                 check_window, 0);

@@ -5,6 +5,7 @@
 #include "attention/attention_kind.h"
 #include "core/internal.h"
 
+/* Indexed by the enum: a row's place is its kind's value, whatever the order written here. */
 static const attn_kind_ops *const kinds[] = {
     [ATTN_ATTENTION_FLASH] = &attn_kind_flash,
     [ATTN_ATTENTION_WINDOW] = &attn_kind_window,
@@ -13,9 +14,33 @@ static const attn_kind_ops *const kinds[] = {
     [ATTN_ATTENTION_PERFORMER] = &attn_kind_performer,
 };
 enum { KIND_COUNT = (int)(sizeof kinds / sizeof kinds[0]) };
+/* A kind added to the enum without its row (or a row past the enum) fails the build; a row left
+ * out before the last is caught by attn_kind_table_check. */
+_Static_assert(sizeof kinds / sizeof kinds[0] == ATTN_ATTENTION_KIND_COUNT,
+               "kinds[] needs exactly one row per attn_attention_kind");
 
 const attn_kind_ops *attn_kind_ops_get(attn_attention_kind kind) {
     return (int)kind >= 0 && (int)kind < KIND_COUNT ? kinds[kind] : NULL;
+}
+
+attn_status attn_kind_table_check(void) {
+    static const char fn[] = "attn_kind_table_check";
+    for (int i = 0; i < KIND_COUNT; i++) {
+        const attn_kind_ops *k = kinds[i];
+        const char *missing = !k                       ? "row"
+                              : !k->name || !*k->name  ? "name"
+                              : !k->help || !*k->help  ? "help"
+                              : !k->options            ? "options"
+                              : k->stats_per_row < 0   ? "stats_per_row"
+                              : !k->workspace_size     ? "workspace_size"
+                              : !k->forward            ? "forward"
+                              : !k->backward           ? "backward"
+                              : !k->step_workspace_size ? "step_workspace_size"
+                              : !k->step               ? "step"
+                                                       : NULL;
+        if (missing) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: attention kind %d has no %s", fn, i, missing);
+    }
+    return ATTN_OK;
 }
 
 attn_attention_config attn_attention_config_default(void) {

@@ -2,12 +2,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attn/safetensors.h" /* the ATTN_ERR_ST_* codes */
 #include "internal.h"
 
 static _Thread_local char last_error[512];
 
+/* On the int value: the safetensors codes are attn_status values but not enumerators of core.h's
+ * enum (gcc's -Wswitch would call their cases outside it). */
 const char *attn_status_str(attn_status s) {
-    switch (s) {
+    switch ((int)s) {
     case ATTN_OK: return "ok";
     case ATTN_ERR_INVALID_ARGUMENT: return "invalid argument";
     case ATTN_ERR_SHAPE: return "shape mismatch";

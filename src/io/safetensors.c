@@ -49,7 +49,7 @@
 static const struct {
     const char *name;
     size_t size;
-} dtypes[ATTN_DTYPE_COUNT] = {
+} dtypes[] = {
     [ATTN_DTYPE_BOOL] = {"BOOL", 1},  [ATTN_DTYPE_U8] = {"U8", 1},
     [ATTN_DTYPE_I8] = {"I8", 1},      [ATTN_DTYPE_I16] = {"I16", 2},
     [ATTN_DTYPE_U16] = {"U16", 2},    [ATTN_DTYPE_F16] = {"F16", 2},
@@ -59,6 +59,7 @@ static const struct {
     [ATTN_DTYPE_F64] = {"F64", 8},    [ATTN_DTYPE_F8_E4M3] = {"F8_E4M3", 1},
     [ATTN_DTYPE_F8_E5M2] = {"F8_E5M2", 1},
 };
+_Static_assert(sizeof dtypes / sizeof dtypes[0] == ATTN_DTYPE_COUNT, "dtypes[] needs one row per attn_dtype");
 
 const char *attn_dtype_name(attn_dtype dt) {
     return (unsigned)dt < ATTN_DTYPE_COUNT ? dtypes[dt].name : "unknown";

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attention/attention_kind.h"
 #include "core/internal.h"
 #include "nn_config.h"
 
@@ -148,7 +149,9 @@ attn_status attn_nn_json_seed_attention_config(const attn_json *obj, const char 
 
 attn_status attn_nn_json_seed_kernel_config(const attn_json *obj, const char *what, attn_attention_kind kind,
                                             const char *const *ignore, attn_mha_config *cfg, int *causal) {
-    const int performer = kind == ATTN_ATTENTION_PERFORMER;
+    const attn_kind_ops *ops = attn_kind_ops_get(kind);
+    /* a kind on random features (PerformerAttention) also takes num_features and dropout */
+    const int features_kind = ops && ops->random_features;
     int64_t d = 0, h = 0, features = 256;
     float dropout = 0.1f;
     *causal = 0;
@@ -159,20 +162,20 @@ attn_status attn_nn_json_seed_kernel_config(const attn_json *obj, const char *wh
         {"num_features", NN_K_INT, &features, 0},
         {"dropout", NN_K_FLOAT, &dropout, 0},
     };
-    attn_status st = attn_nn_json_read(what, obj, keys, performer ? 5 : 3, ignore);
+    attn_status st = attn_nn_json_read(what, obj, keys, features_kind ? 5 : 3, ignore);
     if (st) return st;
     if (d < 1 || h < 1 || d > (1 << 24) || d % h != 0)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                           "%s: d_model (%lld) must be a multiple of num_heads (%lld) in [1, 2^24]", what, (long long)d,
                           (long long)h);
-    if (performer && (features < 1 || features > (1 << 16)))
+    if (features_kind && (features < 1 || features > (1 << 16)))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key 'num_features' must be in [1, 65536] (got %lld)", what,
                           (long long)features);
     *cfg = attn_mha_config_default(d, h);
     cfg->dropout = 0; /* PerformerAttention's forward never applies its nn.Dropout */
     cfg->separate_projections = 1;
     cfg->attention.kind = kind;
-    if (performer) cfg->attention.num_features = features;
+    if (features_kind) cfg->attention.num_features = features;
     return ATTN_OK;
 }
 

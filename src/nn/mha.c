@@ -51,7 +51,7 @@ attn_mha_config attn_mha_config_default(int64_t embed_dim, int64_t num_heads) {
 attn_status attn_mha_redraw_features(attn_mha *m, uint64_t seed) {
     static const char fn[] = "attn_mha_redraw_features";
     ATTN_CHECK_NOT_NULL(fn, m);
-    if (m->cfg.attention.kind != ATTN_ATTENTION_PERFORMER)
+    if (!m->kind->random_features)
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' has no random features", fn, m->kind->name);
     if (m->cfg.attention.projection)
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: the projection is the caller's (attention.projection), not drawn",
@@ -89,14 +89,15 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
                           (double)cfg->dropout);
     attn_status cs = attn_attention_config_check(&cfg->attention);
     if (cs) return attn_nn_wrap_error(cs, fn);
-    if (cfg->attention.kind == ATTN_ATTENTION_PERFORMER && cfg->attention.projection &&
-        cfg->attention.projection_heads != 1 && cfg->attention.projection_heads != H)
+    const attn_kind_ops *kind = attn_kind_ops_get(cfg->attention.kind); /* checked above */
+    if (kind->random_features && cfg->attention.projection && cfg->attention.projection_heads != 1 &&
+        cfg->attention.projection_heads != H)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                           "%s: attention.projection_heads = %lld; want 1 (shared) or num_heads (%lld)", fn,
                           (long long)cfg->attention.projection_heads, (long long)H);
-    if (cfg->attention.kind != ATTN_ATTENTION_FLASH && (cfg->add_bias_kv || cfg->add_zero_attn))
+    if (!kind->takes_bias_kv && (cfg->add_bias_kv || cfg->add_zero_attn))
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' does not combine with add_bias_kv / add_zero_attn",
-                          fn, attn_attention_kind_name(cfg->attention.kind));
+                          fn, kind->name);
     attn_rope_config rope = cfg->rope;
     if (cfg->use_rope) {
         if (cfg->add_bias_kv || cfg->add_zero_attn)
@@ -121,7 +122,7 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
     m->kdim = kdim;
     m->vdim = vdim;
     m->packed = kdim == E && vdim == E;
-    m->kind = attn_kind_ops_get(cfg->attention.kind);
+    m->kind = kind;
 
     /* PyTorch's registration order: projections, in_proj_bias, bias_k, bias_v, out_proj; with
      * separate_projections four nn.Linear layers q_proj, k_proj, v_proj, (bias_k, bias_v), out_proj,
@@ -404,11 +405,11 @@ static attn_kind_extra kind_extra(const mha_dims *d, const attn_mha_args *a, att
     return x;
 }
 
-/* bf16 precision (attn_nn_precision): the flash-kernel kinds get bf16-rounded copies of Q, K, V
- * (and dO in the backward), the buffers' [B, N, H, hd] layout kept; other kinds stay float. */
+/* bf16 precision (attn_nn_precision): the kinds whose row says supports_bf16 (those on the flash
+ * kernel's bf16 path) get bf16-rounded copies of Q, K, V (and dO in the backward), the buffers'
+ * [B, N, H, hd] layout kept; other kinds stay float. */
 static int bf16_attention(const attn_mha *m) {
-    return attn_nn_precision() == ATTN_PRECISION_BF16 &&
-           (m->cfg.attention.kind == ATTN_ATTENTION_FLASH || m->cfg.attention.kind == ATTN_ATTENTION_WINDOW);
+    return attn_nn_precision() == ATTN_PRECISION_BF16 && m->kind->supports_bf16;
 }
 
 static attn_tensor head_view16(attn_bf16 *buf, int64_t B, int64_t H, int64_t N, int64_t hd) {

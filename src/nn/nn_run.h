@@ -58,6 +58,13 @@ typedef struct nn_model nn_model;
 
 /* The i-th module name above (the order of the list), NULL past the last. */
 const char *attn_nn_model_known(size_t i);
+/* The number of modules (attn_nn_model_known is non-NULL below it). */
+size_t attn_nn_model_count(void);
+/* ATTN_OK when every row of the module table is complete (a name, a forward argument, the create,
+ * free, params, build, sizes, forward and backward functions, load_buffers when it has buffers)
+ * and no name repeats; else ATTN_ERR_INVALID_ARGUMENT naming the row. The table's length is
+ * checked against its enum at compile time; this checks that no row is empty (test_nn_run). */
+attn_status attn_nn_model_table_check(void);
 
 /* Create the module (PyTorch's initialisation) from the configuration object. Errors name the
  * module and the offending key (unknown module, unknown key, wrong type, invalid value). */

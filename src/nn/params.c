@@ -204,7 +204,9 @@ attn_status attn_params_reset(const attn_params *ps, uint64_t seed) {
 /* Problems listed by kind, each kind with its count and as many names as fit:
  * "missing (2): a, b; unexpected (1): c". */
 enum { P_MISSING, P_SHAPE, P_DTYPE, P_UNEXPECTED, P_KINDS };
-static const char *const kind_names[P_KINDS] = {"missing", "wrong shape", "not floating point", "unexpected"};
+static const char *const kind_names[] = {
+    [P_MISSING] = "missing", [P_SHAPE] = "wrong shape", [P_DTYPE] = "not floating point", [P_UNEXPECTED] = "unexpected"};
+_Static_assert(sizeof kind_names / sizeof kind_names[0] == P_KINDS, "kind_names[] needs one name per problem kind");
 
 typedef struct msgbuf {
     char s[P_KINDS][160];

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention/attention_kind.h"
 #include "core/alloc.h"
 #include "nn_config.h"
 #include "nn_internal.h"
@@ -73,6 +74,23 @@ struct nn_model {
         attn_vit_args vit;
     } a; /* the call's arguments, built by ops->build */
 };
+
+/* The modules of `attn run`, each the index of its row in MODULES (and the order of
+ * attn_nn_model_known / attn_model_known). A new module goes before NN_MODULE_COUNT. */
+typedef enum nn_module_id {
+    NN_MODULE_MULTIHEAD_ATTENTION,
+    NN_MODULE_TRANSFORMER_ENCODER_LAYER,
+    NN_MODULE_TRANSFORMER_DECODER_LAYER,
+    NN_MODULE_TRANSFORMER_ENCODER,
+    NN_MODULE_TRANSFORMER_DECODER,
+    NN_MODULE_TRANSFORMER,
+    NN_MODULE_SPARSE_ATTENTION,
+    NN_MODULE_LOCAL_GLOBAL_ATTENTION,
+    NN_MODULE_LINEAR_ATTENTION,
+    NN_MODULE_PERFORMER_ATTENTION,
+    NN_MODULE_VISION_TRANSFORMER,
+    NN_MODULE_COUNT
+} nn_module_id;
 
 /* One module of `attn run`. */
 struct nn_module_ops {
@@ -336,7 +354,7 @@ static attn_status kernel_create(nn_model *m, const attn_json *config, const cha
     int causal = 0;
     attn_status st = attn_nn_json_seed_kernel_config(config, m->ops->name, kind, ignore, &c, &causal);
     if (st) return st;
-    if (kind == ATTN_ATTENTION_PERFORMER) {
+    if (attn_kind_ops_get(kind)->random_features) {
         m->buffer = attn__calloc((size_t)(c.embed_dim * c.attention.num_features), sizeof(float));
         if (!m->buffer)
             return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the buffer R", m->ops->name);
@@ -586,60 +604,76 @@ static attn_status vit_backward(nn_model *m, const float *dout, float *const *g)
     .create = create_fn, .free = mha_free, .params = mha_params, .bind_check = mha_bind_check,    \
     .build = mha_build, .sizes = mha_sizes, .forward = mha_forward, .backward = mha_backward
 
+/* Indexed by nn_module_id: a row's place is its module's value, whatever the order written here. */
 static const nn_module_ops MODULES[] = {
-    {.name = "multihead_attention",
+    [NN_MODULE_MULTIHEAD_ATTENTION] = {
+     .name = "multihead_attention",
      .args = {NN_IN("query", IN_A, 1), NN_IN("key", IN_B, 0), NN_IN("value", IN_C, 0),
               NN_KPM("key_padding_mask", SET_S), NN_MASK("attn_mask", SET_S)},
      .opts = {{"need_weights", F_NEED_WEIGHTS, 0}, {"average_attn_weights", F_AVERAGE, 1}, {"is_causal", SET_S, 0}},
      .dims = {[SET_S] = {IN_A, IN_B}}, .out_slot = IN_A,
      NN_OPS(mha, mha_bind_check, mha_build)},
-    {.name = "transformer_encoder_layer",
+    [NN_MODULE_TRANSFORMER_ENCODER_LAYER] = {
+     .name = "transformer_encoder_layer",
      .args = {NN_IN("src", IN_A, 1), NN_MASK("src_mask", SET_S), NN_KPM("src_key_padding_mask", SET_S)},
      .opts = {{"is_causal", SET_S, 0}},
      .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
      NN_OPS(enc_layer, NULL, enc_build)},
-    {.name = "transformer_decoder_layer",
+    [NN_MODULE_TRANSFORMER_DECODER_LAYER] = {
+     .name = "transformer_decoder_layer",
      .args = {NN_IN("tgt", IN_A, 1), NN_IN("memory", IN_B, 1), NN_MASK("tgt_mask", SET_T),
               NN_MASK("memory_mask", SET_M), NN_KPM("tgt_key_padding_mask", SET_T),
               NN_KPM("memory_key_padding_mask", SET_M)},
      .opts = {{"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
      .dims = {[SET_T] = {IN_A, IN_A}, [SET_M] = {IN_A, IN_B}}, .out_slot = IN_A,
      NN_OPS(dec_layer, NULL, dec_build)},
-    {.name = "transformer_encoder",
+    [NN_MODULE_TRANSFORMER_ENCODER] = {
+     .name = "transformer_encoder",
      .args = {NN_IN("src", IN_A, 1), NN_MASK("mask", SET_S), NN_KPM("src_key_padding_mask", SET_S)},
      .opts = {{"is_causal", SET_S, 0}},
      .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
      NN_OPS(enc, NULL, enc_build)},
-    {.name = "transformer_decoder",
+    [NN_MODULE_TRANSFORMER_DECODER] = {
+     .name = "transformer_decoder",
      .args = {NN_IN("tgt", IN_A, 1), NN_IN("memory", IN_B, 1), NN_MASK("tgt_mask", SET_T),
               NN_MASK("memory_mask", SET_M), NN_KPM("tgt_key_padding_mask", SET_T),
               NN_KPM("memory_key_padding_mask", SET_M)},
      .opts = {{"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
      .dims = {[SET_T] = {IN_A, IN_A}, [SET_M] = {IN_A, IN_B}}, .out_slot = IN_A,
      NN_OPS(dec, NULL, dec_build)},
-    {.name = "transformer",
+    [NN_MODULE_TRANSFORMER] = {
+     .name = "transformer",
      .args = {NN_IN("src", IN_A, 1), NN_IN("tgt", IN_B, 1), NN_MASK("src_mask", SET_S), NN_MASK("tgt_mask", SET_T),
               NN_MASK("memory_mask", SET_M), NN_KPM("src_key_padding_mask", SET_S),
               NN_KPM("tgt_key_padding_mask", SET_T), NN_KPM("memory_key_padding_mask", SET_M)},
      .opts = {{"src_is_causal", SET_S, 0}, {"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
      .dims = {[SET_S] = {IN_A, IN_A}, [SET_T] = {IN_B, IN_B}, [SET_M] = {IN_B, IN_A}}, .out_slot = IN_B,
      NN_OPS(tr, NULL, tr_build)},
-    {.name = "sparse_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
+    [NN_MODULE_SPARSE_ATTENTION] = {
+     .name = "sparse_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
      .names = &SEED_ATTN_NAMES, NN_SEED_MHA_OPS(sparse_create)},
-    {.name = "local_global_attention", .args = {NN_IN("x", IN_A, 1)}, .out_slot = IN_A,
+    [NN_MODULE_LOCAL_GLOBAL_ATTENTION] = {
+     .name = "local_global_attention", .args = {NN_IN("x", IN_A, 1)}, .out_slot = IN_A,
      .names = &LOCAL_GLOBAL_NAMES, NN_OPS(lg, NULL, lg_build)},
-    {.name = "linear_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
+    [NN_MODULE_LINEAR_ATTENTION] = {
+     .name = "linear_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
      .names = &LINEAR_NAMES, NN_SEED_MHA_OPS(linear_create)},
-    {.name = "performer_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
-     .names = &PERFORMER_NAMES, .buffers = {"R"}, .load_buffers = performer_load_buffers,
+    [NN_MODULE_PERFORMER_ATTENTION] = {
+     .name = "performer_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}},
+     .out_slot = IN_A, .names = &PERFORMER_NAMES, .buffers = {"R"}, .load_buffers = performer_load_buffers,
      NN_SEED_MHA_OPS(performer_create)},
-    {.name = "vision_transformer",
+    [NN_MODULE_VISION_TRANSFORMER] = {
+     .name = "vision_transformer",
      .args = {NN_IN("x", IN_A, 1)},
      .out_slot = IN_A,
      NN_OPS(vit, NULL, vit_build), .input_fits = vit_input_fits, .output_shape = vit_output_shape,
      .names = &attn_nn_vit_torchvision_map},
 };
 #define NMODULES (sizeof MODULES / sizeof MODULES[0])
+/* A module added to nn_module_id without its row (or a row past the enum) fails the build; a row
+ * left out before the last is caught by attn_nn_model_table_check. */
+_Static_assert(sizeof MODULES / sizeof MODULES[0] == NN_MODULE_COUNT,
+               "MODULES[] needs exactly one row per nn_module_id");
 
 /* ---- the model: everything below works from the module's row ---- */
 
@@ -647,6 +681,31 @@ static const nn_module_ops MODULES[] = {
 #define FOR_OPTS(o, i) for (int i = 0; i < MAXO && (o)->opts[i].name; i++)
 
 const char *attn_nn_model_known(size_t i) { return i < NMODULES ? MODULES[i].name : NULL; }
+
+size_t attn_nn_model_count(void) { return NMODULES; }
+
+attn_status attn_nn_model_table_check(void) {
+    static const char fn[] = "attn_nn_model_table_check";
+    for (size_t i = 0; i < NMODULES; i++) {
+        const nn_module_ops *o = &MODULES[i];
+        const char *missing = !o->name || !*o->name ? "name"
+                              : !o->args[0].name    ? "forward argument"
+                              : !o->create          ? "create"
+                              : !o->free            ? "free"
+                              : !o->params          ? "params"
+                              : !o->build           ? "build"
+                              : !o->sizes           ? "sizes"
+                              : !o->forward         ? "forward"
+                              : !o->backward        ? "backward"
+                              : o->buffers[0] && !o->load_buffers ? "load_buffers"
+                                                    : NULL;
+        if (missing) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: module row %zu has no %s", fn, i, missing);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(MODULES[j].name, o->name))
+                return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: module '%s' has two rows", fn, o->name);
+    }
+    return ATTN_OK;
+}
 
 /* The argument name of a float input slot (also its gradient's name). */
 static const char *slot_name(const nn_module_ops *o, int slot) {
@@ -688,7 +747,7 @@ void attn_nn_model_free(nn_model *m) {
 
 const char *attn_nn_model_name(const nn_model *m) { return m ? m->ops->name : NULL; }
 attn_vit *attn_nn_model_vit(const nn_model *m) {
-    return m && !strcmp(m->ops->name, "vision_transformer") ? (attn_vit *)m->mod : NULL;
+    return m && m->ops == &MODULES[NN_MODULE_VISION_TRANSFORMER] ? (attn_vit *)m->mod : NULL;
 }
 
 const attn_params *attn_nn_model_params(nn_model *m) { return m ? m->ops->params(m->mod) : NULL; }

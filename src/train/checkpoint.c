@@ -246,7 +246,8 @@ attn_status attn_checkpoint_save(const char *path, const attn_params *ps, const 
 /* ---- load ---- */
 
 enum { PR_MISSING, PR_SHAPE, PR_DTYPE, PR_KINDS };
-static const char *const pr_names[PR_KINDS] = {"missing", "wrong shape", "wrong dtype"};
+static const char *const pr_names[] = {[PR_MISSING] = "missing", [PR_SHAPE] = "wrong shape", [PR_DTYPE] = "wrong dtype"};
+_Static_assert(sizeof pr_names / sizeof pr_names[0] == PR_KINDS, "pr_names[] needs one name per problem kind");
 
 /* Problems by kind, each with a count and as many items as fit. */
 typedef struct problems {
