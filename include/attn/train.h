@@ -27,7 +27,7 @@
 #define ATTN_TRAIN_H
 
 #include "core.h"
-#include "nn.h"
+#include "params.h"
 #include "safetensors.h"
 
 #ifdef __cplusplus
