@@ -1,6 +1,7 @@
 /* attn layers: linear layers, torch.nn.TransformerEncoderLayer / TransformerDecoderLayer, their
  * stacks TransformerEncoder / TransformerDecoder (with key/value caches for step-by-step
- * decoding) and torch.nn.Transformer. Memory, dropout and determinism: the module contract at the top of params.h. */
+ * decoding) and torch.nn.Transformer. Memory, dropout and determinism: the module contract at the
+ * top of params.h. */
 #ifndef ATTN_LAYERS_H
 #define ATTN_LAYERS_H
 
@@ -200,6 +201,7 @@ ATTN_API attn_status attn_transformer_backward(attn_transformer *t, const attn_t
                                       const void *saved, size_t saved_bytes, void *workspace,
                                       size_t workspace_bytes);
 
+/* ---- incremental decoding of decoder stacks (the key/value caches themselves: mha.h) -------- */
 /* Decoder stacks: one self-attention cache per layer (capacity positions) and one cross-attention
  * cache per layer filled from memory at init. The cache object lives at the start of the caller's
  * buffer. Each step runs the n new target positions through every layer (causal self-attention

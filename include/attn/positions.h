@@ -1,5 +1,6 @@
 /* attn positions: positional encodings (sinusoidal, learned, RoPE, ALiBi slopes) and learned
- * embeddings (torch.nn.Embedding). Memory, dropout and determinism: the module contract at the top of params.h. */
+ * embeddings (torch.nn.Embedding). Memory, dropout and determinism: the module contract at the
+ * top of params.h. */
 #ifndef ATTN_POSITIONS_H
 #define ATTN_POSITIONS_H
 

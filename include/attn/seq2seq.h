@@ -1,6 +1,7 @@
 /* attn seq2seq: the encoder-decoder model (the seed's Transformer: token embeddings, sinusoidal
  * positions, nn.Transformer, output projection) with step-by-step generation, and the seed's
- * TransformerEncoder over tokens (attn_token_encoder). Memory, dropout and determinism: the module contract at the top of params.h. */
+ * TransformerEncoder over tokens (attn_token_encoder). Memory, dropout and determinism: the module
+ * contract at the top of params.h. */
 #ifndef ATTN_SEQ2SEQ_H
 #define ATTN_SEQ2SEQ_H
 

@@ -1,5 +1,6 @@
 /* attn vit: the Vision Transformer (torchvision's, and DeiT's distillation token), with name maps
- * to torchvision's and timm's checkpoints. Memory, dropout and determinism: the module contract at the top of params.h. */
+ * to torchvision's and timm's checkpoints. Memory, dropout and determinism: the module contract at
+ * the top of params.h. */
 #ifndef ATTN_VIT_H
 #define ATTN_VIT_H
 
