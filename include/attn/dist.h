@@ -33,7 +33,7 @@
 #define ATTN_DIST_H
 
 #include "core.h"
-#include "nn.h"
+#include "params.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -35,8 +35,9 @@
 #ifndef ATTN_MODEL_H
 #define ATTN_MODEL_H
 
+#include "capture.h"
 #include "core.h"
-#include "nn.h"
+#include "params.h"
 #include "safetensors.h"
 
 #ifdef __cplusplus

@@ -13,7 +13,7 @@
  * double and rounded once when stored. Every reduction (loss sums, gradient norms) is accumulated
  * in double over a partition that depends only on the sizes, combined in a fixed order, so results
  * are bitwise identical for any thread count. Mixed precision (attn_gpt_config.precision = bf16,
- * nn.h) changes only the products inside a model's forward and backward: the parameters (the
+ * precision.h) changes only the products inside a model's forward and backward: the parameters (the
  * master weights), their gradients, the optimizer state and checkpoints stay float32 as above.
  *
  * ---- A training step ------------------------------------------------------------------------
@@ -27,7 +27,7 @@
 #define ATTN_TRAIN_H
 
 #include "core.h"
-#include "nn.h"
+#include "params.h"
 #include "safetensors.h"
 
 #ifdef __cplusplus

@@ -11,9 +11,9 @@
 
 #include <stdio.h>
 
+#include "capture.h"
 #include "core.h"
 #include "image.h"
-#include "nn.h"
 
 #ifdef __cplusplus
 extern "C" {

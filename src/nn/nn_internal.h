@@ -170,7 +170,7 @@ typedef struct nn_mode {
         (args)->offset = nn_mode_set_.offset;                                                       \
     } while (0)
 
-/* Dropout sites of one transformer layer call (nn.h, "Dropout sites"): layer l of a model draws
+/* Dropout sites of one transformer layer call (layers.h, "Dropout sites"): layer l of a model draws
  * from offset + NN_SITES_PER_LAYER * l + site. Sublayer j of a layer (its norm j + 1) owns two
  * sites: an inner one (the attention weights, the feed-forward's hidden dropout) and its output
  * dropout (dropout1 / dropout2 / dropout3). */

@@ -1,7 +1,7 @@
 /* The token-level models of the seed (and of Vaswani et al.): token embeddings scaled by
  * sqrt(d_model) plus sinusoidal positions (with dropout), then either the encoder stack
  * (attn_token_encoder, the seed's TransformerEncoder) or nn.Transformer and the output projection
- * to the target vocabulary (attn_seq2seq, the seed's Transformer). Math in nn.h; forward and
+ * to the target vocabulary (attn_seq2seq, the seed's Transformer). Math in seq2seq.h; forward and
  * backward side by side. */
 #include <math.h>
 #include <stdlib.h>
