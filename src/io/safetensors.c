@@ -238,180 +238,138 @@ static attn_status parse_entry(const char *path, const attn_json *key, const att
     return ATTN_OK;
 }
 
-/* Validate buf[0..len) and fill st. The JSON document is freed before returning. */
-static attn_status parse_file(const unsigned char *buf, size_t len, const char *path,
-                              attn_safetensors *st) {
-    char nb[80], sb[200];
+/* The 8-byte length prefix and the header's framing: *hdr, *n the header JSON. */
+static attn_status check_prefix(const unsigned char *buf, size_t len, const char *path, const char **hdr,
+                                size_t *n) {
     if (len < 8)
-        return st_fail(path, ATTN_ERR_ST_HEADER_TOO_SMALL,
-                       "file is %zu bytes, shorter than the 8-byte header length", len);
+        return st_fail(path, ATTN_ERR_ST_HEADER_TOO_SMALL, "file is %zu bytes, shorter than the 8-byte header length",
+                       len);
     uint64_t n64 = load_le64(buf);
     if (n64 > ATTN_SAFETENSORS_MAX_HEADER)
-        return st_fail(path, ATTN_ERR_ST_HEADER_TOO_LARGE,
-                       "header length %llu exceeds the limit of %u bytes", (unsigned long long)n64,
-                       ATTN_SAFETENSORS_MAX_HEADER);
-    size_t n = (size_t)n64;
-    if (n > len - 8)
-        return st_fail(path, ATTN_ERR_ST_HEADER_TRUNCATED,
-                       "header length %zu but only %zu bytes follow the length prefix", n, len - 8);
-    const char *hdr = (const char *)buf + 8;
+        return st_fail(path, ATTN_ERR_ST_HEADER_TOO_LARGE, "header length %llu exceeds the limit of %u bytes",
+                       (unsigned long long)n64, ATTN_SAFETENSORS_MAX_HEADER);
+    *n = (size_t)n64;
+    if (*n > len - 8)
+        return st_fail(path, ATTN_ERR_ST_HEADER_TRUNCATED, "header length %zu but only %zu bytes follow the length prefix",
+                       *n, len - 8);
+    *hdr = (const char *)buf + 8;
     size_t bad = 0;
-    if (!attn_json_utf8_valid(hdr, n, &bad))
-        return st_fail(path, ATTN_ERR_ST_INVALID_UTF8, "header is not valid UTF-8 (byte %zu: 0x%02X)",
-                       bad, (unsigned char)hdr[bad]);
-    if (n == 0 || hdr[0] != '{')
+    if (!attn_json_utf8_valid(*hdr, *n, &bad))
+        return st_fail(path, ATTN_ERR_ST_INVALID_UTF8, "header is not valid UTF-8 (byte %zu: 0x%02X)", bad,
+                       (unsigned char)(*hdr)[bad]);
+    if (*n == 0 || (*hdr)[0] != '{')
         return st_fail(path, ATTN_ERR_ST_INVALID_HEADER_START, "header does not start with '{'%s",
-                       n == 0 ? " (it is empty)" : "");
-    const unsigned char *data = buf + 8 + n;
-    size_t data_len = len - 8 - n;
+                       *n == 0 ? " (it is empty)" : "");
+    return ATTN_OK;
+}
 
-    attn_json_doc *doc = NULL;
-    attn_json_error jerr;
-    attn_json_status js = attn_json_parse(hdr, n, NULL, &doc, &jerr);
-    if (js == ATTN_JSON_ERR_NOMEM) return st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "header JSON: out of memory");
-    if (js == ATTN_JSON_ERR_UTF8)
-        return st_fail(path, ATTN_ERR_ST_INVALID_UTF8, "header JSON: %s", jerr.message);
-    if (js != ATTN_JSON_OK) return st_fail(path, ATTN_ERR_ST_INVALID_JSON, "header JSON: %s", jerr.message);
-    const attn_json *root = attn_json_root(doc);
-    attn_status status = ATTN_OK;
-    entry *entries = NULL;
-    entry **order = NULL;
-    named *meta_sorted = NULL;
-    const attn_json *meta = NULL;
-    size_t ne = 0;
+/* The root object's members: tensor entries into entries / order (*ne of them), __metadata__
+ * into *meta (NULL when absent or null). */
+static attn_status collect_entries(const char *path, const attn_json *root, entry *entries, entry **order, size_t *ne,
+                                   const attn_json **meta) {
+    char sb[200];
     int seen_meta = 0;
-    if (root->type != ATTN_JSON_OBJECT) {
-        status = st_fail(path, ATTN_ERR_ST_INVALID_JSON, "header is not a JSON object");
-        goto done;
-    }
-    entries = attn__calloc(root->len ? root->len : 1, sizeof *entries);
-    order = attn__calloc(root->len ? root->len : 1, sizeof *order);
-    if (!entries || !order) {
-        status = st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "out of memory for %zu entries", root->len);
-        goto done;
-    }
     for (size_t i = 0; i < root->len; i++) {
         const attn_json *k = attn_json_member_key(root, i), *v = attn_json_member_value(root, i);
         if (k->len == 12 && memcmp(k->str, "__metadata__", 12) == 0) {
-            if (seen_meta++) {
-                status = st_fail(path, ATTN_ERR_ST_DUPLICATE_NAME, "__metadata__ appears twice");
-                goto done;
-            }
+            if (seen_meta++) return st_fail(path, ATTN_ERR_ST_DUPLICATE_NAME, "__metadata__ appears twice");
             if (v->type == ATTN_JSON_NULL) continue; /* serde reads null as no metadata */
-            if (v->type != ATTN_JSON_OBJECT) {
-                status = st_fail(path, ATTN_ERR_ST_INVALID_METADATA, "__metadata__ is %s, not an object",
-                                 json_what(v, sb, sizeof sb));
-                goto done;
-            }
-            meta = v;
+            if (v->type != ATTN_JSON_OBJECT)
+                return st_fail(path, ATTN_ERR_ST_INVALID_METADATA, "__metadata__ is %s, not an object",
+                               json_what(v, sb, sizeof sb));
+            *meta = v;
             continue;
         }
-        status = parse_entry(path, k, v, &entries[ne]);
-        if (status != ATTN_OK) goto done;
-        order[ne] = &entries[ne];
-        ne++;
+        attn_status status = parse_entry(path, k, v, &entries[*ne]);
+        if (status != ATTN_OK) return status;
+        order[*ne] = &entries[*ne];
+        (*ne)++;
     }
+    return ATTN_OK;
+}
 
-    /* metadata: strings only, no NUL, no repeated key */
-    size_t nm = meta ? meta->len : 0;
-    if (nm) {
-        meta_sorted = attn__malloc(nm * sizeof *meta_sorted);
-        if (!meta_sorted) {
-            status = st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "out of memory");
-            goto done;
-        }
-        for (size_t i = 0; i < nm; i++) {
-            const attn_json *k = attn_json_member_key(meta, i), *v = attn_json_member_value(meta, i);
-            const char *kn = show(k->str, k->len, nb, sizeof nb);
-            if (v->type != ATTN_JSON_STRING) {
-                status = st_fail(path, ATTN_ERR_ST_INVALID_METADATA,
-                                 "__metadata__ '%s' is %s, not a string", kn, json_what(v, sb, sizeof sb));
-                goto done;
-            }
-            if (strlen(k->str) != k->len || strlen(v->str) != v->len) {
-                status = st_fail(path, ATTN_ERR_ST_INVALID_METADATA,
-                                 "__metadata__ '%s' contains a NUL character", kn);
-                goto done;
-            }
-            meta_sorted[i].name = k->str;
-            meta_sorted[i].index = i;
-        }
-        qsort(meta_sorted, nm, sizeof *meta_sorted, named_cmp);
-        for (size_t i = 1; i < nm; i++) {
-            if (strcmp(meta_sorted[i - 1].name, meta_sorted[i].name) == 0) {
-                status = st_fail(path, ATTN_ERR_ST_INVALID_METADATA, "__metadata__ key '%s' appears twice",
-                                 show(meta_sorted[i].name, strlen(meta_sorted[i].name), nb, sizeof nb));
-                goto done;
-            }
-        }
+/* Metadata: strings only, no NUL, no repeated key; *sorted (nm entries, caller frees) by key. */
+static attn_status check_metadata(const char *path, const attn_json *meta, named **sorted) {
+    char nb[80], sb[200];
+    const size_t nm = meta ? meta->len : 0;
+    if (!nm) return ATTN_OK;
+    named *ms = attn__malloc(nm * sizeof *ms);
+    if (!ms) return st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "out of memory");
+    *sorted = ms;
+    for (size_t i = 0; i < nm; i++) {
+        const attn_json *k = attn_json_member_key(meta, i), *v = attn_json_member_value(meta, i);
+        const char *kn = show(k->str, k->len, nb, sizeof nb);
+        if (v->type != ATTN_JSON_STRING)
+            return st_fail(path, ATTN_ERR_ST_INVALID_METADATA, "__metadata__ '%s' is %s, not a string", kn,
+                           json_what(v, sb, sizeof sb));
+        if (strlen(k->str) != k->len || strlen(v->str) != v->len)
+            return st_fail(path, ATTN_ERR_ST_INVALID_METADATA, "__metadata__ '%s' contains a NUL character", kn);
+        ms[i].name = k->str;
+        ms[i].index = i;
     }
+    qsort(ms, nm, sizeof *ms, named_cmp);
+    for (size_t i = 1; i < nm; i++)
+        if (strcmp(ms[i - 1].name, ms[i].name) == 0)
+            return st_fail(path, ATTN_ERR_ST_INVALID_METADATA, "__metadata__ key '%s' appears twice",
+                           show(ms[i].name, strlen(ms[i].name), nb, sizeof nb));
+    return ATTN_OK;
+}
 
-    /* duplicate names */
+/* Names unique; then, in offset order, each tensor's bytes contiguous from 0, its size its shape's,
+ * within the data buffer, and the tensors covering it exactly. order is left in offset order. */
+static attn_status check_layout(const char *path, entry **order, size_t ne, size_t data_len) {
+    char nb[80], sb[200];
     if (ne > 1) {
         qsort(order, ne, sizeof *order, entry_name_cmp);
-        for (size_t i = 1; i < ne; i++) {
-            if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
-                status = st_fail(path, ATTN_ERR_ST_DUPLICATE_NAME, "tensor '%s' appears twice",
-                                 show(order[i]->name, order[i]->name_len, nb, sizeof nb));
-                goto done;
-            }
-        }
+        for (size_t i = 1; i < ne; i++)
+            if (strcmp(order[i - 1]->name, order[i]->name) == 0)
+                return st_fail(path, ATTN_ERR_ST_DUPLICATE_NAME, "tensor '%s' appears twice",
+                               show(order[i]->name, order[i]->name_len, nb, sizeof nb));
     }
-
-    /* offsets, sizes, bounds */
     qsort(order, ne, sizeof *order, entry_offset_cmp);
     uint64_t expect = 0;
     for (size_t i = 0; i < ne; i++) {
         const entry *e = order[i];
         const char *en = show(e->name, e->name_len, nb, sizeof nb);
-        if (e->end < e->begin) {
-            status = st_fail(path, ATTN_ERR_ST_INVALID_OFFSET, "tensor '%s': data_offsets [%llu, %llu] end before they begin",
-                             en, (unsigned long long)e->begin, (unsigned long long)e->end);
-            goto done;
-        }
+        const unsigned long long b = e->begin, en_ = e->end;
+        if (e->end < e->begin)
+            return st_fail(path, ATTN_ERR_ST_INVALID_OFFSET, "tensor '%s': data_offsets [%llu, %llu] end before they begin",
+                           en, b, en_);
         if (e->begin != expect) {
             if (i == 0)
-                status = st_fail(path, ATTN_ERR_ST_INVALID_OFFSET,
-                                 "tensor '%s': data_offsets [%llu, %llu] but the first tensor must begin at 0",
-                                 en, (unsigned long long)e->begin, (unsigned long long)e->end);
-            else
-                status = st_fail(path, ATTN_ERR_ST_INVALID_OFFSET,
-                                 "tensor '%s': data_offsets [%llu, %llu] but the previous tensor ends at %llu",
-                                 en, (unsigned long long)e->begin, (unsigned long long)e->end,
-                                 (unsigned long long)expect);
-            goto done;
+                return st_fail(path, ATTN_ERR_ST_INVALID_OFFSET,
+                               "tensor '%s': data_offsets [%llu, %llu] but the first tensor must begin at 0", en, b, en_);
+            return st_fail(path, ATTN_ERR_ST_INVALID_OFFSET,
+                           "tensor '%s': data_offsets [%llu, %llu] but the previous tensor ends at %llu", en, b, en_,
+                           (unsigned long long)expect);
         }
         size_t numel = 1, nbytes;
         int of = 0;
         for (int d = 0; d < e->rank && !of; d++) of = attn_mul_overflow(numel, (size_t)e->shape[d], &numel);
-        if (of || attn_mul_overflow(numel, dtypes[e->dtype].size, &nbytes)) {
-            status = st_fail(path, ATTN_ERR_ST_SIZE_OVERFLOW, "tensor '%s': shape %s x %s overflows",
-                             en, attn_shape_str(e->shape, e->rank, sb, sizeof sb), dtypes[e->dtype].name);
-            goto done;
-        }
-        if (e->end - e->begin != (uint64_t)nbytes) {
-            status = st_fail(path, ATTN_ERR_ST_TENSOR_INVALID_INFO,
-                             "tensor '%s': shape %s x %s = %zu bytes but data_offsets give %llu", en,
-                             attn_shape_str(e->shape, e->rank, sb, sizeof sb), dtypes[e->dtype].name,
-                             nbytes, (unsigned long long)(e->end - e->begin));
-            goto done;
-        }
-        if (e->end > (uint64_t)data_len) {
-            status = st_fail(path, ATTN_ERR_ST_OFFSET_OUT_OF_BOUNDS,
-                             "tensor '%s': data_offsets [%llu, %llu] reach past the data buffer of %zu bytes",
-                             en, (unsigned long long)e->begin, (unsigned long long)e->end, data_len);
-            goto done;
-        }
+        if (of || attn_mul_overflow(numel, dtypes[e->dtype].size, &nbytes))
+            return st_fail(path, ATTN_ERR_ST_SIZE_OVERFLOW, "tensor '%s': shape %s x %s overflows", en,
+                           attn_shape_str(e->shape, e->rank, sb, sizeof sb), dtypes[e->dtype].name);
+        if (e->end - e->begin != (uint64_t)nbytes)
+            return st_fail(path, ATTN_ERR_ST_TENSOR_INVALID_INFO,
+                           "tensor '%s': shape %s x %s = %zu bytes but data_offsets give %llu", en,
+                           attn_shape_str(e->shape, e->rank, sb, sizeof sb), dtypes[e->dtype].name, nbytes,
+                           (unsigned long long)(e->end - e->begin));
+        if (e->end > (uint64_t)data_len)
+            return st_fail(path, ATTN_ERR_ST_OFFSET_OUT_OF_BOUNDS,
+                           "tensor '%s': data_offsets [%llu, %llu] reach past the data buffer of %zu bytes", en, b, en_,
+                           data_len);
         expect = e->end;
     }
-    if (expect != (uint64_t)data_len) {
-        status = st_fail(path, ATTN_ERR_ST_INCOMPLETE_BUFFER,
-                         "tensors cover %llu bytes but the data buffer has %zu bytes",
-                         (unsigned long long)expect, data_len);
-        goto done;
-    }
+    if (expect != (uint64_t)data_len)
+        return st_fail(path, ATTN_ERR_ST_INCOMPLETE_BUFFER, "tensors cover %llu bytes but the data buffer has %zu bytes",
+                       (unsigned long long)expect, data_len);
+    return ATTN_OK;
+}
 
-    /* build the object: one string pool, tensors in offset order, sorted indices */
+/* The object, from validated parts: one string pool, tensors in offset order, sorted indices. */
+static attn_status build_object(const char *path, entry *const *order, size_t ne, const attn_json *meta,
+                                const named *meta_sorted, const unsigned char *data, attn_safetensors *st) {
+    const size_t nm = meta ? meta->len : 0;
     size_t pool = 0;
     for (size_t i = 0; i < ne; i++) pool += order[i]->name_len + 1; /* <= header size */
     for (size_t i = 0; i < nm; i++)
@@ -423,11 +381,10 @@ static attn_status parse_file(const unsigned char *buf, size_t len, const char *
     st->meta_values = attn__malloc((nm ? nm : 1) * sizeof *st->meta_values);
     st->meta_by_key = attn__malloc((nm ? nm : 1) * sizeof *st->meta_by_key);
     named *names = attn__malloc((ne ? ne : 1) * sizeof *names);
-    if (!st->strings || !st->tensors || !st->by_name || !st->meta_keys || !st->meta_values ||
-        !st->meta_by_key || !names) {
+    if (!st->strings || !st->tensors || !st->by_name || !st->meta_keys || !st->meta_values || !st->meta_by_key ||
+        !names) {
         attn__free(names);
-        status = st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "out of memory");
-        goto done;
+        return st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "out of memory");
     }
     char *sp = st->strings;
     for (size_t i = 0; i < ne; i++) {
@@ -459,7 +416,43 @@ static attn_status parse_file(const unsigned char *buf, size_t len, const char *
     }
     st->count = ne;
     st->meta_count = nm;
+    return ATTN_OK;
+}
 
+/* Validate buf[0..len) and fill st. The JSON document is freed before returning. */
+static attn_status parse_file(const unsigned char *buf, size_t len, const char *path, attn_safetensors *st) {
+    const char *hdr = NULL;
+    size_t n = 0;
+    attn_status status = check_prefix(buf, len, path, &hdr, &n);
+    if (status != ATTN_OK) return status;
+    const unsigned char *data = buf + 8 + n;
+    const size_t data_len = len - 8 - n;
+    attn_json_doc *doc = NULL;
+    attn_json_error jerr;
+    attn_json_status js = attn_json_parse(hdr, n, NULL, &doc, &jerr);
+    if (js == ATTN_JSON_ERR_NOMEM) return st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "header JSON: out of memory");
+    if (js == ATTN_JSON_ERR_UTF8) return st_fail(path, ATTN_ERR_ST_INVALID_UTF8, "header JSON: %s", jerr.message);
+    if (js != ATTN_JSON_OK) return st_fail(path, ATTN_ERR_ST_INVALID_JSON, "header JSON: %s", jerr.message);
+    const attn_json *root = attn_json_root(doc);
+    entry *entries = NULL;
+    entry **order = NULL;
+    named *meta_sorted = NULL;
+    const attn_json *meta = NULL;
+    size_t ne = 0;
+    if (root->type != ATTN_JSON_OBJECT) {
+        status = st_fail(path, ATTN_ERR_ST_INVALID_JSON, "header is not a JSON object");
+        goto done;
+    }
+    entries = attn__calloc(root->len ? root->len : 1, sizeof *entries);
+    order = attn__calloc(root->len ? root->len : 1, sizeof *order);
+    if (!entries || !order) {
+        status = st_fail(path, ATTN_ERR_OUT_OF_MEMORY, "out of memory for %zu entries", root->len);
+        goto done;
+    }
+    if ((status = collect_entries(path, root, entries, order, &ne, &meta)) ||
+        (status = check_metadata(path, meta, &meta_sorted)) || (status = check_layout(path, order, ne, data_len)))
+        goto done;
+    status = build_object(path, order, ne, meta, meta_sorted, data, st);
 done:
     attn__free(meta_sorted);
     attn__free(order);
