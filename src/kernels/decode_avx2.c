@@ -159,44 +159,16 @@ static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
     return alpha;
 }
 
-static inline __attribute__((always_inline)) void chunk(const attn_decode_job *jb, const int bf16) {
-    float s[ATTN_DECODE_MAXG][BK], alpha[ATTN_DECODE_MAXG];
-    const int g = jb->g;
-    const int64_t esz = bf16 ? 2 : 4;
-    attn_decode_rows_init(jb);
-    for (int64_t j0 = 0; j0 < jb->n; j0 += BK) {
-        const int nb = (int)(jb->n - j0 < BK ? jb->n - j0 : BK);
-        for (int j = 0; j < nb; j++) prefetch_row((const char *)jb->v + (j0 + j) * jb->ldv * esz, jb->dv * esz);
-        for (int r0 = 0; r0 < g; r0 += 4) {
-            const float *q = jb->q + r0 * jb->d;
-            switch (g - r0 < 4 ? g - r0 : 4) {
-            case 1: scores(1, bf16, jb, q, j0, nb, s + r0); break;
-            case 2: scores(2, bf16, jb, q, j0, nb, s + r0); break;
-            case 3: scores(3, bf16, jb, q, j0, nb, s + r0); break;
-            default: scores(4, bf16, jb, q, j0, nb, s + r0); break;
-            }
-        }
-        attn_decode_mask_block(jb, j0, nb, s);
-        for (int r = 0; r < g; r++) alpha[r] = softmax_row(s[r], nb, jb->out + r * jb->ldo, jb->dv);
-        for (int r0 = 0; r0 < g; r0 += 4) {
-            float *o = jb->out + r0 * jb->ldo;
-            switch (g - r0 < 4 ? g - r0 : 4) {
-            case 1:
-                for (int64_t x = 0; x < jb->dv; x += 64) pv_strip(1, 8, bf16, jb, j0, nb, s + r0, alpha + r0, o, x);
-                break;
-            case 2:
-                for (int64_t x = 0; x < jb->dv; x += 32) pv_strip(2, 4, bf16, jb, j0, nb, s + r0, alpha + r0, o, x);
-                break;
-            case 3:
-                for (int64_t x = 0; x < jb->dv; x += 16) pv_strip(3, 2, bf16, jb, j0, nb, s + r0, alpha + r0, o, x);
-                break;
-            default:
-                for (int64_t x = 0; x < jb->dv; x += 16) pv_strip(4, 2, bf16, jb, j0, nb, s + r0, alpha + r0, o, x);
-                break;
-            }
-        }
-    }
+/* P V for nr rows over column strips of 8 accumulators: 64 columns for one row, 32 for two, 16
+ * for three or four. */
+static inline __attribute__((always_inline)) void pv_rows(const int nr, const int bf16, const attn_decode_job *jb,
+                                                         int64_t j0, int nb, float (*s)[BK], const float *alpha,
+                                                         float *o) {
+    const int nc = nr == 1 ? 8 : nr == 2 ? 4 : 2;
+    for (int64_t x = 0; x < jb->dv; x += 8 * nc) pv_strip(nr, nc, bf16, jb, j0, nb, s, alpha, o, x);
 }
+
+#include "decode_chunk_body.h"
 
 static void chunk_f32_avx2(const attn_decode_job *j) { chunk(j, 0); }
 static void chunk_bf16_avx2(const attn_decode_job *j) { chunk(j, 1); }

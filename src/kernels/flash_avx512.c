@@ -302,29 +302,22 @@ static void scale_copy_rows_avx512(int m, int n, const float *src, int64_t lds, 
     }
 }
 
+/* The two tables differ only in the gemm's register rows. */
+#define FLASH_AVX512_TABLE(R)                                                                      \
+    {.name = "avx512 (" #R " x 64 register tiles)",                                                \
+     .softmax_tile = ATTN_SOFTMAX_TILE_AVX512,                                                     \
+     .register_rows = R,                                                                           \
+     .gemm = gemm_avx512_r##R,                                                                     \
+     .softmax_update = softmax_update_avx512,                                                      \
+     .probs_and_ds = probs_and_ds_avx512,                                                          \
+     .softmax_update_bf16 = softmax_update_avx512_bf16,                                            \
+     .probs_and_ds_bf16 = probs_and_ds_avx512_bf16,                                                \
+     .pack_transposed = pack_transposed_avx512,                                                    \
+     .dropout_tile = dropout_tile_avx512,                                                          \
+     .scale_copy_rows = scale_copy_rows_avx512}
+
 const attn_flash_kernels *attn_flash_kernels_avx512_rows(int rows) {
-    static const attn_flash_kernels k4 = {.name = "avx512 (4 x 64 register tiles)",
-                                          .softmax_tile = ATTN_SOFTMAX_TILE_AVX512,
-                                          .register_rows = 4,
-                                          .gemm = gemm_avx512_r4,
-                                          .softmax_update = softmax_update_avx512,
-                                          .probs_and_ds = probs_and_ds_avx512,
-                                          .softmax_update_bf16 = softmax_update_avx512_bf16,
-                                          .probs_and_ds_bf16 = probs_and_ds_avx512_bf16,
-                                          .pack_transposed = pack_transposed_avx512,
-                                          .dropout_tile = dropout_tile_avx512,
-                                          .scale_copy_rows = scale_copy_rows_avx512};
-    static const attn_flash_kernels k6 = {.name = "avx512 (6 x 64 register tiles)",
-                                          .softmax_tile = ATTN_SOFTMAX_TILE_AVX512,
-                                          .register_rows = 6,
-                                          .gemm = gemm_avx512_r6,
-                                          .softmax_update = softmax_update_avx512,
-                                          .probs_and_ds = probs_and_ds_avx512,
-                                          .softmax_update_bf16 = softmax_update_avx512_bf16,
-                                          .probs_and_ds_bf16 = probs_and_ds_avx512_bf16,
-                                          .pack_transposed = pack_transposed_avx512,
-                                          .dropout_tile = dropout_tile_avx512,
-                                          .scale_copy_rows = scale_copy_rows_avx512};
+    static const attn_flash_kernels k4 = FLASH_AVX512_TABLE(4), k6 = FLASH_AVX512_TABLE(6);
     return rows == 6 ? &k6 : rows == 4 ? &k4 : NULL;
 }
 
