@@ -9,104 +9,15 @@
 #include "vec_math.h"
 #include "vec_tail_avx2.h"
 
+#define OPS_FN(name) name##_avx2
+#include "simd_avx2.h"
+#include "ops_body.h"
+
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-/* the sum of 4 doubles, low pair first */
-static inline double hsum4d(__m256d v) {
-    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
-}
-
-/* lo += v[0..4), hi += v[4..8), in double */
-static inline void acc8_pd(__m256d *lo, __m256d *hi, __m256 v) {
-    *lo = _mm256_add_pd(*lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-    *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
-}
-
-static inline float hmax8(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* ---- softmax ---------------------------------------------------------------------------- */
-
-static void softmax_fwd_avx2(const float *x, float *y, int64_t n) {
-    const __m256 ninf = _mm256_set1_ps(-INFINITY);
-    __m256 m0 = ninf, m1 = ninf;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
-        m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + i + 8));
-    }
-    for (; i < n; i += 8) {
-        __m256 v = attn_ld8n_or(ninf, x + i, n - i);
-        m0 = _mm256_max_ps(m0, v);
-    }
-    const float mx = hmax8(_mm256_max_ps(m0, m1));
-    if (mx == -INFINITY) {
-        /* the max drops a NaN: a row of -inf and NaN is NaN (torch.softmax), not a masked row */
-        for (i = 0; i < n && !isnan(x[i]); i++) {}
-        if (i < n) {
-            for (i = 0; i < n; i++) y[i] = NAN;
-            return;
-        }
-        for (i = 0; i < n; i += 8) attn_st8n(y + i, n - i, _mm256_setzero_ps());
-        return;
-    }
-    /* the sum in double, as the reference: a float sum of thousands of terms drifts by ~1e-6 */
-    const __m256 vm = _mm256_set1_ps(mx);
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), s2 = _mm256_setzero_pd(), s3 = _mm256_setzero_pd();
-    for (i = 0; i + 16 <= n; i += 16) {
-        __m256 e0 = attn_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
-        __m256 e1 = attn_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
-        _mm256_storeu_ps(y + i, e0);
-        _mm256_storeu_ps(y + i + 8, e1);
-        acc8_pd(&s0, &s1, e0);
-        acc8_pd(&s2, &s3, e1);
-    }
-    for (; i < n; i += 8) {
-        __m256 v = attn_ld8n_or(ninf, x + i, n - i);
-        __m256 e = attn_exp256(_mm256_sub_ps(v, vm)); /* masked lanes: e^-inf = 0 */
-        attn_st8n(y + i, n - i, e);
-        acc8_pd(&s0, &s1, e);
-    }
-    const double sum = hsum4d(_mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3)));
-    const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
-    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), inv));
-    if (i < n) {
-        attn_st8n(y + i, n - i, _mm256_mul_ps(attn_ld8n(y + i, n - i), inv));
-    }
-}
-
-/* dot(dy, y) in double, kept as float hi + lo (see ops_avx512.c) */
-static void softmax_bwd_avx2(const float *y, const float *dy, float *dx, int64_t n) {
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    int64_t i = 0;
-    for (; i < n; i += 8) {
-        __m256 a = attn_ld8n(dy + i, n - i), b = attn_ld8n(y + i, n - i);
-        s0 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)),
-                             _mm256_cvtps_pd(_mm256_castps256_ps128(b)), s0);
-        s1 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
-                             _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)), s1);
-    }
-    const double dot = hsum4d(_mm256_add_pd(s0, s1));
-    const float dhi = (float)dot, dlo = (float)(dot - (double)dhi);
-    const __m256 vhi = _mm256_set1_ps(dhi), vlo = _mm256_set1_ps(dlo);
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 g = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(dy + i), vhi), vlo);
-        _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), g));
-    }
-    if (i < n) {
-        __m256 g = _mm256_sub_ps(_mm256_sub_ps(attn_ld8n(dy + i, n - i), vhi), vlo);
-        attn_st8n(dx + i, n - i, _mm256_mul_ps(attn_ld8n(y + i, n - i), g));
-    }
 }
 
 /* ---- layernorm -------------------------------------------------------------------------- */
@@ -199,8 +110,8 @@ static inline __attribute__((always_inline)) void param_grad_block(const int who
             __m256 d = attn_ld8n(dr + 8 * v, k[v]);
             __m256 xh = _mm256_mul_ps(_mm256_sub_ps(attn_ld8n(xr + 8 * v, k[v]), vm), vr);
             __m256 t = _mm256_mul_ps(d, xh);
-            acc8_pd(&ag[2 * v], &ag[2 * v + 1], t);
-            acc8_pd(&ab[2 * v], &ab[2 * v + 1], d);
+            acc_pd(&ag[2 * v], &ag[2 * v + 1], t);
+            acc_pd(&ab[2 * v], &ab[2 * v + 1], d);
         }
     }
     for (int v = 0; v < 2; v++) {
@@ -233,7 +144,7 @@ static inline __attribute__((always_inline)) void col_sum_block(const int whole,
                 a[2 * v] = _mm256_add_pd(a[2 * v], _mm256_cvtps_pd(_mm_loadu_ps(p)));
                 a[2 * v + 1] = _mm256_add_pd(a[2 * v + 1], _mm256_cvtps_pd(_mm_loadu_ps(p + 4)));
             } else {
-                acc8_pd(&a[2 * v], &a[2 * v + 1], attn_ld8n(p, k[v]));
+                acc_pd(&a[2 * v], &a[2 * v + 1], attn_ld8n(p, k[v]));
             }
         }
     for (int v = 0; v < 4; v++) {

@@ -8,87 +8,9 @@
 #include "vec_math.h"
 #include "vec_tail_avx512.h"
 
-/* upper 8 floats */
-static inline __m256 hi256(__m512 v) {
-    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-}
-
-/* ---- softmax ---------------------------------------------------------------------------- */
-
-/* lo += v[0..8), hi += v[8..16), in double */
-static inline void acc16_pd(__m512d *lo, __m512d *hi, __m512 v) {
-    *lo = _mm512_add_pd(*lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-    *hi = _mm512_add_pd(*hi, _mm512_cvtps_pd(hi256(v)));
-}
-
-static void softmax_fwd_avx512(const float *x, float *y, int64_t n) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 m0 = ninf, m1 = ninf;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
-        m1 = _mm512_max_ps(m1, _mm512_loadu_ps(x + i + 16));
-    }
-    for (; i < n; i += 16) m0 = _mm512_max_ps(m0, attn_ld16_or(ninf, attn_tail16(n - i), x + i));
-    float mx = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
-    if (mx == -INFINITY) {
-        /* the max drops a NaN: a row of -inf and NaN is NaN (torch.softmax), not a masked row */
-        for (i = 0; i < n && !isnan(x[i]); i++) {}
-        if (i < n) {
-            for (i = 0; i < n; i++) y[i] = NAN;
-            return;
-        }
-        for (i = 0; i < n; i += 16) attn_st16(y + i, attn_tail16(n - i), _mm512_setzero_ps());
-        return;
-    }
-    /* the sum in double, as the reference: a float sum of thousands of terms drifts by ~1e-6 */
-    const __m512 vm = _mm512_set1_ps(mx);
-    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd(), s2 = _mm512_setzero_pd(), s3 = _mm512_setzero_pd();
-    for (i = 0; i + 32 <= n; i += 32) {
-        __m512 e0 = attn_exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
-        __m512 e1 = attn_exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm));
-        _mm512_storeu_ps(y + i, e0);
-        _mm512_storeu_ps(y + i + 16, e1);
-        acc16_pd(&s0, &s1, e0);
-        acc16_pd(&s2, &s3, e1);
-    }
-    for (; i < n; i += 16) {
-        __mmask16 k = attn_tail16(n - i);
-        __m512 e = attn_exp512(_mm512_sub_ps(attn_ld16_or(ninf, k, x + i), vm)); /* 0 */
-        attn_st16(y + i, k, e);
-        acc16_pd(&s0, &s1, e);
-    }
-    const double sum = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
-    const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
-    for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), inv));
-    if (i < n) {
-        __mmask16 k = attn_tail16(n - i);
-        attn_st16(y + i, k, _mm512_mul_ps(attn_ld16(k, y + i), inv));
-    }
-}
-
-/* dot(dy, y) is accumulated in double and kept as float hi + lo: in a peaked row the largest
- * dx_i = y_i (dy_i - dot) cancels, and (dy_i - hi) - lo keeps it accurate where a float dot
- * would lose the low bits. */
-static void softmax_bwd_avx512(const float *y, const float *dy, float *dx, int64_t n) {
-    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = attn_tail16(n - i);
-        __m512 a = attn_ld16(k, dy + i), b = attn_ld16(k, y + i);
-        s0 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
-                             _mm512_cvtps_pd(_mm512_castps512_ps256(b)), s0);
-        s1 = _mm512_fmadd_pd(_mm512_cvtps_pd(hi256(a)), _mm512_cvtps_pd(hi256(b)), s1);
-    }
-    const double dot = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
-    const float dhi = (float)dot, dlo = (float)(dot - (double)dhi);
-    const __m512 vhi = _mm512_set1_ps(dhi), vlo = _mm512_set1_ps(dlo);
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = attn_tail16(n - i);
-        __m512 yv = attn_ld16(k, y + i);
-        __m512 g = _mm512_sub_ps(_mm512_sub_ps(attn_ld16(k, dy + i), vhi), vlo);
-        attn_st16(dx + i, k, _mm512_mul_ps(yv, g));
-    }
-}
+#define OPS_FN(name) name##_avx512
+#include "simd_avx512.h"
+#include "ops_body.h"
 
 /* ---- layernorm -------------------------------------------------------------------------- */
 
@@ -182,8 +104,8 @@ static void layernorm_param_grad_avx512(const float *x, const float *mean, const
                 __m512 d = attn_ld16(k[v], dr + 16 * v);
                 __m512 xh = _mm512_mul_ps(_mm512_sub_ps(attn_ld16(k[v], xr + 16 * v), vm), vr);
                 __m512 t = _mm512_mul_ps(d, xh);
-                acc16_pd(&ag[2 * v], &ag[2 * v + 1], t);
-                acc16_pd(&ab[2 * v], &ab[2 * v + 1], d);
+                acc_pd(&ag[2 * v], &ag[2 * v + 1], t);
+                acc_pd(&ab[2 * v], &ab[2 * v + 1], d);
             }
         }
         for (int v = 0; v < 4; v++) {
@@ -206,7 +128,7 @@ static void col_sum_avx512(const float *m, float *out, int64_t rows, int64_t n, 
         for (int64_t r = 0; r < rows; r++)
             for (int v = 0; v < 4; v++) {
                 __m512 d = attn_ld16(k[v], m + r * n + c + 16 * v);
-                acc16_pd(&a[2 * v], &a[2 * v + 1], d);
+                acc_pd(&a[2 * v], &a[2 * v + 1], d);
             }
         for (int v = 0; v < 4; v++) {
             float *o = out + c + 16 * v;
