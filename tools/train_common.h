@@ -61,6 +61,11 @@ void train_meta_add(train_meta *m, const char *key, const char *fmt, ...)
 /* Reads the shape back; 0 on success, else -1 with a message in err. */
 int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *err, size_t errsz);
 
+/* On --resume, the precision of checkpoint st (at path): its "train.precision" (absent in older
+ * checkpoints: fp32) into *p, unless given again (given != 0), then a note when the two differ.
+ * 0, or 1 with "attn: CMD: --resume: PATH: train.precision 'X' is neither fp32 nor bf16". */
+int train_resume_precision(const char *cmd, const attn_safetensors *st, const char *path, int given, attn_precision *p);
+
 /* ---- data-parallel runs (include/attn/dist.h) ----------------------------------------------
  * `attn train gpt` and `attn bench train` run data-parallel when an MPI launcher started them
  * (mpirun / srun / mpiexec: OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment).
