@@ -2,13 +2,11 @@
  * with AdamW, warmup + cosine learning rate, gradient clipping, periodic checkpoints, bitwise
  * resume and a checkpoint on Ctrl-C. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
 #include "cli.h"
 #include "cli_opts.h"
 #include "safe_io.h"

@@ -3,13 +3,10 @@
  * AdamW, warmup + cosine learning rate, gradient clipping, random shifts, periodic checkpoints,
  * bitwise resume and a checkpoint on Ctrl-C, as `attn train gpt`. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
 #include "cli.h"
 #include "cli_opts.h"
 #include "safe_io.h"
