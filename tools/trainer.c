@@ -100,7 +100,8 @@ static int one_step(run *r) {
     attn_status s = r->h->step(r->h->ctx, step, &loss, &units);
     if (s == ATTN_OK) s = attn_lr_warmup_cosine(&c->sched, step, &lr);
     if (s == ATTN_OK) {
-        s = c->skip_nonfinite_loss && !isfinite(loss) ? ATTN_ERR_NUMERIC : attn_train_step(c->opt, lr, c->clip, c->accum, &gn);
+        s = c->skip_nonfinite_loss && !isfinite(loss) ? ATTN_ERR_NUMERIC
+                                                       : attn_train_step(c->opt, lr, c->clip, c->accum, &gn);
         if (s == ATTN_ERR_NUMERIC) { /* a non-finite gradient (only here): the step is skipped */
             r->skipped++;
             if (!c->quiet_skips) printf("step %lld: non-finite gradient norm, step skipped\n", (long long)step + 1);

@@ -14,8 +14,8 @@
  *                  agree on stopping), the checkpoint is written, exit status 130
  *   messages       "CMD: step N: ...", "CMD: cannot write checkpoint: ...", "final loss: X",
  *                  "checkpoint: PATH (step N)", "interrupted after step N of S: ..."
- * The loop prints nothing of its own between the start hook's header and the first step, so a
- * command's output is what it was when each command carried its own copy of the loop. */
+ * Where the commands' words differ (the rate's unit, the evaluation's lines, the demo's progress
+ * bar and messages) the configuration and the hooks supply them. */
 #ifndef ATTN_TRAINER_H
 #define ATTN_TRAINER_H
 
