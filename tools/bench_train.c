@@ -9,7 +9,6 @@
 
 #include "bench_common.h"
 #include "cli.h"
-#include "dist/dist_internal.h"
 #include "train_common.h"
 
 static void usage(FILE *f) {

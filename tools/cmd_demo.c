@@ -25,6 +25,7 @@
 #include "cli_opts.h"
 #include "safe_io.h"
 #include "demo_task.h"
+#include "trainer.h"
 
 typedef struct demo_opts {
     long steps, seed, min_len, max_len, threads, batch, eval_n, d_model, heads, layers, ff, warmup;
@@ -298,178 +299,169 @@ static int parse_args(int argc, char **argv, demo_opts *o, int *help) {
     return 0;
 }
 
-#define CHECK(expr)                                                                              \
-    do {                                                                                         \
-        attn_status st_ = (expr);                                                                \
-        if (st_ != ATTN_OK) {                                                                    \
-            rc = cli_fail("demo: %s: %s", attn_status_str(st_), attn_last_error());              \
-            goto done;                                                                           \
-        }                                                                                        \
-    } while (0)
-
-int cmd_demo(int argc, char **argv) {
-    demo_opts o = {.steps = 1200, .seed = 1, .min_len = 4, .max_len = 10, .threads = 0,
-                   .batch = 64, .eval_n = 1000, .d_model = 64, .heads = 4, .layers = 2,
-                   .ff = 256, .warmup = -1, .log_every = 0, .lr = 2e-3, .clip = 1.0, .gate = 1,
-                   .out = "attn-demo-output"};
-    int help = 0;
-    int prc = parse_args(argc, argv, &o, &help);
-    if (help) {
-        usage(stdout);
-        return 0;
-    }
-    if (prc) return prc;
-    if (o.warmup < 0) o.warmup = o.steps / 10;
-    if (o.log_every <= 0) o.log_every = o.steps >= 20 ? o.steps / 20 : 1;
-    if (o.threads > 0) attn_set_num_threads((int)o.threads);
-    /* the outputs are checked before training, so a path that would be refused costs no run */
-    char svg_path[4200], html_path[4200];
-    snprintf(svg_path, sizeof svg_path, "%s/cross_attention.svg", o.out);
-    snprintf(html_path, sizeof html_path, "%s/cross_attention.html", o.out);
-    if (o.svg) snprintf(svg_path, sizeof svg_path, "%s", o.svg);
-    safe_set_inputs(NULL, 0, o.force);
-    if (safe_out_check("demo", "--svg", svg_path, NULL, 0, SAFE_KIND_SVG, o.force) ||
-        safe_out_check("demo", "--out", html_path, NULL, 0, SAFE_KIND_HTML, o.force))
-        return 1;
-
-    int rc = 1;
-    attn_seq2seq *m = NULL;
-    attn_optimizer *opt = NULL;
+/* A run of the demo: options, model, data and scratch (the training loop's hooks' context). */
+typedef struct demo_run {
+    demo_opts o;
+    attn_seq2seq *m;
+    attn_optimizer *opt;
+    const attn_params *ps;
     demo_decoder dec;
-    memset(&dec, 0, sizeof dec);
     demo_eval_set dev, test;
-    memset(&dev, 0, sizeof dev);
-    memset(&test, 0, sizeof test);
-    void *saved = NULL, *ws = NULL;
-    size_t saved_cap = 0, ws_cap = 0;
-    const int64_t d = o.d_model, B = o.batch, lmax = o.max_len, eval_chunk = 128;
-    const size_t nt_max = (size_t)(B * (lmax + 1));
-    int64_t *src = malloc(sizeof(int64_t) * nt_max), *tgt_in = malloc(sizeof(int64_t) * nt_max),
-            *tgt_out = malloc(sizeof(int64_t) * nt_max);
-    float *logits = malloc(sizeof(float) * nt_max * DEMO_VOCAB);
-    int tty = isatty(fileno(stdout));
-    if (!src || !tgt_in || !tgt_out || !logits) {
-        rc = cli_fail("demo: out of memory");
-        goto done;
-    }
+    void *saved, *ws;
+    size_t saved_cap, ws_cap;
+    int64_t *src, *tgt_in, *tgt_out;
+    float *logits;
+    uint64_t rng;
+    int tty, oom; /* oom: a failure that is "demo: out of memory" */
+    double t0, loss_avg, acc, last_draw;
+    char svg_path[4200], html_path[4200];
+} demo_run;
 
-    /* model */
-    attn_seq2seq_config cfg = attn_seq2seq_config_default(DEMO_VOCAB, DEMO_VOCAB, d, o.heads, o.layers);
-    cfg.max_len = lmax + 1;
-    cfg.transformer.layer.dim_feedforward = o.ff;
+enum { DEMO_EVAL_CHUNK = 128 };
+
+/* The model (embeddings N(0, 1/d)), its AdamW, the evaluation sets and the batch: 0, or 1
+ * (message printed). */
+static int demo_setup(demo_run *r) {
+    const demo_opts *o = &r->o;
+    const int64_t d = o->d_model;
+    const size_t nt_max = (size_t)(o->batch * (o->max_len + 1));
+    r->src = malloc(sizeof(int64_t) * nt_max), r->tgt_in = malloc(sizeof(int64_t) * nt_max);
+    r->tgt_out = malloc(sizeof(int64_t) * nt_max);
+    r->logits = malloc(sizeof(float) * nt_max * DEMO_VOCAB);
+    r->tty = isatty(fileno(stdout));
+    if (!r->src || !r->tgt_in || !r->tgt_out || !r->logits) return cli_fail("demo: out of memory");
+    attn_seq2seq_config cfg = attn_seq2seq_config_default(DEMO_VOCAB, DEMO_VOCAB, d, o->heads, o->layers);
+    cfg.max_len = o->max_len + 1;
+    cfg.transformer.layer.dim_feedforward = o->ff;
     cfg.transformer.layer.dropout = 0.0f;
-    CHECK(attn_seq2seq_create(&cfg, &m));
-    const attn_params *ps = attn_seq2seq_params(m);
-    CHECK(attn_params_reset(ps, (uint64_t)o.seed * 2 + 1));
+    attn_status st;
+    if ((st = attn_seq2seq_create(&cfg, &r->m)) != ATTN_OK) goto fail;
+    r->ps = attn_seq2seq_params(r->m);
+    if ((st = attn_params_reset(r->ps, (uint64_t)o->seed * 2 + 1)) != ATTN_OK) goto fail;
     /* embeddings N(0, 1/d): times sqrt(d) they have unit scale, as the positions (Vaswani et al.) */
-    for (size_t i = 0; i < attn_params_count(ps); i++) {
-        const attn_param *p = attn_params_get(ps, i);
+    for (size_t i = 0; i < attn_params_count(r->ps); i++) {
+        const attn_param *p = attn_params_get(r->ps, i);
         if (strstr(p->name, "_embedding.weight"))
             for (size_t k = 0; k < p->numel; k++) p->data[k] /= (float)sqrt((double)d);
     }
     attn_adamw_config ac = attn_adamw_config_default();
     ac.beta2 = 0.98;
     ac.eps = 1e-9;
-    CHECK(attn_adamw_create(ps, &ac, &opt));
+    if ((st = attn_adamw_create(r->ps, &ac, &r->opt)) != ATTN_OK) goto fail;
     /* no weight decay on biases and norms */
-    for (size_t i = 0; i < attn_params_count(ps); i++)
-        if (attn_params_get(ps, i)->rank < 2) CHECK(attn_optimizer_set_weight_decay(opt, i, 0.0));
-    dec.model = m;
-    dec.d_model = d;
+    for (size_t i = 0; i < attn_params_count(r->ps); i++)
+        if (attn_params_get(r->ps, i)->rank < 2 && (st = attn_optimizer_set_weight_decay(r->opt, i, 0.0)) != ATTN_OK)
+            goto fail;
+    r->dec.model = r->m;
+    r->dec.d_model = d;
+    if (!demo_eval_make(&r->dev, o->min_len, o->max_len, 8 * (o->max_len - o->min_len + 1), (uint64_t)o->seed * 7919 + 3) ||
+        !demo_eval_make(&r->test, o->min_len, o->max_len, o->eval_n, (uint64_t)o->seed * 7919 + 5))
+        return cli_fail("demo: out of memory");
+    r->rng = (uint64_t)o->seed * 0x2545F4914F6CDD1Dull + 11;
+    return 0;
+fail:
+    return cli_fail("demo: %s: %s", attn_status_str(st), attn_last_error());
+}
 
-    /* data */
-    if (!demo_eval_make(&dev, o.min_len, o.max_len, 8 * (o.max_len - o.min_len + 1), (uint64_t)o.seed * 7919 + 3) ||
-        !demo_eval_make(&test, o.min_len, o.max_len, o.eval_n, (uint64_t)o.seed * 7919 + 5)) {
-        rc = cli_fail("demo: out of memory");
-        goto done;
+/* trainer hook: a batch of one random length, teacher-forced: forward, cross-entropy, backward. */
+static attn_status demo_step(void *ctx, int64_t step, float *loss, double *units) {
+    demo_run *r = ctx;
+    const demo_opts *o = &r->o;
+    const int64_t B = o->batch, L = o->min_len + demo_rand_below(&r->rng, o->max_len - o->min_len + 1), nt = L + 1;
+    demo_make_batch(&r->rng, B, L, r->src, r->tgt_in, r->tgt_out);
+    attn_seq2seq_args a = attn_seq2seq_args_default();
+    a.batch = B;
+    a.n_src = L;
+    a.n_tgt = nt;
+    a.src = r->src;
+    a.tgt = r->tgt_in;
+    a.training = 1;
+    a.seed = (uint64_t)o->seed;
+    a.offset = (uint64_t)step * 64;
+    if (!ensure(&r->saved, &r->saved_cap, attn_seq2seq_saved_size(r->m, &a)) ||
+        !ensure(&r->ws, &r->ws_cap, attn_seq2seq_workspace_size(r->m, &a))) {
+        r->oom = 1;
+        return ATTN_ERR_OUT_OF_MEMORY;
     }
-    uint64_t rng = (uint64_t)o.seed * 0x2545F4914F6CDD1Dull + 11;
-
-    printf("attn %s demo: teaching a Transformer to reverse digit sequences\n", ATTN_VERSION_STRING);
-    printf("model: nn.Transformer d_model %lld, %lld heads, %ld+%ld layers, feed-forward %lld, "
-           "%zu parameters; kernels %s, %d threads\n",
-           (long long)d, (long long)o.heads, o.layers, o.layers, (long long)o.ff, attn_params_numel(ps),
-           attn_isa_name(attn_active_isa()), attn_get_num_threads());
-    printf("task: lengths %ld..%ld, digits 0-9, 1 in %d sequences held out; %ld steps of %lld "
-           "sequences, AdamW lr %g (warmup %ld, cosine), clip %g, seed %ld\n",
-           o.min_len, o.max_len, DEMO_HELD_OUT_MOD, o.steps, (long long)B, o.lr, o.warmup, o.clip, o.seed);
-    fflush(stdout);
-
-    attn_lr_schedule sched = {.max_lr = o.lr, .min_lr = o.lr * 0.02, .warmup_steps = o.warmup,
-                              .total_steps = o.steps};
+    attn_status st;
     attn_cross_entropy_config cec = attn_cross_entropy_config_default();
-    const double t0 = now_s();
-    double tokens = 0, loss_avg = -1, acc = -1, last_draw = -1;
-    long skipped = 0;
-    for (long step = 0; step < o.steps; step++) {
-        const int64_t L = o.min_len + demo_rand_below(&rng, o.max_len - o.min_len + 1), nt = L + 1;
-        demo_make_batch(&rng, B, L, src, tgt_in, tgt_out);
-        attn_seq2seq_args a = attn_seq2seq_args_default();
-        a.batch = B;
-        a.n_src = L;
-        a.n_tgt = nt;
-        a.src = src;
-        a.tgt = tgt_in;
-        a.training = 1;
-        a.seed = (uint64_t)o.seed;
-        a.offset = (uint64_t)step * 64;
-        if (!ensure(&saved, &saved_cap, attn_seq2seq_saved_size(m, &a)) ||
-            !ensure(&ws, &ws_cap, attn_seq2seq_workspace_size(m, &a))) {
-            rc = cli_fail("demo: out of memory");
-            goto done;
-        }
-        float loss;
-        CHECK(attn_seq2seq_forward(m, &a, logits, saved, saved_cap, ws, ws_cap));
-        CHECK(attn_cross_entropy_forward(logits, tgt_out, B * nt, DEMO_VOCAB, &cec, &loss, logits));
-        CHECK(attn_params_zero_grad(ps));
-        CHECK(attn_seq2seq_backward(m, &a, logits, saved, saved_cap, ws, ws_cap));
-        /* clip to one global norm, then AdamW; a non-finite gradient skips the step */
-        double lr;
-        CHECK(attn_lr_warmup_cosine(&sched, step, &lr));
-        attn_status st = isfinite(loss) ? attn_train_step(opt, lr, o.clip, 1, NULL) : ATTN_ERR_NUMERIC;
-        if (st == ATTN_ERR_NUMERIC) {
-            skipped++;
-            attn_clear_error();
-        } else {
-            CHECK(st);
-        }
-        tokens += (double)(B * (L + nt));
-        loss_avg = loss_avg < 0 ? loss : 0.9 * loss_avg + 0.1 * loss;
-        const long done_steps = step + 1;
-        const int log_now = done_steps % o.log_every == 0 || done_steps == o.steps;
-        if (log_now) {
-            long c, n;
-            CHECK(demo_evaluate(&dec, &dev, eval_chunk, &c, &n));
-            acc = (double)c / (double)n;
-        }
-        double el = now_s() - t0;
-        if (log_now || (tty && el - last_draw >= 0.1)) {
-            progress(tty, done_steps, o.steps, loss_avg, acc, tokens / el, el);
-            last_draw = el;
-        }
+    if ((st = attn_seq2seq_forward(r->m, &a, r->logits, r->saved, r->saved_cap, r->ws, r->ws_cap)) ||
+        (st = attn_cross_entropy_forward(r->logits, r->tgt_out, B * nt, DEMO_VOCAB, &cec, loss, r->logits)) ||
+        (st = attn_params_zero_grad(r->ps)) ||
+        (st = attn_seq2seq_backward(r->m, &a, r->logits, r->saved, r->saved_cap, r->ws, r->ws_cap)))
+        return st;
+    *units = (double)(B * (L + nt));
+    return ATTN_OK;
+}
+
+/* trainer hook: the smoothed loss, the accuracy on the dev set every --log-every steps, the
+ * progress bar (a terminal) or line. */
+static attn_status demo_step_done(void *ctx, const trainer_progress *p) {
+    demo_run *r = ctx;
+    r->loss_avg = r->loss_avg < 0 ? p->loss : 0.9 * r->loss_avg + 0.1 * p->loss;
+    const long done_steps = (long)p->step;
+    const int log_now = done_steps % r->o.log_every == 0 || done_steps == r->o.steps;
+    if (log_now) {
+        long c, n;
+        attn_status st = demo_evaluate(&r->dec, &r->dev, DEMO_EVAL_CHUNK, &c, &n);
+        if (st) return st;
+        r->acc = (double)c / (double)n;
     }
-    const double train_s = now_s() - t0;
-    if (tty) printf("\n");
-    printf("trained %ld steps in %.1f s (%.0f tokens/s)%s\n", o.steps, train_s, tokens / train_s,
-           skipped ? " (some steps skipped: non-finite gradients)" : "");
+    double el = now_s() - r->t0;
+    if (log_now || (r->tty && el - r->last_draw >= 0.1)) {
+        progress(r->tty, done_steps, r->o.steps, r->loss_avg, r->acc, p->units / el, el);
+        r->last_draw = el;
+    }
+    return ATTN_OK;
+}
 
-    /* held-out evaluation */
-    long correct, total;
-    const double e0 = now_s();
-    CHECK(demo_evaluate(&dec, &test, eval_chunk, &correct, &total));
-    const double eval_s = now_s() - e0;
+/* trainer hook: the message of a failure. */
+static void demo_fail(void *ctx, trainer_failure where, attn_status s) {
+    (void)where;
+    if (((demo_run *)ctx)->oom)
+        cli_fail("demo: out of memory");
+    else
+        cli_fail("demo: %s: %s", attn_status_str(s), attn_last_error());
+}
 
-    /* a few held-out examples, one per length spread over the range */
+/* The training: exit status 0, or 1 (message printed). */
+static int demo_train(demo_run *r) {
+    const demo_opts *o = &r->o;
+    trainer_config c = trainer_config_default("demo");
+    c.ps = r->ps, c.opt = r->opt;
+    c.sched = (attn_lr_schedule){.max_lr = o->lr, .min_lr = o->lr * 0.02, .warmup_steps = o->warmup,
+                                 .total_steps = o->steps};
+    c.clip = o->clip, c.batch = o->batch, c.steps = o->steps, c.seed = (uint64_t)o->seed;
+    c.catch_signals = 0;       /* Ctrl-C ends the demo at once: there is no checkpoint to write */
+    c.skip_nonfinite_loss = 1; /* a non-finite loss or gradient skips the step, counted */
+    c.quiet_skips = 1;
+    const trainer_hooks h = {r, NULL, demo_step, NULL, NULL, demo_step_done, demo_fail};
+    trainer_result res;
+    r->t0 = now_s();
+    r->loss_avg = -1, r->acc = -1, r->last_draw = -1;
+    if (trainer_run(&c, &h, &res)) return 1;
+    const double train_s = now_s() - r->t0;
+    if (r->tty) printf("\n");
+    printf("trained %ld steps in %.1f s (%.0f tokens/s)%s\n", o->steps, train_s, res.units / train_s,
+           res.skipped ? " (some steps skipped: non-finite gradients)" : "");
+    return 0;
+}
+
+/* A few held-out examples, one per length spread over the range; the longest one into ex_src,
+ * ex_pred (*ex_L 0 when none). */
+static attn_status demo_examples(demo_run *r, int64_t *ex_src, int64_t *ex_pred, int64_t *ex_L) {
+    const demo_opts *o = &r->o;
     printf("\nheld-out examples (never seen in training):\n");
     printf("  %-14s %-14s %-18s\n", "input", "expected", "model");
-    int64_t ex_src[DEMO_MAX_LEN], ex_pred[DEMO_MAX_LEN + 1], pred[DEMO_MAX_LEN + 1];
-    int64_t ex_L = 0;
+    int64_t pred[DEMO_MAX_LEN + 1];
+    *ex_L = 0;
     const long show = 5;
     for (long k = 0; k < show; k++) {
-        long L = o.min_len + (o.max_len - o.min_len) * k / (show > 1 ? show - 1 : 1);
-        if (test.count[L] == 0) continue;
-        const int64_t *s = test.seq[L] + ((k * 37) % test.count[L]) * L;
-        CHECK(demo_greedy(&dec, s, 1, L, pred));
+        long L = o->min_len + (o->max_len - o->min_len) * k / (show > 1 ? show - 1 : 1);
+        if (r->test.count[L] == 0) continue;
+        const int64_t *s = r->test.seq[L] + ((k * 37) % r->test.count[L]) * L;
+        attn_status st = demo_greedy(&r->dec, s, 1, L, pred);
+        if (st) return st;
         char in[64], exp[64], got[80];
         int64_t rev[DEMO_MAX_LEN];
         for (long i = 0; i < L; i++) rev[i] = s[L - 1 - i];
@@ -477,44 +469,100 @@ int cmd_demo(int argc, char **argv) {
         demo_seq_str(exp, sizeof exp, rev, L);
         demo_seq_str(got, sizeof got, pred, demo_answer_len(pred, L + 1));
         printf("  %-14s %-14s %-18s %s\n", in, exp, got, demo_answer_ok(s, pred, L) ? "ok" : "WRONG");
-        if (L >= ex_L) { /* the longest one is drawn */
-            ex_L = L;
+        if (L >= *ex_L) { /* the longest one is drawn */
+            *ex_L = L;
             memcpy(ex_src, s, sizeof(int64_t) * (size_t)L);
             memcpy(ex_pred, pred, sizeof(int64_t) * (size_t)(L + 1));
         }
     }
+    return ATTN_OK;
+}
 
+/* The held-out score, the examples, the heat map and the closing lines: the exit status. */
+static int demo_report(demo_run *r) {
+    long correct, total;
+    const double e0 = now_s();
+    attn_status st = demo_evaluate(&r->dec, &r->test, DEMO_EVAL_CHUNK, &correct, &total);
+    const double eval_s = now_s() - e0;
+    int64_t ex_src[DEMO_MAX_LEN], ex_pred[DEMO_MAX_LEN + 1], ex_L = 0;
+    if (!st) st = demo_examples(r, ex_src, ex_pred, &ex_L);
     /* cross-attention heat map of the drawn example */
-    if (ex_L > 0) {
+    if (!st && ex_L > 0) {
         float w[(DEMO_MAX_LEN + 1) * DEMO_MAX_LEN];
-        CHECK(demo_cross_attention(m, ex_src, ex_L, ex_pred, w));
+        if ((st = demo_cross_attention(r->m, ex_src, ex_L, ex_pred, w)) != ATTN_OK) goto fail;
         double diag = 0;
         for (int64_t i = 0; i < ex_L; i++) diag += w[i * ex_L + (ex_L - 1 - i)];
-        if (!make_dirs(o.out)) {
-            rc = cli_fail("demo: cannot create directory '%s': %s", o.out, strerror(errno));
-            goto done;
-        }
-        if (write_figure(svg_path, html_path, ex_src, ex_L, ex_pred, w)) goto done;
+        if (!make_dirs(r->o.out)) return cli_fail("demo: cannot create directory '%s': %s", r->o.out, strerror(errno));
+        if (write_figure(r->svg_path, r->html_path, ex_src, ex_L, ex_pred, w)) return 1;
         printf("\ncross-attention of the last decoder layer (mean weight on the anti-diagonal: %.2f)\n"
                "written to %s and %s\n",
-               diag / (double)ex_L, svg_path, html_path);
+               diag / (double)ex_L, r->svg_path, r->html_path);
     }
+    if (st) goto fail;
     const double pct = 100.0 * (double)correct / (double)total;
-    printf("\nscored %ld held-out sequences in %.1f s; total time %.1f s\n", total, eval_s, now_s() - t0);
+    printf("\nscored %ld held-out sequences in %.1f s; total time %.1f s\n", total, eval_s, now_s() - r->t0);
     printf("held-out exact-sequence accuracy: %.1f%%\n", pct);
-    rc = (!o.gate || correct * 100 >= total * 99) ? 0 : 1;
-done:
+    return (!r->o.gate || correct * 100 >= total * 99) ? 0 : 1;
+fail:
+    return cli_fail("demo: %s: %s", attn_status_str(st), attn_last_error());
+}
+
+static void demo_free(demo_run *r) {
+    attn_optimizer_free(r->opt);
+    attn_seq2seq_free(r->m);
+    demo_decoder_free(&r->dec);
+    demo_eval_free(&r->dev);
+    demo_eval_free(&r->test);
+    free(r->saved);
+    free(r->ws);
+    free(r->src);
+    free(r->tgt_in);
+    free(r->tgt_out);
+    free(r->logits);
+}
+
+int cmd_demo(int argc, char **argv) {
+    demo_run r;
+    memset(&r, 0, sizeof r);
+    r.o = (demo_opts){.steps = 1200, .seed = 1, .min_len = 4, .max_len = 10, .threads = 0,
+                      .batch = 64, .eval_n = 1000, .d_model = 64, .heads = 4, .layers = 2,
+                      .ff = 256, .warmup = -1, .log_every = 0, .lr = 2e-3, .clip = 1.0, .gate = 1,
+                      .out = "attn-demo-output"};
+    demo_opts *o = &r.o;
+    int help = 0;
+    int prc = parse_args(argc, argv, o, &help);
+    if (help) {
+        usage(stdout);
+        return 0;
+    }
+    if (prc) return prc;
+    if (o->warmup < 0) o->warmup = o->steps / 10;
+    if (o->log_every <= 0) o->log_every = o->steps >= 20 ? o->steps / 20 : 1;
+    if (o->threads > 0) attn_set_num_threads((int)o->threads);
+    /* the outputs are checked before training, so a path that would be refused costs no run */
+    snprintf(r.svg_path, sizeof r.svg_path, "%s/cross_attention.svg", o->out);
+    snprintf(r.html_path, sizeof r.html_path, "%s/cross_attention.html", o->out);
+    if (o->svg) snprintf(r.svg_path, sizeof r.svg_path, "%s", o->svg);
+    safe_set_inputs(NULL, 0, o->force);
+    if (safe_out_check("demo", "--svg", r.svg_path, NULL, 0, SAFE_KIND_SVG, o->force) ||
+        safe_out_check("demo", "--out", r.html_path, NULL, 0, SAFE_KIND_HTML, o->force))
+        return 1;
+    int rc = demo_setup(&r);
+    if (!rc) {
+        printf("attn %s demo: teaching a Transformer to reverse digit sequences\n", ATTN_VERSION_STRING);
+        printf("model: nn.Transformer d_model %lld, %lld heads, %ld+%ld layers, feed-forward %lld, "
+               "%zu parameters; kernels %s, %d threads\n",
+               (long long)o->d_model, (long long)o->heads, o->layers, o->layers, (long long)o->ff,
+               attn_params_numel(r.ps), attn_isa_name(attn_active_isa()), attn_get_num_threads());
+        printf("task: lengths %ld..%ld, digits 0-9, 1 in %d sequences held out; %ld steps of %lld "
+               "sequences, AdamW lr %g (warmup %ld, cosine), clip %g, seed %ld\n",
+               o->min_len, o->max_len, DEMO_HELD_OUT_MOD, o->steps, (long long)o->batch, o->lr, o->warmup, o->clip,
+               o->seed);
+        fflush(stdout);
+        rc = demo_train(&r);
+    }
+    if (!rc) rc = demo_report(&r);
     fflush(stdout);
-    attn_optimizer_free(opt);
-    attn_seq2seq_free(m);
-    demo_decoder_free(&dec);
-    demo_eval_free(&dev);
-    demo_eval_free(&test);
-    free(saved);
-    free(ws);
-    free(src);
-    free(tgt_in);
-    free(tgt_out);
-    free(logits);
+    demo_free(&r);
     return rc;
 }

@@ -2,17 +2,16 @@
  * with AdamW, warmup + cosine learning rate, gradient clipping, periodic checkpoints, bitwise
  * resume and a checkpoint on Ctrl-C. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
 #include "cli.h"
 #include "cli_opts.h"
 #include "safe_io.h"
 #include "train_common.h"
+#include "trainer.h"
 
 static void usage_train(FILE *f) {
     fprintf(f, "usage: attn train gpt --data FILE.txt [options]\n"
@@ -249,13 +248,6 @@ static void fill_meta(train_meta *m, const gpt_opts *o) {
     train_meta_add(m, "train.precision", "%s", attn_precision_name(o->precision));
 }
 
-static int train_gpt_run(int argc, char **argv, attn_dist **distp);
-
-static int train_gpt(int argc, char **argv) {
-    attn_dist *dist = NULL;
-    return train_dist_end(dist, train_gpt_run(argc, argv, &dist));
-}
-
 /* Options hashed for the check that every rank runs the same configuration. */
 static uint64_t config_hash(const gpt_opts *o, const unsigned char *text, size_t len) {
     const int64_t v[] = {(int64_t)o->precision, o->shape.vocab, o->shape.layers, o->shape.heads, o->shape.d_model, o->shape.ff,
@@ -268,423 +260,405 @@ static uint64_t config_hash(const gpt_opts *o, const unsigned char *text, size_t
     return train_hash(h, text, len);
 }
 
-static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
+/* A run of `attn train gpt`: its options, data, model and scratch (the training loop's hooks'
+ * context). */
+typedef struct gpt_run {
     gpt_opts o;
-    memset(&o, 0, sizeof o);
-    o.shape = (train_gpt_shape){TRAIN_BYTE_VOCAB, 2, 4, 128, 512, 64, attn_attention_config_default()};
-    o.steps = 1000;
-    o.batch = 16;
-    o.warmup = -1;
-    o.every = 100;
-    o.log_every = 10;
-    o.seed = 1;
-    o.lr = 3e-3;
-    o.val_fraction = 0.1;
-    o.eval_interval = 100;
-    o.eval_batches = 4;
-    o.checkpoint = "attn-gpt.safetensors";
-    int rc = parse_gpt(argc, argv, &o);
+    attn_dist *dist;
+    int rank, nranks;
+    unsigned char *text;
+    size_t len, train_len, val_len; /* train on text[0, train_len), validate on the rest */
+    int64_t ckpt_micro;             /* the checkpoint's micro-batch (--resume), else 0 */
+    int64_t first, count;           /* this rank's windows of each step's batch */
+    int64_t B, C, V, m, M, L;       /* B windows per step, M micro-batches of m, L of them on this rank */
+    attn_gpt *g;
+    attn_optimizer *opt;
+    const attn_params *ps;
+    attn_gpt_args a;
+    uint64_t data_seed;
+    int64_t *x, *y;
+    float *logits, *grads, *losses;
+    void *saved, *ws;
+    size_t sb, wb, P;
+    double val;       /* the last validation loss, at step val_step */
+    int64_t val_step;
+} gpt_run;
+
+/* The run's schedule and batch from the checkpoint's metadata, unless given again. */
+static void resume_schedule(gpt_run *r, const attn_safetensors *st) {
+    gpt_opts *o = &r->o;
+    const char *mv;
+    int64_t iv;
+    double dv;
+    if (!o->given_steps && (mv = attn_safetensors_metadata_find(st, "train.steps")) &&
+        !cli_parse_i64(mv, 1, (int64_t)1 << 30, &iv))
+        o->steps = iv;
+    if (!o->given_batch && (mv = attn_safetensors_metadata_find(st, "train.batch")) &&
+        !cli_parse_i64(mv, 1, 1 << 20, &iv))
+        o->batch = iv;
+    if (!o->given_warmup && (mv = attn_safetensors_metadata_find(st, "train.warmup")) &&
+        !cli_parse_i64(mv, 0, (int64_t)1 << 30, &iv))
+        o->warmup = iv;
+    if (!o->given_lr && (mv = attn_safetensors_metadata_find(st, "train.lr")) &&
+        !cli_parse_double(mv, 0.0, 10.0, &dv) && dv > 0)
+        o->lr = dv;
+    if (!o->given_micro && (mv = attn_safetensors_metadata_find(st, "train.micro_batch")) &&
+        !cli_parse_i64(mv, 1, 1 << 20, &iv)) {
+        r->ckpt_micro = iv;
+        if (o->batch % r->nranks == 0 && (o->batch / r->nranks) % iv == 0) o->micro = iv; /* the run's accumulation */
+    }
+}
+
+/* The checkpoint's shape against the one given again: 0, or 1 (message printed). */
+static int resume_shape_check(const gpt_opts *o, const train_gpt_shape *s) {
+    const struct { int given; int64_t mine, theirs; const char *name; } chk[] = {
+        {o->given_layers, o->shape.layers, s->layers, "--layers"},
+        {o->given_heads, o->shape.heads, s->heads, "--heads"},
+        {o->given_d, o->shape.d_model, s->d_model, "--d-model"},
+        {o->given_context, o->shape.context, s->context, "--context"}};
+    for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
+        if (chk[i].given && chk[i].mine != chk[i].theirs)
+            return cli_fail("train gpt: --resume: %s %lld differs from the checkpoint's %lld", chk[i].name,
+                            (long long)chk[i].mine, (long long)chk[i].theirs);
+    const attn_attention_config *x = &o->shape.attention, *y = &s->attention;
+    if (o->given_attention && (x->kind != y->kind || x->window != y->window || x->num_features != y->num_features ||
+                               x->seed != y->seed))
+        return cli_fail("train gpt: --resume: --attention %s differs from the checkpoint's %s",
+                        attn_attention_kind_name(o->shape.attention.kind), attn_attention_kind_name(s->attention.kind));
+    return 0;
+}
+
+/* On resume, the model's shape, the schedule, the hold-out and the precision come from the
+ * checkpoint (checked against the options given again and the data): 0, or 1 (message printed). */
+static int resume_meta(gpt_run *r) {
+    gpt_opts *o = &r->o;
+    attn_safetensors *st = NULL;
+    if (attn_safetensors_open_file(o->checkpoint, &st) != ATTN_OK)
+        return cli_fail("train gpt: --resume: %s", attn_last_error());
+    train_gpt_shape s;
+    char err[256];
+    int bad = train_shape_from_meta(st, &s, err, sizeof err);
+    resume_schedule(r, st);
+    /* absent in checkpoints from before the hold-out: those trained on the whole file */
+    const char *mv;
+    double ckpt_val = 0;
+    char bad_val[64] = "";
+    if ((mv = attn_safetensors_metadata_find(st, "train.val_fraction")) && cli_parse_double(mv, 0.0, 0.9, &ckpt_val)) {
+        snprintf(bad_val, sizeof bad_val, "%s", mv);
+        ckpt_val = -1;
+    }
+    const int other_val = ckpt_val < 0 || (o->given_val && o->val_fraction != ckpt_val);
+    if (!other_val) o->val_fraction = ckpt_val;
+    if (train_resume_precision("train gpt", st, o->checkpoint, o->given_precision, &o->precision)) {
+        attn_safetensors_close(st);
+        return 1;
+    }
+    const char *dh = attn_safetensors_metadata_find(st, "train.data_hash"); /* absent in older checkpoints */
+    const int other_data = dh && strcmp(dh, o->data_hash) != 0;
+    attn_safetensors_close(st);
+    if (bad) return cli_fail("train gpt: --resume: %s: %s", o->checkpoint, err);
+    if (other_val) {
+        if (ckpt_val < 0)
+            return cli_fail("train gpt: --resume: %s: train.val_fraction '%s' is not a fraction in [0, 0.9]",
+                            o->checkpoint, bad_val);
+        return cli_fail("train gpt: --resume: --val-fraction %g differs from the checkpoint's %g (the held-out part, "
+                        "hence the training data, would change)", o->val_fraction, ckpt_val);
+    }
+    if (other_data)
+        return cli_fail("train gpt: --resume: --data '%s' is not the data %s was trained on (its contents differ); "
+                        "resume with the same file, or start afresh with --force", o->data, o->checkpoint);
+    if (resume_shape_check(o, &s)) return 1;
+    o->shape = s;
+    return 0;
+}
+
+/* The warmup, the micro-batches, this rank's shard and the hold-out: 0, or 1 (message printed). */
+static int plan(gpt_run *r) {
+    gpt_opts *o = &r->o;
+    if (o->warmup < 0) o->warmup = o->steps / 20;
+    if (o->warmup > o->steps)
+        return cli_fail("train gpt: warmup %lld exceeds steps %lld", (long long)o->warmup, (long long)o->steps);
+    if (!o->given_micro && o->micro == 0) {
+        o->micro = o->batch % r->nranks == 0 ? o->batch / r->nranks : o->batch;
+        if (r->ckpt_micro)
+            printf("note: the checkpoint's micro-batch %lld does not divide the %lld windows of each of %d ranks: "
+                   "micro-batch %lld from here on (the gradients are added in another grouping)\n",
+                   (long long)r->ckpt_micro, (long long)o->micro, r->nranks, (long long)o->micro);
+    }
+    if (attn_dist_shard(o->batch, o->micro, r->rank, r->nranks, &r->first, &r->count) != ATTN_OK)
+        return cli_fail("train gpt: --batch %lld, --micro-batch %lld on %d rank%s: %s", (long long)o->batch,
+                        (long long)o->micro, r->nranks, r->nranks > 1 ? "s" : "", strchr(attn_last_error(), ' ') + 1);
+    r->B = o->batch, r->C = o->shape.context, r->V = o->shape.vocab, r->m = o->micro;
+    r->M = r->B / r->m, r->L = r->count / r->m;
+    const int64_t C = r->C;
+    const size_t len = r->len;
+    if (len < (size_t)C + 1)
+        return cli_fail("train gpt: '%s' has %zu bytes; --context %lld needs at least %lld", o->data, len, (long long)C,
+                        (long long)C + 1);
+    /* train on text[0, train_len), validate on the rest (nanoGPT's split: the first 1 - F) */
+    r->train_len = (size_t)((1.0 - o->val_fraction) * (double)len), r->val_len = len - r->train_len;
+    if (r->val_len > 0 && r->val_len < (size_t)C + 1)
+        return cli_fail("train gpt: --val-fraction %g of the %zu bytes of '%s' holds out %zu; --context %lld needs at "
+                        "least %lld (more data, a larger --val-fraction, or --val-fraction 0)",
+                        o->val_fraction, len, o->data, r->val_len, (long long)C, (long long)C + 1);
+    if (r->train_len < (size_t)C + 1)
+        return cli_fail("train gpt: --val-fraction %g leaves %zu of the %zu bytes of '%s' to train on; --context %lld "
+                        "needs at least %lld", o->val_fraction, r->train_len, len, o->data, (long long)C, (long long)C + 1);
+    return 0;
+}
+
+/* The model and its AdamW (no weight decay on biases and norms): 0, or 1 (message printed). */
+static int build(gpt_run *r) {
+    attn_gpt_config cfg = train_gpt_config(&r->o.shape);
+    cfg.precision = r->o.precision;
+    if (attn_gpt_create(&cfg, &r->g) != ATTN_OK) return cli_fail("train gpt: %s", attn_last_error());
+    r->ps = attn_gpt_params(r->g);
+    attn_adamw_config ac = attn_adamw_config_default();
+    ac.beta2 = 0.95;
+    ac.weight_decay = 0.1;
+    if (attn_params_reset(r->ps, (uint64_t)r->o.seed) != ATTN_OK || attn_adamw_create(r->ps, &ac, &r->opt) != ATTN_OK)
+        return cli_fail("train gpt: %s", attn_last_error());
+    for (size_t i = 0; i < attn_params_count(r->ps); i++)
+        if (attn_params_get(r->ps, i)->rank < 2) attn_optimizer_set_weight_decay(r->opt, i, 0.0); /* biases, norms */
+    return 0;
+}
+
+/* Every rank: the same options, data, weights and optimizer state. 0, or 1 (message printed). */
+static int dist_check(gpt_run *r, const attn_train_state *state) {
+    if (!r->o.resume && attn_dist_broadcast_params(r->dist, r->ps) != ATTN_OK)
+        return cli_fail("train gpt: %s", attn_last_error());
+    uint64_t wh = train_hash(TRAIN_HASH_SEED, state, sizeof *state);
+    for (size_t i = 0; i < attn_params_count(r->ps); i++) {
+        const attn_param *q = attn_params_get(r->ps, i);
+        float *st2 = NULL;
+        wh = train_hash(wh, q->data, sizeof(float) * q->numel);
+        if (attn_optimizer_state(r->opt, i, "exp_avg", &st2) == ATTN_OK) wh = train_hash(wh, st2, sizeof(float) * q->numel);
+        if (attn_optimizer_state(r->opt, i, "exp_avg_sq", &st2) == ATTN_OK) wh = train_hash(wh, st2, sizeof(float) * q->numel);
+    }
+    if (attn_dist_check_same(r->dist, config_hash(&r->o, r->text, r->len), "the options and the --data contents") != ATTN_OK ||
+        attn_dist_check_same(r->dist, wh, "the starting weights and optimizer state") != ATTN_OK)
+        return cli_fail("train gpt: rank %d: %s", r->rank, attn_last_error());
+    return 0;
+}
+
+/* The batches, activations and gradients of a step: 0, or 1 (message printed). */
+static int alloc_scratch(gpt_run *r, const attn_train_state *state) {
+    const int64_t C = r->C, m = r->m, M = r->M, L = r->L;
+    r->a = (attn_gpt_args){m, C, NULL, NULL, 1, state->rng_seed, 0, NULL};
+    r->x = malloc(sizeof(int64_t) * (size_t)(r->count * C));
+    r->y = malloc(sizeof(int64_t) * (size_t)(r->count * C));
+    r->a.tokens = r->x;
+    r->sb = attn_gpt_saved_size(r->g, &r->a), r->wb = attn_gpt_workspace_size(r->g, &r->a);
+    r->P = attn_params_numel(r->ps);
+    r->saved = malloc(r->sb ? r->sb : 1);
+    r->ws = malloc(r->wb ? r->wb : 1);
+    r->logits = malloc(sizeof(float) * (size_t)(m * C * r->V));
+    r->losses = malloc(sizeof(float) * (size_t)(M + L));
+    /* the micro-batch gradients: this rank's L for the reduction (N > 1), or the running fold (N = 1) */
+    const size_t ngrads = M == 1 ? 0 : r->dist && r->nranks > 1 ? (L > 1 ? (size_t)L * r->P : 0) : r->P;
+    if (ngrads) r->grads = malloc(sizeof(float) * ngrads);
+    if (!r->x || !r->y || !r->saved || !r->ws || !r->logits || !r->losses || (ngrads && !r->grads))
+        return cli_fail("train gpt: out of memory (%zu MB of activations)", (r->sb + r->wb) >> 20);
+    return 0;
+}
+
+/* The header: the model, the data, the schedule. */
+static void print_header(const gpt_run *r) {
+    const gpt_opts *o = &r->o;
+    char att[160];
+    int used = snprintf(att, sizeof att, "%s attention", attn_attention_kind_name(o->shape.attention.kind));
+    attn_attention_config ac = o->shape.attention;
+    for (int i = 0, k = 0; i < TRAIN_KIND_OPTS && used > 0 && (size_t)used < sizeof att; i++)
+        if (train_kind_uses(ac.kind, i, NULL))
+            used += snprintf(att + used, sizeof att - (size_t)used, "%s%s %lld", k++ ? ", " : " (",
+                             train_kind_opts[i].name, (long long)*train_kind_opt_value(&ac, i));
+    if (used > 0 && (size_t)used + 1 < sizeof att && strchr(att, '(')) strcat(att, ")");
+    char held[64] = "";
+    if (r->val_len) snprintf(held, sizeof held, " (%zu held out for validation)", r->val_len);
+    printf("gpt: %lld layers, %lld heads, d_model %lld, context %lld, %s, %zu parameters; %zu bytes of "
+           "'%s'%s; batch %lld, %lld steps, lr %g, %s, %d threads\n",
+           (long long)o->shape.layers, (long long)o->shape.heads, (long long)o->shape.d_model, (long long)r->C, att,
+           attn_params_numel(r->ps), r->len, o->data, held, (long long)r->B, (long long)o->steps, o->lr,
+           attn_precision_name(o->precision), attn_get_num_threads());
+    train_precision_note(o->precision);
+    if (r->M > 1 || r->nranks > 1)
+        printf("data-parallel: %d rank%s, %lld windows each, micro-batch %lld (%lld gradients added in order per step)\n",
+               r->nranks, r->nranks > 1 ? "s" : "", (long long)r->count, (long long)r->m, (long long)r->M);
+    fflush(stdout);
+}
+
+/* trainer hook: after the checkpoint's state is loaded, before the first step. */
+static int gpt_start(void *ctx, const attn_train_state *state) {
+    gpt_run *r = ctx;
+    r->data_seed = state->rng_seed ^ 0x5DEECE66Dull;
+    if (r->dist && dist_check(r, state)) return 1;
+    if (alloc_scratch(r, state)) return 1;
+    print_header(r);
+    return 0;
+}
+
+/* The canonical gradient of this rank's micro-batches: computed one by one, added in order (into
+ * r->grads when there are several). */
+static attn_status micro_grads(gpt_run *r) {
+    const int64_t m = r->m, C = r->C, V = r->V, M = r->M;
+    const int split = r->dist && r->nranks > 1;
+    attn_cross_entropy_config ce = attn_cross_entropy_config_default();
+    attn_status s;
+    for (int64_t k = 0; k < r->L; k++) {
+        r->a.tokens = r->x + k * m * C;
+        if ((s = attn_params_zero_grad(r->ps)) != ATTN_OK ||
+            (s = attn_gpt_forward(r->g, &r->a, r->logits, r->saved, r->sb, r->ws, r->wb)) != ATTN_OK ||
+            (s = attn_cross_entropy_forward(r->logits, r->y + k * m * C, m * C, V, &ce, &r->losses[M + k], r->logits)) !=
+                ATTN_OK ||
+            (s = attn_gpt_backward(r->g, &r->a, r->logits, r->saved, r->sb, r->ws, r->wb)) != ATTN_OK)
+            return s;
+        if (!r->grads) continue;
+        float *dst = r->grads + (split ? (size_t)k * r->P : 0);
+        for (size_t i = 0, off = 0; i < attn_params_count(r->ps); off += attn_params_get(r->ps, i)->numel, i++) {
+            const attn_param *q = attn_params_get(r->ps, i);
+            if (k == 0 || split)
+                memcpy(dst + off, q->grad, sizeof(float) * q->numel);
+            else
+                for (size_t e = 0; e < q->numel; e++) dst[off + e] += q->grad[e];
+        }
+    }
+    return ATTN_OK;
+}
+
+/* trainer hook: step `step`'s gradient (the sum of M micro-batches') and loss. */
+static attn_status gpt_step(void *ctx, int64_t step, float *loss, double *units) {
+    gpt_run *r = ctx;
+    const int64_t M = r->M;
+    draw_batch(r->text, r->train_len, r->first, r->count, r->C, r->data_seed, step, r->x, r->y);
+    r->a.offset = (uint64_t)step;
+    attn_status s = micro_grads(r);
+    if (s != ATTN_OK) return s;
+    if (r->dist && r->nranks > 1) {
+        if ((s = attn_dist_allgather_f32(r->dist, r->losses + M, r->L, r->losses)) != ATTN_OK ||
+            (s = attn_dist_allreduce_grads(r->dist, r->ps, r->grads, r->L)) != ATTN_OK)
+            return s;
+    } else {
+        memcpy(r->losses, r->losses + M, sizeof(float) * (size_t)M);
+        for (size_t i = 0, off = 0; r->grads && i < attn_params_count(r->ps); off += attn_params_get(r->ps, i)->numel, i++)
+            memcpy(attn_params_get(r->ps, i)->grad, r->grads + off, sizeof(float) * attn_params_get(r->ps, i)->numel);
+    }
+    double lsum = 0;
+    for (int64_t k = 0; k < M; k++) lsum += r->losses[k];
+    *loss = (float)(lsum / (double)M);
+    *units = (double)(r->B * r->C);
+    return ATTN_OK;
+}
+
+/* trainer hook: the validation loss, every --eval-interval steps and at the end (when the last
+ * step's is not known yet). */
+static attn_status gpt_evaluate(void *ctx, int64_t step, int final) {
+    gpt_run *r = ctx;
+    if (!r->val_len) return ATTN_OK;
+    if (!final || r->val_step != step) {
+        attn_status s = val_loss(r->g, &r->a, r->text + r->train_len, r->val_len, r->o.eval_batches * r->B, r->m, r->V,
+                                 r->x, r->y, r->logits, r->saved, r->sb, r->ws, r->wb, &r->val);
+        if (s != ATTN_OK) return s;
+        r->val_step = step;
+    }
+    if (final) {
+        printf("final val loss: %.9g\n", r->val);
+    } else {
+        printf("step %6lld/%lld  val loss %.4f\n", (long long)step, (long long)r->o.steps, r->val);
+        fflush(stdout);
+    }
+    return ATTN_OK;
+}
+
+/* trainer hook: the checkpoint's metadata. */
+static void gpt_metadata(void *ctx, train_meta *m) { fill_meta(m, &((gpt_run *)ctx)->o); }
+
+static void gpt_free(gpt_run *r) {
+    free(r->text);
+    free(r->x);
+    free(r->y);
+    free(r->logits);
+    free(r->grads);
+    free(r->losses);
+    free(r->saved);
+    free(r->ws);
+    attn_optimizer_free(r->opt);
+    attn_gpt_free(r->g);
+}
+
+/* The options' defaults, then the command line: CLI_OK, CLI_HELP or 2. */
+static int gpt_options(int argc, char **argv, gpt_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->shape = (train_gpt_shape){TRAIN_BYTE_VOCAB, 2, 4, 128, 512, 64, attn_attention_config_default()};
+    o->steps = 1000;
+    o->batch = 16;
+    o->warmup = -1;
+    o->every = 100;
+    o->log_every = 10;
+    o->seed = 1;
+    o->lr = 3e-3;
+    o->val_fraction = 0.1;
+    o->eval_interval = 100;
+    o->eval_batches = 4;
+    o->checkpoint = "attn-gpt.safetensors";
+    return parse_gpt(argc, argv, o);
+}
+
+/* The data (and its hash), the checkpoint's place, and on resume what the checkpoint fixes:
+ * 0, or 1 (message printed). */
+static int gpt_prepare(gpt_run *r) {
+    gpt_opts *o = &r->o;
+    r->text = (unsigned char *)safe_read(o->data, "data", ATTN_IO_CAP_DATA, &r->len);
+    if (!r->text) return cli_fail("train gpt: %s", attn_last_error());
+    snprintf(o->data_hash, sizeof o->data_hash, "%016llx", (unsigned long long)train_hash(TRAIN_HASH_SEED, r->text, r->len));
+    const char *const ins[1] = {o->data};
+    if (r->rank == 0 && safe_checkpoint_check("train gpt", o->checkpoint, ins, 1, o->resume, o->force)) return 1;
+    if (o->resume) {
+        if (resume_meta(r)) return 1;
+    } else {
+        o->shape.ff = 4 * o->shape.d_model;
+    }
+    return plan(r) || build(r);
+}
+
+static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
+    gpt_run r;
+    memset(&r, 0, sizeof r);
+    int rc = gpt_options(argc, argv, &r.o);
     if (rc == CLI_HELP) {
         usage_gpt(stdout);
         return 0;
     }
     if (rc) return rc;
-    if (o.threads > 0) attn_set_num_threads((int)o.threads);
+    const gpt_opts *o = &r.o;
+    if (o->threads > 0) attn_set_num_threads((int)o->threads);
     if (train_dist_start("train gpt", distp)) return 1;
-    attn_dist *const dist = *distp;
-    const int rank = attn_dist_rank(dist), nranks = attn_dist_size(dist);
-
-    size_t len = 0;
-    unsigned char *text = (unsigned char *)safe_read(o.data, "data", ATTN_IO_CAP_DATA, &len);
-    if (!text) return cli_fail("train gpt: %s", attn_last_error());
-    snprintf(o.data_hash, sizeof o.data_hash, "%016llx", (unsigned long long)train_hash(TRAIN_HASH_SEED, text, len));
-    const char *const ins[1] = {o.data};
-    if (rank == 0 && safe_checkpoint_check("train gpt", o.checkpoint, ins, 1, o.resume, o.force)) {
-        free(text);
-        return 1;
+    r.dist = *distp;
+    r.rank = attn_dist_rank(r.dist), r.nranks = attn_dist_size(r.dist);
+    r.val = NAN;
+    r.val_step = -1;
+    rc = gpt_prepare(&r);
+    if (!rc) {
+        trainer_config c = trainer_config_default("train gpt");
+        c.ps = r.ps, c.opt = r.opt, c.dist = r.dist;
+        c.sched = (attn_lr_schedule){o->lr, o->lr / 10, o->warmup, o->steps};
+        c.accum = r.M, c.batch = r.B;
+        c.steps = o->steps, c.stop_at = o->stop_at;
+        c.seed = (uint64_t)o->seed, c.given_seed = o->given_seed;
+        c.resume = o->resume, c.check_steps = 1;
+        c.checkpoint = o->checkpoint, c.every = o->every, c.log_every = o->log_every;
+        c.eval_every = o->eval_interval, c.eval_at_stop = 1, c.eval_name = "validation";
+        const trainer_hooks h = {&r, gpt_start, gpt_step, gpt_evaluate, gpt_metadata, NULL, NULL};
+        rc = trainer_run(&c, &h, NULL);
     }
-
-    /* on resume, the model's shape and the seed come from the checkpoint */
-    int64_t ckpt_micro = 0;
-    if (o.resume) {
-        attn_safetensors *st = NULL;
-        if (attn_safetensors_open_file(o.checkpoint, &st) != ATTN_OK) {
-            free(text);
-            return cli_fail("train gpt: --resume: %s", attn_last_error());
-        }
-        train_gpt_shape s;
-        char err[256];
-        int bad = train_shape_from_meta(st, &s, err, sizeof err);
-        /* the run's schedule and batch, unless given again */
-        const char *mv;
-        int64_t iv;
-        double dv;
-        if (!o.given_steps && (mv = attn_safetensors_metadata_find(st, "train.steps")) &&
-            !cli_parse_i64(mv, 1, (int64_t)1 << 30, &iv))
-            o.steps = iv;
-        if (!o.given_batch && (mv = attn_safetensors_metadata_find(st, "train.batch")) &&
-            !cli_parse_i64(mv, 1, 1 << 20, &iv))
-            o.batch = iv;
-        if (!o.given_warmup && (mv = attn_safetensors_metadata_find(st, "train.warmup")) &&
-            !cli_parse_i64(mv, 0, (int64_t)1 << 30, &iv))
-            o.warmup = iv;
-        if (!o.given_lr && (mv = attn_safetensors_metadata_find(st, "train.lr")) &&
-            !cli_parse_double(mv, 0.0, 10.0, &dv) && dv > 0)
-            o.lr = dv;
-        if (!o.given_micro && (mv = attn_safetensors_metadata_find(st, "train.micro_batch")) &&
-            !cli_parse_i64(mv, 1, 1 << 20, &iv)) {
-            ckpt_micro = iv;
-            if (o.batch % nranks == 0 && (o.batch / nranks) % iv == 0) o.micro = iv; /* the run's accumulation */
-        }
-        /* absent in checkpoints from before the hold-out: those trained on the whole file */
-        double ckpt_val = 0;
-        char bad_val[64] = "";
-        if ((mv = attn_safetensors_metadata_find(st, "train.val_fraction")) && cli_parse_double(mv, 0.0, 0.9, &ckpt_val)) {
-            snprintf(bad_val, sizeof bad_val, "%s", mv);
-            ckpt_val = -1;
-        }
-        const int other_val = ckpt_val < 0 || (o.given_val && o.val_fraction != ckpt_val);
-        if (!other_val) o.val_fraction = ckpt_val;
-        /* absent in older checkpoints: fp32 */
-        attn_precision ckpt_precision = ATTN_PRECISION_FP32;
-        if ((mv = attn_safetensors_metadata_find(st, "train.precision")) && train_parse_precision(mv, &ckpt_precision)) {
-            attn_safetensors_close(st);
-            free(text);
-            return cli_fail("train gpt: --resume: %s: train.precision '%s' is neither fp32 nor bf16", o.checkpoint, mv);
-        }
-        if (!o.given_precision) o.precision = ckpt_precision;
-        else if (o.precision != ckpt_precision)
-            printf("note: --precision %s, the checkpoint was trained in %s (its weights are fp32 either way): "
-                   "continuing in %s\n", attn_precision_name(o.precision), attn_precision_name(ckpt_precision),
-                   attn_precision_name(o.precision));
-        const char *dh = attn_safetensors_metadata_find(st, "train.data_hash"); /* absent in older checkpoints */
-        const int other_data = dh && strcmp(dh, o.data_hash) != 0;
-        attn_safetensors_close(st);
-        if (bad) {
-            free(text);
-            return cli_fail("train gpt: --resume: %s: %s", o.checkpoint, err);
-        }
-        if (other_val) {
-            free(text);
-            if (ckpt_val < 0)
-                return cli_fail("train gpt: --resume: %s: train.val_fraction '%s' is not a fraction in [0, 0.9]", o.checkpoint,
-                                bad_val);
-            return cli_fail("train gpt: --resume: --val-fraction %g differs from the checkpoint's %g (the held-out part, "
-                            "hence the training data, would change)", o.val_fraction, ckpt_val);
-        }
-        if (other_data) {
-            free(text);
-            return cli_fail("train gpt: --resume: --data '%s' is not the data %s was trained on (its contents differ); "
-                            "resume with the same file, or start afresh with --force", o.data, o.checkpoint);
-        }
-        const struct { int given; int64_t mine, theirs; const char *name; } chk[] = {
-            {o.given_layers, o.shape.layers, s.layers, "--layers"},
-            {o.given_heads, o.shape.heads, s.heads, "--heads"},
-            {o.given_d, o.shape.d_model, s.d_model, "--d-model"},
-            {o.given_context, o.shape.context, s.context, "--context"}};
-        for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
-            if (chk[i].given && chk[i].mine != chk[i].theirs) {
-                free(text);
-                return cli_fail("train gpt: --resume: %s %lld differs from the checkpoint's %lld", chk[i].name,
-                                (long long)chk[i].mine, (long long)chk[i].theirs);
-            }
-        const attn_attention_config *x = &o.shape.attention, *y = &s.attention;
-        if (o.given_attention && (x->kind != y->kind || x->window != y->window ||
-                                  x->num_features != y->num_features || x->seed != y->seed)) {
-            free(text);
-            return cli_fail("train gpt: --resume: --attention %s differs from the checkpoint's %s",
-                            attn_attention_kind_name(o.shape.attention.kind), attn_attention_kind_name(s.attention.kind));
-        }
-        o.shape = s;
-    } else {
-        o.shape.ff = 4 * o.shape.d_model;
-    }
-    if (o.warmup < 0) o.warmup = o.steps / 20;
-    if (o.warmup > o.steps) {
-        free(text);
-        return cli_fail("train gpt: warmup %lld exceeds steps %lld", (long long)o.warmup, (long long)o.steps);
-    }
-    if (!o.given_micro && o.micro == 0) {
-        o.micro = o.batch % nranks == 0 ? o.batch / nranks : o.batch;
-        if (ckpt_micro)
-            printf("note: the checkpoint's micro-batch %lld does not divide the %lld windows of each of %d ranks: "
-                   "micro-batch %lld from here on (the gradients are added in another grouping)\n",
-                   (long long)ckpt_micro, (long long)o.micro, nranks, (long long)o.micro);
-    }
-    int64_t first = 0, count = 0;
-    if (attn_dist_shard(o.batch, o.micro, rank, nranks, &first, &count) != ATTN_OK) {
-        free(text);
-        return cli_fail("train gpt: --batch %lld, --micro-batch %lld on %d rank%s: %s", (long long)o.batch,
-                        (long long)o.micro, nranks, nranks > 1 ? "s" : "", strchr(attn_last_error(), ' ') + 1);
-    }
-    /* B windows per step, M micro-batches of m, L of them on this rank */
-    const int64_t B = o.batch, C = o.shape.context, V = o.shape.vocab, m = o.micro, M = B / m, L = count / m;
-    if (len < (size_t)C + 1) {
-        free(text);
-        return cli_fail("train gpt: '%s' has %zu bytes; --context %lld needs at least %lld", o.data, len, (long long)C,
-                        (long long)C + 1);
-    }
-    /* train on text[0, train_len), validate on the rest (nanoGPT's split: the first 1 - F) */
-    const size_t train_len = (size_t)((1.0 - o.val_fraction) * (double)len), val_len = len - train_len;
-    if (val_len > 0 && val_len < (size_t)C + 1) {
-        free(text);
-        return cli_fail("train gpt: --val-fraction %g of the %zu bytes of '%s' holds out %zu; --context %lld needs at "
-                        "least %lld (more data, a larger --val-fraction, or --val-fraction 0)",
-                        o.val_fraction, len, o.data, val_len, (long long)C, (long long)C + 1);
-    }
-    if (train_len < (size_t)C + 1) {
-        free(text);
-        return cli_fail("train gpt: --val-fraction %g leaves %zu of the %zu bytes of '%s' to train on; --context %lld "
-                        "needs at least %lld", o.val_fraction, train_len, len, o.data, (long long)C, (long long)C + 1);
-    }
-
-    attn_gpt_config cfg = train_gpt_config(&o.shape);
-    cfg.precision = o.precision;
-    attn_gpt *g = NULL;
-    attn_optimizer *opt = NULL;
-    int64_t *x = NULL, *y = NULL;
-    float *logits = NULL, *grads = NULL, *losses = NULL;
-    void *saved = NULL, *ws = NULL;
-    int exit_code = 1;
-    attn_status s = attn_gpt_create(&cfg, &g);
-    if (s != ATTN_OK) {
-        cli_fail("train gpt: %s", attn_last_error());
-        goto done;
-    }
-    const attn_params *ps = attn_gpt_params(g);
-    attn_adamw_config ac = attn_adamw_config_default();
-    ac.beta2 = 0.95;
-    ac.weight_decay = 0.1;
-    if ((s = attn_params_reset(ps, (uint64_t)o.seed)) != ATTN_OK || (s = attn_adamw_create(ps, &ac, &opt)) != ATTN_OK) {
-        cli_fail("train gpt: %s", attn_last_error());
-        goto done;
-    }
-    for (size_t i = 0; i < attn_params_count(ps); i++)
-        if (attn_params_get(ps, i)->rank < 2) attn_optimizer_set_weight_decay(opt, i, 0.0); /* biases, norms */
-
-    attn_train_state state = {0, 0, 0, (uint64_t)o.seed, 0};
-    if (o.resume) {
-        if (attn_checkpoint_load(o.checkpoint, ps, opt, &state, NULL) != ATTN_OK) {
-            cli_fail("train gpt: --resume: %s", attn_last_error());
-            goto done;
-        }
-        if (o.given_seed && (uint64_t)o.seed != state.rng_seed) {
-            cli_fail("train gpt: --resume: --seed %lld differs from the checkpoint's %llu", (long long)o.seed,
-                     (unsigned long long)state.rng_seed);
-            goto done;
-        }
-        if (o.steps < state.step) {
-            cli_fail("train gpt: --resume: --steps %lld is below the checkpoint's step %lld", (long long)o.steps,
-                     (long long)state.step);
-            goto done;
-        }
-        printf("resuming from %s at step %lld\n", o.checkpoint, (long long)state.step);
-    }
-    const uint64_t data_seed = state.rng_seed ^ 0x5DEECE66Dull;
-    if (dist) { /* every rank: the same options, data, weights and optimizer state */
-        if (!o.resume && (s = attn_dist_broadcast_params(dist, ps)) != ATTN_OK) {
-            cli_fail("train gpt: %s", attn_last_error());
-            goto done;
-        }
-        uint64_t wh = train_hash(TRAIN_HASH_SEED, &state, sizeof state);
-        for (size_t i = 0; i < attn_params_count(ps); i++) {
-            const attn_param *q = attn_params_get(ps, i);
-            float *st2 = NULL;
-            wh = train_hash(wh, q->data, sizeof(float) * q->numel);
-            if (attn_optimizer_state(opt, i, "exp_avg", &st2) == ATTN_OK) wh = train_hash(wh, st2, sizeof(float) * q->numel);
-            if (attn_optimizer_state(opt, i, "exp_avg_sq", &st2) == ATTN_OK) wh = train_hash(wh, st2, sizeof(float) * q->numel);
-        }
-        if ((s = attn_dist_check_same(dist, config_hash(&o, text, len), "the options and the --data contents")) != ATTN_OK ||
-            (s = attn_dist_check_same(dist, wh, "the starting weights and optimizer state")) != ATTN_OK) {
-            cli_fail("train gpt: rank %d: %s", rank, attn_last_error());
-            goto done;
-        }
-    }
-
-    attn_gpt_args a = {m, C, NULL, NULL, 1, state.rng_seed, 0, NULL};
-    x = malloc(sizeof(int64_t) * (size_t)(count * C));
-    y = malloc(sizeof(int64_t) * (size_t)(count * C));
-    a.tokens = x;
-    const size_t sb = attn_gpt_saved_size(g, &a), wb = attn_gpt_workspace_size(g, &a), P = attn_params_numel(ps);
-    saved = malloc(sb ? sb : 1);
-    ws = malloc(wb ? wb : 1);
-    logits = malloc(sizeof(float) * (size_t)(m * C * V));
-    losses = malloc(sizeof(float) * (size_t)(M + L));
-    /* the micro-batch gradients: this rank's L for the reduction (N > 1), or the running fold (N = 1) */
-    const size_t ngrads = M == 1 ? 0 : dist && nranks > 1 ? (L > 1 ? (size_t)L * P : 0) : P;
-    if (ngrads) grads = malloc(sizeof(float) * ngrads);
-    if (!x || !y || !saved || !ws || !logits || !losses || (ngrads && !grads)) {
-        cli_fail("train gpt: out of memory (%zu MB of activations)", (sb + wb) >> 20);
-        goto done;
-    }
-    char att[160];
-    int used = snprintf(att, sizeof att, "%s attention", attn_attention_kind_name(o.shape.attention.kind));
-    for (int i = 0, k = 0; i < TRAIN_KIND_OPTS && used > 0 && (size_t)used < sizeof att; i++)
-        if (train_kind_uses(o.shape.attention.kind, i, NULL))
-            used += snprintf(att + used, sizeof att - (size_t)used, "%s%s %lld", k++ ? ", " : " (",
-                             train_kind_opts[i].name, (long long)*train_kind_opt_value(&o.shape.attention, i));
-    if (used > 0 && (size_t)used + 1 < sizeof att && strchr(att, '(')) strcat(att, ")");
-    char held[64] = "";
-    if (val_len) snprintf(held, sizeof held, " (%zu held out for validation)", val_len);
-    printf("gpt: %lld layers, %lld heads, d_model %lld, context %lld, %s, %zu parameters; %zu bytes of "
-           "'%s'%s; batch %lld, %lld steps, lr %g, %s, %d threads\n",
-           (long long)o.shape.layers, (long long)o.shape.heads, (long long)o.shape.d_model, (long long)C, att,
-           attn_params_numel(ps), len, o.data, held, (long long)B, (long long)o.steps, o.lr,
-           attn_precision_name(o.precision), attn_get_num_threads());
-    train_precision_note(o.precision);
-    if (M > 1 || nranks > 1)
-        printf("data-parallel: %d rank%s, %lld windows each, micro-batch %lld (%lld gradients added in order per step)\n",
-               nranks, nranks > 1 ? "s" : "", (long long)count, (long long)m, (long long)M);
     fflush(stdout);
+    gpt_free(&r);
+    return rc;
+}
 
-    train_signals_catch();
-
-    const attn_lr_schedule sched = {o.lr, o.lr / 10, o.warmup, o.steps};
-    attn_cross_entropy_config ce = attn_cross_entropy_config_default();
-    double t_last = bench_now();
-    int64_t tokens_since = 0, step0 = state.step;
-    float last_loss = NAN;
-    double val = NAN;     /* the last validation loss, at step val_step */
-    int64_t val_step = -1;
-    int failed = 0, dist_stop = 0;
-    char save_err[512] = "";
-    const int64_t stop = o.stop_at > 0 && o.stop_at < o.steps ? o.stop_at : o.steps;
-    while (state.step < stop && !(dist ? dist_stop : train_signals_caught())) {
-        if (dist) { /* the ranks agree on stopping (Ctrl-C reaches them one by one) */
-            if ((s = attn_dist_agree(dist, train_signals_caught(), &dist_stop)) != ATTN_OK) {
-                failed = 1;
-                break;
-            }
-            if (dist_stop) break;
-        }
-        const int64_t step = state.step;
-        draw_batch(text, train_len, first, count, C, data_seed, step, x, y);
-        a.offset = (uint64_t)step;
-        double lr = 0, gn = 0;
-        float loss = 0;
-        /* the canonical gradient: micro-batch gradients computed one by one, added in order */
-        for (int64_t k = 0; k < L && !failed; k++) {
-            a.tokens = x + k * m * C;
-            if ((s = attn_params_zero_grad(ps)) != ATTN_OK ||
-                (s = attn_gpt_forward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
-                (s = attn_cross_entropy_forward(logits, y + k * m * C, m * C, V, &ce, &losses[M + k], logits)) != ATTN_OK ||
-                (s = attn_gpt_backward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK) {
-                failed = 1;
-                break;
-            }
-            if (!grads) continue;
-            float *dst = grads + (dist && nranks > 1 ? (size_t)k * P : 0);
-            for (size_t i = 0, off = 0; i < attn_params_count(ps); off += attn_params_get(ps, i)->numel, i++) {
-                const attn_param *q = attn_params_get(ps, i);
-                if (k == 0 || (dist && nranks > 1))
-                    memcpy(dst + off, q->grad, sizeof(float) * q->numel);
-                else
-                    for (size_t e = 0; e < q->numel; e++) dst[off + e] += q->grad[e];
-            }
-        }
-        if (failed) break;
-        if (dist && nranks > 1) {
-            if ((s = attn_dist_allgather_f32(dist, losses + M, L, losses)) != ATTN_OK ||
-                (s = attn_dist_allreduce_grads(dist, ps, grads, L)) != ATTN_OK) {
-                failed = 1;
-                break;
-            }
-        } else {
-            memcpy(losses, losses + M, sizeof(float) * (size_t)M);
-            for (size_t i = 0, off = 0; grads && i < attn_params_count(ps); off += attn_params_get(ps, i)->numel, i++)
-                memcpy(attn_params_get(ps, i)->grad, grads + off, sizeof(float) * attn_params_get(ps, i)->numel);
-        }
-        double lsum = 0;
-        for (int64_t k = 0; k < M; k++) lsum += losses[k];
-        loss = (float)(lsum / (double)M);
-        if ((s = attn_lr_warmup_cosine(&sched, step, &lr)) != ATTN_OK) {
-            failed = 1;
-            break;
-        }
-        s = attn_train_step(opt, lr, 1.0, M, &gn);
-        if (s == ATTN_ERR_NUMERIC) {
-            printf("step %lld: non-finite gradient norm, step skipped\n", (long long)step + 1);
-        } else if (s != ATTN_OK) {
-            failed = 1;
-            break;
-        }
-        state.step = step + 1;
-        state.data_position = state.step * B;
-        state.rng_offset = (uint64_t)state.step;
-        last_loss = loss;
-        tokens_since += B * C;
-        if (state.step % o.log_every == 0 || state.step == stop || step == step0) {
-            const double now = bench_now(), dt = now - t_last;
-            printf("step %6lld/%lld  loss %.4f  lr %.2e  |g| %7.3f  %9.0f tok/s\n", (long long)state.step,
-                   (long long)o.steps, (double)loss, lr, gn, dt > 0 ? (double)tokens_since / dt : 0.0);
-            fflush(stdout);
-            t_last = now;
-            tokens_since = 0;
-        }
-        if (rank == 0 && val_len && o.eval_interval > 0 && state.step % o.eval_interval == 0) {
-            if ((s = val_loss(g, &a, text + train_len, val_len, o.eval_batches * B, m, V, x, y, logits, saved, sb, ws,
-                              wb, &val)) != ATTN_OK) {
-                failed = 1;
-                break;
-            }
-            val_step = state.step;
-            printf("step %6lld/%lld  val loss %.4f\n", (long long)state.step, (long long)o.steps, val);
-            fflush(stdout);
-        }
-        if (rank == 0 && o.every > 0 && state.step % o.every == 0 && state.step < stop) {
-            train_meta meta;
-            fill_meta(&meta, &o);
-            if (attn_checkpoint_save(o.checkpoint, ps, opt, &state, meta.keys, meta.values, meta.n) != ATTN_OK) {
-                snprintf(save_err, sizeof save_err, "%s", attn_last_error());
-                break;
-            }
-        }
-    }
-    const int interrupted = dist ? dist_stop : train_signals_caught();
-    train_signals_release();
-    if (failed) {
-        cli_fail("train gpt: step %lld: %s", (long long)state.step + 1, attn_last_error());
-        goto done;
-    }
-    if (save_err[0]) {
-        cli_fail("train gpt: cannot write checkpoint: %s", save_err);
-        goto done;
-    }
-    train_meta meta;
-    fill_meta(&meta, &o);
-    if (rank == 0 && attn_checkpoint_save(o.checkpoint, ps, opt, &state, meta.keys, meta.values, meta.n) != ATTN_OK) {
-        cli_fail("train gpt: cannot write checkpoint: %s", attn_last_error());
-        goto done;
-    }
-    if (interrupted) {
-        printf("interrupted after step %lld of %lld: checkpoint written to %s (continue with --resume)\n",
-               (long long)state.step, (long long)o.steps, o.checkpoint);
-        exit_code = 130;
-    } else {
-        if (state.step > step0) printf("final loss: %.9g\n", (double)last_loss);
-        if (rank == 0 && val_len && val_step != state.step &&
-            val_loss(g, &a, text + train_len, val_len, o.eval_batches * B, m, V, x, y, logits, saved, sb, ws, wb, &val) !=
-                ATTN_OK) {
-            cli_fail("train gpt: validation: %s", attn_last_error());
-            goto done;
-        }
-        if (rank == 0 && val_len) printf("final val loss: %.9g\n", val);
-        printf("checkpoint: %s (step %lld)\n", o.checkpoint, (long long)state.step);
-        exit_code = 0;
-    }
-done:
-    fflush(stdout);
-    free(text);
-    free(x);
-    free(y);
-    free(logits);
-    free(grads);
-    free(losses);
-    free(saved);
-    free(ws);
-    attn_optimizer_free(opt);
-    attn_gpt_free(g);
-    return exit_code;
+static int train_gpt(int argc, char **argv) {
+    attn_dist *dist = NULL;
+    const int rc = train_gpt_run(argc, argv, &dist); /* sets dist: read it after the call */
+    return train_dist_end(dist, rc);
 }
 
 int cmd_train(int argc, char **argv) {

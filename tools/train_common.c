@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "cli_opts.h"
 
 static volatile sig_atomic_t g_interrupted;
@@ -250,4 +251,17 @@ void train_precision_note(attn_precision p) {
     if (attn_kernel_info_get(&k) != ATTN_OK || k.bf16_unit != ATTN_UNIT_FMA) return;
     printf("note: the bf16 products run on %s here (%s), at best at fp32's rate, so bf16 trains slower here "
            "than fp32\n", k.bf16_name, k.bf16_note ? k.bf16_note : "ATTN_ISA below avx512");
+}
+
+int train_resume_precision(const char *cmd, const attn_safetensors *st, const char *path, int given, attn_precision *p) {
+    attn_precision ckpt = ATTN_PRECISION_FP32;
+    const char *v = attn_safetensors_metadata_find(st, "train.precision");
+    if (v && train_parse_precision(v, &ckpt))
+        return cli_fail("%s: --resume: %s: train.precision '%s' is neither fp32 nor bf16", cmd, path, v);
+    if (!given)
+        *p = ckpt;
+    else if (*p != ckpt)
+        printf("note: --precision %s, the checkpoint was trained in %s (its weights are fp32 either way): "
+               "continuing in %s\n", attn_precision_name(*p), attn_precision_name(ckpt), attn_precision_name(*p));
+    return 0;
 }

@@ -61,21 +61,10 @@ void train_meta_add(train_meta *m, const char *key, const char *fmt, ...)
 /* Reads the shape back; 0 on success, else -1 with a message in err. */
 int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *err, size_t errsz);
 
-/* ---- data-parallel runs (include/attn/dist.h) ----------------------------------------------
- * `attn train gpt` and `attn bench train` run data-parallel when an MPI launcher started them
- * (mpirun / srun / mpiexec: OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment).
- * train_dist_start makes the context then (*d NULL otherwise) and sends the stdout of every rank
- * but 0 to /dev/null (rank 0 alone reports; errors still reach every rank's stderr). Launched as
- * several processes by a build without MPI: an error
- * (each would train alone and overwrite the others' checkpoints). 0 or 1 (message printed). */
-int train_dist_start(const char *cmd, attn_dist **d);
-/* Ends the context: MPI_Finalize when exit_code is 0 or 130, else MPI_Abort(exit_code) on a job of
- * several ranks (a rank that stops alone must not leave the others waiting in a collective). */
-int train_dist_end(attn_dist *d, int exit_code);
-
-/* FNV-1a 64 of n bytes, continuing from h (start from TRAIN_HASH_SEED): for configuration checks. */
-#define TRAIN_HASH_SEED 0xcbf29ce484222325ull
-uint64_t train_hash(uint64_t h, const void *data, size_t n);
+/* On --resume, the precision of checkpoint st (at path): its "train.precision" (absent in older
+ * checkpoints: fp32) into *p, unless given again (given != 0), then a note when the two differ.
+ * 0, or 1 with "attn: CMD: --resume: PATH: train.precision 'X' is neither fp32 nor bf16". */
+int train_resume_precision(const char *cmd, const attn_safetensors *st, const char *path, int given, attn_precision *p);
 
 /* ---- data-parallel runs (include/attn/dist.h) ----------------------------------------------
  * `attn train gpt` and `attn bench train` run data-parallel when an MPI launcher started them

@@ -3,17 +3,15 @@
  * AdamW, warmup + cosine learning rate, gradient clipping, random shifts, periodic checkpoints,
  * bitwise resume and a checkpoint on Ctrl-C, as `attn train gpt`. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
 #include "cli.h"
 #include "cli_opts.h"
 #include "safe_io.h"
 #include "train_common.h"
+#include "trainer.h"
 
 static void usage_vit(FILE *f) {
     fprintf(f,
@@ -149,8 +147,8 @@ static void draw_batch(const vit_data *d, const int64_t *train_idx, int64_t ntra
     }
 }
 
-/* Held-out accuracy (eval mode, batches of up to 256). Returns -1 on failure. */
-static int64_t evaluate(attn_vit *v, const vit_data *d, int64_t *total) {
+/* Held-out accuracy (eval mode, batches of up to 256): *correct of *total. */
+static attn_status evaluate(attn_vit *v, const vit_data *d, int64_t *correct, int64_t *total) {
     const int64_t S = d->side, K = d->classes, CH = 256;
     float *x = malloc(sizeof(float) * (size_t)(CH * S * S)), *lg = malloc(sizeof(float) * (size_t)(CH * K));
     attn_vit_args a;
@@ -159,32 +157,29 @@ static int64_t evaluate(attn_vit *v, const vit_data *d, int64_t *total) {
     a.images = x;
     const size_t wb = attn_vit_workspace_size(v, &a);
     void *ws = malloc(wb ? wb : 1);
-    int64_t idx[256], correct = 0, n = 0, nb = 0;
-    int bad = !x || !lg || !ws;
-    for (int64_t i = 0; !bad && i <= d->n; i++) {
+    int64_t idx[256], nb = 0;
+    *correct = *total = 0;
+    attn_status s = !x || !lg || !ws ? ATTN_ERR_OUT_OF_MEMORY : ATTN_OK;
+    for (int64_t i = 0; s == ATTN_OK && i <= d->n; i++) {
         if (i < d->n && held_out(i)) {
             put_image(d, i, 0, 0, x + nb * S * S);
             idx[nb++] = i;
         }
         if (nb == CH || (i == d->n && nb > 0)) {
             a.batch = nb;
-            if (attn_vit_forward(v, &a, lg, NULL, 0, ws, wb) != ATTN_OK) {
-                bad = 1;
-                break;
-            }
+            if ((s = attn_vit_forward(v, &a, lg, NULL, 0, ws, wb)) != ATTN_OK) break;
             for (int64_t b = 0; b < nb; b++) {
                 int64_t best = 0;
                 for (int64_t k = 1; k < K; k++)
                     if (lg[b * K + k] > lg[b * K + best]) best = k;
-                correct += best == d->labels[idx[b]];
+                *correct += best == d->labels[idx[b]];
             }
-            n += nb;
+            *total += nb;
             nb = 0;
         }
     }
     free(x), free(lg), free(ws);
-    *total = n;
-    return bad ? -1 : correct;
+    return s;
 }
 
 static void fill_meta(train_meta *m, const vit_opts *o, const attn_vit_config *c) {
@@ -250,261 +245,218 @@ static int resume_meta(vit_opts *o) {
     double dv;
     if (!o->given_lr && v && !cli_parse_double(v, 0.0, 10.0, &dv) && dv > 0) o->lr = dv;
     /* absent in older checkpoints: fp32 */
-    attn_precision ckpt_precision = ATTN_PRECISION_FP32;
-    if ((v = attn_safetensors_metadata_find(st, "train.precision")) && train_parse_precision(v, &ckpt_precision)) {
-        cli_fail("train vit: --resume: %s: train.precision '%s' is neither fp32 nor bf16", o->checkpoint, v);
-        attn_safetensors_close(st);
-        return 1;
-    }
+    const int bad = train_resume_precision("train vit", st, o->checkpoint, o->given_precision, &o->precision);
     attn_safetensors_close(st);
-    if (!o->given_precision) o->precision = ckpt_precision;
-    else if (o->precision != ckpt_precision)
-        printf("note: --precision %s, the checkpoint was trained in %s (its weights are fp32 either way): "
-               "continuing in %s\n", attn_precision_name(o->precision), attn_precision_name(ckpt_precision),
-               attn_precision_name(o->precision));
-    return 0;
+    return bad;
 }
 
-int train_vit(int argc, char **argv) {
-    vit_opts o;
-    memset(&o, 0, sizeof o);
-    o.data = "data/digits";
-    o.checkpoint = "attn-vit.safetensors";
-    o.patch = 2, o.layers = 2, o.heads = 4, o.hidden = 32, o.mlp = 0;
-    o.steps = 5000, o.batch = 32, o.warmup = -1, o.shift = 1, o.every = 1000, o.log_every = 500, o.seed = 1;
-    o.threads = 1;
-    o.lr = 5e-3;
+/* The options' defaults, then the command line: 0, or the exit status (CLI_HELP: the usage,
+ * printed). */
+static int vit_options(int argc, char **argv, vit_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->data = "data/digits";
+    o->checkpoint = "attn-vit.safetensors";
+    o->patch = 2, o->layers = 2, o->heads = 4, o->hidden = 32, o->mlp = 0;
+    o->steps = 5000, o->batch = 32, o->warmup = -1, o->shift = 1, o->every = 1000, o->log_every = 500, o->seed = 1;
+    o->threads = 1;
+    o->lr = 5e-3;
     const char *precision = NULL;
     cli_opt opts[] = {
-        CLI_STRING_NONEMPTY("--data", &o.data),
-        CLI_STRING_NONEMPTY("--checkpoint", &o.checkpoint),
+        CLI_STRING_NONEMPTY("--data", &o->data),
+        CLI_STRING_NONEMPTY("--checkpoint", &o->checkpoint),
         CLI_STRING("--precision", &precision),
-        CLI_FLAG("--resume", &o.resume),
-        CLI_FLAG("--force", &o.force),
-        CLI_DOUBLE_ABOVE("--lr", &o.lr, 0.0, 10.0),
-        CLI_INT("--patch", &o.patch, 1, 1024),
-        CLI_INT("--layers", &o.layers, 1, 64),
-        CLI_INT("--heads", &o.heads, 1, 256),
-        CLI_INT("--hidden", &o.hidden, 1, 4096),
-        CLI_INT("--mlp", &o.mlp, 1, 16384),
-        CLI_INT("--steps", &o.steps, 1, 1 << 30),
-        CLI_INT("--batch", &o.batch, 1, 1 << 16),
-        CLI_INT("--warmup", &o.warmup, 0, 1 << 30),
-        CLI_INT("--shift", &o.shift, 0, 8),
-        CLI_INT("--every", &o.every, 0, 1 << 30),
-        CLI_INT("--eval-interval", &o.eval_every, 0, 1 << 30),
-        CLI_INT("--eval-every", &o.eval_every, 0, 1 << 30),
-        CLI_INT("--log-every", &o.log_every, 1, 1 << 30),
-        CLI_INT("--stop-at", &o.stop_at, 1, 1 << 30),
-        CLI_INT("--threads", &o.threads, 1, 1024),
-        CLI_INT("--seed", &o.seed, 0, INT64_MAX),
+        CLI_FLAG("--resume", &o->resume),
+        CLI_FLAG("--force", &o->force),
+        CLI_DOUBLE_ABOVE("--lr", &o->lr, 0.0, 10.0),
+        CLI_INT("--patch", &o->patch, 1, 1024),
+        CLI_INT("--layers", &o->layers, 1, 64),
+        CLI_INT("--heads", &o->heads, 1, 256),
+        CLI_INT("--hidden", &o->hidden, 1, 4096),
+        CLI_INT("--mlp", &o->mlp, 1, 16384),
+        CLI_INT("--steps", &o->steps, 1, 1 << 30),
+        CLI_INT("--batch", &o->batch, 1, 1 << 16),
+        CLI_INT("--warmup", &o->warmup, 0, 1 << 30),
+        CLI_INT("--shift", &o->shift, 0, 8),
+        CLI_INT("--every", &o->every, 0, 1 << 30),
+        CLI_INT("--eval-interval", &o->eval_every, 0, 1 << 30),
+        CLI_INT("--eval-every", &o->eval_every, 0, 1 << 30),
+        CLI_INT("--log-every", &o->log_every, 1, 1 << 30),
+        CLI_INT("--stop-at", &o->stop_at, 1, 1 << 30),
+        CLI_INT("--threads", &o->threads, 1, 1024),
+        CLI_INT("--seed", &o->seed, 0, INT64_MAX),
         CLI_END,
     };
     int parsed = cli_parse("train vit", opts, argc, argv, NULL, 0);
-    if (parsed == CLI_HELP) {
-        usage_vit(stdout);
-        return 0;
-    }
     if (parsed) return parsed;
     static const char *shape_flags[] = {"--patch", "--layers", "--heads", "--hidden", "--mlp", "--seed"};
-    for (int i = 0; i < 6; i++) o.given[i] = cli_seen(opts, shape_flags[i]);
-    o.given_steps = cli_seen(opts, "--steps");
-    o.given_batch = cli_seen(opts, "--batch");
-    o.given_lr = cli_seen(opts, "--lr");
-    o.given_warmup = cli_seen(opts, "--warmup");
-    o.given_shift = cli_seen(opts, "--shift");
-    o.given_precision = precision != NULL;
-    if (precision && train_parse_precision(precision, &o.precision))
+    for (int i = 0; i < 6; i++) o->given[i] = cli_seen(opts, shape_flags[i]);
+    o->given_steps = cli_seen(opts, "--steps");
+    o->given_batch = cli_seen(opts, "--batch");
+    o->given_lr = cli_seen(opts, "--lr");
+    o->given_warmup = cli_seen(opts, "--warmup");
+    o->given_shift = cli_seen(opts, "--shift");
+    o->given_precision = precision != NULL;
+    if (precision && train_parse_precision(precision, &o->precision))
         return cli_usage_error("train vit: --precision '%s' is neither fp32 nor bf16", precision);
-    if (!o.resume && o.hidden % o.heads)
-        return cli_usage_error("train vit: --hidden %lld is not a multiple of --heads %lld", (long long)o.hidden,
-                               (long long)o.heads);
-    attn_set_num_threads((int)o.threads);
-    if (o.resume && resume_meta(&o)) return 1;
-    if (!o.mlp) o.mlp = 2 * o.hidden;
-    if (o.warmup < 0) o.warmup = o.steps / 20;
-    if (o.warmup > o.steps)
-        return cli_usage_error("train vit: --warmup %lld exceeds --steps %lld", (long long)o.warmup, (long long)o.steps);
+    if (!o->resume && o->hidden % o->heads)
+        return cli_usage_error("train vit: --hidden %lld is not a multiple of --heads %lld", (long long)o->hidden,
+                               (long long)o->heads);
+    return 0;
+}
 
+/* A run of `attn train vit`: its options, data, model and scratch (the training loop's hooks'
+ * context). */
+typedef struct vit_run {
+    vit_opts o;
     vit_data d;
-    int exit_code = 1;
-    attn_vit *v = NULL;
-    attn_optimizer *opt = NULL;
-    float *x = NULL, *logits = NULL;
-    int64_t *y = NULL, *train_idx = NULL;
-    void *saved = NULL, *ws = NULL;
-    if (load_data(o.data, &d)) goto done;
+    attn_vit_config cfg;
+    attn_vit *v;
+    attn_optimizer *opt;
+    const attn_params *ps;
+    attn_vit_args a;
+    uint64_t data_seed;
+    int64_t *train_idx, ntrain;
+    float *x, *logits;
+    int64_t *y;
+    void *saved, *ws;
+    size_t sb, wb;
+} vit_run;
+
+/* The data, the checkpoint's place, the model and its AdamW (no weight decay on biases, norms,
+ * positions and the class token): 0, or 1 (message printed). */
+static int vit_prepare(vit_run *r) {
+    const vit_opts *o = &r->o;
+    if (load_data(o->data, &r->d)) return 1;
     char lpath[1200], ipath[1200];
-    snprintf(lpath, sizeof lpath, "%s/labels.u8", o.data);
-    snprintf(ipath, sizeof ipath, "%s/images.u8", o.data);
+    snprintf(lpath, sizeof lpath, "%s/labels.u8", o->data);
+    snprintf(ipath, sizeof ipath, "%s/images.u8", o->data);
     const char *const ins[2] = {lpath, ipath};
-    if (safe_checkpoint_check("train vit", o.checkpoint, ins, 2, o.resume, o.force)) goto done;
-    if (d.side % o.patch) {
-        cli_fail("train vit: --patch %lld does not divide the %lld x %lld images", (long long)o.patch,
-                 (long long)d.side, (long long)d.side);
-        goto done;
-    }
-    attn_vit_config cfg = attn_vit_config_default(d.side, o.patch, o.layers, o.heads, o.hidden, o.mlp, d.classes);
-    cfg.in_channels = 1;
-    cfg.precision = o.precision;
-    attn_status s;
-    if ((s = attn_vit_create(&cfg, &v)) != ATTN_OK) {
-        cli_fail("train vit: %s", attn_last_error());
-        goto done;
-    }
-    const attn_params *ps = attn_vit_params(v);
+    if (safe_checkpoint_check("train vit", o->checkpoint, ins, 2, o->resume, o->force)) return 1;
+    if (r->d.side % o->patch)
+        return cli_fail("train vit: --patch %lld does not divide the %lld x %lld images", (long long)o->patch,
+                        (long long)r->d.side, (long long)r->d.side);
+    r->cfg = attn_vit_config_default(r->d.side, o->patch, o->layers, o->heads, o->hidden, o->mlp, r->d.classes);
+    r->cfg.in_channels = 1;
+    r->cfg.precision = o->precision;
+    if (attn_vit_create(&r->cfg, &r->v) != ATTN_OK) return cli_fail("train vit: %s", attn_last_error());
+    const attn_params *ps = r->ps = attn_vit_params(r->v);
     attn_adamw_config ac = attn_adamw_config_default();
     ac.weight_decay = 0.05;
-    if ((s = attn_params_reset(ps, (uint64_t)o.seed)) != ATTN_OK || (s = attn_adamw_create(ps, &ac, &opt)) != ATTN_OK) {
-        cli_fail("train vit: %s", attn_last_error());
-        goto done;
-    }
+    if (attn_params_reset(ps, (uint64_t)o->seed) != ATTN_OK || attn_adamw_create(ps, &ac, &r->opt) != ATTN_OK)
+        return cli_fail("train vit: %s", attn_last_error());
     for (size_t i = 0; i < attn_params_count(ps); i++)
         if (attn_params_get(ps, i)->rank < 2 || !strcmp(attn_params_get(ps, i)->name, "pos_embedding") ||
             !strcmp(attn_params_get(ps, i)->name, "class_token"))
-            attn_optimizer_set_weight_decay(opt, i, 0.0);
-    attn_train_state state = {0, 0, 0, (uint64_t)o.seed, 0};
-    if (o.resume) {
-        if (attn_checkpoint_load(o.checkpoint, ps, opt, &state, NULL) != ATTN_OK) {
-            cli_fail("train vit: --resume: %s", attn_last_error());
-            goto done;
-        }
-        if (o.given[5] && (uint64_t)o.seed != state.rng_seed) {
-            cli_fail("train vit: --resume: --seed %lld differs from the checkpoint's %llu", (long long)o.seed,
-                     (unsigned long long)state.rng_seed);
-            goto done;
-        }
-        printf("resuming from %s at step %lld\n", o.checkpoint, (long long)state.step);
-    }
-    const uint64_t data_seed = state.rng_seed ^ 0x5DEECE66Dull;
-    const int64_t B = o.batch, S = d.side, K = d.classes;
-    int64_t ntrain = 0;
-    train_idx = malloc(sizeof(int64_t) * (size_t)d.n);
-    for (int64_t i = 0; train_idx && i < d.n; i++)
-        if (!held_out(i)) train_idx[ntrain++] = i;
-    attn_vit_args a;
-    memset(&a, 0, sizeof a);
-    a.batch = B;
-    a.training = 1;
-    a.seed = state.rng_seed;
-    x = malloc(sizeof(float) * (size_t)(B * S * S));
-    a.images = x;
-    y = malloc(sizeof(int64_t) * (size_t)B);
-    logits = malloc(sizeof(float) * (size_t)(B * K));
-    const size_t sb = attn_vit_saved_size(v, &a), wb = attn_vit_workspace_size(v, &a);
-    saved = malloc(sb ? sb : 1);
-    ws = malloc(wb ? wb : 1);
-    if (!train_idx || !x || !y || !logits || !saved || !ws) {
-        cli_fail("train vit: out of memory (%zu MB of activations)", (sb + wb) >> 20);
-        goto done;
-    }
+            attn_optimizer_set_weight_decay(r->opt, i, 0.0);
+    return 0;
+}
+
+/* trainer hook: after the checkpoint's state is loaded, before the first step: the training
+ * images, the batch and activations, the header. */
+static int vit_start(void *ctx, const attn_train_state *state) {
+    vit_run *r = ctx;
+    const vit_opts *o = &r->o;
+    const vit_data *d = &r->d;
+    r->data_seed = state->rng_seed ^ 0x5DEECE66Dull;
+    const int64_t B = o->batch, S = d->side, K = d->classes;
+    r->train_idx = malloc(sizeof(int64_t) * (size_t)d->n);
+    for (int64_t i = 0; r->train_idx && i < d->n; i++)
+        if (!held_out(i)) r->train_idx[r->ntrain++] = i;
+    memset(&r->a, 0, sizeof r->a);
+    r->a.batch = B;
+    r->a.training = 1;
+    r->a.seed = state->rng_seed;
+    r->x = malloc(sizeof(float) * (size_t)(B * S * S));
+    r->a.images = r->x;
+    r->y = malloc(sizeof(int64_t) * (size_t)B);
+    r->logits = malloc(sizeof(float) * (size_t)(B * K));
+    r->sb = attn_vit_saved_size(r->v, &r->a), r->wb = attn_vit_workspace_size(r->v, &r->a);
+    r->saved = malloc(r->sb ? r->sb : 1);
+    r->ws = malloc(r->wb ? r->wb : 1);
+    if (!r->train_idx || !r->x || !r->y || !r->logits || !r->saved || !r->ws)
+        return cli_fail("train vit: out of memory (%zu MB of activations)", (r->sb + r->wb) >> 20);
     printf("vit: %lldx%lld images, patch %lld (%lld tokens), %lld layers, %lld heads, hidden %lld, mlp %lld, %lld "
            "classes, %zu parameters; %lld training / %lld held-out images from '%s'; batch %lld, %lld steps, lr %g, "
            "%s, %d threads\n",
-           (long long)S, (long long)S, (long long)o.patch, (long long)attn_vit_tokens(v), (long long)o.layers,
-           (long long)o.heads, (long long)o.hidden, (long long)o.mlp, (long long)K, attn_params_numel(ps),
-           (long long)ntrain, (long long)(d.n - ntrain), o.data, (long long)B, (long long)o.steps, o.lr,
-           attn_precision_name(o.precision), attn_get_num_threads());
-    train_precision_note(o.precision);
+           (long long)S, (long long)S, (long long)o->patch, (long long)attn_vit_tokens(r->v), (long long)o->layers,
+           (long long)o->heads, (long long)o->hidden, (long long)o->mlp, (long long)K, attn_params_numel(r->ps),
+           (long long)r->ntrain, (long long)(d->n - r->ntrain), o->data, (long long)B, (long long)o->steps, o->lr,
+           attn_precision_name(o->precision), attn_get_num_threads());
+    train_precision_note(o->precision);
     fflush(stdout);
+    return 0;
+}
 
-    train_signals_catch();
-
-    const attn_lr_schedule sched = {o.lr, o.lr / 10, o.warmup, o.steps};
+/* trainer hook: step `step`'s gradient and loss. */
+static attn_status vit_step(void *ctx, int64_t step, float *loss, double *units) {
+    vit_run *r = ctx;
+    const int64_t B = r->o.batch;
+    draw_batch(&r->d, r->train_idx, r->ntrain, B, r->o.shift, r->data_seed, step, r->x, r->y);
+    r->a.offset = (uint64_t)step;
     attn_cross_entropy_config ce = attn_cross_entropy_config_default();
-    double t_last = bench_now();
-    int64_t images_since = 0, step0 = state.step;
-    float last_loss = NAN;
-    int failed = 0;
-    char save_err[512] = "";
-    const int64_t stop = o.stop_at > 0 && o.stop_at < o.steps ? o.stop_at : o.steps;
-    while (state.step < stop && !train_signals_caught()) {
-        const int64_t step = state.step;
-        draw_batch(&d, train_idx, ntrain, B, o.shift, data_seed, step, x, y);
-        a.offset = (uint64_t)step;
-        double lr = 0, gn = 0;
-        float loss = 0;
-        if ((s = attn_params_zero_grad(ps)) != ATTN_OK ||
-            (s = attn_vit_forward(v, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
-            (s = attn_cross_entropy_forward(logits, y, B, K, &ce, &loss, logits)) != ATTN_OK ||
-            (s = attn_vit_backward(v, &a, logits, NULL, saved, sb, ws, wb)) != ATTN_OK ||
-            (s = attn_lr_warmup_cosine(&sched, step, &lr)) != ATTN_OK) {
-            failed = 1;
-            break;
-        }
-        s = attn_train_step(opt, lr, 1.0, 1, &gn);
-        if (s == ATTN_ERR_NUMERIC) {
-            printf("step %lld: non-finite gradient norm, step skipped\n", (long long)step + 1);
-        } else if (s != ATTN_OK) {
-            failed = 1;
-            break;
-        }
-        state.step = step + 1;
-        state.data_position = state.step * B;
-        state.rng_offset = (uint64_t)state.step;
-        last_loss = loss;
-        images_since += B;
-        if (state.step % o.log_every == 0 || state.step == stop || step == step0) {
-            const double now = bench_now(), dt = now - t_last;
-            printf("step %6lld/%lld  loss %.4f  lr %.2e  |g| %7.3f  %8.0f img/s\n", (long long)state.step,
-                   (long long)o.steps, (double)loss, lr, gn, dt > 0 ? (double)images_since / dt : 0.0);
-            fflush(stdout);
-            t_last = now;
-            images_since = 0;
-        }
-        if (o.eval_every > 0 && state.step % o.eval_every == 0 && state.step < stop) {
-            int64_t n = 0, c = evaluate(v, &d, &n);
-            if (c < 0) {
-                failed = 1;
-                break;
-            }
-            printf("step %6lld  held-out accuracy %.2f%% (%lld/%lld)\n", (long long)state.step,
-                   100.0 * (double)c / (double)n, (long long)c, (long long)n);
-        }
-        if (o.every > 0 && state.step % o.every == 0 && state.step < stop) {
-            train_meta meta;
-            fill_meta(&meta, &o, &cfg);
-            if (attn_checkpoint_save(o.checkpoint, ps, opt, &state, meta.keys, meta.values, meta.n) != ATTN_OK) {
-                snprintf(save_err, sizeof save_err, "%s", attn_last_error());
-                break;
-            }
-        }
+    attn_status s;
+    if ((s = attn_params_zero_grad(r->ps)) != ATTN_OK ||
+        (s = attn_vit_forward(r->v, &r->a, r->logits, r->saved, r->sb, r->ws, r->wb)) != ATTN_OK ||
+        (s = attn_cross_entropy_forward(r->logits, r->y, B, r->d.classes, &ce, loss, r->logits)) != ATTN_OK ||
+        (s = attn_vit_backward(r->v, &r->a, r->logits, NULL, r->saved, r->sb, r->ws, r->wb)) != ATTN_OK)
+        return s;
+    *units = (double)B;
+    return ATTN_OK;
+}
+
+/* trainer hook: the held-out accuracy, every --eval-interval steps and at the end. */
+static attn_status vit_evaluate(void *ctx, int64_t step, int final) {
+    vit_run *r = ctx;
+    int64_t n = 0, c = 0;
+    attn_status s = evaluate(r->v, &r->d, &c, &n);
+    if (s != ATTN_OK) return s;
+    if (final)
+        printf("held-out accuracy: %.2f%% (%lld/%lld)\n", 100.0 * (double)c / (double)n, (long long)c, (long long)n);
+    else
+        printf("step %6lld  held-out accuracy %.2f%% (%lld/%lld)\n", (long long)step, 100.0 * (double)c / (double)n,
+               (long long)c, (long long)n);
+    return ATTN_OK;
+}
+
+/* trainer hook: the checkpoint's metadata. */
+static void vit_metadata(void *ctx, train_meta *m) {
+    const vit_run *r = ctx;
+    fill_meta(m, &r->o, &r->cfg);
+}
+
+int train_vit(int argc, char **argv) {
+    vit_run r;
+    memset(&r, 0, sizeof r);
+    int rc = vit_options(argc, argv, &r.o);
+    if (rc == CLI_HELP) {
+        usage_vit(stdout);
+        return 0;
     }
-    const int interrupted = train_signals_caught();
-    train_signals_release();
-    if (failed) {
-        cli_fail("train vit: step %lld: %s", (long long)state.step + 1, attn_last_error());
-        goto done;
+    if (rc) return rc;
+    vit_opts *o = &r.o;
+    attn_set_num_threads((int)o->threads);
+    if (o->resume && resume_meta(o)) return 1;
+    if (!o->mlp) o->mlp = 2 * o->hidden;
+    if (o->warmup < 0) o->warmup = o->steps / 20;
+    if (o->warmup > o->steps)
+        return cli_usage_error("train vit: --warmup %lld exceeds --steps %lld", (long long)o->warmup, (long long)o->steps);
+    rc = vit_prepare(&r);
+    if (!rc) {
+        trainer_config c = trainer_config_default("train vit");
+        c.ps = r.ps, c.opt = r.opt;
+        c.sched = (attn_lr_schedule){o->lr, o->lr / 10, o->warmup, o->steps};
+        c.batch = o->batch, c.steps = o->steps, c.stop_at = o->stop_at;
+        c.seed = (uint64_t)o->seed, c.given_seed = o->given[5], c.resume = o->resume;
+        c.checkpoint = o->checkpoint, c.every = o->every;
+        c.log_every = o->log_every, c.rate_unit = "img/s", c.rate_width = 8;
+        c.eval_every = o->eval_every, c.eval_at_stop = 0, c.eval_name = "evaluation";
+        const trainer_hooks h = {&r, vit_start, vit_step, vit_evaluate, vit_metadata, NULL, NULL};
+        rc = trainer_run(&c, &h, NULL);
     }
-    if (save_err[0]) {
-        cli_fail("train vit: cannot write checkpoint: %s", save_err);
-        goto done;
-    }
-    train_meta meta;
-    fill_meta(&meta, &o, &cfg);
-    if (attn_checkpoint_save(o.checkpoint, ps, opt, &state, meta.keys, meta.values, meta.n) != ATTN_OK) {
-        cli_fail("train vit: cannot write checkpoint: %s", attn_last_error());
-        goto done;
-    }
-    if (interrupted) {
-        printf("interrupted after step %lld of %lld: checkpoint written to %s (continue with --resume)\n",
-               (long long)state.step, (long long)o.steps, o.checkpoint);
-        exit_code = 130;
-        goto done;
-    }
-    if (state.step > step0) printf("final loss: %.9g\n", (double)last_loss);
-    int64_t n = 0, c = evaluate(v, &d, &n);
-    if (c < 0) {
-        cli_fail("train vit: evaluation: %s", attn_last_error());
-        goto done;
-    }
-    printf("held-out accuracy: %.2f%% (%lld/%lld)\n", 100.0 * (double)c / (double)n, (long long)c, (long long)n);
-    printf("checkpoint: %s (step %lld)\n", o.checkpoint, (long long)state.step);
-    exit_code = 0;
-done:
     fflush(stdout);
-    free(d.images), free(d.labels), free(x), free(y), free(logits), free(saved), free(ws), free(train_idx);
-    attn_optimizer_free(opt);
-    attn_vit_free(v);
-    return exit_code;
+    free(r.d.images), free(r.d.labels), free(r.x), free(r.y), free(r.logits), free(r.saved), free(r.ws);
+    free(r.train_idx);
+    attn_optimizer_free(r.opt);
+    attn_vit_free(r.v);
+    return rc;
 }

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "dist/dist_internal.h"
 
 attn_status attn_dist_shard(int64_t batch, int64_t micro_batch, int rank, int size, int64_t *first,
                             int64_t *count) {
