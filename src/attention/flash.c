@@ -495,6 +495,26 @@ static void pair_v_rows(const attn_bf16_kernels *hk, const attn_tensor *v, int64
                                         2 * p + 1 < bj ? vj[(2 * p + 1) * v->stride[2] + x * v->stride[3]] : 0);
 }
 
+/* A query block's running state before its first key tile: max -inf, sum 0, output 0. */
+static void block_start(const flash_bufs *w, int bi, int64_t dv) {
+    for (int r = 0; r < bi; r++) {
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0f;
+    }
+    memset(w->acc, 0, sizeof(float) * (size_t)bi * (size_t)dv);
+}
+
+/* After the last tile: alpha = 1 / l (0 for a fully masked row; a NaN l gives a NaN row), and the
+ * rows' log-sum-exp into lse (nullable) from the shift, the log2-unit max and the sum. */
+static void block_finish(const flash_bufs *w, attn_tensor *lse, int64_t b, int64_t h, int64_t i0,
+                         int bi) {
+    for (int r = 0; r < bi; r++) w->alpha[r] = w->l[r] != 0 ? 1.0f / w->l[r] : 0.0f;
+    if (!lse) return;
+    for (int r = 0; r < bi; r++)
+        lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]] =
+            w->l[r] != 0 ? (float)(((double)w->sh[r] + w->m[r] + log2((double)w->l[r])) * LN2) : -INFINITY;
+}
+
 static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, const attn_tensor *k,
                                       const attn_tensor *v, attn_tensor *out, attn_tensor *lse, float *base) {
     const attn_ctx c = *cp;
@@ -535,11 +555,7 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
             const uint16_t *kh = k->data16 + b * k->stride[0] + g * k->stride[1];
             words_rows_t(kr, q_words, qi, q->stride[2], q->stride[3], bi, c.d, qp); /* Q^T as pair words */
             row_shifts(&c, general, b, h, i0, bi, w.sh);
-            for (int r = 0; r < bi; r++) {
-                w.m[r] = -INFINITY;
-                w.l[r] = 0.0f;
-            }
-            memset(w.acc, 0, sizeof(float) * (size_t)bi * (size_t)c.dv);
+            block_start(&w, bi, c.dv);
             int64_t jlo, jhi;
             key_range(&c, i0, i0 + bi, &jlo, &jhi);
             for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
@@ -574,7 +590,7 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
                     pair_v_rows(hk, v, b, g, j0, bj, c.dv, (uint32_t *)(void *)w.vp);
                 hk->gemm_pairs(bi, (int)c.dv, (bj + 1) / 2, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
             }
-            for (int r = 0; r < bi; r++) w.alpha[r] = w.l[r] != 0 ? 1.0f / w.l[r] : 0.0f; /* NaN l: NaN row */
+            block_finish(&w, lse, b, h, i0, bi);
             if (out->dtype == ATTN_TYPE_BF16) {
                 uint16_t *oi = out->data16 + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
                 for (int r = 0; r < bi; r++) {
@@ -589,34 +605,16 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
                 float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
                 store_rows(kr, w.acc, bi, c.dv, w.alpha, oi, out->stride[2], out->stride[3]);
             }
-            for (int r = 0; r < bi; r++)
-                if (lse)
-                    lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]] =
-                        w.l[r] != 0 ? (float)(((double)w.sh[r] + w.m[r] + log2((double)w.l[r])) * LN2) : -INFINITY;
         }
     }
     return ATTN_OK;
 }
 
-attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                               const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse,
-                               void *workspace, size_t workspace_bytes_) {
-    static const char *fn = "attn_flash_forward";
-    attn_ctx c;
-    attn_status st;
-    float *base;
-    const unsigned in_types = ATTN_TYPES(ATTN_TYPE_F32) | ATTN_TYPES(ATTN_TYPE_BF16);
-    const unsigned out_types = q && q->dtype == ATTN_TYPE_BF16 ? in_types : ATTN_TYPES(ATTN_TYPE_F32);
-    if ((st = attn_ctx_init_typed(&c, fn, q, k, v, params, out, "out", in_types, out_types)) ||
-        (st = attn_ctx_check_rows(&c, fn, lse, "lse", 0)))
-        return st;
-    if (attn_flash_decode_applies(&c, k, v, needs_general_epilogue(&c))) {
-        int64_t jlo, jhi;
-        key_range(&c, 0, 1, &jlo, &jhi);
-        return attn_flash_decode(fn, &c, q, k, v, out, lse, jlo, jhi, workspace, workspace_bytes_);
-    }
-    if ((st = get_bufs(fn, &c, q->dtype == ATTN_TYPE_BF16, workspace, workspace_bytes_, &base))) return st;
-    if (q->dtype == ATTN_TYPE_BF16) return flash_forward_bf16(&c, q, k, v, out, lse, base);
+/* The fp32 forward: one task per (batch, query head, query block), the online softmax over the
+ * block's key tiles, P V accumulated in registers' order. */
+static attn_status flash_forward_f32(const attn_ctx *cp, const attn_tensor *q, const attn_tensor *k,
+                                     const attn_tensor *v, attn_tensor *out, attn_tensor *lse, float *base) {
+    const attn_ctx c = *cp;
     const attn_flash_kernels *kr = flash_kernels();
     const int general = needs_general_epilogue(&c);
     const float qscale = (float)(general ? c.scale : c.scale * LOG2E);
@@ -640,11 +638,7 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
             const float *vh = v->data + b * v->stride[0] + g * v->stride[1];
             pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
             row_shifts(&c, general, b, h, i0, bi, w.sh);
-            for (int r = 0; r < bi; r++) {
-                w.m[r] = -INFINITY;
-                w.l[r] = 0.0f;
-            }
-            memset(w.acc, 0, sizeof(float) * (size_t)bi * (size_t)c.dv);
+            block_start(&w, bi, c.dv);
             int64_t jlo, jhi;
             key_range(&c, i0, i0 + bi, &jlo, &jhi);
             for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
@@ -673,16 +667,33 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
                 }
             }
             float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
-            for (int r = 0; r < bi; r++) w.alpha[r] = w.l[r] != 0 ? 1.0f / w.l[r] : 0.0f; /* NaN l: NaN row */
+            block_finish(&w, lse, b, h, i0, bi);
             store_rows(kr, w.acc, bi, c.dv, w.alpha, oi, out->stride[2], out->stride[3]);
-            for (int r = 0; r < bi; r++) {
-                if (lse)
-                    lse->data[b * lse->stride[0] + h * lse->stride[1] + (i0 + r) * lse->stride[2]] =
-                        w.l[r] != 0 ? (float)(((double)w.sh[r] + w.m[r] + log2((double)w.l[r])) * LN2) : -INFINITY;
-            }
         }
     }
     return ATTN_OK;
+}
+
+attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                               const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse,
+                               void *workspace, size_t workspace_bytes_) {
+    static const char *fn = "attn_flash_forward";
+    attn_ctx c;
+    attn_status st;
+    float *base;
+    const unsigned in_types = ATTN_TYPES(ATTN_TYPE_F32) | ATTN_TYPES(ATTN_TYPE_BF16);
+    const unsigned out_types = q && q->dtype == ATTN_TYPE_BF16 ? in_types : ATTN_TYPES(ATTN_TYPE_F32);
+    if ((st = attn_ctx_init_typed(&c, fn, q, k, v, params, out, "out", in_types, out_types)) ||
+        (st = attn_ctx_check_rows(&c, fn, lse, "lse", 0)))
+        return st;
+    if (attn_flash_decode_applies(&c, k, v, needs_general_epilogue(&c))) {
+        int64_t jlo, jhi;
+        key_range(&c, 0, 1, &jlo, &jhi);
+        return attn_flash_decode(fn, &c, q, k, v, out, lse, jlo, jhi, workspace, workspace_bytes_);
+    }
+    if ((st = get_bufs(fn, &c, q->dtype == ATTN_TYPE_BF16, workspace, workspace_bytes_, &base))) return st;
+    if (q->dtype == ATTN_TYPE_BF16) return flash_forward_bf16(&c, q, k, v, out, lse, base);
+    return flash_forward_f32(&c, q, k, v, out, lse, base);
 }
 
 /* The S^T tile of keys [j0, j0 + bj) of head (b, g) against qw (Q^T as pair words), whole (the
