@@ -14,5 +14,6 @@
 #include "model.h"
 #include "image.h"
 #include "dist.h"
+#include "io.h"
 
 #endif
