@@ -18,6 +18,11 @@
  *                              src_key_padding_mask, tgt_key_padding_mask,
  *                              memory_key_padding_mask; options src_is_causal, tgt_is_causal,
  *                              memory_is_causal
+ *   sparse_attention, local_global_attention, linear_attention, performer_attention
+ *                              the reference sketch's modules: input x [batch, length, d_model],
+ *                              their own state_dict names (`attn run --help` lists keys and names)
+ *   vision_transformer         torchvision's VisionTransformer: x [B, C, H, W], output the logits
+ *                              [B, num_classes]; its configuration through attn_model_vit
  * Float inputs are [batch, length, width] (batch-first). Masks follow PyTorch: a boolean mask
  * (BOOL / U8) is true where attending is NOT allowed, a float mask is added; attn_mask is
  * [Nq, Nk] or [batch * heads, Nq, Nk], a key_padding_mask [batch, Nk].
