@@ -113,7 +113,8 @@ static void test_model_file(void) {
     CHECK_OK(attn_model_create_file(p, &a));
     CHECK_OK(attn_model_create_json(mha_json, strlen(mha_json), &b));
     if (!a || !b) goto done;
-    CHECK(!strcmp(attn_model_name(a), "multihead_attention") && attn_model_vit(a) == NULL && attn_model_vit(NULL) == NULL,
+    CHECK(!strcmp(attn_model_name(a), "multihead_attention") && attn_model_vit(a) == NULL &&
+              attn_model_vit(NULL) == NULL,
           "name / vit");
     CHECK_OK(attn_params_reset(attn_model_params(b), 5));
     CHECK_OK(attn_params_save_file(attn_model_params(b), at("w.safetensors", w, sizeof w)));

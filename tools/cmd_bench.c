@@ -30,7 +30,7 @@ const cli_sub cli_bench_kinds[] = {
 static void usage(FILE *f) {
     char names[256];
     fprintf(f, "usage: attn bench <%s> [options]\n\n", cli_sub_list(cli_bench_kinds, "|", "|", names, sizeof names));
-    for (int i = 0; cli_bench_kinds[i].name; i++) fprintf(f, "  %-10s %s\n", cli_bench_kinds[i].name, cli_bench_kinds[i].summary);
+    for (const cli_sub *k = cli_bench_kinds; k->name; k++) fprintf(f, "  %-10s %s\n", k->name, k->summary);
     fprintf(f, "\nEach prints a table (median of repeated runs, GFLOP/s, fraction of the FMA peak);\n"
                "--json prints one JSON object per line instead. `attn bench SUB --help` for options.\n");
 }
