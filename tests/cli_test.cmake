@@ -42,6 +42,8 @@ function(expect_one_line_error rc)
 endfunction()
 
 expect(0 "usage: attn" --help)
+# the top-level help lists every benchmark and train model (from the command tables)
+expect(0 "benchmarks: peak, gemm, attention, decode, train, allreduce, scaling.*train a model: gpt, vit" --help)
 expect(0 "attn [0-9]+\\.[0-9]+" --version)
 expect(2 "usage: attn")
 expect(2 "unknown command 'frobnicate'" frobnicate)

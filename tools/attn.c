@@ -1,4 +1,5 @@
-/* attn: command-line entry point. */
+/* attn: command-line entry point. The commands are the rows of one table (below): the dispatch
+ * and `attn --help` both come from it, bench's and train's kinds from their own tables. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -6,7 +7,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "core/tuning.h"
 
 int cli_usage_error(const char *fmt, ...) {
     va_list ap;
@@ -30,25 +30,50 @@ int cli_fail(const char *fmt, ...) {
 
 int cli_is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
 
-static const struct {
-    const char *name;
-    int (*fn)(int, char **);
-    const char *summary;
-} commands[] = {
-    {"demo", cmd_demo, "run the demonstration (the README's main job)"},
-    {"info", cmd_info, "version, CPU features, chosen kernels, threads"},
-    {"inspect", cmd_inspect, "list the tensors of a .safetensors file"},
-    {"bench", cmd_bench, "benchmarks: peak, gemm, attention"},
-    {"run", cmd_run, "run a PyTorch module's equivalent on safetensors inputs"},
-    {"train", cmd_train, "train a model: gpt (character-level) on a text file"},
-    {"sample", cmd_sample, "generate text from a checkpoint of `attn train gpt`"},
-    {"viz", cmd_viz, "attention weights of a model on an input: SVG, HTML page, CSV"},
+const char *cli_sub_list(const cli_sub *kinds, const char *sep, const char *last_sep, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; kinds[i].name && used < cap; i++) {
+        const char *s = i == 0 ? "" : kinds[i + 1].name ? sep : last_sep;
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s", s, kinds[i].name);
+    }
+    return buf;
+}
+
+/* `attn train`'s models (dispatched by cmd_train). */
+const cli_sub cli_train_kinds[] = {
+    {"gpt", "a byte-level (GPT-style) language model on a text file", NULL},
+    {"vit", "a Vision Transformer on images (the handwritten digits by default)", NULL},
+    {NULL, NULL, NULL},
 };
+
+static const cli_command commands[] = {
+    {"demo", "run the demonstration (the README's main job)", "attn demo [options]", cmd_demo, NULL},
+    {"info", "version, CPU features, chosen kernels, threads", "attn info", cmd_info, NULL},
+    {"inspect", "list the tensors of a .safetensors file", "attn inspect FILE.safetensors", cmd_inspect, NULL},
+    {"bench", "benchmarks", "attn bench KIND [options]", cmd_bench, cli_bench_kinds},
+    {"run", "run a PyTorch module's equivalent on safetensors inputs",
+     "attn run --config M.json --weights W.safetensors (--inputs IN.safetensors | --image FILE) --out OUT", cmd_run,
+     NULL},
+    {"train", "train a model", "attn train KIND [options]", cmd_train, cli_train_kinds},
+    {"sample", "generate text from a checkpoint of `attn train gpt`", "attn sample CHECKPOINT [options]", cmd_sample,
+     NULL},
+    {"viz", "attention weights of a model on an input: SVG, HTML page, CSV",
+     "attn viz MODEL INPUT [options] (--svg FILE | --html FILE | --csv FILE | --overlay FILE)...", cmd_viz, NULL},
+};
+enum { NCOMMANDS = (int)(sizeof commands / sizeof commands[0]) };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: attn <command> [options]\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    for (int i = 0; i < NCOMMANDS; i++) {
+        const cli_command *c = &commands[i];
+        char kinds[256];
+        if (c->kinds)
+            fprintf(f, "  %-8s %s: %s\n", c->name, c->summary, cli_sub_list(c->kinds, ", ", ", ", kinds, sizeof kinds));
+        else
+            fprintf(f, "  %-8s %s\n", c->name, c->summary);
+        fprintf(f, "  %-8s   %s\n", "", c->usage);
+    }
     fprintf(f, "\n`attn <command> --help` describes each command.\n");
 }
 
@@ -92,10 +117,10 @@ int main(int argc, char **argv) {
         printf("attn %s\n", ATTN_VERSION_STRING);
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    for (int i = 0; i < NCOMMANDS; i++)
         if (!strcmp(argv[1], commands[i].name)) {
             if (!(argc > 2 && cli_is_help(argv[2]))) env_warnings();
-            return commands[i].fn(argc - 1, argv + 1);
+            return commands[i].run(argc - 1, argv + 1);
         }
     return cli_usage_error("unknown command '%s' (see attn --help)", argv[1]);
 }

@@ -2,7 +2,8 @@
  * B x H heads of dimension d (self-attention), forward and optionally backward; a table, JSON
  * lines and a log-log SVG plot. Variants are rows of one table below, each an attention kind of
  * the library's table (src/attention/kinds.c) with its options: a kind this build lacks is
- * reported and skipped.
+ * reported and skipped. The kinds are called directly (attn_attention_forward / _backward of
+ * attn/attention.h), without attn_mha's projections.
  *
  * flops counted per variant (forward; backward 2.5x for softmax kinds, 2x for the others):
  *   softmax kinds   4 B H d x (the (query, key) pairs admitted)
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention/attention_kind.h"
 #include "bench_common.h"
 #include "cli.h"
 #include "safe_io.h"
@@ -74,11 +74,10 @@ static void usage(FILE *f) {
 }
 
 typedef struct run_ctx {
-    const attn_kind_ops *ops;
     attn_attention_config cfg;
     attn_tensor q, k, v, o, go, dq, dk, dv;
     attn_sdpa_params p;
-    attn_kind_extra x;
+    const attn_btensor *global_mask; /* &gm or NULL */
     attn_btensor gm;
     float *stats;
     void *ws;
@@ -88,13 +87,14 @@ typedef struct run_ctx {
 
 static void run_fwd(void *c_) {
     run_ctx *c = c_;
-    attn_status st = c->ops->forward(&c->cfg, &c->q, &c->k, &c->v, &c->p, &c->x, &c->o, c->stats, c->ws, c->ws_bytes);
+    attn_status st = attn_attention_forward(&c->cfg, &c->q, &c->k, &c->v, &c->p, c->global_mask, &c->o, c->stats, c->ws,
+                                            c->ws_bytes);
     if (st) c->st = st;
 }
 static void run_bwd(void *c_) {
     run_ctx *c = c_;
-    attn_status st = c->ops->backward(&c->cfg, &c->q, &c->k, &c->v, &c->p, &c->x, &c->o, &c->go, c->stats, &c->dq,
-                                      &c->dk, &c->dv, c->ws, c->ws_bytes);
+    attn_status st = attn_attention_backward(&c->cfg, &c->q, &c->k, &c->v, &c->p, c->global_mask, &c->o, &c->go,
+                                             c->stats, &c->dq, &c->dk, &c->dv, c->ws, c->ws_bytes);
     if (st) c->st = st;
 }
 
@@ -220,23 +220,170 @@ static int write_svg(const char *path, const point *pts, int np, int64_t B, int6
     return safe_fclose(&sf, f);
 }
 
-int bench_scaling_cmd(int argc, char **argv) {
+/* The measurements' settings, and what they have found so far. */
+typedef struct scaling_ctx {
     bench_opts o;
-    bench_opts_init(&o);
-    int64_t ns[BENCH_MAX_LIST], B = 1, H = 8, D = 64;
-    int nn = 0, backward = 0, force = 0;
+    int64_t B, H, D;
+    int backward, explicit_repeats;
+    double budget;
+    point *pts;
+    int np;
+} scaling_ctx;
+
+/* One pass (0 forward, 1 backward) of variant vi at N on the prepared c: skipped when the previous
+ * N predicts it over the budget, else timed, printed and recorded. 0, or 1 (printed). */
+static int measure_pass(scaling_ctx *s, run_ctx *c, int vi, int it, int64_t N, int pass, double flops, double extra,
+                        double *last_ms, int64_t last_n) {
+    const variant *va = &variants[vi];
+    const int threads = s->o.threads[it];
+    if (last_n && last_ms[pass] > 0) { /* predicted from the previous N: quadratic for flash */
+        const double r = (double)N / (double)last_n, grow = va->cost == COST_PAIRS && va->window < 0 ? r * r : r;
+        if (last_ms[pass] * grow > s->budget * 1e3) {
+            if (!s->o.json)
+                printf("%-13s %-9s %7d %8lld %12s  (predicted %.0f s > --budget %g s)\n", va->name,
+                       pass ? "backward" : "forward", threads, (long long)N, "skipped", last_ms[pass] * grow / 1e3,
+                       s->budget);
+            return 0;
+        }
+    }
+    if (pass) run_fwd(c);
+    const double ms = time_call(pass ? run_bwd : run_fwd, c, s->o.repeats, s->explicit_repeats);
+    if (c->st) return cli_fail("bench scaling: %s N=%lld: %s", va->name, (long long)N, attn_last_error());
+    last_ms[pass] = ms;
+    const double fl = pass ? (va->cost == COST_PAIRS ? 2.5 : 2.0) * flops : flops;
+    bench_result r;
+    bench_result_init(&r, "scaling", va->name, threads);
+    r.variant = pass ? "backward" : "forward";
+    bench_result_dim(&r, "b", s->B);
+    bench_result_dim(&r, "h", s->H);
+    bench_result_dim(&r, "n", N);
+    bench_result_dim(&r, "d", s->D);
+    bench_result_finish(&r, fl, ms);
+    if (s->o.json) {
+        printf("{\"op\": \"scaling\", \"variant\": \"%s\", \"impl\": \"%s\", \"shape\": {\"b\": %lld, "
+               "\"h\": %lld, \"n\": %lld, \"d\": %lld}, \"threads\": %d, \"ms\": %.6g, "
+               "\"extra_bytes\": %.0f, \"gflops\": %.6g, \"peak_fraction\": %.4f}\n",
+               r.variant, va->name, (long long)s->B, (long long)s->H, (long long)N, (long long)s->D, threads, ms,
+               extra, r.gflops, r.peak_fraction);
+    } else {
+        printf("%-13s %-9s %7d %8lld %12.3f %12.2f %10.1f %5.0f%%\n", va->name, r.variant, threads, (long long)N, ms,
+               extra / (1 << 20), r.gflops, 100 * r.peak_fraction);
+    }
+    fflush(stdout);
+    s->pts[s->np++] = (point){vi, threads, pass, N, ms};
+    return 0;
+}
+
+/* Variant vi at sequence length N with thread count it: buffers, workspace, the passes. 0, or 1. */
+static int measure_n(scaling_ctx *s, int vi, int it, int64_t N, double *last_ms, int64_t last_n) {
+    const variant *va = &variants[vi];
+    const int64_t B = s->B, H = s->H, D = s->D;
+    int rc = 0;
+    bench_set_threads(s->o.threads[it]);
+    run_ctx c;
+    memset(&c, 0, sizeof c);
+    c.cfg = attn_attention_config_default();
+    attn_attention_kind_from_name(va->kind, &c.cfg.kind);
+    if (va->window >= 0) c.cfg.window = va->window;
+    /* performer: the kind's default of 256 features (va->features) */
+    c.p = attn_sdpa_params_default();
+    const size_t n = (size_t)B * H * N * D;
+    float *buf = malloc(sizeof(float) * n * 8);
+    uint8_t *global = va->globals ? calloc((size_t)(B * N), 1) : NULL;
+    if (!buf || (va->globals && !global)) {
+        free(buf);
+        free(global);
+        return cli_fail("bench scaling: out of memory for B=%lld H=%lld N=%lld d=%lld", (long long)B, (long long)H,
+                        (long long)N, (long long)D);
+    }
+    fill(buf, n * 8, 42);
+    attn_tensor *views[8] = {&c.q, &c.k, &c.v, &c.o, &c.go, &c.dq, &c.dk, &c.dv};
+    for (int t = 0; t < 8; t++) *views[t] = attn_tensor_4d(buf + n * (size_t)t, B, H, N, D);
+    for (int64_t b = 0; b < B && global; b++)
+        for (int64_t g = 0; g < va->globals && g < N; g++) global[b * N + g * N / va->globals] = 1;
+    if (global) {
+        c.gm = attn_btensor_2d(global, B, N);
+        c.global_mask = &c.gm;
+    }
+    const size_t stats = (size_t)(B * H * N * attn_attention_kind_stats_per_row(c.cfg.kind));
+    c.ws_bytes = attn_attention_workspace_size(&c.cfg, &c.q, &c.k, &c.v, &c.p, c.global_mask);
+    c.stats = stats ? malloc(stats * sizeof(float)) : NULL;
+    c.ws = malloc(c.ws_bytes ? c.ws_bytes : 1);
+    const double extra = (double)c.ws_bytes + (double)stats * sizeof(float) + (global ? (double)(B * N) : 0);
+    const double flops = variant_flops(va, global, B, H, N, D);
+    for (int pass = 0; pass < 1 + s->backward && !rc && (c.ws && (!stats || c.stats)); pass++)
+        rc = measure_pass(s, &c, vi, it, N, pass, flops, extra, last_ms, last_n);
+    if (!c.ws || (stats && !c.stats)) rc = cli_fail("bench scaling: out of memory for the workspace");
+    free(c.ws);
+    free(c.stats);
+    free(buf);
+    free(global);
+    return rc;
+}
+
+/* The smallest N from which each variant's forward beats flash's, per thread count. */
+static void print_crossovers(const scaling_ctx *s, const int *use, const int *have) {
+    const point *pts = s->pts;
+    const int np = s->np;
+    for (int vi = 1; vi < NV; vi++) {
+        if (!use[vi] || !have[vi]) continue;
+        for (int it = 0; it < s->o.nthreads; it++) {
+            int64_t cross = -1;
+            for (int i = np - 1; i >= 0; i--) {
+                if (pts[i].vi != vi || pts[i].threads != s->o.threads[it] || pts[i].pass) continue;
+                double flash_ms = -1;
+                for (int j = 0; j < np; j++)
+                    if (pts[j].vi == 0 && pts[j].threads == pts[i].threads && pts[j].n == pts[i].n && !pts[j].pass)
+                        flash_ms = pts[j].ms;
+                if (flash_ms < 0) continue;
+                if (pts[i].ms < flash_ms) cross = pts[i].n;
+                else break;
+            }
+            if (cross > 0)
+                printf("%s beats flash from N = %lld on (%d thread%s)\n", variants[vi].name, (long long)cross,
+                       s->o.threads[it], s->o.threads[it] == 1 ? "" : "s");
+            else
+                printf("%s does not beat flash at the N measured (%d thread%s)\n", variants[vi].name,
+                       s->o.threads[it], s->o.threads[it] == 1 ? "" : "s");
+        }
+    }
+}
+
+/* --impl into use[NV] (all when NULL). 0, or 2 (printed). */
+static int parse_impl(const char *impl_list, int *use) {
+    for (int i = 0; i < NV; i++) use[i] = impl_list == NULL;
+    if (!impl_list) return 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", impl_list);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int k = 0;
+        while (k < NV && strcmp(tok, variants[k].name)) k++;
+        if (k == NV)
+            return cli_usage_error("bench scaling: unknown --impl '%s' (flash, window, local_global, linear, "
+                                   "performer)", tok);
+        use[k] = 1;
+    }
+    return 0;
+}
+
+int bench_scaling_cmd(int argc, char **argv) {
+    scaling_ctx s;
+    memset(&s, 0, sizeof s);
+    bench_opts_init(&s.o);
+    int64_t ns[BENCH_MAX_LIST];
+    int nn = 0, force = 0;
+    s.B = 1, s.H = 8, s.D = 64, s.budget = 20;
     for (int64_t n = 256; n <= 65536; n *= 2) ns[nn++] = n;
-    double budget = 20;
     const char *impl_list = NULL, *svg = NULL;
     cli_opt opts[] = {
-        BENCH_COMMON_OPTS(&o),
+        BENCH_COMMON_OPTS(&s.o),
         CLI_STRING("--impl", &impl_list),
         CLI_LIST("--n", ns, &nn, BENCH_MAX_LIST, 16, MAX_N),
-        CLI_INT("--b", &B, 1, 4096),
-        CLI_INT("--h", &H, 1, 4096),
-        CLI_INT("--d", &D, 1, 512),
-        CLI_FLAG("--backward", &backward),
-        CLI_DOUBLE("--budget", &budget, 0.001, 1e6),
+        CLI_INT("--b", &s.B, 1, 4096),
+        CLI_INT("--h", &s.H, 1, 4096),
+        CLI_INT("--d", &s.D, 1, 512),
+        CLI_FLAG("--backward", &s.backward),
+        CLI_DOUBLE("--budget", &s.budget, 0.001, 1e6),
         CLI_STRING_NONEMPTY("--svg", &svg),
         CLI_FLAG("--force", &force),
         CLI_END,
@@ -250,155 +397,38 @@ int bench_scaling_cmd(int argc, char **argv) {
     /* checked before the (long) measurements, and again when written (safe_fopen) */
     safe_set_inputs(NULL, 0, force);
     if (svg && safe_out_check("bench scaling", "--svg", svg, NULL, 0, SAFE_KIND_SVG, force)) return 1;
-    const int explicit_repeats = cli_seen(opts, "--repeats");
-    int use[NV];
-    for (int i = 0; i < NV; i++) use[i] = impl_list == NULL;
-    if (impl_list) {
-        char buf[256];
-        snprintf(buf, sizeof buf, "%s", impl_list);
-        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-            int k = 0;
-            while (k < NV && strcmp(tok, variants[k].name)) k++;
-            if (k == NV)
-                return cli_usage_error("bench scaling: unknown --impl '%s' (flash, window, local_global, linear, "
-                                       "performer)", tok);
-            use[k] = 1;
-        }
-    }
+    s.explicit_repeats = cli_seen(opts, "--repeats");
+    int use[NV], have[NV];
+    if ((parsed = parse_impl(impl_list, use))) return parsed;
     /* kinds this build has */
-    const attn_kind_ops *ops[NV];
     for (int i = 0; i < NV; i++) {
         attn_attention_kind kind;
-        ops[i] = attn_attention_kind_from_name(variants[i].kind, &kind) == ATTN_OK ? attn_kind_ops_get(kind) : NULL;
-        if (use[i] && !ops[i] && !o.json)
+        have[i] = attn_attention_kind_from_name(variants[i].kind, &kind) == ATTN_OK;
+        if (use[i] && !have[i] && !s.o.json)
             printf("%s: attention kind '%s' is not in this build, skipped\n", variants[i].name, variants[i].kind);
     }
-    point *pts = calloc((size_t)(NV * nn * o.nthreads * 2 + 1), sizeof *pts);
-    if (!pts) return cli_fail("bench scaling: out of memory");
-    int np = 0, rc = 0;
-    if (!o.json)
+    s.pts = calloc((size_t)(NV * nn * s.o.nthreads * 2 + 1), sizeof *s.pts);
+    if (!s.pts) return cli_fail("bench scaling: out of memory");
+    int rc = 0;
+    if (!s.o.json)
         printf("%-13s %-9s %7s %8s %12s %12s %10s %6s\n", "impl", "pass", "threads", "N", "ms", "extra MB", "GFLOP/s",
                "peak");
-    for (int it = 0; it < o.nthreads && !rc; it++)
+    for (int it = 0; it < s.o.nthreads && !rc; it++)
         for (int vi = 0; vi < NV && !rc; vi++) {
-            if (!use[vi] || !ops[vi]) continue;
-            const variant *va = &variants[vi];
+            if (!use[vi] || !have[vi]) continue;
             double last_ms[2] = {0, 0};
             int64_t last_n = 0;
             for (int in = 0; in < nn && !rc; in++) {
-                const int64_t N = ns[in];
-                bench_set_threads(o.threads[it]);
-                run_ctx c;
-                memset(&c, 0, sizeof c);
-                c.ops = ops[vi];
-                c.cfg = attn_attention_config_default();
-                attn_attention_kind_from_name(va->kind, &c.cfg.kind);
-                if (va->window >= 0) c.cfg.window = va->window;
-                /* performer: the kind's default of 256 features (va->features) */
-                c.p = attn_sdpa_params_default();
-                const size_t n = (size_t)B * H * N * D;
-                float *buf = malloc(sizeof(float) * n * 8);
-                uint8_t *global = va->globals ? calloc((size_t)(B * N), 1) : NULL;
-                if (!buf || (va->globals && !global)) {
-                    free(buf);
-                    free(global);
-                    rc = cli_fail("bench scaling: out of memory for B=%lld H=%lld N=%lld d=%lld", (long long)B,
-                                  (long long)H, (long long)N, (long long)D);
-                    break;
-                }
-                fill(buf, n * 8, 42);
-                attn_tensor *views[8] = {&c.q, &c.k, &c.v, &c.o, &c.go, &c.dq, &c.dk, &c.dv};
-                for (int t = 0; t < 8; t++) *views[t] = attn_tensor_4d(buf + n * (size_t)t, B, H, N, D);
-                for (int64_t b = 0; b < B && global; b++)
-                    for (int64_t g = 0; g < va->globals && g < N; g++) global[b * N + g * N / va->globals] = 1;
-                if (global) {
-                    c.gm = attn_btensor_2d(global, B, N);
-                    c.x.global_mask = &c.gm;
-                }
-                const size_t stats = (size_t)(B * H * N * c.ops->stats_per_row);
-                c.ws_bytes = c.ops->workspace_size(&c.cfg, &c.q, &c.k, &c.v, &c.p, &c.x);
-                c.stats = stats ? malloc(stats * sizeof(float)) : NULL;
-                c.ws = malloc(c.ws_bytes ? c.ws_bytes : 1);
-                const double extra = (double)c.ws_bytes + (double)stats * sizeof(float) + (global ? (double)(B * N) : 0);
-                const double flops = variant_flops(va, global, B, H, N, D);
-                for (int pass = 0; pass < 1 + backward && !rc && (c.ws && (!stats || c.stats)); pass++) {
-                    if (last_n && last_ms[pass] > 0) { /* predicted from the previous N: quadratic for flash */
-                        const double r = (double)N / (double)last_n,
-                                     grow = va->cost == COST_PAIRS && va->window < 0 ? r * r : r;
-                        if (last_ms[pass] * grow > budget * 1e3) {
-                            if (!o.json)
-                                printf("%-13s %-9s %7d %8lld %12s  (predicted %.0f s > --budget %g s)\n", va->name,
-                                       pass ? "backward" : "forward", o.threads[it], (long long)N, "skipped",
-                                       last_ms[pass] * grow / 1e3, budget);
-                            continue;
-                        }
-                    }
-                    if (pass) run_fwd(&c);
-                    const double ms = time_call(pass ? run_bwd : run_fwd, &c, o.repeats, explicit_repeats);
-                    if (c.st) {
-                        rc = cli_fail("bench scaling: %s N=%lld: %s", va->name, (long long)N, attn_last_error());
-                        break;
-                    }
-                    last_ms[pass] = ms;
-                    const double fl = pass ? (va->cost == COST_PAIRS ? 2.5 : 2.0) * flops : flops;
-                    bench_result r;
-                    bench_result_init(&r, "scaling", va->name, o.threads[it]);
-                    r.variant = pass ? "backward" : "forward";
-                    bench_result_dim(&r, "b", B);
-                    bench_result_dim(&r, "h", H);
-                    bench_result_dim(&r, "n", N);
-                    bench_result_dim(&r, "d", D);
-                    bench_result_finish(&r, fl, ms);
-                    if (o.json) {
-                        printf("{\"op\": \"scaling\", \"variant\": \"%s\", \"impl\": \"%s\", \"shape\": {\"b\": %lld, "
-                               "\"h\": %lld, \"n\": %lld, \"d\": %lld}, \"threads\": %d, \"ms\": %.6g, "
-                               "\"extra_bytes\": %.0f, \"gflops\": %.6g, \"peak_fraction\": %.4f}\n",
-                               r.variant, va->name, (long long)B, (long long)H, (long long)N, (long long)D,
-                               o.threads[it], ms, extra, r.gflops, r.peak_fraction);
-                    } else {
-                        printf("%-13s %-9s %7d %8lld %12.3f %12.2f %10.1f %5.0f%%\n", va->name, r.variant, o.threads[it],
-                               (long long)N, ms, extra / (1 << 20), r.gflops, 100 * r.peak_fraction);
-                    }
-                    fflush(stdout);
-                    pts[np++] = (point){vi, o.threads[it], pass, N, ms};
-                }
-                if (!c.ws || (stats && !c.stats)) rc = cli_fail("bench scaling: out of memory for the workspace");
-                last_n = N;
-                free(c.ws);
-                free(c.stats);
-                free(buf);
-                free(global);
+                rc = measure_n(&s, vi, it, ns[in], last_ms, last_n);
+                last_n = ns[in];
             }
         }
-    /* crossovers: the smallest N from which a variant's forward beats flash's, per thread count */
-    if (!rc && !o.json && use[0] && ops[0]) {
-        for (int vi = 1; vi < NV; vi++) {
-            if (!use[vi] || !ops[vi]) continue;
-            for (int it = 0; it < o.nthreads; it++) {
-                int64_t cross = -1;
-                for (int i = np - 1; i >= 0; i--) {
-                    if (pts[i].vi != vi || pts[i].threads != o.threads[it] || pts[i].pass) continue;
-                    double flash_ms = -1;
-                    for (int j = 0; j < np; j++)
-                        if (pts[j].vi == 0 && pts[j].threads == pts[i].threads && pts[j].n == pts[i].n && !pts[j].pass)
-                            flash_ms = pts[j].ms;
-                    if (flash_ms < 0) continue;
-                    if (pts[i].ms < flash_ms) cross = pts[i].n;
-                    else break;
-                }
-                if (cross > 0)
-                    printf("%s beats flash from N = %lld on (%d thread%s)\n", variants[vi].name, (long long)cross,
-                           o.threads[it], o.threads[it] == 1 ? "" : "s");
-                else
-                    printf("%s does not beat flash at the N measured (%d thread%s)\n", variants[vi].name,
-                           o.threads[it], o.threads[it] == 1 ? "" : "s");
-            }
-        }
+    if (!rc && !s.o.json && use[0] && have[0]) print_crossovers(&s, use, have);
+    if (!rc && svg && s.np) {
+        if (write_svg(svg, s.pts, s.np, s.B, s.H, s.D, s.backward))
+            rc = cli_fail("bench scaling: cannot write '%s': %s", svg, attn_last_error());
+        else if (!s.o.json) printf("plot written to %s\n", svg);
     }
-    if (!rc && svg && np) {
-        if (write_svg(svg, pts, np, B, H, D, backward)) rc = cli_fail("bench scaling: cannot write '%s': %s", svg, attn_last_error());
-        else if (!o.json) printf("plot written to %s\n", svg);
-    }
-    free(pts);
+    free(s.pts);
     return rc;
 }

@@ -2,6 +2,8 @@
 #ifndef ATTN_CLI_H
 #define ATTN_CLI_H
 
+#include <stddef.h>
+
 #include "attn/attn.h"
 
 /* Commands: return the process exit code (0 ok, 1 failure, 2 usage error). */
@@ -24,6 +26,29 @@ int bench_decode_cmd(int argc, char **argv);
 int bench_train_cmd(int argc, char **argv);
 int bench_allreduce_cmd(int argc, char **argv);
 int bench_scaling_cmd(int argc, char **argv);
+
+/* The tool's command table (attn.c) and the kinds under `attn bench` (cmd_bench.c) and `attn
+ * train`: the dispatch and every list of names in the help come from these. */
+typedef struct cli_sub {
+    const char *name;
+    const char *summary; /* for the command's --help: one line, or lines indented by 13 spaces */
+    int (*run)(int argc, char **argv); /* NULL: the command dispatches it itself (train) */
+} cli_sub;
+
+typedef struct cli_command {
+    const char *name;
+    const char *summary;       /* one line for `attn --help` */
+    const char *usage;         /* its synopsis ("attn run --config M.json ..."), for `attn --help` */
+    int (*run)(int argc, char **argv);
+    const cli_sub *kinds;     /* bench, train: their kinds, up to a NULL name; else NULL */
+} cli_command;
+
+/* `attn bench`'s benchmarks and `attn train`'s models, each ended by an entry with a NULL name. */
+extern const cli_sub cli_bench_kinds[];
+extern const cli_sub cli_train_kinds[];
+
+/* "a, b, c" + last_sep + "d" of kinds' names into buf (last_sep ", " or " or "). */
+const char *cli_sub_list(const cli_sub *kinds, const char *sep, const char *last_sep, char *buf, size_t cap);
 
 /* Print "attn: <message>" on stderr and return 2 (usage error). */
 int cli_usage_error(const char *fmt, ...)

@@ -1,6 +1,7 @@
 /* attn run: run a PyTorch module's equivalent on inputs from a safetensors file.
- *   config (JSON) -> module (nn/nn_run.h), weights by state_dict name (strict), inputs by forward
- *   argument name (strict), one inference forward, outputs to a safetensors file. */
+ *   config (JSON) -> module (attn/model.h), weights by state_dict name (strict), inputs by forward
+ *   argument name (strict), one inference forward, outputs to a safetensors file; the opening is
+ *   model_open.h's, shared with `attn viz`. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,10 +10,8 @@
 
 #include "cli.h"
 #include "cli_opts.h"
-#include "image_in.h"
-#include "io/json.h"
+#include "model_open.h"
 #include "safe_io.h"
-#include "nn/nn_run.h"
 
 /* The module names of the library's table (attn_model_known), wrapped at 88 columns under the
  * option's text. */
@@ -109,15 +108,6 @@ static void format_index(size_t e, int rank, const int64_t *shape, char *buf, si
     if (o < cap) snprintf(buf + o, cap - o, "]");
 }
 
-/* The library's message, without a "safetensors: PATH: " prefix that repeats the file name. */
-static const char *msg_for(const char *path) {
-    const char *msg = attn_last_error();
-    const size_t pl = strlen(path);
-    if (!strncmp(msg, "safetensors: ", 13) && !strncmp(msg + 13, path, pl) && !strncmp(msg + 13 + pl, ": ", 2))
-        msg += 13 + pl + 2;
-    return msg;
-}
-
 /* --check-finite: 0 when every floating tensor of st (those whose name starts with prefix) is
  * finite after conversion to float32 (a mask's -inf allowed: it means "masked"), else an error
  * naming what (weights / inputs), the file, the tensor, the first bad index and value. */
@@ -135,7 +125,7 @@ static int check_finite_file(const char *what, const char *path, const attn_safe
         if (!x) return cli_fail("run: --check-finite: out of memory reading '%s'", t->name);
         if (attn_safetensors_read_f32(st, t->name, x, n)) {
             free(x);
-            return cli_fail("run: %s: %s", path, msg_for(path));
+            return cli_fail("run: %s: %s", path, model_msg_for(path));
         }
         const size_t nl = strlen(t->name);
         const int mask = nl >= 4 && !strcmp(t->name + nl - 4, "mask");
@@ -171,6 +161,30 @@ static int check_finite_out(const char *name, const float *y, int rank, const in
     return 0;
 }
 
+/* The forward's outputs to OUT: 'output' and, when the module gave them, 'attn_output_weights'
+ * (with --check-finite, none is written unless all are finite). 0, or 1 (printed). */
+static int write_outputs(const attn_model *m, const char *out, int check_finite) {
+    int rank = 0, rc = 0;
+    int64_t shape[4];
+    attn_safetensors_writer *w = NULL;
+    const float *y = attn_model_output(m, &rank, shape);
+    if (check_finite && (rc = check_finite_out("output", y, rank, shape))) return rc;
+    if (attn_safetensors_writer_create(&w) || attn_safetensors_writer_add(w, "output", ATTN_DTYPE_F32, rank, shape, y)) {
+        rc = cli_fail("run: %s: %s", out, model_msg_for(out));
+        goto done;
+    }
+    const float *aw = attn_model_weights(m, &rank, shape);
+    if (aw && check_finite && (rc = check_finite_out("attn_output_weights", aw, rank, shape))) goto done;
+    if (aw && attn_safetensors_writer_add(w, "attn_output_weights", ATTN_DTYPE_F32, rank, shape, aw)) {
+        rc = cli_fail("run: %s: %s", out, model_msg_for(out));
+        goto done;
+    }
+    if (attn_safetensors_writer_write_file(w, out)) rc = cli_fail("run: %s: %s", out, model_msg_for(out));
+done:
+    attn_safetensors_writer_free(w);
+    return rc;
+}
+
 int cmd_run(int argc, char **argv) {
     const char *config = NULL, *weights = NULL, *inputs = NULL, *out = NULL, *image = NULL, *mean_s = NULL,
                *std_s = NULL, *wprefix = NULL;
@@ -204,85 +218,14 @@ int cmd_run(int argc, char **argv) {
     const char *const ins[3] = {config, weights, inputs};
     if (safe_out_check("run", "--out", out, ins, 3, SAFE_KIND_SAFETENSORS, force)) return 1;
 
-    int rc = 0;
-    char *text = NULL;
-    attn_json_doc *doc = NULL;
-    nn_model *m = NULL;
-    attn_safetensors *wst = NULL, *ist = NULL;
-    attn_safetensors_writer *w = NULL;
-    image_in img;
-    memset(&img, 0, sizeof img);
-    size_t len = 0;
-    attn_json_error jerr;
-    const attn_json_options jopt = {0, 1}; /* a repeated key is an error */
-    if (!(text = safe_read(config, "config", ATTN_IO_CAP_CONFIG, &len))) {
-        rc = cli_fail("run: %s", attn_last_error());
-        goto done;
-    }
-    if (attn_json_parse(text, len, &jopt, &doc, &jerr) != ATTN_JSON_OK) {
-        rc = cli_fail("run: %s: %s", config, jerr.message);
-        goto done;
-    }
-    if (attn_nn_model_create(attn_json_root(doc), &m)) {
-        rc = cli_fail("run: %s: %s", config, attn_last_error());
-        goto done;
-    }
-    /* the state_dict under the PyTorch module's names (the seed modules' W_q ... through their map),
-     * buffers (performer_attention's R) included */
-    if (attn_safetensors_open_file(weights, &wst) || attn_nn_model_load(m, wst, wprefix, 1)) {
-        rc = cli_fail("run: %s: %s", weights, msg_for(weights));
-        goto done;
-    }
-    if (check_finite && (rc = check_finite_file("weights", weights, wst, wprefix))) goto done;
-    if (image) {
-        const attn_vit *vit = attn_nn_model_vit(m);
-        if (!vit) {
-            rc = cli_fail("run: --image is for vision_transformer models; %s is a %s (give --inputs)", config,
-                          attn_nn_model_name(m));
-            goto done;
-        }
-        const attn_vit_config *vc = attn_vit_get_config(vit);
-        float mean[3], std[3];
-        if ((mean_s && (rc = image_in_parse("run", "--mean", mean_s, (int)vc->in_channels, mean))) ||
-            (std_s && (rc = image_in_parse("run", "--std", std_s, (int)vc->in_channels, std))) ||
-            (rc = image_in_load("run", image, vc, mean_s ? mean : NULL, std_s ? std : NULL, &img)))
-            goto done;
-        if (attn_nn_model_bind(m, img.st, NULL, 1)) {
-            rc = cli_fail("run: %s: %s", image, attn_last_error());
-            goto done;
-        }
-    } else if (attn_safetensors_open_file(inputs, &ist) || attn_nn_model_bind(m, ist, NULL, 1)) {
-        rc = cli_fail("run: %s: %s", inputs, msg_for(inputs));
-        goto done;
-    }
-    if (check_finite && (rc = check_finite_file("inputs", image ? image : inputs, image ? img.st : ist, NULL)))
-        goto done;
-    if (attn_nn_model_forward(m, 0, 0, 0, 0)) {
-        rc = cli_fail("run: %s", attn_last_error());
-        goto done;
-    }
-    int rank = 0;
-    int64_t shape[4];
-    const float *y = attn_nn_model_output(m, &rank, shape);
-    if (check_finite && (rc = check_finite_out("output", y, rank, shape))) goto done;
-    if (attn_safetensors_writer_create(&w) || attn_safetensors_writer_add(w, "output", ATTN_DTYPE_F32, rank, shape, y)) {
-        rc = cli_fail("run: %s: %s", out, msg_for(out));
-        goto done;
-    }
-    const float *aw = attn_nn_model_weights(m, &rank, shape);
-    if (aw && check_finite && (rc = check_finite_out("attn_output_weights", aw, rank, shape))) goto done;
-    if (aw && attn_safetensors_writer_add(w, "attn_output_weights", ATTN_DTYPE_F32, rank, shape, aw)) {
-        rc = cli_fail("run: %s: %s", out, msg_for(out));
-        goto done;
-    }
-    if (attn_safetensors_writer_write_file(w, out)) rc = cli_fail("run: %s: %s", out, msg_for(out));
-done:
-    attn_safetensors_writer_free(w);
-    attn_safetensors_close(wst);
-    attn_safetensors_close(ist);
-    image_in_free(&img);
-    attn_nn_model_free(m);
-    attn_json_free(doc);
-    free(text);
+    model_in mi;
+    memset(&mi, 0, sizeof mi);
+    int rc = model_open(&mi, "run", config, weights, wprefix);
+    if (!rc && check_finite) rc = check_finite_file("weights", weights, mi.weights, wprefix);
+    if (!rc) rc = model_bind(&mi, "run", config, inputs, image, mean_s, std_s, "vision_transformer models");
+    if (!rc && check_finite) rc = check_finite_file("inputs", image ? image : inputs, model_bound(&mi), NULL);
+    if (!rc && attn_model_forward(mi.m, 0, 0, 0, 0, NULL)) rc = cli_fail("run: %s", attn_last_error());
+    if (!rc) rc = write_outputs(mi.m, out, check_finite);
+    model_close(&mi);
     return rc;
 }

@@ -7,7 +7,7 @@
 
 #include "cli.h"
 #include "cli_opts.h"
-#include "train_common.h"
+#include "model_open.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -82,29 +82,15 @@ int cmd_sample(int argc, char **argv) {
     if (!prompt[0]) return cli_usage_error("sample: --prompt must not be empty");
     if (threads > 0) attn_set_num_threads((int)threads);
 
-    attn_safetensors *st = NULL;
-    if (attn_safetensors_open_file(path, &st) != ATTN_OK) return cli_fail("sample: %s", attn_last_error());
     train_gpt_shape shape;
-    char err[256];
-    int bad = train_shape_from_meta(st, &shape, err, sizeof err);
-    attn_safetensors_close(st);
-    if (bad) return cli_fail("sample: %s: %s", path, err);
-
-    attn_gpt_config cfg = train_gpt_config(&shape);
+    if (gpt_open_shape("sample", path, &shape)) return 1;
     attn_gpt *g = NULL;
     void *cbuf = NULL, *ws = NULL;
     float *logits = NULL;
     int64_t *ctx = NULL, *idx = NULL;
     double *prob = NULL;
     int rc = 1;
-    if (attn_gpt_create(&cfg, &g) != ATTN_OK) {
-        cli_fail("sample: %s", attn_last_error());
-        goto done;
-    }
-    if (attn_checkpoint_load(path, attn_gpt_params(g), NULL, NULL, NULL) != ATTN_OK) {
-        cli_fail("sample: %s", attn_last_error());
-        goto done;
-    }
+    if (gpt_open_model("sample", path, &shape, &g)) goto done;
     const int64_t C = shape.context, V = shape.vocab, plen = (int64_t)strlen(prompt);
     const size_t cb = attn_gpt_cache_size(g, 1, C), wb = attn_gpt_step_workspace_size(g, 1, C, C);
     cbuf = malloc(cb);

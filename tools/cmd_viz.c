@@ -18,9 +18,7 @@
 #include "cli.h"
 #include "cli_opts.h"
 #include "image_in.h"
-#include "io/json.h"
-#include "nn/nn_internal.h"
-#include "nn/nn_run.h"
+#include "model_open.h"
 #include "safe_io.h"
 #include "train_common.h"
 #include "viz_out.h"
@@ -81,9 +79,6 @@ static void usage(FILE *f) {
             "exit 2.\n");
 }
 
-/* The whole file, NUL-terminated (safe_io.h: regular files only, at most 16 MB). */
-static char *slurp(const char *path, size_t *len) { return safe_read(path, "config", ATTN_IO_CAP_CONFIG, len); }
-
 static char *dup(const char *s) {
     const size_t n = strlen(s) + 1;
     char *d = malloc(n);
@@ -112,12 +107,12 @@ typedef struct viz_run {
     char model[512];    /* description */
     /* owned by the kind */
     attn_gpt *gpt;
-    nn_model *nn;
+    model_in run;                 /* an `attn run` model */
     /* a Vision Transformer on an image */
     attn_vit *vit_own;            /* from a checkpoint (else the --config model's) */
     const attn_vit_config *vit;   /* NULL for the other models */
     int64_t vit_t;                /* class (and distillation) tokens before the patches */
-    image_in img;
+    image_in img;                 /* a checkpoint's input (a --config model's is run.img) */
 } viz_run;
 
 /* Labels cls (dist), pROW,COL; returns the predicted class of the logits, or -1 (printed). */
@@ -200,88 +195,79 @@ static int run_vit(viz_run *r, const char *path, const attn_safetensors *meta, c
     return rc;
 }
 
+/* --text (bytes) or --tokens (ids) for a GPT of that shape into *tok[*n] (malloc'ed). 0, or 1. */
+static int gpt_input(const char *text, const char *tokens_s, const train_gpt_shape *shape, int64_t **tok,
+                     int64_t *n) {
+    if (text) {
+        *n = (int64_t)strlen(text);
+        if (*n < 1) return cli_fail("viz: --text is empty");
+        if (*n > shape->context)
+            return cli_fail("viz: --text has %lld bytes, more than the model's context of %lld", (long long)*n,
+                            (long long)shape->context);
+        if (!(*tok = malloc(sizeof(int64_t) * (size_t)*n))) return cli_fail("viz: out of memory");
+        for (int64_t i = 0; i < *n; i++) (*tok)[i] = (unsigned char)text[i];
+        return 0;
+    }
+    int64_t *t = *tok = malloc(sizeof(int64_t) * (strlen(tokens_s) / 2 + 1));
+    if (!t) return cli_fail("viz: out of memory");
+    const char *p = tokens_s;
+    char item[32];
+    while (1) {
+        const char *e = strchr(p, ',');
+        size_t il = e ? (size_t)(e - p) : strlen(p);
+        if (il >= sizeof item) il = sizeof item - 1;
+        memcpy(item, p, il);
+        item[il] = '\0';
+        if (cli_parse_i64(item, 0, INT64_MAX, &t[*n])) return cli_fail("viz: --tokens: '%s' is not a token id", item);
+        if (t[*n] >= shape->vocab)
+            return cli_fail("viz: --tokens: token %lld at position %lld is outside the vocabulary [0, %lld)",
+                            (long long)t[*n], (long long)*n, (long long)shape->vocab);
+        ++*n;
+        if (!e) break;
+        p = e + 1;
+    }
+    if (*n > shape->context)
+        return cli_fail("viz: --tokens has %lld ids, more than the model's context of %lld", (long long)*n,
+                        (long long)shape->context);
+    return 0;
+}
+
+/* The labels of tok[n]: bytes for a byte-level model, else the ids. 0, or 1. */
+static int gpt_labels(viz_run *r, const int64_t *tok, int64_t n, int64_t vocab) {
+    if (!(r->tok_labels = calloc((size_t)n, sizeof(char *)))) return cli_fail("viz: out of memory");
+    r->ntok = n;
+    for (int64_t i = 0; i < n; i++) {
+        char b[16];
+        if (vocab == TRAIN_BYTE_VOCAB)
+            byte_label((int)tok[i], b, sizeof b);
+        else
+            snprintf(b, sizeof b, "%lld", (long long)tok[i]);
+        if (!(r->tok_labels[i] = dup(b))) return cli_fail("viz: out of memory");
+    }
+    return 0;
+}
+
 /* GPT checkpoint on text or tokens. Returns 0 or an exit code (the message printed). */
 static int run_gpt(viz_run *r, const char *path, const char *text, const char *tokens_s, const char *pattern) {
-    attn_safetensors *st = NULL;
-    if (attn_safetensors_open_file(path, &st) != ATTN_OK) return cli_fail("viz: %s", attn_last_error());
     train_gpt_shape shape;
-    char err[256];
-    int bad = train_shape_from_meta(st, &shape, err, sizeof err);
-    attn_safetensors_close(st);
-    if (bad) return cli_fail("viz: %s: %s", path, err);
+    if (gpt_open_shape("viz", path, &shape)) return 1;
     int64_t n = 0, *tok = NULL;
-    if (text) {
-        n = (int64_t)strlen(text);
-        if (n < 1) return cli_fail("viz: --text is empty");
-        if (n > shape.context)
-            return cli_fail("viz: --text has %lld bytes, more than the model's context of %lld", (long long)n,
-                            (long long)shape.context);
-        tok = malloc(sizeof(int64_t) * (size_t)n);
-        if (!tok) return cli_fail("viz: out of memory");
-        for (int64_t i = 0; i < n; i++) tok[i] = (unsigned char)text[i];
-    } else {
-        size_t len = strlen(tokens_s);
-        tok = malloc(sizeof(int64_t) * (len / 2 + 1));
-        if (!tok) return cli_fail("viz: out of memory");
-        const char *p = tokens_s;
-        char item[32];
-        while (1) {
-            const char *e = strchr(p, ',');
-            size_t il = e ? (size_t)(e - p) : strlen(p);
-            if (il >= sizeof item) il = sizeof item - 1;
-            memcpy(item, p, il);
-            item[il] = '\0';
-            if (cli_parse_i64(item, 0, INT64_MAX, &tok[n])) {
-                free(tok);
-                return cli_fail("viz: --tokens: '%s' is not a token id", item);
-            }
-            if (tok[n] >= shape.vocab) {
-                const long long bad_id = (long long)tok[n];
-                free(tok);
-                return cli_fail("viz: --tokens: token %lld at position %lld is outside the vocabulary [0, %lld)",
-                                bad_id, (long long)n, (long long)shape.vocab);
-            }
-            n++;
-            if (!e) break;
-            p = e + 1;
-        }
-        if (n > shape.context) {
-            free(tok);
-            return cli_fail("viz: --tokens has %lld ids, more than the model's context of %lld", (long long)n,
-                            (long long)shape.context);
-        }
-    }
-    attn_gpt_config cfg = train_gpt_config(&shape);
-    int rc = 0;
     float *logits = NULL;
     void *ws = NULL;
-    if (attn_gpt_create(&cfg, &r->gpt) != ATTN_OK ||
-        attn_checkpoint_load(path, attn_gpt_params(r->gpt), NULL, NULL, NULL) != ATTN_OK ||
-        attn_capture_create(&r->cap) != ATTN_OK || attn_capture_add(r->cap, pattern, 0, 0, 0, 0) != ATTN_OK) {
+    int rc = gpt_input(text, tokens_s, &shape, &tok, &n);
+    if (!rc) rc = gpt_open_model("viz", path, &shape, &r->gpt);
+    if (!rc && (attn_capture_create(&r->cap) != ATTN_OK || attn_capture_add(r->cap, pattern, 0, 0, 0, 0) != ATTN_OK))
         rc = cli_fail("viz: %s", attn_last_error());
-        goto done;
-    }
+    if (rc) goto done;
     attn_gpt_args a = {.batch = 1, .n = n, .tokens = tok, .capture = r->cap};
     const size_t wb = attn_gpt_workspace_size(r->gpt, &a);
     logits = malloc(sizeof(float) * (size_t)(n * shape.vocab));
     ws = malloc(wb ? wb : 1);
-    r->tok_labels = calloc((size_t)n, sizeof(char *));
-    if (!logits || !ws || !r->tok_labels) {
+    if (!logits || !ws) {
         rc = cli_fail("viz: out of memory");
         goto done;
     }
-    r->ntok = n;
-    for (int64_t i = 0; i < n; i++) {
-        char b[16];
-        if (shape.vocab == TRAIN_BYTE_VOCAB)
-            byte_label((int)tok[i], b, sizeof b);
-        else
-            snprintf(b, sizeof b, "%lld", (long long)tok[i]);
-        if (!(r->tok_labels[i] = dup(b))) {
-            rc = cli_fail("viz: out of memory");
-            goto done;
-        }
-    }
+    if ((rc = gpt_labels(r, tok, n, shape.vocab))) goto done;
     if (attn_gpt_forward(r->gpt, &a, logits, NULL, 0, ws, wb) != ATTN_OK) {
         rc = cli_fail("viz: %s: %s", path, attn_last_error());
         goto done;
@@ -296,93 +282,24 @@ done:
     return rc;
 }
 
-/* The library's message, without a "safetensors: PATH: " prefix that repeats the file name. */
-static const char *msg_for(const char *path) {
-    const char *msg = attn_last_error();
-    const size_t pl = strlen(path);
-    if (!strncmp(msg, "safetensors: ", 13) && !strncmp(msg + 13, path, pl) && !strncmp(msg + 13 + pl, ": ", 2))
-        msg += 13 + pl + 2;
-    return msg;
-}
-
-/* An `attn run` model on a safetensors of inputs. */
+/* An `attn run` model on a safetensors of inputs, or a vision_transformer on an image. */
 static int run_model(viz_run *r, const char *config, const char *weights, const char *wprefix, const char *inputs,
                      const char *image, const char *mean_s, const char *std_s, const char *pattern) {
-    int rc = 0;
-    size_t len = 0;
-    char *text = NULL;
-    attn_json_doc *doc = NULL;
-    attn_safetensors *wst = NULL, *ist = NULL;
-    attn_json_error jerr;
-    const attn_json_options jopt = {0, 1}; /* a repeated key is an error */
-    if (!(text = slurp(config, &len))) {
-        rc = cli_fail("viz: %s", attn_last_error());
-        goto done;
-    }
-    if (attn_json_parse(text, len, &jopt, &doc, &jerr) != ATTN_JSON_OK) {
-        rc = cli_fail("viz: %s: %s", config, jerr.message);
-        goto done;
-    }
-    if (attn_nn_model_create(attn_json_root(doc), &r->nn)) {
-        rc = cli_fail("viz: %s: %s", config, attn_last_error());
-        goto done;
-    }
-    if (attn_safetensors_open_file(weights, &wst) ||
-        attn_nn_model_load(r->nn, wst, wprefix, 1)) {
-        rc = cli_fail("viz: %s: %s", weights, msg_for(weights));
-        goto done;
-    }
-    const attn_vit *vit = attn_nn_model_vit(r->nn);
-    if (image) {
-        if (!vit) {
-            rc = cli_fail("viz: --image is for Vision Transformers; %s is a %s (give --inputs)", config,
-                          attn_nn_model_name(r->nn));
-            goto done;
-        }
-        const attn_vit_config *vc = attn_vit_get_config(vit);
-        float mean[3], std[3];
-        if ((mean_s && (rc = image_in_parse("viz", "--mean", mean_s, (int)vc->in_channels, mean))) ||
-            (std_s && (rc = image_in_parse("viz", "--std", std_s, (int)vc->in_channels, std))) ||
-            (rc = image_in_load("viz", image, vc, mean_s ? mean : NULL, std_s ? std : NULL, &r->img)))
-            goto done;
-        if (attn_nn_model_bind(r->nn, r->img.st, NULL, 1)) {
-            rc = cli_fail("viz: %s: %s", image, attn_last_error());
-            goto done;
-        }
-    } else if (attn_safetensors_open_file(inputs, &ist) || attn_nn_model_bind(r->nn, ist, NULL, 1)) {
-        rc = cli_fail("viz: %s: %s", inputs, msg_for(inputs));
-        goto done;
-    }
-    if (attn_capture_create(&r->cap) || attn_capture_add(r->cap, pattern, 0, 0, 0, 0)) {
-        rc = cli_fail("viz: %s", attn_last_error());
-        goto done;
-    }
-    attn_capture *prev = attn_nn_capture_set_ambient(r->cap);
-    attn_status st = attn_nn_model_forward(r->nn, 0, 0, 0, 0);
-    attn_nn_capture_set_ambient(prev);
-    if (st) {
-        rc = cli_fail("viz: %s: %s", config, attn_last_error());
-        goto done;
-    }
+    model_in *mi = &r->run;
+    int rc = model_open(mi, "viz", config, weights, wprefix);
+    if (!rc) rc = model_bind(mi, "viz", config, inputs, image, mean_s, std_s, "Vision Transformers");
+    if (rc) return rc;
+    if (attn_capture_create(&r->cap) || attn_capture_add(r->cap, pattern, 0, 0, 0, 0))
+        return cli_fail("viz: %s", attn_last_error());
+    if (attn_model_forward(mi->m, 0, 0, 0, 0, r->cap)) return cli_fail("viz: %s: %s", config, attn_last_error());
+    const attn_vit *vit = attn_model_vit(mi->m);
     int pred = -1;
-    if (vit) {
-        int orank;
-        int64_t oshape[4];
-        if ((pred = vit_labels(r, vit, attn_nn_model_output(r->nn, &orank, oshape))) < 0) {
-            rc = 1;
-            goto done;
-        }
-    }
-    int mn = snprintf(r->model, sizeof r->model, "%s (%s, weights %s) on %s", config, attn_nn_model_name(r->nn),
+    if (vit && (pred = vit_labels(r, vit, attn_model_output(mi->m, NULL, NULL))) < 0) return 1;
+    int mn = snprintf(r->model, sizeof r->model, "%s (%s, weights %s) on %s", config, attn_model_name(mi->m),
                       weights, image ? image : inputs);
     if (image && pred >= 0 && mn > 0 && (size_t)mn < sizeof r->model)
         snprintf(r->model + mn, sizeof r->model - (size_t)mn, " (predicted class %d)", pred);
-done:
-    attn_safetensors_close(wst);
-    attn_safetensors_close(ist);
-    attn_json_free(doc);
-    free(text);
-    return rc;
+    return 0;
 }
 
 /* Numeric labels "0" .. "n-1", shared by every map of that length. */
@@ -423,7 +340,8 @@ static int write_overlay(const viz_run *r, const float *roll, const char *path, 
                          int nearest) {
     const attn_vit_config *c = r->vit;
     const int64_t gh = c->image_h / c->patch_size, gw = c->image_w / c->patch_size;
-    const int64_t iw = r->img.img.width, ih = r->img.img.height, side = iw > ih ? iw : ih;
+    const attn_image *pic = r->run.m ? &r->run.img.img : &r->img.img; /* a --config model's, or a checkpoint's */
+    const int64_t iw = pic->width, ih = pic->height, side = iw > ih ? iw : ih;
     int64_t ow, oh;
     if (size) {
         ow = iw * size / side, oh = ih * size / side;
@@ -434,7 +352,7 @@ static int write_overlay(const viz_run *r, const float *roll, const char *path, 
     }
     attn_image out;
     /* row 0 (the class token), columns T .. T + gh gw - 1: the patches in row-major grid order */
-    if (attn_viz_overlay(&r->img.img, roll + r->vit_t, gh, gw, oh, ow, alpha, nearest, &out))
+    if (attn_viz_overlay(pic, roll + r->vit_t, gh, gw, oh, ow, alpha, nearest, &out))
         return cli_fail("viz: --overlay: %s", attn_last_error());
     char file[4096];
     const size_t pl = strlen(path);
@@ -456,97 +374,289 @@ static int write_overlay(const viz_run *r, const float *roll, const char *path, 
     return 0;
 }
 
-int cmd_viz(int argc, char **argv) {
-    const char *checkpoint = NULL, *config = NULL, *weights = NULL, *text = NULL, *tokens = NULL, *inputs = NULL;
-    const char *pattern = "*", *head_s = "all", *title = NULL, *svg = NULL, *html = NULL, *csv = NULL;
-    const char *image = NULL, *mean_s = NULL, *std_s = NULL, *overlay = NULL, *wprefix = NULL;
-    int64_t layers_sel[VIZ_MAX_LIST], overlay_size = 0;
-    int nlayers_sel = 0, rollout = 0, nearest = 0, force = 0;
-    double overlay_alpha = 0.5;
-    int64_t batch_index = 0, max_tokens = 64, start = 0, threads = 0;
+/* The command line. */
+typedef struct viz_opts {
+    const char *checkpoint, *config, *weights, *text, *tokens, *inputs;
+    const char *pattern, *head_s, *title, *svg, *html, *csv;
+    const char *image, *mean_s, *std_s, *overlay, *wprefix;
+    int64_t layers_sel[VIZ_MAX_LIST], overlay_size;
+    int nlayers_sel, rollout, nearest, force;
+    double overlay_alpha;
+    int64_t batch_index, max_tokens, start, threads;
+    /* --head */
+    int heads_sel[VIZ_MAX_LIST], nheads_sel, want_mean, want_all;
+} viz_opts;
+
+/* The combinations of options that do not go together. 0, or 2 (printed). */
+static int check_opts(const viz_opts *o, int alpha_seen) {
+    if (!o->checkpoint && !o->config) return cli_usage_error("viz: missing the model: --checkpoint, or --config and --weights (try 'attn viz --help')");
+    if (o->checkpoint && (o->config || o->weights)) return cli_usage_error("viz: --checkpoint does not go with --config / --weights");
+    if (o->config && !o->weights) return cli_usage_error("viz: --config needs --weights");
+    if (!o->config && o->weights) return cli_usage_error("viz: --weights needs --config");
+    if (o->wprefix && !o->config) return cli_usage_error("viz: --weights-prefix goes with --config / --weights");
+    if ((o->mean_s || o->std_s) && !o->image) return cli_usage_error("viz: --mean / --std go with --image");
+    if ((o->overlay_size || o->nearest || alpha_seen) && !o->overlay)
+        return cli_usage_error("viz: --overlay-size / --overlay-alpha / --nearest go with --overlay");
+    if (o->overlay && !o->image) return cli_usage_error("viz: --overlay needs --image (a Vision Transformer's input)");
+    if (o->image && (o->text || o->tokens || o->inputs))
+        return cli_usage_error("viz: --image does not go with --text / --tokens / --inputs");
+    if (o->checkpoint && !o->image) {
+        if (o->inputs) return cli_usage_error("viz: --inputs is for --config models; a GPT checkpoint takes --text or --tokens");
+        if (!o->text == !o->tokens) return cli_usage_error("viz: a GPT checkpoint needs one of --text and --tokens (a ViT checkpoint: --image)");
+    } else if (!o->checkpoint) {
+        if (o->text || o->tokens) return cli_usage_error("viz: --text / --tokens are for GPT checkpoints; a --config model takes --inputs");
+        if (!o->inputs && !o->image) return cli_usage_error("viz: missing --inputs (or --image) for the --config model");
+    }
+    if (!o->svg && !o->html && !o->csv && !o->overlay)
+        return cli_usage_error("viz: nothing to write: give --svg, --html, --csv and/or --overlay");
+    return 0;
+}
+
+/* --head: indices, mean, all. 0, or 2 (printed). */
+static int parse_heads(viz_opts *o) {
+    if (!strcmp(o->head_s, "mean")) {
+        o->want_mean = 1;
+        return 0;
+    }
+    if (!strcmp(o->head_s, "all")) {
+        o->want_all = o->want_mean = 1;
+        return 0;
+    }
+    const char *p = o->head_s;
+    while (1) {
+        const char *e = strchr(p, ',');
+        char item[32];
+        size_t il = e ? (size_t)(e - p) : strlen(p);
+        if (il >= sizeof item) il = sizeof item - 1;
+        memcpy(item, p, il);
+        item[il] = '\0';
+        int64_t v;
+        if (!strcmp(item, "mean"))
+            o->want_mean = 1;
+        else if (cli_parse_i64(item, 0, 1 << 20, &v) || o->nheads_sel == VIZ_MAX_LIST)
+            return cli_usage_error("viz: --head: '%s' is not a head index, 'mean' or 'all'", item);
+        else
+            o->heads_sel[o->nheads_sel++] = (int)v;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+/* Parse and check the command line into o: 0, CLI_HELP, or the usage error's exit code. */
+static int parse_opts(viz_opts *o, int argc, char **argv) {
+    memset(o, 0, sizeof *o);
+    o->pattern = "*", o->head_s = "all", o->overlay_alpha = 0.5, o->max_tokens = 64;
     cli_opt opts[] = {
-        CLI_STRING_NONEMPTY("--checkpoint", &checkpoint),
-        CLI_STRING_NONEMPTY("--config", &config),
-        CLI_STRING_NONEMPTY("--weights", &weights),
-        CLI_STRING("--text", &text),
-        CLI_STRING_NONEMPTY("--tokens", &tokens),
-        CLI_STRING_NONEMPTY("--inputs", &inputs),
-        CLI_STRING_NONEMPTY("--weights-prefix", &wprefix),
-        CLI_STRING_NONEMPTY("--image", &image),
-        CLI_STRING_NONEMPTY("--mean", &mean_s),
-        CLI_STRING_NONEMPTY("--std", &std_s),
-        CLI_STRING_NONEMPTY("--overlay", &overlay),
-        CLI_INT("--overlay-size", &overlay_size, 1, 4096),
-        CLI_DOUBLE("--overlay-alpha", &overlay_alpha, 0, 1),
-        CLI_FLAG("--nearest", &nearest),
-        CLI_STRING_NONEMPTY("--attention", &pattern),
-        CLI_LIST("--layer", layers_sel, &nlayers_sel, VIZ_MAX_LIST, 0, 1 << 20),
-        CLI_STRING_NONEMPTY("--head", &head_s),
-        CLI_FLAG("--rollout", &rollout),
-        CLI_FLAG("--force", &force),
-        CLI_INT("--batch-index", &batch_index, 0, 1 << 30),
-        CLI_INT("--max-tokens", &max_tokens, 2, 4096),
-        CLI_INT("--start", &start, 0, 1 << 30),
-        CLI_STRING("--title", &title),
-        CLI_STRING_NONEMPTY("--svg", &svg),
-        CLI_STRING_NONEMPTY("--html", &html),
-        CLI_STRING_NONEMPTY("--csv", &csv),
-        CLI_INT("--threads", &threads, 1, 4096),
+        CLI_STRING_NONEMPTY("--checkpoint", &o->checkpoint),
+        CLI_STRING_NONEMPTY("--config", &o->config),
+        CLI_STRING_NONEMPTY("--weights", &o->weights),
+        CLI_STRING("--text", &o->text),
+        CLI_STRING_NONEMPTY("--tokens", &o->tokens),
+        CLI_STRING_NONEMPTY("--inputs", &o->inputs),
+        CLI_STRING_NONEMPTY("--weights-prefix", &o->wprefix),
+        CLI_STRING_NONEMPTY("--image", &o->image),
+        CLI_STRING_NONEMPTY("--mean", &o->mean_s),
+        CLI_STRING_NONEMPTY("--std", &o->std_s),
+        CLI_STRING_NONEMPTY("--overlay", &o->overlay),
+        CLI_INT("--overlay-size", &o->overlay_size, 1, 4096),
+        CLI_DOUBLE("--overlay-alpha", &o->overlay_alpha, 0, 1),
+        CLI_FLAG("--nearest", &o->nearest),
+        CLI_STRING_NONEMPTY("--attention", &o->pattern),
+        CLI_LIST("--layer", o->layers_sel, &o->nlayers_sel, VIZ_MAX_LIST, 0, 1 << 20),
+        CLI_STRING_NONEMPTY("--head", &o->head_s),
+        CLI_FLAG("--rollout", &o->rollout),
+        CLI_FLAG("--force", &o->force),
+        CLI_INT("--batch-index", &o->batch_index, 0, 1 << 30),
+        CLI_INT("--max-tokens", &o->max_tokens, 2, 4096),
+        CLI_INT("--start", &o->start, 0, 1 << 30),
+        CLI_STRING("--title", &o->title),
+        CLI_STRING_NONEMPTY("--svg", &o->svg),
+        CLI_STRING_NONEMPTY("--html", &o->html),
+        CLI_STRING_NONEMPTY("--csv", &o->csv),
+        CLI_INT("--threads", &o->threads, 1, 4096),
         CLI_END,
     };
-    int parsed = cli_parse("viz", opts, argc, argv, NULL, 0);
+    int rc = cli_parse("viz", opts, argc, argv, NULL, 0);
+    if (!rc) rc = check_opts(o, cli_seen(opts, "--overlay-alpha"));
+    if (!rc) rc = parse_heads(o);
+    return rc;
+}
+
+/* Run the model of the command line on its input into r. 0, or 1 (printed). */
+static int open_and_run(viz_run *r, const viz_opts *o) {
+    if (!o->checkpoint)
+        return run_model(r, o->config, o->weights, o->wprefix, o->inputs, o->image, o->mean_s, o->std_s, o->pattern);
+    /* a ViT checkpoint says so in its metadata (model = vit); anything else is read as a GPT's */
+    attn_safetensors *meta = NULL;
+    if (attn_safetensors_open_file(o->checkpoint, &meta) != ATTN_OK) return cli_fail("viz: %s", attn_last_error());
+    const char *kind = attn_safetensors_metadata_find(meta, "model");
+    const int is_vit = kind && !strcmp(kind, "vit");
+    int rc;
+    if (is_vit && !o->image)
+        rc = cli_fail("viz: %s is a Vision Transformer checkpoint (`attn train vit`): give --image", o->checkpoint);
+    else if (!is_vit && o->image)
+        rc = cli_fail("viz: --image is for Vision Transformers; %s is not a checkpoint of `attn train vit`",
+                      o->checkpoint);
+    else
+        rc = is_vit ? run_vit(r, o->checkpoint, meta, o->image, o->mean_s, o->std_s, o->pattern)
+                    : run_gpt(r, o->checkpoint, o->text, o->tokens, o->pattern);
+    attn_safetensors_close(meta);
+    return rc;
+}
+
+/* The capture's records (*recs, *count), the layers to show (all when none was chosen) and the
+ * rollout (*roll, when asked for or needed by the overlay), checked against the options. 0, or 1
+ * (printed). */
+static int take_records(const viz_run *r, viz_opts *o, attn_capture_record **recs, size_t *count, float **roll) {
+    const size_t n = *count = attn_capture_count(r->cap);
+    if (n == 0)
+        return cli_fail("viz: the model recorded no attention weights (no attention module matches '%s')", o->pattern);
+    attn_capture_record *rs = *recs = calloc(n, sizeof *rs);
+    if (!rs) return cli_fail("viz: out of memory");
+    for (size_t i = 0; i < n; i++) attn_capture_get(r->cap, i, &rs[i]);
+    if (o->batch_index >= rs[0].batch)
+        return cli_fail("viz: --batch-index %lld is out of range: the input's batch is %lld",
+                        (long long)o->batch_index, (long long)rs[0].batch);
+    if (!o->nlayers_sel)
+        for (size_t i = 0; i < n && o->nlayers_sel < VIZ_MAX_LIST; i++) o->layers_sel[o->nlayers_sel++] = (int64_t)i;
+    for (int i = 0; i < o->nlayers_sel; i++)
+        if (o->layers_sel[i] >= (int64_t)n)
+            return cli_fail("viz: --layer %lld is out of range: the model has %zu attention layers (0..%zu: %s%s)",
+                            (long long)o->layers_sel[i], n, n - 1, rs[0].module, n > 1 ? ", ..." : "");
+    for (int i = 0; i < o->nlayers_sel; i++)
+        for (int j = 0; j < o->nheads_sel; j++)
+            if (o->heads_sel[j] >= rs[o->layers_sel[i]].num_heads)
+                return cli_fail("viz: --head %d is out of range: %s has %lld heads", o->heads_sel[j],
+                                rs[o->layers_sel[i]].module, (long long)rs[o->layers_sel[i]].num_heads);
+    if (!o->rollout && !o->overlay) return 0;
+    if (!(*roll = malloc(sizeof(float) * (size_t)(rs[0].batch * rs[0].nk * rs[0].nk))))
+        return cli_fail("viz: out of memory");
+    if (attn_viz_rollout_records(rs, n, *roll)) return cli_fail("viz: --rollout: %s", attn_last_error());
+    return 0;
+}
+
+/* Map m's weights: its window of the head, the heads' mean, or the rollout (base: the batch
+ * element's weights [H, nq, nk], or the rollout's rows). */
+static void fill_map(viz_map *m, const float *base, int is_roll, int64_t H, int64_t nq, int64_t nk) {
+    for (int64_t i = 0; i < m->rows; i++)
+        for (int64_t j = 0; j < m->cols; j++) {
+            const size_t at = (size_t)((m->r0 + i) * nk + m->c0 + j);
+            double v;
+            if (is_roll)
+                v = base[at];
+            else if (m->head == VIZ_HEAD_MEAN) {
+                v = 0;
+                for (int64_t h = 0; h < H; h++) v += base[(size_t)(h * nq * nk) + at];
+                v /= (double)H;
+            } else
+                v = base[(size_t)(m->head * nq * nk) + at];
+            m->w[i * m->cols + j] = (float)v;
+        }
+}
+
+/* The maps of layer li of the selection (li == nlayers_sel: the rollout) into set. 0, or 1. */
+static int layer_maps(viz_set *set, label_cache *lc, const viz_run *r, const viz_opts *o,
+                      const attn_capture_record *recs, const float *roll, int li) {
+    const int is_roll = li == o->nlayers_sel;
+    const attn_capture_record *rec = is_roll ? &recs[0] : &recs[o->layers_sel[li]];
+    /* a ViT's rollout: only the classification token's row */
+    const int64_t nq = is_roll && r->vit ? 1 : rec->nq, nk = rec->nk, H = rec->heads;
+    const char *const *ql = nq == r->ntok || (is_roll && r->vit) ? (const char *const *)r->tok_labels
+                                                                 : numeric_labels(lc, nq);
+    const char *const *kl = nk == r->ntok ? (const char *const *)r->tok_labels : numeric_labels(lc, nk);
+    if (!ql || !kl) return cli_fail("viz: out of memory");
+    int64_t r0, rows, c0, cols;
+    window(nq, o->start, o->max_tokens, &r0, &rows);
+    window(nk, o->start, o->max_tokens, &c0, &cols);
+    const int want_mean = o->want_mean, nh = is_roll ? 1 : want_mean + (o->want_all ? (int)H : o->nheads_sel);
+    for (int k = 0; k < nh; k++) {
+        viz_map *m = &set->maps[set->count++];
+        m->layer = is_roll ? -1 : (int)o->layers_sel[li];
+        m->module = is_roll ? "rollout" : rec->module;
+        m->head = is_roll ? VIZ_HEAD_ROLLOUT : (want_mean && k == 0) ? VIZ_HEAD_MEAN : o->want_all ? k - want_mean
+                                                                                              : o->heads_sel[k - want_mean];
+        m->num_heads = (int)H;
+        m->nq = nq, m->nk = nk, m->r0 = r0, m->c0 = c0, m->rows = rows, m->cols = cols;
+        m->qlabels = ql, m->klabels = kl;
+        if (!(m->w = malloc(sizeof(float) * (size_t)(rows * cols)))) return cli_fail("viz: out of memory");
+        const float *base = is_roll ? roll + (size_t)o->batch_index * (size_t)(rec->nq * nk)
+                                    : rec->weights + (size_t)o->batch_index * (size_t)(H * nq * nk);
+        fill_map(m, base, is_roll, H, nq, nk);
+        if (rows < nq || cols < nk) {
+            set->windowed = 1;
+            snprintf(set->notice, sizeof set->notice,
+                     "Long sequence: showing queries %lld..%lld of %lld and keys %lld..%lld of %lld (a window of "
+                     "--max-tokens %lld from --start %lld; move it with --start).",
+                     (long long)r0, (long long)(r0 + rows - 1), (long long)nq, (long long)c0,
+                     (long long)(c0 + cols - 1), (long long)nk, (long long)o->max_tokens, (long long)o->start);
+        }
+    }
+    return 0;
+}
+
+/* Every map of the selection into set (title and model description included). 0, or 1. */
+static int build_maps(viz_set *set, label_cache *lc, const viz_run *r, const viz_opts *o,
+                      const attn_capture_record *recs, const float *roll, char *deftitle, size_t deftitle_cap) {
+    int cap_maps = o->rollout;
+    for (int i = 0; i < o->nlayers_sel; i++)
+        cap_maps += o->want_mean + (o->want_all ? (int)recs[o->layers_sel[i]].num_heads : o->nheads_sel);
+    set->maps = calloc((size_t)cap_maps, sizeof(viz_map));
+    if (!set->maps) return cli_fail("viz: out of memory");
+    set->title = o->title;
+    if (!set->title) {
+        const char *base = o->checkpoint ? o->checkpoint : o->config, *slash = strrchr(base, '/');
+        snprintf(deftitle, deftitle_cap, "attention of %s", slash ? slash + 1 : base);
+        set->title = deftitle;
+    }
+    set->model = r->model;
+    for (int li = 0; li < o->nlayers_sel + o->rollout; li++) {
+        const int rc = layer_maps(set, lc, r, o, recs, roll, li);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* The chosen outputs (never over an input). 0, or 1 (printed). */
+static int write_all(const viz_set *set, const viz_run *r, const viz_opts *o, const attn_capture_record *recs,
+                     const float *roll) {
+    const char *const ins[5] = {o->checkpoint, o->config, o->weights, o->inputs, o->image};
+    safe_set_inputs(ins, 5, o->force);
+    if (o->overlay && safe_out_check("viz", "--overlay", o->overlay, ins, 5, SAFE_KIND_IMAGE, o->force)) return 1;
+    char err[4200];
+    if ((o->svg && viz_write_svgs(set, o->svg, stdout, err, sizeof err)) ||
+        (o->html && viz_write_html(set, o->html, err, sizeof err)) ||
+        (o->csv && viz_write_csv(set, o->csv, err, sizeof err)))
+        return cli_fail("viz: %s", err);
+    if (o->html) printf("wrote %s\n", o->html);
+    if (o->csv) printf("wrote %s\n", o->csv);
+    int rc;
+    if (o->overlay && (rc = write_overlay(r, roll + (size_t)o->batch_index * (size_t)(recs[0].nk * recs[0].nk),
+                                          o->overlay, o->overlay_size, o->overlay_alpha, o->nearest)))
+        return rc;
+    if (set->windowed) printf("note: %s\n", set->notice);
+    return 0;
+}
+
+static void viz_run_free(viz_run *r) {
+    for (int64_t i = 0; i < r->ntok; i++) free(r->tok_labels[i]);
+    free(r->tok_labels);
+    attn_capture_free(r->cap);
+    attn_gpt_free(r->gpt);
+    model_close(&r->run);
+    attn_vit_free(r->vit_own);
+    image_in_free(&r->img);
+}
+
+int cmd_viz(int argc, char **argv) {
+    viz_opts o;
+    const int parsed = parse_opts(&o, argc, argv);
     if (parsed == CLI_HELP) {
         usage(stdout);
         return 0;
     }
     if (parsed) return parsed;
-    if (!checkpoint && !config) return cli_usage_error("viz: missing the model: --checkpoint, or --config and --weights (try 'attn viz --help')");
-    if (checkpoint && (config || weights)) return cli_usage_error("viz: --checkpoint does not go with --config / --weights");
-    if (config && !weights) return cli_usage_error("viz: --config needs --weights");
-    if (!config && weights) return cli_usage_error("viz: --weights needs --config");
-    if (wprefix && !config) return cli_usage_error("viz: --weights-prefix goes with --config / --weights");
-    if ((mean_s || std_s) && !image) return cli_usage_error("viz: --mean / --std go with --image");
-    if ((overlay_size || nearest || cli_seen(opts, "--overlay-alpha")) && !overlay)
-        return cli_usage_error("viz: --overlay-size / --overlay-alpha / --nearest go with --overlay");
-    if (overlay && !image) return cli_usage_error("viz: --overlay needs --image (a Vision Transformer's input)");
-    if (image && (text || tokens || inputs))
-        return cli_usage_error("viz: --image does not go with --text / --tokens / --inputs");
-    if (checkpoint && !image) {
-        if (inputs) return cli_usage_error("viz: --inputs is for --config models; a GPT checkpoint takes --text or --tokens");
-        if (!text == !tokens) return cli_usage_error("viz: a GPT checkpoint needs one of --text and --tokens (a ViT checkpoint: --image)");
-    } else if (!checkpoint) {
-        if (text || tokens) return cli_usage_error("viz: --text / --tokens are for GPT checkpoints; a --config model takes --inputs");
-        if (!inputs && !image) return cli_usage_error("viz: missing --inputs (or --image) for the --config model");
-    }
-    if (!svg && !html && !csv && !overlay)
-        return cli_usage_error("viz: nothing to write: give --svg, --html, --csv and/or --overlay");
-    /* --head */
-    int heads_sel[VIZ_MAX_LIST], nheads_sel = 0, want_mean = 0, want_all = 0;
-    if (!strcmp(head_s, "mean"))
-        want_mean = 1;
-    else if (!strcmp(head_s, "all"))
-        want_all = want_mean = 1;
-    else {
-        const char *p = head_s;
-        while (1) {
-            const char *e = strchr(p, ',');
-            char item[32];
-            size_t il = e ? (size_t)(e - p) : strlen(p);
-            if (il >= sizeof item) il = sizeof item - 1;
-            memcpy(item, p, il);
-            item[il] = '\0';
-            int64_t v;
-            if (!strcmp(item, "mean"))
-                want_mean = 1;
-            else if (cli_parse_i64(item, 0, 1 << 20, &v) || nheads_sel == VIZ_MAX_LIST)
-                return cli_usage_error("viz: --head: '%s' is not a head index, 'mean' or 'all'", item);
-            else
-                heads_sel[nheads_sel++] = (int)v;
-            if (!e) break;
-            p = e + 1;
-        }
-    }
-    if (threads > 0) attn_set_num_threads((int)threads);
+    if (o.threads > 0) attn_set_num_threads((int)o.threads);
 
     viz_run r;
     memset(&r, 0, sizeof r);
@@ -556,168 +666,13 @@ int cmd_viz(int argc, char **argv) {
     memset(&set, 0, sizeof set);
     float *roll = NULL;
     attn_capture_record *recs = NULL;
-    int rc = 0;
-    if (checkpoint) {
-        /* a ViT checkpoint says so in its metadata (model = vit); anything else is read as a GPT's */
-        attn_safetensors *meta = NULL;
-        if (attn_safetensors_open_file(checkpoint, &meta) != ATTN_OK) {
-            rc = cli_fail("viz: %s", attn_last_error());
-            goto done;
-        }
-        const char *kind = attn_safetensors_metadata_find(meta, "model");
-        const int is_vit = kind && !strcmp(kind, "vit");
-        if (is_vit && !image)
-            rc = cli_fail("viz: %s is a Vision Transformer checkpoint (`attn train vit`): give --image", checkpoint);
-        else if (!is_vit && image)
-            rc = cli_fail("viz: --image is for Vision Transformers; %s is not a checkpoint of `attn train vit`",
-                          checkpoint);
-        else
-            rc = is_vit ? run_vit(&r, checkpoint, meta, image, mean_s, std_s, pattern)
-                        : run_gpt(&r, checkpoint, text, tokens, pattern);
-        attn_safetensors_close(meta);
-    } else
-        rc = run_model(&r, config, weights, wprefix, inputs, image, mean_s, std_s, pattern);
-    if (rc) goto done;
-    if (overlay && !r.vit) {
-        rc = cli_fail("viz: --overlay is for Vision Transformers");
-        goto done;
-    }
-    const size_t count = attn_capture_count(r.cap);
-    if (count == 0) {
-        rc = cli_fail("viz: the model recorded no attention weights (no attention module matches '%s')", pattern);
-        goto done;
-    }
-    recs = calloc(count, sizeof *recs);
-    if (!recs) {
-        rc = cli_fail("viz: out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < count; i++) attn_capture_get(r.cap, i, &recs[i]);
-    if (batch_index >= recs[0].batch) {
-        rc = cli_fail("viz: --batch-index %lld is out of range: the input's batch is %lld", (long long)batch_index,
-                      (long long)recs[0].batch);
-        goto done;
-    }
-    if (!nlayers_sel)
-        for (size_t i = 0; i < count && nlayers_sel < VIZ_MAX_LIST; i++) layers_sel[nlayers_sel++] = (int64_t)i;
-    for (int i = 0; i < nlayers_sel; i++)
-        if (layers_sel[i] >= (int64_t)count) {
-            rc = cli_fail("viz: --layer %lld is out of range: the model has %zu attention layers (0..%zu: %s%s)",
-                          (long long)layers_sel[i], count, count - 1, recs[0].module,
-                          count > 1 ? ", ..." : "");
-            goto done;
-        }
-    for (int i = 0; i < nlayers_sel; i++)
-        for (int j = 0; j < nheads_sel; j++)
-            if (heads_sel[j] >= recs[layers_sel[i]].num_heads) {
-                rc = cli_fail("viz: --head %d is out of range: %s has %lld heads", heads_sel[j],
-                              recs[layers_sel[i]].module, (long long)recs[layers_sel[i]].num_heads);
-                goto done;
-            }
-    if (rollout || overlay) {
-        roll = malloc(sizeof(float) * (size_t)(recs[0].batch * recs[0].nk * recs[0].nk));
-        if (!roll) {
-            rc = cli_fail("viz: out of memory");
-            goto done;
-        }
-        if (attn_viz_rollout_records(recs, count, roll)) {
-            rc = cli_fail("viz: --rollout: %s", attn_last_error());
-            goto done;
-        }
-    }
-
-    /* the maps */
-    int cap_maps = rollout;
-    for (int i = 0; i < nlayers_sel; i++)
-        cap_maps += want_mean + (want_all ? (int)recs[layers_sel[i]].num_heads : nheads_sel);
-    set.maps = calloc((size_t)cap_maps, sizeof(viz_map));
-    if (!set.maps) {
-        rc = cli_fail("viz: out of memory");
-        goto done;
-    }
+    size_t count = 0;
     char deftitle[256];
-    if (!title) {
-        const char *base = checkpoint ? checkpoint : config, *slash = strrchr(base, '/');
-        snprintf(deftitle, sizeof deftitle, "attention of %s", slash ? slash + 1 : base);
-        title = deftitle;
-    }
-    set.title = title;
-    set.model = r.model;
-    for (int li = 0; li <= nlayers_sel; li++) {
-        const int is_roll = li == nlayers_sel;
-        if (is_roll && !rollout) break;
-        const attn_capture_record *rec = is_roll ? &recs[0] : &recs[layers_sel[li]];
-        /* a ViT's rollout: only the classification token's row */
-        const int64_t nq = is_roll && r.vit ? 1 : rec->nq, nk = rec->nk, H = rec->heads;
-        const char *const *ql = nq == r.ntok || (is_roll && r.vit) ? (const char *const *)r.tok_labels
-                                                                   : numeric_labels(&lc, nq);
-        const char *const *kl = nk == r.ntok ? (const char *const *)r.tok_labels : numeric_labels(&lc, nk);
-        if (!ql || !kl) {
-            rc = cli_fail("viz: out of memory");
-            goto done;
-        }
-        int64_t r0, rows, c0, cols;
-        window(nq, start, max_tokens, &r0, &rows);
-        window(nk, start, max_tokens, &c0, &cols);
-        const int nh = is_roll ? 1 : want_mean + (want_all ? (int)H : nheads_sel);
-        for (int k = 0; k < nh; k++) {
-            viz_map *m = &set.maps[set.count++];
-            m->layer = is_roll ? -1 : (int)layers_sel[li];
-            m->module = is_roll ? "rollout" : rec->module;
-            m->head = is_roll ? VIZ_HEAD_ROLLOUT : (want_mean && k == 0) ? VIZ_HEAD_MEAN : want_all ? k - want_mean
-                                                                                                  : heads_sel[k - want_mean];
-            m->num_heads = (int)H;
-            m->nq = nq, m->nk = nk, m->r0 = r0, m->c0 = c0, m->rows = rows, m->cols = cols;
-            m->qlabels = ql, m->klabels = kl;
-            if (!(m->w = malloc(sizeof(float) * (size_t)(rows * cols)))) {
-                rc = cli_fail("viz: out of memory");
-                goto done;
-            }
-            const float *base = is_roll ? roll + (size_t)batch_index * (size_t)(rec->nq * nk)
-                                        : rec->weights + (size_t)batch_index * (size_t)(H * nq * nk);
-            for (int64_t i = 0; i < rows; i++)
-                for (int64_t j = 0; j < cols; j++) {
-                    const size_t at = (size_t)((r0 + i) * nk + c0 + j);
-                    double v;
-                    if (is_roll)
-                        v = base[at];
-                    else if (m->head == VIZ_HEAD_MEAN) {
-                        v = 0;
-                        for (int64_t h = 0; h < H; h++) v += base[(size_t)(h * nq * nk) + at];
-                        v /= (double)H;
-                    } else
-                        v = base[(size_t)(m->head * nq * nk) + at];
-                    m->w[i * cols + j] = (float)v;
-                }
-            if (rows < nq || cols < nk) {
-                set.windowed = 1;
-                snprintf(set.notice, sizeof set.notice,
-                         "Long sequence: showing queries %lld..%lld of %lld and keys %lld..%lld of %lld (a window of "
-                         "--max-tokens %lld from --start %lld; move it with --start).",
-                         (long long)r0, (long long)(r0 + rows - 1), (long long)nq, (long long)c0,
-                         (long long)(c0 + cols - 1), (long long)nk, (long long)max_tokens, (long long)start);
-            }
-        }
-    }
-    const char *const ins[5] = {checkpoint, config, weights, inputs, image}; /* never overwritten by an output */
-    safe_set_inputs(ins, 5, force);
-    if (overlay && safe_out_check("viz", "--overlay", overlay, ins, 5, SAFE_KIND_IMAGE, force)) {
-        rc = 1;
-        goto done;
-    }
-    char err[4200];
-    if ((svg && viz_write_svgs(&set, svg, stdout, err, sizeof err)) || (html && viz_write_html(&set, html, err, sizeof err)) ||
-        (csv && viz_write_csv(&set, csv, err, sizeof err))) {
-        rc = cli_fail("viz: %s", err);
-        goto done;
-    }
-    if (html) printf("wrote %s\n", html);
-    if (csv) printf("wrote %s\n", csv);
-    if (overlay && (rc = write_overlay(&r, roll + (size_t)batch_index * (size_t)(recs[0].nk * recs[0].nk), overlay,
-                                       overlay_size, overlay_alpha, nearest)))
-        goto done;
-    if (set.windowed) printf("note: %s\n", set.notice);
-done:
+    int rc = open_and_run(&r, &o);
+    if (!rc && o.overlay && !r.vit) rc = cli_fail("viz: --overlay is for Vision Transformers");
+    if (!rc) rc = take_records(&r, &o, &recs, &count, &roll);
+    if (!rc) rc = build_maps(&set, &lc, &r, &o, recs, roll, deftitle, sizeof deftitle);
+    if (!rc) rc = write_all(&set, &r, &o, recs, roll);
     for (int i = 0; i < set.count; i++) free(set.maps[i].w);
     free(set.maps);
     free(recs);
@@ -726,12 +681,6 @@ done:
         for (int64_t j = 0; j < lc.n[i]; j++) free(lc.labels[i][j]);
         free(lc.labels[i]);
     }
-    for (int64_t i = 0; i < r.ntok; i++) free(r.tok_labels[i]);
-    free(r.tok_labels);
-    attn_capture_free(r.cap);
-    attn_gpt_free(r.gpt);
-    attn_nn_model_free(r.nn);
-    attn_vit_free(r.vit_own);
-    image_in_free(&r.img);
+    viz_run_free(&r);
     return rc;
 }

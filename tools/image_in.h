@@ -1,7 +1,7 @@
 /* An image file as the input of a Vision Transformer, for `attn run --image` and `attn viz
  * --image`: decoded (attn_image_load), resized to the model's image size and normalised into
  * x [1, C, H, W] (attn_image_to_tensor), also as an in-memory safetensors holding "x" for
- * attn_nn_model_bind. */
+ * attn_model_bind_safetensors. */
 #ifndef ATTN_TOOLS_IMAGE_IN_H
 #define ATTN_TOOLS_IMAGE_IN_H
 

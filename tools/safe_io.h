@@ -1,6 +1,6 @@
 /* Safe input and output for the attn command-line tool.
  *
- * Every file the tool writes goes through here (and through the library's io/safe_file.h, which
+ * Every file the tool writes goes through here (and through the library's attn/io.h, which
  * does the work): an output is refused when it is the same file as one of the command's inputs
  * (writing there would destroy the input), when something other than a regular file sits at its
  * path (a device, a FIFO, a folder or a symbolic link is never replaced), and, unless --force is
@@ -9,24 +9,24 @@
  * to it and renamed over it only when complete, so a failure or a crash leaves the old file.
  *
  * Every file the tool reads is opened without blocking (a FIFO never hangs it), must be a regular
- * file, and may not exceed the cap of its kind (io/safe_file.h). */
+ * file, and may not exceed the cap of its kind (attn/io.h). */
 #ifndef ATTN_TOOLS_SAFE_IO_H
 #define ATTN_TOOLS_SAFE_IO_H
 
 #include <stddef.h>
 #include <stdio.h>
 
-#include "io/safe_file.h"
+#include "attn/io.h"
 
-/* What an output holds: an existing file at its path must be of the same kind (unless --force). */
-typedef enum safe_kind {
-    SAFE_KIND_SAFETENSORS, /* any safetensors file */
-    SAFE_KIND_CHECKPOINT,  /* a safetensors file with attn checkpoint metadata */
-    SAFE_KIND_SVG,
-    SAFE_KIND_HTML,
-    SAFE_KIND_CSV,
-    SAFE_KIND_IMAGE,       /* PNG, or PPM / PGM */
-} safe_kind;
+/* What an output holds: an existing file at its path must be of the same kind (unless --force);
+ * the library's attn_io_kind under the tool's names. */
+typedef attn_io_kind safe_kind;
+#define SAFE_KIND_SAFETENSORS ATTN_IO_KIND_SAFETENSORS /* any safetensors file */
+#define SAFE_KIND_CHECKPOINT ATTN_IO_KIND_CHECKPOINT   /* a safetensors file with attn checkpoint metadata */
+#define SAFE_KIND_SVG ATTN_IO_KIND_SVG
+#define SAFE_KIND_HTML ATTN_IO_KIND_HTML
+#define SAFE_KIND_CSV ATTN_IO_KIND_CSV
+#define SAFE_KIND_IMAGE ATTN_IO_KIND_IMAGE /* PNG, or PPM / PGM */
 
 /* 0 when `out` may be written; otherwise prints "attn: CMD: ..." and returns 1. inputs[0..n) are
  * the command's input paths (NULL entries skipped); `opt` names the output option in messages

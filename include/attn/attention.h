@@ -188,6 +188,39 @@ ATTN_API const char *attn_attention_kind_options(attn_attention_kind kind);
 /* Whether the kind can return exact attention weights (need_weights, attention capture). */
 ATTN_API int attn_attention_kind_has_weights(attn_attention_kind kind);
 
+
+/* ---- calling a kind directly ---------------------------------------------------------------
+ * What attn_mha does once it has projected the heads, for benchmarks and for callers with their
+ * own projections. Per-head views as attn_flash_*: Q [B, H, Nq, d], K [B, Hk, Nk, d],
+ * V [B, Hk, Nk, dv], O [B, H, Nq, dv] (any strides; dk and dv of the backward with unit innermost
+ * stride), the masks, causality, scale and dropout of params (NULL: attn_sdpa_params_default()).
+ * global_mask [B, Nq] (true = a global token: it attends to every key and every query attends to
+ * it; self-attention) only for ATTN_ATTENTION_LOCAL_GLOBAL, NULL otherwise. cfg is checked as
+ * attn_attention_config_check does; a kind that cannot honour an option of params says so
+ * (ATTN_ERR_UNSUPPORTED). */
+
+/* Floats per (batch, head, query row) the forward keeps in stats for the backward (the softmax
+ * kinds' log-sum-exp: 1; 0 for the others and for an unknown kind). */
+ATTN_API int64_t attn_attention_kind_stats_per_row(attn_attention_kind kind);
+/* Workspace bytes of attn_attention_forward / _backward on these views (the larger of the two);
+ * 0 when an argument is invalid (attn_last_error() says which). */
+ATTN_API size_t attn_attention_workspace_size(const attn_attention_config *cfg, const attn_tensor *q,
+                                              const attn_tensor *k, const attn_tensor *v,
+                                              const attn_sdpa_params *params, const attn_btensor *global_mask);
+/* out = attention of the kind; stats [B * H * Nq * attn_attention_kind_stats_per_row] for a
+ * backward (NULL when none follows). */
+ATTN_API attn_status attn_attention_forward(const attn_attention_config *cfg, const attn_tensor *q,
+                                            const attn_tensor *k, const attn_tensor *v,
+                                            const attn_sdpa_params *params, const attn_btensor *global_mask,
+                                            attn_tensor *out, float *stats, void *workspace, size_t workspace_bytes);
+/* dq, dk, dv (overwritten) for the upstream gradient dout, from the forward's out and stats. */
+ATTN_API attn_status attn_attention_backward(const attn_attention_config *cfg, const attn_tensor *q,
+                                             const attn_tensor *k, const attn_tensor *v,
+                                             const attn_sdpa_params *params, const attn_btensor *global_mask,
+                                             const attn_tensor *out, const attn_tensor *dout, const float *stats,
+                                             attn_tensor *dq, attn_tensor *dk, attn_tensor *dv, void *workspace,
+                                             size_t workspace_bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,5 +15,6 @@
 #include "image.h"
 #include "dist.h"
 #include "introspect.h"
+#include "io.h"
 
 #endif

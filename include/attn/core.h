@@ -154,6 +154,10 @@ ATTN_API attn_isa attn_detected_isa(void);
 /* Force an ISA at run time (tests use this to compare kernels); returns ATTN_ERR_UNSUPPORTED when
  * the CPU cannot run it. */
 ATTN_API attn_status attn_force_isa(attn_isa isa);
+/* The ATTN_CACHE environment value the library read (cache sizes for the kernels' blocking,
+ * "l1=48K,l2=1M,l3=32M"; NULL when unset) and, when it was not usable and so ignored, why in
+ * *problem (else NULL; problem may be NULL). Read once per process, with the CPU detection. */
+ATTN_API const char *attn_cache_env(const char **problem);
 /* Comma-separated CPU features attn looked for and found, e.g. "avx2,fma,avx512f,avx512bf16". */
 ATTN_API const char *attn_cpu_features(void);
 /* The same as bits, detected once per process (cpuid, and the OS's support of the wider

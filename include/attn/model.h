@@ -20,14 +20,17 @@
  *                              src_key_padding_mask, tgt_key_padding_mask,
  *                              memory_key_padding_mask; options src_is_causal, tgt_is_causal,
  *                              memory_is_causal
- * and, on one input x: sparse_attention, local_global_attention, linear_attention and
- * performer_attention (the reference sketch's modules, corrected; x [batch, length, d_model]) and
- * vision_transformer (torchvision's VisionTransformer; x [batch, channels, height, width]).
+ *   sparse_attention, local_global_attention, linear_attention, performer_attention
+ *                              the reference sketch's modules: input x [batch, length, d_model],
+ *                              their own state_dict names (`attn run --help` lists keys and names)
+ *   vision_transformer         torchvision's VisionTransformer: x [B, C, H, W], output the logits
+ *                              [B, num_classes]; its configuration through attn_model_vit
  * Float inputs are [batch, length, width] (batch-first). Masks follow PyTorch: a boolean mask
  * (BOOL / U8) is true where attending is NOT allowed, a float mask is added; attn_mask is
  * [Nq, Nk] or [batch * heads, Nq, Nk], a key_padding_mask [batch, Nk].
  *
- * Usage: create, load the parameters (attn_params_load_file on attn_model_params), stage the
+ * Usage: create, load the weights (attn_model_load; or attn_params_load_file on attn_model_params
+ * for the torch.nn modules, whose names are the parameters'), stage the
  * inputs (attn_model_input) and bind them (attn_model_bind), or bind a safetensors file of inputs
  * (attn_model_bind_safetensors); then attn_model_forward, attn_model_output, and for training
  * attn_model_backward (parameter gradients accumulate in the params' grad) and
@@ -39,6 +42,7 @@
 #include "core.h"
 #include "params.h"
 #include "safetensors.h"
+#include "vit.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,11 +57,28 @@ ATTN_API const char *attn_model_known(size_t i);
 /* Create the module (PyTorch's initialisation) from a JSON configuration object of len bytes
  * (need not be NUL-terminated). Errors name the JSON problem, or the module and offending key. */
 ATTN_API attn_status attn_model_create_json(const char *json, size_t len, attn_model **out);
+/* The same from the JSON file at path (a regular file of at most ATTN_IO_CAP_CONFIG bytes, read
+ * as attn_io_read_input does). Errors name the file: "cannot read 'PATH': ...", "PATH: line 1
+ * column 9: ..." (JSON), "PATH: <the module's message>" (unknown module or key, invalid value). */
+ATTN_API attn_status attn_model_create_file(const char *path, attn_model **out);
 ATTN_API void attn_model_free(attn_model *m);
 /* The configuration's "module". */
 ATTN_API const char *attn_model_name(const attn_model *m);
 /* The module's parameters in PyTorch's state_dict order and names (owned by the model). */
 ATTN_API const attn_params *attn_model_params(attn_model *m);
+
+/* The module's weights from st: its parameters under the PyTorch module's state_dict names (the
+ * reference sketch's names for sparse_attention .. performer_attention, torchvision's for
+ * vision_transformer), each looked up as prefix + name (prefix may be NULL), and its buffers
+ * (performer_attention's R), which attn_params_load_file on attn_model_params would not read.
+ * With strict, a tensor under prefix that is neither is an error; so are missing and mis-shaped
+ * ones, named with the expected shape. A module with buffers refuses to run forward until a load
+ * has succeeded. */
+ATTN_API attn_status attn_model_load(attn_model *m, const attn_safetensors *st, const char *prefix, int strict);
+/* The Vision Transformer of a vision_transformer model (its configuration: image size, channels,
+ * classes; input x [B, C, H, W], output the logits [B, num_classes]); NULL for the other modules
+ * and for NULL. Owned by the model. */
+ATTN_API const attn_vit *attn_model_vit(const attn_model *m);
 
 /* Set a forward option by name (need_weights, average_attn_weights, is_causal, src_is_causal,
  * tgt_is_causal, memory_is_causal); ATTN_ERR_NOT_FOUND when the module has no such option. */

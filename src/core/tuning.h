@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "attn/core.h" /* attn_cache_env is public */
+
 typedef struct attn_cache_sizes {
     int64_t l1d, l2, l3;                     /* bytes, per core (L1d, L2) and per L3 slice the core sees */
     const char *l1d_src, *l2_src, *l3_src;   /* where each came from */
@@ -22,8 +24,7 @@ typedef struct attn_uarch {
 const attn_cache_sizes *attn_cpu_caches(void);
 /* The microarchitecture, detected on first call. */
 const attn_uarch *attn_cpu_uarch(void);
-/* The ATTN_CACHE value and, when it was not usable, why (else NULL). */
-const char *attn_cache_env(const char **problem);
+/* attn_cache_env (the ATTN_CACHE value and why it was ignored): attn/core.h. */
 
 /* Parse an ATTN_CACHE value, "l1=48K,l2=1M,l3=32M" (any subset, sizes in bytes with an optional
  * K, M or G binary suffix), into the fields it names; returns 0 when it cannot be used (nothing

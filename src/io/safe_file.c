@@ -42,7 +42,11 @@ static void cap_str(uint64_t cap, char *b, size_t n) {
 }
 
 attn_status attn_io_open_input(const char *path, const char *what, uint64_t cap, int *fd, uint64_t *size) {
+    static const char fn[] = "attn_io_open_input";
+    ATTN_CHECK_NOT_NULL(fn, fd);
     *fd = -1;
+    ATTN_CHECK_NOT_NULL(fn, size);
+    ATTN_CHECK_NOT_NULL(fn, path);
     *size = 0;
     if (!what) what = "file";
     int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -73,8 +77,12 @@ attn_status attn_io_open_input(const char *path, const char *what, uint64_t cap,
 }
 
 attn_status attn_io_read_input(const char *path, const char *what, uint64_t cap, char **buf, size_t *len) {
+    static const char fn[] = "attn_io_read_input";
+    ATTN_CHECK_NOT_NULL(fn, buf);
     *buf = NULL;
+    ATTN_CHECK_NOT_NULL(fn, len);
     *len = 0;
+    ATTN_CHECK_NOT_NULL(fn, path);
     int fd;
     uint64_t size;
     attn_status s = attn_io_open_input(path, what, cap, &fd, &size);
@@ -116,6 +124,7 @@ int attn_io_same_file(const char *a, const char *b) {
 }
 
 attn_status attn_io_check_target(const char *path) {
+    ATTN_CHECK_NOT_NULL("attn_io_check_target", path);
     struct stat sb;
     if (lstat(path, &sb) != 0) {
         if (errno == ENOENT) return ATTN_OK;
@@ -159,6 +168,7 @@ static char *dir_of(const char *path) {
 }
 
 attn_status attn_io_out_begin(attn_io_out *o, const char *path) {
+    ATTN_CHECK_NOT_NULL("attn_io_out_begin", o);
     o->fd = -1;
     o->tmp = o->path = NULL;
     if (!path || !*path) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "output path is empty");
@@ -186,6 +196,9 @@ attn_status attn_io_out_begin(attn_io_out *o, const char *path) {
 }
 
 attn_status attn_io_out_write(attn_io_out *o, const void *buf, size_t n) {
+    ATTN_CHECK_NOT_NULL("attn_io_out_write", o);
+    if (n) ATTN_CHECK_NOT_NULL("attn_io_out_write", buf);
+    if (o->fd < 0) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_io_out_write: the output is not open");
     const char *p = buf;
     while (n) {
         const ssize_t r = write(o->fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
@@ -198,6 +211,7 @@ attn_status attn_io_out_write(attn_io_out *o, const void *buf, size_t n) {
 }
 
 void attn_io_out_abort(attn_io_out *o) {
+    if (!o) return;
     if (o->fd >= 0) close(o->fd);
     o->fd = -1;
     if (o->tmp) unlink(o->tmp);
@@ -207,6 +221,11 @@ void attn_io_out_abort(attn_io_out *o) {
 }
 
 attn_status attn_io_out_commit(attn_io_out *o) {
+    ATTN_CHECK_NOT_NULL("attn_io_out_commit", o);
+    if (o->fd < 0 || !o->path) {
+        attn_io_out_abort(o);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_io_out_commit: the output is not open");
+    }
     attn_status s = ATTN_OK;
     /* the folder's name before the rename: running out of memory after it would report a failure
      * for a file that did replace PATH */

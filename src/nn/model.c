@@ -2,10 +2,12 @@
  * Staged inputs go through an in-memory safetensors file, so binding them is exactly binding a
  * file of inputs; capture reaches the modules through the ambient capture of nn_internal.h (the
  * engine builds the modules' args itself and has no capture parameter). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
+#include "io/safe_file.h"
 #include "attn/model.h"
 #include "nn_internal.h"
 #include "nn_run.h"
@@ -40,6 +42,39 @@ attn_status attn_model_create_json(const char *json, size_t len, attn_model **ou
     return ATTN_OK;
 }
 
+attn_status attn_model_create_file(const char *path, attn_model **out) {
+    static const char fn[] = "attn_model_create_file";
+    ATTN_CHECK_NOT_NULL(fn, out);
+    *out = NULL;
+    ATTN_CHECK_NOT_NULL(fn, path);
+    char *text = NULL;
+    size_t len = 0;
+    attn_status st = attn_io_read_input(path, "config", ATTN_IO_CAP_CONFIG, &text, &len);
+    if (st) return st;
+    attn_json_doc *doc = NULL;
+    attn_json_error jerr;
+    const attn_json_options jopt = {0, 1}; /* a repeated key is an error */
+    if (attn_json_parse(text, len, &jopt, &doc, &jerr) != ATTN_JSON_OK) {
+        attn__free(text);
+        return attn_error(jerr.status == ATTN_JSON_ERR_NOMEM ? ATTN_ERR_OUT_OF_MEMORY : ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: %s", path, jerr.message);
+    }
+    attn__free(text);
+    attn_model *m = attn__calloc(1, sizeof *m);
+    st = m ? attn_nn_model_create(attn_json_root(doc), &m->m)
+           : attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    attn_json_free(doc);
+    if (st) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", attn_last_error());
+        attn_error(st, "%s: %s", path, why);
+        attn__free(m);
+        return st;
+    }
+    *out = m;
+    return ATTN_OK;
+}
+
 static void drop_stage(attn_model *m) {
     attn_safetensors_writer_free(m->stage);
     m->stage = NULL;
@@ -55,6 +90,15 @@ void attn_model_free(attn_model *m) {
 const char *attn_model_name(const attn_model *m) { return m ? attn_nn_model_name(m->m) : NULL; }
 
 const attn_params *attn_model_params(attn_model *m) { return m ? attn_nn_model_params(m->m) : NULL; }
+
+attn_status attn_model_load(attn_model *m, const attn_safetensors *st, const char *prefix, int strict) {
+    static const char fn[] = "attn_model_load";
+    ATTN_CHECK_NOT_NULL(fn, m);
+    ATTN_CHECK_NOT_NULL(fn, st);
+    return attn_nn_model_load(m->m, st, prefix, strict);
+}
+
+const attn_vit *attn_model_vit(const attn_model *m) { return m ? attn_nn_model_vit(m->m) : NULL; }
 
 attn_status attn_model_set_option(attn_model *m, const char *name, int value) {
     ATTN_CHECK_NOT_NULL("attn_model_set_option", m);
