@@ -5,7 +5,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test demo bench install clean asan fuzz fuzz-build fuzz-corpus
+.PHONY: all build test demo bench install clean asan fuzz fuzz-build fuzz-corpus format format-check
 
 all: build
 
@@ -62,6 +62,18 @@ fuzz: fuzz-build
 fuzz-corpus: fuzz-build
 	mkdir -p $(addprefix tests/fuzz/corpus/,safetensors json config checkpoint image)
 	./build-fuzz/tests/fuzz/fuzz_corpus_gen tests/fuzz/corpus
+
+# The C style (.clang-format, clang-format 14): `make format` rewrites every tracked C file,
+# `make format-check` (CI) fails naming the files that differ.
+CLANG_FORMAT ?= clang-format
+C_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+format:
+	$(CLANG_FORMAT) -i $(C_FILES)
+
+format-check:
+	@bad=$$(for f in $(C_FILES); do $(CLANG_FORMAT) --dry-run --Werror "$$f" >/dev/null 2>&1 || echo "$$f"; done); \
+	if [ -n "$$bad" ]; then echo "format-check: not as .clang-format lays them out (make format):"; echo "$$bad"; exit 1; fi; \
+	echo "format-check: $(words $(C_FILES)) C files as .clang-format lays them out"
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

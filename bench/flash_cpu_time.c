@@ -39,9 +39,14 @@ static int thread_ticks(long *tid, double *t, int max) {
     if (d) closedir(d);
     return n;
 }
-static double now(clockid_t c) { struct timespec t; clock_gettime(c, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static double now(clockid_t c) {
+    struct timespec t;
+    clock_gettime(c, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
 int main(int argc, char **argv) {
-    int64_t H = atoi(argv[1]), N = atoi(argv[2]), D = atoi(argv[3]); int T = atoi(argv[4]), reps = atoi(argv[5]);
+    int64_t H = atoi(argv[1]), N = atoi(argv[2]), D = atoi(argv[3]);
+    int T = atoi(argv[4]), reps = atoi(argv[5]);
     int causal = argc > 6 ? atoi(argv[6]) : 1, fwd = argc > 7 ? atoi(argv[7]) : 0;
     attn_set_num_threads(T);
     size_t n = (size_t)H * N * D;
@@ -61,8 +66,10 @@ int main(int argc, char **argv) {
     int n0 = thread_ticks(tid0, t0, 64);
     for (int r = 0; r < reps; r++) {
         double c0 = now(CLOCK_PROCESS_CPUTIME_ID), w0 = now(CLOCK_MONOTONIC);
-        if (fwd) attn_flash_forward(&t[0], &t[1], &t[2], &p, &t[3], &l, ws, wsb);
-        else attn_flash_backward(&t[0], &t[1], &t[2], &p, &t[3], &t[4], &l, &t[5], &t[6], &t[7], ws, wsb);
+        if (fwd)
+            attn_flash_forward(&t[0], &t[1], &t[2], &p, &t[3], &l, ws, wsb);
+        else
+            attn_flash_backward(&t[0], &t[1], &t[2], &p, &t[3], &t[4], &l, &t[5], &t[6], &t[7], ws, wsb);
         double c = now(CLOCK_PROCESS_CPUTIME_ID) - c0, w = now(CLOCK_MONOTONIC) - w0;
         if (c < best_cpu) best_cpu = c;
         if (w < best_wall) best_wall = w;
@@ -79,10 +86,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "\n");
     for (int i = 0; i < reps; i++)
         for (int j = i + 1; j < reps; j++)
-            if (walls[j] < walls[i]) { double x = walls[i]; walls[i] = walls[j]; walls[j] = x; }
+            if (walls[j] < walls[i]) {
+                double x = walls[i];
+                walls[i] = walls[j];
+                walls[j] = x;
+            }
     double med_wall = reps % 2 ? walls[reps / 2] : 0.5 * (walls[reps / 2 - 1] + walls[reps / 2]);
     double flops = 4.0 * H * (double)N * N * D * (causal ? 0.5 : 1.0) * (fwd ? 1.0 : 2.5);
-    printf("{\"h\":%lld,\"n\":%lld,\"d\":%lld,\"threads\":%d,\"fwd\":%d,\"causal\":%d,\"cpu_s\":%.5f,\"wall_s\":%.5f,\"gflops_best\":%.2f,\"gflops_median\":%.2f,\"gflops_per_cpu_s\":%.2f}\n",
-           (long long)H, (long long)N, (long long)D, T, fwd, causal, best_cpu, best_wall, flops / best_wall * 1e-9, flops / med_wall * 1e-9, flops / best_cpu * 1e-9);
+    printf("{\"h\":%lld,\"n\":%lld,\"d\":%lld,\"threads\":%d,\"fwd\":%d,\"causal\":%d,\"cpu_s\":%.5f,\"wall_s\":%.5f,"
+           "\"gflops_best\":%.2f,\"gflops_median\":%.2f,\"gflops_per_cpu_s\":%.2f}\n",
+           (long long)H, (long long)N, (long long)D, T, fwd, causal, best_cpu, best_wall, flops / best_wall * 1e-9,
+           flops / med_wall * 1e-9, flops / best_cpu * 1e-9);
     return 0;
 }

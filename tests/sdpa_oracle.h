@@ -18,8 +18,8 @@ typedef struct {
 
 /* q [B,Hq,Nq,d], k [B,Hk,Nk,d], v [B,Hk,Nk,dv] -> o [B,Hq,Nq,dv], p [B,Hq,Nq,Nk] (after dropout),
  * lse [B,Hq,Nq] */
-static void oracle_forward(const oracle_shape *s, const double *q, const double *k, const double *v,
-                           double *o, double *p, double *lse) {
+static void oracle_forward(const oracle_shape *s, const double *q, const double *k, const double *v, double *o,
+                           double *p, double *lse) {
     const int g = s->Hq / s->Hk;
     double *S = xmalloc(sizeof(double) * (size_t)s->Nk);
     for (int b = 0; b < s->B; b++)
@@ -64,8 +64,7 @@ static void oracle_backward(const oracle_shape *s, const double *q, const double
                             const double *dout, double *dq, double *dk, double *dv) {
     const int g = s->Hq / s->Hk;
     const size_t nk = (size_t)s->Nk;
-    double *P = xmalloc(sizeof(double) * nk), *X = xmalloc(sizeof(double) * nk),
-           *dP = xmalloc(sizeof(double) * nk);
+    double *P = xmalloc(sizeof(double) * nk), *X = xmalloc(sizeof(double) * nk), *dP = xmalloc(sizeof(double) * nk);
     memset(dq, 0, sizeof(double) * (size_t)s->B * s->Hq * s->Nq * s->d);
     memset(dk, 0, sizeof(double) * (size_t)s->B * s->Hk * s->Nk * s->d);
     memset(dv, 0, sizeof(double) * (size_t)s->B * s->Hk * s->Nk * s->dv);

@@ -49,8 +49,8 @@ static void clear_dir(void) {
 
 static int cur_phase; /* the phase being swept in this run */
 static long cur_k;
-static int injected;  /* the armed failure happened in that phase */
-static long counted;  /* allocations the phase made */
+static int injected; /* the armed failure happened in that phase */
+static long counted; /* allocations the phase made */
 
 static void arm(int phase) {
     if (phase == cur_phase) attn__alloc_fail_after(cur_k);
@@ -67,8 +67,8 @@ static void disarm(int phase) {
 static int phase_failed(const char *scenario, int phase, const char *name, attn_status st) {
     if (phase == cur_phase && injected) {
         CHECK(st == ATTN_ERR_OUT_OF_MEMORY && attn_last_error()[0],
-              "%s: %s with allocation %ld failing -> %s (want out of memory), msg '%s'", scenario, name,
-              cur_k, attn_status_str(st), attn_last_error());
+              "%s: %s with allocation %ld failing -> %s (want out of memory), msg '%s'", scenario, name, cur_k,
+              attn_status_str(st), attn_last_error());
         return 1;
     }
     CHECK(st == ATTN_OK, "%s: %s -> %s: %s", scenario, name, attn_status_str(st), attn_last_error());
@@ -77,24 +77,24 @@ static int phase_failed(const char *scenario, int phase, const char *name, attn_
 
 /* Run expr, armed when p is the phase swept. When its allocation failed: run `after` (the checks
  * of what a failure must leave), then expr again without the hook, which must succeed. */
-#define PHASE_THEN(p, name, expr, after)                                                       \
-    do {                                                                                       \
-        attn_clear_error();                                                                    \
-        arm(p);                                                                                \
-        attn_status st_ = (expr);                                                              \
-        disarm(p);                                                                             \
-        if (phase_failed(SCENARIO, p, name, st_)) {                                            \
-            after;                                                                             \
-            st_ = (expr);                                                                      \
-            CHECK(st_ == ATTN_OK, "%s: %s retried after allocation %ld failed -> %s: %s", SCENARIO, \
-                  name, cur_k, attn_status_str(st_), attn_last_error());                       \
-        }                                                                                      \
-        if (st_ != ATTN_OK) goto done;                                                         \
+#define PHASE_THEN(p, name, expr, after)                                                                               \
+    do {                                                                                                               \
+        attn_clear_error();                                                                                            \
+        arm(p);                                                                                                        \
+        attn_status st_ = (expr);                                                                                      \
+        disarm(p);                                                                                                     \
+        if (phase_failed(SCENARIO, p, name, st_)) {                                                                    \
+            after;                                                                                                     \
+            st_ = (expr);                                                                                              \
+            CHECK(st_ == ATTN_OK, "%s: %s retried after allocation %ld failed -> %s: %s", SCENARIO, name, cur_k,       \
+                  attn_status_str(st_), attn_last_error());                                                            \
+        }                                                                                                              \
+        if (st_ != ATTN_OK) goto done;                                                                                 \
     } while (0)
 #define PHASE(p, name, expr) PHASE_THEN(p, name, expr, (void)0)
 /* a create whose allocation failed must leave *out NULL */
-#define PHASE_CREATE(p, name, out, expr)                                                       \
-    PHASE_THEN(p, name, expr,                                                                  \
+#define PHASE_CREATE(p, name, out, expr)                                                                               \
+    PHASE_THEN(p, name, expr,                                                                                          \
                CHECK((out) == NULL, "%s: %s failed (allocation %ld) but gave an object", SCENARIO, name, cur_k))
 
 /* ---- GPT: create + AdamW, forward, backward, step, save, load ---- */
@@ -197,16 +197,15 @@ static int gpt_run(int phase, long k, gpt_result *res) {
     attn_train_state ts = {.step = 1, .rng_seed = 9, .rng_offset = 1};
     const char *mk[] = {"note"}, *mv[] = {"alloc sweep"};
     PHASE_THEN(G_SAVE, "save", attn_checkpoint_save(path, attn_gpt_params(g), o, &ts, mk, mv, 1),
-               CHECK(files_in_dir() == 0, "gpt: failed save (allocation %ld) left %d files behind", k,
-                     files_in_dir()));
+               CHECK(files_in_dir() == 0, "gpt: failed save (allocation %ld) left %d files behind", k, files_in_dir()));
     PHASE(0, "second model", gpt_new(&g2, &o2, 6));
     before = xmalloc(sizeof(float) * res->numel);
     params_flatten(attn_gpt_params(g2), before);
     attn_train_state ts2 = {0};
     attn_safetensors *file = NULL;
     PHASE_THEN(G_LOAD, "load", attn_checkpoint_load(path, attn_gpt_params(g2), o2, &ts2, &file),
-               CHECK(params_equal(attn_gpt_params(g2), before) && attn_optimizer_steps(o2) == 0 &&
-                         ts2.step == 0 && file == NULL,
+               CHECK(params_equal(attn_gpt_params(g2), before) && attn_optimizer_steps(o2) == 0 && ts2.step == 0 &&
+                         file == NULL,
                      "gpt: failed load (allocation %ld) modified the model, optimizer or state", k));
     attn_safetensors_close(file);
     CHECK(ts2.step == 1 && ts2.rng_offset == 1, "gpt: train state restored");
@@ -421,8 +420,7 @@ static int vit_run(int phase, long k, vit_result *res) {
         goto done;
     }
     PHASE_THEN(V_SAVE, "save", attn_params_save_file(attn_vit_params(v), path),
-               CHECK(files_in_dir() == 0, "vit: failed save (allocation %ld) left %d files behind", k,
-                     files_in_dir()));
+               CHECK(files_in_dir() == 0, "vit: failed save (allocation %ld) left %d files behind", k, files_in_dir()));
     PHASE(0, "second model", attn_vit_create(&c, &v2));
     CHECK_OK(zero_params(attn_vit_params(v2)));
     PHASE_THEN(V_LOAD, "load", attn_params_load_file(attn_vit_params(v2), path),
@@ -443,8 +441,8 @@ done:
  * safetensors in memory and read back ---- */
 
 enum { I_DECODE = 1, I_RESIZE, I_OVERLAY, I_SAVE, I_LOAD, I_JOIN, I_WRITE, I_READ, I_PHASES };
-static const char *const io_phase_names[] = {"", "decode", "resize", "overlay", "save", "load",
-                                             "join", "write", "read"};
+static const char *const io_phase_names[] = {"",     "decode", "resize", "overlay", "save",
+                                             "load", "join",   "write",  "read"};
 
 #define IW 7
 #define IH 5
@@ -466,8 +464,7 @@ static attn_status read_back(const void *buf, size_t len, const attn_params *ps,
     attn_status s = attn_safetensors_open_memory(buf, len, &st);
     CHECK(s == ATTN_OK || st == NULL, "attn_safetensors_open_memory failed but gave a file");
     const char *m = s == ATTN_OK ? attn_safetensors_metadata_find(st, "note") : NULL;
-    if (s == ATTN_OK && (!m || strcmp(m, "alloc")))
-        s = attn_error(ATTN_ERR_NOT_FOUND, "metadata 'note' lost");
+    if (s == ATTN_OK && (!m || strcmp(m, "alloc"))) s = attn_error(ATTN_ERR_NOT_FOUND, "metadata 'note' lost");
     for (size_t i = 0, off = 0; s == ATTN_OK && i < attn_params_count(ps); i++) {
         const attn_param *p = attn_params_get(ps, i);
         s = attn_safetensors_read_f32(st, p->name, out + off, p->numel);
@@ -509,8 +506,7 @@ static int io_run(int phase, long k, io_result *res) {
     memcpy(res->overlay, over.pixels, sizeof res->overlay);
     PHASE_THEN(I_SAVE, "save", attn_image_save(path, &over),
                CHECK(files_in_dir() == 0, "io: failed image save (allocation %ld) left %d files", k, files_in_dir()));
-    PHASE_THEN(I_LOAD, "load", attn_image_load(path, &back),
-               CHECK(back.pixels == NULL, "io: failed load gave pixels"));
+    PHASE_THEN(I_LOAD, "load", attn_image_load(path, &back), CHECK(back.pixels == NULL, "io: failed load gave pixels"));
     CHECK(back.width == OW && back.height == OH && back.channels == 3, "io: loaded shape");
     memcpy(res->loaded, back.pixels, sizeof res->loaded);
     attn_mha_config mc = attn_mha_config_default(8, 2);
@@ -542,18 +538,17 @@ done:
 /* Runs each phase with k = 1, 2, ... until a run sees no injected failure (the allocations that
  * phase makes are the points swept); RUN returns whether the run got to its end, every run must
  * (the failed call is retried), with the reference's results (CHECK_RESULT). */
-#define SWEEP(label, nphases, names, RUN, CHECK_RESULT)                                         \
-    for (int p_ = 1; p_ < (nphases); p_++) {                                                   \
-        long k_ = 1;                                                                           \
-        for (;; k_++) {                                                                        \
-            int complete_ = RUN(p_, k_);                                                       \
-            CHECK(complete_, "%s %s: the run with allocation %ld failing did not complete", label, \
-                  (names)[p_], k_);                                                            \
-            CHECK_RESULT;                                                                      \
-            if (!injected || k_ > 100000) break;                                               \
-        }                                                                                      \
-        printf("%-20s %-9s %3ld allocation points swept\n", label, (names)[p_], k_ - 1);       \
-        total_points += k_ - 1;                                                                \
+#define SWEEP(label, nphases, names, RUN, CHECK_RESULT)                                                                \
+    for (int p_ = 1; p_ < (nphases); p_++) {                                                                           \
+        long k_ = 1;                                                                                                   \
+        for (;; k_++) {                                                                                                \
+            int complete_ = RUN(p_, k_);                                                                               \
+            CHECK(complete_, "%s %s: the run with allocation %ld failing did not complete", label, (names)[p_], k_);   \
+            CHECK_RESULT;                                                                                              \
+            if (!injected || k_ > 100000) break;                                                                       \
+        }                                                                                                              \
+        printf("%-20s %-9s %3ld allocation points swept\n", label, (names)[p_], k_ - 1);                               \
+        total_points += k_ - 1;                                                                                        \
     }
 
 int main(void) {
@@ -604,11 +599,11 @@ int main(void) {
         got.weights = xmalloc(sizeof(float) * numel);
         CHECK(gpt_run(0, 0, &ref), "gpt %s: reference run", attn_attention_kind_name(gpt_kind));
 #define GPT_RUN(p, k) gpt_run(p, k, &got)
-#define GPT_SAME                                                                               \
-    CHECK(!memcmp(got.logits, ref.logits, sizeof ref.logits) &&                                \
-              !memcmp(got.weights, ref.weights, sizeof(float) * numel),                        \
-          "%s %s: the run with allocation %ld failing differs from the reference",                \
-          attn_attention_kind_name(gpt_kind), gpt_phase_names[p_], k_)
+#define GPT_SAME                                                                                                       \
+    CHECK(!memcmp(got.logits, ref.logits, sizeof ref.logits) &&                                                        \
+              !memcmp(got.weights, ref.weights, sizeof(float) * numel),                                                \
+          "%s %s: the run with allocation %ld failing differs from the reference", attn_attention_kind_name(gpt_kind), \
+          gpt_phase_names[p_], k_)
         char label[64];
         snprintf(label, sizeof label, "gpt %s", attn_attention_kind_name(gpt_kind));
         SWEEP(label, G_PHASES, gpt_phase_names, GPT_RUN, GPT_SAME);
@@ -628,10 +623,9 @@ int main(void) {
         float *rg = xmalloc(sizeof(float) * numel), *gg = xmalloc(sizeof(float) * numel);
         CHECK(s2s_run(0, 0, rlog, rg, numel), "seq2seq: reference run");
 #define S2S_RUN(p, k) s2s_run(p, k, glog, gg, numel)
-#define S2S_SAME                                                                               \
-    CHECK(!memcmp(glog, rlog, sizeof rlog) && !memcmp(gg, rg, sizeof(float) * numel),          \
-          "seq2seq %s: the run with allocation %ld failing differs from the reference",           \
-          s2s_phase_names[p_], k_)
+#define S2S_SAME                                                                                                       \
+    CHECK(!memcmp(glog, rlog, sizeof rlog) && !memcmp(gg, rg, sizeof(float) * numel),                                  \
+          "seq2seq %s: the run with allocation %ld failing differs from the reference", s2s_phase_names[p_], k_)
         SWEEP("seq2seq", S_PHASES, s2s_phase_names, S2S_RUN, S2S_SAME);
         free(rg);
         free(gg);
@@ -643,10 +637,10 @@ int main(void) {
         static float rout[MB * MN * ME], rdx[MB * MN * ME], gout[MB * MN * ME], gdx[MB * MN * ME];
         CHECK(model_run(mc, 0, 0, rout, rdx), "%s: reference run", mc->name);
 #define MODEL_RUN(p, k) model_run(mc, p, k, gout, gdx)
-#define MODEL_SAME                                                                             \
-    CHECK(!memcmp(gout, rout, sizeof rout) && !memcmp(gdx, rdx, sizeof rdx),                   \
-          "%s %s: the run with allocation %ld failing differs from the reference", mc->name,      \
-          model_phase_names[p_], k_)
+#define MODEL_SAME                                                                                                     \
+    CHECK(!memcmp(gout, rout, sizeof rout) && !memcmp(gdx, rdx, sizeof rdx),                                           \
+          "%s %s: the run with allocation %ld failing differs from the reference", mc->name, model_phase_names[p_],    \
+          k_)
         SWEEP(mc->name, M_PHASES, model_phase_names, MODEL_RUN, MODEL_SAME);
     }
 
@@ -664,10 +658,10 @@ int main(void) {
         got.saved_w = xmalloc(sizeof(float) * numel);
         CHECK(vit_run(0, 0, &ref), "vit: reference run");
 #define VIT_RUN(p, k) vit_run(p, k, &got)
-#define VIT_SAME                                                                               \
-    CHECK(!memcmp(got.logits, ref.logits, sizeof ref.logits) && !memcmp(got.dimg, ref.dimg, sizeof ref.dimg) && \
-              !memcmp(got.rollout, ref.rollout, sizeof ref.rollout) &&                         \
-              !memcmp(got.saved_w, ref.saved_w, sizeof(float) * numel),                          \
+#define VIT_SAME                                                                                                       \
+    CHECK(!memcmp(got.logits, ref.logits, sizeof ref.logits) && !memcmp(got.dimg, ref.dimg, sizeof ref.dimg) &&        \
+              !memcmp(got.rollout, ref.rollout, sizeof ref.rollout) &&                                                 \
+              !memcmp(got.saved_w, ref.saved_w, sizeof(float) * numel),                                                \
           "vit %s: the run with allocation %ld failing differs from the reference", vit_phase_names[p_], k_)
         SWEEP("vit", V_PHASES, vit_phase_names, VIT_RUN, VIT_SAME);
         free(ref.saved_w);
@@ -690,9 +684,10 @@ int main(void) {
         got.back = xmalloc(sizeof(float) * numel);
         CHECK(io_run(0, 0, &ref), "io: reference run");
 #define IO_RUN(p, k) io_run(p, k, &got)
-#define IO_SAME                                                                                \
-    CHECK(!memcmp(got.overlay, ref.overlay, sizeof ref.overlay) &&                             \
-              !memcmp(got.loaded, ref.loaded, sizeof ref.loaded) && !memcmp(got.back, ref.back, sizeof(float) * numel), \
+#define IO_SAME                                                                                                        \
+    CHECK(!memcmp(got.overlay, ref.overlay, sizeof ref.overlay) &&                                                     \
+              !memcmp(got.loaded, ref.loaded, sizeof ref.loaded) &&                                                    \
+              !memcmp(got.back, ref.back, sizeof(float) * numel),                                                      \
           "io %s: the run with allocation %ld failing differs from the reference", io_phase_names[p_], k_)
         SWEEP("io", I_PHASES, io_phase_names, IO_RUN, IO_SAME);
         free(ref.back);

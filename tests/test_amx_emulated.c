@@ -75,7 +75,8 @@ static void check_case(test_rng *r, int m, int n, int kp, int v, int integers) {
             exact &= (double)g == want[i * n + j];
             bitwise &= !memcmp(&g, &cr[i * ldc + j], 4);
             /* distance to the vdpbf16ps emulation in units of float rounding at the terms' scale */
-            double u = fabs((double)g - cr[i * ldc + j]) / (FLT_EPSILON * (absum[i * n + j] > 0 ? absum[i * n + j] : FLT_MIN));
+            double u =
+                fabs((double)g - cr[i * ldc + j]) / (FLT_EPSILON * (absum[i * n + j] > 0 ? absum[i * n + j] : FLT_MIN));
             if (!isfinite(g)) u = INFINITY;
             if (u > ulps) ulps = u;
         }
@@ -159,6 +160,7 @@ int main(void) {
         }
     check_nonfinite(&r);
     printf("  %d cases: worst %.3g from float64 relative to the terms' norm (%.3g relative to C's norm), worst %.3g "
-           "float roundings at the terms' scale from bf16_ref\n", cases, worst_terms, worst_norm, worst_ulps);
+           "float roundings at the terms' scale from bf16_ref\n",
+           cases, worst_terms, worst_norm, worst_ulps);
     return test_summary("test_amx_emulated");
 }

@@ -31,14 +31,14 @@ static void test_table(void) {
     CHECK(!strcmp(attn_attention_kind_name(ATTN_ATTENTION_PERFORMER), "performer"), "performer kind misnamed");
     CHECK(attn_attention_kind_name((attn_attention_kind)n) == NULL, "name past the table");
     CHECK(attn_attention_kind_name((attn_attention_kind)-1) == NULL, "name of a negative kind");
-    CHECK(attn_attention_kind_has_weights(ATTN_ATTENTION_FLASH) && attn_attention_kind_has_weights(ATTN_ATTENTION_WINDOW),
+    CHECK(attn_attention_kind_has_weights(ATTN_ATTENTION_FLASH) &&
+              attn_attention_kind_has_weights(ATTN_ATTENTION_WINDOW),
           "softmax kinds have weights");
     attn_attention_kind k;
     CHECK_STATUS(attn_attention_kind_from_name("nope", &k), ATTN_ERR_NOT_FOUND);
-    CHECK(strstr(attn_last_error(), "flash") && strstr(attn_last_error(), "window") && strstr(attn_last_error(), "linear") &&
-              strstr(attn_last_error(), "performer"),
-          "message lists kinds: %s",
-          attn_last_error());
+    CHECK(strstr(attn_last_error(), "flash") && strstr(attn_last_error(), "window") &&
+              strstr(attn_last_error(), "linear") && strstr(attn_last_error(), "performer"),
+          "message lists kinds: %s", attn_last_error());
     attn_attention_config c = attn_attention_config_default();
     CHECK(c.kind == ATTN_ATTENTION_FLASH, "default kind");
     CHECK_OK(attn_attention_config_check(&c));
@@ -100,7 +100,8 @@ static void test_mha_window(int causal) {
     fa.attn_mask = band;
     wa.is_causal = causal;
     float *fo = xmalloc(sizeof(float) * nx), *wo = xmalloc(sizeof(float) * nx);
-    float *fw = xmalloc(sizeof(float) * (size_t)(B * H * N * N)), *ww = xmalloc(sizeof(float) * (size_t)(B * H * N * N));
+    float *fw = xmalloc(sizeof(float) * (size_t)(B * H * N * N)),
+          *ww = xmalloc(sizeof(float) * (size_t)(B * H * N * N));
     const size_t fsb = attn_mha_saved_size(fm, &fa), fwb = attn_mha_workspace_size(fm, &fa);
     const size_t wsb = attn_mha_saved_size(wm, &wa), wwb = attn_mha_workspace_size(wm, &wa);
     void *fs = xmalloc(fsb), *fws = xmalloc(fwb), *ws = xmalloc(wsb), *wws = xmalloc(wwb);

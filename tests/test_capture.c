@@ -73,8 +73,8 @@ static void test_encoder(attn_safetensors *st) {
         double e0 = record_err(&r, ref0, H, N);
         CHECK(e0 <= 1e-5, "encoder layer 0 head 1: rel err %.3g", e0);
         CHECK_OK(attn_capture_find(cap, "layers.1.self_attn", &r));
-        CHECK(r.heads == H && r.row0 == 2 && r.rows == 3, "layer 1 record heads %lld rows %lld+%lld", (long long)r.heads,
-              (long long)r.row0, (long long)r.rows);
+        CHECK(r.heads == H && r.row0 == 2 && r.rows == 3, "layer 1 record heads %lld rows %lld+%lld",
+              (long long)r.heads, (long long)r.row0, (long long)r.rows);
         double e1 = record_err(&r, ref1, H, N);
         CHECK(e1 <= 1e-5, "encoder layer 1 rows 2..4: rel err %.3g", e1);
         if (!pass) printf("  encoder: layer 0 head 1 rel err %.2e, layer 1 rows 2..4 %.2e\n", e0, e1);
@@ -187,7 +187,8 @@ static void test_bare_mha(void) {
         a.capture = cap;
         const size_t wb = attn_mha_workspace_size(m, &a);
         void *ws = xmalloc(wb);
-        float *out = xmalloc(sizeof(float) * (size_t)(B * N * E)), *w = xmalloc(sizeof(float) * (size_t)(B * H * N * N));
+        float *out = xmalloc(sizeof(float) * (size_t)(B * N * E)),
+              *w = xmalloc(sizeof(float) * (size_t)(B * H * N * N));
         CHECK_OK(attn_mha_forward(m, &a, out, w, NULL, 0, ws, wb));
         attn_capture_record r;
         CHECK_OK(attn_capture_find(cap, "", &r));

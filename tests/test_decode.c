@@ -115,7 +115,8 @@ static void run_case(const dcase *c, test_rng *rng) {
         attn_set_num_threads(t + 1);
         o[t] = xmalloc(sizeof(float) * no);
         lse[t] = xmalloc(sizeof(float) * (size_t)(B * HQ));
-        attn_tensor to = c->out_bf16 ? attn_tensor_4d_typed(oh, ATTN_TYPE_BF16, B, HQ, 1, dv) : attn_tensor_4d(o[t], B, HQ, 1, dv);
+        attn_tensor to =
+            c->out_bf16 ? attn_tensor_4d_typed(oh, ATTN_TYPE_BF16, B, HQ, 1, dv) : attn_tensor_4d(o[t], B, HQ, 1, dv);
         attn_tensor tl = attn_tensor_3d(lse[t], B, HQ, 1);
         CHECK_OK(attn_flash_forward(&tq, &tk, &tv, &p, &to, &tl, ws, wsb));
         if (c->out_bf16)
@@ -129,8 +130,8 @@ static void run_case(const dcase *c, test_rng *rng) {
     if (!c->out_bf16 && err > *w) *w = err;
     for (int64_t r = 0; r < B * HQ; r++) {
         const double lr = lref[r], lg = lse[0][r];
-        CHECK(lr == -INFINITY ? lg == -INFINITY : fabs(lg - lr) <= 1e-5 * (1 + fabs(lr)), "%s: lse row %lld %.9g vs %.9g",
-              name, (long long)r, lg, lr);
+        CHECK(lr == -INFINITY ? lg == -INFINITY : fabs(lg - lr) <= 1e-5 * (1 + fabs(lr)),
+              "%s: lse row %lld %.9g vs %.9g", name, (long long)r, lg, lr);
     }
     for (int t = 1; t < 3; t++)
         CHECK(!memcmp(o[t], o[0], sizeof(float) * no) && !memcmp(lse[t], lse[0], sizeof(float) * (size_t)(B * HQ)),
@@ -189,7 +190,8 @@ static void nonfinite_case(int which, test_rng *rng) {
         for (int c = 0; c < d; c++) want[0][c] = 1;
         break;
     }
-    attn_tensor tq = attn_tensor_4d(q, 1, HQ, 1, d), tk = attn_tensor_4d(k, 1, HK, N, d), tv = attn_tensor_4d(v, 1, HK, N, d);
+    attn_tensor tq = attn_tensor_4d(q, 1, HQ, 1, d), tk = attn_tensor_4d(k, 1, HK, N, d),
+                tv = attn_tensor_4d(v, 1, HK, N, d);
     attn_tensor to = attn_tensor_4d(o, 1, HQ, 1, d), tl = attn_tensor_3d(lse, 1, HQ, 1);
     attn_sdpa_params p = attn_sdpa_params_default();
     p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
@@ -224,14 +226,14 @@ int main(void) {
         {1, 8, 2, 33, 128, 128, 0, 0, 0, -1, 0, 0},
         {1, 4, 1, 255, 80, 48, 0, 0, 0, -1, 0, 0},
         {2, 6, 3, 257, 17, 23, 0, 0, 0, -1, 0, 0},
-        {1, 12, 1, 1000, 64, 64, 0, 0, 0, -1, 0, 0},   /* MQA, a group of 12: two kernel calls */
+        {1, 12, 1, 1000, 64, 64, 0, 0, 0, -1, 0, 0}, /* MQA, a group of 12: two kernel calls */
         {1, 8, 2, 4097, 128, 128, 0, 0, 0, -1, 0, 0},
         {1, 2, 1, 32768, 128, 128, 0, 0, 0, -1, 0, 0},
         {1, 2, 2, 32767, 64, 64, 0, 0, 0, -1, 0, 0},
-        {2, 4, 2, 777, 64, 64, 0, 0, 1, -1, 0, 0},     /* key mask; batch 1 fully masked */
-        {1, 4, 4, 1500, 64, 64, 0, 0, 0, 300, 0, 0},   /* window: the last 301 keys */
-        {1, 4, 4, 600, 64, 64, 0, 0, 0, -1, 1, 0},     /* top-left: key 0 only */
-        {2, 4, 4, 700, 64, 64, 0, 0, 0, -1, 0, 1},     /* heads interleaved in rows, as attn_kv_cache */
+        {2, 4, 2, 777, 64, 64, 0, 0, 1, -1, 0, 0},   /* key mask; batch 1 fully masked */
+        {1, 4, 4, 1500, 64, 64, 0, 0, 0, 300, 0, 0}, /* window: the last 301 keys */
+        {1, 4, 4, 600, 64, 64, 0, 0, 0, -1, 1, 0},   /* top-left: key 0 only */
+        {2, 4, 4, 700, 64, 64, 0, 0, 0, -1, 0, 1},   /* heads interleaved in rows, as attn_kv_cache */
         {1, 1, 1, 1, 64, 64, 1, 0, 0, -1, 0, 0},
         {1, 8, 8, 31, 128, 128, 1, 0, 0, -1, 0, 0},
         {2, 6, 3, 257, 17, 23, 1, 0, 0, -1, 0, 0},
@@ -240,7 +242,7 @@ int main(void) {
         {1, 2, 1, 32768, 128, 128, 1, 0, 0, -1, 0, 0},
         {2, 4, 2, 777, 64, 64, 1, 0, 1, -1, 0, 0},
         {2, 4, 4, 700, 64, 64, 1, 0, 0, -1, 0, 1},
-        {1, 8, 2, 1025, 128, 128, 1, 1, 0, -1, 0, 0},  /* bf16 output */
+        {1, 8, 2, 1025, 128, 128, 1, 1, 0, -1, 0, 0}, /* bf16 output */
         /* kernel tiles: groups of 7 (4 + 3 rows) and 2 with value widths past one 128-column strip,
          * key counts leaving 1-3 keys after the four-key score passes */
         {1, 7, 1, 515, 96, 160, 0, 0, 0, -1, 0, 0},
@@ -250,8 +252,8 @@ int main(void) {
     };
     for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
-        CHECK(!strcmp(attn_kernel_ctx_active()->decode->name, attn_isa_name((attn_isa)isa)), "decode kernels %s under %s",
-              attn_kernel_ctx_active()->decode->name, attn_isa_name((attn_isa)isa));
+        CHECK(!strcmp(attn_kernel_ctx_active()->decode->name, attn_isa_name((attn_isa)isa)),
+              "decode kernels %s under %s", attn_kernel_ctx_active()->decode->name, attn_isa_name((attn_isa)isa));
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], &rng);
         for (int w = 0; w < 4; w++) nonfinite_case(w, &rng);
     }

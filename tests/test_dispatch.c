@@ -37,11 +37,12 @@ static void check_init_fills_every_slot(void) {
             CHECK(slots[i] != NULL, "%s: its init leaves the %s slot empty", r->name, names[i]);
         CHECK(c.peak_fma != NULL, "%s: its init leaves the peak_fma slot empty", r->name);
         /* and every entry of the tables the ISA chose */
-        CHECK(c.flash && c.flash->gemm && c.flash->softmax_update && c.flash->probs_and_ds && c.flash->softmax_update_bf16 &&
-                  c.flash->probs_and_ds_bf16 && c.flash->pack_transposed && c.flash->scale_copy_rows,
+        CHECK(c.flash && c.flash->gemm && c.flash->softmax_update && c.flash->probs_and_ds &&
+                  c.flash->softmax_update_bf16 && c.flash->probs_and_ds_bf16 && c.flash->pack_transposed &&
+                  c.flash->scale_copy_rows,
               "%s: flash table with an empty entry", r->name);
-        CHECK(c.bf16 && c.bf16->gemm_pairs && c.bf16->pair_rows_f32 && c.bf16->pair_tile_grads && c.bf16->pair_rows_bf16 &&
-                  c.bf16->round_row && !!c.bf16->softmax_pairs == !!c.bf16->probs_ds_pairs &&
+        CHECK(c.bf16 && c.bf16->gemm_pairs && c.bf16->pair_rows_f32 && c.bf16->pair_tile_grads &&
+                  c.bf16->pair_rows_bf16 && c.bf16->round_row && !!c.bf16->softmax_pairs == !!c.bf16->probs_ds_pairs &&
                   (!c.bf16->softmax_pairs || c.bf16->fused_softmax_tile != ATTN_SOFTMAX_TILE_OWN),
               "%s: bf16 table with an empty entry", r->name);
         CHECK(c.decode && c.decode->chunk_f32 && c.decode->chunk_bf16, "%s: decode table with an empty entry", r->name);
@@ -64,7 +65,8 @@ static void check_init_fills_every_slot(void) {
               "attn_isa_describe(%d) disagrees with the registry", isa);
     }
     attn_isa_desc d;
-    CHECK(attn_isa_describe((attn_isa)ATTN_ISA_COUNT, &d) == ATTN_ERR_INVALID_ARGUMENT, "an ISA past the registry accepted");
+    CHECK(attn_isa_describe((attn_isa)ATTN_ISA_COUNT, &d) == ATTN_ERR_INVALID_ARGUMENT,
+          "an ISA past the registry accepted");
     CHECK(attn_isa_describe(ATTN_ISA_REF, NULL) == ATTN_ERR_INVALID_ARGUMENT, "a NULL out accepted");
 }
 
@@ -74,13 +76,15 @@ int main(void) {
     CHECK(f == attn_cpu_feature_bits(), "feature bits change between calls");
     const char *s = attn_cpu_features();
     CHECK(!!(f & ATTN_CPU_AVX2) == !!strstr(s, "avx2") && !!(f & ATTN_CPU_AVX512F) == !!strstr(s, "avx512f") &&
-              !!(f & ATTN_CPU_AVX512BF16) == !!strstr(s, "avx512bf16") && !!(f & ATTN_CPU_AMX_BF16) == !!strstr(s, "amx-bf16"),
+              !!(f & ATTN_CPU_AVX512BF16) == !!strstr(s, "avx512bf16") &&
+              !!(f & ATTN_CPU_AMX_BF16) == !!strstr(s, "amx-bf16"),
           "feature bits %#x disagree with '%s'", f, s);
     printf("  features %#x: %s; detected ISA %s\n", f, s, attn_isa_name(attn_detected_isa()));
     for (int isa = 0; isa <= (int)attn_detected_isa(); isa++) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         const attn_kernel_ctx *c = attn_kernel_ctx_active();
-        CHECK(c == attn_kernel_ctx_active() && c == attn_kernel_ctx_for((attn_isa)isa), "%s: context not shared", attn_isa_name((attn_isa)isa));
+        CHECK(c == attn_kernel_ctx_active() && c == attn_kernel_ctx_for((attn_isa)isa), "%s: context not shared",
+              attn_isa_name((attn_isa)isa));
         CHECK(c->isa == (attn_isa)isa && c->features == f && !strcmp(c->name, attn_isa_name((attn_isa)isa)),
               "%s: context isa/features", attn_isa_name((attn_isa)isa));
         CHECK(!strcmp(c->ops->name, c->name) && !strncmp(c->flash->name, c->name, strlen(c->name)) &&
@@ -105,8 +109,8 @@ int main(void) {
 #else
         const char *pairs = "ref";
 #endif
-        const char *want = isa == ATTN_ISA_AVX2 ? emulated2
-                           : isa != ATTN_ISA_AVX512 ? "ref"
+        const char *want = isa == ATTN_ISA_AVX2        ? emulated2
+                           : isa != ATTN_ISA_AVX512    ? "ref"
                            : (f & ATTN_CPU_AVX512BF16) ? pairs
                                                        : emulated;
         CHECK(!strcmp(c->bf16->name, want), "%s: bf16 kernels %s, want %s", attn_isa_name((attn_isa)isa), c->bf16->name,

@@ -56,8 +56,8 @@ static void test_collectives(attn_dist *d) {
         } else {
             CHECK_OK(attn_dist_allreduce_grads(d, ps, local, L));
         }
-        CHECK(memcmp(q->grad, want, sizeof(float) * p) == 0, "rank %d of %d, %lld micro-batches each: not the fold",
-              r, n, (long long)L);
+        CHECK(memcmp(q->grad, want, sizeof(float) * p) == 0, "rank %d of %d, %lld micro-batches each: not the fold", r,
+              n, (long long)L);
         free(local);
         free(want);
     }
@@ -77,7 +77,8 @@ static void test_collectives(attn_dist *d) {
     CHECK(flags == 4, "agree: %d", flags);
     CHECK_OK(attn_dist_check_same(d, 42, "the answer"));
     CHECK_STATUS(attn_dist_check_same(d, r == 1 ? 43 : 42, "the answer"), ATTN_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(attn_last_error(), "the answer") && strstr(attn_last_error(), "rank 1"), "message: %s", attn_last_error());
+    CHECK(strstr(attn_last_error(), "the answer") && strstr(attn_last_error(), "rank 1"), "message: %s",
+          attn_last_error());
     CHECK(attn_dist_reduce_seconds(d) > 0, "reduce time counted");
     attn_embedding_free(e);
 }

@@ -69,8 +69,8 @@ static void check_conversions(void) {
 static void check_rejects(attn_status got, attn_status want, const char *fn, const char *type) {
     CHECK(got == want, "%s: status %d, expected %d (%s)", fn, (int)got, (int)want, attn_last_error());
     const char *msg = attn_last_error();
-    CHECK(strstr(msg, fn) && (!type || strstr(msg, type)), "%s: message '%s' should name the function and %s", fn,
-          msg, type ? type : "");
+    CHECK(strstr(msg, fn) && (!type || strstr(msg, type)), "%s: message '%s' should name the function and %s", fn, msg,
+          type ? type : "");
 }
 
 static void check_entry_points(void) {
@@ -90,19 +90,28 @@ static void check_entry_points(void) {
                            : attn_flash_workspace_size(&q, &k, &v);
     CHECK(wsb <= sizeof ws, "workspace %zu", wsb);
     CHECK_OK(attn_sdpa_forward(&q, &k, &v, &p, &o, NULL, &l, ws, wsb));
-    check_rejects(attn_sdpa_forward(&h, &k, &v, &p, &o, NULL, &l, ws, wsb), ATTN_ERR_UNSUPPORTED, "attn_sdpa_forward", "bf16");
-    check_rejects(attn_sdpa_forward(&q, &k, &v, &p, &h16, NULL, &l, ws, wsb), ATTN_ERR_UNSUPPORTED, "attn_sdpa_forward", "f16");
-    check_rejects(attn_sdpa_forward(&bad, &k, &v, &p, &o, NULL, &l, ws, wsb), ATTN_ERR_INVALID_ARGUMENT, "attn_sdpa_forward", NULL);
-    check_rejects(attn_sdpa_backward(&q, &k, &v, &p, &h, &dq, &dk, &dv, ws, wsb), ATTN_ERR_UNSUPPORTED, "attn_sdpa_backward", "bf16");
-    check_rejects(attn_sdpa_backward(&q, &k, &v, &p, &o, &h16, &dk, &dv, ws, wsb), ATTN_ERR_UNSUPPORTED, "attn_sdpa_backward", "f16");
-    check_rejects(attn_flash_forward(&h16, &k, &v, &p, &o, &l, ws, wsb), ATTN_ERR_UNSUPPORTED, "attn_flash_forward", "f16");
+    check_rejects(attn_sdpa_forward(&h, &k, &v, &p, &o, NULL, &l, ws, wsb), ATTN_ERR_UNSUPPORTED, "attn_sdpa_forward",
+                  "bf16");
+    check_rejects(attn_sdpa_forward(&q, &k, &v, &p, &h16, NULL, &l, ws, wsb), ATTN_ERR_UNSUPPORTED, "attn_sdpa_forward",
+                  "f16");
+    check_rejects(attn_sdpa_forward(&bad, &k, &v, &p, &o, NULL, &l, ws, wsb), ATTN_ERR_INVALID_ARGUMENT,
+                  "attn_sdpa_forward", NULL);
+    check_rejects(attn_sdpa_backward(&q, &k, &v, &p, &h, &dq, &dk, &dv, ws, wsb), ATTN_ERR_UNSUPPORTED,
+                  "attn_sdpa_backward", "bf16");
+    check_rejects(attn_sdpa_backward(&q, &k, &v, &p, &o, &h16, &dk, &dv, ws, wsb), ATTN_ERR_UNSUPPORTED,
+                  "attn_sdpa_backward", "f16");
+    check_rejects(attn_flash_forward(&h16, &k, &v, &p, &o, &l, ws, wsb), ATTN_ERR_UNSUPPORTED, "attn_flash_forward",
+                  "f16");
     attn_tensor l16 = l;
     l16.dtype = ATTN_TYPE_BF16;
-    check_rejects(attn_flash_forward(&q, &k, &v, &p, &o, &l16, ws, wsb), ATTN_ERR_UNSUPPORTED, "attn_flash_forward", "bf16");
+    check_rejects(attn_flash_forward(&q, &k, &v, &p, &o, &l16, ws, wsb), ATTN_ERR_UNSUPPORTED, "attn_flash_forward",
+                  "bf16");
     check_rejects(attn_flash_backward(&q, &k, &v, &p, &o, &o, &l, &dq, &h16, &dv, ws, wsb), ATTN_ERR_UNSUPPORTED,
                   "attn_flash_backward", "f16");
-    check_rejects(attn_flash_weights(&h16, &k, &p, 0, 0, 0, 1, 0, buf + 9000), ATTN_ERR_UNSUPPORTED, "attn_flash_weights", "f16");
-    check_rejects(attn_flash_weights(&h, &h, &p, 0, 0, 0, 1, 0, buf + 9000), ATTN_ERR_UNSUPPORTED, "attn_flash_weights", "bf16");
+    check_rejects(attn_flash_weights(&h16, &k, &p, 0, 0, 0, 1, 0, buf + 9000), ATTN_ERR_UNSUPPORTED,
+                  "attn_flash_weights", "f16");
+    check_rejects(attn_flash_weights(&h, &h, &p, 0, 0, 0, 1, 0, buf + 9000), ATTN_ERR_UNSUPPORTED, "attn_flash_weights",
+                  "bf16");
     /* the bf16 backward wants a bf16 dout and float gradients */
     attn_tensor hk = k, hv = v, hdq = dq;
     hk.dtype = hv.dtype = hdq.dtype = ATTN_TYPE_BF16;
@@ -113,7 +122,8 @@ static void check_entry_points(void) {
     /* a mixed q/k/v is refused too */
     attn_tensor kb = k;
     kb.dtype = ATTN_TYPE_BF16;
-    check_rejects(attn_flash_forward(&q, &kb, &v, &p, &o, &l, ws, wsb), ATTN_ERR_UNSUPPORTED, "attn_flash_forward", "bf16");
+    check_rejects(attn_flash_forward(&q, &kb, &v, &p, &o, &l, ws, wsb), ATTN_ERR_UNSUPPORTED, "attn_flash_forward",
+                  "bf16");
     /* the additive mask */
     attn_tensor am = attn_tensor_2d(buf + 10000, 8, 8);
     am.dtype = ATTN_TYPE_F16;

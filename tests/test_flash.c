@@ -44,7 +44,26 @@ static const fcase cases[] = {
     {"MQA 4/1 cross", 2, 4, 1, 50, 130, 32, 24, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {"dropout 0.2", 1, 2, 2, 70, 90, 16, 16, 0, -1, -1, 0, 0, 0, 0, 0, 0.2f, 0, 1, 0},
     {"dropout, Nk % 4 == 0", 2, 2, 2, 70, 132, 16, 16, 0, -1, -1, 0, 0, 1, 0, 0, 0.3f, 0, 1, 0},
-    {"dropout causal Nk % 4 == 0", 1, 4, 2, 129, 128, 32, 32, ATTN_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0, 0, 0, 0, 0.9f, 0, 1, 0},
+    {"dropout causal Nk % 4 == 0",
+     1,
+     4,
+     2,
+     129,
+     128,
+     32,
+     32,
+     ATTN_CAUSAL_BOTTOM_RIGHT,
+     -1,
+     -1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0.9f,
+     0,
+     1,
+     0},
     {"dropout + causal + GQA", 1, 4, 2, 70, 70, 16, 16, ATTN_CAUSAL_TOP_LEFT, -1, -1, 0, 0, 0, 0, 0, 0.5f, 0, 1, 0},
     {"d=1", 1, 2, 2, 65, 65, 1, 1, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {"d=7 dv=5", 1, 2, 2, 65, 66, 7, 5, ATTN_CAUSAL_TOP_LEFT, -1, -1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
@@ -81,8 +100,7 @@ static attn_tensor view(float *x, int B, int H, int N, int D, int bnhd) {
 }
 
 static void make(const fcase *c, test_rng *r, finputs *in) {
-    const size_t nq = (size_t)c->B * c->Hq * c->Nq, nk = (size_t)c->B * c->Hk * c->Nk,
-                 full = nq * (size_t)c->Nk;
+    const size_t nq = (size_t)c->B * c->Hq * c->Nq, nk = (size_t)c->B * c->Hk * c->Nk, full = nq * (size_t)c->Nk;
     memset(in, 0, sizeof *in);
     in->q = xmalloc(sizeof(float) * nq * c->d);
     in->k = xmalloc(sizeof(float) * (nk * c->d + 1));
@@ -151,8 +169,10 @@ static void make(const fcase *c, test_rng *r, finputs *in) {
             for (size_t row = 0; row < nq; row++)
                 for (int j = 0; j < c->Nk; j++) {
                     float *e = in->am + row * c->Nk + j;
-                    if (row % 3 == 0) *e = (float)(-1e5 - 30 * rng_uniform(r));
-                    else if (rng_uniform(r) < 0.05) *e = -1e5f;
+                    if (row % 3 == 0)
+                        *e = (float)(-1e5 - 30 * rng_uniform(r));
+                    else if (rng_uniform(r) < 0.05)
+                        *e = -1e5f;
                 }
         in->tam = attn_tensor_4d(in->am, c->B, c->Hq, c->Nq, c->Nk);
         in->p.add_mask = &in->tam;
@@ -176,7 +196,13 @@ static void make(const fcase *c, test_rng *r, finputs *in) {
 }
 
 static void release(finputs *in) {
-    free(in->q); free(in->k); free(in->v); free(in->go); free(in->bm); free(in->km); free(in->am);
+    free(in->q);
+    free(in->k);
+    free(in->v);
+    free(in->go);
+    free(in->bm);
+    free(in->km);
+    free(in->am);
     free(in->slopes);
 }
 
@@ -191,7 +217,8 @@ static void run_flash(const fcase *c, finputs *in, fresult *res) {
     res->dq = xmalloc(sizeof(float) * nq * c->d);
     res->dk = xmalloc(sizeof(float) * (nk * c->d + 1));
     res->dv = xmalloc(sizeof(float) * (nk * c->dv + 1));
-    attn_tensor to = view(res->o, c->B, c->Hq, c->Nq, c->dv, c->bnhd), tl = attn_tensor_3d(res->lse, c->B, c->Hq, c->Nq),
+    attn_tensor to = view(res->o, c->B, c->Hq, c->Nq, c->dv, c->bnhd),
+                tl = attn_tensor_3d(res->lse, c->B, c->Hq, c->Nq),
                 tdq = view(res->dq, c->B, c->Hq, c->Nq, c->d, c->bnhd),
                 tdk = view(res->dk, c->B, c->Hk, c->Nk, c->d, c->bnhd),
                 tdv = view(res->dv, c->B, c->Hk, c->Nk, c->dv, c->bnhd);
@@ -202,7 +229,13 @@ static void run_flash(const fcase *c, finputs *in, fresult *res) {
     free(ws);
 }
 
-static void free_result(fresult *r) { free(r->o); free(r->lse); free(r->dq); free(r->dk); free(r->dv); }
+static void free_result(fresult *r) {
+    free(r->o);
+    free(r->lse);
+    free(r->dq);
+    free(r->dk);
+    free(r->dv);
+}
 
 static void run_case(const fcase *c, test_rng *r) {
     finputs in;
@@ -214,7 +247,8 @@ static void run_case(const fcase *c, test_rng *r) {
     float *wref = xmalloc(sizeof(float) * (full + 1));
     attn_tensor to = view(ref.o, c->B, c->Hq, c->Nq, c->dv, c->bnhd), tl = attn_tensor_3d(ref.lse, c->B, c->Hq, c->Nq),
                 tw = attn_tensor_4d(wref, c->B, c->Hq, c->Nq, c->Nk),
-                tdq = view(ref.dq, c->B, c->Hq, c->Nq, c->d, c->bnhd), tdk = view(ref.dk, c->B, c->Hk, c->Nk, c->d, c->bnhd),
+                tdq = view(ref.dq, c->B, c->Hq, c->Nq, c->d, c->bnhd),
+                tdk = view(ref.dk, c->B, c->Hk, c->Nk, c->d, c->bnhd),
                 tdv = view(ref.dv, c->B, c->Hk, c->Nk, c->dv, c->bnhd);
     size_t wsb = attn_sdpa_workspace_size(&in.tq, &in.tk, &in.tv);
     void *ws = xmalloc(wsb);
@@ -230,8 +264,10 @@ static void run_case(const fcase *c, test_rng *r) {
                ek = rel_err_ff(f.dk, ref.dk, nk * c->d), ev = rel_err_ff(f.dv, ref.dv, nk * c->dv);
         int lse_ok = 1;
         for (size_t i = 0; i < nq; i++) {
-            if (isinf(ref.lse[i])) lse_ok &= isinf(f.lse[i]) && f.lse[i] < 0;
-            else lse_ok &= fabsf(f.lse[i] - ref.lse[i]) <= 1e-5f * (1 + fabsf(ref.lse[i]));
+            if (isinf(ref.lse[i]))
+                lse_ok &= isinf(f.lse[i]) && f.lse[i] < 0;
+            else
+                lse_ok &= fabsf(f.lse[i] - ref.lse[i]) <= 1e-5f * (1 + fabsf(ref.lse[i]));
         }
         CHECK(eo <= 1e-5, "%s [%s]: forward rel err %.3g", c->name, attn_isa_name((attn_isa)isa), eo);
         if (c->mag < 0) {
@@ -239,11 +275,11 @@ static void run_case(const fcase *c, test_rng *r) {
              * relative error is meaningless; they must stay finite. dv = P^T dO must be exact: the
              * backward recomputes the row statistics instead of trusting the float lse, whose
              * rounding at 1e4 (6e-4) would otherwise show in P. */
-            CHECK(isfinite(eq) && isfinite(ek) && ev <= 1e-4, "%s [%s]: backward dq %.3g dk %.3g dv %.3g",
-                  c->name, attn_isa_name((attn_isa)isa), eq, ek, ev);
+            CHECK(isfinite(eq) && isfinite(ek) && ev <= 1e-4, "%s [%s]: backward dq %.3g dk %.3g dv %.3g", c->name,
+                  attn_isa_name((attn_isa)isa), eq, ek, ev);
         } else {
-            CHECK(eq <= 1e-4 && ek <= 1e-4 && ev <= 1e-4, "%s [%s]: backward rel err dq %.3g dk %.3g dv %.3g",
-                  c->name, attn_isa_name((attn_isa)isa), eq, ek, ev);
+            CHECK(eq <= 1e-4 && ek <= 1e-4 && ev <= 1e-4, "%s [%s]: backward rel err dq %.3g dk %.3g dv %.3g", c->name,
+                  attn_isa_name((attn_isa)isa), eq, ek, ev);
         }
         CHECK(lse_ok, "%s [%s]: lse differs from the reference", c->name, attn_isa_name((attn_isa)isa));
         /* exact weights of a few rows from the fused path */
@@ -283,7 +319,8 @@ static void check_determinism_case(const fcase *c, test_rng *r, int max_threads)
             continue;
         }
         CHECK(!memcmp(f.o, first.o, sizeof(float) * nq * c->dv) && !memcmp(f.lse, first.lse, sizeof(float) * nq) &&
-                  !memcmp(f.dq, first.dq, sizeof(float) * nq * c->d) && !memcmp(f.dk, first.dk, sizeof(float) * nk * c->d) &&
+                  !memcmp(f.dq, first.dq, sizeof(float) * nq * c->d) &&
+                  !memcmp(f.dk, first.dk, sizeof(float) * nk * c->d) &&
                   !memcmp(f.dv, first.dv, sizeof(float) * nk * c->dv),
               "%s: flash results differ bitwise between 1 and %d threads", c->name, t);
         free_result(&f);
@@ -297,7 +334,8 @@ static void check_determinism_case(const fcase *c, test_rng *r, int max_threads)
             fresult f;
             run_flash(c, &in, &f);
             attn__flash_key_run_force(0);
-            CHECK(!memcmp(f.dq, first.dq, sizeof(float) * nq * c->d) && !memcmp(f.dk, first.dk, sizeof(float) * nk * c->d) &&
+            CHECK(!memcmp(f.dq, first.dq, sizeof(float) * nq * c->d) &&
+                      !memcmp(f.dk, first.dk, sizeof(float) * nk * c->d) &&
                       !memcmp(f.dv, first.dv, sizeof(float) * nk * c->dv),
                   "%s: flash backward differs bitwise with key runs of %lld blocks on %d threads", c->name,
                   (long long)run, t);
@@ -307,7 +345,8 @@ static void check_determinism_case(const fcase *c, test_rng *r, int max_threads)
     /* and between repeated runs */
     fresult again;
     run_flash(c, &in, &again);
-    CHECK(!memcmp(again.dk, first.dk, sizeof(float) * nk * c->d) && !memcmp(again.dq, first.dq, sizeof(float) * nq * c->d),
+    CHECK(!memcmp(again.dk, first.dk, sizeof(float) * nk * c->d) &&
+              !memcmp(again.dq, first.dq, sizeof(float) * nq * c->d),
           "%s: flash backward differs between runs", c->name);
     free_result(&again);
     free_result(&first);
@@ -320,8 +359,46 @@ static void check_determinism(test_rng *r) {
         {"threads", 2, 4, 2, 150, 170, 32, 32, ATTN_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0, 1, 0, 0, 0.1f, 0, 1, 0},
         {"B=1 Hk=1 causal", 1, 1, 1, 600, 600, 64, 64, ATTN_CAUSAL_TOP_LEFT, -1, -1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
         {"B=1 Hk=1 MQA 3/1 dense", 1, 3, 1, 330, 410, 32, 32, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 1, 0},
-        {"B=1 Hk=1 window + dropout", 1, 2, 1, 500, 500, 16, 16, ATTN_CAUSAL_BOTTOM_RIGHT, 130, 0, 0, 0, 1, 0, 0, 0.2f, 0, 1, 0},
-        {"B=1 Hk=1 alibi [B,N,H,d]", 1, 2, 1, 260, 260, 16, 16, ATTN_CAUSAL_TOP_LEFT, -1, -1, 0, 0, 0, 1, 0, 0, 0, 1, 1},
+        {"B=1 Hk=1 window + dropout",
+         1,
+         2,
+         1,
+         500,
+         500,
+         16,
+         16,
+         ATTN_CAUSAL_BOTTOM_RIGHT,
+         130,
+         0,
+         0,
+         0,
+         1,
+         0,
+         0,
+         0.2f,
+         0,
+         1,
+         0},
+        {"B=1 Hk=1 alibi [B,N,H,d]",
+         1,
+         2,
+         1,
+         260,
+         260,
+         16,
+         16,
+         ATTN_CAUSAL_TOP_LEFT,
+         -1,
+         -1,
+         0,
+         0,
+         0,
+         1,
+         0,
+         0,
+         0,
+         1,
+         1},
     };
     for (size_t i = 0; i < sizeof dc / sizeof dc[0]; i++) check_determinism_case(&dc[i], r, i == 0 ? 4 : 3);
 }
@@ -330,8 +407,9 @@ static void check_errors(void) {
     static float buf[8192];
     static char ws[1 << 20];
     attn_sdpa_params p = attn_sdpa_params_default();
-    attn_tensor q = attn_tensor_4d(buf, 1, 2, 8, 8), k = attn_tensor_4d(buf, 1, 2, 8, 8), v = attn_tensor_4d(buf, 1, 2, 8, 8),
-                o = attn_tensor_4d(buf + 4096, 1, 2, 8, 8), l = attn_tensor_3d(buf + 6000, 1, 2, 8);
+    attn_tensor q = attn_tensor_4d(buf, 1, 2, 8, 8), k = attn_tensor_4d(buf, 1, 2, 8, 8),
+                v = attn_tensor_4d(buf, 1, 2, 8, 8), o = attn_tensor_4d(buf + 4096, 1, 2, 8, 8),
+                l = attn_tensor_3d(buf + 6000, 1, 2, 8);
     size_t need = attn_flash_workspace_size(&q, &k, &v);
     CHECK(need > 0 && need <= sizeof ws, "workspace size %zu", need);
     CHECK_OK(attn_flash_forward(&q, &k, &v, &p, &o, &l, ws, need));
@@ -363,7 +441,8 @@ static void check_work_and_memory(test_rng *r) {
     attn_tensor q8 = attn_tensor_4d(NULL, 1, 8, N, D), k8 = attn_tensor_4d(NULL, 1, 8, N, D);
     attn_sdpa_params p = attn_sdpa_params_default();
     int64_t total = 0, dense = attn_flash_tile_count(&q8, &k8, &p, &total);
-    CHECK(dense == total && total == 8 * (N / 64) * (N / 64), "dense tiles %lld of %lld", (long long)dense, (long long)total);
+    CHECK(dense == total && total == 8 * (N / 64) * (N / 64), "dense tiles %lld of %lld", (long long)dense,
+          (long long)total);
     p.causal = ATTN_CAUSAL_TOP_LEFT;
     int64_t causal = attn_flash_tile_count(&q8, &k8, &p, NULL);
     CHECK(causal == 8 * (N / 64) * (N / 64 + 1) / 2, "causal tiles %lld", (long long)causal);
@@ -417,8 +496,10 @@ static void check_tile_kernels(test_rng *r) {
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
     const attn_flash_kernels *ref = attn_flash_kernels_ref(), *fast[3] = {NULL, NULL, NULL};
     const char *names[3] = {"avx2", "avx512 4-row", "avx512 6-row"};
-    if (attn_detected_isa() >= ATTN_ISA_AVX2) fast[0] = attn_flash_kernels_avx2();
-    else printf("  (no AVX2 on this CPU: its tile kernel was not compared)\n");
+    if (attn_detected_isa() >= ATTN_ISA_AVX2)
+        fast[0] = attn_flash_kernels_avx2();
+    else
+        printf("  (no AVX2 on this CPU: its tile kernel was not compared)\n");
     if (attn_detected_isa() >= ATTN_ISA_AVX512) {
         fast[1] = attn_flash_kernels_avx512_rows(4);
         fast[2] = attn_flash_kernels_avx512_rows(6);
@@ -441,8 +522,9 @@ static void check_tile_kernels(test_rng *r) {
                     /* mode 0: A rows contiguous, column maxima; 1: A down the columns of a score tile
                      * (P in P V: ars 1, acs ATTN_FLASH_BR), accumulate with row scales; 2: accumulate
                      * without scales; 3: A with other strides (ars 1, acs 65), row scales */
-                    const int64_t ars = mode == 1 || mode == 3 ? 1 : 160,
-                                  acs = mode == 1 ? ATTN_FLASH_BR : mode == 3 ? 65 : 1;
+                    const int64_t ars = mode == 1 || mode == 3 ? 1 : 160, acs = mode == 1   ? ATTN_FLASH_BR
+                                                                                : mode == 3 ? 65
+                                                                                            : 1;
                     fill_normal(r, a, asz, 1.0);
                     fill_normal(r, b, 160 * 140, 1.0);
                     fill_normal(r, c0, 64 * 140, 1.0);

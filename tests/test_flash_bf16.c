@@ -53,7 +53,8 @@ static float *run_bf16(const bcase *c, int out_bf16, int bnhd) {
                     for (int64_t i = 0; i < s[2]; i++)
                         for (int64_t e = 0; e < s[3]; e++)
                             x[b * w.stride[0] + h * w.stride[1] + i * w.stride[2] + e] =
-                                src[t]->data16[b * src[t]->stride[0] + h * src[t]->stride[1] + i * src[t]->stride[2] + e];
+                                src[t]
+                                    ->data16[b * src[t]->stride[0] + h * src[t]->stride[1] + i * src[t]->stride[2] + e];
             w.data16 = x;
             *dst[t] = x;
             *views[t] = w;
@@ -92,7 +93,8 @@ static float *fwd_bwd_bf16(const bcase *c, size_t *count) {
     attn_tensor hv = attn_tensor_4d_typed(c->v, ATTN_TYPE_BF16, vs[0], vs[1], vs[2], vs[3]);
     attn_tensor hgo = attn_tensor_4d_typed(go, ATTN_TYPE_BF16, qs[0], qs[1], qs[2], vs[3]);
     attn_tensor to = attn_tensor_4d(o, qs[0], qs[1], qs[2], vs[3]), tl = attn_tensor_3d(l, qs[0], qs[1], qs[2]);
-    attn_tensor gq = attn_tensor_4d(g, qs[0], qs[1], qs[2], qs[3]), gk = attn_tensor_4d(g + nq, ks[0], ks[1], ks[2], ks[3]),
+    attn_tensor gq = attn_tensor_4d(g, qs[0], qs[1], qs[2], qs[3]),
+                gk = attn_tensor_4d(g + nq, ks[0], ks[1], ks[2], ks[3]),
                 gv = attn_tensor_4d(g + nq + nk, vs[0], vs[1], vs[2], vs[3]);
     const size_t wsb = attn_flash_workspace_size(&hq, &hk, &hv);
     void *ws = xmalloc(wsb);
@@ -121,9 +123,12 @@ static void check_backward(const bcase *c, const char *cname, double tol) {
     attn_convert(go, ATTN_TYPE_BF16, gof, ATTN_TYPE_F32, no);
     /* reference gradients */
     float *rdq = xmalloc(4 * nq), *rdk = xmalloc(4 * nk), *rdv = xmalloc(4 * nv);
-    attn_tensor tq = attn_tensor_4d(qf, qs[0], qs[1], qs[2], qs[3]), tk = attn_tensor_4d(kf, ks[0], ks[1], ks[2], ks[3]),
-                tv = attn_tensor_4d(vf, vs[0], vs[1], vs[2], vs[3]), tgo = attn_tensor_4d(gof, qs[0], qs[1], qs[2], vs[3]),
-                tdq = attn_tensor_4d(rdq, qs[0], qs[1], qs[2], qs[3]), tdk = attn_tensor_4d(rdk, ks[0], ks[1], ks[2], ks[3]),
+    attn_tensor tq = attn_tensor_4d(qf, qs[0], qs[1], qs[2], qs[3]),
+                tk = attn_tensor_4d(kf, ks[0], ks[1], ks[2], ks[3]),
+                tv = attn_tensor_4d(vf, vs[0], vs[1], vs[2], vs[3]),
+                tgo = attn_tensor_4d(gof, qs[0], qs[1], qs[2], vs[3]),
+                tdq = attn_tensor_4d(rdq, qs[0], qs[1], qs[2], qs[3]),
+                tdk = attn_tensor_4d(rdk, ks[0], ks[1], ks[2], ks[3]),
                 tdv = attn_tensor_4d(rdv, vs[0], vs[1], vs[2], vs[3]);
     size_t wsb = attn_sdpa_workspace_size(&tq, &tk, &tv);
     void *ws = xmalloc(wsb);
@@ -142,10 +147,11 @@ static void check_backward(const bcase *c, const char *cname, double tol) {
         size_t cnt;
         float *all = fwd_bwd_bf16(c, &cnt), *g = all + no + nl;
         if (t == 1) {
-            const double eq = rel_err_fd(g, rq, nq), ek = rel_err_fd(g + nq, rk, nk), ev = rel_err_fd(g + nq + nk, rv, nv);
+            const double eq = rel_err_fd(g, rq, nq), ek = rel_err_fd(g + nq, rk, nk),
+                         ev = rel_err_fd(g + nq + nk, rv, nv);
             printf(" dq %.2e dk %.2e dv %.2e\n", eq, ek, ev);
-            CHECK(eq < tol && ek < tol && ev < tol, "%s: bf16 backward errors dq %.3g dk %.3g dv %.3g (limit %.3g)", cname, eq,
-                  ek, ev, tol);
+            CHECK(eq < tol && ek < tol && ev < tol, "%s: bf16 backward errors dq %.3g dk %.3g dv %.3g (limit %.3g)",
+                  cname, eq, ek, ev, tol);
             first = all;
             continue;
         }
@@ -213,7 +219,8 @@ static void check_fixture(void) {
     else if (attn_detected_isa() < ATTN_ISA_AVX512)
         printf("  notice: no AVX-512 on this CPU: only the portable bf16 kernels are tested\n");
     if (attn_bf16_kernels_active()->unit != ATTN_BF16_UNIT_AMX)
-        printf("  notice: AMX tiles not in use (no AMX-BF16, tile state refused, or ATTN_AMX=0): the AMX path is not tested\n");
+        printf("  notice: AMX tiles not in use (no AMX-BF16, tile state refused, or ATTN_AMX=0): the AMX path is not "
+               "tested\n");
     printf("  bf16 kernels in use at the detected ISA: %s\n", attn_bf16_kernels_active()->name);
     printf("  rel RMS error vs float64 (torch bf16 | attn per ISA, f32 out / bf16 out):\n");
     for (int ci = 0; ci < n; ci++) {
@@ -226,8 +233,11 @@ static void check_fixture(void) {
         memset(&c, 0, sizeof c);
         int B, Hq, Hk, Nq, Nk, d, dv, causal, wl, wr, has_bm, has_am, has_km, alibi;
         float softcap;
-        if (!desc || sscanf(desc, "B=%d Hq=%d Hk=%d Nq=%d Nk=%d d=%d dv=%d causal=%d wl=%d wr=%d softcap=%f bool=%d add=%d key=%d alibi=%d",
-                            &B, &Hq, &Hk, &Nq, &Nk, &d, &dv, &causal, &wl, &wr, &softcap, &has_bm, &has_am, &has_km, &alibi) != 15) {
+        if (!desc || sscanf(desc,
+                            "B=%d Hq=%d Hk=%d Nq=%d Nk=%d d=%d dv=%d causal=%d wl=%d wr=%d softcap=%f bool=%d add=%d "
+                            "key=%d alibi=%d",
+                            &B, &Hq, &Hk, &Nq, &Nk, &d, &dv, &causal, &wl, &wr, &softcap, &has_bm, &has_am, &has_km,
+                            &alibi) != 15) {
             CHECK(0, "bad case description '%s'", desc ? desc : "(none)");
             continue;
         }
@@ -284,8 +294,9 @@ static void check_fixture(void) {
             float *o32 = run_bf16(&c, 0, 0), *o16 = run_bf16(&c, 1, 0);
             const double e32 = rel_err_fd(o32, refd, cnt), e16 = rel_err_fd(o16, refd, cnt);
             printf(" %s %.2e/%.2e", attn_isa_name((attn_isa)isa), e32, e16);
-            CHECK(e32 <= 2 * terr[0] && e16 <= 2 * terr[0], "%s [%s]: bf16 flash error %.3g / %.3g above 2x torch's %.3g",
-                  cname, attn_isa_name((attn_isa)isa), e32, e16, (double)terr[0]);
+            CHECK(e32 <= 2 * terr[0] && e16 <= 2 * terr[0],
+                  "%s [%s]: bf16 flash error %.3g / %.3g above 2x torch's %.3g", cname, attn_isa_name((attn_isa)isa),
+                  e32, e16, (double)terr[0]);
             if (!first) {
                 first = o32;
                 o32 = NULL;
@@ -371,7 +382,8 @@ static void check_word_transpose(void) {
                 src[i] = i % 5 == 0 ? 0x7f800000u | (u & 0x3fffffu) | 1u : i % 5 == 1 ? u & 0x807fffffu : u;
             }
             memset(dst, 0xa5, sizeof dst);
-            tables[t]->pack_transposed(rows, cols, (const float *)(const void *)src, RS, 1.0f, (float *)(void *)dst, LDD);
+            tables[t]->pack_transposed(rows, cols, (const float *)(const void *)src, RS, 1.0f, (float *)(void *)dst,
+                                       LDD);
             for (int c = 0; c < 70; c++)
                 for (int q = 0; q < LDD; q++)
                     same &= dst[c * LDD + q] == (c < cols && q < rows ? src[q * RS + c] : 0xa5a5a5a5u);
@@ -427,8 +439,10 @@ static void check_probability_exp(void) {
                 for (int q = 0; q < ROWS; q++) {
                     const double e = s0[q * COLS + c] == -INFINITY ? 0.0 : exp2((double)(s0[q * COLS + c] - mx));
                     sum += e;
-                    if (e == 0) zeros &= s[q * COLS + c] == 0.0f;
-                    else if (e > 0x1p-120) wp = fmax(wp, fabs(s[q * COLS + c] / e - 1));
+                    if (e == 0)
+                        zeros &= s[q * COLS + c] == 0.0f;
+                    else if (e > 0x1p-120)
+                        wp = fmax(wp, fabs(s[q * COLS + c] / e - 1));
                 }
                 const double a = exp2((double)(m0[c] - mx)), lv = 1.5 * a + sum;
                 wa = fmax(wa, fabs(alpha[c] / a - 1));
@@ -442,16 +456,19 @@ static void check_probability_exp(void) {
                 for (int c = 0; c < COLS; c++) {
                     const double x = s0[q * COLS + c];
                     const double e = x == -INFINITY ? 0.0 : exp2((double)(((float)x - m0[c]) - ll[c]));
-                    if (e == 0) zeros &= s[q * COLS + c] == 0.0f && ds[q * COLS + c] == 0.0f;
-                    else if (e > 0x1p-120) wb = fmax(wb, fabs(s[q * COLS + c] / e - 1));
+                    if (e == 0)
+                        zeros &= s[q * COLS + c] == 0.0f && ds[q * COLS + c] == 0.0f;
+                    else if (e > 0x1p-120)
+                        wb = fmax(wb, fabs(s[q * COLS + c] / e - 1));
                 }
-            printf("  exp2 %s %s: P rel %.2g, alpha %.2g, l %.2g, backward P %.2g\n", names[t], bf ? "bf16" : "fp32", wp,
-                   wa, wl, wb);
+            printf("  exp2 %s %s: P rel %.2g, alpha %.2g, l %.2g, backward P %.2g\n", names[t], bf ? "bf16" : "fp32",
+                   wp, wa, wl, wb);
             /* fp32: the degree-7 polynomial (5e-9) plus float evaluation; bf16: degree 5 (7.7e-8) plus it */
             const double tol = bf ? 3e-7 : 1.5e-7;
             CHECK(wp <= tol && wb <= tol, "%s %s: probabilities off exact exp2 by %.3g / %.3g (> %.2g)", names[t],
                   bf ? "bf16" : "fp32", wp, wb, tol);
-            CHECK(wa <= 3e-7 && wl <= 1e-6, "%s %s: alpha / l off by %.3g / %.3g", names[t], bf ? "bf16" : "fp32", wa, wl);
+            CHECK(wa <= 3e-7 && wl <= 1e-6, "%s %s: alpha / l off by %.3g / %.3g", names[t], bf ? "bf16" : "fp32", wa,
+                  wl);
             CHECK(zeros, "%s %s: a masked logit's probability is not exactly 0", names[t], bf ? "bf16" : "fp32");
             /* a program that traps FE_INVALID must not die on a masked (-inf) logit */
             CHECK(!invalid, "%s %s: -inf logits raised the invalid exception", names[t], bf ? "bf16" : "fp32");

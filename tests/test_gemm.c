@@ -63,9 +63,8 @@ static void run_case(const gcase *g, const char *what) {
 
     size_t wsb = attn_sgemm_workspace_size(g->m, g->n, g->k);
     void *ws = wsb ? xmalloc(wsb) : NULL;
-    attn_status st = attn_sgemm(g->ta ? ATTN_TRANS : ATTN_NO_TRANS,
-                                g->tb ? ATTN_TRANS : ATTN_NO_TRANS, g->m, g->n, g->k, g->alpha, a,
-                                g->lda, b, g->ldb, g->beta, c, g->ldc, ws, wsb);
+    attn_status st = attn_sgemm(g->ta ? ATTN_TRANS : ATTN_NO_TRANS, g->tb ? ATTN_TRANS : ATTN_NO_TRANS, g->m, g->n,
+                                g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc, ws, wsb);
     CHECK(st == ATTN_OK, "%s: attn_sgemm -> %s: %s", what, attn_status_str(st), attn_last_error());
     float *out = xmalloc((size_t)(g->m * g->n) * sizeof(float) + 1);
     int pad_ok = 1;
@@ -73,8 +72,7 @@ static void run_case(const gcase *g, const char *what) {
         memcpy(out + i * g->n, c + i * g->ldc, (size_t)g->n * sizeof(float));
         if (i + 1 < g->m)
             for (int64_t j = g->n; j < g->ldc; j++)
-                if (memcmp(&c[i * g->ldc + j], &pad_before[i * g->ldc + j], sizeof(float)))
-                    pad_ok = 0;
+                if (memcmp(&c[i * g->ldc + j], &pad_before[i * g->ldc + j], sizeof(float))) pad_ok = 0;
     }
     /* Relative to the result; where the sum cancels (tiny m, n, k make that likely), float
      * rounding is bounded by |alpha||A||B| + |beta||C| instead, so the error is also measured
@@ -89,13 +87,12 @@ static void run_case(const gcase *g, const char *what) {
     CHECK(err <= 1e-5,
           "%s [%s]: m=%lld n=%lld k=%lld trans=%c%c ld=%lld,%lld,%lld alpha=%g beta=%g%s: "
           "rel err %.3g",
-          what, attn_isa_name(attn_active_isa()), (long long)g->m, (long long)g->n,
-          (long long)g->k, g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', (long long)g->lda,
-          (long long)g->ldb, (long long)g->ldc, g->alpha, g->beta, g->nan_c ? " (NaN C)" : "",
-          err);
+          what, attn_isa_name(attn_active_isa()), (long long)g->m, (long long)g->n, (long long)g->k, g->ta ? 'T' : 'N',
+          g->tb ? 'T' : 'N', (long long)g->lda, (long long)g->ldb, (long long)g->ldc, g->alpha, g->beta,
+          g->nan_c ? " (NaN C)" : "", err);
     free(bound);
-    CHECK(pad_ok, "%s: C's padding between rows was written (m=%lld n=%lld ldc=%lld)", what,
-          (long long)g->m, (long long)g->n, (long long)g->ldc);
+    CHECK(pad_ok, "%s: C's padding between rows was written (m=%lld n=%lld ldc=%lld)", what, (long long)g->m,
+          (long long)g->n, (long long)g->ldc);
     free(a);
     free(b);
     free(c);
@@ -147,14 +144,30 @@ static void test_isa(void) {
     /* 3. around the blocking edges of this kernel */
     const int64_t MR = ar->mr, NR = ar->nr, KC = ar->kc, MC = ar->mc, NC = ar->nc;
     const int64_t edges[][3] = {
-        {MR - 1, NR - 1, 1},       {MR, NR, KC},          {MR + 1, NR + 1, KC + 1},
-        {2 * MR, 3 * NR + 5, KC - 1}, {MC - 1, 33, 17},   {MC, 17, KC + 1},
-        {MC + 1, 31, 65},          {65, NC - 1, KC - 1},  {33, NC, 33},
-        {17, NC + 1, 2 * KC + 1},  {63, 65, 127},         {127, 255, 257},
-        {255, 257, 63},            {257, 63, 255},        {300, 300, 300},
-        {1, 3 * NR + 7, KC + 3},   {2, 300, 2 * KC + 1},  {MR + 3, 257, 300},
-        {2 * MR, 65, 255},         {2 * MR + 1, 64, 129}, {3, 257, 2 * KC + 1},
-        {4, 300, KC + 1},          {2, 97, KC - 1},       {4, 1000, 33},
+        {MR - 1, NR - 1, 1},
+        {MR, NR, KC},
+        {MR + 1, NR + 1, KC + 1},
+        {2 * MR, 3 * NR + 5, KC - 1},
+        {MC - 1, 33, 17},
+        {MC, 17, KC + 1},
+        {MC + 1, 31, 65},
+        {65, NC - 1, KC - 1},
+        {33, NC, 33},
+        {17, NC + 1, 2 * KC + 1},
+        {63, 65, 127},
+        {127, 255, 257},
+        {255, 257, 63},
+        {257, 63, 255},
+        {300, 300, 300},
+        {1, 3 * NR + 7, KC + 3},
+        {2, 300, 2 * KC + 1},
+        {MR + 3, 257, 300},
+        {2 * MR, 65, 255},
+        {2 * MR + 1, 64, 129},
+        {3, 257, 2 * KC + 1},
+        {4, 300, KC + 1},
+        {2, 97, KC - 1},
+        {4, 1000, 33},
     };
     for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++) {
         if (edges[e][0] < 1 || edges[e][1] < 1 || edges[e][2] < 1) continue;
@@ -180,9 +193,12 @@ static void test_isa(void) {
 /* Same inputs, threads 1..4: results must be bitwise identical. kdiv shrinks k for the slow
  * portable kernel (the sanitizer build runs it unoptimised). */
 static void test_threads(int kdiv) {
-    static const struct { int ta, tb; int64_t m, n, k; } shapes[] = {
+    static const struct {
+        int ta, tb;
+        int64_t m, n, k;
+    } shapes[] = {
         {0, 0, 300, 257, 700}, {0, 1, 130, 1000, 300}, {1, 0, 1000, 40, 500},
-        {0, 0, 5, 900, 800},  {1, 1, 77, 333, 450},    {0, 0, 3, 1500, 700},
+        {0, 0, 5, 900, 800},   {1, 1, 77, 333, 450},   {0, 0, 3, 1500, 700},
     };
     int saved = attn_get_num_threads();
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -202,24 +218,22 @@ static void test_threads(int kdiv) {
         for (int t = 1; t <= 4; t++) {
             attn_set_num_threads(t);
             memcpy(c, c0, (size_t)(m * n) * sizeof(float));
-            CHECK_OK(attn_sgemm(ta ? ATTN_TRANS : ATTN_NO_TRANS, tb ? ATTN_TRANS : ATTN_NO_TRANS,
-                                m, n, k, 0.75f, a, ta ? m : k, b, tb ? k : n, 0.5f, c, n, ws,
-                                wsb));
+            CHECK_OK(attn_sgemm(ta ? ATTN_TRANS : ATTN_NO_TRANS, tb ? ATTN_TRANS : ATTN_NO_TRANS, m, n, k, 0.75f, a,
+                                ta ? m : k, b, tb ? k : n, 0.5f, c, n, ws, wsb));
             if (t == 1)
                 memcpy(first, c, (size_t)(m * n) * sizeof(float));
             else
                 CHECK(!memcmp(first, c, (size_t)(m * n) * sizeof(float)),
-                      "[%s] m=%lld n=%lld k=%lld: %d threads differ from 1 thread",
-                      attn_isa_name(attn_active_isa()), (long long)m, (long long)n, (long long)k,
-                      t);
+                      "[%s] m=%lld n=%lld k=%lld: %d threads differ from 1 thread", attn_isa_name(attn_active_isa()),
+                      (long long)m, (long long)n, (long long)k, t);
         }
         /* a workspace sized for one thread also works (fewer threads, same bits) */
         attn_set_num_threads(1);
         size_t ws1 = attn_sgemm_workspace_size(m, n, k);
         attn_set_num_threads(4);
         memcpy(c, c0, (size_t)(m * n) * sizeof(float));
-        CHECK_OK(attn_sgemm(ta ? ATTN_TRANS : ATTN_NO_TRANS, tb ? ATTN_TRANS : ATTN_NO_TRANS, m,
-                            n, k, 0.75f, a, ta ? m : k, b, tb ? k : n, 0.5f, c, n, ws, ws1));
+        CHECK_OK(attn_sgemm(ta ? ATTN_TRANS : ATTN_NO_TRANS, tb ? ATTN_TRANS : ATTN_NO_TRANS, m, n, k, 0.75f, a,
+                            ta ? m : k, b, tb ? k : n, 0.5f, c, n, ws, ws1));
         CHECK(!memcmp(first, c, (size_t)(m * n) * sizeof(float)),
               "one-thread workspace with 4 threads set changes the result");
         free(a);
@@ -248,12 +262,11 @@ static void test_ref(void) {
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) {
                 double s = 0;
-                for (int64_t p = 0; p < k; p++)
-                    s += at(a, g.lda, g.ta, i, p) * at(b, g.ldb, g.tb, p, j);
+                for (int64_t p = 0; p < k; p++) s += at(a, g.lda, g.ta, i, p) * at(b, g.ldb, g.tb, p, j);
                 ref[i * n + j] = g.alpha * s + (g.beta != 0.0f ? g.beta : 0.0);
             }
-        CHECK_OK(attn_sgemm_ref(g.ta ? ATTN_TRANS : ATTN_NO_TRANS, g.tb ? ATTN_TRANS : ATTN_NO_TRANS,
-                                m, n, k, g.alpha, a, g.lda, b, g.ldb, g.beta, c, g.ldc));
+        CHECK_OK(attn_sgemm_ref(g.ta ? ATTN_TRANS : ATTN_NO_TRANS, g.tb ? ATTN_TRANS : ATTN_NO_TRANS, m, n, k, g.alpha,
+                                a, g.lda, b, g.ldb, g.beta, c, g.ldc));
         double err = rel_err_fd(c, ref, (size_t)(m * n));
         CHECK(err <= 1e-5, "attn_sgemm_ref trans=%d%d: rel err %.3g", g.ta, g.tb, err);
         free(a);
@@ -273,45 +286,30 @@ static void test_errors(void) {
     CHECK(attn_sgemm_workspace_size(-1, 4, 4) == 0, "workspace for m = -1 not 0");
     CHECK_OK(attn_sgemm(N, N, 4, 4, 4, 1, a, 4, b, 4, 0, c, 4, ws, wsb));
 
-    CHECK_STATUS(attn_sgemm(N, N, -1, 4, 4, 1, a, 4, b, 4, 0, c, 4, ws, wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_sgemm(N, N, 4, -2, 4, 1, a, 4, b, 4, 0, c, 4, ws, wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_sgemm(N, N, 4, 4, -3, 1, a, 4, b, 4, 0, c, 4, ws, wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_sgemm((attn_transpose)7, N, 4, 4, 4, 1, a, 4, b, 4, 0, c, 4, ws, wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm(N, N, -1, 4, 4, 1, a, 4, b, 4, 0, c, 4, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm(N, N, 4, -2, 4, 1, a, 4, b, 4, 0, c, 4, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm(N, N, 4, 4, -3, 1, a, 4, b, 4, 0, c, 4, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm((attn_transpose)7, N, 4, 4, 4, 1, a, 4, b, 4, 0, c, 4, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(attn_sgemm(N, (attn_transpose)-1, 4, 4, 4, 1, a, 4, b, 4, 0, c, 4, ws, wsb),
                  ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_sgemm(N, N, 4, 4, 4, 1, NULL, 4, b, 4, 0, c, 4, ws, wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_sgemm(N, N, 4, 4, 4, 1, a, 4, NULL, 4, 0, c, 4, ws, wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_sgemm(N, N, 4, 4, 4, 1, a, 4, b, 4, 0, NULL, 4, ws, wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm(N, N, 4, 4, 4, 1, NULL, 4, b, 4, 0, c, 4, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm(N, N, 4, 4, 4, 1, a, 4, NULL, 4, 0, c, 4, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm(N, N, 4, 4, 4, 1, a, 4, b, 4, 0, NULL, 4, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
     /* leading dimensions: NoTrans A is m x k (lda >= k), Trans A is k x m (lda >= m) */
-    CHECK_STATUS(attn_sgemm(N, N, 4, 4, 5, 1, a, 4, b, 4, 0, c, 4, ws, wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_sgemm(T, N, 5, 4, 4, 1, a, 4, b, 4, 0, c, 4, ws, wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_sgemm(N, N, 4, 5, 4, 1, a, 4, b, 4, 0, c, 5, ws, wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_sgemm(N, T, 4, 4, 5, 1, a, 5, b, 4, 0, c, 4, ws, wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_sgemm(N, N, 4, 5, 4, 1, a, 4, b, 5, 0, c, 4, ws, wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm(N, N, 4, 4, 5, 1, a, 4, b, 4, 0, c, 4, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm(T, N, 5, 4, 4, 1, a, 4, b, 4, 0, c, 4, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm(N, N, 4, 5, 4, 1, a, 4, b, 4, 0, c, 5, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm(N, T, 4, 4, 5, 1, a, 5, b, 4, 0, c, 4, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm(N, N, 4, 5, 4, 1, a, 4, b, 5, 0, c, 4, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
     /* workspace */
     CHECK_STATUS(attn_sgemm(N, N, 4, 4, 4, 1, a, 4, b, 4, 0, c, 4, NULL, wsb), ATTN_ERR_WORKSPACE);
     CHECK_STATUS(attn_sgemm(N, N, 4, 4, 4, 1, a, 4, b, 4, 0, c, 4, ws, 16), ATTN_ERR_WORKSPACE);
     /* size arithmetic that cannot be represented */
-    CHECK_STATUS(attn_sgemm(N, N, INT64_MAX / 2, 4, 4, 1, a, 4, b, 4, 0, c, 4, ws, wsb),
-                 ATTN_ERR_OVERFLOW);
-    CHECK_STATUS(attn_sgemm(N, N, 4, 4, 4, 1, a, INT64_MAX / 2, b, 4, 0, c, 4, ws, wsb),
-                 ATTN_ERR_OVERFLOW);
+    CHECK_STATUS(attn_sgemm(N, N, INT64_MAX / 2, 4, 4, 1, a, 4, b, 4, 0, c, 4, ws, wsb), ATTN_ERR_OVERFLOW);
+    CHECK_STATUS(attn_sgemm(N, N, 4, 4, 4, 1, a, INT64_MAX / 2, b, 4, 0, c, 4, ws, wsb), ATTN_ERR_OVERFLOW);
     /* the oracle validates the same way */
     CHECK_STATUS(attn_sgemm_ref(N, N, 4, 4, 5, 1, a, 4, b, 4, 0, c, 4), ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_sgemm_ref(N, N, 4, 4, 4, 1, a, 4, NULL, 4, 0, c, 4),
-                 ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_sgemm_ref(N, N, 4, 4, 4, 1, a, 4, NULL, 4, 0, c, 4), ATTN_ERR_INVALID_ARGUMENT);
     /* empty products are valid and need no workspace; NULLs are fine when nothing is read */
     CHECK_OK(attn_sgemm(N, N, 0, 4, 4, 1, NULL, 4, b, 4, 0, NULL, 4, NULL, 0));
     CHECK_OK(attn_sgemm(N, N, 4, 0, 4, 1, a, 4, NULL, 0, 0, NULL, 0, NULL, 0));
@@ -330,8 +328,8 @@ int main(void) {
         const attn_gemm_arch *ar = attn_gemm_arch_active();
         CHECK(!strcmp(ar->name, attn_isa_name((attn_isa)isa)), "gemm dispatch: active arch %s for forced %s", ar->name,
               attn_isa_name((attn_isa)isa));
-        printf("test_gemm: %s kernel %dx%d, KC %d, MC %d, NC %d\n", attn_isa_name((attn_isa)isa),
-               ar->mr, ar->nr, ar->kc, ar->mc, ar->nc);
+        printf("test_gemm: %s kernel %dx%d, KC %d, MC %d, NC %d\n", attn_isa_name((attn_isa)isa), ar->mr, ar->nr,
+               ar->kc, ar->mc, ar->nc);
         test_isa();
         test_threads(isa == ATTN_ISA_REF ? 4 : 1);
     }

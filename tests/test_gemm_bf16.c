@@ -22,7 +22,7 @@ static void fill_f32_bf16(test_rng *r, float *xf, attn_bf16 *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float v = (float)rng_normal(r);
         if (i % 97 == 5) v = (float)(rng_normal(r) * 1e-39); /* subnormal */
-        if (i % 89 == 7) { /* halfway between two bf16: the even one wins */
+        if (i % 89 == 7) {                                   /* halfway between two bf16: the even one wins */
             uint32_t u;
             memcpy(&u, &v, 4);
             u = (u & 0xffff0000u) | 0x8000u;
@@ -52,8 +52,8 @@ static void run_f32(attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, 
     size_t wsb = attn_gemm_bf16_workspace_size(m, n, k);
     void *ws = xmalloc(wsb);
     memcpy(c, c0, sizeof(float) * (size_t)(m * ldc));
-    CHECK_OK(attn_gemm_bf16_from_f32(ta, tb, m, n, k, a, ta ? m + 1 : k + 3, b, tb ? k + 2 : n + 1, acc, c, ldc, ws,
-                                     wsb));
+    CHECK_OK(
+        attn_gemm_bf16_from_f32(ta, tb, m, n, k, a, ta ? m + 1 : k + 3, b, tb ? k + 2 : n + 1, acc, c, ldc, ws, wsb));
     free(ws);
 }
 
@@ -69,8 +69,10 @@ static void check_case(test_rng *r, attn_transpose ta, attn_transpose tb, int64_
     attn_force_isa(ATTN_ISA_REF);
     run(ta, tb, m, n, k, acc, a, b, c0, cr);
     run_f32(ta, tb, m, n, k, acc, af, bf, c0, cf);
-    CHECK(!memcmp(cf, cr, sizeof(float) * nc), "bf16 gemm from f32, ref, %lldx%lldx%lld ta%d tb%d acc%d differs from "
-          "the product of the rounded copies", (long long)m, (long long)n, (long long)k, (int)ta, (int)tb, acc);
+    CHECK(!memcmp(cf, cr, sizeof(float) * nc),
+          "bf16 gemm from f32, ref, %lldx%lldx%lld ta%d tb%d acc%d differs from "
+          "the product of the rounded copies",
+          (long long)m, (long long)n, (long long)k, (int)ta, (int)tb, acc);
     attn_force_isa(attn_detected_isa());
     /* the emulation against float64 */
     double num = 0, den = 0;
@@ -95,15 +97,17 @@ static void check_case(test_rng *r, attn_transpose ta, attn_transpose tb, int64_
         CHECK(!memcmp(cf, cr, sizeof(float) * nc), "bf16 gemm %s %lldx%lldx%lld ta%d tb%d acc%d differs from ref",
               fast[f]->name, (long long)m, (long long)n, (long long)k, (int)ta, (int)tb, acc);
         run_f32(ta, tb, m, n, k, acc, af, bf, c0, cf);
-        CHECK(!memcmp(cf, cr, sizeof(float) * nc), "bf16 gemm from f32 %s %lldx%lldx%lld ta%d tb%d acc%d differs from ref",
-              fast[f]->name, (long long)m, (long long)n, (long long)k, (int)ta, (int)tb, acc);
+        CHECK(!memcmp(cf, cr, sizeof(float) * nc),
+              "bf16 gemm from f32 %s %lldx%lldx%lld ta%d tb%d acc%d differs from ref", fast[f]->name, (long long)m,
+              (long long)n, (long long)k, (int)ta, (int)tb, acc);
         for (int t = 1; t <= 3; t++) { /* any thread count: bit for bit */
             attn_set_num_threads(t);
             float *ct = xmalloc(4 * nc + 4);
             run(ta, tb, m, n, k, acc, a, b, c0, ct);
             CHECK(!memcmp(ct, cr, sizeof(float) * nc), "bf16 gemm %s differs with %d threads", fast[f]->name, t);
             run_f32(ta, tb, m, n, k, acc, af, bf, c0, ct);
-            CHECK(!memcmp(ct, cr, sizeof(float) * nc), "bf16 gemm from f32 %s differs with %d threads", fast[f]->name, t);
+            CHECK(!memcmp(ct, cr, sizeof(float) * nc), "bf16 gemm from f32 %s differs with %d threads", fast[f]->name,
+                  t);
             free(ct);
         }
         attn_set_num_threads(0);
@@ -133,8 +137,8 @@ static int same_words(uint32_t x, uint32_t y) {
  * and without accumulation, row and output scales. */
 static void check_pairs_layouts(test_rng *r, const attn_bf16_kernels *f) {
     const attn_bf16_kernels *g = attn_bf16_kernels_ref();
-    static const int shapes[][3] = {{1, 1, 0}, {3, 17, 1}, {4, 64, 32}, {5, 70, 33}, {64, 64, 64}, {70, 130, 65},
-                                    {130, 40, 7}};
+    static const int shapes[][3] = {{1, 1, 0},    {3, 17, 1},    {4, 64, 32}, {5, 70, 33},
+                                    {64, 64, 64}, {70, 130, 65}, {130, 40, 7}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int m = shapes[s][0], n = shapes[s][1], kp = shapes[s][2];
         const int64_t ldb = n + 3, ldc = n + 5;
@@ -194,7 +198,8 @@ static void check_kernels(test_rng *r, const attn_bf16_kernels *f) {
         f->pair_rows_f32(pr[t], pc[t], src, 67, df, 70);
         g->pair_rows_f32(pr[t], pc[t], src, 67, dg, 70);
         int same = 1;
-        for (int j = 0; j < 70; j++) same &= df[j] == dg[j] || (j == 2 && ((df[j] & 0x7fff) > 0x7f80) == ((dg[j] & 0x7fff) > 0x7f80));
+        for (int j = 0; j < 70; j++)
+            same &= df[j] == dg[j] || (j == 2 && ((df[j] & 0x7fff) > 0x7f80) == ((dg[j] & 0x7fff) > 0x7f80));
         CHECK(same, "%s: vcvtneps2bf16 and the scalar rounding disagree (%d rows, %d columns)", f->name, pr[t], pc[t]);
     }
     /* the backward's tile roundings (P and dS rows as words, dS rows paired): odd and even row
@@ -226,8 +231,10 @@ static void check_kernels(test_rng *r, const attn_bf16_kernels *f) {
      * emulated) */
     for (int i = 0; i < 2 * 67; i++) src[i] = (float)(rng_normal(r) * pow(2, rng_uniform(r) * 120 - 130));
     uint32_t a[4 * 9], b[9 * 70];
-    for (int i = 0; i < 4 * 9; i++) a[i] = attn_pair(attn_f32_to_bf16(src[i % 134]), attn_f32_to_bf16(src[(i * 7 + 1) % 134]));
-    for (int i = 0; i < 9 * 70; i++) b[i] = attn_pair(attn_f32_to_bf16(src[(i * 3 + 2) % 134]), attn_f32_to_bf16(src[(i * 5) % 134]));
+    for (int i = 0; i < 4 * 9; i++)
+        a[i] = attn_pair(attn_f32_to_bf16(src[i % 134]), attn_f32_to_bf16(src[(i * 7 + 1) % 134]));
+    for (int i = 0; i < 9 * 70; i++)
+        b[i] = attn_pair(attn_f32_to_bf16(src[(i * 3 + 2) % 134]), attn_f32_to_bf16(src[(i * 5) % 134]));
     a[0] = b[0] = attn_pair(attn_f32_to_bf16(1.0f), 0);
     float cf[4 * 70], cg[4 * 70];
     for (int i = 0; i < 4 * 70; i++) cf[i] = cg[i] = (float)rng_normal(r) * 1e-38f;
@@ -250,9 +257,11 @@ static void check_kernels(test_rng *r, const attn_bf16_kernels *f) {
             sub += cf[i] != 0 && fabsf(cf[i]) < FLT_MIN;
         }
         CHECK(eq, "%s: vdpbf16ps and the emulation disagree near the subnormal range (%s)", f->name,
-              v == 0 ? "no row scales" : v == 1 ? "row scales" : "row scales, small output scale");
-        CHECK((v == 0 || sub_in > 0) && (v < 2 || sub > 0), "%s: no subnormal scaled C (%d) or result (%d): case %d tests nothing",
-              f->name, sub_in, sub, v);
+              v == 0   ? "no row scales"
+              : v == 1 ? "row scales"
+                       : "row scales, small output scale");
+        CHECK((v == 0 || sub_in > 0) && (v < 2 || sub > 0),
+              "%s: no subnormal scaled C (%d) or result (%d): case %d tests nothing", f->name, sub_in, sub, v);
     }
 }
 
@@ -264,20 +273,21 @@ static void check_amx_policy(void) {
     const int asked = !(e && !strcmp(e, "0"));
     const char *fallback = "ref";
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
-    if (attn_detected_isa() == ATTN_ISA_AVX512)
-        fallback = attn_bf16_kernels_avx512_pairs(NULL)->name;
+    if (attn_detected_isa() == ATTN_ISA_AVX512) fallback = attn_bf16_kernels_avx512_pairs(NULL)->name;
 #endif
     const int amx = attn_bf16_kernels_try_amx() != NULL;
     if (attn_active_isa() == ATTN_ISA_AVX512) {
         const char *active = attn_bf16_kernels_active()->name;
-        CHECK(!strcmp(active, asked && amx ? "amx" : fallback), "ATTN_AMX=%s: active bf16 kernels %s", e ? e : "(unset)",
-              active);
+        CHECK(!strcmp(active, asked && amx ? "amx" : fallback), "ATTN_AMX=%s: active bf16 kernels %s",
+              e ? e : "(unset)", active);
         if (!amx) printf("  notice: no AMX-BF16 here (or the tile state was refused): the %s kernels serve\n", active);
     }
     static const char *const values[] = {NULL, "0", "1", "yes"};
     for (int i = 0; i < 4; i++) {
-        if (values[i]) setenv("ATTN_AMX", values[i], 1);
-        else unsetenv("ATTN_AMX");
+        if (values[i])
+            setenv("ATTN_AMX", values[i], 1);
+        else
+            unsetenv("ATTN_AMX");
         const char *want = !(values[i] && !strcmp(values[i], "0")) && amx ? "amx" : fallback;
         /* the AVX-512 init's choice now, as a fresh context would make it (contexts are built once) */
         const char *got = fallback;
@@ -286,11 +296,13 @@ static void check_amx_policy(void) {
             attn_isa_registry_row(ATTN_ISA_AVX512)->init(&t);
             got = t.bf16->name;
         }
-        CHECK(!strcmp(got, want), "ATTN_AMX=%s: AVX-512 bf16 kernels %s, want %s", values[i] ? values[i] : "(unset)", got,
-              want);
+        CHECK(!strcmp(got, want), "ATTN_AMX=%s: AVX-512 bf16 kernels %s, want %s", values[i] ? values[i] : "(unset)",
+              got, want);
     }
-    if (e) setenv("ATTN_AMX", e, 1);
-    else unsetenv("ATTN_AMX");
+    if (e)
+        setenv("ATTN_AMX", e, 1);
+    else
+        unsetenv("ATTN_AMX");
 }
 
 /* Without AMX tiles, the AVX-512 pair kernels are vdpbf16ps on AMD and its FMA emulation on
@@ -304,20 +316,24 @@ static void check_vdpbf16ps_policy(void) {
     const int has = attn_cpu_has_avx512bf16(), intel = !strcmp(attn_cpu_uarch()->vendor, "GenuineIntel");
     static const char *const values[] = {NULL, "0", "1", "yes"};
     for (int i = 0; i < 4; i++) {
-        if (values[i]) setenv("ATTN_VDPBF16PS", values[i], 1);
-        else unsetenv("ATTN_VDPBF16PS");
+        if (values[i])
+            setenv("ATTN_VDPBF16PS", values[i], 1);
+        else
+            unsetenv("ATTN_VDPBF16PS");
         const char *why = NULL;
         const char *got = attn_bf16_kernels_avx512_pairs(&why)->name;
-        const char *want = !has                                     ? emulated
+        const char *want = !has                                   ? emulated
                            : values[i] && !strcmp(values[i], "0") ? emulated
                            : values[i] && !strcmp(values[i], "1") ? native
-                           : intel                                 ? emulated
-                                                                   : native;
+                           : intel                                ? emulated
+                                                                  : native;
         CHECK(!strcmp(got, want) && why && *why, "ATTN_VDPBF16PS=%s: pair kernels %s, want %s",
               values[i] ? values[i] : "(unset)", got, want);
     }
-    if (e) setenv("ATTN_VDPBF16PS", e, 1);
-    else unsetenv("ATTN_VDPBF16PS");
+    if (e)
+        setenv("ATTN_VDPBF16PS", e, 1);
+    else
+        unsetenv("ATTN_VDPBF16PS");
 #endif
 }
 
@@ -340,7 +356,8 @@ static void check_amx(test_rng *r) {
         for (int i = 0; i < kp * n; i++)
             b[i] = attn_pair(attn_f32_to_bf16((float)rng_normal(r)), attn_f32_to_bf16((float)rng_normal(r)));
         float *c2 = xmalloc(4 * (size_t)m * n), *cm = xmalloc(4 * (size_t)m * n);
-        uint32_t *at = xmalloc(4 * (size_t)m * kp), *aa = xmalloc(4 * (size_t)m * kp), *ba = xmalloc(4 * (size_t)kp * n);
+        uint32_t *at = xmalloc(4 * (size_t)m * kp), *aa = xmalloc(4 * (size_t)m * kp),
+                 *ba = xmalloc(4 * (size_t)kp * n);
         for (int i = 0; i < m * n; i++) c0[i] = c1[i] = c2[i] = (float)rng_normal(r);
         for (int i = 0; i < m; i++) f[i] = (float)rng_uniform(r);
         /* the magnitudes: the same sums of |terms| (sign bits cleared), the scale of the rounding
@@ -352,10 +369,10 @@ static void check_amx(test_rng *r) {
         amx->gemm_pairs(m, n, kp, a, kp, 1, b, n, c0, n, 1, f, 0.5f);
         ref->gemm_pairs(m, n, kp, a, kp, 1, b, n, c1, n, 1, f, 0.5f);
         double d2 = 0, m2 = 0;
-        for (int i = 0; i < m * n; i++) d2 += ((double)c0[i] - c1[i]) * ((double)c0[i] - c1[i]), m2 += (double)cm[i] * cm[i];
+        for (int i = 0; i < m * n; i++)
+            d2 += ((double)c0[i] - c1[i]) * ((double)c0[i] - c1[i]), m2 += (double)cm[i] * cm[i];
         const double e = m2 > 0 ? sqrt(d2 / m2) : sqrt(d2);
-        CHECK(e < 1e-6, "AMX gemm_pairs %dx%dx%d: %.3g of the terms' magnitude from the emulation", m, n,
-              kp, e);
+        CHECK(e < 1e-6, "AMX gemm_pairs %dx%dx%d: %.3g of the terms' magnitude from the emulation", m, n, kp, e);
         /* A given down its columns (ars 1, the flash kernels' P words): the same tiles, the same bits */
         for (int i = 0; i < m; i++)
             for (int q = 0; q < kp; q++) at[q * m + i] = a[i * kp + q];
@@ -381,24 +398,29 @@ int main(void) {
     test_rng r = rng_seeded(31337);
 #if defined(ATTN_HAVE_X86) && ATTN_HAVE_X86
     if (attn_detected_isa() == ATTN_ISA_AVX512) {
-        if (attn_cpu_has_avx512bf16()) fast[nfast++] = attn_bf16_kernels_avx512bf16();
-        else printf("  notice: no AVX512-BF16 on this CPU: vdpbf16ps itself is not tested, its emulation is\n");
+        if (attn_cpu_has_avx512bf16())
+            fast[nfast++] = attn_bf16_kernels_avx512bf16();
+        else
+            printf("  notice: no AVX512-BF16 on this CPU: vdpbf16ps itself is not tested, its emulation is\n");
         fast[nfast++] = attn_bf16_kernels_avx512();
     }
-    if (attn_detected_isa() >= ATTN_ISA_AVX2) fast[nfast++] = attn_bf16_kernels_avx2();
-    else printf("  notice: no AVX2 on this CPU: its bf16 emulation is compiled, not tested\n");
+    if (attn_detected_isa() >= ATTN_ISA_AVX2)
+        fast[nfast++] = attn_bf16_kernels_avx2();
+    else
+        printf("  notice: no AVX2 on this CPU: its bf16 emulation is compiled, not tested\n");
 #endif
     if (!nfast) printf("  notice: no AVX2 or AVX-512 on this CPU: only the portable bf16 kernels are tested\n");
     for (int f = 0; f < nfast; f++) printf("  fast bf16 kernels tested against the portable ones: %s\n", fast[f]->name);
     check_amx_policy();
     check_vdpbf16ps_policy();
     check_amx(&r);
-    static const int64_t sz[][3] = {{1, 1, 1}, {4, 64, 2}, {5, 17, 3}, {64, 64, 64}, {67, 130, 31}, {130, 300, 128},
-                                    {3, 513, 77}, {200, 70, 260}, {33, 90, 301}};
+    static const int64_t sz[][3] = {{1, 1, 1},       {4, 64, 2},   {5, 17, 3},     {64, 64, 64}, {67, 130, 31},
+                                    {130, 300, 128}, {3, 513, 77}, {200, 70, 260}, {33, 90, 301}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
-                check_case(&r, (attn_transpose)ta, (attn_transpose)tb, sz[i][0], sz[i][1], sz[i][2], (int)((i + ta) % 2));
+                check_case(&r, (attn_transpose)ta, (attn_transpose)tb, sz[i][0], sz[i][1], sz[i][2],
+                           (int)((i + ta) % 2));
     for (int f = 0; f < nfast; f++) {
         check_kernels(&r, fast[f]);
         check_pairs_layouts(&r, fast[f]);
@@ -406,8 +428,10 @@ int main(void) {
     /* errors */
     float c[4];
     attn_bf16 x[4] = {0};
-    CHECK_STATUS(attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, 2, 2, 2, x, 2, x, 2, 0, c, 2, NULL, 0), ATTN_ERR_WORKSPACE);
-    CHECK_STATUS(attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, 2, 2, 2, NULL, 2, x, 2, 0, c, 2, c, 1000), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, 2, 2, 2, x, 2, x, 2, 0, c, 2, NULL, 0),
+                 ATTN_ERR_WORKSPACE);
+    CHECK_STATUS(attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, 2, 2, 2, NULL, 2, x, 2, 0, c, 2, c, 1000),
+                 ATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(attn_gemm_bf16_from_f32(ATTN_NO_TRANS, ATTN_NO_TRANS, 2, 2, 2, c, 2, c, 2, 0, c, 2, NULL, 0),
                  ATTN_ERR_WORKSPACE);
     CHECK_STATUS(attn_gemm_bf16_from_f32(ATTN_NO_TRANS, ATTN_NO_TRANS, 2, 2, 2, c, 2, NULL, 2, 0, c, 2, c, 1000),

@@ -112,10 +112,18 @@ static void test_pnm(void) {
     hostile("P6", p6, sizeof p6 - 1);
     hostile("P3", (const uint8_t *)p3, strlen(p3));
     /* errors */
-    const char *bad[] = {"P6 2 2 255\n\x01\x02",          "P6 100000 100000 255\n", "P6 16384 16384 255\n",
-                         "P6 2 2 65535\n",                "P3 1 1 255 256",         "P6 0 5 255\n",
-                         "P6 -1 5 255\n",                 "hello world",            "",
-                         "P6 99999999999999999999 1 255", "P3 2 1 255 1 2 3 4 5",  "P6 1 1 0\n\x00\x00\x00"};
+    const char *bad[] = {"P6 2 2 255\n\x01\x02",
+                         "P6 100000 100000 255\n",
+                         "P6 16384 16384 255\n",
+                         "P6 2 2 65535\n",
+                         "P3 1 1 255 256",
+                         "P6 0 5 255\n",
+                         "P6 -1 5 255\n",
+                         "hello world",
+                         "",
+                         "P6 99999999999999999999 1 255",
+                         "P3 2 1 255 1 2 3 4 5",
+                         "P6 1 1 0\n\x00\x00\x00"};
     const attn_status want[] = {ATTN_ERR_INVALID_ARGUMENT, ATTN_ERR_INVALID_ARGUMENT, ATTN_ERR_INVALID_ARGUMENT,
                                 ATTN_ERR_UNSUPPORTED,      ATTN_ERR_INVALID_ARGUMENT, ATTN_ERR_INVALID_ARGUMENT,
                                 ATTN_ERR_INVALID_ARGUMENT, ATTN_ERR_INVALID_ARGUMENT, ATTN_ERR_INVALID_ARGUMENT,

@@ -44,13 +44,37 @@ static void str_is(const char *s, const char *want, size_t wlen) {
 
 static void test_valid(void) {
     const char *docs[] = {
-        "null", "true", "false", "0", "-0", "1", "-1", "12345", "1.5", "-0.0", "1e10", "1E+10",
-        "1e-10", "123.456e-7", "\"\"", "\"abc\"", "[]", "{}", "[1,2,3]", " \t\r\n[ 1 , 2 ]\n ",
-        "{\"a\":1,\"b\":[true,false,null],\"c\":{\"d\":\"e\"}}", "[[[[]]]]", "{\"\":0}",
-        "\"\\u00e9\\u20ac\\ud83d\\ude00\"", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"",
+        "null",
+        "true",
+        "false",
+        "0",
+        "-0",
+        "1",
+        "-1",
+        "12345",
+        "1.5",
+        "-0.0",
+        "1e10",
+        "1E+10",
+        "1e-10",
+        "123.456e-7",
+        "\"\"",
+        "\"abc\"",
+        "[]",
+        "{}",
+        "[1,2,3]",
+        " \t\r\n[ 1 , 2 ]\n ",
+        "{\"a\":1,\"b\":[true,false,null],\"c\":{\"d\":\"e\"}}",
+        "[[[[]]]]",
+        "{\"\":0}",
+        "\"\\u00e9\\u20ac\\ud83d\\ude00\"",
+        "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"",
         "{\"a\":1,\"a\":2}", /* duplicates allowed by default */
-        "1.7976931348623157e308", "4.9e-324", "1e-400", /* underflow to 0 is fine */
-        "123456789012345678901234567890", "[\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"]",
+        "1.7976931348623157e308",
+        "4.9e-324",
+        "1e-400", /* underflow to 0 is fine */
+        "123456789012345678901234567890",
+        "[\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"]",
     };
     for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) ok(docs[i]);
 }
@@ -58,14 +82,72 @@ static void test_valid(void) {
 static void test_invalid(void) {
     const attn_json_status S = ATTN_JSON_ERR_SYNTAX, U = ATTN_JSON_ERR_UTF8;
     const char *syntax[] = {
-        "", " ", "[", "]", "{", "}", "[1,]", "[1,,2]", "[,1]", "{\"a\":1,}", "{,}", "{\"a\"}",
-        "{\"a\":}", "{\"a\" 1}", "{a:1}", "{'a':1}", "['a']", "[1 2]", "{\"a\":1 \"b\":2}",
-        "01", "-01", "00", "+1", ".5", "1.", "1.e5", "1e", "1e+", "-", "--1", "0x10", "1_000",
-        "NaN", "Infinity", "-Infinity", "nul", "tru", "falsey", "True", "NULL", "[1]x", "1 2",
-        "{} {}", "[]]", "\"abc", "\"abc\\\"", "\"\\x41\"", "\"\\u12\"", "\"\\u12G4\"",
-        "\"\\uD800\"", "\"\\uDC00\"", "\"\\uD800\\u0041\"", "\"\\uD800x\"", "\"\\uDBFF\\uDBFF\"",
-        "\"a\tb\"", "\"a\nb\"", "\"\x01\"", "[1] // c", "/* c */ 1", "1e400", "-1e400",
-        "\xef\xbb\xbf{}", "[\"a\" \"b\"]", "{\"a\":1}}", "\\u0041", "'x'",
+        "",
+        " ",
+        "[",
+        "]",
+        "{",
+        "}",
+        "[1,]",
+        "[1,,2]",
+        "[,1]",
+        "{\"a\":1,}",
+        "{,}",
+        "{\"a\"}",
+        "{\"a\":}",
+        "{\"a\" 1}",
+        "{a:1}",
+        "{'a':1}",
+        "['a']",
+        "[1 2]",
+        "{\"a\":1 \"b\":2}",
+        "01",
+        "-01",
+        "00",
+        "+1",
+        ".5",
+        "1.",
+        "1.e5",
+        "1e",
+        "1e+",
+        "-",
+        "--1",
+        "0x10",
+        "1_000",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "nul",
+        "tru",
+        "falsey",
+        "True",
+        "NULL",
+        "[1]x",
+        "1 2",
+        "{} {}",
+        "[]]",
+        "\"abc",
+        "\"abc\\\"",
+        "\"\\x41\"",
+        "\"\\u12\"",
+        "\"\\u12G4\"",
+        "\"\\uD800\"",
+        "\"\\uDC00\"",
+        "\"\\uD800\\u0041\"",
+        "\"\\uD800x\"",
+        "\"\\uDBFF\\uDBFF\"",
+        "\"a\tb\"",
+        "\"a\nb\"",
+        "\"\x01\"",
+        "[1] // c",
+        "/* c */ 1",
+        "1e400",
+        "-1e400",
+        "\xef\xbb\xbf{}",
+        "[\"a\" \"b\"]",
+        "{\"a\":1}}",
+        "\\u0041",
+        "'x'",
     };
     for (size_t i = 0; i < sizeof syntax / sizeof syntax[0]; i++) bad(syntax[i], S);
     /* the NUL byte is not whitespace: trailing garbage */
@@ -81,12 +163,13 @@ static void test_invalid(void) {
         "\"\xed\xbf\xbf\"",     /* encoded surrogate U+DFFF */
         "\"\xf4\x90\x80\x80\"", /* U+110000 */
         "\"\xf5\x80\x80\x80\"", /* invalid lead */
-        "\"\xff\"", "\"\xfe\"", /* never valid */
-        "\"\xc3\"",             /* truncated 2-byte */
-        "\"\xe2\x82\"",         /* truncated 3-byte */
-        "\"\xf0\x9f\x98\"",     /* truncated 4-byte */
-        "\"\xc3\x28\"",         /* bad continuation */
-        "[1]\xff",              /* invalid UTF-8 outside a string */
+        "\"\xff\"",
+        "\"\xfe\"",         /* never valid */
+        "\"\xc3\"",         /* truncated 2-byte */
+        "\"\xe2\x82\"",     /* truncated 3-byte */
+        "\"\xf0\x9f\x98\"", /* truncated 4-byte */
+        "\"\xc3\x28\"",     /* bad continuation */
+        "[1]\xff",          /* invalid UTF-8 outside a string */
     };
     for (size_t i = 0; i < sizeof utf8 / sizeof utf8[0]; i++) bad(utf8[i], U);
     /* truncation inside a multibyte character at the very end of the input */
@@ -106,7 +189,7 @@ static void test_strings(void) {
     str_is("\"\\uD83D\\uDE00\"", "\xf0\x9f\x98\x80", 4); /* U+1F600 */
     str_is("\"\\ud800\\udc00\"", "\xf0\x90\x80\x80", 4); /* U+10000, lowest pair */
     str_is("\"\\uDBFF\\uDFFF\"", "\xf4\x8f\xbf\xbf", 4); /* U+10FFFF, highest pair */
-    str_is("\"a\\u0000b\"", "a\0b", 3);                 /* embedded NUL kept, length says so */
+    str_is("\"a\\u0000b\"", "a\0b", 3);                  /* embedded NUL kept, length says so */
     str_is("\"\\uFFFF\"", "\xef\xbf\xbf", 3);
     str_is("\"\xf4\x8f\xbf\xbf\"", "\xf4\x8f\xbf\xbf", 4);
     str_is("\"\x7f\"", "\x7f", 1); /* DEL needs no escape */
@@ -117,8 +200,14 @@ static void test_numbers(void) {
         const char *s;
         double v;
     } cases[] = {
-        {"0", 0.0}, {"-0", -0.0}, {"1.5", 1.5}, {"-2.25e2", -225.0}, {"1E3", 1000.0},
-        {"0.1", 0.1}, {"1e-400", 0.0}, {"2.2250738585072014e-308", 2.2250738585072014e-308},
+        {"0", 0.0},
+        {"-0", -0.0},
+        {"1.5", 1.5},
+        {"-2.25e2", -225.0},
+        {"1E3", 1000.0},
+        {"0.1", 0.1},
+        {"1e-400", 0.0},
+        {"2.2250738585072014e-308", 2.2250738585072014e-308},
         {"9007199254740993", 9007199254740992.0}, /* rounds to even */
         {"1.7976931348623157e308", 1.7976931348623157e308},
     };
@@ -126,8 +215,7 @@ static void test_numbers(void) {
         attn_json_doc *doc = NULL;
         CHECK(parse_s(cases[i].s, &doc, NULL) == ATTN_JSON_OK, "parse %s", cases[i].s);
         double d = -1;
-        CHECK(attn_json_as_double(attn_json_root(doc), &d) && d == cases[i].v &&
-                  signbit(d) == signbit(cases[i].v),
+        CHECK(attn_json_as_double(attn_json_root(doc), &d) && d == cases[i].v && signbit(d) == signbit(cases[i].v),
               "%s -> %.17g", cases[i].s, d);
         attn_json_free(doc);
     }
@@ -192,8 +280,7 @@ static void test_depth(void) {
         memset(s, '[', d);
         memset(s + d, ']', d);
         attn_json_status st = attn_json_parse(s, 2 * d, &deep, &doc, NULL);
-        CHECK(st == (d <= ATTN_JSON_MAX_MAX_DEPTH ? ATTN_JSON_OK : ATTN_JSON_ERR_DEPTH), "depth %zu -> %d", d,
-              (int)st);
+        CHECK(st == (d <= ATTN_JSON_MAX_MAX_DEPTH ? ATTN_JSON_OK : ATTN_JSON_ERR_DEPTH), "depth %zu -> %d", d, (int)st);
         if (st == ATTN_JSON_OK) attn_json_free(doc);
     }
     /* options: a custom limit, and duplicates rejected on request */
@@ -226,8 +313,7 @@ static void test_tree(void) {
     const attn_json *r = attn_json_root(doc);
     CHECK(r->type == ATTN_JSON_OBJECT && attn_json_count(r) == 5, "root object of 5 members");
     CHECK(!strcmp(attn_json_as_string(attn_json_get(r, "name"), NULL), "attn"), "first duplicate wins");
-    CHECK(!strcmp(attn_json_member_key(r, 3)->str, "name") &&
-              !strcmp(attn_json_member_value(r, 3)->str, "second"),
+    CHECK(!strcmp(attn_json_member_key(r, 3)->str, "name") && !strcmp(attn_json_member_value(r, 3)->str, "second"),
           "members in document order");
     const attn_json *layers = attn_json_get(r, "layers");
     CHECK(attn_json_count(layers) == 3, "array count");
@@ -246,8 +332,8 @@ static void test_tree(void) {
     CHECK(attn_json_get(layers, "x") == NULL && attn_json_at(nested, 0) == NULL, "wrong container kind");
     CHECK(attn_json_get(r, "k\xc3\xa9y") != NULL, "escaped key decoded");
     CHECK(attn_json_getn(r, "namex", 4) != NULL, "getn with a length");
-    CHECK(attn_json_as_string(nested, NULL) == NULL && !attn_json_as_bool(r, &b) &&
-              !attn_json_as_double(nested, &d) && !attn_json_is_null(r),
+    CHECK(attn_json_as_string(nested, NULL) == NULL && !attn_json_as_bool(r, &b) && !attn_json_as_double(nested, &d) &&
+              !attn_json_is_null(r),
           "wrong-type accessors fail");
     CHECK(attn_json_count(NULL) == 0 && attn_json_get(NULL, "a") == NULL && attn_json_root(NULL) == NULL,
           "NULL-safe accessors");
@@ -296,8 +382,8 @@ static void test_utf8(void) {
 /* Random inputs must never crash and errors always carry a message. */
 static void test_random(void) {
     test_rng r = rng_seeded(0x15011);
-    static const char *tokens[] = {"{", "}", "[", "]", ",", ":", "\"k\"", "1", "-0.5e3", "true",
-                                   "null", " ", "\"\\u", "\\", "\"", "\xc3\xa9", "\xff", "0"};
+    static const char *tokens[] = {"{",    "}",    "[", "]",     ",",  ":",  "\"k\"",    "1",    "-0.5e3",
+                                   "true", "null", " ", "\"\\u", "\\", "\"", "\xc3\xa9", "\xff", "0"};
     char buf[64];
     for (int it = 0; it < 20000; it++) {
         size_t n = 0;

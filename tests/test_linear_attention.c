@@ -10,9 +10,9 @@ typedef struct {
     const char *name;
     int64_t B, Hq, Hk, Nq, Nk, d, dv;
     attn_causal causal;
-    int key_mask;  /* 1: random hidden keys (each batch keeps key 0) */
-    int strided;   /* [B, N, H, d] storage */
-    int w_heads;   /* performer: 1 shared W or Hq */
+    int key_mask; /* 1: random hidden keys (each batch keeps key 0) */
+    int strided;  /* [B, N, H, d] storage */
+    int w_heads;  /* performer: 1 shared W or Hq */
 } tcase;
 
 static const tcase cases[] = {
@@ -72,7 +72,8 @@ static void make_inputs(const tcase *tc, int kind, test_rng *rng, inputs *in) {
     in->tv = view4(in->v, tc->B, tc->Hk, tc->Nk, tc->dv, tc->strided);
     in->tgo = view4(in->go, tc->B, tc->Hq, tc->Nq, tc->dv, tc->strided);
     in->km = xmalloc((size_t)(tc->B * tc->Nk + 1));
-    for (int64_t i = 0; i < tc->B * tc->Nk; i++) in->km[i] = (uint8_t)(!tc->key_mask || i % tc->Nk == 0 || rng_uniform(rng) < 0.7);
+    for (int64_t i = 0; i < tc->B * tc->Nk; i++)
+        in->km[i] = (uint8_t)(!tc->key_mask || i % tc->Nk == 0 || rng_uniform(rng) < 0.7);
     in->tkm = attn_btensor_2d(in->km, tc->B, tc->Nk);
     in->m = M_FEAT;
     in->w = xmalloc(sizeof(float) * (size_t)(tc->w_heads * M_FEAT * tc->d));
@@ -120,7 +121,8 @@ static void ref_forward(const refctx *r, const double *q, const double *k, const
     for (int64_t b = 0; b < tc->B; b++)
         for (int64_t h = 0; h < tc->Hq; h++) {
             const int64_t hk = h / g;
-            for (int64_t j = 0; j < tc->Nk; j++) phi_ref(r, h, k + ((b * tc->Hk + hk) * tc->Nk + j) * tc->d, fk + j * p);
+            for (int64_t j = 0; j < tc->Nk; j++)
+                phi_ref(r, h, k + ((b * tc->Hk + hk) * tc->Nk + j) * tc->d, fk + j * p);
             for (int64_t i = 0; i < tc->Nq; i++) {
                 phi_ref(r, h, q + ((b * tc->Hq + h) * tc->Nq + i) * tc->d, fq);
                 double den = 0;
@@ -217,7 +219,8 @@ static void test_case(int kind, const tcase *tc, int full_grad) {
     /* gradients */
     const size_t nq = (size_t)(tc->B * tc->Hq * tc->Nq * tc->d), nk = (size_t)(tc->B * tc->Hk * tc->Nk * tc->d);
     const size_t nv = (size_t)(tc->B * tc->Hk * tc->Nk * tc->dv);
-    float *gq = xmalloc(sizeof(float) * nq), *gk = xmalloc(sizeof(float) * (nk + 1)), *gv = xmalloc(sizeof(float) * (nv + 1));
+    float *gq = xmalloc(sizeof(float) * nq), *gk = xmalloc(sizeof(float) * (nk + 1)),
+          *gv = xmalloc(sizeof(float) * (nv + 1));
     attn_tensor tgq = view4(gq, tc->B, tc->Hq, tc->Nq, tc->d, tc->strided);
     attn_tensor tgk = view4(gk, tc->B, tc->Hk, tc->Nk, tc->d, tc->strided);
     attn_tensor tgv = view4(gv, tc->B, tc->Hk, tc->Nk, tc->dv, tc->strided);
@@ -281,7 +284,8 @@ static void test_case(int kind, const tcase *tc, int full_grad) {
                 if (!in.km[b * tc->Nk + j])
                     CHECK(at(&tgk, b, 0, j, 0) == 0 && at(&tgv, b, 0, j, 0) == 0, "hidden key %lld has a gradient",
                           (long long)j);
-    printf("  %-9s %-36s forward %.2e, gradients %.2e%s\n", kname(kind), tc->name, ef, worst, full_grad ? " (full)" : "");
+    printf("  %-9s %-36s forward %.2e, gradients %.2e%s\n", kname(kind), tc->name, ef, worst,
+           full_grad ? " (full)" : "");
     for (int t = 0; t < 3; t++) free(lg[t]);
     free(q), free(k), free(v), free(go), free(ref), free(scr), free(o), free(ol), free(gq), free(gk), free(gv);
     free_inputs(&in);
@@ -329,7 +333,8 @@ static void test_steps(int kind, int masked) {
     CHECK_OK(op_forward(kind, &in, &tc, &w, &tf));
     const size_t sf = kind == KIND_LINEAR ? attn_linear_attention_state_floats(tc.d, tc.dv)
                                           : attn_performer_state_floats(M_FEAT, tc.dv);
-    CHECK(sf == (size_t)(kind == KIND_LINEAR ? tc.d * tc.dv + tc.d : M_FEAT * tc.dv + M_FEAT + 2), "state floats %zu", sf);
+    CHECK(sf == (size_t)(kind == KIND_LINEAR ? tc.d * tc.dv + tc.d : M_FEAT * tc.dv + M_FEAT + 2), "state floats %zu",
+          sf);
     float *state = xmalloc(sizeof(float) * sf * (size_t)(tc.B * tc.Hq));
     const int64_t chunks[2] = {1, 16};
     for (int c = 0; c < 2; c++) {
@@ -405,8 +410,8 @@ static void test_orf(void) {
     const double mean = s1 / (double)cnt, msq = s2 / (double)cnt;
     const double want = sqrt(2.0) * exp(lgamma((d + 1) / 2.0) - lgamma(d / 2.0));
     const double sd = sqrt(d - want * want) / sqrt((double)cnt);
-    CHECK(fabs(mean - want) <= 5 * sd, "mean ORF row norm %.4f, chi(%lld) mean %.4f (sd of mean %.4f)", mean, (long long)d,
-          want, sd);
+    CHECK(fabs(mean - want) <= 5 * sd, "mean ORF row norm %.4f, chi(%lld) mean %.4f (sd of mean %.4f)", mean,
+          (long long)d, want, sd);
     CHECK(fabs(msq - d) <= 0.05 * d, "mean squared norm %.3f, want %lld", msq, (long long)d);
     printf("  ORF d=%lld: block |cos| <= %.1e, mean norm %.4f (chi mean %.4f), mean norm^2 %.3f\n", (long long)d, worst,
            mean, want, msq);
@@ -424,7 +429,8 @@ static void test_performer_vs_softmax(void) {
     float *q = xmalloc(sizeof(float) * n), *k = xmalloc(sizeof(float) * n), *v = xmalloc(sizeof(float) * n);
     float *ex = xmalloc(sizeof(float) * n), *ap = xmalloc(sizeof(float) * n);
     fill_normal(&rng, q, n, 0.5), fill_normal(&rng, k, n, 0.5), fill_normal(&rng, v, n, 1.0);
-    attn_tensor tq = attn_tensor_4d(q, B, H, N, d), tk = attn_tensor_4d(k, B, H, N, d), tv = attn_tensor_4d(v, B, H, N, d);
+    attn_tensor tq = attn_tensor_4d(q, B, H, N, d), tk = attn_tensor_4d(k, B, H, N, d),
+                tv = attn_tensor_4d(v, B, H, N, d);
     attn_tensor te = attn_tensor_4d(ex, B, H, N, d), ta = attn_tensor_4d(ap, B, H, N, d);
     const attn_sdpa_params p = attn_sdpa_params_default(); /* scale 1 / sqrt(d) */
     const size_t sw = attn_sdpa_workspace_size(&tq, &tk, &tv);
@@ -471,7 +477,8 @@ static void test_threads_and_errors(void) {
             attn_set_num_threads(t + 1);
             o[t] = xmalloc(sizeof(float) * no), g[t] = xmalloc(sizeof(float) * 3 * nq);
             attn_tensor to = view4(o[t], tc.B, tc.Hq, tc.Nq, tc.dv, 0);
-            attn_tensor gq = view4(g[t], tc.B, tc.Hq, tc.Nq, tc.d, 0), gk = view4(g[t] + nq, tc.B, tc.Hq, tc.Nq, tc.d, 0),
+            attn_tensor gq = view4(g[t], tc.B, tc.Hq, tc.Nq, tc.d, 0),
+                        gk = view4(g[t] + nq, tc.B, tc.Hq, tc.Nq, tc.d, 0),
                         gv = view4(g[t] + 2 * nq, tc.B, tc.Hq, tc.Nq, tc.dv, 0);
             CHECK_OK(op_forward(kind, &in, &tc, &w, &to));
             CHECK_OK(op_backward(kind, &in, &tc, &w, &gq, &gk, &gv));
@@ -539,8 +546,8 @@ static void test_features(void) {
                     }
                 }
             }
-        CHECK(worst <= 1e-5, "performer features (%s) vs reference up to the stabiliser: %.3g", isq ? "queries" : "keys",
-              worst);
+        CHECK(worst <= 1e-5, "performer features (%s) vs reference up to the stabiliser: %.3g",
+              isq ? "queries" : "keys", worst);
     }
     free(f);
     free_inputs(&in);

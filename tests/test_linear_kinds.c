@@ -60,7 +60,8 @@ static void test_mha(attn_attention_kind kind, int causal) {
     linear_ref(xq, wi, bias, Q, B * N, E, E);
     linear_ref(xk, wi + E * E, bias + E, K, B * N, E, E);
     linear_ref(xv, wi + 2 * E * E, bias + 2 * E, V, B * N, E, E);
-    attn_tensor tq = heads(Q, B, H, N, hd), tk = heads(K, B, H, N, hd), tv = heads(V, B, H, N, hd), to = heads(O, B, H, N, hd);
+    attn_tensor tq = heads(Q, B, H, N, hd), tk = heads(K, B, H, N, hd), tv = heads(V, B, H, N, hd),
+                to = heads(O, B, H, N, hd);
     uint8_t *keep = xmalloc((size_t)(B * N));
     for (int64_t i = 0; i < B * N; i++) keep[i] = (uint8_t)!kpm[i];
     attn_btensor km = attn_btensor_2d(keep, B, N);
@@ -110,7 +111,8 @@ static void test_mha(attn_attention_kind kind, int causal) {
     CHECK_OK(attn_mha_forward(mh, &a, out, NULL, saved, sb, ws2, wb2));
     CHECK_OK(attn_mha_backward(mh, &a, dout, gq, gk, gv, saved, sb, ws2, wb2));
     attn_set_num_threads(0);
-    CHECK(!memcmp(out1, out, sizeof(float) * nx) && !memcmp(g1, gq, sizeof(float) * nx), "%s: 1 vs 2 threads differ", kn);
+    CHECK(!memcmp(out1, out, sizeof(float) * nx) && !memcmp(g1, gq, sizeof(float) * nx), "%s: 1 vs 2 threads differ",
+          kn);
 
     /* refused: weights, float / boolean attn_mask, dropout */
     float *wts = xmalloc(sizeof(float) * (size_t)(B * N * N));
@@ -248,8 +250,8 @@ static void test_explicit_projection(int causal) {
         const double eg = rel_err_ff(d2, ref, nx);
         CHECK(eg <= 1e-4, "causal %d: per-head projection input gradient vs the op: %.3g", causal, eg);
         CHECK(rel_err_ff(o2, o1, nx) > 1e-3, "causal %d: a per-head projection did not change the output", causal);
-        printf("  explicit projection, causal %d: = drawn bitwise; per head vs op: forward %.2e, dx %.2e\n", causal,
-               ef, eg);
+        printf("  explicit projection, causal %d: = drawn bitwise; per head vs op: forward %.2e, dx %.2e\n", causal, ef,
+               eg);
         free(Q), free(K), free(V), free(O), free(ref), free(dO), free(dQ), free(dK), free(dV), free(ows);
     }
     CHECK_STATUS(attn_mha_redraw_features(given, 3), ATTN_ERR_UNSUPPORTED);
@@ -337,7 +339,8 @@ static void test_options(void) {
     CHECK_OK(attn_mha_create(&mc, &m));
     if (m) {
         const size_t cs = attn_mha_cache_size(m, 3, 100);
-        CHECK(cs >= sizeof(float) * 3 * 2 * (256 * 8 + 256 + 2) && cs < sizeof(float) * 3 * 2 * (256 * 8 + 256 + 2) + 4096,
+        CHECK(cs >= sizeof(float) * 3 * 2 * (256 * 8 + 256 + 2) &&
+                  cs < sizeof(float) * 3 * 2 * (256 * 8 + 256 + 2) + 4096,
               "performer cache size %zu", cs);
         attn_mha_free(m);
     }
@@ -349,7 +352,8 @@ static void test_options(void) {
               "linear cache size %zu", cs);
         attn_mha_free(m);
     }
-    CHECK(!attn_attention_kind_has_weights(ATTN_ATTENTION_LINEAR) && !attn_attention_kind_has_weights(ATTN_ATTENTION_PERFORMER),
+    CHECK(!attn_attention_kind_has_weights(ATTN_ATTENTION_LINEAR) &&
+              !attn_attention_kind_has_weights(ATTN_ATTENTION_PERFORMER),
           "linear kinds have no weights");
 }
 

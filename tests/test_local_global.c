@@ -145,8 +145,8 @@ static attn_status lrun_fwd(lrun *r) {
     return attn_longformer_forward(&r->tq, &r->tk, &r->tv, &r->p, &r->to, &r->tl, r->ws, r->wsb);
 }
 static attn_status lrun_bwd(lrun *r) {
-    return attn_longformer_backward(&r->tq, &r->tk, &r->tv, &r->p, &r->to, &r->tgo, &r->tl, &r->tdq, &r->tdk,
-                                      &r->tdv, r->ws, r->wsb);
+    return attn_longformer_backward(&r->tq, &r->tk, &r->tv, &r->p, &r->to, &r->tgo, &r->tl, &r->tdq, &r->tdk, &r->tdv,
+                                    r->ws, r->wsb);
 }
 
 static void test_case(const lcase *c, int ci) {
@@ -164,10 +164,11 @@ static void test_case(const lcase *c, int ci) {
                     allowed[x] = (uint8_t)sees_ref(c, b, i, j);
                     bias[x] = 0;
                 }
-    oracle_shape os = {c->B, c->H, c->Hk, c->N, c->N, c->d, c->dv, c->scale > 0 ? c->scale : 1.0 / sqrt(c->d), 0,
-                       allowed, bias, NULL};
-    double *q = xmalloc(sizeof(double) * r.nq), *k = xmalloc(sizeof(double) * r.nk), *v = xmalloc(sizeof(double) * r.nv),
-           *go = xmalloc(sizeof(double) * r.no), *o = xmalloc(sizeof(double) * r.no), *p = xmalloc(sizeof(double) * nall),
+    oracle_shape os = {c->B, c->H,    c->Hk, c->N, c->N, c->d, c->dv, c->scale > 0 ? c->scale : 1.0 / sqrt(c->d),
+                       0,    allowed, bias,  NULL};
+    double *q = xmalloc(sizeof(double) * r.nq), *k = xmalloc(sizeof(double) * r.nk),
+           *v = xmalloc(sizeof(double) * r.nv), *go = xmalloc(sizeof(double) * r.no),
+           *o = xmalloc(sizeof(double) * r.no), *p = xmalloc(sizeof(double) * nall),
            *lse = xmalloc(sizeof(double) * r.nl), *dq = xmalloc(sizeof(double) * r.nq),
            *dk = xmalloc(sizeof(double) * r.nk), *dv = xmalloc(sizeof(double) * r.nv);
     to_double(&r.tq, q), to_double(&r.tk, k), to_double(&r.tv, v), to_double(&r.tgo, go);
@@ -218,7 +219,8 @@ static void test_case(const lcase *c, int ci) {
     /* dq NULL leaves dk, dv as they were */
     float *dk1 = xmalloc(sizeof(float) * r.nk);
     memcpy(dk1, r.dk, sizeof(float) * r.nk);
-    CHECK_OK(attn_longformer_backward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tgo, &r.tl, NULL, &r.tdk, &r.tdv, r.ws, r.wsb));
+    CHECK_OK(
+        attn_longformer_backward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tgo, &r.tl, NULL, &r.tdk, &r.tdv, r.ws, r.wsb));
     CHECK(!memcmp(dk1, r.dk, sizeof(float) * r.nk), "%s: dk differs without dq", c->name);
     free(dk1);
     printf("  %-42s fwd %.1e lse %.1e wts %.1e | dq %.1e dk %.1e dv %.1e (%d empty rows)\n", c->name, eo, el, ew, eq,
@@ -316,7 +318,9 @@ static void test_linear_cost(void) {
         const int64_t blocks = N / 64, gb = (G + 63) / 64;
         const int64_t bound = B * H * (blocks * ((64 + 2 * w) / 64 + 1 + gb) + gb * blocks);
         CHECK(n > 0 && n <= bound, "N %lld: %lld tiles, bound %lld", (long long)N, (long long)n, (long long)bound);
-        if (prev) CHECK(n <= 2 * prev + 2 * B * H * blocks, "N %lld: %lld tiles after %lld", (long long)N, (long long)n, (long long)prev);
+        if (prev)
+            CHECK(n <= 2 * prev + 2 * B * H * blocks, "N %lld: %lld tiles after %lld", (long long)N, (long long)n,
+                  (long long)prev);
         printf("  N %6lld, w %lld, g %lld: %lld tiles (dense %lld, %.2f%%)\n", (long long)N, (long long)w, (long long)G,
                (long long)n, (long long)total, 100.0 * (double)n / (double)total);
         prev = n;
@@ -390,7 +394,8 @@ static void test_mha(int causal) {
     if (attn_capture_find(cap, "", &rec) == ATTN_OK && rec.heads == 1 && rec.rows == 40 && rec.nk == N) {
         ec = 0;
         for (int b = 0; b < B; b++) {
-            const double e = rel_err_ff(rec.weights + (size_t)b * 40 * N, fw + ((b * H + 1) * N + 3) * N, (size_t)(40 * N));
+            const double e =
+                rel_err_ff(rec.weights + (size_t)b * 40 * N, fw + ((b * H + 1) * N + 3) * N, (size_t)(40 * N));
             ec = e > ec ? e : ec;
         }
     }
@@ -457,7 +462,8 @@ static void test_layer(void) {
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < N; i++)
-                for (int j = 0; j < N; j++) am[((b * H + h) * N + i) * N + j] = (uint8_t)!sees_ref(&shifted, b + 1, i, j);
+                for (int j = 0; j < N; j++)
+                    am[((b * H + h) * N + i) * N + j] = (uint8_t)!sees_ref(&shifted, b + 1, i, j);
     attn_layer_args fa = attn_layer_args_default(), la;
     fa.batch = B;
     fa.n = N;
@@ -514,8 +520,8 @@ static void test_gpt_steps(void) {
     const double e = rel_err_ff(step, full, (size_t)(n * V)), ew = rel_err_ff(full, win, (size_t)(n * V));
     CHECK(e <= 1e-5, "GPT local_global steps vs forward: %.3g", e);
     CHECK(ew == 0, "GPT local_global without globals vs window kind: %.3g", ew);
-    printf("  GPT local_global (no globals), window %lld: steps vs forward %.2e, vs window kind %.2e\n", (long long)w, e,
-           ew);
+    printf("  GPT local_global (no globals), window %lld: steps vs forward %.2e, vs window kind %.2e\n", (long long)w,
+           e, ew);
     free(ws), free(full), free(win), free(step), free(cbuf), free(sws);
     attn_gpt_free(g);
     attn_gpt_free(wg);
@@ -528,7 +534,8 @@ static void test_errors(void) {
     lrun_init(&r, &c, &rng);
     attn_longformer_params p = r.p;
     p.window = -1;
-    CHECK_STATUS(attn_longformer_forward(&r.tq, &r.tk, &r.tv, &p, &r.to, &r.tl, r.ws, r.wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_longformer_forward(&r.tq, &r.tk, &r.tv, &p, &r.to, &r.tl, r.ws, r.wsb),
+                 ATTN_ERR_INVALID_ARGUMENT);
     CHECK(strstr(attn_last_error(), "window"), "message names the window: %s", attn_last_error());
     CHECK(attn_longformer_workspace_size(&r.tq, &r.tk, &r.tv, &p) == 0, "workspace size for window -1");
     /* global mask of the wrong shape */
@@ -554,15 +561,16 @@ static void test_errors(void) {
     dk2.stride[2] *= 2;
     dk2.stride[1] *= 2;
     dk2.stride[0] *= 2;
-    CHECK_STATUS(attn_longformer_backward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tgo, &r.tl, &r.tdq, &dk2, &r.tdv, r.ws,
-                                            r.wsb),
-                 ATTN_ERR_UNSUPPORTED);
-    CHECK_STATUS(attn_longformer_backward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tgo, NULL, &r.tdq, &r.tdk, &r.tdv, r.ws,
-                                            r.wsb),
-                 ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(
+        attn_longformer_backward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tgo, &r.tl, &r.tdq, &dk2, &r.tdv, r.ws, r.wsb),
+        ATTN_ERR_UNSUPPORTED);
+    CHECK_STATUS(
+        attn_longformer_backward(&r.tq, &r.tk, &r.tv, &r.p, &r.to, &r.tgo, NULL, &r.tdq, &r.tdk, &r.tdv, r.ws, r.wsb),
+        ATTN_ERR_INVALID_ARGUMENT);
     float wrow[20];
     CHECK_STATUS(attn_longformer_weights(&r.tq, &r.tk, &r.p, 0, 0, 19, 2, wrow), ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_longformer_forward(&r.tq, &r.tk, &r.tv, NULL, &r.to, &r.tl, r.ws, r.wsb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_longformer_forward(&r.tq, &r.tk, &r.tv, NULL, &r.to, &r.tl, r.ws, r.wsb),
+                 ATTN_ERR_INVALID_ARGUMENT);
     lrun_free(&r);
     /* the kind's option */
     attn_attention_config ac = attn_attention_config_default();

@@ -237,8 +237,8 @@ static float *run_all(rig *r, size_t *n) {
     float *v = xmalloc(sizeof(float) * *n);
     attn_params_zero_grad(ps);
     CHECK_OK(attn_transformer_forward(r->t, &r->a, v, r->saved, r->sb, r->ws, r->wb));
-    CHECK_OK(attn_transformer_backward(r->t, &r->a, r->dout, v + r->nt, v + r->nt + r->ns, r->saved, r->sb, r->ws,
-                                       r->wb));
+    CHECK_OK(
+        attn_transformer_backward(r->t, &r->a, r->dout, v + r->nt, v + r->nt + r->ns, r->saved, r->sb, r->ws, r->wb));
     size_t o = 2 * r->nt + r->ns;
     for (size_t i = 0; i < attn_params_count(ps); i++) {
         const attn_param *p = attn_params_get(ps, i);
@@ -383,8 +383,8 @@ static void test_errors(void) {
     c.dim_feedforward = 16;
     attn_decoder_layer *dl = NULL;
     CHECK_OK(attn_decoder_layer_create(&c, &dl));
-    const char *names[] = {"self_attn.in_proj_weight", "multihead_attn.out_proj.bias", "linear1.weight",
-                           "linear2.bias", "norm3.weight"};
+    const char *names[] = {"self_attn.in_proj_weight", "multihead_attn.out_proj.bias", "linear1.weight", "linear2.bias",
+                           "norm3.weight"};
     for (int i = 0; i < 5; i++)
         CHECK(attn_params_find(attn_decoder_layer_params(dl), names[i]) != NULL, "decoder layer lacks %s", names[i]);
     float x[2 * 3 * 8] = {0}, out[2 * 3 * 8];
@@ -434,18 +434,21 @@ static void test_errors(void) {
                        ATTN_ERR_INVALID_ARGUMENT, "unknown key 'nheads'");
     expect_model_error("{\"module\": \"transformer_encoder_layer\", \"d_model\": 8}", ATTN_ERR_INVALID_ARGUMENT,
                        "missing key 'nhead'");
-    expect_model_error("{\"module\": \"transformer_encoder_layer\", \"d_model\": 8, \"nhead\": 2, \"activation\": \"tanh\"}",
-                       ATTN_ERR_INVALID_ARGUMENT, "tanh");
+    expect_model_error(
+        "{\"module\": \"transformer_encoder_layer\", \"d_model\": 8, \"nhead\": 2, \"activation\": \"tanh\"}",
+        ATTN_ERR_INVALID_ARGUMENT, "tanh");
     expect_model_error("{\"module\": \"transformer_encoder\", \"num_layers\": 2}", ATTN_ERR_INVALID_ARGUMENT,
                        "missing key 'encoder_layer'");
-    expect_model_error("{\"module\": \"transformer_decoder\", \"num_layers\": 1, \"decoder_layer\": {\"d_model\": 8, \"nhead\": 2, \"x\": 1}}",
+    expect_model_error("{\"module\": \"transformer_decoder\", \"num_layers\": 1, \"decoder_layer\": {\"d_model\": 8, "
+                       "\"nhead\": 2, \"x\": 1}}",
                        ATTN_ERR_INVALID_ARGUMENT, "decoder_layer: unknown key 'x'");
     expect_model_error("{\"module\": \"transformer\", \"d_model\": 8, \"nhead\": 3}", ATTN_ERR_INVALID_ARGUMENT,
                        "nhead");
     expect_model_error("{\"module\": \"multihead_attention\", \"embed_dim\": 8, \"num_heads\": 2, \"need_weights\": 1}",
                        ATTN_ERR_INVALID_ARGUMENT, "need_weights");
-    expect_model_error("{\"module\": \"multihead_attention\", \"embed_dim\": 8, \"num_heads\": 2, \"batch_first\": false}",
-                       ATTN_ERR_UNSUPPORTED, "batch_first");
+    expect_model_error(
+        "{\"module\": \"multihead_attention\", \"embed_dim\": 8, \"num_heads\": 2, \"batch_first\": false}",
+        ATTN_ERR_UNSUPPORTED, "batch_first");
 
     /* binding: missing, unknown and mis-shaped inputs */
     attn_json_doc *doc = parse("{\"module\": \"transformer_decoder_layer\", \"d_model\": 8, \"nhead\": 2, "

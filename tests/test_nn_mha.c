@@ -99,13 +99,17 @@ static void parity_case(const attn_safetensors *st, int ci) {
     uint8_t *amb = NULL, *kpb = NULL;
     if (amt) {
         a.attn_mask_3d = amt->rank == 3;
-        if (amt->dtype == ATTN_DTYPE_BOOL) a.attn_mask = amb = fx_bools(st, T("attn_mask"));
-        else a.attn_mask_float = amf = fx_floats(st, T("attn_mask"), NULL);
+        if (amt->dtype == ATTN_DTYPE_BOOL)
+            a.attn_mask = amb = fx_bools(st, T("attn_mask"));
+        else
+            a.attn_mask_float = amf = fx_floats(st, T("attn_mask"), NULL);
     }
     const attn_safetensors_tensor *kpt = attn_safetensors_find(st, T("key_padding_mask"));
     if (kpt) {
-        if (kpt->dtype == ATTN_DTYPE_BOOL) a.key_padding_mask = kpb = fx_bools(st, T("key_padding_mask"));
-        else a.key_padding_mask_float = kpf = fx_floats(st, T("key_padding_mask"), NULL);
+        if (kpt->dtype == ATTN_DTYPE_BOOL)
+            a.key_padding_mask = kpb = fx_bools(st, T("key_padding_mask"));
+        else
+            a.key_padding_mask_float = kpf = fx_floats(st, T("key_padding_mask"), NULL);
     }
     size_t n_out = 0, n_w = 0;
     float *ref_out = fx_floats(st, T("out"), &n_out);
@@ -160,7 +164,8 @@ static void parity_case(const attn_safetensors *st, int ci) {
     memcpy(g1, p0->grad, sizeof(float) * p0->numel);
     CHECK_OK(attn_mha_backward(m, &a, dout, NULL, NULL, NULL, b.saved, b.saved_bytes, b.ws, b.ws_bytes));
     int doubled = 1;
-    for (size_t i = 0; i < p0->numel; i++) doubled &= fabsf(p0->grad[i] - 2.0f * g1[i]) <= 1e-5f * (fabsf(g1[i]) + 1e-3f);
+    for (size_t i = 0; i < p0->numel; i++)
+        doubled &= fabsf(p0->grad[i] - 2.0f * g1[i]) <= 1e-5f * (fabsf(g1[i]) + 1e-3f);
     CHECK(doubled, "case %d: a second backward does not accumulate %s", ci, p0->name);
     free(g1);
     printf("case %d: %s %s\n", ci, what, attn_safetensors_metadata_find(st, T("call")));
@@ -278,8 +283,8 @@ static void run_all(rig *r, result *res) {
     const attn_params *ps = attn_mha_params(r->m);
     attn_params_zero_grad(ps);
     CHECK_OK(attn_mha_forward(r->m, &r->a, res->out, res->w, b.saved, b.saved_bytes, b.ws, b.ws_bytes));
-    CHECK_OK(attn_mha_backward(r->m, &r->a, r->dout, res->dq, res->dk, res->dv, b.saved, b.saved_bytes, b.ws,
-                               b.ws_bytes));
+    CHECK_OK(
+        attn_mha_backward(r->m, &r->a, r->dout, res->dq, res->dk, res->dv, b.saved, b.saved_bytes, b.ws, b.ws_bytes));
     res->ng = attn_params_numel(ps);
     res->grads = xmalloc(sizeof(float) * res->ng);
     size_t o = 0;
@@ -455,7 +460,8 @@ static void test_linear(void) {
     test_rng g = rng_seeded(5);
     const int64_t R = 37, I = 19, O = 23;
     float *x = xmalloc(sizeof(float) * R * I), *w = xmalloc(sizeof(float) * O * I), *b = xmalloc(sizeof(float) * O);
-    float *y = xmalloc(sizeof(float) * R * O), *dy = xmalloc(sizeof(float) * R * O), *dx = xmalloc(sizeof(float) * R * I);
+    float *y = xmalloc(sizeof(float) * R * O), *dy = xmalloc(sizeof(float) * R * O),
+          *dx = xmalloc(sizeof(float) * R * I);
     float *dw = calloc((size_t)(O * I), sizeof(float)), *db = calloc((size_t)O, sizeof(float));
     double *ry = xmalloc(sizeof(double) * R * O), *rdx = xmalloc(sizeof(double) * R * I);
     double *rdw = xmalloc(sizeof(double) * O * I), *rdb = xmalloc(sizeof(double) * O);
@@ -498,8 +504,19 @@ static void test_linear(void) {
     CHECK_STATUS(attn_linear_forward(NULL, w, b, y, R, I, O, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(attn_linear_forward(x, w, b, y, R, I, O, ws, 0), ATTN_ERR_WORKSPACE);
     CHECK_STATUS(attn_linear_backward(x, w, dy, dy, 0, dw, db, R, I, O, ws, wsb), ATTN_ERR_INVALID_ARGUMENT);
-    free(x); free(w); free(b); free(y); free(dy); free(dx); free(dw); free(db);
-    free(ry); free(rdx); free(rdw); free(rdb); free(ws);
+    free(x);
+    free(w);
+    free(b);
+    free(y);
+    free(dy);
+    free(dx);
+    free(dw);
+    free(db);
+    free(ry);
+    free(rdx);
+    free(rdw);
+    free(rdb);
+    free(ws);
 }
 
 /* Names, shapes, load/save round trip and the errors listing bad names. */
@@ -592,7 +609,8 @@ static const float *packed_block(const attn_mha *m, const char *name, int grad) 
     size_t off = 0;
     if (which && !strcmp(name + 1, "_proj.weight")) {
         p = attn_params_find(ps, "in_proj_weight");
-        if (p) off = (size_t)((which - "qkv") * E * E);
+        if (p)
+            off = (size_t)((which - "qkv") * E * E);
         else {
             char alt[32];
             snprintf(alt, sizeof alt, "%c_proj_weight", name[0]);
@@ -622,11 +640,16 @@ static void test_separate_projections(void) {
         int64_t s0, s1;
         double bound;
     } want[] = {
-        {"q_proj.weight", 8, 8, 1 / sqrt(8.0)}, {"q_proj.bias", 8, 0, 1 / sqrt(8.0)},
-        {"k_proj.weight", 8, 5, 1 / sqrt(5.0)}, {"k_proj.bias", 8, 0, 1 / sqrt(5.0)},
-        {"v_proj.weight", 8, 6, 1 / sqrt(6.0)}, {"v_proj.bias", 8, 0, 1 / sqrt(6.0)},
-        {"bias_k", 1, 1, 0},                    {"bias_v", 1, 1, 0},
-        {"out_proj.weight", 8, 8, 1 / sqrt(8.0)}, {"out_proj.bias", 8, 0, 1 / sqrt(8.0)},
+        {"q_proj.weight", 8, 8, 1 / sqrt(8.0)},
+        {"q_proj.bias", 8, 0, 1 / sqrt(8.0)},
+        {"k_proj.weight", 8, 5, 1 / sqrt(5.0)},
+        {"k_proj.bias", 8, 0, 1 / sqrt(5.0)},
+        {"v_proj.weight", 8, 6, 1 / sqrt(6.0)},
+        {"v_proj.bias", 8, 0, 1 / sqrt(6.0)},
+        {"bias_k", 1, 1, 0},
+        {"bias_v", 1, 1, 0},
+        {"out_proj.weight", 8, 8, 1 / sqrt(8.0)},
+        {"out_proj.bias", 8, 0, 1 / sqrt(8.0)},
     };
     CHECK(attn_params_count(ps) == 10, "separate layout has %zu parameters", attn_params_count(ps));
     for (size_t i = 0; i < 10 && i < attn_params_count(ps); i++) {
@@ -665,7 +688,7 @@ static void test_separate_projections(void) {
     attn_safetensors *st = NULL;
     CHECK_OK(attn_safetensors_open_memory(buf, len, &st));
     const char *seed_names[] = {"attn.W_q.weight", "attn.W_q.bias", "attn.W_k.weight", "attn.W_k.bias",
-                                "attn.W_v.weight", "attn.W_v.bias", "attn.bias_k", "attn.bias_v",
+                                "attn.W_v.weight", "attn.W_v.bias", "attn.bias_k",     "attn.bias_v",
                                 "attn.W_o.weight", "attn.W_o.bias"};
     for (size_t i = 0; i < 10; i++)
         CHECK(st && attn_safetensors_find(st, seed_names[i]) != NULL, "saved file lacks %s", seed_names[i]);
@@ -738,8 +761,7 @@ static void test_separate_projections(void) {
         for (size_t i = 0; i < attn_params_count(sp); i++) {
             const attn_param *p = attn_params_get(sp, i);
             const float *gp = packed_block(pm, p->name, 1);
-            CHECK(gp && !memcmp(gp, p->grad, sizeof(float) * p->numel), "case %d: gradient of %s differs", ci,
-                  p->name);
+            CHECK(gp && !memcmp(gp, p->grad, sizeof(float) * p->numel), "case %d: gradient of %s differs", ci, p->name);
         }
         r.m = pm;
         attn_mha_free(s);

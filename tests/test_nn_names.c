@@ -59,8 +59,8 @@ static void test_rules(void) {
     expect_apply(&vit, "layers.3.linear1.weight", "encoder.layers.encoder_layer_3.mlp.0.weight");
     expect_apply(&vit, "layers.3.norm2.bias", "encoder.layers.encoder_layer_3.ln_2.bias");
     expect_apply(&vit, "norm.weight", "encoder.ln.weight");
-    expect_apply(&vit, "head.weight", "head.weight");        /* no rule: kept */
-    expect_apply(&vit, "x.norm.weight", "x.norm.weight");    /* rules match a prefix only */
+    expect_apply(&vit, "head.weight", "head.weight");                   /* no rule: kept */
+    expect_apply(&vit, "x.norm.weight", "x.norm.weight");               /* rules match a prefix only */
     expect_apply(&vit, "layers..norm1.weight", "layers..norm1.weight"); /* '*' is never empty */
     expect_apply(&vit, "layers.0.1.norm1.w", "layers.0.1.norm1.w");     /* nor holds a '.' */
     expect_unapply(&vit, "encoder.layers.encoder_layer_7.mlp.3.weight", "layers.7.linear2.weight");
@@ -73,11 +73,8 @@ static void test_rules(void) {
     /* several captures, in order; a '*' inside a segment (longest run that lets the rest match);
      * a trailing '*' takes the whole segment; the first matching rule wins */
     const attn_name_rule r[] = {
-        {"a.*.b.*.", "x_*_*."},
-        {"*_weight", "W_*"},
-        {"blocks.*", "layers.*"},
-        {"blocks.0.", "never."},
-        {"p*q.", "P*Q."},
+        {"a.*.b.*.", "x_*_*."},  {"*_weight", "W_*"}, {"blocks.*", "layers.*"},
+        {"blocks.0.", "never."}, {"p*q.", "P*Q."},
     };
     const attn_name_map m = {r, 5};
     expect_apply(&m, "a.1.b.22.w", "x_1_22.w");
@@ -210,10 +207,12 @@ static void test_files(const char *dir) {
     CHECK_STATUS(attn_params_load_file_mapped(ps3, plain, &vit), ATTN_ERR_NOT_FOUND);
     const char *msg = attn_last_error();
     char want[160];
-    snprintf(want, sizeof want, "%zu problems with the weights: missing (%zu): "
-             "encoder.layers.encoder_layer_0.self_attention.in_proj_weight, ", 2 * n, n);
-    CHECK(strstr(msg, "attn_params_load_file_mapped: ") && strstr(msg, want) &&
-              strstr(msg, "unexpected (") && strstr(msg, "layers.0.self_attn.in_proj_weight"),
+    snprintf(want, sizeof want,
+             "%zu problems with the weights: missing (%zu): "
+             "encoder.layers.encoder_layer_0.self_attention.in_proj_weight, ",
+             2 * n, n);
+    CHECK(strstr(msg, "attn_params_load_file_mapped: ") && strstr(msg, want) && strstr(msg, "unexpected (") &&
+              strstr(msg, "layers.0.self_attn.in_proj_weight"),
           "message: %s", msg);
     CHECK(!params_equal(ps, ps3), "a failed load modified the parameters");
     CHECK_OK(attn_safetensors_open_file(plain, &st));

@@ -97,7 +97,8 @@ static void test_embedding(const attn_safetensors *st) {
     CHECK_OK(attn_embedding_create(16, 8, -1, &p));
     CHECK_OK(attn_params_load(attn_embedding_params(p), st, "lpos.", 0));
     size_t nx;
-    float *x = fx_required(st, "lpos.x", &nx), *y = fx_required(st, "lpos.y", NULL), *dy = fx_required(st, "lpos.dy", NULL);
+    float *x = fx_required(st, "lpos.x", &nx), *y = fx_required(st, "lpos.y", NULL),
+          *dy = fx_required(st, "lpos.dy", NULL);
     float *dw = fx_required(st, "lpos.dweight", NULL);
     CHECK_OK(attn_embedding_add_positions(p, x, 3, 5, 4));
     cmp("learned positions forward", x, y, nx, OUT_TOL, &max_out_err);
@@ -243,11 +244,13 @@ static void test_alibi(const attn_safetensors *st) {
     if (!qt) return;
     const int64_t B = qt->shape[0], H = qt->shape[1], N = qt->shape[2], D = qt->shape[3];
     size_t n;
-    float *q = fx_required(st, "alibi.q", &n), *k = fx_required(st, "alibi.k", NULL), *v = fx_required(st, "alibi.v", NULL);
-    float *ref = fx_required(st, "alibi.out", NULL), *o = xmalloc(sizeof(float) * n), *slopes = xmalloc(sizeof(float) * (size_t)H);
+    float *q = fx_required(st, "alibi.q", &n), *k = fx_required(st, "alibi.k", NULL),
+          *v = fx_required(st, "alibi.v", NULL);
+    float *ref = fx_required(st, "alibi.out", NULL), *o = xmalloc(sizeof(float) * n),
+          *slopes = xmalloc(sizeof(float) * (size_t)H);
     CHECK_OK(attn_alibi_slopes(slopes, H));
-    attn_tensor qv = attn_tensor_4d(q, B, H, N, D), kv = attn_tensor_4d(k, B, H, N, D), vv = attn_tensor_4d(v, B, H, N, D),
-                ov = attn_tensor_4d(o, B, H, N, D);
+    attn_tensor qv = attn_tensor_4d(q, B, H, N, D), kv = attn_tensor_4d(k, B, H, N, D),
+                vv = attn_tensor_4d(v, B, H, N, D), ov = attn_tensor_4d(o, B, H, N, D);
     attn_sdpa_params p = attn_sdpa_params_default();
     p.alibi_slopes = slopes;
     p.causal = ATTN_CAUSAL_TOP_LEFT;

@@ -204,7 +204,8 @@ static void test_errors(void) {
     expect(1, "run --config nothere.json --weights w.safetensors --inputs in.safetensors --out o.st", "nothere.json");
     snprintf(path, sizeof path, "%s/bad1.json", dir);
     write_text(path, "{\"module\": \"rnn\"}");
-    expect(1, "run --config bad1.json --weights w.safetensors --inputs in.safetensors --out o.st", "unknown module 'rnn'");
+    expect(1, "run --config bad1.json --weights w.safetensors --inputs in.safetensors --out o.st",
+           "unknown module 'rnn'");
     snprintf(path, sizeof path, "%s/bad2.json", dir);
     write_text(path, "{\"module\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 4, \"dim_feedfwd\": 8}");
     expect(1, "run --config bad2.json --weights w.safetensors --inputs in.safetensors --out o.st",
@@ -214,7 +215,8 @@ static void test_errors(void) {
     expect(1, "run --config bad3.json --weights w.safetensors --inputs in.safetensors --out o.st", "bad3.json");
     /* weights of another shape: dim_feedforward 64 instead of the fixture's */
     snprintf(path, sizeof path, "%s/bad4.json", dir);
-    write_text(path, "{\"module\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 4, \"dim_feedforward\": 64}");
+    write_text(path,
+               "{\"module\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 4, \"dim_feedforward\": 64}");
     expect(1, "run --config bad4.json --weights w.safetensors --inputs in.safetensors --out o.st",
            "wrong shape (3): linear1.weight [32, 16] (expected [64, 16])");
     /* weights file given as inputs and the other way round */
@@ -273,7 +275,8 @@ static void run_vit(void) {
     if (!rc) compare_out(st, 0, "logits", "output", "vision_transformer");
     attn_safetensors_close(st);
     /* errors: the input's shape, the weights' names and torchvision's arguments */
-    expect(1, "run --config vit.json --weights vit_w.safetensors --inputs w.safetensors --out o.st", "missing input 'x'");
+    expect(1, "run --config vit.json --weights vit_w.safetensors --inputs w.safetensors --out o.st",
+           "missing input 'x'");
     expect(1, "run --config vit.json --weights w.safetensors --inputs vit_in.safetensors --out o.st",
            "encoder.layers.encoder_layer_0.self_attention.in_proj_weight");
     snprintf(path, sizeof path, "%s/vit2.json", dir);

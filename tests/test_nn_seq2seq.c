@@ -27,8 +27,8 @@ int main(void) {
     if (!st) return test_summary("test_nn_seq2seq");
     const int64_t B = meta_int(st, "B"), S = meta_int(st, "S"), T = meta_int(st, "T"), d = meta_int(st, "d_model"),
                   V = meta_int(st, "tgt_vocab");
-    attn_seq2seq_config cfg = attn_seq2seq_config_default(meta_int(st, "src_vocab"), V, d, meta_int(st, "nhead"),
-                                                          meta_int(st, "layers"));
+    attn_seq2seq_config cfg =
+        attn_seq2seq_config_default(meta_int(st, "src_vocab"), V, d, meta_int(st, "nhead"), meta_int(st, "layers"));
     cfg.max_len = meta_int(st, "max_len");
     cfg.transformer.layer.dim_feedforward = meta_int(st, "ff");
     cfg.transformer.layer.dropout = 0.1f; /* off in eval; exercised in training below */
@@ -123,7 +123,8 @@ int main(void) {
         CHECK(c2 == NULL, "a failed init left a cache");
         CHECK_STATUS(attn_seq2seq_cache_init(m, cbuf, 64, B, T, mem, S, skpm, sws, sw, &c2), ATTN_ERR_WORKSPACE);
         CHECK_STATUS(attn_seq2seq_cache_init(m, cbuf, cb, B, T, mem, S, skpm, sws, 16, &c2), ATTN_ERR_WORKSPACE);
-        CHECK_STATUS(attn_seq2seq_cache_init(m, cbuf, cb, B, T, NULL, S, skpm, sws, sw, &c2), ATTN_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(attn_seq2seq_cache_init(m, cbuf, cb, B, T, NULL, S, skpm, sws, sw, &c2),
+                     ATTN_ERR_INVALID_ARGUMENT);
         CHECK_STATUS(attn_seq2seq_cache_init(m, cbuf, cb, 0, T, mem, S, skpm, sws, sw, &c2), ATTN_ERR_INVALID_ARGUMENT);
         CHECK_STATUS(attn_seq2seq_encode(m, src, B, cfg.max_len + 1, NULL, mem, ews, ew), ATTN_ERR_SHAPE);
         CHECK(strstr(attn_last_error(), "n_src") != NULL, "message: %s", attn_last_error());
@@ -132,7 +133,15 @@ int main(void) {
         CHECK(attn_seq2seq_cache_size(m, 0, T, S) == 0 && attn_seq2seq_step_workspace_size(NULL, B, 1, T, S) == 0 &&
                   attn_seq2seq_encode_workspace_size(m, B, 0) == 0 && attn_seq2seq_cache_length(NULL) == 0,
               "size queries of invalid shapes are not 0");
-        free(fws); free(full); free(got); free(step); free(mem); free(tt); free(ews); free(cbuf); free(sws);
+        free(fws);
+        free(full);
+        free(got);
+        free(step);
+        free(mem);
+        free(tt);
+        free(ews);
+        free(cbuf);
+        free(sws);
     }
 
     CHECK_OK(attn_params_zero_grad(ps));
@@ -189,12 +198,19 @@ int main(void) {
         attn_params *j = NULL;
         CHECK_STATUS(attn_params_join(two, NULL, 2, &j), ATTN_ERR_INVALID_ARGUMENT);
         CHECK_OK(attn_params_join(two, pre, 2, &j));
-        CHECK(j && attn_params_count(j) == 2 * attn_params_count(ps) && attn_params_find(j, "b.output_projection.bias") &&
-                  attn_params_find(j, "b.output_projection.bias")->data == attn_params_find(ps, "output_projection.bias")->data,
+        CHECK(j && attn_params_count(j) == 2 * attn_params_count(ps) &&
+                  attn_params_find(j, "b.output_projection.bias") &&
+                  attn_params_find(j, "b.output_projection.bias")->data ==
+                      attn_params_find(ps, "output_projection.bias")->data,
               "joined list does not refer to the module's parameters");
         attn_params_join_free(j);
     }
-    free(saved); free(ws); free(logits); free(inf); free(t1); free(t2);
+    free(saved);
+    free(ws);
+    free(logits);
+    free(inf);
+    free(t1);
+    free(t2);
     attn_seq2seq_free(m);
 
     /* the token encoder */
@@ -215,8 +231,8 @@ int main(void) {
         ea.key_padding_mask = skpm;
         size_t esb = attn_token_encoder_saved_size(te, &ea), ewb = attn_token_encoder_workspace_size(te, &ea);
         void *esaved = xmalloc(esb), *ews = xmalloc(ewb);
-        float *eout = xmalloc(sizeof(float) * (size_t)(B * S * d)), *eref = xmalloc(sizeof(float) * (size_t)(B * S * d)),
-              *edo = xmalloc(sizeof(float) * (size_t)(B * S * d));
+        float *eout = xmalloc(sizeof(float) * (size_t)(B * S * d)),
+              *eref = xmalloc(sizeof(float) * (size_t)(B * S * d)), *edo = xmalloc(sizeof(float) * (size_t)(B * S * d));
         CHECK_OK(attn_safetensors_read_f32(st, "enc.out", eref, (size_t)(B * S * d)));
         CHECK_OK(attn_safetensors_read_f32(st, "enc.dout", edo, (size_t)(B * S * d)));
         CHECK_OK(attn_token_encoder_forward(te, &ea, eout, esaved, esb, ews, ewb));
@@ -239,10 +255,19 @@ int main(void) {
             free(g);
         }
         printf("  token encoder: output rel err %.2e, %zu gradients, worst %.2e\n", ee, attn_params_count(eps), eworst);
-        free(esaved); free(ews); free(eout); free(eref); free(edo);
+        free(esaved);
+        free(ews);
+        free(eout);
+        free(eref);
+        free(edo);
         attn_token_encoder_free(te);
     }
-    free(src); free(tgt); free(skpm); free(tkpm); free(ref); free(dl);
+    free(src);
+    free(tgt);
+    free(skpm);
+    free(tkpm);
+    free(ref);
+    free(dl);
     attn_safetensors_close(st);
     return test_summary("test_nn_seq2seq");
 }

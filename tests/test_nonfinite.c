@@ -156,7 +156,6 @@ static void test_parity(void) {
     attn_safetensors_close(st);
 }
 
-
 /* ---- kernels against float64 evaluations of PyTorch's formulas ---- */
 
 static const float SPECIAL[] = {NAN, INFINITY, -INFINITY, 3e38f};
@@ -303,8 +302,8 @@ static int row_logits(const float *q, const float *k, const float *am, const uin
 /* PyTorch's math on the logits (q.k scale + additive mask, softmax with NaN propagation) over the
  * keys the boolean / causal mask lets a query see; masked keys are not read (attn's convention, as
  * PyTorch's fused kernels); a query that sees no key gets 0. */
-static void sdpa_ref(const float *q, const float *k, const float *v, const float *am, const uint8_t *allow,
-                     int causal, double *o) {
+static void sdpa_ref(const float *q, const float *k, const float *v, const float *am, const uint8_t *allow, int causal,
+                     double *o) {
     double s[SNK], m;
     for (int h = 0; h < SH; h++)
         for (int i = 0; i < SNQ; i++) {
@@ -343,7 +342,7 @@ static void test_sdpa(void) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         for (int where = 0; where < 5; where++)
             for (int sp = 0; sp < (where == 3 ? 4 : 3); sp++) /* 3e38 only as a mask: q.k overflows float */
-                for (int mode = 0; mode < 3; mode++) { /* none, causal, bool + float masks */
+                for (int mode = 0; mode < 3; mode++) {        /* none, causal, bool + float masks */
                     const sdpa_at at = sdpa_inputs(&g, q, k, v, am, NULL, allow, mode);
                     const int h = at.h, i = at.i, j = at.j, t = at.t;
                     const float val = SPECIAL[sp];
@@ -361,8 +360,10 @@ static void test_sdpa(void) {
                     if (mode == 2 || where == 4) p.bool_mask = &tbm;
                     sdpa_ref(q, k, v, p.add_mask ? am : NULL, allow, mode == 1, ref);
                     for (int flash = 0; flash < 2; flash++) {
-                        if (flash) CHECK_OK(attn_flash_forward(&tq, &tk, &tv, &p, &to, NULL, w, ws));
-                        else CHECK_OK(attn_sdpa_forward(&tq, &tk, &tv, &p, &to, NULL, NULL, w, ws));
+                        if (flash)
+                            CHECK_OK(attn_flash_forward(&tq, &tk, &tv, &p, &to, NULL, w, ws));
+                        else
+                            CHECK_OK(attn_sdpa_forward(&tq, &tk, &tv, &p, &to, NULL, NULL, w, ws));
                         snprintf(ctx, sizeof ctx, "%s [%s] %g in %s, mode %d", flash ? "flash" : "sdpa",
                                  attn_isa_name((attn_isa)isa), (double)val,
                                  (const char *[]){"q", "k", "v", "float mask", "a masked key"}[where], mode);
@@ -492,7 +493,8 @@ static void test_sdpa_backward(void) {
                             CHECK_OK(attn_flash_backward(&tq, &tk, &tv, &p, &to, &tdo, &tl, &tdq, &tdk, &tdv, w, ws));
                         } else {
                             CHECK_OK(attn_flash_forward(&tqb, &tkb, &tvb, &p, &to, &tl, w, ws));
-                            CHECK_OK(attn_flash_backward(&tqb, &tkb, &tvb, &p, &to, &tdob, &tl, &tdq, &tdk, &tdv, w, ws));
+                            CHECK_OK(
+                                attn_flash_backward(&tqb, &tkb, &tvb, &p, &to, &tdob, &tl, &tdq, &tdk, &tdv, w, ws));
                         }
                         const float *gr[3] = {dq, dk, dv};
                         const double *rr[3] = {rq, rk, rv};
@@ -563,10 +565,11 @@ static void test_linear(void) {
                     const int width = where == 2 ? LDV : LD;
                     x[(h * LN + i) * width + (int)(rng_next(&g) % (uint64_t)width)] = SPECIAL[sp];
                     linear_ref(q, k, v, causal, ref);
-                    CHECK_OK(attn_linear_attention_forward(&tq, &tk, &tv, causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE,
-                                                           NULL, &to, w, ws));
+                    CHECK_OK(attn_linear_attention_forward(
+                        &tq, &tk, &tv, causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE, NULL, &to, w, ws));
                     snprintf(ctx, sizeof ctx, "linear attention [%s] %g in %s row %d, %s", attn_isa_name((attn_isa)isa),
-                             (double)SPECIAL[sp], (const char *[]){"q", "k", "v"}[where], i, causal ? "causal" : "non-causal");
+                             (double)SPECIAL[sp], (const char *[]){"q", "k", "v"}[where], i,
+                             causal ? "causal" : "non-causal");
                     track(compare_nf(ctx, out, ref, (size_t)LH * LN * LDV, NULL));
                 }
         free(w);

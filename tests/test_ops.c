@@ -18,15 +18,42 @@ static const int64_t SIZES[] = {1, 7, 8, 15, 16, 17, 31, 33, 64, 100, 1000, 4097
 
 /* ---- error bookkeeping: worst relative error per op and ISA, printed at the end ----------- */
 enum {
-    OP_SOFTMAX_F, OP_SOFTMAX_B, OP_LN_F, OP_LN_STATS, OP_LN_B, OP_LN_PARAM, OP_GELU_ERF_F,
-    OP_GELU_ERF_B, OP_GELU_TANH_F, OP_GELU_TANH_B, OP_GELU_ERF_ELEM, OP_GELU_TANH_ELEM,
-    OP_RELU_F, OP_RELU_B, OP_BIAS_F, OP_BIAS_B, OP_RESID, OP_COUNT
+    OP_SOFTMAX_F,
+    OP_SOFTMAX_B,
+    OP_LN_F,
+    OP_LN_STATS,
+    OP_LN_B,
+    OP_LN_PARAM,
+    OP_GELU_ERF_F,
+    OP_GELU_ERF_B,
+    OP_GELU_TANH_F,
+    OP_GELU_TANH_B,
+    OP_GELU_ERF_ELEM,
+    OP_GELU_TANH_ELEM,
+    OP_RELU_F,
+    OP_RELU_B,
+    OP_BIAS_F,
+    OP_BIAS_B,
+    OP_RESID,
+    OP_COUNT
 };
-static const char *op_names[OP_COUNT] = {
-    "softmax fwd", "softmax bwd", "layernorm fwd", "layernorm mean/rstd", "layernorm bwd dx",
-    "layernorm dgamma/dbeta", "gelu erf fwd", "gelu erf bwd", "gelu tanh fwd", "gelu tanh bwd",
-    "gelu erf fwd (max elementwise)", "gelu tanh fwd (max elementwise)", "relu fwd", "relu bwd",
-    "bias add", "bias bwd", "residual add"};
+static const char *op_names[OP_COUNT] = {"softmax fwd",
+                                         "softmax bwd",
+                                         "layernorm fwd",
+                                         "layernorm mean/rstd",
+                                         "layernorm bwd dx",
+                                         "layernorm dgamma/dbeta",
+                                         "gelu erf fwd",
+                                         "gelu erf bwd",
+                                         "gelu tanh fwd",
+                                         "gelu tanh bwd",
+                                         "gelu erf fwd (max elementwise)",
+                                         "gelu tanh fwd (max elementwise)",
+                                         "relu fwd",
+                                         "relu bwd",
+                                         "bias add",
+                                         "bias bwd",
+                                         "residual add"};
 static double worst[OP_COUNT][3];
 static double worst_fd[OP_COUNT];
 
@@ -34,18 +61,17 @@ static void record(int op, attn_isa isa, double e) {
     if (!(e <= worst[op][isa])) worst[op][isa] = e; /* NaN sticks */
 }
 
-#define CHECK_REL(op, isa, got, ref, n, tol, what, ncols)                                       \
-    do {                                                                                        \
-        double e_ = rel_err_fd(got, ref, (size_t)(n));                                          \
-        record(op, isa, e_);                                                                    \
-        CHECK(e_ <= (tol), "%s: %s n=%lld: rel err %.3g > %.1g", attn_isa_name(isa), what,      \
-              (long long)(ncols), e_, (double)(tol));                                           \
+#define CHECK_REL(op, isa, got, ref, n, tol, what, ncols)                                                              \
+    do {                                                                                                               \
+        double e_ = rel_err_fd(got, ref, (size_t)(n));                                                                 \
+        record(op, isa, e_);                                                                                           \
+        CHECK(e_ <= (tol), "%s: %s n=%lld: rel err %.3g > %.1g", attn_isa_name(isa), what, (long long)(ncols), e_,     \
+              (double)(tol));                                                                                          \
     } while (0)
 
 static void record_fd(int op, double e, const char *what, int64_t n) {
     if (!(e <= worst_fd[op])) worst_fd[op] = e;
-    CHECK(e <= 1e-6, "%s n=%lld: float64 analytic gradient vs finite differences: %.3g", what,
-          (long long)n, e);
+    CHECK(e <= 1e-6, "%s n=%lld: float64 analytic gradient vs finite differences: %.3g", what, (long long)n, e);
 }
 
 static double *to_d(const float *x, size_t n) {
@@ -78,8 +104,8 @@ static void softmax_bwd64(const double *y, const double *dy, double *dx, int64_t
     for (int64_t i = 0; i < n; i++) dx[i] = y[i] * (dy[i] - dot);
 }
 
-static void layernorm64(const double *x, const double *g, const double *b, double *y, int64_t n,
-                        double eps, double *mean_out, double *rstd_out) {
+static void layernorm64(const double *x, const double *g, const double *b, double *y, int64_t n, double eps,
+                        double *mean_out, double *rstd_out) {
     double m = 0, v = 0;
     for (int64_t i = 0; i < n; i++) m += x[i];
     m /= (double)n;
@@ -92,8 +118,8 @@ static void layernorm64(const double *x, const double *g, const double *b, doubl
 }
 
 /* gradient of L = sum(dy * layernorm(x)) w.r.t. x (written), gamma, beta (accumulated) */
-static void layernorm_bwd64(const double *x, const double *g, const double *dy, int64_t n,
-                            double eps, double *dx, double *dg, double *db) {
+static void layernorm_bwd64(const double *x, const double *g, const double *dy, int64_t n, double eps, double *dx,
+                            double *dg, double *db) {
     double m = 0, v = 0;
     for (int64_t i = 0; i < n; i++) m += x[i];
     m /= (double)n;
@@ -171,12 +197,11 @@ static void test_softmax(attn_isa isa, test_rng *rng) {
         float *t = xmalloc(tot * sizeof(float)), *t2 = xmalloc(tot * sizeof(float));
         memcpy(t, x, tot * sizeof(float));
         CHECK_OK(attn_softmax_forward(t, t, rows, n));
-        CHECK(!memcmp(t, y, tot * sizeof(float)), "%s: in-place softmax differs n=%lld",
-              attn_isa_name(isa), (long long)n);
+        CHECK(!memcmp(t, y, tot * sizeof(float)), "%s: in-place softmax differs n=%lld", attn_isa_name(isa),
+              (long long)n);
         memcpy(t2, dy, tot * sizeof(float));
         CHECK_OK(attn_softmax_backward(y, t2, t2, rows, n));
-        CHECK(!memcmp(t2, dx, tot * sizeof(float)), "%s: in-place softmax backward differs",
-              attn_isa_name(isa));
+        CHECK(!memcmp(t2, dx, tot * sizeof(float)), "%s: in-place softmax backward differs", attn_isa_name(isa));
 
         /* the float64 gradient formula against finite differences of L(x) = sum(dy *
          * softmax64(x)), at a less peaked x (unit scale) so that the gradient is not tiny */
@@ -212,12 +237,12 @@ static void test_softmax_edges(attn_isa isa, test_rng *rng) {
         double *y64 = xmalloc(tot * sizeof(double));
         for (int64_t i = 0; i < n; i++) {
             double z = rng_normal(rng);
-            x[0 * n + i] = i % 3 == 1 ? -INFINITY : (float)z;                 /* some -inf */
-            x[1 * n + i] = -INFINITY;                                         /* all -inf */
+            x[0 * n + i] = i % 3 == 1 ? -INFINITY : (float)z;                  /* some -inf */
+            x[1 * n + i] = -INFINITY;                                          /* all -inf */
             x[2 * n + i] = (float)((rng_uniform(rng) < 0.5 ? -1e4 : 1e4) + z); /* +-1e4 */
-            x[3 * n + i] = (float)(1e4 * z);                                  /* scale 1e4 */
-            x[4 * n + i] = i % 2 ? -FLT_MAX : FLT_MAX;                        /* +-FLT_MAX */
-            x[5 * n + i] = 1e4f;                                              /* constant */
+            x[3 * n + i] = (float)(1e4 * z);                                   /* scale 1e4 */
+            x[4 * n + i] = i % 2 ? -FLT_MAX : FLT_MAX;                         /* +-FLT_MAX */
+            x[5 * n + i] = 1e4f;                                               /* constant */
         }
         double *xd = to_d(x, (size_t)tot);
         for (int64_t r = 0; r < rows; r++) softmax64(xd + r * n, y64 + r * n, n);
@@ -225,10 +250,8 @@ static void test_softmax_edges(attn_isa isa, test_rng *rng) {
         int nan = 0, nonzero = 0;
         for (int64_t i = 0; i < tot; i++) nan += !isfinite(y[i]);
         for (int64_t i = 0; i < n; i++) nonzero += y[n + i] != 0.0f;
-        CHECK(nan == 0, "%s: softmax edge rows n=%lld: %d non-finite outputs", attn_isa_name(isa),
-              (long long)n, nan);
-        CHECK(nonzero == 0, "%s: all -inf row n=%lld: %d nonzero outputs", attn_isa_name(isa),
-              (long long)n, nonzero);
+        CHECK(nan == 0, "%s: softmax edge rows n=%lld: %d non-finite outputs", attn_isa_name(isa), (long long)n, nan);
+        CHECK(nonzero == 0, "%s: all -inf row n=%lld: %d nonzero outputs", attn_isa_name(isa), (long long)n, nonzero);
         for (int64_t r = 0; r < rows; r++) {
             char what[48];
             snprintf(what, sizeof what, "softmax edge row %lld", (long long)r);
@@ -273,10 +296,9 @@ static void test_layernorm(attn_isa isa, test_rng *rng) {
             double *dg64 = calloc((size_t)n, sizeof(double)), *db64 = calloc((size_t)n, sizeof(double));
             double m64[5], r64[5];
             for (int64_t r = 0; r < rows; r++) {
-                layernorm64(xd + r * n, affine ? gd : NULL, affine == 1 ? bd : NULL, y64 + r * n,
-                            n, eps, &m64[r], &r64[r]);
-                layernorm_bwd64(xd + r * n, affine ? gd : NULL, dyd + r * n, n, eps, dx64 + r * n,
-                                dg64, db64);
+                layernorm64(xd + r * n, affine ? gd : NULL, affine == 1 ? bd : NULL, y64 + r * n, n, eps, &m64[r],
+                            &r64[r]);
+                layernorm_bwd64(xd + r * n, affine ? gd : NULL, dyd + r * n, n, eps, dx64 + r * n, dg64, db64);
             }
             CHECK_OK(attn_layernorm_forward(x, gp, bp, y, mean, rstd, rows, n, (float)eps));
             char what[64];
@@ -303,27 +325,23 @@ static void test_layernorm(attn_isa isa, test_rng *rng) {
             memcpy(dba, db0, n * sizeof(float));
             CHECK_OK(attn_layernorm_backward(x, gp, mean, rstd, dy, dx, dga, dba, rows, n));
             int acc_ok = 1;
-            for (int64_t i = 0; i < n; i++)
-                acc_ok &= dga[i] == dg0[i] + dg[i] && dba[i] == db0[i] + db[i];
-            CHECK(acc_ok, "%s: layernorm dgamma/dbeta do not accumulate (n=%lld)",
-                  attn_isa_name(isa), (long long)n);
+            for (int64_t i = 0; i < n; i++) acc_ok &= dga[i] == dg0[i] + dg[i] && dba[i] == db0[i] + db[i];
+            CHECK(acc_ok, "%s: layernorm dgamma/dbeta do not accumulate (n=%lld)", attn_isa_name(isa), (long long)n);
             /* only one of them */
             memset(dga, 0, n * sizeof(float));
             CHECK_OK(attn_layernorm_backward(x, gp, mean, rstd, dy, dx, NULL, dga, rows, n));
-            CHECK(!memcmp(dga, db, n * sizeof(float)), "%s: dbeta alone differs",
-                  attn_isa_name(isa));
+            CHECK(!memcmp(dga, db, n * sizeof(float)), "%s: dbeta alone differs", attn_isa_name(isa));
             memset(dga, 0, n * sizeof(float));
             CHECK_OK(attn_layernorm_backward(x, gp, mean, rstd, dy, dx, dga, NULL, rows, n));
-            CHECK(!memcmp(dga, dg, n * sizeof(float)), "%s: dgamma alone differs",
-                  attn_isa_name(isa));
+            CHECK(!memcmp(dga, dg, n * sizeof(float)), "%s: dgamma alone differs", attn_isa_name(isa));
             free(dga), free(dba);
 
             /* in place forward (y == x) */
             float *t = xmalloc(tot * sizeof(float));
             memcpy(t, x, tot * sizeof(float));
             CHECK_OK(attn_layernorm_forward(t, gp, bp, t, NULL, NULL, rows, n, (float)eps));
-            CHECK(!memcmp(t, y, tot * sizeof(float)), "%s: in-place layernorm differs n=%lld",
-                  attn_isa_name(isa), (long long)n);
+            CHECK(!memcmp(t, y, tot * sizeof(float)), "%s: in-place layernorm differs n=%lld", attn_isa_name(isa),
+                  (long long)n);
             free(t);
 
             /* float64 gradient formulas against finite differences (first row) */
@@ -392,19 +410,18 @@ static void test_activations(attn_isa isa, test_rng *rng) {
                       tf ? "gelu tanh backward" : "gelu erf backward", n);
             if (n > 3) { /* where an element sits (vector body or masked tail) never matters */
                 CHECK_OK(attn_gelu_forward(x + 3, t, n - 3, ap));
-                CHECK(!memcmp(t, y + 3, (n - 3) * sizeof(float)),
-                      "%s: gelu of a shifted range differs", attn_isa_name(isa));
+                CHECK(!memcmp(t, y + 3, (n - 3) * sizeof(float)), "%s: gelu of a shifted range differs",
+                      attn_isa_name(isa));
                 CHECK_OK(attn_gelu_backward(x + 3, dy + 3, t, n - 3, ap));
-                CHECK(!memcmp(t, dx + 3, (n - 3) * sizeof(float)),
-                      "%s: gelu backward of a shifted range differs", attn_isa_name(isa));
+                CHECK(!memcmp(t, dx + 3, (n - 3) * sizeof(float)), "%s: gelu backward of a shifted range differs",
+                      attn_isa_name(isa));
             }
             memcpy(t, x, n * sizeof(float));
             CHECK_OK(attn_gelu_forward(t, t, n, ap));
             CHECK(!memcmp(t, y, n * sizeof(float)), "%s: in-place gelu differs", attn_isa_name(isa));
             memcpy(t, dy, n * sizeof(float));
             CHECK_OK(attn_gelu_backward(x, t, t, n, ap));
-            CHECK(!memcmp(t, dx, n * sizeof(float)), "%s: in-place gelu backward differs",
-                  attn_isa_name(isa));
+            CHECK(!memcmp(t, dx, n * sizeof(float)), "%s: in-place gelu backward differs", attn_isa_name(isa));
             if (isa == ATTN_ISA_REF) {
                 for (int64_t i = 0; i < n; i++) {
                     double h = fd_step(x[i]);
@@ -464,8 +481,8 @@ static void test_gelu_elementwise(attn_isa isa) {
             }
         }
         record(tf ? OP_GELU_TANH_ELEM : OP_GELU_ERF_ELEM, isa, mx);
-        CHECK(mx <= 1e-6, "%s: gelu %s max elementwise relative error %.3g at x = %.7g",
-              attn_isa_name(isa), tf ? "tanh" : "erf", mx, at);
+        CHECK(mx <= 1e-6, "%s: gelu %s max elementwise relative error %.3g at x = %.7g", attn_isa_name(isa),
+              tf ? "tanh" : "erf", mx, at);
     }
     free(x), free(y);
 }
@@ -494,8 +511,7 @@ static void test_bias_residual(attn_isa isa, test_rng *rng) {
         CHECK_OK(attn_bias_backward(x, dba, rows, n));
         int acc_ok = 1;
         for (int64_t i = 0; i < n; i++) acc_ok &= dba[i] == db0[i] + db[i];
-        CHECK(acc_ok, "%s: bias backward does not accumulate (n=%lld)", attn_isa_name(isa),
-              (long long)n);
+        CHECK(acc_ok, "%s: bias backward does not accumulate (n=%lld)", attn_isa_name(isa), (long long)n);
         if (isa == ATTN_ISA_REF) { /* d/dbias of sum(dy * (x + bias)) by finite differences */
             double *fd = xmalloc(n * sizeof(double));
             for (int64_t c = 0; c < n; c++) {
@@ -517,8 +533,7 @@ static void test_bias_residual(attn_isa isa, test_rng *rng) {
         CHECK_OK(attn_residual_add(x, a2, y, tot));
         CHECK_REL(OP_RESID, isa, y, r, tot, 1e-6, "residual add", tot);
         CHECK_OK(attn_residual_add(x, a2, a2, tot));
-        CHECK(!memcmp(a2, y, tot * sizeof(float)), "%s: in-place residual add differs",
-              attn_isa_name(isa));
+        CHECK(!memcmp(a2, y, tot * sizeof(float)), "%s: in-place residual add differs", attn_isa_name(isa));
         free(x), free(y), free(b), free(db), free(db0), free(dba), free(r), free(rb), free(a2);
     }
 }
@@ -526,8 +541,8 @@ static void test_bias_residual(attn_isa isa, test_rng *rng) {
 /* ---- thread-count independence ----------------------------------------------------------- */
 
 /* Runs every op once with the current thread count into bufs. */
-static void run_all(const float *x, const float *x2, const float *g, const float *b,
-                    const float *dy, int64_t rows, int64_t n, int64_t big, float **o) {
+static void run_all(const float *x, const float *x2, const float *g, const float *b, const float *dy, int64_t rows,
+                    int64_t n, int64_t big, float **o) {
     /* o[0] softmax y, o[1] softmax dx, o[2] ln y, o[3] ln mean|rstd, o[4] ln dx, o[5] dgamma|dbeta,
      * o[6] gelu erf y, o[7] gelu tanh dx, o[8] relu y, o[9] bias y, o[10] dbias, o[11] residual,
      * o[12] relu dx, o[13] gelu tanh y, o[14] gelu erf dx */
@@ -560,8 +575,7 @@ static void test_threads(attn_isa isa, test_rng *rng) {
     fill_normal(rng, dy, (size_t)tot, 1.0);
     fill_normal(rng, g, (size_t)n, 1.0);
     fill_normal(rng, b, (size_t)n, 1.0);
-    const size_t sizes[15] = {tot, tot, tot, 2 * rows, tot, 2 * n, big, big, big, tot, n, big,
-                              big, big, big};
+    const size_t sizes[15] = {tot, tot, tot, 2 * rows, tot, 2 * n, big, big, big, tot, n, big, big, big, big};
     float *base[15], *cur[15];
     for (int k = 0; k < 15; k++) {
         base[k] = xmalloc(sizes[k] * sizeof(float));
@@ -573,8 +587,8 @@ static void test_threads(attn_isa isa, test_rng *rng) {
         attn_set_num_threads(th);
         run_all(x, x2, g, b, dy, rows, n, big, cur);
         for (int k = 0; k < 15; k++)
-            CHECK(!memcmp(base[k], cur[k], sizes[k] * sizeof(float)),
-                  "%s: output %d differs between 1 and %d threads", attn_isa_name(isa), k, th);
+            CHECK(!memcmp(base[k], cur[k], sizes[k] * sizeof(float)), "%s: output %d differs between 1 and %d threads",
+                  attn_isa_name(isa), k, th);
     }
     attn_set_num_threads(0);
     for (int k = 0; k < 15; k++) free(base[k]), free(cur[k]);
@@ -583,13 +597,13 @@ static void test_threads(attn_isa isa, test_rng *rng) {
 
 /* ---- argument errors --------------------------------------------------------------------- */
 
-#define CHECK_MSG(...)                                                                          \
-    do {                                                                                        \
-        const char *subs_[] = {__VA_ARGS__};                                                    \
-        int ok_ = 1;                                                                            \
-        for (size_t i_ = 0; i_ < sizeof subs_ / sizeof subs_[0]; i_++)                          \
-            ok_ &= strstr(attn_last_error(), subs_[i_]) != NULL;                                \
-        CHECK(ok_, "message '%s' lacks an expected part", attn_last_error());                  \
+#define CHECK_MSG(...)                                                                                                 \
+    do {                                                                                                               \
+        const char *subs_[] = {__VA_ARGS__};                                                                           \
+        int ok_ = 1;                                                                                                   \
+        for (size_t i_ = 0; i_ < sizeof subs_ / sizeof subs_[0]; i_++)                                                 \
+            ok_ &= strstr(attn_last_error(), subs_[i_]) != NULL;                                                       \
+        CHECK(ok_, "message '%s' lacks an expected part", attn_last_error());                                          \
     } while (0)
 
 static void test_errors(void) {
@@ -678,8 +692,8 @@ static float *read_tensor(attn_safetensors *st, const char *name, int64_t *rows,
     return buf;
 }
 
-static void check_fixture(float *got, float *want, int64_t n, double tol, const char *what,
-                          attn_isa isa, double *worst_seen) {
+static void check_fixture(float *got, float *want, int64_t n, double tol, const char *what, attn_isa isa,
+                          double *worst_seen) {
     double e = rel_err_ff(got, want, (size_t)n);
     if (!(e <= *worst_seen)) *worst_seen = e;
     CHECK(e <= tol, "%s: fixture %s: rel err %.3g > %.0e", attn_isa_name(isa), what, e, tol);
@@ -745,8 +759,7 @@ static void test_fixture(attn_isa isa) {
                 CHECK_OK(attn_gelu_forward(x, out, rows * n, ap));
                 check_fixture(out, want, rows * n, 1e-5, tf ? "gelu tanh" : "gelu none", isa, &wf);
                 CHECK_OK(attn_gelu_backward(x, dy, out2, rows * n, ap));
-                check_fixture(out2, wdx, rows * n, 1e-4, tf ? "gelu tanh grad" : "gelu none grad",
-                              isa, &wb);
+                check_fixture(out2, wdx, rows * n, 1e-4, tf ? "gelu tanh grad" : "gelu none grad", isa, &wb);
             }
             free(want), free(wdx);
         }
@@ -766,16 +779,15 @@ static void test_fixture(attn_isa isa) {
 #undef T
     }
     CHECK(cases > 0, "fixture %s has no cases", path);
-    printf("  fixture (%s, %d cases): worst forward %.2e, worst gradient %.2e\n",
-           attn_isa_name(isa), cases, wf, wb);
+    printf("  fixture (%s, %d cases): worst forward %.2e, worst gradient %.2e\n", attn_isa_name(isa), cases, wf, wb);
     attn_safetensors_close(st);
 }
 
 int main(void) {
     test_rng rng = rng_seeded(77001);
     const attn_isa best = attn_detected_isa();
-    printf("test_ops: seed %llu, ISAs ref..%s, features %s\n", (unsigned long long)rng.s,
-           attn_isa_name(best), attn_cpu_features());
+    printf("test_ops: seed %llu, ISAs ref..%s, features %s\n", (unsigned long long)rng.s, attn_isa_name(best),
+           attn_cpu_features());
     test_errors();
     for (int i = ATTN_ISA_REF; i <= (int)best; i++) {
         attn_isa isa = (attn_isa)i;

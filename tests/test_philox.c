@@ -21,9 +21,8 @@ static void test_kat(void) {
     for (size_t t = 0; t < sizeof kat / sizeof kat[0]; t++) {
         uint32_t out[4];
         attn_philox4x32_10(kat[t].ctr, kat[t].key, out);
-        CHECK(!memcmp(out, kat[t].want, sizeof out),
-              "KAT %zu: got %08x %08x %08x %08x want %08x %08x %08x %08x", t, out[0], out[1],
-              out[2], out[3], kat[t].want[0], kat[t].want[1], kat[t].want[2], kat[t].want[3]);
+        CHECK(!memcmp(out, kat[t].want, sizeof out), "KAT %zu: got %08x %08x %08x %08x want %08x %08x %08x %08x", t,
+              out[0], out[1], out[2], out[3], kat[t].want[0], kat[t].want[1], kat[t].want[2], kat[t].want[3]);
     }
 }
 
@@ -43,8 +42,8 @@ static void test_stream_layout(void) {
                 attn_philox4x32_10(ctr, key, w);
                 float want = (float)(w[i % 4] >> 8) * 0x1p-24f;
                 float got = attn_philox_uniform(seeds[s], offsets[o], i);
-                CHECK(got == want, "uniform(seed %d, offset %d, i %llu) = %.9g want %.9g", s, o,
-                      (unsigned long long)i, got, want);
+                CHECK(got == want, "uniform(seed %d, offset %d, i %llu) = %.9g want %.9g", s, o, (unsigned long long)i,
+                      got, want);
             }
 }
 
@@ -64,18 +63,16 @@ static void test_uniformity(void) {
     double sd_mean = sqrt(1.0 / 12.0 / n), sd_var = sqrt((1.0 / 80.0 - 1.0 / 144.0) / n);
     CHECK(out_of_range == 0, "%d uniforms outside [0, 1)", out_of_range);
     CHECK(fabs(mean - 0.5) < 5 * sd_mean, "mean %.6f (want 0.5 +- %.2g)", mean, 5 * sd_mean);
-    CHECK(fabs(var - 1.0 / 12.0) < 5 * sd_var, "variance %.6f (want %.6f +- %.2g)", var,
-          1.0 / 12.0, 5 * sd_var);
+    CHECK(fabs(var - 1.0 / 12.0) < 5 * sd_var, "variance %.6f (want %.6f +- %.2g)", var, 1.0 / 12.0, 5 * sd_var);
     double chi2 = 0, e = n / 16.0;
     for (int b = 0; b < 16; b++) chi2 += (bins[b] - e) * (bins[b] - e) / e;
     CHECK(chi2 < 50.0, "16-bin chi^2 = %.1f (15 dof; > 50 has p < 1e-5)", chi2);
-    printf("  uniforms: mean %.6f, var %.6f (1/12 = %.6f), chi2(15) %.1f\n", mean, var,
-           1.0 / 12.0, chi2);
+    printf("  uniforms: mean %.6f, var %.6f (1/12 = %.6f), chi2(15) %.1f\n", mean, var, 1.0 / 12.0, chi2);
 }
 
 /* y, mask from one call must follow the per-element definition exactly. */
-static int check_definition(const float *x, const float *y, const uint8_t *mask, int64_t n,
-                            float p, uint64_t seed, uint64_t offset, int64_t *kept) {
+static int check_definition(const float *x, const float *y, const uint8_t *mask, int64_t n, float p, uint64_t seed,
+                            uint64_t offset, int64_t *kept) {
     const float scale = 1.0f / (1.0f - p);
     int64_t bad = 0, k = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -108,8 +105,8 @@ static void test_dropout_isa(attn_isa isa, test_rng *rng) {
          * tiny p (n p = 0.1 for p = 1e-7: P(>= 5 drops) ~ 1e-7) */
         double q = 1.0 - p, sd = sqrt(q * p / n);
         double frac = (double)kept / n;
-        CHECK(fabs(frac - q) <= 5 * sd + 4.0 / n, "%s: p=%g keep fraction %.7f, want %.7f +- %.2g",
-              attn_isa_name(isa), p, frac, q, 5 * sd + 4.0 / n);
+        CHECK(fabs(frac - q) <= 5 * sd + 4.0 / n, "%s: p=%g keep fraction %.7f, want %.7f +- %.2g", attn_isa_name(isa),
+              p, frac, q, 5 * sd + 4.0 / n);
         /* thread counts */
         for (int th = 2; th <= 4; th++) {
             attn_set_num_threads(th);
@@ -119,8 +116,8 @@ static void test_dropout_isa(attn_isa isa, test_rng *rng) {
         }
         /* backward recomputes the same mask */
         CHECK_OK(attn_dropout_backward(x, dx, n, p, seed, offset));
-        CHECK(!memcmp(y, dx, (size_t)n * sizeof(float)),
-              "%s: dropout backward p=%g does not reuse the forward mask", attn_isa_name(isa), p);
+        CHECK(!memcmp(y, dx, (size_t)n * sizeof(float)), "%s: dropout backward p=%g does not reuse the forward mask",
+              attn_isa_name(isa), p);
         attn_set_num_threads(0);
     }
     /* prefix consistency: a shorter call (any tail length) is the prefix of a longer one, the
@@ -144,16 +141,15 @@ static void test_dropout_isa(attn_isa isa, test_rng *rng) {
         CHECK(ok, "%s: short dropout calls are not prefixes of a long one", attn_isa_name(isa));
         memcpy(y2, x, 4096 * sizeof(float));
         CHECK_OK(attn_dropout_forward(y2, y2, NULL, 4096, p, seed, offset));
-        CHECK(!memcmp(y, y2, 4096 * sizeof(float)), "%s: in-place dropout differs",
-              attn_isa_name(isa));
+        CHECK(!memcmp(y, y2, 4096 * sizeof(float)), "%s: in-place dropout differs", attn_isa_name(isa));
         /* a different offset (or seed) is a different, independent mask */
         CHECK_OK(attn_dropout_forward(x, y2, m2, 4096, p, seed, offset + 1));
         int same = 0;
         for (int i = 0; i < 4096; i++) same += m[i] == m2[i];
         double want = p * p + (1 - p) * (1 - p); /* agreement rate of independent masks */
         CHECK(fabs(same / 4096.0 - want) < 5 * sqrt(want * (1 - want) / 4096),
-              "%s: masks of offsets %llu and %llu agree on %d of 4096", attn_isa_name(isa),
-              (unsigned long long)offset, (unsigned long long)offset + 1, same);
+              "%s: masks of offsets %llu and %llu agree on %d of 4096", attn_isa_name(isa), (unsigned long long)offset,
+              (unsigned long long)offset + 1, same);
     }
     free(x);
     free(y);
@@ -176,8 +172,8 @@ static void test_isas_agree(attn_isa best, test_rng *rng) {
     for (int isa = ATTN_ISA_AVX2; isa <= (int)best; isa++) {
         attn_force_isa((attn_isa)isa);
         CHECK_OK(attn_dropout_forward(x, y1, m1, n, 0.25f, 7, 11));
-        CHECK(!memcmp(y0, y1, (size_t)n * sizeof(float)) && !memcmp(m0, m1, (size_t)n),
-              "dropout: %s differs from ref", attn_isa_name((attn_isa)isa));
+        CHECK(!memcmp(y0, y1, (size_t)n * sizeof(float)) && !memcmp(m0, m1, (size_t)n), "dropout: %s differs from ref",
+              attn_isa_name((attn_isa)isa));
     }
     attn_force_isa(best);
     free(x);
@@ -197,8 +193,8 @@ static void test_kernel_starts(attn_isa isa) {
     const float scale = 1.0f / (1.0f - p);
     const uint64_t firsts[] = {0, 1, 2, 3, 5, 17, 4000000001ull};
     const attn_ops_kernels *k = attn_ops_active();
-    CHECK(k == attn_kernel_ctx_for(isa)->ops && !strcmp(k->name, attn_isa_name(isa)), "attn_ops_active() is %s, want %s",
-          k->name, attn_isa_name(isa));
+    CHECK(k == attn_kernel_ctx_for(isa)->ops && !strcmp(k->name, attn_isa_name(isa)),
+          "attn_ops_active() is %s, want %s", k->name, attn_isa_name(isa));
     for (int i = 0; i < 64; i++) x[i] = (float)i + 0.5f;
     int bad = 0;
     for (int f = 0; f < 7; f++)
@@ -209,8 +205,7 @@ static void test_kernel_starts(attn_isa isa) {
                 bad += m[j] != keep || y[j] != (keep ? x[j] * scale : 0.0f);
             }
         }
-    CHECK(bad == 0, "%s: dropout kernel with unaligned starts: %d mismatches", attn_isa_name(isa),
-          bad);
+    CHECK(bad == 0, "%s: dropout kernel with unaligned starts: %d mismatches", attn_isa_name(isa), bad);
 }
 
 static void test_edges(void) {
@@ -240,17 +235,15 @@ static void test_edges(void) {
 
     /* argument errors */
     CHECK_STATUS(attn_dropout_forward(x, y, m, 37, -0.1f, 1, 2), ATTN_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(attn_last_error(), "attn_dropout_forward") && strstr(attn_last_error(), "p"),
-          "message: %s", attn_last_error());
+    CHECK(strstr(attn_last_error(), "attn_dropout_forward") && strstr(attn_last_error(), "p"), "message: %s",
+          attn_last_error());
     CHECK_STATUS(attn_dropout_forward(x, y, m, 37, 1.5f, 1, 2), ATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(attn_dropout_forward(x, y, m, 37, NAN, 1, 2), ATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(attn_dropout_forward(x, y, m, 37, INFINITY, 1, 2), ATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(attn_dropout_backward(x, dx, 37, NAN, 1, 2), ATTN_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(attn_last_error(), "attn_dropout_backward") != NULL, "message: %s",
-          attn_last_error());
+    CHECK(strstr(attn_last_error(), "attn_dropout_backward") != NULL, "message: %s", attn_last_error());
     CHECK_STATUS(attn_dropout_forward(NULL, y, m, 37, 0.5f, 1, 2), ATTN_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(attn_last_error(), "x is NULL") && strstr(attn_last_error(), "37"),
-          "message: %s", attn_last_error());
+    CHECK(strstr(attn_last_error(), "x is NULL") && strstr(attn_last_error(), "37"), "message: %s", attn_last_error());
     CHECK_STATUS(attn_dropout_forward(x, NULL, m, 37, 0.5f, 1, 2), ATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(attn_dropout_forward(x, y, m, -1, 0.5f, 1, 2), ATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(attn_dropout_backward(NULL, dx, 37, 0.5f, 1, 2), ATTN_ERR_INVALID_ARGUMENT);
@@ -260,8 +253,7 @@ static void test_edges(void) {
 
 int main(void) {
     test_rng rng = rng_seeded(20240601);
-    printf("test_philox: seed %llu, detected ISA %s\n", (unsigned long long)rng.s,
-           attn_isa_name(attn_detected_isa()));
+    printf("test_philox: seed %llu, detected ISA %s\n", (unsigned long long)rng.s, attn_isa_name(attn_detected_isa()));
     test_kat();
     test_stream_layout();
     test_uniformity();

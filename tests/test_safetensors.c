@@ -45,8 +45,7 @@ static double now_s(void) {
 }
 
 /* A file: declared header length, header bytes, then dlen data bytes (value 0x5A). */
-static unsigned char *mkfile_n(uint64_t declared, const char *hdr, size_t hlen, size_t dlen,
-                               size_t *len) {
+static unsigned char *mkfile_n(uint64_t declared, const char *hdr, size_t hlen, size_t dlen, size_t *len) {
     unsigned char *b = xmalloc(8 + hlen + dlen);
     put_le(b, declared, 8);
     memcpy(b + 8, hdr, hlen);
@@ -60,8 +59,7 @@ static unsigned char *mkfile(const char *hdr, size_t dlen, size_t *len) {
 }
 
 /* Open buf and expect status want (and, when given, needle in the message). */
-static void expect_buf(const char *what, const unsigned char *buf, size_t len, attn_status want,
-                       const char *needle) {
+static void expect_buf(const char *what, const unsigned char *buf, size_t len, attn_status want, const char *needle) {
     attn_safetensors *st = (attn_safetensors *)&st; /* must be reset to NULL on failure */
     attn_clear_error();
     attn_status s = attn_safetensors_open_memory(buf, len, &st);
@@ -173,8 +171,8 @@ static attn_safetensors_writer *make_writer(const spec *sp, size_t n, int with_m
 }
 
 /* Everything the writer was given is read back; tensors lie in [base, base + len). */
-static void check_contents(const char *what, const attn_safetensors *st, const spec *sp, size_t n,
-                           int with_meta, const unsigned char *base, size_t len) {
+static void check_contents(const char *what, const attn_safetensors *st, const spec *sp, size_t n, int with_meta,
+                           const unsigned char *base, size_t len) {
     CHECK(attn_safetensors_count(st) == n, "%s: %zu tensors, want %zu", what, attn_safetensors_count(st), n);
     int bad = 0;
     const unsigned char *prev = NULL;
@@ -270,8 +268,7 @@ static void test_roundtrip(const char *dir) {
             int bad2 = 0;
             for (size_t i = 0; i < n; i++) {
                 const attn_safetensors_tensor *t = attn_safetensors_find(st, sp[i].name);
-                if (!t || t->nbytes != sp[i].nbytes || (t->nbytes && memcmp(t->data, sp[i].data, t->nbytes)))
-                    bad2++;
+                if (!t || t->nbytes != sp[i].nbytes || (t->nbytes && memcmp(t->data, sp[i].data, t->nbytes))) bad2++;
             }
             CHECK(bad2 == 0, "file: %d tensors differ", bad2);
             CHECK(attn_safetensors_metadata_count(st) == (with_meta ? N_META : 0), "file: metadata");
@@ -337,26 +334,39 @@ static void check_conv(attn_dtype dt, const conv *c, size_t n, int odd) {
 static void test_conversions(void) {
     for (int odd = 0; odd <= 1; odd++) {
         const conv f16[] = {
-            {0x0000, 0x00000000}, {0x8000, 0x80000000}, {0x3C00, F(1.0f)}, {0xC000, F(-2.0f)},
-            {0x7BFF, F(65504.0f)}, {0x0001, F(0x1p-24f)}, {0x8001, F(-0x1p-24f)},
-            {0x03FF, F(0x1.ff8p-15f)}, {0x0200, F(0x1p-15f)}, {0x0400, F(0x1p-14f)},
-            {0x3555, F(0x1.554p-2f)}, {0x7C00, 0x7F800000}, {0xFC00, 0xFF800000},
-            {0x7E00, 0x7FC00000}, {0xFE00, 0xFFC00000}, {0x7C01, 0x7F802000}, {0x3BFF, F(0x1.ffcp-1f)},
+            {0x0000, 0x00000000},     {0x8000, 0x80000000},  {0x3C00, F(1.0f)},        {0xC000, F(-2.0f)},
+            {0x7BFF, F(65504.0f)},    {0x0001, F(0x1p-24f)}, {0x8001, F(-0x1p-24f)},   {0x03FF, F(0x1.ff8p-15f)},
+            {0x0200, F(0x1p-15f)},    {0x0400, F(0x1p-14f)}, {0x3555, F(0x1.554p-2f)}, {0x7C00, 0x7F800000},
+            {0xFC00, 0xFF800000},     {0x7E00, 0x7FC00000},  {0xFE00, 0xFFC00000},     {0x7C01, 0x7F802000},
+            {0x3BFF, F(0x1.ffcp-1f)},
         };
         check_conv(ATTN_DTYPE_F16, f16, sizeof f16 / sizeof f16[0], odd);
         const conv bf16[] = {
-            {0x3F80, F(1.0f)}, {0xC040, F(-3.0f)}, {0x0001, F(0x1p-133f)}, {0x8000, 0x80000000},
-            {0x7F7F, F(0x1.fep127f)}, {0x7F80, 0x7F800000}, {0xFF80, 0xFF800000},
-            {0xFFC1, 0xFFC10000}, {0x3EAB, F(0x1.56p-2f)},
+            {0x3F80, F(1.0f)},    {0xC040, F(-3.0f)},       {0x0001, F(0x1p-133f)},
+            {0x8000, 0x80000000}, {0x7F7F, F(0x1.fep127f)}, {0x7F80, 0x7F800000},
+            {0xFF80, 0xFF800000}, {0xFFC1, 0xFFC10000},     {0x3EAB, F(0x1.56p-2f)},
         };
         check_conv(ATTN_DTYPE_BF16, bf16, sizeof bf16 / sizeof bf16[0], odd);
-        const double dv[] = {1.0, -2.5, 0.1, 1e300, -1e300, 1e-300, -1e-300, FLT_MAX,
-                             0x1.fffffefffffffp+127, 0x1.ffffffp+127, -0x1.ffffffp+127,
-                             0x1p-149, 0x1.8p-150, 0x1p-150, 0x1.0000010000001p+0, 0x1.000001p+0,
+        const double dv[] = {1.0,
+                             -2.5,
+                             0.1,
+                             1e300,
+                             -1e300,
+                             1e-300,
+                             -1e-300,
+                             FLT_MAX,
+                             0x1.fffffefffffffp+127,
+                             0x1.ffffffp+127,
+                             -0x1.ffffffp+127,
+                             0x1p-149,
+                             0x1.8p-150,
+                             0x1p-150,
+                             0x1.0000010000001p+0,
+                             0x1.000001p+0,
                              1e-40};
-        const uint32_t dw[] = {F(1.0f), F(-2.5f), F(0.1f), 0x7F800000, 0xFF800000, 0, 0x80000000,
-                               F(FLT_MAX), F(FLT_MAX), 0x7F800000, 0xFF800000, 1, 1, 0,
-                               F(0x1.000002p+0f), F(1.0f), 0x000116C2};
+        const uint32_t dw[] = {F(1.0f),    F(-2.5f),   F(0.1f),           0x7F800000, 0xFF800000, 0,
+                               0x80000000, F(FLT_MAX), F(FLT_MAX),        0x7F800000, 0xFF800000, 1,
+                               1,          0,          F(0x1.000002p+0f), F(1.0f),    0x000116C2};
         conv f64[sizeof dv / sizeof dv[0] + 2];
         size_t nf = sizeof dv / sizeof dv[0];
         for (size_t i = 0; i < nf; i++) {
@@ -370,13 +380,12 @@ static void test_conversions(void) {
         check_conv(ATTN_DTYPE_F64, f64, nf + 2, odd);
         const conv f32[] = {{0x3F800000, 0x3F800000}, {0x7FC00001, 0x7FC00001}, {0x00000001, 1}};
         check_conv(ATTN_DTYPE_F32, f32, 3, odd);
-        const conv e4m3[] = {{0x38, F(1.0f)}, {0xB8, F(-1.0f)}, {0x7E, F(448.0f)}, {0x7F, 0x7FC00000},
-                             {0xFF, 0xFFC00000}, {0x01, F(0x1p-9f)}, {0x07, F(0x1.cp-7f)},
-                             {0x08, F(0x1p-6f)}, {0x00, 0}, {0x80, 0x80000000}, {0x3C, F(1.5f)},
-                             {0x78, F(256.0f)}};
+        const conv e4m3[] = {{0x38, F(1.0f)},    {0xB8, F(-1.0f)},   {0x7E, F(448.0f)},    {0x7F, 0x7FC00000},
+                             {0xFF, 0xFFC00000}, {0x01, F(0x1p-9f)}, {0x07, F(0x1.cp-7f)}, {0x08, F(0x1p-6f)},
+                             {0x00, 0},          {0x80, 0x80000000}, {0x3C, F(1.5f)},      {0x78, F(256.0f)}};
         check_conv(ATTN_DTYPE_F8_E4M3, e4m3, sizeof e4m3 / sizeof e4m3[0], odd);
-        const conv e5m2[] = {{0x3C, F(1.0f)}, {0x7B, F(57344.0f)}, {0x7C, 0x7F800000}, {0xFC, 0xFF800000},
-                             {0x01, F(0x1p-16f)}, {0x7E, 0x7FC00000}, {0x80, 0x80000000}, {0x3E, F(1.5f)}};
+        const conv e5m2[] = {{0x3C, F(1.0f)},     {0x7B, F(57344.0f)}, {0x7C, 0x7F800000}, {0xFC, 0xFF800000},
+                             {0x01, F(0x1p-16f)}, {0x7E, 0x7FC00000},  {0x80, 0x80000000}, {0x3E, F(1.5f)}};
         check_conv(ATTN_DTYPE_F8_E5M2, e5m2, sizeof e5m2 / sizeof e5m2[0], odd);
         const conv b[] = {{0, 0}, {1, F(1.0f)}, {2, F(1.0f)}, {255, F(1.0f)}};
         check_conv(ATTN_DTYPE_BOOL, b, 4, odd);
@@ -388,7 +397,8 @@ static void test_conversions(void) {
         check_conv(ATTN_DTYPE_I16, i16, 3, odd);
         const conv u16[] = {{0xFFFF, F(65535.0f)}, {1, F(1.0f)}};
         check_conv(ATTN_DTYPE_U16, u16, 2, odd);
-        const conv i32[] = {{0x80000000, F(-2147483648.0f)}, {0x7FFFFFFF, F(2147483648.0f)}, {16777217, F(16777216.0f)}};
+        const conv i32[] = {
+            {0x80000000, F(-2147483648.0f)}, {0x7FFFFFFF, F(2147483648.0f)}, {16777217, F(16777216.0f)}};
         check_conv(ATTN_DTYPE_I32, i32, 3, odd);
         const conv u32[] = {{0xFFFFFFFF, F(4294967296.0f)}, {3, F(3.0f)}};
         check_conv(ATTN_DTYPE_U32, u32, 2, odd);
@@ -401,7 +411,8 @@ static void test_conversions(void) {
 
 /* ---- errors -------------------------------------------------------------------------------- */
 
-#define T(name, dt, shape, b, e) "\"" name "\":{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}"
+#define T(name, dt, shape, b, e)                                                                                       \
+    "\"" name "\":{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}"
 
 static void test_errors(const char *dir) {
     size_t len;
@@ -419,7 +430,8 @@ static void test_errors(const char *dir) {
     expect_hdr("{" T("a", "U8", "[-0]", 0, 0) "}", 0, ATTN_OK, NULL);
 
     /* long names are cut in messages */
-    expect_hdr("{\"" "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz"
+    expect_hdr("{\""
+               "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz"
                "\":{\"dtype\":\"F32\",\"shape\":[3, 4],\"data_offsets\":[0,40]}}",
                40, ATTN_ERR_ST_TENSOR_INVALID_INFO, "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefgh...'");
     /* header length and start */
@@ -455,20 +467,23 @@ static void test_errors(const char *dir) {
     expect_hdr("{\"a\":[]}", 0, ATTN_ERR_ST_INVALID_JSON, "not an object");
     expect_hdr("{\"a\":1}", 0, ATTN_ERR_ST_INVALID_JSON, "not an object");
     expect_hdr("{\"a\":{\"dtype\":32,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, ATTN_ERR_ST_INVALID_JSON, "dtype");
-    expect_hdr("{\"a\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}", 4, ATTN_ERR_ST_INVALID_JSON, "shape");
+    expect_hdr("{\"a\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}", 4, ATTN_ERR_ST_INVALID_JSON,
+               "shape");
     expect_hdr("{" T("a", "F32", "[-1]", 0, 4) "}", 4, ATTN_ERR_ST_INVALID_JSON, "shape[0] is -1");
     expect_hdr("{" T("a", "F32", "[1.0]", 0, 4) "}", 4, ATTN_ERR_ST_INVALID_JSON, "shape[0] is 1.0");
     expect_hdr("{" T("a", "F32", "[1e0]", 0, 4) "}", 4, ATTN_ERR_ST_INVALID_JSON, NULL);
     expect_hdr("{" T("a", "F32", "[null]", 0, 4) "}", 4, ATTN_ERR_ST_INVALID_JSON, "a null");
     expect_hdr("{" T("a", "F32", "[18446744073709551616]", 0, 4) "}", 4, ATTN_ERR_ST_INVALID_JSON, NULL);
     expect_hdr("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 4, ATTN_ERR_ST_INVALID_JSON, "two");
-    expect_hdr("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", 4, ATTN_ERR_ST_INVALID_JSON, "two");
-    expect_hdr("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":{\"0\":4}}}", 4, ATTN_ERR_ST_INVALID_JSON, NULL);
+    expect_hdr("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", 4, ATTN_ERR_ST_INVALID_JSON,
+               "two");
+    expect_hdr("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":{\"0\":4}}}", 4, ATTN_ERR_ST_INVALID_JSON,
+               NULL);
     expect_hdr("{" T("a", "F32", "[1]", 0, -4) "}", 4, ATTN_ERR_ST_INVALID_JSON, "data_offsets[1] is -4");
     expect_hdr("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,\"4\"]}}", 4, ATTN_ERR_ST_INVALID_JSON,
                "a string");
-    expect_hdr("{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
-               ATTN_ERR_ST_INVALID_JSON, "NUL");
+    expect_hdr("{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, ATTN_ERR_ST_INVALID_JSON,
+               "NUL");
     expect_hdr("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}, \"x\":\"\\ud800\"}", 4,
                ATTN_ERR_ST_INVALID_JSON, "surrogate");
     /* dtype */
@@ -547,7 +562,8 @@ static void test_errors(const char *dir) {
     free(b);
     CHECK_STATUS(attn_safetensors_open_file(path, &st), ATTN_ERR_ST_TENSOR_INVALID_INFO);
     char want[600];
-    snprintf(want, sizeof want, "safetensors: %s: tensor 'w': shape [3, 4] x F32 = 48 bytes but data_offsets give 40", path);
+    snprintf(want, sizeof want, "safetensors: %s: tensor 'w': shape [3, 4] x F32 = 48 bytes but data_offsets give 40",
+             path);
     CHECK(!strcmp(attn_last_error(), want), "file message: '%s'", attn_last_error());
     unlink(path);
     if (getuid() != 0) { /* root reads anything */
@@ -651,8 +667,8 @@ static void test_writer_errors(const char *dir) {
     const char want[] = "{\"x\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}";
     size_t wl = sizeof want - 1, padded = (wl + 7) / 8 * 8;
     unsigned char *ub = buf;
-    CHECK(len == 8 + padded + 4 && get_le64(ub) == padded && memcmp(ub + 8, want, wl) == 0 &&
-              ub[8 + padded] == 0x00 && ub[8 + padded + 1] == 0x3C,
+    CHECK(len == 8 + padded + 4 && get_le64(ub) == padded && memcmp(ub + 8, want, wl) == 0 && ub[8 + padded] == 0x00 &&
+              ub[8 + padded + 1] == 0x3C,
           "exact bytes");
     free(buf);
     attn_safetensors_writer_free(w2);
@@ -727,12 +743,12 @@ static void test_python_fixture(void) {
         int rank;
         int64_t shape[3];
     } want[] = {
-        {"f32.matrix", ATTN_DTYPE_F32, 2, {3, 5}}, {"f64.vector", ATTN_DTYPE_F64, 1, {7}},
+        {"f32.matrix", ATTN_DTYPE_F32, 2, {3, 5}},     {"f64.vector", ATTN_DTYPE_F64, 1, {7}},
         {"f16.tensor3", ATTN_DTYPE_F16, 3, {2, 3, 4}}, {"f16.special", ATTN_DTYPE_F16, 1, {8}},
-        {"bf16.weight", ATTN_DTYPE_BF16, 2, {4, 4}}, {"i64.ids", ATTN_DTYPE_I64, 1, {6}},
-        {"i32.counts", ATTN_DTYPE_I32, 2, {2, 2}}, {"i16.mid", ATTN_DTYPE_I16, 1, {3}},
-        {"i8.small", ATTN_DTYPE_I8, 1, {4}}, {"u8.bytes", ATTN_DTYPE_U8, 1, {10}},
-        {"bool.mask", ATTN_DTYPE_BOOL, 1, {5}}, {"one", ATTN_DTYPE_F32, 1, {1}},
+        {"bf16.weight", ATTN_DTYPE_BF16, 2, {4, 4}},   {"i64.ids", ATTN_DTYPE_I64, 1, {6}},
+        {"i32.counts", ATTN_DTYPE_I32, 2, {2, 2}},     {"i16.mid", ATTN_DTYPE_I16, 1, {3}},
+        {"i8.small", ATTN_DTYPE_I8, 1, {4}},           {"u8.bytes", ATTN_DTYPE_U8, 1, {10}},
+        {"bool.mask", ATTN_DTYPE_BOOL, 1, {5}},        {"one", ATTN_DTYPE_F32, 1, {1}},
         {"empty", ATTN_DTYPE_F32, 2, {0, 3}},
     };
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
@@ -768,8 +784,7 @@ static void test_python_fixture(void) {
             default: break;
             }
             if (isnan(e) ? !isnan(v[i]) : fbits(e) != fbits(v[i])) {
-                if (bad++ < 3)
-                    fprintf(stderr, "%s[%zu] = %.9g, want %.9g\n", want[k].name, i, (double)v[i], (double)e);
+                if (bad++ < 3) fprintf(stderr, "%s[%zu] = %.9g, want %.9g\n", want[k].name, i, (double)v[i], (double)e);
             }
         }
         CHECK(bad == 0, "python %s: %d values differ", want[k].name, bad);
@@ -788,15 +803,54 @@ static void test_python_fixture(void) {
 /* ---- mutation fuzzing -------------------------------------------------------------------- */
 
 static const char *const fuzz_tokens[] = {
-    "{", "}", "[", "]", ",", ":", "\"", "\\", " ", "\"F32\"", "\"BF16\"", "\"F8_E4M3\"", "\"BOOL\"",
-    "\"X\"", "0", "1", "-1", "-0", "1.5", "1e999", "2e0", "18446744073709551615",
-    "18446744073709551616", "9223372036854775807", "4294967296", "4611686018427387904", "null",
-    "true", "\"__metadata__\"", "\"dtype\"", "\"shape\"", "\"data_offsets\"", "[]", "{}", "[0,0]",
-    "\\u0000", "\\ud800", "\\udc00", "\\ud83d\\ude00", "\xff", "\xc3\xa9", "\xed\xa0\x80", "\"a\"",
-    "[1,1,1,1,1,1,1,1,1]", ",\"z\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    "\"",
+    "\\",
+    " ",
+    "\"F32\"",
+    "\"BF16\"",
+    "\"F8_E4M3\"",
+    "\"BOOL\"",
+    "\"X\"",
+    "0",
+    "1",
+    "-1",
+    "-0",
+    "1.5",
+    "1e999",
+    "2e0",
+    "18446744073709551615",
+    "18446744073709551616",
+    "9223372036854775807",
+    "4294967296",
+    "4611686018427387904",
+    "null",
+    "true",
+    "\"__metadata__\"",
+    "\"dtype\"",
+    "\"shape\"",
+    "\"data_offsets\"",
+    "[]",
+    "{}",
+    "[0,0]",
+    "\\u0000",
+    "\\ud800",
+    "\\udc00",
+    "\\ud83d\\ude00",
+    "\xff",
+    "\xc3\xa9",
+    "\xed\xa0\x80",
+    "\"a\"",
+    "[1,1,1,1,1,1,1,1,1]",
+    ",\"z\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}",
 };
-static const unsigned char fuzz_bytes[] = {0, 0xFF, 0x7F, 0x80, '{', '}', '[', ']', '"', ',', ':',
-                                           '0', '9', '-', '\\', ' ', 'e', '.', 0xC3, 0xED};
+static const unsigned char fuzz_bytes[] = {0,   0xFF, 0x7F, 0x80, '{',  '}', '[', ']', '"',  ',',
+                                           ':', '0',  '9',  '-',  '\\', ' ', 'e', '.', 0xC3, 0xED};
 
 typedef struct fuzz_stats {
     long iters, accepted, bad;
@@ -851,14 +905,22 @@ static void mutate(test_rng *r, unsigned char *b, size_t *len, size_t cap) {
             b[at] = fuzz_bytes[rng_next(r) % sizeof fuzz_bytes];
         }
         break;
-    case 2: /* truncation */
-        *len = (size_t)(rng_next(r) % (n + 1));
-        break;
+    case 2: /* truncation */ *len = (size_t)(rng_next(r) % (n + 1)); break;
     case 3: { /* header length edit */
         if (n < 8) break;
-        const uint64_t choices[] = {hl - 1, hl + 1, hl - 8, hl + 8, 0, n - 8, n, UINT64_MAX,
-                                    ATTN_SAFETENSORS_MAX_HEADER, ATTN_SAFETENSORS_MAX_HEADER + 1ull,
-                                    rng_next(r), rng_next(r) % (n + 1), 1ull << 63};
+        const uint64_t choices[] = {hl - 1,
+                                    hl + 1,
+                                    hl - 8,
+                                    hl + 8,
+                                    0,
+                                    n - 8,
+                                    n,
+                                    UINT64_MAX,
+                                    ATTN_SAFETENSORS_MAX_HEADER,
+                                    ATTN_SAFETENSORS_MAX_HEADER + 1ull,
+                                    rng_next(r),
+                                    rng_next(r) % (n + 1),
+                                    1ull << 63};
         put_le(b, choices[rng_next(r) % (sizeof choices / sizeof choices[0])], 8);
         break;
     }
@@ -885,8 +947,9 @@ static void mutate(test_rng *r, unsigned char *b, size_t *len, size_t cap) {
             size_t at = 8 + (start - 8 + k) % (hend - 8);
             if (b[at] >= '0' && b[at] <= '9') {
                 unsigned v = (unsigned)rng_next(r) % 3;
-                b[at] = v == 0 ? (unsigned char)('0' + rng_next(r) % 10) : v == 1 ? (b[at] == '9' ? '0' : b[at] + 1)
-                                                                                 : (b[at] == '0' ? '9' : b[at] - 1);
+                b[at] = v == 0   ? (unsigned char)('0' + rng_next(r) % 10)
+                        : v == 1 ? (b[at] == '9' ? '0' : b[at] + 1)
+                                 : (b[at] == '0' ? '9' : b[at] - 1);
                 break;
             }
         }
@@ -1085,7 +1148,7 @@ static void test_truncation(const char *dir) {
     if (pid == 0) {
         test_rng cr = {child_seed};
         const struct timespec whole = {0, 300000}; /* the file stays whole a moment: some opens succeed */
-        for (;;) { /* until killed */
+        for (;;) {                                 /* until killed */
             if (ftruncate(fd, (off_t)(rng_next(&cr) % len)) != 0) _exit(2);
             write_all(fd, img, len);
             nanosleep(&whole, NULL);
@@ -1119,7 +1182,8 @@ static void test_truncation(const char *dir) {
         CHECK(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL, "truncating child ended early (status %d)", ws);
     }
     printf("truncation while reading: %d opens gave the file (%d with values torn by the rewrite), %d a clean "
-           "error, %d neither\n", ok, torn, errors, wrong);
+           "error, %d neither\n",
+           ok, torn, errors, wrong);
     CHECK(wrong == 0, "%d opens gave neither the file's structure nor a clean error", wrong);
     CHECK(ok > 0 && errors > 0, "the race was not exercised (%d ok, %d errors)", ok, errors);
     unlink(path);
@@ -1141,14 +1205,15 @@ static void test_dtype_table(void) {
  * a description each from attn_status_str. */
 static void test_status_codes(void) {
     static const attn_status codes[] = {
-        ATTN_ERR_ST_HEADER_TOO_SMALL,     ATTN_ERR_ST_HEADER_TOO_LARGE,   ATTN_ERR_ST_HEADER_TRUNCATED,
-        ATTN_ERR_ST_INVALID_HEADER_START, ATTN_ERR_ST_INVALID_JSON,       ATTN_ERR_ST_INVALID_UTF8,
-        ATTN_ERR_ST_UNKNOWN_DTYPE,        ATTN_ERR_ST_DUPLICATE_NAME,     ATTN_ERR_ST_INVALID_OFFSET,
-        ATTN_ERR_ST_OFFSET_OUT_OF_BOUNDS, ATTN_ERR_ST_INCOMPLETE_BUFFER,  ATTN_ERR_ST_TENSOR_INVALID_INFO,
-        ATTN_ERR_ST_SIZE_OVERFLOW,        ATTN_ERR_ST_MISSING_FIELD,      ATTN_ERR_ST_INVALID_METADATA};
+        ATTN_ERR_ST_HEADER_TOO_SMALL,     ATTN_ERR_ST_HEADER_TOO_LARGE,  ATTN_ERR_ST_HEADER_TRUNCATED,
+        ATTN_ERR_ST_INVALID_HEADER_START, ATTN_ERR_ST_INVALID_JSON,      ATTN_ERR_ST_INVALID_UTF8,
+        ATTN_ERR_ST_UNKNOWN_DTYPE,        ATTN_ERR_ST_DUPLICATE_NAME,    ATTN_ERR_ST_INVALID_OFFSET,
+        ATTN_ERR_ST_OFFSET_OUT_OF_BOUNDS, ATTN_ERR_ST_INCOMPLETE_BUFFER, ATTN_ERR_ST_TENSOR_INVALID_INFO,
+        ATTN_ERR_ST_SIZE_OVERFLOW,        ATTN_ERR_ST_MISSING_FIELD,     ATTN_ERR_ST_INVALID_METADATA};
     for (int i = 0; i < (int)(sizeof codes / sizeof codes[0]); i++) {
         CHECK((int)codes[i] == 20 + i && codes[i] >= ATTN_STATUS_SAFETENSORS_FIRST &&
-                  codes[i] <= ATTN_STATUS_SAFETENSORS_LAST, "safetensors code %d is %d", i, (int)codes[i]);
+                  codes[i] <= ATTN_STATUS_SAFETENSORS_LAST,
+              "safetensors code %d is %d", i, (int)codes[i]);
         CHECK(!strncmp(attn_status_str(codes[i]), "safetensors: ", 13), "code %d: '%s'", (int)codes[i],
               attn_status_str(codes[i]));
     }

@@ -8,14 +8,14 @@ typedef struct {
     int B, Hq, Hk, Nq, Nk, d, dv;
     attn_causal causal;
     int64_t wl, wr;
-    int bool_mask;  /* 0 none, 1 [Nq, Nk], 2 [B, 1, Nq, Nk], 3 [B, Hq, Nq, Nk] */
-    int add_mask;   /* same kinds */
+    int bool_mask; /* 0 none, 1 [Nq, Nk], 2 [B, 1, Nq, Nk], 3 [B, Hq, Nq, Nk] */
+    int add_mask;  /* same kinds */
     int key_mask;
     int alibi;
     float softcap, dropout, scale;
-    double magnitude;   /* scale of q and k entries; < 0: logits of about -magnitude, see make_inputs */
-    int masked_rows;    /* make rows 0 and Nq-1 of every head fully masked via the bool mask */
-    int bnhd;           /* store Q/K/V/O as [B, N, H, d] and pass permuted strides */
+    double magnitude; /* scale of q and k entries; < 0: logits of about -magnitude, see make_inputs */
+    int masked_rows;  /* make rows 0 and Nq-1 of every head fully masked via the bool mask */
+    int bnhd;         /* store Q/K/V/O as [B, N, H, d] and pass permuted strides */
 } sdpa_case;
 
 static const sdpa_case cases[] = {
@@ -49,9 +49,22 @@ static const sdpa_case cases[] = {
 /* Mask shapes per kind, right-aligned against [B, Hq, Nq, Nk]. */
 static int mask_shape(const sdpa_case *c, int kind, int64_t *shape) {
     switch (kind) {
-    case 1: shape[0] = c->Nq; shape[1] = c->Nk; return 2;
-    case 2: shape[0] = c->B; shape[1] = 1; shape[2] = c->Nq; shape[3] = c->Nk; return 4;
-    default: shape[0] = c->B; shape[1] = c->Hq; shape[2] = c->Nq; shape[3] = c->Nk; return 4;
+    case 1:
+        shape[0] = c->Nq;
+        shape[1] = c->Nk;
+        return 2;
+    case 2:
+        shape[0] = c->B;
+        shape[1] = 1;
+        shape[2] = c->Nq;
+        shape[3] = c->Nk;
+        return 4;
+    default:
+        shape[0] = c->B;
+        shape[1] = c->Hq;
+        shape[2] = c->Nq;
+        shape[3] = c->Nk;
+        return 4;
     }
 }
 
@@ -64,8 +77,8 @@ static size_t mask_index(const sdpa_case *c, int kind, int b, int h, int i, int 
 }
 
 typedef struct {
-    float *q, *k, *v, *dout;              /* contiguous [B, H, N, d] values */
-    float *qs, *ks, *vs, *os, *douts;     /* storage passed to the library (maybe [B, N, H, d]) */
+    float *q, *k, *v, *dout;          /* contiguous [B, H, N, d] values */
+    float *qs, *ks, *vs, *os, *douts; /* storage passed to the library (maybe [B, N, H, d]) */
     uint8_t *bmask, *kmask;
     float *amask, *slopes;
     attn_btensor bm, km;
@@ -173,8 +186,7 @@ static void make_inputs(const sdpa_case *c, test_rng *r, sdpa_inputs *in) {
         int64_t shape[4];
         int rank = mask_shape(c, c->add_mask, shape);
         in->amask = xmalloc(sizeof(float) * full);
-        for (size_t i = 0; i < full; i++)
-            in->amask[i] = rng_uniform(r) < 0.1 ? -INFINITY : (float)rng_normal(r);
+        for (size_t i = 0; i < full; i++) in->amask[i] = rng_uniform(r) < 0.1 ? -INFINITY : (float)rng_normal(r);
         in->am = rank == 2 ? attn_tensor_2d(in->amask, shape[0], shape[1])
                            : attn_tensor_4d(in->amask, shape[0], shape[1], shape[2], shape[3]);
         in->p.add_mask = &in->am;
@@ -194,14 +206,23 @@ static void make_inputs(const sdpa_case *c, test_rng *r, sdpa_inputs *in) {
 }
 
 static void free_inputs(sdpa_inputs *in) {
-    free(in->q); free(in->k); free(in->v); free(in->dout);
-    free(in->qs); free(in->ks); free(in->vs); free(in->os); free(in->douts);
-    free(in->bmask); free(in->amask); free(in->kmask); free(in->slopes);
+    free(in->q);
+    free(in->k);
+    free(in->v);
+    free(in->dout);
+    free(in->qs);
+    free(in->ks);
+    free(in->vs);
+    free(in->os);
+    free(in->douts);
+    free(in->bmask);
+    free(in->amask);
+    free(in->kmask);
+    free(in->slopes);
 }
 
 /* The expanded mask and bias, written from the documented semantics. */
-static void expand(const sdpa_case *c, const sdpa_inputs *in, uint8_t *allowed, double *bias,
-                   double *keep) {
+static void expand(const sdpa_case *c, const sdpa_inputs *in, uint8_t *allowed, double *bias, double *keep) {
     const int64_t off = c->causal == ATTN_CAUSAL_BOTTOM_RIGHT ? c->Nk - c->Nq : 0;
     for (int b = 0; b < c->B; b++)
         for (int h = 0; h < c->Hq; h++)
@@ -217,8 +238,10 @@ static void expand(const sdpa_case *c, const sdpa_inputs *in, uint8_t *allowed, 
                     double bs = 0;
                     if (in->amask) {
                         double a = in->amask[mask_index(c, c->add_mask, b, h, i, j)];
-                        if (a == -INFINITY) ok = 0;
-                        else bs += a;
+                        if (a == -INFINITY)
+                            ok = 0;
+                        else
+                            bs += a;
                     }
                     if (in->slopes) bs -= in->slopes[h] * fabs((double)(i + off - j));
                     allowed[idx] = (uint8_t)ok;
@@ -239,10 +262,10 @@ static void run_case(const sdpa_case *c, test_rng *r) {
     double *bias = xmalloc(sizeof(double) * (full ? full : 1));
     double *keep = c->dropout > 0 ? xmalloc(sizeof(double) * full) : NULL;
     expand(c, &in, allowed, bias, keep);
-    oracle_shape os = {c->B, c->Hq, c->Hk, c->Nq, c->Nk, c->d, c->dv,
-                       c->scale ? c->scale : 1.0 / sqrt(c->d), c->softcap, allowed, bias, keep};
-    double *q = to_double(in.q, nq * c->d), *k = to_double(in.k, nk * c->d),
-           *v = to_double(in.v, nk * c->dv), *go = to_double(in.dout, nq * c->dv);
+    oracle_shape os = {c->B,       c->Hq,   c->Hk, c->Nq, c->Nk, c->d, c->dv, c->scale ? c->scale : 1.0 / sqrt(c->d),
+                       c->softcap, allowed, bias,  keep};
+    double *q = to_double(in.q, nq * c->d), *k = to_double(in.k, nk * c->d), *v = to_double(in.v, nk * c->dv),
+           *go = to_double(in.dout, nq * c->dv);
     double *o = xmalloc(sizeof(double) * nq * c->dv), *p = xmalloc(sizeof(double) * (full + 1)),
            *lse = xmalloc(sizeof(double) * nq);
     double *dq = xmalloc(sizeof(double) * nq * c->d), *dk = xmalloc(sizeof(double) * (nk * c->d + 1)),
@@ -265,8 +288,7 @@ static void run_case(const sdpa_case *c, test_rng *r) {
     double e_o = rel_err_fd(out, o, nq * c->dv), e_w = rel_err_fd(w, p, full);
     int lse_ok = 1;
     for (size_t i = 0; i < nq; i++)
-        if (!(isinf(lse[i]) ? (isinf(l[i]) && l[i] < 0) : fabs(l[i] - lse[i]) <= 1e-5 * (1 + fabs(lse[i]))))
-            lse_ok = 0;
+        if (!(isinf(lse[i]) ? (isinf(l[i]) && l[i] < 0) : fabs(l[i] - lse[i]) <= 1e-5 * (1 + fabs(lse[i])))) lse_ok = 0;
     CHECK(e_o <= 1e-5, "%s: forward rel err %.3g", c->name, e_o);
     CHECK(e_w <= 1e-5, "%s: weights rel err %.3g", c->name, e_w);
     CHECK(lse_ok, "%s: lse differs from the oracle", c->name);
@@ -284,8 +306,8 @@ static void run_case(const sdpa_case *c, test_rng *r) {
     from_storage(gvs, gv, c->B, c->Hk, c->Nk, c->dv, c->bnhd);
     double e_q = rel_err_fd(gq, dq, nq * c->d), e_k = rel_err_fd(gk, dk, nk * c->d),
            e_v = rel_err_fd(gv, dv, nk * c->dv);
-    CHECK(e_q <= 1e-4 && e_k <= 1e-4 && e_v <= 1e-4, "%s: backward rel err dq %.3g dk %.3g dv %.3g",
-          c->name, e_q, e_k, e_v);
+    CHECK(e_q <= 1e-4 && e_k <= 1e-4 && e_v <= 1e-4, "%s: backward rel err dq %.3g dk %.3g dv %.3g", c->name, e_q, e_k,
+          e_v);
     if (c->masked_rows) { /* fully masked rows: output 0, weights 0, lse -inf, dq 0 */
         int zero = 1;
         for (int b = 0; b < c->B; b++)
@@ -300,9 +322,29 @@ static void run_case(const sdpa_case *c, test_rng *r) {
     }
     printf("  %-30s fwd %.2e  weights %.2e  dq %.2e  dk %.2e  dv %.2e\n", c->name, e_o, e_w, e_q, e_k, e_v);
 
-    free(allowed); free(bias); free(keep); free(q); free(k); free(v); free(go); free(o); free(p);
-    free(lse); free(dq); free(dk); free(dv); free(w); free(l); free(ws); free(out); free(gq);
-    free(gk); free(gv); free(gqs); free(gks); free(gvs);
+    free(allowed);
+    free(bias);
+    free(keep);
+    free(q);
+    free(k);
+    free(v);
+    free(go);
+    free(o);
+    free(p);
+    free(lse);
+    free(dq);
+    free(dk);
+    free(dv);
+    free(w);
+    free(l);
+    free(ws);
+    free(out);
+    free(gq);
+    free(gk);
+    free(gv);
+    free(gqs);
+    free(gks);
+    free(gvs);
     free_inputs(&in);
 }
 
@@ -310,22 +352,61 @@ static void run_case(const sdpa_case *c, test_rng *r) {
  * for loss = sum(O * dO): validates the gradient formulas themselves. */
 static void check_oracle_gradients(test_rng *r) {
     static const sdpa_case fd_cases[] = {
-        {"fd: masks + GQA + causal", 1, 4, 2, 5, 6, 3, 2, ATTN_CAUSAL_BOTTOM_RIGHT, -1, -1, 2, 1, 1, 0, 0, 0, 0, 1, 0, 0},
-        {"fd: alibi + softcap + window", 1, 2, 1, 5, 5, 3, 3, ATTN_CAUSAL_NONE, 2, 1, 0, 0, 0, 1, 1.5f, 0, 0, 1.5, 0, 0},
+        {"fd: masks + GQA + causal",
+         1,
+         4,
+         2,
+         5,
+         6,
+         3,
+         2,
+         ATTN_CAUSAL_BOTTOM_RIGHT,
+         -1,
+         -1,
+         2,
+         1,
+         1,
+         0,
+         0,
+         0,
+         0,
+         1,
+         0,
+         0},
+        {"fd: alibi + softcap + window",
+         1,
+         2,
+         1,
+         5,
+         5,
+         3,
+         3,
+         ATTN_CAUSAL_NONE,
+         2,
+         1,
+         0,
+         0,
+         0,
+         1,
+         1.5f,
+         0,
+         0,
+         1.5,
+         0,
+         0},
         {"fd: dropout", 1, 2, 2, 4, 5, 3, 3, 0, -1, -1, 0, 0, 0, 0, 0, 0.4f, 0, 1, 0, 0},
     };
     for (size_t ci = 0; ci < sizeof fd_cases / sizeof fd_cases[0]; ci++) {
         const sdpa_case *c = &fd_cases[ci];
         sdpa_inputs in;
         make_inputs(c, r, &in);
-        const size_t nq = (size_t)c->B * c->Hq * c->Nq, nk = (size_t)c->B * c->Hk * c->Nk,
-                     full = nq * c->Nk;
+        const size_t nq = (size_t)c->B * c->Hq * c->Nq, nk = (size_t)c->B * c->Hk * c->Nk, full = nq * c->Nk;
         uint8_t *allowed = xmalloc(full);
         double *bias = xmalloc(sizeof(double) * full);
         double *keep = c->dropout > 0 ? xmalloc(sizeof(double) * full) : NULL;
         expand(c, &in, allowed, bias, keep);
-        oracle_shape os = {c->B, c->Hq, c->Hk, c->Nq, c->Nk, c->d, c->dv, 1.0 / sqrt(c->d), c->softcap,
-                           allowed, bias, keep};
+        oracle_shape os = {c->B,       c->Hq,   c->Hk, c->Nq, c->Nk, c->d, c->dv, 1.0 / sqrt(c->d),
+                           c->softcap, allowed, bias,  keep};
         double *x[3] = {to_double(in.q, nq * c->d), to_double(in.k, nk * c->d), to_double(in.v, nk * c->dv)};
         size_t n[3] = {nq * c->d, nk * c->d, nk * c->dv};
         double *go = to_double(in.dout, nq * c->dv), *o = xmalloc(sizeof(double) * nq * c->dv);
@@ -352,15 +433,23 @@ static void check_oracle_gradients(test_rng *r) {
         }
         CHECK(worst <= 1e-6, "%s: oracle gradient vs finite differences rel err %.3g", c->name, worst);
         printf("  %-30s oracle vs finite differences %.2e\n", c->name, worst);
-        for (int i = 0; i < 3; i++) { free(x[i]); free(g[i]); }
-        free(go); free(o); free(allowed); free(bias); free(keep);
+        for (int i = 0; i < 3; i++) {
+            free(x[i]);
+            free(g[i]);
+        }
+        free(go);
+        free(o);
+        free(allowed);
+        free(bias);
+        free(keep);
         free_inputs(&in);
     }
 }
 
 /* Forward and backward bitwise identical for 1, 2, 3 and 4 threads. */
 static void check_determinism(test_rng *r) {
-    const sdpa_case c = {"threads", 2, 4, 2, 19, 23, 16, 8, ATTN_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0, 1, 0, 0, 0.2f, 0, 1, 0, 0};
+    const sdpa_case c = {"threads", 2, 4, 2,    19, 23, 16, 8, ATTN_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0,
+                         1,         0, 0, 0.2f, 0,  1,  0,  0};
     sdpa_inputs in;
     make_inputs(&c, r, &in);
     const size_t nq = (size_t)c.B * c.Hq * c.Nq, nk = (size_t)c.B * c.Hk * c.Nk;
@@ -467,15 +556,18 @@ static void check_torch_parity(void) {
         if (!desc) continue;
         int causal = 0, wl = -1, wr = -1, has_bm = 0, has_am = 0, has_km = 0, alibi = 0;
         float softcap = 0, scale = 0;
-        if (sscanf(desc, "causal=%d wl=%d wr=%d softcap=%f scale=%f bool=%d add=%d key=%d alibi=%d", &causal,
-                   &wl, &wr, &softcap, &scale, &has_bm, &has_am, &has_km, &alibi) != 9) {
+        if (sscanf(desc, "causal=%d wl=%d wr=%d softcap=%f scale=%f bool=%d add=%d key=%d alibi=%d", &causal, &wl, &wr,
+                   &softcap, &scale, &has_bm, &has_am, &has_km, &alibi) != 9) {
             CHECK(0, "bad case description '%s'", desc);
             continue;
         }
 #define T(field) (snprintf(name, sizeof name, "case%d.%s", ci, field), fx_floats(st, name, NULL))
-        const attn_safetensors_tensor *qi = (snprintf(name, sizeof name, "case%d.q", ci), attn_safetensors_find(st, name));
-        const attn_safetensors_tensor *ki = (snprintf(name, sizeof name, "case%d.k", ci), attn_safetensors_find(st, name));
-        const attn_safetensors_tensor *vi = (snprintf(name, sizeof name, "case%d.v", ci), attn_safetensors_find(st, name));
+        const attn_safetensors_tensor *qi =
+            (snprintf(name, sizeof name, "case%d.q", ci), attn_safetensors_find(st, name));
+        const attn_safetensors_tensor *ki =
+            (snprintf(name, sizeof name, "case%d.k", ci), attn_safetensors_find(st, name));
+        const attn_safetensors_tensor *vi =
+            (snprintf(name, sizeof name, "case%d.v", ci), attn_safetensors_find(st, name));
         CHECK(qi && ki && vi && qi->rank == 4 && ki->rank == 4 && vi->rank == 4, "case %d: q/k/v missing", ci);
         if (!(qi && ki && vi && qi->rank == 4 && ki->rank == 4 && vi->rank == 4)) continue;
         const int64_t *qs = qi->shape, *ks = ki->shape, *vs = vi->shape;
@@ -517,10 +609,13 @@ static void check_torch_parity(void) {
         float *o = xmalloc(sizeof(float) * no), *dq = xmalloc(sizeof(float) * qs[0] * qs[1] * qs[2] * qs[3]),
               *dk = xmalloc(sizeof(float) * ks[0] * ks[1] * ks[2] * ks[3]),
               *dv = xmalloc(sizeof(float) * vs[0] * vs[1] * vs[2] * vs[3]);
-        attn_tensor tq = attn_tensor_4d(q, qs[0], qs[1], qs[2], qs[3]), tk = attn_tensor_4d(k, ks[0], ks[1], ks[2], ks[3]),
-                    tv = attn_tensor_4d(v, vs[0], vs[1], vs[2], vs[3]), to = attn_tensor_4d(o, qs[0], qs[1], qs[2], vs[3]),
+        attn_tensor tq = attn_tensor_4d(q, qs[0], qs[1], qs[2], qs[3]),
+                    tk = attn_tensor_4d(k, ks[0], ks[1], ks[2], ks[3]),
+                    tv = attn_tensor_4d(v, vs[0], vs[1], vs[2], vs[3]),
+                    to = attn_tensor_4d(o, qs[0], qs[1], qs[2], vs[3]),
                     tgo = attn_tensor_4d(go, qs[0], qs[1], qs[2], vs[3]),
-                    tdq = attn_tensor_4d(dq, qs[0], qs[1], qs[2], qs[3]), tdk = attn_tensor_4d(dk, ks[0], ks[1], ks[2], ks[3]),
+                    tdq = attn_tensor_4d(dq, qs[0], qs[1], qs[2], qs[3]),
+                    tdk = attn_tensor_4d(dk, ks[0], ks[1], ks[2], ks[3]),
                     tdv = attn_tensor_4d(dv, vs[0], vs[1], vs[2], vs[3]);
         size_t wsb = attn_sdpa_workspace_size(&tq, &tk, &tv);
         void *ws = xmalloc(wsb);
@@ -535,8 +630,23 @@ static void check_torch_parity(void) {
               label ? label : "", eq, ek, ev);
         printf("  torch %-24s fwd %.2e  dq %.2e  dk %.2e  dv %.2e\n", label ? label : "", eo, eq, ek, ev);
 #undef T
-        free(q); free(k); free(v); free(go); free(o_ref); free(dq_ref); free(dk_ref); free(dv_ref);
-        free(am); free(slopes); free(bm); free(km); free(o); free(dq); free(dk); free(dv); free(ws);
+        free(q);
+        free(k);
+        free(v);
+        free(go);
+        free(o_ref);
+        free(dq_ref);
+        free(dk_ref);
+        free(dv_ref);
+        free(am);
+        free(slopes);
+        free(bm);
+        free(km);
+        free(o);
+        free(dq);
+        free(dk);
+        free(dv);
+        free(ws);
     }
     attn_safetensors_close(st);
 }

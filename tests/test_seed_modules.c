@@ -86,13 +86,16 @@ static void parity_case(const attn_safetensors *st, int ci) {
     if (!m) return;
     snprintf(ctx, sizeof ctx, "case %d (%s)", ci, attn_nn_model_name(m));
     /* softmax attentions: the k bias gradient is zero in exact arithmetic (below) */
-    const int softmax = strcmp(attn_nn_model_name(m), "linear_attention") && strcmp(attn_nn_model_name(m), "performer_attention");
+    const int softmax =
+        strcmp(attn_nn_model_name(m), "linear_attention") && strcmp(attn_nn_model_name(m), "performer_attention");
     const double out0 = max_out_err, grad0 = max_grad_err;
     max_out_err = max_grad_err = 0;
     const attn_params *ps = attn_nn_model_params(m);
     snprintf(key, sizeof key, "%sp.", pre);
-    if (attn_nn_model_name_map(m)) CHECK_OK(attn_nn_model_load(m, st, key, 1));
-    else CHECK_OK(attn_params_load_mapped(ps, st, map_of(m), key, 1));
+    if (attn_nn_model_name_map(m))
+        CHECK_OK(attn_nn_model_load(m, st, key, 1));
+    else
+        CHECK_OK(attn_params_load_mapped(ps, st, map_of(m), key, 1));
     CHECK_OK(attn_nn_model_bind(m, st, pre, 0));
     CHECK_OK(attn_params_zero_grad(ps));
     CHECK_OK(attn_nn_model_forward(m, 1, 0, 0, 0));
@@ -103,7 +106,8 @@ static void parity_case(const attn_safetensors *st, int ci) {
     float *ref = fx_floats(st, key, &n);
     const float *out = attn_nn_model_output(m, &rank, shape);
     CHECK(out && ref && rank == 3 && (size_t)(shape[0] * shape[1] * shape[2]) == n, "%s: output shape", ctx);
-    if (out && ref && (size_t)(shape[0] * shape[1] * shape[2]) == n) compare(ctx, "output", out, ref, n, OUT_TOL, &max_out_err);
+    if (out && ref && (size_t)(shape[0] * shape[1] * shape[2]) == n)
+        compare(ctx, "output", out, ref, n, OUT_TOL, &max_out_err);
     free(ref);
     snprintf(key, sizeof key, "%sdout", pre);
     float *dout = fx_floats(st, key, NULL);
@@ -156,7 +160,8 @@ static void parity_case(const attn_safetensors *st, int ci) {
             }
             const double err = qg && den > 0 ? sqrt(num / den) : INFINITY;
             if (err > max_grad_err) max_grad_err = err;
-            CHECK(err <= GRAD_TOL, "%s: %s error %.3g of the v bias gradient's size > %.1g", ctx, theirs, err, GRAD_TOL);
+            CHECK(err <= GRAD_TOL, "%s: %s error %.3g of the v bias gradient's size > %.1g", ctx, theirs, err,
+                  GRAD_TOL);
             free(qg);
         } else if (rg && rn == p->numel) {
             compare(ctx, theirs, p->grad, rg, p->numel, GRAD_TOL, &max_grad_err);
@@ -211,12 +216,12 @@ static void test_local_global_api(void) {
     CHECK_OK(attn_local_global_create(&cfg, &m));
     if (!m) return;
     const attn_params *ps = attn_local_global_params(m);
-    const char *want[] = {"local_attn.q_proj.weight", "local_attn.q_proj.bias", "local_attn.k_proj.weight",
-                          "local_attn.k_proj.bias", "local_attn.v_proj.weight", "local_attn.v_proj.bias",
-                          "local_attn.out_proj.weight", "local_attn.out_proj.bias", "global_attn.q_proj.weight",
-                          "global_attn.q_proj.bias", "global_attn.k_proj.weight", "global_attn.k_proj.bias",
-                          "global_attn.v_proj.weight", "global_attn.v_proj.bias", "global_attn.out_proj.weight",
-                          "global_attn.out_proj.bias", "projection.weight", "projection.bias"};
+    const char *want[] = {"local_attn.q_proj.weight",   "local_attn.q_proj.bias",    "local_attn.k_proj.weight",
+                          "local_attn.k_proj.bias",     "local_attn.v_proj.weight",  "local_attn.v_proj.bias",
+                          "local_attn.out_proj.weight", "local_attn.out_proj.bias",  "global_attn.q_proj.weight",
+                          "global_attn.q_proj.bias",    "global_attn.k_proj.weight", "global_attn.k_proj.bias",
+                          "global_attn.v_proj.weight",  "global_attn.v_proj.bias",   "global_attn.out_proj.weight",
+                          "global_attn.out_proj.bias",  "projection.weight",         "projection.bias"};
     CHECK(attn_params_count(ps) == 18, "%zu parameters", attn_params_count(ps));
     for (size_t i = 0; i < 18 && i < attn_params_count(ps); i++)
         CHECK(!strcmp(attn_params_get(ps, i)->name, want[i]), "param %zu is %s, want %s", i,
@@ -277,7 +282,8 @@ static void test_local_global_api(void) {
         for (int64_t h = 0; h < rec.heads; h++)
             for (int64_t i = 0; i < rec.rows; i++)
                 for (int64_t j = 0; j < rec.nk; j++)
-                    if (i - j > 1 || j - i > 1) band &= rec.weights[((b * rec.heads + h) * rec.rows + i) * rec.nk + j] == 0;
+                    if (i - j > 1 || j - i > 1)
+                        band &= rec.weights[((b * rec.heads + h) * rec.rows + i) * rec.nk + j] == 0;
     CHECK(band, "local_attn attends outside |i - j| <= 1");
     attn_capture_free(cap);
     a.capture = NULL;
@@ -324,7 +330,8 @@ static void *tensors(attn_safetensors **st, int n, const char *const *names, con
     void *mem = NULL;
     size_t len = 0;
     CHECK_OK(attn_safetensors_writer_create(&w));
-    for (int i = 0; i < n; i++) CHECK_OK(attn_safetensors_writer_add(w, names[i], ATTN_DTYPE_F32, ranks[i], shapes[i], data));
+    for (int i = 0; i < n; i++)
+        CHECK_OK(attn_safetensors_writer_add(w, names[i], ATTN_DTYPE_F32, ranks[i], shapes[i], data));
     CHECK_OK(attn_safetensors_writer_write_memory(w, &mem, &len));
     attn_safetensors_writer_free(w);
     CHECK_OK(attn_safetensors_open_memory(mem, len, st));
@@ -362,14 +369,16 @@ static void test_buffer_errors(void) {
     /* no R */
     void *mem = tensors(&st, n, names, ranks, (const int64_t(*)[3])shapes, data);
     CHECK_STATUS(attn_nn_model_load(m, st, NULL, 1), ATTN_ERR_NOT_FOUND);
-    CHECK(strstr(attn_last_error(), "'R'") && strstr(attn_last_error(), "[2, 4, 6]"), "missing R: %s", attn_last_error());
+    CHECK(strstr(attn_last_error(), "'R'") && strstr(attn_last_error(), "[2, 4, 6]"), "missing R: %s",
+          attn_last_error());
     attn_safetensors_close(st), free(mem);
     /* R transposed */
     names[n] = "R", ranks[n] = 3, memcpy(shapes[n], r_bad, sizeof r_bad);
     mem = tensors(&st, n + 1, names, ranks, (const int64_t(*)[3])shapes, data);
     CHECK_STATUS(attn_nn_model_load(m, st, NULL, 1), ATTN_ERR_SHAPE);
     CHECK(strstr(attn_last_error(), "'R'") && strstr(attn_last_error(), "[2, 6, 4]") &&
-              strstr(attn_last_error(), "expected [2, 4, 6]"), "mis-shaped R: %s", attn_last_error());
+              strstr(attn_last_error(), "expected [2, 4, 6]"),
+          "mis-shaped R: %s", attn_last_error());
     attn_safetensors_close(st), free(mem);
     /* an unknown name next to a good R: strict refuses it, loose loads */
     memcpy(shapes[n], r_good, sizeof r_good);
@@ -450,10 +459,11 @@ static void test_errors(void) {
                         "unknown key 'window'");
     expect_create_error("{\"module\": \"sparse_attention\", \"d_model\": 8, \"num_heads\": 2, \"window_size\": -1}",
                         "window_size");
-    expect_create_error("{\"module\": \"local_global_attention\", \"d_model\": 8, \"num_heads\": 2, \"local_window\": 1.5}",
-                        "local_window");
-    expect_create_error("{\"module\": \"local_global_attention\", \"d_model\": 8, \"num_heads\": 2, \"is_causal\": true}",
-                        "is_causal");
+    expect_create_error(
+        "{\"module\": \"local_global_attention\", \"d_model\": 8, \"num_heads\": 2, \"local_window\": 1.5}",
+        "local_window");
+    expect_create_error(
+        "{\"module\": \"local_global_attention\", \"d_model\": 8, \"num_heads\": 2, \"is_causal\": true}", "is_causal");
     expect_create_error("{\"module\": \"local_global_attention\", \"d_model\": 10, \"num_heads\": 3}", "num_heads");
     expect_create_error("{\"module\": \"linear_attention\", \"d_model\": 8, \"num_heads\": 2, \"dropout\": 0.1}",
                         "unknown key 'dropout'");
@@ -552,8 +562,10 @@ static int split(const char *fixture, int ci, const char *dir) {
         const attn_safetensors_tensor *t = attn_safetensors_get(st, i);
         if (strncmp(t->name, pre, (size_t)lp)) continue;
         const char *rest = t->name + lp;
-        if (!strncmp(rest, "p.", 2)) bad = attn_safetensors_writer_add(w, rest + 2, t->dtype, t->rank, t->shape, t->data);
-        else if (!is_reference(rest)) bad = attn_safetensors_writer_add(in, rest, t->dtype, t->rank, t->shape, t->data);
+        if (!strncmp(rest, "p.", 2))
+            bad = attn_safetensors_writer_add(w, rest + 2, t->dtype, t->rank, t->shape, t->data);
+        else if (!is_reference(rest))
+            bad = attn_safetensors_writer_add(in, rest, t->dtype, t->rank, t->shape, t->data);
     }
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
     bad = bad || attn_safetensors_writer_write_file(w, path);

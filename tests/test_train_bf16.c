@@ -47,8 +47,10 @@ static float *fixture_grads(const attn_safetensors *st, int ci, const char *kind
         snprintf(key, sizeof key, "case%d.%s.%s", ci, kind, attn_params_get(ps, i)->name);
         float *t = fx_floats(st, key, &n);
         CHECK(t && n == attn_params_get(ps, i)->numel, "fixture %s missing or mis-sized", key);
-        if (t && n == attn_params_get(ps, i)->numel) memcpy(g + off, t, sizeof(float) * n);
-        else memset(g + off, 0, sizeof(float) * attn_params_get(ps, i)->numel);
+        if (t && n == attn_params_get(ps, i)->numel)
+            memcpy(g + off, t, sizeof(float) * n);
+        else
+            memset(g + off, 0, sizeof(float) * attn_params_get(ps, i)->numel);
         free(t);
     }
     return g;
@@ -100,7 +102,8 @@ static void parity_case(const attn_safetensors *st, int ci) {
     const double e32 = rel_err_ff(g32, gexact, P), e16 = rel_err_ff(g16, gemul, P), e16r = rel_err_ff(g16r, gemul, P);
     const double x16 = rel_err_ff(g16, gexact, P), d16 = rel_err_ff(g16, g32, P);
     const double le32 = fabs((double)l32 - lref[1]) / fabs(lref[1]), le16 = fabs((double)l16 - lref[0]) / fabs(lref[0]);
-    const double lx16 = fabs((double)l16 - lref[1]) / fabs(lref[1]), le16r = fabs((double)l16r - lref[0]) / fabs(lref[0]);
+    const double lx16 = fabs((double)l16 - lref[1]) / fabs(lref[1]),
+                 le16r = fabs((double)l16r - lref[0]) / fabs(lref[0]);
     printf("%s (B %lld, N %lld, %zu parameters, %s kernels):\n"
            "  gradients: fp32 vs exact %.3g | bf16 vs bf16-emulated %.3g (portable emulation %.3g) | "
            "bf16 vs exact %.3g | bf16 vs fp32 %.3g\n"
@@ -115,7 +118,8 @@ static void parity_case(const attn_safetensors *st, int ci) {
      * and the few operands (about one in 10^4-10^5) whose float32 value and the float64
      * reference's straddle a bf16 rounding boundary: one bf16 ulp (2^-8 relative) on that operand,
      * which reaches 1e-3 on the gradients at most over many seeds (most cases: ~1e-7) */
-    CHECK(e16 <= 5e-3 && e16r <= 5e-3, "%s: bf16 gradients vs emulated rel %.3g / portable %.3g > 5e-3", ctx, e16, e16r);
+    CHECK(e16 <= 5e-3 && e16r <= 5e-3, "%s: bf16 gradients vs emulated rel %.3g / portable %.3g > 5e-3", ctx, e16,
+          e16r);
     CHECK(le16 <= 1e-3 && le16r <= 1e-3, "%s: bf16 loss vs emulated rel %.3g / portable %.3g > 1e-3", ctx, le16, le16r);
     /* bf16 against exact: every operand carries up to 2^-9 relative rounding error; through two
      * layers (ReLU kinks moving, tied embeddings summing both uses) that is 5e-3 to 7e-2 on the
@@ -124,8 +128,10 @@ static void parity_case(const attn_safetensors *st, int ci) {
     CHECK(x16 <= 0.1, "%s: bf16 gradients vs exact rel %.3g > 0.1", ctx, x16);
     CHECK(x16 >= 20 * e32 && d16 >= 20 * e32, "%s: bf16 gradients within %.3g / %.3g of exact / fp32: not rounded?",
           ctx, x16, d16);
-    CHECK(x16 >= 2 * e16 && x16 >= 2 * e16r, "%s: bf16 gradients not closer to the emulated rounding (%.3g, %.3g) than "
-          "to exact (%.3g)", ctx, e16, e16r, x16);
+    CHECK(x16 >= 2 * e16 && x16 >= 2 * e16r,
+          "%s: bf16 gradients not closer to the emulated rounding (%.3g, %.3g) than "
+          "to exact (%.3g)",
+          ctx, e16, e16r, x16);
     if (e16 > worst_emul) worst_emul = e16;
     if (x16 / (e16 > 0 ? e16 : 1e-30) < best_gap) best_gap = x16 / (e16 > 0 ? e16 : 1e-30);
 
@@ -159,7 +165,8 @@ static void other_paths(void) {
     const int64_t V = 24, N = 20, B = 2;
     test_rng r = rng_seeded(29);
     int64_t tok[40], tgt[40];
-    for (int i = 0; i < B * N; i++) tok[i] = (int64_t)(rng_next(&r) % (uint64_t)V), tgt[i] = (int64_t)(rng_next(&r) % (uint64_t)V);
+    for (int i = 0; i < B * N; i++)
+        tok[i] = (int64_t)(rng_next(&r) % (uint64_t)V), tgt[i] = (int64_t)(rng_next(&r) % (uint64_t)V);
     for (int variant = 0; variant < 5; variant++) {
         static const char *names[] = {"rope", "window", "linear", "local_global", "dropout"};
         attn_gpt_config c = attn_gpt_config_default(V, N, 32, 2, 2);
@@ -206,7 +213,8 @@ static void other_paths(void) {
             l16b = step_grads(m16, tok, tgt, B, N, again);
         }
         const double e = rel_err_ff(g16, g32, P);
-        printf("bf16 %-12s gradients vs fp32 rel %.3g, loss %.6f vs %.6f\n", names[variant], e, (double)l16, (double)l32);
+        printf("bf16 %-12s gradients vs fp32 rel %.3g, loss %.6f vs %.6f\n", names[variant], e, (double)l16,
+               (double)l32);
         CHECK(e >= 1e-4 && e <= 0.1, "%s: bf16 gradients vs fp32 rel %.3g outside [1e-4, 0.1]", names[variant], e);
         CHECK(fabs((double)l16 - l32) <= 1e-2 * fabs((double)l32), "%s: loss %.6f vs fp32 %.6f", names[variant],
               (double)l16, (double)l32);
@@ -299,7 +307,8 @@ static void train(run *r, int64_t steps, int64_t B, int64_t N, int64_t V, float 
 
 static int params_equal(const attn_params *a, const attn_params *b) {
     for (size_t i = 0; i < attn_params_count(a); i++)
-        if (memcmp(attn_params_get(a, i)->data, attn_params_get(b, i)->data, sizeof(float) * attn_params_get(a, i)->numel))
+        if (memcmp(attn_params_get(a, i)->data, attn_params_get(b, i)->data,
+                   sizeof(float) * attn_params_get(a, i)->numel))
             return 0;
     return 1;
 }
@@ -327,8 +336,10 @@ static void checkpoint_resume(void) {
         char key[300];
         snprintf(key, sizeof key, "optimizer.exp_avg.%s", p->name);
         const attn_safetensors_tensor *o = attn_safetensors_find(f, key);
-        if (!t || !o || t->dtype != ATTN_DTYPE_F32 || o->dtype != ATTN_DTYPE_F32) f32 = 0;
-        else if (memcmp(t->data, p->data, sizeof(float) * p->numel)) exact = 0;
+        if (!t || !o || t->dtype != ATTN_DTYPE_F32 || o->dtype != ATTN_DTYPE_F32)
+            f32 = 0;
+        else if (memcmp(t->data, p->data, sizeof(float) * p->numel))
+            exact = 0;
         for (size_t e = 0; e < p->numel; e++) off_grid += attn_bf16_to_f32(attn_f32_to_bf16(p->data[e])) != p->data[e];
     }
     CHECK(f32, "checkpoint: a parameter or its exp_avg is missing or not F32");
@@ -342,7 +353,8 @@ static void checkpoint_resume(void) {
     const int same = params_equal(attn_gpt_params(full.m), attn_gpt_params(res.m));
     CHECK(same, "bf16: 3 steps + checkpoint + 3 steps differ from 6 steps straight");
     printf("checkpoint in bf16 training: F32 tensors equal to the master weights (%d of them off the bf16 grid); "
-           "resume %s\n", off_grid, same ? "bitwise" : "DIFFERS");
+           "resume %s\n",
+           off_grid, same ? "bitwise" : "DIFFERS");
     unlink(path);
     rmdir(dir);
     run_free(&full);
@@ -393,7 +405,8 @@ int main(void) {
         CHECK(cases > 0, "fixture without cases");
         for (int ci = 0; ci < cases; ci++) parity_case(st, ci);
         attn_safetensors_close(st);
-        printf("bf16 vs emulated rounding: worst rel err %.3g; exact is at least %.1fx farther\n", worst_emul, best_gap);
+        printf("bf16 vs emulated rounding: worst rel err %.3g; exact is at least %.1fx farther\n", worst_emul,
+               best_gap);
     }
     /* one thread for the training runs: results are the same for any count (checked above), and a
      * busy machine makes every OpenMP barrier of hundreds of tiny steps expensive */

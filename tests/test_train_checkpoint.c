@@ -149,7 +149,8 @@ static void test_resume(int sgd) {
     run a, b;
     run_create(&a, sgd, 1);
     for (int s = 0; s < 10; s++) losses[s] = run_step(&a);
-    CHECK(losses[9] < losses[0], "%s: the loss did not decrease (%g -> %g)", what, (double)losses[0], (double)losses[9]);
+    CHECK(losses[9] < losses[0], "%s: the loss did not decrease (%g -> %g)", what, (double)losses[0],
+          (double)losses[9]);
     const size_t n = snapshot(&a, NULL);
     float *want = xmalloc(n * 4), *got = xmalloc(n * 4);
     snapshot(&a, want);
@@ -179,7 +180,8 @@ static void test_resume(int sgd) {
     snapshot(&b, got);
     CHECK(!memcmp(losses, resumed, sizeof losses), "%s: losses after resuming differ from the uninterrupted run", what);
     CHECK(!memcmp(want, got, n * 4), "%s: parameters / moments after resuming differ from the uninterrupted run", what);
-    printf("  %s: 10 steps, loss %.5f -> %.5f; resumed at step 5: losses, parameters and moments bitwise equal (%zu floats)\n",
+    printf("  %s: 10 steps, loss %.5f -> %.5f; resumed at step 5: losses, parameters and moments bitwise equal (%zu "
+           "floats)\n",
            what, (double)losses[0], (double)losses[9], n);
     run_free(&a);
     run_free(&b);
@@ -284,18 +286,19 @@ static void test_damaged(void) {
     write_all(bad, c, len);
     CHECK(hit != NULL, "metadata value not found in the header");
     expect_rejected(&o, bad, ATTN_ERR_IO, "corrupted", "metadata value changed");
-    {   /* the fuzz harness's in-memory entry: the same checks, the checksum comparison optional */
+    { /* the fuzz harness's in-memory entry: the same checks, the checksum comparison optional */
         run p;
         run_create(&p, 0, 7);
         attn_train_state ms;
         memset(&ms, 0, sizeof ms);
-        CHECK_STATUS(attn_tr_checkpoint_load_memory(c, len, "mem", attn_mha_params(p.mha), p.opt, &ms, 1),
-                     ATTN_ERR_IO);
+        CHECK_STATUS(attn_tr_checkpoint_load_memory(c, len, "mem", attn_mha_params(p.mha), p.opt, &ms, 1), ATTN_ERR_IO);
         CHECK(strstr(attn_last_error(), "'mem' is corrupted"), "memory load: %s", attn_last_error());
         CHECK_OK(attn_tr_checkpoint_load_memory(c, len, "mem", attn_mha_params(p.mha), p.opt, &ms, 0));
         CHECK(ms.step == 3 && attn_optimizer_steps(p.opt) == 3, "memory load: step %lld", (long long)ms.step);
-        const attn_param *a = attn_params_get(attn_mha_params(p.mha), 0), *b = attn_params_get(attn_mha_params(r.mha), 0);
-        CHECK(!memcmp(a->data, b->data, a->numel * sizeof(float)), "memory load: %s differs from the saved run", a->name);
+        const attn_param *a = attn_params_get(attn_mha_params(p.mha), 0),
+                         *b = attn_params_get(attn_mha_params(r.mha), 0);
+        CHECK(!memcmp(a->data, b->data, a->numel * sizeof(float)), "memory load: %s differs from the saved run",
+              a->name);
         CHECK_STATUS(attn_tr_checkpoint_load_memory(c, len / 2, "mem", attn_mha_params(p.mha), p.opt, &ms, 0),
                      ATTN_ERR_ST_OFFSET_OUT_OF_BOUNDS);
         run_free(&p);
@@ -398,8 +401,10 @@ static void test_expected(void) {
     /* arguments */
     const char *k[1] = {"attn.mine"}, *v[1] = {"x"};
     CHECK_STATUS(attn_checkpoint_save(path, attn_mha_params(r.mha), r.opt, NULL, k, v, 1), ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_checkpoint_save(path, attn_mha_params(r.mha), r.opt, NULL, NULL, NULL, 1), ATTN_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(attn_checkpoint_save(NULL, attn_mha_params(r.mha), r.opt, NULL, NULL, NULL, 0), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_checkpoint_save(path, attn_mha_params(r.mha), r.opt, NULL, NULL, NULL, 1),
+                 ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_checkpoint_save(NULL, attn_mha_params(r.mha), r.opt, NULL, NULL, NULL, 0),
+                 ATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(attn_checkpoint_save(path, NULL, r.opt, NULL, NULL, NULL, 0), ATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(attn_checkpoint_load(NULL, attn_mha_params(r.mha), NULL, NULL, NULL), ATTN_ERR_INVALID_ARGUMENT);
     path_in(path, sizeof path, "nodir/x.safetensors");

@@ -66,8 +66,8 @@ int main(void) {
     if (!st) return test_summary("test_train_e2e");
     const int64_t B = meta_int(st, "B"), S = meta_int(st, "S"), T = meta_int(st, "T"), d = meta_int(st, "d_model"),
                   V = meta_int(st, "tgt_vocab"), steps = meta_int(st, "steps");
-    attn_seq2seq_config cfg = attn_seq2seq_config_default(meta_int(st, "src_vocab"), V, d, meta_int(st, "nhead"),
-                                                          meta_int(st, "layers"));
+    attn_seq2seq_config cfg =
+        attn_seq2seq_config_default(meta_int(st, "src_vocab"), V, d, meta_int(st, "nhead"), meta_int(st, "layers"));
     cfg.max_len = meta_int(st, "max_len");
     cfg.transformer.layer.dim_feedforward = meta_int(st, "ff");
     const char *act = attn_safetensors_metadata_find(st, "activation"); /* absent: relu */
@@ -142,10 +142,9 @@ int main(void) {
         CHECK_OK(attn_train_step(opt, lr, max_norm, 1, &gn));
         const double el = fabs((double)loss - ref_loss[s]) / fabs(ref_loss[s]);
         const double en = fabs(gn - ref_norm[s]) / ref_norm[s];
-        CHECK(el <= 1e-4, "step %lld: loss %.9g, PyTorch %.9g (rel err %.3g)", (long long)s, (double)loss,
-              ref_loss[s], el);
-        CHECK(en <= 1e-2, "step %lld: grad norm %.9g, PyTorch %.9g (rel err %.3g)", (long long)s, gn, ref_norm[s],
-              en);
+        CHECK(el <= 1e-4, "step %lld: loss %.9g, PyTorch %.9g (rel err %.3g)", (long long)s, (double)loss, ref_loss[s],
+              el);
+        CHECK(en <= 1e-2, "step %lld: grad norm %.9g, PyTorch %.9g (rel err %.3g)", (long long)s, gn, ref_norm[s], en);
         if (el > worst_loss) worst_loss = el;
         if (en > worst_norm) worst_norm = en;
         printf("  step %2lld  lr %.5f  loss %.7f (PyTorch %.7f, rel err %.1e)  |g| %.5f (rel err %.1e)%s\n",
@@ -200,9 +199,17 @@ int main(void) {
 
     for (size_t i = 0; i < np; i++) free(init[i]);
     free(init);
-    free(saved); free(ws); free(logits);
-    free(src); free(tgt_in); free(tgt_out); free(skpm); free(tkpm);
-    free(ref_loss); free(ref_lr); free(ref_norm);
+    free(saved);
+    free(ws);
+    free(logits);
+    free(src);
+    free(tgt_in);
+    free(tgt_out);
+    free(skpm);
+    free(tkpm);
+    free(ref_loss);
+    free(ref_lr);
+    free(ref_norm);
     attn_optimizer_free(opt);
     attn_seq2seq_free(m);
     attn_safetensors_close(st);

@@ -41,8 +41,8 @@ static double ce_row64(const double *x, int64_t c, int64_t t, double eps, double
 }
 
 /* Per-row losses (0 for ignored rows) and the count of rows not ignored. */
-static int64_t ce_rows64(const double *x, const int64_t *t, int64_t n, int64_t c, int64_t ign, double eps,
-                         double *loss, double *grad) {
+static int64_t ce_rows64(const double *x, const int64_t *t, int64_t n, int64_t c, int64_t ign, double eps, double *loss,
+                         double *grad) {
     int64_t count = 0;
     for (int64_t i = 0; i < n; i++) {
         if (t[i] == ign) {
@@ -64,9 +64,9 @@ static double ce_objective64(const double *x, const int64_t *t, int64_t n, int64
     const int64_t count = ce_rows64(x, t, n, c, ign, eps, loss, grad);
     double L = 0;
     for (int64_t i = 0; i < n; i++) {
-        const double w = red == ATTN_REDUCTION_NONE ? dloss[i]
+        const double w = red == ATTN_REDUCTION_NONE  ? dloss[i]
                          : red == ATTN_REDUCTION_SUM ? dloss[0]
-                         : (count ? dloss[0] / (double)count : 0.0);
+                                                     : (count ? dloss[0] / (double)count : 0.0);
         L += w * loss[i];
         if (grad)
             for (int64_t j = 0; j < c; j++) grad[i * c + j] *= w;
@@ -180,9 +180,9 @@ static void test_ce_reference(void) {
     for (int ri = 0; ri < 3; ri++)
         for (int ei = 0; ei < 3; ei++) {
             ce_case(&r, 5, 7, 2.0, -100, epss[ei], reds[ri], 0.3, 1);
-            ce_case(&r, 4, 1, 2.0, -100, epss[ei], reds[ri], 0.0, 1);   /* one class */
-            ce_case(&r, 6, 9, 2.0, 3, epss[ei], reds[ri], 0.3, 1);       /* ignore a valid class */
-            ce_case(&r, 3, 5, 30.0, -100, epss[ei], reds[ri], 0.0, 1);   /* peaked rows */
+            ce_case(&r, 4, 1, 2.0, -100, epss[ei], reds[ri], 0.0, 1);     /* one class */
+            ce_case(&r, 6, 9, 2.0, 3, epss[ei], reds[ri], 0.3, 1);        /* ignore a valid class */
+            ce_case(&r, 3, 5, 30.0, -100, epss[ei], reds[ri], 0.0, 1);    /* peaked rows */
             ce_case(&r, 300, 131, 3.0, -100, epss[ei], reds[ri], 0.1, 0); /* threaded path */
         }
     /* every row ignored; no rows at all */
@@ -243,7 +243,9 @@ static void test_mse_reference(void) {
                 const double d = (double)a[i] - b[i];
                 ld[i] = d * d;
                 tot += d * d;
-                const double g = red == ATTN_REDUCTION_NONE ? dl[i] : red == ATTN_REDUCTION_SUM ? dl[0] : dl[0] / (double)n;
+                const double g = red == ATTN_REDUCTION_NONE  ? dl[i]
+                                 : red == ATTN_REDUCTION_SUM ? dl[0]
+                                                             : dl[0] / (double)n;
                 dad[i] = 2 * d * g;
                 dbd[i] = -2 * d * g;
             }
@@ -259,7 +261,9 @@ static void test_mse_reference(void) {
             if (n <= 37) {
                 double maxe = 0;
                 for (int64_t i = 0; i < n; i++) {
-                    const double g = red == ATTN_REDUCTION_NONE ? dl[i] : red == ATTN_REDUCTION_SUM ? dl[0] : dl[0] / (double)n;
+                    const double g = red == ATTN_REDUCTION_NONE  ? dl[i]
+                                     : red == ATTN_REDUCTION_SUM ? dl[0]
+                                                                 : dl[0] / (double)n;
                     const double h = fd_step(a[i]), d = (double)a[i] - b[i];
                     const double fa = g * (((d + h) * (d + h)) - ((d - h) * (d - h))) / (2 * h);
                     const double fb = g * (((d - h) * (d - h)) - ((d + h) * (d + h))) / (2 * h);
@@ -329,7 +333,8 @@ static void test_errors(void) {
     int64_t t[3] = {0, 7, 1};
     attn_cross_entropy_config cfg = attn_cross_entropy_config_default();
     CHECK_STATUS(attn_cross_entropy_forward(x, t, 3, 4, &cfg, l, NULL), ATTN_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(attn_last_error(), "targets[1] = 7") != NULL && strstr(attn_last_error(), "attn_cross_entropy_forward"),
+    CHECK(strstr(attn_last_error(), "targets[1] = 7") != NULL &&
+              strstr(attn_last_error(), "attn_cross_entropy_forward"),
           "message should name the function and targets[1] = 7: '%s'", attn_last_error());
     t[1] = -3;
     CHECK_STATUS(attn_cross_entropy_backward(x, t, 3, 4, &cfg, NULL, d), ATTN_ERR_INVALID_ARGUMENT);

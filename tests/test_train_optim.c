@@ -166,7 +166,8 @@ static void test_fixture(void) {
                         CHECK_OK(attn_optimizer_step(o, lr[k]));
                     }
                 }
-                CHECK(attn_optimizer_steps(o) == steps, "%s: %lld steps counted", c, (long long)attn_optimizer_steps(o));
+                CHECK(attn_optimizer_steps(o) == steps, "%s: %lld steps counted", c,
+                      (long long)attn_optimizer_steps(o));
                 flat_get_data(&fl, got);
                 double e = rel_err_fd(got, final, P);
                 note(&worst_param, e);
@@ -243,7 +244,8 @@ static void test_fixture(void) {
     free(want);
     free(tlr);
     printf("  fixture (%d optimizer cases, 10 steps): worst parameter %.2e, state %.2e, gradient norm %.2e; "
-           "schedule %.2e\n", ncases, worst_param, worst_state, worst_norm, worst);
+           "schedule %.2e\n",
+           ncases, worst_param, worst_state, worst_norm, worst);
     attn_mha_free(mha);
     attn_safetensors_close(st);
 }
@@ -439,9 +441,10 @@ static void test_weight_decay_per_param(void) {
         const float a = p0->data[3], b = p1->data[3];
         CHECK_OK(attn_optimizer_step(o, 0.1));
         /* zero gradients: AdamW's update is 0, only the decay acts */
-        CHECK(p0->data[3] == (float)((double)a * (1 - 0.1 * 0.5)), "decayed parameter: %.9g from %.9g", (double)p0->data[3],
-              (double)a);
-        CHECK(p1->data[3] == b, "parameter with weight decay 0 changed: %.9g from %.9g", (double)p1->data[3], (double)b);
+        CHECK(p0->data[3] == (float)((double)a * (1 - 0.1 * 0.5)), "decayed parameter: %.9g from %.9g",
+              (double)p0->data[3], (double)a);
+        CHECK(p1->data[3] == b, "parameter with weight decay 0 changed: %.9g from %.9g", (double)p1->data[3],
+              (double)b);
         CHECK_STATUS(attn_optimizer_set_weight_decay(o, 99, 0.0), ATTN_ERR_INVALID_ARGUMENT);
         CHECK_STATUS(attn_optimizer_set_weight_decay(o, 0, -1.0), ATTN_ERR_INVALID_ARGUMENT);
         float *s = NULL;
@@ -561,7 +564,7 @@ static void test_adamw_isas(void) {
         for (int variant = 0; variant < 8; variant++) {
             const int amsgrad = variant & 1, maximize = (variant >> 1) & 1, late = variant >> 2;
             const double lr = 1e-3, wd = 0.01, b1 = 0.9, b2 = 0.999, t = late ? 7 : 1, eps = late ? 0.0 : 1e-8;
-            const attn_adamw_coef c = {maximize ? -1.0 : 1.0, 1.0 - lr * wd, b1, 1.0 - b1, b2, 1.0 - b2,
+            const attn_adamw_coef c = {maximize ? -1.0 : 1.0,   1.0 - lr * wd,          b1, 1.0 - b1, b2, 1.0 - b2,
                                        lr / (1.0 - pow(b1, t)), sqrt(1.0 - pow(b2, t)), eps};
             memcpy(ref, in, sizeof(float) * (size_t)n);
             memcpy(ref + n, in + 2 * n, sizeof(float) * 3 * (size_t)n);
@@ -569,8 +572,10 @@ static void test_adamw_isas(void) {
             for (int isa = ATTN_ISA_REF + 1; isa <= (int)attn_detected_isa(); isa++) {
                 memcpy(got, in, sizeof(float) * (size_t)n);
                 memcpy(got + n, in + 2 * n, sizeof(float) * 3 * (size_t)n);
-                attn_kernel_ctx_for((attn_isa)isa)->ops->adamw(got, in + n, got + n, got + 2 * n, amsgrad ? got + 3 * n : NULL, n, &c);
-                CHECK(same_bits_or_nan(got, ref, 4 * n), "adamw [%s] n=%lld amsgrad %d maximize %d t %g: not the reference's bits",
+                attn_kernel_ctx_for((attn_isa)isa)
+                    ->ops->adamw(got, in + n, got + n, got + 2 * n, amsgrad ? got + 3 * n : NULL, n, &c);
+                CHECK(same_bits_or_nan(got, ref, 4 * n),
+                      "adamw [%s] n=%lld amsgrad %d maximize %d t %g: not the reference's bits",
                       attn_isa_name((attn_isa)isa), (long long)n, amsgrad, maximize, t);
                 compared++;
             }
@@ -579,8 +584,10 @@ static void test_adamw_isas(void) {
         free(ref);
         free(got);
     }
-    if (!compared) printf("  adamw kernels: only the portable one runs on this CPU (nothing to compare)\n");
-    else printf("  adamw kernels: %d ISA runs bitwise equal to the portable kernel\n", compared);
+    if (!compared)
+        printf("  adamw kernels: only the portable one runs on this CPU (nothing to compare)\n");
+    else
+        printf("  adamw kernels: %d ISA runs bitwise equal to the portable kernel\n", compared);
 }
 
 int main(void) {

@@ -69,15 +69,17 @@ static void check_key_runs(void) {
         int64_t l2, d, dv;
         int bytes;
         int64_t want;
-    } rc[] = {{1 * M_, 64, 64, 4, 32},    {1 * M_, 128, 128, 4, 16},  {1 * M_, 128, 128, 2, 32}, {2 * M_, 64, 64, 4, 64},
-              {2 * M_, 128, 128, 4, 32},  {256 * K_, 64, 64, 4, 8},   {256 * K_, 128, 128, 4, 4}, {256 * K_, 100, 28, 4, 8},
-              {256 * K_, 4096, 4096, 4, 1}, {4096, 64, 64, 4, 1}};
+    } rc[] = {{1 * M_, 64, 64, 4, 32},    {1 * M_, 128, 128, 4, 16}, {1 * M_, 128, 128, 2, 32},
+              {2 * M_, 64, 64, 4, 64},    {2 * M_, 128, 128, 4, 32}, {256 * K_, 64, 64, 4, 8},
+              {256 * K_, 128, 128, 4, 4}, {256 * K_, 100, 28, 4, 8}, {256 * K_, 4096, 4096, 4, 1},
+              {4096, 64, 64, 4, 1}};
     for (size_t i = 0; i < sizeof rc / sizeof rc[0]; i++) {
         const int64_t got = attn_flash_key_run_blocks(rc[i].d, rc[i].dv, rc[i].bytes, rc[i].l2);
         CHECK(got == rc[i].want, "key run for L2 %lld, d %lld, dv %lld, %d-byte K/V: %lld blocks, want %lld",
               (long long)rc[i].l2, (long long)rc[i].d, (long long)rc[i].dv, rc[i].bytes, (long long)got,
               (long long)rc[i].want);
-        CHECK(got == 1 || got * ATTN_FLASH_BC * (rc[i].d + rc[i].dv) * rc[i].bytes <= rc[i].l2, "key run outgrows the L2");
+        CHECK(got == 1 || got * ATTN_FLASH_BC * (rc[i].d + rc[i].dv) * rc[i].bytes <= rc[i].l2,
+              "key run outgrows the L2");
     }
 }
 
@@ -88,7 +90,8 @@ static void check_parse(void) {
               c.l3 == 32 * (int64_t)M_ && !strcmp(c.l2_src, "ATTN_CACHE"),
           "full ATTN_CACHE parsed to %lld %lld %lld", (long long)c.l1d, (long long)c.l2, (long long)c.l3);
     attn_cache_sizes d = {1, 2, 3, "x", "x", "x"};
-    CHECK(attn_cache_parse("l2=1310720", &d, &why) && d.l1d == 1 && d.l2 == 1310720 && d.l3 == 3 && !strcmp(d.l1d_src, "x"),
+    CHECK(attn_cache_parse("l2=1310720", &d, &why) && d.l1d == 1 && d.l2 == 1310720 && d.l3 == 3 &&
+              !strcmp(d.l1d_src, "x"),
           "a partial ATTN_CACHE changes only what it names");
     static const char *bad[] = {"", "l1=", "l4=1M", "l1=48Q", "l1=1K", "l2=1M,", "l2=1M;l3=2M", "l1=-32K", "l3=99G"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -154,8 +157,9 @@ static void check_sgemm(test_rng *rng) {
             CHECK(err < 1e-6, "sgemm %lldx%lldx%lld [%s]: rel err %.3g", (long long)m, (long long)n, (long long)k,
                   attn_isa_name((attn_isa)isa), err);
             for (int t = 1; t < 3; t++)
-                CHECK(!memcmp(c[t], c[0], sizeof(float) * (size_t)(m * n)), "sgemm %lldx%lldx%lld [%s]: %d threads differ",
-                      (long long)m, (long long)n, (long long)k, attn_isa_name((attn_isa)isa), t + 1);
+                CHECK(!memcmp(c[t], c[0], sizeof(float) * (size_t)(m * n)),
+                      "sgemm %lldx%lldx%lld [%s]: %d threads differ", (long long)m, (long long)n, (long long)k,
+                      attn_isa_name((attn_isa)isa), t + 1);
             for (int t = 0; t < 3; t++) free(c[t]);
             free(a);
             free(b);
@@ -193,7 +197,8 @@ static void check_flash(test_rng *rng) {
             }
             for (int64_t x = 0; x < d; x++) r[x] /= l;
         }
-    attn_tensor tq = attn_tensor_4d(q, 1, H, N, d), tk = attn_tensor_4d(k, 1, H, N, d), tv = attn_tensor_4d(v, 1, H, N, d);
+    attn_tensor tq = attn_tensor_4d(q, 1, H, N, d), tk = attn_tensor_4d(k, 1, H, N, d),
+                tv = attn_tensor_4d(v, 1, H, N, d);
     attn_tensor to = attn_tensor_4d(o, 1, H, N, d);
     attn_sdpa_params p = attn_sdpa_params_default();
     p.causal = ATTN_CAUSAL_TOP_LEFT;

@@ -13,32 +13,32 @@
 
 static int test_passed, test_failed;
 
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (cond) {                                                                            \
-            test_passed++;                                                                     \
-        } else {                                                                               \
-            test_failed++;                                                                     \
-            fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__);                              \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (cond) {                                                                                                    \
+            test_passed++;                                                                                             \
+        } else {                                                                                                       \
+            test_failed++;                                                                                             \
+            fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__);                                                      \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fputc('\n', stderr);                                                                                       \
+        }                                                                                                              \
     } while (0)
 
 /* Check a status: prints the library's message on failure. */
-#define CHECK_OK(expr)                                                                         \
-    do {                                                                                       \
-        attn_status st_ = (expr);                                                              \
-        CHECK(st_ == ATTN_OK, "%s -> %s: %s", #expr, attn_status_str(st_), attn_last_error()); \
+#define CHECK_OK(expr)                                                                                                 \
+    do {                                                                                                               \
+        attn_status st_ = (expr);                                                                                      \
+        CHECK(st_ == ATTN_OK, "%s -> %s: %s", #expr, attn_status_str(st_), attn_last_error());                         \
     } while (0)
 
 /* Expect a specific error status and a non-empty message. */
-#define CHECK_STATUS(expr, want)                                                               \
-    do {                                                                                       \
-        attn_clear_error();                                                                    \
-        attn_status st_ = (expr);                                                              \
-        CHECK(st_ == (want) && attn_last_error()[0] != '\0', "%s -> %s (want %s), msg '%s'",   \
-              #expr, attn_status_str(st_), attn_status_str(want), attn_last_error());           \
+#define CHECK_STATUS(expr, want)                                                                                       \
+    do {                                                                                                               \
+        attn_clear_error();                                                                                            \
+        attn_status st_ = (expr);                                                                                      \
+        CHECK(st_ == (want) && attn_last_error()[0] != '\0', "%s -> %s (want %s), msg '%s'", #expr,                    \
+              attn_status_str(st_), attn_status_str(want), attn_last_error());                                         \
     } while (0)
 
 static inline int test_summary(const char *name) {
@@ -94,7 +94,9 @@ static inline double dir_dot(const float *dir, const float *g, size_t n, double 
 }
 
 /* splitmix64-based generator: seeded per test so failures reproduce; the seed is printed. */
-typedef struct { uint64_t s; } test_rng;
+typedef struct {
+    uint64_t s;
+} test_rng;
 static inline uint64_t rng_next(test_rng *r) {
     uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

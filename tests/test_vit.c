@@ -14,7 +14,6 @@
 
 static double max_out_err, max_grad_err;
 
-
 static void cmp(const char *ctx, const char *what, const float *got, const float *ref, size_t n, double tol,
                 double *worst) {
     double e = rel_err_ff(got, ref, n);
@@ -150,9 +149,9 @@ static void test_names(void) {
     CHECK_OK(attn_vit_create(&c, &v));
     if (!v) return;
     const attn_name_map *maps[2] = {attn_vit_torchvision_names(), attn_vit_timm_names()};
-    static const char *want[2][4] = {
-        {"encoder.layers.encoder_layer_1.mlp.3.weight", "encoder.pos_embedding", "heads.head.bias", "encoder.ln.weight"},
-        {"blocks.1.mlp.fc2.weight", "pos_embed", "head.bias", "norm.weight"}};
+    static const char *want[2][4] = {{"encoder.layers.encoder_layer_1.mlp.3.weight", "encoder.pos_embedding",
+                                      "heads.head.bias", "encoder.ln.weight"},
+                                     {"blocks.1.mlp.fc2.weight", "pos_embed", "head.bias", "norm.weight"}};
     static const char *ours[4] = {"layers.1.linear2.weight", "pos_embedding", "head.bias", "norm.weight"};
     for (int m = 0; m < 2; m++) {
         char buf[128], back[128];
@@ -223,7 +222,8 @@ static void test_train_and_errors(void) {
     CHECK_OK(attn_vit_forward(v, &a, y2, saved, sb, ws, wb));
     CHECK_OK(attn_vit_backward(v, &a, dy, dx2, saved, sb, ws, wb));
     attn_set_num_threads(th);
-    CHECK(!memcmp(y1, y2, sizeof y1) && !memcmp(dx1, dx2, sizeof dx1), "dropout forward/backward bitwise across threads");
+    CHECK(!memcmp(y1, y2, sizeof y1) && !memcmp(dx1, dx2, sizeof dx1),
+          "dropout forward/backward bitwise across threads");
     a.training = 0;
     CHECK_OK(attn_vit_forward(v, &a, y2, NULL, 0, ws, wb));
     CHECK(memcmp(y1, y2, sizeof y1) != 0, "dropout changes the training forward");

@@ -19,7 +19,6 @@
 #include "test_util.h"
 #include "test_vit_fixture.h"
 
-
 static size_t nimg(const attn_vit_config *c, int64_t B) {
     return (size_t)(B * c->in_channels * c->image_h * c->image_w);
 }
@@ -70,8 +69,10 @@ static void parity_case(const attn_safetensors *st, int ci, const attn_name_map 
     for (size_t i = 0, off = 0; have && i < attn_params_count(ps); off += attn_params_get(ps, i)->numel, i++) {
         size_t n = 0;
         float *g = vit_case_grad(st, map, ci, attn_params_get(ps, i)->name, &n);
-        if (!g || n != attn_params_get(ps, i)->numel) have = 0;
-        else memcpy(gref + off, g, sizeof(float) * n);
+        if (!g || n != attn_params_get(ps, i)->numel)
+            have = 0;
+        else
+            memcpy(gref + off, g, sizeof(float) * n);
         free(g);
     }
     CHECK(have, "%s: fixture tensors missing or mis-sized", ctx);
@@ -135,7 +136,8 @@ static attn_vit *random_vit(int distilled, attn_precision prec, uint64_t seed) {
 static void fresh_model(test_rng *rng, int distilled) {
     const int64_t B = 3, K = 5;
     const uint64_t seed = rng_next(rng);
-    attn_vit *m32 = random_vit(distilled, ATTN_PRECISION_FP32, seed), *m16 = random_vit(distilled, ATTN_PRECISION_BF16, seed);
+    attn_vit *m32 = random_vit(distilled, ATTN_PRECISION_FP32, seed),
+             *m16 = random_vit(distilled, ATTN_PRECISION_BF16, seed);
     const attn_vit_config *c = attn_vit_get_config(m16);
     const size_t P = attn_params_numel(attn_vit_params(m16)), NI = nimg(c, B), n = (size_t)(B * K);
     float *x = xmalloc(sizeof(float) * NI), *dy = xmalloc(sizeof(float) * n);
@@ -198,9 +200,8 @@ static void fresh_model(test_rng *rng, int distilled) {
      * that run is held to bf16's accuracy above. */
     CHECK(!memcmp(y[4], y[base], sizeof(float) * n) && !memcmp(dx[4], dx[base], sizeof(float) * NI) &&
               !memcmp(g[4], g[base], sizeof(float) * P),
-          "fresh ViT: bf16 on %s with the bf16 products portable differs (rel %.3g / %.3g / %.3g)",
-          attn_isa_name(isa), rel_err_ff(y[4], y[base], n), rel_err_ff(dx[4], dx[base], NI),
-          rel_err_ff(g[4], g[base], P));
+          "fresh ViT: bf16 on %s with the bf16 products portable differs (rel %.3g / %.3g / %.3g)", attn_isa_name(isa),
+          rel_err_ff(y[4], y[base], n), rel_err_ff(dx[4], dx[base], NI), rel_err_ff(g[4], g[base], P));
     /* the bf16 call restored the thread's precision: fp32 is bit for bit what it was */
     CHECK(!memcmp(y[3], y[0], sizeof(float) * n) && !memcmp(dx[3], dx[0], sizeof(float) * NI) &&
               !memcmp(g[3], g[0], sizeof(float) * P),
@@ -271,15 +272,18 @@ static void checkpoint_f32(test_rng *rng) {
     for (size_t i = 0; f && i < attn_params_count(ps); i++) {
         const attn_param *p = attn_params_get(ps, i);
         const attn_safetensors_tensor *t = attn_safetensors_find(f, p->name);
-        if (!t || t->dtype != ATTN_DTYPE_F32) f32 = 0;
-        else if (memcmp(t->data, p->data, sizeof(float) * p->numel)) exact = 0;
+        if (!t || t->dtype != ATTN_DTYPE_F32)
+            f32 = 0;
+        else if (memcmp(t->data, p->data, sizeof(float) * p->numel))
+            exact = 0;
         for (size_t e = 0; e < p->numel; e++) off_grid += attn_bf16_to_f32(attn_f32_to_bf16(p->data[e])) != p->data[e];
     }
     CHECK(f && f32, "checkpoint after bf16 steps: a parameter is missing or not F32");
     CHECK(exact, "checkpoint after bf16 steps: stored parameters differ from the master weights");
     CHECK(off_grid > 0, "bf16 ViT training left only bf16-representable weights (master weights rounded?)");
     printf("checkpoint after 3 bf16 AdamW steps: F32 tensors equal to the master weights (%d values off the bf16 "
-           "grid)\n", off_grid);
+           "grid)\n",
+           off_grid);
     attn_safetensors_close(f);
     unlink(path);
     rmdir(dir);

@@ -188,8 +188,14 @@ static void test_random(void) {
     CHECK_STATUS(attn_viz_rollout(with_null, 2, B, H, N, out), ATTN_ERR_INVALID_ARGUMENT);
     w[1][5] = NAN;
     CHECK_STATUS(attn_viz_rollout((const float *const *)w, L, B, H, N, out), ATTN_ERR_NUMERIC);
-    attn_capture_record r = {.module = "layers.0.self_attn", .batch = 1, .heads = 1, .rows = 2, .nk = 3,
-                             .num_heads = 1, .nq = 2, .weights = w[0]};
+    attn_capture_record r = {.module = "layers.0.self_attn",
+                             .batch = 1,
+                             .heads = 1,
+                             .rows = 2,
+                             .nk = 3,
+                             .num_heads = 1,
+                             .nq = 2,
+                             .weights = w[0]};
     CHECK_STATUS(attn_viz_rollout_records(&r, 1, out), ATTN_ERR_SHAPE); /* not square */
     CHECK(strstr(attn_last_error(), "layers.0.self_attn") != NULL, "names the module: %s", attn_last_error());
     CHECK_STATUS(attn_viz_rollout_records(&r, 0, out), ATTN_ERR_SHAPE);

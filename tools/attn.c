@@ -77,6 +77,13 @@ static void usage(FILE *f) {
     fprintf(f, "\n`attn <command> --help` describes each command.\n");
 }
 
+/* Is name a row of the ISA registry (whether or not this CPU runs it)? */
+static int isa_known(const char *name) {
+    for (int i = 0; i < ATTN_ISA_COUNT; i++)
+        if (!strcmp(name, attn_isa_name((attn_isa)i))) return 1;
+    return 0;
+}
+
 /* A bad ATTN_ISA, ATTN_NUM_THREADS or ATTN_CACHE is not silently ignored: one line on stderr,
  * then the command runs with what the library does instead. */
 static void env_warnings(void) {
@@ -85,10 +92,19 @@ static void env_warnings(void) {
         fprintf(stderr, "attn: warning: ATTN_CACHE='%.60s': %s: ignored (the detected cache sizes apply)\n", cache,
                 problem);
     const char *isa = getenv("ATTN_ISA");
-    if (isa && strcmp(isa, "ref") && strcmp(isa, "avx2") && strcmp(isa, "avx512"))
-        fprintf(stderr, "attn: warning: ATTN_ISA='%.40s' is not ref, avx2 or avx512: ignored (kernels: %s)\n", isa,
+    if (isa && !isa_known(isa)) {
+        char names[128] = "";
+        for (int i = 0; i < ATTN_ISA_COUNT; i++) { /* the registry's rows, as "ref, avx2 or avx512" */
+            const size_t len = strlen(names);
+            snprintf(names + len, sizeof names - len, "%s%s",
+                     i == 0                   ? ""
+                     : i + 1 < ATTN_ISA_COUNT ? ", "
+                                              : " or ",
+                     attn_isa_name((attn_isa)i));
+        }
+        fprintf(stderr, "attn: warning: ATTN_ISA='%.40s' is not %s: ignored (kernels: %s)\n", isa, names,
                 attn_isa_name(attn_active_isa()));
-    else if (isa && strcmp(attn_isa_name(attn_active_isa()), isa))
+    } else if (isa && strcmp(attn_isa_name(attn_active_isa()), isa))
         fprintf(stderr, "attn: warning: ATTN_ISA=%s: this CPU cannot run it (kernels: %s)\n", isa,
                 attn_isa_name(attn_active_isa()));
     const char *nt = getenv("ATTN_NUM_THREADS");

@@ -56,10 +56,10 @@ static void run_forward(void *c_) {
 }
 static void run_backward(void *c_) {
     att_ctx *c = c_;
-    attn_status st = c->flash ? attn_flash_backward(&c->q, &c->k, &c->v, &c->p, &c->o, &c->go, &c->lse, &c->dq,
-                                                    &c->dk, &c->dv, c->ws, c->ws_bytes)
-                              : attn_sdpa_backward(&c->q, &c->k, &c->v, &c->p, &c->go, &c->dq, &c->dk, &c->dv,
-                                                   c->ws, c->ws_bytes);
+    attn_status st =
+        c->flash ? attn_flash_backward(&c->q, &c->k, &c->v, &c->p, &c->o, &c->go, &c->lse, &c->dq, &c->dk, &c->dv,
+                                       c->ws, c->ws_bytes)
+                 : attn_sdpa_backward(&c->q, &c->k, &c->v, &c->p, &c->go, &c->dq, &c->dk, &c->dv, c->ws, c->ws_bytes);
     if (st) c->st = st;
 }
 
@@ -73,8 +73,7 @@ static void fill(float *x, size_t n, uint64_t seed) {
 int bench_attention_cmd(int argc, char **argv) {
     bench_opts o;
     bench_opts_init(&o);
-    int64_t bs[BENCH_MAX_LIST] = {1}, hs[BENCH_MAX_LIST] = {8}, ns[BENCH_MAX_LIST] = {1024},
-            ds[BENCH_MAX_LIST] = {64};
+    int64_t bs[BENCH_MAX_LIST] = {1}, hs[BENCH_MAX_LIST] = {8}, ns[BENCH_MAX_LIST] = {1024}, ds[BENCH_MAX_LIST] = {64};
     int nb = 1, nh = 1, nn = 1, nd = 1, causal = 0, backward = 0;
     int64_t window = -1;
     int use[sizeof impls / sizeof impls[0]] = {0, 1};
@@ -126,8 +125,9 @@ int bench_attention_cmd(int argc, char **argv) {
                             const size_t n = (size_t)B * H * N * D;
                             bench_set_threads(o.threads[it]);
                             float *buf = malloc(sizeof(float) * (n * 8 + (size_t)(B * H * N)));
-                            if (!buf) return cli_fail("bench attention: out of memory for B=%lld H=%lld N=%lld d=%lld",
-                                                      (long long)B, (long long)H, (long long)N, (long long)D);
+                            if (!buf)
+                                return cli_fail("bench attention: out of memory for B=%lld H=%lld N=%lld d=%lld",
+                                                (long long)B, (long long)H, (long long)N, (long long)D);
                             fill(buf, n * 8, 42);
                             att_ctx c;
                             memset(&c, 0, sizeof c);
@@ -178,7 +178,8 @@ int bench_attention_cmd(int argc, char **argv) {
                                     }
                                     attn_convert(buf, ATTN_TYPE_F32, h, ATTN_TYPE_BF16, n * 5);
                                     attn_tensor *tv[5] = {&cc.q, &cc.k, &cc.v, &cc.o, &cc.go};
-                                    for (int t = 0; t < 5; t++) *tv[t] = attn_tensor_4d_typed(h + n * t, ATTN_TYPE_BF16, B, H, N, D);
+                                    for (int t = 0; t < 5; t++)
+                                        *tv[t] = attn_tensor_4d_typed(h + n * t, ATTN_TYPE_BF16, B, H, N, D);
                                 }
                                 for (int pass = 0; pass < 1 + backward; pass++) {
                                     if (pass) run_forward(&cc); /* the backward reads the forward's out and lse */
@@ -194,7 +195,8 @@ int bench_attention_cmd(int argc, char **argv) {
                                     r.bf16 = dt;
                                     static const char *variants[2][2][2] = {
                                         {{"forward", "forward causal"}, {"forward window", "forward causal window"}},
-                                        {{"backward", "backward causal"}, {"backward window", "backward causal window"}}};
+                                        {{"backward", "backward causal"},
+                                         {"backward window", "backward causal window"}}};
                                     r.variant = variants[pass][window >= 0][causal];
                                     bench_result_dim(&r, "b", B);
                                     bench_result_dim(&r, "h", H);

@@ -108,8 +108,8 @@ static void shape_text(const bench_result *r, char *buf, size_t len) {
     size_t used = 0;
     buf[0] = '\0';
     for (int d = 0; d < r->ndims && used < len; d++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%s=%lld", d ? " " : "",
-                                 r->dim_names[d], (long long)r->dims[d]);
+        used +=
+            (size_t)snprintf(buf + used, len - used, "%s%s=%lld", d ? " " : "", r->dim_names[d], (long long)r->dims[d]);
 }
 
 /* JSON string (the names used here are plain identifiers, but stay correct for anything). */
@@ -136,8 +136,8 @@ static void json_num(FILE *f, const char *fmt, double v) {
 
 void bench_print_header(FILE *f, int json) {
     if (json) return;
-    fprintf(f, "%-26s %-9s %-30s %7s %11s %10s %7s %7s\n", "op", "impl", "shape", "threads", "ms",
-            "GFLOP/s", "peak", "ratio");
+    fprintf(f, "%-26s %-9s %-30s %7s %11s %10s %7s %7s\n", "op", "impl", "shape", "threads", "ms", "GFLOP/s", "peak",
+            "ratio");
     fflush(f);
 }
 
@@ -183,8 +183,8 @@ void bench_print(FILE *f, const bench_result *r, int json) {
             snprintf(ratio, sizeof ratio, "%.3f", r->ratio);
         else
             snprintf(ratio, sizeof ratio, "-");
-        fprintf(f, "%-26s %-9s %-30s %7d %11.5g %10.2f %6.1f%% %7s\n", op, r->impl, shape,
-                r->threads, r->ms, r->gflops, 100.0 * r->peak_fraction, ratio);
+        fprintf(f, "%-26s %-9s %-30s %7d %11.5g %10.2f %6.1f%% %7s\n", op, r->impl, shape, r->threads, r->ms, r->gflops,
+                100.0 * r->peak_fraction, ratio);
     }
     fflush(f);
 }
@@ -332,8 +332,10 @@ int bench_parse_dtypes(const char *cmd, const char *list, int *f32, int *bf16) {
     char buf[128];
     snprintf(buf, sizeof buf, "%s", list);
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (!strcmp(tok, "f32")) *f32 = 1;
-        else if (!strcmp(tok, "bf16")) *bf16 = 1;
+        if (!strcmp(tok, "f32"))
+            *f32 = 1;
+        else if (!strcmp(tok, "bf16"))
+            *bf16 = 1;
         else {
             return cli_usage_error("%s: unknown --dtype '%s' (available: f32, bf16)", cmd, tok);
         }

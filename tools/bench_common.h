@@ -34,8 +34,8 @@ typedef void (*bench_fn)(void *ctx);
 typedef struct bench_timing {
     double median_ms; /* per call: the median over the samples */
     double min_ms, max_ms;
-    int repeats;      /* samples taken */
-    int64_t iters;    /* calls per sample */
+    int repeats;   /* samples taken */
+    int64_t iters; /* calls per sample */
 } bench_timing;
 
 #define BENCH_MIN_REPEATS 5
@@ -65,8 +65,8 @@ void bench_opts_init(bench_opts *o);
 
 /* The table entries (cli_opts.h) of the options every benchmark takes: --threads T[,T...] in
  * 1..1024, --repeats R in BENCH_MIN_REPEATS..100000, --json. */
-#define BENCH_COMMON_OPTS(o)                                                      \
-    CLI_LIST("--threads", (o)->threads, &(o)->nthreads, BENCH_MAX_LIST, 1, 1024), \
+#define BENCH_COMMON_OPTS(o)                                                                                           \
+    CLI_LIST("--threads", (o)->threads, &(o)->nthreads, BENCH_MAX_LIST, 1, 1024),                                      \
         CLI_INT("--repeats", &(o)->repeats, BENCH_MIN_REPEATS, 100000), CLI_FLAG("--json", &(o)->json)
 
 /* attn_set_num_threads(t) (benchmarks call it before each thread count). */

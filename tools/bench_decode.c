@@ -20,23 +20,22 @@
 #define MAX_CTX (1 << 22)
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attn bench decode [--b B] [--h H] [--hk HK] [--d D] [--ctx N,...]\n"
-            "                         [--dtype f32,bf16] [--threads T,...] [--repeats R] [--json]\n\n"
-            "One decode step: Q [B, H, 1, d] against a KV cache K, V [B, HK, ctx, d]\n"
-            "(attn_flash_forward, bottom-right causal: the new token sees every cached one). Reports\n"
-            "the median time per token, the cache bytes read (2 B HK ctx d, times 4 or 2), GB/s, and\n"
-            "the fraction of the memory read bandwidth measured just before with the same thread\n"
-            "count and statistic: the median time of a streaming read of max(cache, 256 MiB) bytes,\n"
-            "far beyond the last-level cache. Small caches fit in the last-level cache and can exceed\n"
-            "it.\n\n"
-            "  --b, --h, --hk  batch, query heads, key/value heads (default 1, 8, = h)\n"
-            "  --d             head dimension (default 128)\n"
-            "  --dtype         f32 and/or bf16 cache (and query, float output) (default f32,bf16)\n"
-            "  --ctx           context lengths (default 1024,2048,4096,8192,16384,32768)\n"
-            "  --threads       thread counts (default: attn's)\n"
-            "  --repeats R     timed samples per measurement (default 7)\n"
-            "  --json          one JSON object per line\n");
+    fprintf(f, "usage: attn bench decode [--b B] [--h H] [--hk HK] [--d D] [--ctx N,...]\n"
+               "                         [--dtype f32,bf16] [--threads T,...] [--repeats R] [--json]\n\n"
+               "One decode step: Q [B, H, 1, d] against a KV cache K, V [B, HK, ctx, d]\n"
+               "(attn_flash_forward, bottom-right causal: the new token sees every cached one). Reports\n"
+               "the median time per token, the cache bytes read (2 B HK ctx d, times 4 or 2), GB/s, and\n"
+               "the fraction of the memory read bandwidth measured just before with the same thread\n"
+               "count and statistic: the median time of a streaming read of max(cache, 256 MiB) bytes,\n"
+               "far beyond the last-level cache. Small caches fit in the last-level cache and can exceed\n"
+               "it.\n\n"
+               "  --b, --h, --hk  batch, query heads, key/value heads (default 1, 8, = h)\n"
+               "  --d             head dimension (default 128)\n"
+               "  --dtype         f32 and/or bf16 cache (and query, float output) (default f32,bf16)\n"
+               "  --ctx           context lengths (default 1024,2048,4096,8192,16384,32768)\n"
+               "  --threads       thread counts (default: attn's)\n"
+               "  --repeats R     timed samples per measurement (default 7)\n"
+               "  --json          one JSON object per line\n");
 }
 
 typedef struct dec_ctx {
@@ -95,7 +94,9 @@ int bench_decode_cmd(int argc, char **argv) {
     }
     if (parsed) return parsed;
     if (!HK) HK = H;
-    if (H % HK) return cli_usage_error("bench decode: --h (%lld) must be a multiple of --hk (%lld)", (long long)H, (long long)HK);
+    if (H % HK)
+        return cli_usage_error("bench decode: --h (%lld) must be a multiple of --hk (%lld)", (long long)H,
+                               (long long)HK);
     int want[2];
     if ((parsed = bench_parse_dtypes("bench decode", dtype_list, &want[0], &want[1]))) return parsed;
     /* one bandwidth buffer for the whole run: as large as the largest cache read, and at least
@@ -167,11 +168,13 @@ int bench_decode_cmd(int argc, char **argv) {
                 const double bw = (double)(bwc.n * sizeof(uint64_t)) / (tb.median_ms * 1e-3) * 1e-9;
                 const double bytes = 2.0 * (double)nkv * (double)esz, gbs = bytes / (t.median_ms * 1e-3) * 1e-9;
                 if (o.json)
-                    printf("{\"op\":\"decode\",\"impl\":\"flash\",\"dtype\":\"%s\",\"threads\":%d,\"b\":%lld,\"h\":%lld,"
-                           "\"hk\":%lld,\"d\":%lld,\"ctx\":%lld,\"cache_bytes\":%.0f,\"ms\":%.5f,\"gbs\":%.3f,\"mem_gbs\":%.3f,"
-                           "\"mem_fraction\":%.4f}\n",
-                           dt ? "bf16" : "f32", T, (long long)B, (long long)H, (long long)HK, (long long)D, (long long)N,
-                           bytes, t.median_ms, gbs, bw, bw > 0 ? gbs / bw : 0.0);
+                    printf(
+                        "{\"op\":\"decode\",\"impl\":\"flash\",\"dtype\":\"%s\",\"threads\":%d,\"b\":%lld,\"h\":%lld,"
+                        "\"hk\":%lld,\"d\":%lld,\"ctx\":%lld,\"cache_bytes\":%.0f,\"ms\":%.5f,\"gbs\":%.3f,\"mem_gbs\":"
+                        "%.3f,"
+                        "\"mem_fraction\":%.4f}\n",
+                        dt ? "bf16" : "f32", T, (long long)B, (long long)H, (long long)HK, (long long)D, (long long)N,
+                        bytes, t.median_ms, gbs, bw, bw > 0 ? gbs / bw : 0.0);
                 else
                     printf("%-8s %4s %3lld %4lld %4lld %5lld %8lld %10.1f %10.4f %9.2f %9.2f %7.1f%%  (threads %d)\n",
                            "decode", dt ? "bf16" : "f32", (long long)B, (long long)H, (long long)HK, (long long)D,

@@ -38,33 +38,34 @@ static int openblas_load(void) {
 #define MAX_DIM 65536
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attn bench gemm [--m M,...] [--n N,...] [--k K,...] [--trans NN,NT,TN,TT]\n"
-            "                       [--dtype f32,bf16] [--from-f32] [--threads T,...] [--repeats R]\n"
-            "                       [--json]\n\n"
-            "C = A * B (alpha = 1, beta = 0, row-major, op(A) m x k, op(B) k x n) for every\n"
-            "combination of the lists; flops = 2*m*n*k. Without --n (--k), n (k) equals m for\n"
-            "each m (square shapes); m defaults to 1024. Each attn row is followed by OpenBLAS\n"
-            "(cblas_sgemm, openblas_set_num_threads(T)) measured right after, when libopenblas.so.0\n"
-            "can be loaded at run time; ratio = attn GFLOP/s / OpenBLAS GFLOP/s. Times are medians of R (>= %d) samples\n"
-            "after a warmup.\n\n"
-            "  --m, --n, --k    comma-separated sizes in 1..%d\n"
-            "  --trans          transposes of A and B (N or T each), default NN\n"
-            "  --dtype          f32 (attn_sgemm, default) and/or bf16 (attn_gemm_bf16: bf16 A and B,\n"
-            "                   float C; its peak fraction is of `attn bench peak --dtype bf16`, its\n"
-            "                   ratio is to the f32 row when both run; no OpenBLAS peer)\n"
-            "  --from-f32       the bf16 row takes the float A and B and rounds them while packing\n"
-            "                   (attn_gemm_bf16_from_f32, impl attn.bf16_from_f32): the cost of a\n"
-            "                   mixed-precision layer's product, rounding included\n"
-            "  --threads T,...  thread counts (default: attn's, ATTN_NUM_THREADS/OMP_NUM_THREADS)\n"
-            "  --repeats R      timed samples per measurement (default 7)\n"
-            "  --json           one JSON object per line\n"
-            "OpenBLAS peer: %s\n",
-            BENCH_MIN_REPEATS, MAX_DIM,
+    fprintf(
+        f,
+        "usage: attn bench gemm [--m M,...] [--n N,...] [--k K,...] [--trans NN,NT,TN,TT]\n"
+        "                       [--dtype f32,bf16] [--from-f32] [--threads T,...] [--repeats R]\n"
+        "                       [--json]\n\n"
+        "C = A * B (alpha = 1, beta = 0, row-major, op(A) m x k, op(B) k x n) for every\n"
+        "combination of the lists; flops = 2*m*n*k. Without --n (--k), n (k) equals m for\n"
+        "each m (square shapes); m defaults to 1024. Each attn row is followed by OpenBLAS\n"
+        "(cblas_sgemm, openblas_set_num_threads(T)) measured right after, when libopenblas.so.0\n"
+        "can be loaded at run time; ratio = attn GFLOP/s / OpenBLAS GFLOP/s. Times are medians of R (>= %d) samples\n"
+        "after a warmup.\n\n"
+        "  --m, --n, --k    comma-separated sizes in 1..%d\n"
+        "  --trans          transposes of A and B (N or T each), default NN\n"
+        "  --dtype          f32 (attn_sgemm, default) and/or bf16 (attn_gemm_bf16: bf16 A and B,\n"
+        "                   float C; its peak fraction is of `attn bench peak --dtype bf16`, its\n"
+        "                   ratio is to the f32 row when both run; no OpenBLAS peer)\n"
+        "  --from-f32       the bf16 row takes the float A and B and rounds them while packing\n"
+        "                   (attn_gemm_bf16_from_f32, impl attn.bf16_from_f32): the cost of a\n"
+        "                   mixed-precision layer's product, rounding included\n"
+        "  --threads T,...  thread counts (default: attn's, ATTN_NUM_THREADS/OMP_NUM_THREADS)\n"
+        "  --repeats R      timed samples per measurement (default 7)\n"
+        "  --json           one JSON object per line\n"
+        "OpenBLAS peer: %s\n",
+        BENCH_MIN_REPEATS, MAX_DIM,
 #ifdef ATTN_OPENBLAS_RUNTIME
-            "libopenblas.so.0, loaded by this command when present (Debian's libopenblas0)"
+        "libopenblas.so.0, loaded by this command when present (Debian's libopenblas0)"
 #else
-            "no (this build was configured with ATTN_WITH_OPENBLAS=OFF)"
+        "no (this build was configured with ATTN_WITH_OPENBLAS=OFF)"
 #endif
     );
 }
@@ -83,17 +84,17 @@ typedef struct gemm_ctx {
 
 static void run_attn(void *p) {
     gemm_ctx *g = p;
-    attn_status st = attn_sgemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b, g->ldb,
-                                0.0f, g->c, g->ldc, g->ws, g->ws_bytes);
+    attn_status st = attn_sgemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, g->a, g->lda, g->b, g->ldb, 0.0f, g->c, g->ldc,
+                                g->ws, g->ws_bytes);
     if (st != ATTN_OK) g->st = st;
 }
 
 static void run_bf16(void *p) {
     gemm_ctx *g = p;
-    attn_status st = g->from_f32 ? attn_gemm_bf16_from_f32(g->ta, g->tb, g->m, g->n, g->k, g->a, g->lda, g->b,
-                                                           g->ldb, 0, g->c, g->ldc, g->ws, g->ws_bytes)
-                                 : attn_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, g->ah, g->lda, g->bh, g->ldb, 0,
-                                                  g->c, g->ldc, g->ws, g->ws_bytes);
+    attn_status st = g->from_f32 ? attn_gemm_bf16_from_f32(g->ta, g->tb, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb,
+                                                           0, g->c, g->ldc, g->ws, g->ws_bytes)
+                                 : attn_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, g->ah, g->lda, g->bh, g->ldb, 0, g->c,
+                                                  g->ldc, g->ws, g->ws_bytes);
     if (st != ATTN_OK) g->st = st;
 }
 
@@ -129,8 +130,7 @@ static int parse_trans(const char *v, int *codes, int max) {
     }
 }
 
-static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64_t k, int f32, int bf16,
-                     int from_f32) {
+static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64_t k, int f32, int bf16, int from_f32) {
     static const char *names[4] = {"NN", "NT", "TN", "TT"};
     gemm_ctx g = {0};
     g.ta = trans & 2 ? ATTN_TRANS : ATTN_NO_TRANS;
@@ -145,8 +145,8 @@ static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64
     attn_bf16 *ah = malloc(sizeof(attn_bf16) * (size_t)(m * k)), *bh = malloc(sizeof(attn_bf16) * (size_t)(k * n));
     int rc = 0;
     if (!a || !b || !c || !c2 || !ah || !bh) {
-        rc = cli_fail("bench gemm: out of memory for m = %lld, n = %lld, k = %lld", (long long)m,
-                      (long long)n, (long long)k);
+        rc = cli_fail("bench gemm: out of memory for m = %lld, n = %lld, k = %lld", (long long)m, (long long)n,
+                      (long long)k);
         goto done;
     }
     g.a = a, g.b = b, g.c = c;

@@ -68,8 +68,9 @@ int bench_peak_cmd(int argc, char **argv) {
     for (int t = 0; t < o.nthreads; t++) {
         const int th = o.threads[t];
         int c, l;
-        if (f32) print_peak(o.json, "fma_peak", isa, th, "chains", chains, lanes, bench_peak_gflops(th),
-                            bench_peak_sample_ms(th), 0, NAN, NULL);
+        if (f32)
+            print_peak(o.json, "fma_peak", isa, th, "chains", chains, lanes, bench_peak_gflops(th),
+                       bench_peak_sample_ms(th), 0, NAN, NULL);
         if (bf16) {
             const double g = bench_peak_gflops_bf16(th);
             if (g <= 0) {

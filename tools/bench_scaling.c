@@ -24,18 +24,18 @@
 
 /* How a variant's work is counted (see the top of the file). */
 typedef enum cost_model {
-    COST_PAIRS,    /* softmax: 4 B H d per admitted (query, key) pair; backward 2.5x */
-    COST_LINEAR,   /* linear attention: 4 B H N d dv; backward 2x */
-    COST_FEATURES  /* Performer: 4 B H N m (d + dv); backward 2x */
+    COST_PAIRS,   /* softmax: 4 B H d per admitted (query, key) pair; backward 2.5x */
+    COST_LINEAR,  /* linear attention: 4 B H N d dv; backward 2x */
+    COST_FEATURES /* Performer: 4 B H N m (d + dv); backward 2x */
 } cost_model;
 
 typedef struct variant {
-    const char *name;    /* --impl name */
+    const char *name; /* --impl name */
     cost_model cost;
-    const char *kind;    /* attention kind of the library's table */
-    int64_t window;      /* softmax kinds with a band */
-    int64_t globals;     /* local_global: global tokens, spread evenly */
-    int64_t features;    /* performer */
+    const char *kind; /* attention kind of the library's table */
+    int64_t window;   /* softmax kinds with a band */
+    int64_t globals;  /* local_global: global tokens, spread evenly */
+    int64_t features; /* performer */
 } variant;
 
 static const variant variants[] = {
@@ -48,29 +48,28 @@ static const variant variants[] = {
 enum { NV = (int)(sizeof variants / sizeof variants[0]) };
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attn bench scaling [--impl NAME[,NAME...]] [--n N,...] [--b B] [--h H] [--d D]\n"
-            "                          [--backward] [--budget S] [--threads T,...] [--repeats R]\n"
-            "                          [--svg FILE [--force]] [--json]\n\n"
-            "Time and extra memory of each attention variant for B x H heads of dimension d as N\n"
-            "grows (self-attention, forward; --backward adds the backward): medians of R timed\n"
-            "calls, GFLOP/s and the fraction of the FMA peak, then the N from which each variant\n"
-            "beats exact flash attention. Variants (--impl, default all):\n"
-            "  flash         exact softmax attention, tiled\n"
-            "  window        sliding window, 256 keys each side\n"
-            "  local_global  window 256 plus 16 global tokens (Longformer)\n"
-            "  linear        linear attention, elu + 1 features (Katharopoulos 2020)\n"
-            "  performer     FAVOR+ with 256 orthogonal random features (Choromanski 2021)\n\n"
-            "  --n          sequence lengths (default 256,512,...,65536)\n"
-            "  --b, --h, --d batch, heads, head dimension (default 1, 8, 64)\n"
-            "  --budget S   skip a measurement predicted (from the previous N) to take more than S\n"
-            "               seconds per call (default 20)\n"
-            "  --svg FILE   also write the times as a log-log SVG plot (an existing FILE that is not an\n"
-            "               SVG is replaced only with --force)\n"
-            "  --threads    thread counts (default: attn's)\n"
-            "  --repeats R  timed calls per measurement (default 7; calls over 20 ms: 3)\n"
-            "  --json       one JSON object per line (impl, shape {b, h, n, d}, threads, ms,\n"
-            "               extra_bytes, gflops, peak_fraction)\n");
+    fprintf(f, "usage: attn bench scaling [--impl NAME[,NAME...]] [--n N,...] [--b B] [--h H] [--d D]\n"
+               "                          [--backward] [--budget S] [--threads T,...] [--repeats R]\n"
+               "                          [--svg FILE [--force]] [--json]\n\n"
+               "Time and extra memory of each attention variant for B x H heads of dimension d as N\n"
+               "grows (self-attention, forward; --backward adds the backward): medians of R timed\n"
+               "calls, GFLOP/s and the fraction of the FMA peak, then the N from which each variant\n"
+               "beats exact flash attention. Variants (--impl, default all):\n"
+               "  flash         exact softmax attention, tiled\n"
+               "  window        sliding window, 256 keys each side\n"
+               "  local_global  window 256 plus 16 global tokens (Longformer)\n"
+               "  linear        linear attention, elu + 1 features (Katharopoulos 2020)\n"
+               "  performer     FAVOR+ with 256 orthogonal random features (Choromanski 2021)\n\n"
+               "  --n          sequence lengths (default 256,512,...,65536)\n"
+               "  --b, --h, --d batch, heads, head dimension (default 1, 8, 64)\n"
+               "  --budget S   skip a measurement predicted (from the previous N) to take more than S\n"
+               "               seconds per call (default 20)\n"
+               "  --svg FILE   also write the times as a log-log SVG plot (an existing FILE that is not an\n"
+               "               SVG is replaced only with --force)\n"
+               "  --threads    thread counts (default: attn's)\n"
+               "  --repeats R  timed calls per measurement (default 7; calls over 20 ms: 3)\n"
+               "  --json       one JSON object per line (impl, shape {b, h, n, d}, threads, ms,\n"
+               "               extra_bytes, gflops, peak_fraction)\n");
 }
 
 typedef struct run_ctx {
@@ -203,8 +202,9 @@ static int write_svg(const char *path, const point *pts, int np, int64_t B, int6
         fprintf(f, "\"/>\n");
         for (int j = i; j < np; j++)
             if (pts[j].vi == pts[i].vi && pts[j].threads == pts[i].threads && pts[j].pass == pts[i].pass)
-                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s N=%lld: %.3g ms</title>"
-                           "</circle>\n",
+                fprintf(f,
+                        "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s N=%lld: %.3g ms</title>"
+                        "</circle>\n",
                         L + (log10((double)pts[j].n) - lx0) * sx, Hh - Bm - (log10(pts[j].ms) - ly0) * sy, col,
                         variants[pts[j].vi].name, (long long)pts[j].n, pts[j].ms);
         const double ly = T + 10 + 18 * series;
@@ -212,8 +212,7 @@ static int write_svg(const char *path, const point *pts, int np, int64_t B, int6
                 "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"%s/>"
                 "<text x=\"%.0f\" y=\"%.0f\">%s%s, %d thread%s</text>\n",
                 W - R + 10, ly, W - R + 34, ly, col, pts[i].pass ? " stroke-dasharray=\"6 4\"" : "", W - R + 40, ly + 4,
-                variants[pts[i].vi].name,
-                pts[i].pass ? " bwd" : "", pts[i].threads, pts[i].threads == 1 ? "" : "s");
+                variants[pts[i].vi].name, pts[i].pass ? " bwd" : "", pts[i].threads, pts[i].threads == 1 ? "" : "s");
         series++;
     }
     fprintf(f, "</svg>\n");
@@ -263,8 +262,8 @@ static int measure_pass(scaling_ctx *s, run_ctx *c, int vi, int it, int64_t N, i
         printf("{\"op\": \"scaling\", \"variant\": \"%s\", \"impl\": \"%s\", \"shape\": {\"b\": %lld, "
                "\"h\": %lld, \"n\": %lld, \"d\": %lld}, \"threads\": %d, \"ms\": %.6g, "
                "\"extra_bytes\": %.0f, \"gflops\": %.6g, \"peak_fraction\": %.4f}\n",
-               r.variant, va->name, (long long)s->B, (long long)s->H, (long long)N, (long long)s->D, threads, ms,
-               extra, r.gflops, r.peak_fraction);
+               r.variant, va->name, (long long)s->B, (long long)s->H, (long long)N, (long long)s->D, threads, ms, extra,
+               r.gflops, r.peak_fraction);
     } else {
         printf("%-13s %-9s %7d %8lld %12.3f %12.2f %10.1f %5.0f%%\n", va->name, r.variant, threads, (long long)N, ms,
                extra / (1 << 20), r.gflops, 100 * r.peak_fraction);
@@ -336,15 +335,17 @@ static void print_crossovers(const scaling_ctx *s, const int *use, const int *ha
                     if (pts[j].vi == 0 && pts[j].threads == pts[i].threads && pts[j].n == pts[i].n && !pts[j].pass)
                         flash_ms = pts[j].ms;
                 if (flash_ms < 0) continue;
-                if (pts[i].ms < flash_ms) cross = pts[i].n;
-                else break;
+                if (pts[i].ms < flash_ms)
+                    cross = pts[i].n;
+                else
+                    break;
             }
             if (cross > 0)
                 printf("%s beats flash from N = %lld on (%d thread%s)\n", variants[vi].name, (long long)cross,
                        s->o.threads[it], s->o.threads[it] == 1 ? "" : "s");
             else
-                printf("%s does not beat flash at the N measured (%d thread%s)\n", variants[vi].name,
-                       s->o.threads[it], s->o.threads[it] == 1 ? "" : "s");
+                printf("%s does not beat flash at the N measured (%d thread%s)\n", variants[vi].name, s->o.threads[it],
+                       s->o.threads[it] == 1 ? "" : "s");
         }
     }
 }
@@ -360,7 +361,8 @@ static int parse_impl(const char *impl_list, int *use) {
         while (k < NV && strcmp(tok, variants[k].name)) k++;
         if (k == NV)
             return cli_usage_error("bench scaling: unknown --impl '%s' (flash, window, local_global, linear, "
-                                   "performer)", tok);
+                                   "performer)",
+                                   tok);
         use[k] = 1;
     }
     return 0;
@@ -427,7 +429,8 @@ int bench_scaling_cmd(int argc, char **argv) {
     if (!rc && svg && s.np) {
         if (write_svg(svg, s.pts, s.np, s.B, s.H, s.D, s.backward))
             rc = cli_fail("bench scaling: cannot write '%s': %s", svg, attn_last_error());
-        else if (!s.o.json) printf("plot written to %s\n", svg);
+        else if (!s.o.json)
+            printf("plot written to %s\n", svg);
     }
     free(s.pts);
     return rc;

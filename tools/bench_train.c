@@ -12,32 +12,31 @@
 #include "train_common.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attn bench train [options]\n\n"
-            "Training tokens/s of a GPT-2-small-shaped decoder-only stack: d_model 768, 12 heads,\n"
-            "feed-forward 3072, pre-norm layers with GELU, learned positions, a byte vocabulary of\n"
-            "256 (so the stack, not a 50k-word output layer, dominates). One measured step is the\n"
-            "whole training step: forward, cross-entropy, backward, gradient clipping and AdamW.\n"
-            "After one warmup step, --steps steps are timed; the median is reported. GFLOP/s\n"
-            "counts 6 x (matrix parameters) + 6 x layers x context x d_model flops per token (the\n"
-            "usual estimate, causal attention halved). bench/torch_train.py measures the same step\n"
-            "in PyTorch with the same options and JSON keys.\n\n"
-            "options:\n"
-            "  --layers L      layers (default 2; GPT-2 small has 12)\n"
-            "  --context C     sequence length (default 1024)\n"
-            "  --batch B       sequences per step (default 1)\n"
-            "  --d-model D     width (default 768)\n"
-            "  --heads H       heads (default 12)\n"
-            "  --steps N       timed steps (default 3)\n"
-            "  --precision P   fp32 (default) or bf16 (mixed precision, as attn train gpt --precision)\n"
-            "  --threads T     thread counts, comma-separated (default: all)\n"
-            "  --json          one JSON object per thread count: op, impl, shape, precision,\n"
-            "                  threads, ms, tokens_per_s, gflops\n\n"
-            "Under mpirun (a build with MPI), data-parallel as `attn train gpt`: each of N ranks\n"
-            "runs B/N sequences, then the gradients are all-reduced (attn_dist_allreduce_grads);\n"
-            "tokens/s counts the global batch; allreduce_ms / allreduce_share report the\n"
-            "reduction's median time (the ranks meet first) and its share of the step, wait_ms the\n"
-            "median wait for the slowest rank before it (bench/dist_train.sh).\n");
+    fprintf(f, "usage: attn bench train [options]\n\n"
+               "Training tokens/s of a GPT-2-small-shaped decoder-only stack: d_model 768, 12 heads,\n"
+               "feed-forward 3072, pre-norm layers with GELU, learned positions, a byte vocabulary of\n"
+               "256 (so the stack, not a 50k-word output layer, dominates). One measured step is the\n"
+               "whole training step: forward, cross-entropy, backward, gradient clipping and AdamW.\n"
+               "After one warmup step, --steps steps are timed; the median is reported. GFLOP/s\n"
+               "counts 6 x (matrix parameters) + 6 x layers x context x d_model flops per token (the\n"
+               "usual estimate, causal attention halved). bench/torch_train.py measures the same step\n"
+               "in PyTorch with the same options and JSON keys.\n\n"
+               "options:\n"
+               "  --layers L      layers (default 2; GPT-2 small has 12)\n"
+               "  --context C     sequence length (default 1024)\n"
+               "  --batch B       sequences per step (default 1)\n"
+               "  --d-model D     width (default 768)\n"
+               "  --heads H       heads (default 12)\n"
+               "  --steps N       timed steps (default 3)\n"
+               "  --precision P   fp32 (default) or bf16 (mixed precision, as attn train gpt --precision)\n"
+               "  --threads T     thread counts, comma-separated (default: all)\n"
+               "  --json          one JSON object per thread count: op, impl, shape, precision,\n"
+               "                  threads, ms, tokens_per_s, gflops\n\n"
+               "Under mpirun (a build with MPI), data-parallel as `attn train gpt`: each of N ranks\n"
+               "runs B/N sequences, then the gradients are all-reduced (attn_dist_allreduce_grads);\n"
+               "tokens/s counts the global batch; allreduce_ms / allreduce_share report the\n"
+               "reduction's median time (the ranks meet first) and its share of the step, wait_ms the\n"
+               "median wait for the slowest rank before it (bench/dist_train.sh).\n");
 }
 
 int bench_train_cmd(int argc, char **argv) {
@@ -65,13 +64,15 @@ int bench_train_cmd(int argc, char **argv) {
     if (parsed) return parsed;
     if (pname && train_parse_precision(pname, &prec))
         return cli_usage_error("bench train: --precision '%s' is neither fp32 nor bf16", pname);
-    if (D % H != 0) return cli_usage_error("bench train: --d-model %lld is not a multiple of --heads %lld", (long long)D,
-                                           (long long)H);
+    if (D % H != 0)
+        return cli_usage_error("bench train: --d-model %lld is not a multiple of --heads %lld", (long long)D,
+                               (long long)H);
     attn_dist *dist = NULL;
     if (train_dist_start("bench train", &dist)) return 1;
     const int nranks = attn_dist_size(dist);
-    if (B % nranks != 0) return train_dist_end(dist, cli_fail("bench train: --batch %lld does not split over %d ranks",
-                                                              (long long)B, nranks));
+    if (B % nranks != 0)
+        return train_dist_end(dist,
+                              cli_fail("bench train: --batch %lld does not split over %d ranks", (long long)B, nranks));
     const int64_t BL = B / nranks; /* this rank's sequences */
 
     const train_gpt_shape shape = {TRAIN_BYTE_VOCAB, L, H, D, 4 * D, C, attn_attention_config_default()};
@@ -80,7 +81,8 @@ int bench_train_cmd(int argc, char **argv) {
     cfg.precision = prec;
     attn_gpt *g = NULL;
     attn_optimizer *opt = NULL;
-    if (attn_gpt_create(&cfg, &g) != ATTN_OK) return train_dist_end(dist, cli_fail("bench train: %s", attn_last_error()));
+    if (attn_gpt_create(&cfg, &g) != ATTN_OK)
+        return train_dist_end(dist, cli_fail("bench train: %s", attn_last_error()));
     const attn_params *ps = attn_gpt_params(g);
     if (attn_params_reset(ps, 1) != ATTN_OK || attn_adamw_create(ps, NULL, &opt) != ATTN_OK) {
         attn_gpt_free(g);
@@ -102,12 +104,11 @@ int bench_train_cmd(int argc, char **argv) {
     if (!o.json)
         printf("train step, GPT-2-small-shaped stack: %lld layers, d_model %lld, %lld heads, context %lld, batch %lld, "
                "vocab %lld (%zu parameters), %s\n%8s %12s %14s %10s\n",
-               (long long)L, (long long)D, (long long)H, (long long)C, (long long)B, (long long)V, attn_params_numel(ps),
-               attn_precision_name(prec),
-               "threads", "ms/step", "tokens/s", "GFLOP/s");
+               (long long)L, (long long)D, (long long)H, (long long)C, (long long)B, (long long)V,
+               attn_params_numel(ps), attn_precision_name(prec), "threads", "ms/step", "tokens/s", "GFLOP/s");
     if (!o.json && dist)
-        printf("data-parallel over %d ranks, %lld sequences each; all-reduce median ms and share of the step:\n", nranks,
-               (long long)BL);
+        printf("data-parallel over %d ranks, %lld sequences each; all-reduce median ms and share of the step:\n",
+               nranks, (long long)BL);
     for (int ti = 0; ti < o.nthreads && rc == 0; ti++) {
         bench_set_threads(o.threads[ti]);
         attn_gpt_args a = {BL, C, x, NULL, 1, 1, 0, NULL};
@@ -127,12 +128,14 @@ int bench_train_cmd(int argc, char **argv) {
             attn_status st;
             double tr = 0, tw = 0, tr1 = 0;
             int dummy;
-            if ((st = attn_params_zero_grad(ps)) != ATTN_OK || (st = attn_gpt_forward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
+            if ((st = attn_params_zero_grad(ps)) != ATTN_OK ||
+                (st = attn_gpt_forward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
                 (st = attn_cross_entropy_forward(logits, y, BL * C, V, &ce, &loss, logits)) != ATTN_OK ||
                 (st = attn_gpt_backward(g, &a, logits, saved, sb, ws, wb)) != ATTN_OK ||
                 (dist && (tw = bench_now(), st = attn_dist_agree(dist, 0, &dummy)) != ATTN_OK) ||
                 (dist && (tr = bench_now(), st = attn_dist_allreduce_grads(dist, ps, NULL, 1)) != ATTN_OK) ||
-                (tr1 = bench_now(), (st = attn_train_step(opt, 1e-4, 1.0, nranks, &gn)) != ATTN_OK && st != ATTN_ERR_NUMERIC)) {
+                (tr1 = bench_now(),
+                 (st = attn_train_step(opt, 1e-4, 1.0, nranks, &gn)) != ATTN_OK && st != ATTN_ERR_NUMERIC)) {
                 rc = cli_fail("bench train: %s", attn_last_error());
                 break;
             }
@@ -176,18 +179,17 @@ done:
 }
 
 static void usage_allreduce(FILE *f) {
-    fprintf(f,
-            "usage: mpirun -np N attn bench allreduce [options]\n\n"
-            "Time of the gradient all-reduce of attn dist (the canonical fold: reduce-scatter with\n"
-            "the slices added in rank order, then all-gather) for message sizes from --min-kib to\n"
-            "--max-kib (powers of 4): median and minimum of --repeats; then the least-squares\n"
-            "alpha-beta fit t = alpha + bytes / bandwidth of the minima (the uncontended cost; on a\n"
-            "shared machine the median carries other loads). Needs an MPI launcher and MPI.\n\n"
-            "options:\n"
-            "  --min-kib K     smallest message in KiB (default 4)\n"
-            "  --max-kib K     largest message in KiB (default 65536)\n"
-            "  --repeats R     timed repetitions per size (default 9)\n"
-            "  --json          one JSON object per size, then one for the fit\n");
+    fprintf(f, "usage: mpirun -np N attn bench allreduce [options]\n\n"
+               "Time of the gradient all-reduce of attn dist (the canonical fold: reduce-scatter with\n"
+               "the slices added in rank order, then all-gather) for message sizes from --min-kib to\n"
+               "--max-kib (powers of 4): median and minimum of --repeats; then the least-squares\n"
+               "alpha-beta fit t = alpha + bytes / bandwidth of the minima (the uncontended cost; on a\n"
+               "shared machine the median carries other loads). Needs an MPI launcher and MPI.\n\n"
+               "options:\n"
+               "  --min-kib K     smallest message in KiB (default 4)\n"
+               "  --max-kib K     largest message in KiB (default 65536)\n"
+               "  --repeats R     timed repetitions per size (default 9)\n"
+               "  --json          one JSON object per size, then one for the fit\n");
 }
 
 int bench_allreduce_cmd(int argc, char **argv) {
@@ -215,8 +217,9 @@ int bench_allreduce_cmd(int argc, char **argv) {
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
     int npts = 0, rc = 0;
     if (!buf || !t) rc = cli_fail("bench allreduce: out of memory");
-    if (!json && !rc) printf("all-reduce of attn dist on %d ranks\n%12s %12s %12s %12s\n", attn_dist_size(dist), "bytes",
-                             "median us", "min us", "GB/s (min)");
+    if (!json && !rc)
+        printf("all-reduce of attn dist on %d ranks\n%12s %12s %12s %12s\n", attn_dist_size(dist), "bytes", "median us",
+               "min us", "GB/s (min)");
     for (int64_t k = kmin; k <= kmax && !rc; k *= 4) {
         const int64_t p = k * 256;
         for (int64_t i = 0; i < p; i++) buf[i] = (float)(i % 7);
@@ -224,7 +227,8 @@ int bench_allreduce_cmd(int argc, char **argv) {
             int dummy;
             attn_dist_agree(dist, 0, &dummy); /* start together */
             const double t0 = bench_now();
-            if (attn_dist_reduce_flat(dist, NULL, 1, p, buf) != ATTN_OK) rc = cli_fail("bench allreduce: %s", attn_last_error());
+            if (attn_dist_reduce_flat(dist, NULL, 1, p, buf) != ATTN_OK)
+                rc = cli_fail("bench allreduce: %s", attn_last_error());
             if (r >= 0) t[r] = bench_now() - t0;
         }
         if (rc) break;
@@ -250,7 +254,8 @@ int bench_allreduce_cmd(int argc, char **argv) {
             printf("{\"op\": \"allreduce_fit\", \"ranks\": %d, \"alpha_us\": %.2f, \"bandwidth_gb_per_s\": %.3f}\n",
                    attn_dist_size(dist), alpha * 1e6, 1e-9 / beta);
         else
-            printf("fit: t = alpha + bytes / bandwidth, alpha %.1f us, bandwidth %.3f GB/s\n", alpha * 1e6, 1e-9 / beta);
+            printf("fit: t = alpha + bytes / bandwidth, alpha %.1f us, bandwidth %.3f GB/s\n", alpha * 1e6,
+                   1e-9 / beta);
     }
     free(buf);
     free(t);

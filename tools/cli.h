@@ -31,16 +31,16 @@ int bench_scaling_cmd(int argc, char **argv);
  * train`: the dispatch and every list of names in the help come from these. */
 typedef struct cli_sub {
     const char *name;
-    const char *summary; /* for the command's --help: one line, or lines indented by 13 spaces */
+    const char *summary;               /* for the command's --help: one line, or lines indented by 13 spaces */
     int (*run)(int argc, char **argv); /* NULL: the command dispatches it itself (train) */
 } cli_sub;
 
 typedef struct cli_command {
     const char *name;
-    const char *summary;       /* one line for `attn --help` */
-    const char *usage;         /* its synopsis ("attn run --config M.json ..."), for `attn --help` */
+    const char *summary; /* one line for `attn --help` */
+    const char *usage;   /* its synopsis ("attn run --config M.json ..."), for `attn --help` */
     int (*run)(int argc, char **argv);
-    const cli_sub *kinds;     /* bench, train: their kinds, up to a NULL name; else NULL */
+    const cli_sub *kinds; /* bench, train: their kinds, up to a NULL name; else NULL */
 } cli_command;
 
 /* `attn bench`'s benchmarks and `attn train`'s models, each ended by an entry with a NULL name. */

@@ -90,7 +90,8 @@ static int set_value(const char *cmd, cli_opt *o, const char *v) {
         const int open = (o->flags & CLI_MIN_EXCLUSIVE) != 0;
         if (cli_parse_double(v, o->dmin, o->dmax, &x) || (open && !(x > o->dmin)))
             return cli_usage_error("%s: %s wants a number in %c%g, %g], got '%s'%s", cmd, o->name, open ? '(' : '[',
-                                   o->dmin, o->dmax, v, cli_parse_double(v, -HUGE_VAL, HUGE_VAL, &x) ? "" : " (out of range)");
+                                   o->dmin, o->dmax, v,
+                                   cli_parse_double(v, -HUGE_VAL, HUGE_VAL, &x) ? "" : " (out of range)");
         *(double *)o->dst = x;
         return 0;
     }

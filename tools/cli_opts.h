@@ -38,7 +38,7 @@ typedef enum cli_kind {
 
 /* The C type an integer destination points to (from CLI_INT_TYPE). */
 enum { CLI_INT_INT = 1, CLI_INT_LONG, CLI_INT_LLONG };
-#define CLI_INT_TYPE(p) _Generic((p), int *: CLI_INT_INT, long *: CLI_INT_LONG, long long *: CLI_INT_LLONG)
+#define CLI_INT_TYPE(p) _Generic((p), int * : CLI_INT_INT, long * : CLI_INT_LONG, long long * : CLI_INT_LLONG)
 
 /* flags */
 #define CLI_MIN_EXCLUSIVE 1 /* DOUBLE: the value must be above dmin */
@@ -58,24 +58,31 @@ typedef struct cli_opt {
 } cli_opt;
 
 /* dst: int *, long * or long long * (int64_t is one of the last two). */
-#define CLI_INT(n, d, lo, hi) \
-    {.name = (n), .kind = CLI_KIND_INT, .itype = CLI_INT_TYPE(d), .dst = (d), .min = (lo), .max = (hi)}
+#define CLI_INT(n, d, lo, hi)                                                                                          \
+    { .name = (n), .kind = CLI_KIND_INT, .itype = CLI_INT_TYPE(d), .dst = (d), .min = (lo), .max = (hi) }
 /* The destination's type is checked at compile time (_Generic has no other association). */
-#define CLI_DOUBLE(n, d, lo, hi) \
-    {.name = (n), .kind = CLI_KIND_DOUBLE, .dst = _Generic((d), double *: (d)), .dmin = (lo), .dmax = (hi)}
+#define CLI_DOUBLE(n, d, lo, hi)                                                                                       \
+    { .name = (n), .kind = CLI_KIND_DOUBLE, .dst = _Generic((d), double * : (d)), .dmin = (lo), .dmax = (hi) }
 /* lo < value <= hi */
-#define CLI_DOUBLE_ABOVE(n, d, lo, hi)                                                                       \
-    {.name = (n), .kind = CLI_KIND_DOUBLE, .dst = _Generic((d), double *: (d)), .dmin = (lo), .dmax = (hi), \
-     .flags = CLI_MIN_EXCLUSIVE}
-#define CLI_STRING(n, d) {.name = (n), .kind = CLI_KIND_STRING, .dst = _Generic((d), const char **: (d))}
-#define CLI_STRING_NONEMPTY(n, d) \
-    {.name = (n), .kind = CLI_KIND_STRING, .dst = _Generic((d), const char **: (d)), .flags = CLI_NONEMPTY}
-#define CLI_FLAG(n, d) {.name = (n), .kind = CLI_KIND_FLAG, .dst = _Generic((d), int *: (d))}
+#define CLI_DOUBLE_ABOVE(n, d, lo, hi)                                                                                 \
+    {                                                                                                                  \
+        .name = (n), .kind = CLI_KIND_DOUBLE, .dst = _Generic((d), double *: (d)), .dmin = (lo), .dmax = (hi), \
+     .flags = CLI_MIN_EXCLUSIVE       \
+    }
+#define CLI_STRING(n, d)                                                                                               \
+    { .name = (n), .kind = CLI_KIND_STRING, .dst = _Generic((d), const char ** : (d)) }
+#define CLI_STRING_NONEMPTY(n, d)                                                                                      \
+    { .name = (n), .kind = CLI_KIND_STRING, .dst = _Generic((d), const char ** : (d)), .flags = CLI_NONEMPTY }
+#define CLI_FLAG(n, d)                                                                                                 \
+    { .name = (n), .kind = CLI_KIND_FLAG, .dst = _Generic((d), int * : (d)) }
 /* arr: an array of int, long or long long with room for capacity values. */
-#define CLI_LIST(n, arr, cnt, capacity, lo, hi)                                                              \
-    {.name = (n), .kind = CLI_KIND_LIST, .itype = CLI_INT_TYPE(&(arr)[0]), .dst = &(arr)[0], .min = (lo), \
-     .max = (hi), .count = (cnt), .cap = (capacity)}
-#define CLI_END {.name = NULL}
+#define CLI_LIST(n, arr, cnt, capacity, lo, hi)                                                                        \
+    {                                                                                                                  \
+        .name = (n), .kind = CLI_KIND_LIST, .itype = CLI_INT_TYPE(&(arr)[0]), .dst = &(arr)[0], .min = (lo),           \
+        .max = (hi), .count = (cnt), .cap = (capacity)                                                                 \
+    }
+#define CLI_END                                                                                                        \
+    { .name = NULL }
 
 /* cli_parse's results besides 2 (a usage error, already printed). */
 #define CLI_OK 0

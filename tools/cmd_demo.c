@@ -36,38 +36,37 @@ typedef struct demo_opts {
 } demo_opts;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attn demo [options]\n\n"
-            "Trains an encoder-decoder Transformer (nn.Transformer: embeddings, sinusoidal\n"
-            "positions, encoder and decoder stacks, output projection) to reverse digit sequences,\n"
-            "with teacher forcing, cross-entropy, AdamW (warmup + cosine) and gradient clipping;\n"
-            "then decodes held-out sequences (never seen in training) greedily, prints a few, and\n"
-            "writes the cross-attention of one example as SVG and HTML heat maps (the reversal\n"
-            "shows as an anti-diagonal). The last line is the held-out exact-sequence accuracy.\n"
-            "Exit status: 0 when it is >= 99%%, 1 when it is not (see --no-accuracy-gate), 2 on\n"
-            "bad arguments.\n\n"
-            "options:\n"
-            "  --steps N          training steps (default 1200)\n"
-            "  --seed S           random seed: data, initialisation (default 1)\n"
-            "  --min-len N        shortest sequence (1..32, default 4)\n"
-            "  --max-len N        longest sequence (min-len..32, default 10)\n"
-            "  --batch N          sequences per step (default 64)\n"
-            "  --lr X             peak learning rate (default 2e-3)\n"
-            "  --warmup N         warmup steps (default steps/10)\n"
-            "  --clip X           gradient clipping max norm, 0 = off (default 1)\n"
-            "  --d-model N        model width (default 64)\n"
-            "  --heads N          attention heads (default 4)\n"
-            "  --layers N         encoder and decoder layers each (default 2)\n"
-            "  --ff N             feed-forward width (default 256)\n"
-            "  --eval N           held-out sequences scored at the end (default 1000)\n"
-            "  --threads N        threads (default: all, as OpenMP's default)\n"
-            "  --out DIR          where the heat maps go (default ./attn-demo-output)\n"
-            "  --svg FILE         the heat map's SVG there instead of DIR/cross_attention.svg\n"
-            "  --force            replace an existing SVG / HTML output that is not of its kind\n"
-            "  --log-every N      progress interval when stdout is not a terminal\n"
-            "                     (default steps/20)\n"
-            "  --no-accuracy-gate exit 0 whatever the accuracy (short runs, tests)\n"
-            "  -h, --help         this help\n");
+    fprintf(f, "usage: attn demo [options]\n\n"
+               "Trains an encoder-decoder Transformer (nn.Transformer: embeddings, sinusoidal\n"
+               "positions, encoder and decoder stacks, output projection) to reverse digit sequences,\n"
+               "with teacher forcing, cross-entropy, AdamW (warmup + cosine) and gradient clipping;\n"
+               "then decodes held-out sequences (never seen in training) greedily, prints a few, and\n"
+               "writes the cross-attention of one example as SVG and HTML heat maps (the reversal\n"
+               "shows as an anti-diagonal). The last line is the held-out exact-sequence accuracy.\n"
+               "Exit status: 0 when it is >= 99%%, 1 when it is not (see --no-accuracy-gate), 2 on\n"
+               "bad arguments.\n\n"
+               "options:\n"
+               "  --steps N          training steps (default 1200)\n"
+               "  --seed S           random seed: data, initialisation (default 1)\n"
+               "  --min-len N        shortest sequence (1..32, default 4)\n"
+               "  --max-len N        longest sequence (min-len..32, default 10)\n"
+               "  --batch N          sequences per step (default 64)\n"
+               "  --lr X             peak learning rate (default 2e-3)\n"
+               "  --warmup N         warmup steps (default steps/10)\n"
+               "  --clip X           gradient clipping max norm, 0 = off (default 1)\n"
+               "  --d-model N        model width (default 64)\n"
+               "  --heads N          attention heads (default 4)\n"
+               "  --layers N         encoder and decoder layers each (default 2)\n"
+               "  --ff N             feed-forward width (default 256)\n"
+               "  --eval N           held-out sequences scored at the end (default 1000)\n"
+               "  --threads N        threads (default: all, as OpenMP's default)\n"
+               "  --out DIR          where the heat maps go (default ./attn-demo-output)\n"
+               "  --svg FILE         the heat map's SVG there instead of DIR/cross_attention.svg\n"
+               "  --force            replace an existing SVG / HTML output that is not of its kind\n"
+               "  --log-every N      progress interval when stdout is not a terminal\n"
+               "                     (default steps/20)\n"
+               "  --no-accuracy-gate exit 0 whatever the accuracy (short runs, tests)\n"
+               "  -h, --help         this help\n");
 }
 
 /* ---- small utilities ------------------------------------------------------------------------ */
@@ -132,8 +131,8 @@ static attn_status demo_cross_attention(attn_seq2seq *m, const int64_t *src, int
 
 /* ---- the figure: SVG and HTML heat maps ----------------------------------------------------------- */
 /* 0, or the exit code after the message. */
-static int write_figure(const char *svg_path, const char *html_path, const int64_t *src, int64_t L,
-                        const int64_t *pred, const float *w) {
+static int write_figure(const char *svg_path, const char *html_path, const int64_t *src, int64_t L, const int64_t *pred,
+                        const float *w) {
     const char *cols[DEMO_MAX_LEN], *rows[DEMO_MAX_LEN + 1];
     for (int64_t j = 0; j < L; j++) cols[j] = demo_tok_str(src[j]);
     for (int64_t i = 0; i <= L; i++) rows[i] = demo_tok_str(pred[i]);
@@ -173,16 +172,18 @@ static int write_figure(const char *svg_path, const char *html_path, const int64
     fputs("<h1>attn demo: learning to reverse digit sequences</h1>\n"
           "<p>An encoder-decoder Transformer trained by <code>attn demo</code> (plain C, no Python) on "
           "generated digit sequences. The example below is held out: it was never seen in training.</p>\n"
-          "<table>\n<tr><td>input</td><td class=\"mono\">", b);
+          "<table>\n<tr><td>input</td><td class=\"mono\">",
+          b);
     attn_viz_write_escaped(b, in);
     fputs("</td></tr>\n<tr><td>expected</td><td class=\"mono\">", b);
     attn_viz_write_escaped(b, exp);
     fputs("</td></tr>\n<tr><td>model</td><td class=\"mono\">", b);
     attn_viz_write_escaped(b, got);
-    fprintf(b, " (%s)</td></tr>\n</table>\n<h2>Cross-attention of the last decoder layer</h2>\n"
-               "<p>Each row is a decoder position, labelled with the token it produced; each column an input "
-               "token. Weights are averaged over heads. To write the i-th output digit the model looks at the "
-               "i-th input digit from the end: an anti-diagonal.</p>\n",
+    fprintf(b,
+            " (%s)</td></tr>\n</table>\n<h2>Cross-attention of the last decoder layer</h2>\n"
+            "<p>Each row is a decoder position, labelled with the token it produced; each column an input "
+            "token. Weights are averaged over heads. To write the i-th output digit the model looks at the "
+            "i-th input digit from the end: an anti-diagonal.</p>\n",
             demo_answer_ok(src, pred, L) ? "correct" : "wrong");
     fclose(b);
     /* a --svg elsewhere is not named: the page would have to escape an arbitrary path */
@@ -223,7 +224,6 @@ static int make_dirs(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-
 /* ---- progress ------------------------------------------------------------------------------------ */
 static void fmt_time(char *buf, size_t cap, double s) {
     long t = s < 0 ? 0 : (long)(s + 0.5);
@@ -233,8 +233,7 @@ static void fmt_time(char *buf, size_t cap, double s) {
         snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
 }
 
-static void progress(int tty, long step, long steps, double loss, double acc, double tok_s,
-                     double elapsed) {
+static void progress(int tty, long step, long steps, double loss, double acc, double tok_s, double elapsed) {
     char eta[32], el[32];
     fmt_time(eta, sizeof eta, step > 0 ? elapsed / step * (steps - step) : 0);
     fmt_time(el, sizeof el, elapsed);
@@ -250,11 +249,10 @@ static void progress(int tty, long step, long steps, double loss, double acc, do
         char bar[32];
         for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
         bar[width] = '\0';
-        printf("\r[%s] %ld/%ld loss %.4f acc %s %.0f tok/s ETA %s\033[K", bar, step, steps, loss,
-               accs, tok_s, eta);
+        printf("\r[%s] %ld/%ld loss %.4f acc %s %.0f tok/s ETA %s\033[K", bar, step, steps, loss, accs, tok_s, eta);
     } else {
-        printf("step %ld/%ld  loss %.4f  acc %s  %.0f tok/s  elapsed %s  ETA %s\n", step, steps,
-               loss, accs, tok_s, el, eta);
+        printf("step %ld/%ld  loss %.4f  acc %s  %.0f tok/s  elapsed %s  ETA %s\n", step, steps, loss, accs, tok_s, el,
+               eta);
     }
     fflush(stdout);
 }
@@ -354,7 +352,8 @@ static int demo_setup(demo_run *r) {
             goto fail;
     r->dec.model = r->m;
     r->dec.d_model = d;
-    if (!demo_eval_make(&r->dev, o->min_len, o->max_len, 8 * (o->max_len - o->min_len + 1), (uint64_t)o->seed * 7919 + 3) ||
+    if (!demo_eval_make(&r->dev, o->min_len, o->max_len, 8 * (o->max_len - o->min_len + 1),
+                        (uint64_t)o->seed * 7919 + 3) ||
         !demo_eval_make(&r->test, o->min_len, o->max_len, o->eval_n, (uint64_t)o->seed * 7919 + 5))
         return cli_fail("demo: out of memory");
     r->rng = (uint64_t)o->seed * 0x2545F4914F6CDD1Dull + 11;
@@ -429,8 +428,8 @@ static int demo_train(demo_run *r) {
     const demo_opts *o = &r->o;
     trainer_config c = trainer_config_default("demo");
     c.ps = r->ps, c.opt = r->opt;
-    c.sched = (attn_lr_schedule){.max_lr = o->lr, .min_lr = o->lr * 0.02, .warmup_steps = o->warmup,
-                                 .total_steps = o->steps};
+    c.sched =
+        (attn_lr_schedule){.max_lr = o->lr, .min_lr = o->lr * 0.02, .warmup_steps = o->warmup, .total_steps = o->steps};
     c.clip = o->clip, c.batch = o->batch, c.steps = o->steps, c.seed = (uint64_t)o->seed;
     c.catch_signals = 0;       /* Ctrl-C ends the demo at once: there is no checkpoint to write */
     c.skip_nonfinite_loss = 1; /* a non-finite loss or gradient skips the step, counted */
@@ -524,9 +523,22 @@ static void demo_free(demo_run *r) {
 int cmd_demo(int argc, char **argv) {
     demo_run r;
     memset(&r, 0, sizeof r);
-    r.o = (demo_opts){.steps = 1200, .seed = 1, .min_len = 4, .max_len = 10, .threads = 0,
-                      .batch = 64, .eval_n = 1000, .d_model = 64, .heads = 4, .layers = 2,
-                      .ff = 256, .warmup = -1, .log_every = 0, .lr = 2e-3, .clip = 1.0, .gate = 1,
+    r.o = (demo_opts){.steps = 1200,
+                      .seed = 1,
+                      .min_len = 4,
+                      .max_len = 10,
+                      .threads = 0,
+                      .batch = 64,
+                      .eval_n = 1000,
+                      .d_model = 64,
+                      .heads = 4,
+                      .layers = 2,
+                      .ff = 256,
+                      .warmup = -1,
+                      .log_every = 0,
+                      .lr = 2e-3,
+                      .clip = 1.0,
+                      .gate = 1,
                       .out = "attn-demo-output"};
     demo_opts *o = &r.o;
     int help = 0;

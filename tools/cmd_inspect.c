@@ -7,12 +7,11 @@
 #include "cli_opts.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attn inspect FILE.safetensors\n\n"
-            "Validates FILE and lists its tensors in data order, one line each (name, dtype,\n"
-            "shape), then its metadata and a total line: tensors, parameters (the sum of the\n"
-            "element counts) and bytes of tensor data. A file that fails validation is reported\n"
-            "on stderr and the exit code is 1.\n");
+    fprintf(f, "usage: attn inspect FILE.safetensors\n\n"
+               "Validates FILE and lists its tensors in data order, one line each (name, dtype,\n"
+               "shape), then its metadata and a total line: tensors, parameters (the sum of the\n"
+               "element counts) and bytes of tensor data. A file that fails validation is reported\n"
+               "on stderr and the exit code is 1.\n");
 }
 
 /* s with bytes < 0x20, 0x7F and backslash written as \xNN (names and metadata come from the
@@ -60,8 +59,7 @@ int cmd_inspect(int argc, char **argv) {
         /* the library says "safetensors: FILE: problem"; print "attn: inspect: FILE: problem" */
         const char *msg = attn_last_error();
         size_t fl = strlen(file);
-        if (!strncmp(msg, "safetensors: ", 13) && !strncmp(msg + 13, file, fl) &&
-            !strncmp(msg + 13 + fl, ": ", 2))
+        if (!strncmp(msg, "safetensors: ", 13) && !strncmp(msg + 13, file, fl) && !strncmp(msg + 13 + fl, ": ", 2))
             msg += 13 + fl + 2;
         if (!msg[0]) msg = attn_status_str(s);
         return cli_fail("inspect: %s: %s", file, msg);
@@ -69,7 +67,7 @@ int cmd_inspect(int argc, char **argv) {
 
     size_t n = attn_safetensors_count(st), nm = attn_safetensors_metadata_count(st);
     char **names = calloc(n ? n : 1, sizeof *names);
-    char (*shapes)[200] = calloc(n ? n : 1, sizeof *shapes);
+    char(*shapes)[200] = calloc(n ? n : 1, sizeof *shapes);
     size_t *widths = calloc(n ? n : 1, sizeof *widths);
     int rc = 0;
     if (!names || !shapes || !widths) {
@@ -95,8 +93,7 @@ int cmd_inspect(int argc, char **argv) {
         /* shape as "[2, 3]" (rank <= 8: always fits in 200 bytes) */
         size_t o = (size_t)snprintf(shapes[i], sizeof shapes[i], "[");
         for (int d = 0; d < t->rank; d++)
-            o += (size_t)snprintf(shapes[i] + o, sizeof shapes[i] - o, d ? ", %lld" : "%lld",
-                                  (long long)t->shape[d]);
+            o += (size_t)snprintf(shapes[i] + o, sizeof shapes[i] - o, d ? ", %lld" : "%lld", (long long)t->shape[d]);
         snprintf(shapes[i] + o, sizeof shapes[i] - o, "]");
     }
     if (wname > 60) wname = 60; /* longer names push their line's columns right */
@@ -137,8 +134,7 @@ int cmd_inspect(int argc, char **argv) {
     } else {
         printf("metadata: none\n");
     }
-    printf("%zu tensor%s, %zu parameter%s, %zu byte%s\n", n, plural(n), params, plural(params),
-           bytes, plural(bytes));
+    printf("%zu tensor%s, %zu parameter%s, %zu byte%s\n", n, plural(n), params, plural(params), bytes, plural(bytes));
     if (fflush(stdout) != 0 || ferror(stdout)) rc = cli_fail("inspect: error writing the listing");
 
 out:

@@ -29,36 +29,33 @@ static void print_modules(FILE *f) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attn run --config MODEL.json --weights W.safetensors --inputs IN.safetensors\n"
-            "                --out OUT.safetensors [--threads N] [--force] [--check-finite]\n"
-            "       attn run --config VIT.json --weights W.safetensors --image FILE [--mean M[,M,M]]\n"
-            "                [--std S[,S,S]] --out OUT.safetensors [--threads N] [--weights-prefix P] [--force]\n"
-            "                [--check-finite]\n\n"
-            "Runs one module in inference (eval) mode and writes its outputs, to check attn against a\n"
-            "PyTorch model without writing C.\n\n");
+    fprintf(f, "usage: attn run --config MODEL.json --weights W.safetensors --inputs IN.safetensors\n"
+               "                --out OUT.safetensors [--threads N] [--force] [--check-finite]\n"
+               "       attn run --config VIT.json --weights W.safetensors --image FILE [--mean M[,M,M]]\n"
+               "                [--std S[,S,S]] --out OUT.safetensors [--threads N] [--weights-prefix P] [--force]\n"
+               "                [--check-finite]\n\n"
+               "Runs one module in inference (eval) mode and writes its outputs, to check attn against a\n"
+               "PyTorch model without writing C.\n\n");
     print_modules(f);
-    fprintf(f,
-            "             the other keys are the keyword arguments of the PyTorch constructor (same\n"
-            "             names and defaults; batch_first is always true). multihead_attention also\n"
-            "             takes separate_projections (true: q_proj/k_proj/v_proj/out_proj.weight/.bias\n"
-            "             instead of in_proj_weight/in_proj_bias). sparse_attention (d_model, num_heads,\n"
-            "             window_size, dropout) and local_global_attention (d_model, num_heads,\n"
-            "             local_window, dropout) are the reference sketch's SparseAttention (causal\n"
-            "             window: query i sees keys i - window_size .. i) and LocalGlobalAttention\n"
-            "             (projection(global_attn(x) + local_attn(x)), local: |i - j| <= local_window).\n"
-            "             linear_attention (d_model, num_heads, causal) and performer_attention (d_model,\n"
-            "             num_heads, num_features, dropout, causal) are its LinearAttention (phi = elu + 1)\n"
-            "             and PerformerAttention (FAVOR+ on its buffer R) with the published math;\n"
-            "             \"causal\": true makes them causal (prefix sums).\n"
-            "             Stacks: num_layers, norm (true/false) and the layer's arguments in\n"
-            "             \"encoder_layer\" / \"decoder_layer\". Forward options may sit here too:\n"
-            "             need_weights, average_attn_weights, is_causal, src_is_causal, tgt_is_causal,\n"
-            "             memory_is_causal (as the module's forward() names them). vision_transformer:\n"
-            "             torchvision's VisionTransformer arguments (image_size, patch_size, num_layers,\n"
-            "             num_heads, hidden_dim, mlp_dim, num_classes, dropout) and in_channels (3),\n"
-            "             layer_norm_eps (1e-6), distilled (false).\n"
-            );
+    fprintf(f, "             the other keys are the keyword arguments of the PyTorch constructor (same\n"
+               "             names and defaults; batch_first is always true). multihead_attention also\n"
+               "             takes separate_projections (true: q_proj/k_proj/v_proj/out_proj.weight/.bias\n"
+               "             instead of in_proj_weight/in_proj_bias). sparse_attention (d_model, num_heads,\n"
+               "             window_size, dropout) and local_global_attention (d_model, num_heads,\n"
+               "             local_window, dropout) are the reference sketch's SparseAttention (causal\n"
+               "             window: query i sees keys i - window_size .. i) and LocalGlobalAttention\n"
+               "             (projection(global_attn(x) + local_attn(x)), local: |i - j| <= local_window).\n"
+               "             linear_attention (d_model, num_heads, causal) and performer_attention (d_model,\n"
+               "             num_heads, num_features, dropout, causal) are its LinearAttention (phi = elu + 1)\n"
+               "             and PerformerAttention (FAVOR+ on its buffer R) with the published math;\n"
+               "             \"causal\": true makes them causal (prefix sums).\n"
+               "             Stacks: num_layers, norm (true/false) and the layer's arguments in\n"
+               "             \"encoder_layer\" / \"decoder_layer\". Forward options may sit here too:\n"
+               "             need_weights, average_attn_weights, is_causal, src_is_causal, tgt_is_causal,\n"
+               "             memory_is_causal (as the module's forward() names them). vision_transformer:\n"
+               "             torchvision's VisionTransformer arguments (image_size, patch_size, num_layers,\n"
+               "             num_heads, hidden_dim, mlp_dim, num_classes, dropout) and in_channels (3),\n"
+               "             layer_norm_eps (1e-6), distilled (false).\n");
     fprintf(f,
             "W.safetensors  the module's state_dict() under its own names (F32/F16/BF16/F64): for\n"
             "             sparse_attention attn.W_q.weight .. attn.W_o.bias, for local_global_attention\n"
@@ -104,7 +101,8 @@ static void format_index(size_t e, int rank, const int64_t *shape, char *buf, si
         e = shape[d] > 0 ? e / (size_t)shape[d] : 0;
     }
     o += (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < rank && d < 8 && o < cap; d++) o += (size_t)snprintf(buf + o, cap - o, "%s%zu", d ? ", " : "", sub[d]);
+    for (int d = 0; d < rank && d < 8 && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%zu", d ? ", " : "", sub[d]);
     if (o < cap) snprintf(buf + o, cap - o, "]");
 }
 
@@ -137,8 +135,10 @@ static int check_finite_file(const char *what, const char *path, const attn_safe
             double d = x[e];
             if (t->dtype == ATTN_DTYPE_F64) /* the stored value: finite, maybe, but beyond float */
                 memcpy(&d, (const char *)t->data + e * sizeof d, sizeof d);
-            if (isfinite(d)) snprintf(val, sizeof val, "%g (F64; %g in float32)", d, (double)x[e]);
-            else snprintf(val, sizeof val, isnan(d) ? "nan" : "%g", d); /* not "-nan" */
+            if (isfinite(d))
+                snprintf(val, sizeof val, "%g (F64; %g in float32)", d, (double)x[e]);
+            else
+                snprintf(val, sizeof val, isnan(d) ? "nan" : "%g", d); /* not "-nan" */
             free(x);
             return cli_fail("run: --check-finite: %s %s: '%s'%s is %s", what, path, t->name, idx, val);
         }
@@ -156,7 +156,10 @@ static int check_finite_out(const char *name, const float *y, int rank, const in
             char idx[160];
             format_index(e, rank, shape, idx, sizeof idx);
             return cli_fail("run: --check-finite: output '%s'%s is %s (weights and inputs are finite); not written",
-                            name, idx, isnan(y[e]) ? "nan" : y[e] > 0 ? "inf" : "-inf");
+                            name, idx,
+                            isnan(y[e]) ? "nan"
+                            : y[e] > 0  ? "inf"
+                                        : "-inf");
         }
     return 0;
 }
@@ -169,7 +172,8 @@ static int write_outputs(const attn_model *m, const char *out, int check_finite)
     attn_safetensors_writer *w = NULL;
     const float *y = attn_model_output(m, &rank, shape);
     if (check_finite && (rc = check_finite_out("output", y, rank, shape))) return rc;
-    if (attn_safetensors_writer_create(&w) || attn_safetensors_writer_add(w, "output", ATTN_DTYPE_F32, rank, shape, y)) {
+    if (attn_safetensors_writer_create(&w) ||
+        attn_safetensors_writer_add(w, "output", ATTN_DTYPE_F32, rank, shape, y)) {
         rc = cli_fail("run: %s: %s", out, model_msg_for(out));
         goto done;
     }
@@ -212,8 +216,10 @@ int cmd_run(int argc, char **argv) {
     if (inputs && image) return cli_usage_error("run: --inputs and --image do not go together");
     if ((mean_s || std_s) && !image) return cli_usage_error("run: --mean / --std go with --image");
     if (!config || !weights || (!inputs && !image) || !out)
-        return cli_usage_error("run: missing %s (try 'attn run --help')",
-                               !config ? "--config" : !weights ? "--weights" : !out ? "--out" : "--inputs or --image");
+        return cli_usage_error("run: missing %s (try 'attn run --help')", !config    ? "--config"
+                                                                          : !weights ? "--weights"
+                                                                          : !out     ? "--out"
+                                                                                     : "--inputs or --image");
     if (threads) attn_set_num_threads(threads);
     const char *const ins[3] = {config, weights, inputs};
     if (safe_out_check("run", "--out", out, ins, 3, SAFE_KIND_SAFETENSORS, force)) return 1;

@@ -21,87 +21,85 @@ static void usage_train(FILE *f) {
 }
 
 static void usage_gpt(FILE *f) {
-    fprintf(f,
-            "usage: attn train gpt --data FILE.txt [options]\n\n"
-            "Trains a decoder-only (GPT-style) Transformer to predict the next character of FILE.\n"
-            "The vocabulary is the 256 byte values: any file works, UTF-8 text is modelled byte by\n"
-            "byte (a multi-byte character is several tokens). Pre-norm layers with GELU, learned\n"
-            "positions; AdamW (betas 0.9, 0.95, weight decay 0.1 on matrices and embeddings),\n"
-            "linear warmup then cosine decay to lr/10, gradient clipping at norm 1. Each step\n"
-            "trains on --batch windows of --context bytes drawn at random positions (from --seed\n"
-            "and the step number, so a resumed run sees the same data) from the start of FILE; the\n"
-            "last --val-fraction of it is held out: never trained on, it gives the validation loss.\n\n"
-            "options:\n"
-            "  --data FILE        training text (required; at least context + 1 bytes)\n"
-            "  --val-fraction F   hold out the last F of FILE for validation (default 0.1; 0: none;\n"
-            "                     the held-out part must have at least context + 1 bytes; a resumed\n"
-            "                     run keeps the checkpoint's)\n"
-            "  --eval-interval N  validation loss every N steps (default 100; 0: at the end only)\n"
-            "  --eval-batches K   validation over K batches of --batch windows at fixed, evenly\n"
-            "                     spaced places of the held-out part, in eval mode (default 4)\n"
-            "  --layers L         Transformer layers (default 2)\n"
-            "  --heads H          attention heads (default 4)\n"
-            "  --d-model D        model width, a multiple of H (default 128; feed-forward 4 D)\n"
-            "  --context C        context length in bytes (default 64)\n"
-            "  --steps N          optimizer steps in total (default 1000)\n"
-            "  --batch B          windows per step (default 16)\n"
-            "  --micro-batch M    windows per forward/backward pass (default: B, or B/N on N MPI\n"
-            "                     ranks; a resumed run keeps the checkpoint's when it fits): the\n"
-            "                     gradients of the B/M micro-batches are added in order, so a run\n"
-            "                     is bitwise the same for any number of ranks with the same M\n"
-            "  --lr LR            peak learning rate (default 3e-3)\n"
-            "  --warmup W         warmup steps (default N/20)\n"
-            "  --attention NAME   the self-attention, one of attn's attention kinds (default flash):\n");
+    fprintf(f, "usage: attn train gpt --data FILE.txt [options]\n\n"
+               "Trains a decoder-only (GPT-style) Transformer to predict the next character of FILE.\n"
+               "The vocabulary is the 256 byte values: any file works, UTF-8 text is modelled byte by\n"
+               "byte (a multi-byte character is several tokens). Pre-norm layers with GELU, learned\n"
+               "positions; AdamW (betas 0.9, 0.95, weight decay 0.1 on matrices and embeddings),\n"
+               "linear warmup then cosine decay to lr/10, gradient clipping at norm 1. Each step\n"
+               "trains on --batch windows of --context bytes drawn at random positions (from --seed\n"
+               "and the step number, so a resumed run sees the same data) from the start of FILE; the\n"
+               "last --val-fraction of it is held out: never trained on, it gives the validation loss.\n\n"
+               "options:\n"
+               "  --data FILE        training text (required; at least context + 1 bytes)\n"
+               "  --val-fraction F   hold out the last F of FILE for validation (default 0.1; 0: none;\n"
+               "                     the held-out part must have at least context + 1 bytes; a resumed\n"
+               "                     run keeps the checkpoint's)\n"
+               "  --eval-interval N  validation loss every N steps (default 100; 0: at the end only)\n"
+               "  --eval-batches K   validation over K batches of --batch windows at fixed, evenly\n"
+               "                     spaced places of the held-out part, in eval mode (default 4)\n"
+               "  --layers L         Transformer layers (default 2)\n"
+               "  --heads H          attention heads (default 4)\n"
+               "  --d-model D        model width, a multiple of H (default 128; feed-forward 4 D)\n"
+               "  --context C        context length in bytes (default 64)\n"
+               "  --steps N          optimizer steps in total (default 1000)\n"
+               "  --batch B          windows per step (default 16)\n"
+               "  --micro-batch M    windows per forward/backward pass (default: B, or B/N on N MPI\n"
+               "                     ranks; a resumed run keeps the checkpoint's when it fits): the\n"
+               "                     gradients of the B/M micro-batches are added in order, so a run\n"
+               "                     is bitwise the same for any number of ranks with the same M\n"
+               "  --lr LR            peak learning rate (default 3e-3)\n"
+               "  --warmup W         warmup steps (default N/20)\n"
+               "  --attention NAME   the self-attention, one of attn's attention kinds (default flash):\n");
     for (int k = 0; k < attn_attention_kind_count(); k++)
         fprintf(f, "                       %-8s %s\n", attn_attention_kind_name((attn_attention_kind)k),
                 attn_attention_kind_help((attn_attention_kind)k));
-    fprintf(f,
-            "  --window W         keys on each side for window and local_global (required with them)\n"
-            "  --features M       random features for performer (default 256)\n"
-            "  --feature-seed S   seed of performer's projection (default 0)\n"
-            "  --seed S           initialisation and data order (default 1)\n"
-            "  --precision P      fp32 (default) or bf16: mixed precision, the linear layers' and\n"
-            "                     flash attention's products from bf16-rounded operands with float\n"
-            "                     accumulation; weights, gradients, AdamW and the checkpoint stay\n"
-            "                     fp32 (AMX tiles with AMX-BF16, vdpbf16ps with AVX512-BF16, a\n"
-            "                     bit-exact emulation of it elsewhere, slower). Kept in the\n"
-            "                     checkpoint: --resume continues in it unless given again; another\n"
-            "                     precision is allowed (noted; the weights are fp32 either way),\n"
-            "                     bitwise resume holds within one precision\n"
-            "  --threads T        threads (default: all)\n"
-            "  --checkpoint PATH  checkpoint file (default attn-gpt.safetensors)\n"
-            "  --every N          also write the checkpoint every N steps (default 100; 0: only at\n"
-            "                     the end)\n"
-            "  --resume           continue from the checkpoint: model shape, seed, weights,\n"
-            "                     optimizer state, step, and (unless given again) --steps,\n"
-            "                     --batch, --lr and --warmup come from it: bitwise as if the run\n"
-            "                     had never stopped\n"
-            "  --stop-at K        stop after step K of the --steps schedule, writing the checkpoint\n"
-            "                     (continue later with --resume)\n"
-            "  --force            start afresh over an existing checkpoint, or replace a file at\n"
-            "                     --checkpoint that is not a checkpoint (refused without it)\n"
-            "  --log-every N      print a line every N steps (default 10)\n\n"
-            "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
-            "tokens/s), `step N/S  val loss X` every --eval-interval steps, and `final loss: X`\n"
-            "and `final val loss: X` (the mean cross-entropy over the held-out windows) at the end.\n"
-            "The validation neither uses the training data nor changes the weights, the optimizer\n"
-            "or the data order: a run is bitwise the same with any --eval-interval. Ctrl-C\n"
-            "finishes the current step, writes the checkpoint and exits with status 130 (a second\n"
-            "Ctrl-C stops at once; the last checkpoint stays intact). `attn sample PATH` generates\n"
-            "text from a checkpoint.\n\n"
-            "Data-parallel: `mpirun -np N attn train gpt ...` (a build with MPI) gives each rank B/N\n"
-            "windows of every step and adds the micro-batch gradients in one fixed order\n"
-            "(include/attn/dist.h), so the weights are bitwise those of one process with the same\n"
-            "--batch and --micro-batch; rank 0 alone prints and writes checkpoints. --resume may use\n"
-            "another N. Ranks that disagree on the options, the data or the weights stop at the start\n"
-            "with a message; a rank that fails or dies ends the whole job.\n");
+    fprintf(f, "  --window W         keys on each side for window and local_global (required with them)\n"
+               "  --features M       random features for performer (default 256)\n"
+               "  --feature-seed S   seed of performer's projection (default 0)\n"
+               "  --seed S           initialisation and data order (default 1)\n"
+               "  --precision P      fp32 (default) or bf16: mixed precision, the linear layers' and\n"
+               "                     flash attention's products from bf16-rounded operands with float\n"
+               "                     accumulation; weights, gradients, AdamW and the checkpoint stay\n"
+               "                     fp32 (AMX tiles with AMX-BF16, vdpbf16ps with AVX512-BF16, a\n"
+               "                     bit-exact emulation of it elsewhere, slower). Kept in the\n"
+               "                     checkpoint: --resume continues in it unless given again; another\n"
+               "                     precision is allowed (noted; the weights are fp32 either way),\n"
+               "                     bitwise resume holds within one precision\n"
+               "  --threads T        threads (default: all)\n"
+               "  --checkpoint PATH  checkpoint file (default attn-gpt.safetensors)\n"
+               "  --every N          also write the checkpoint every N steps (default 100; 0: only at\n"
+               "                     the end)\n"
+               "  --resume           continue from the checkpoint: model shape, seed, weights,\n"
+               "                     optimizer state, step, and (unless given again) --steps,\n"
+               "                     --batch, --lr and --warmup come from it: bitwise as if the run\n"
+               "                     had never stopped\n"
+               "  --stop-at K        stop after step K of the --steps schedule, writing the checkpoint\n"
+               "                     (continue later with --resume)\n"
+               "  --force            start afresh over an existing checkpoint, or replace a file at\n"
+               "                     --checkpoint that is not a checkpoint (refused without it)\n"
+               "  --log-every N      print a line every N steps (default 10)\n\n"
+               "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
+               "tokens/s), `step N/S  val loss X` every --eval-interval steps, and `final loss: X`\n"
+               "and `final val loss: X` (the mean cross-entropy over the held-out windows) at the end.\n"
+               "The validation neither uses the training data nor changes the weights, the optimizer\n"
+               "or the data order: a run is bitwise the same with any --eval-interval. Ctrl-C\n"
+               "finishes the current step, writes the checkpoint and exits with status 130 (a second\n"
+               "Ctrl-C stops at once; the last checkpoint stays intact). `attn sample PATH` generates\n"
+               "text from a checkpoint.\n\n"
+               "Data-parallel: `mpirun -np N attn train gpt ...` (a build with MPI) gives each rank B/N\n"
+               "windows of every step and adds the micro-batch gradients in one fixed order\n"
+               "(include/attn/dist.h), so the weights are bitwise those of one process with the same\n"
+               "--batch and --micro-batch; rank 0 alone prints and writes checkpoints. --resume may use\n"
+               "another N. Ranks that disagree on the options, the data or the weights stop at the start\n"
+               "with a message; a rank that fails or dies ends the whole job.\n");
 }
 
 typedef struct gpt_opts {
     const char *data, *checkpoint;
     train_gpt_shape shape;
-    int given_layers, given_heads, given_d, given_context, given_seed, given_steps, given_batch, given_lr,
-        given_warmup, given_micro;
+    int given_layers, given_heads, given_d, given_context, given_seed, given_steps, given_batch, given_lr, given_warmup,
+        given_micro;
     int64_t steps, batch, warmup, every, log_every, threads, seed, stop_at, micro;
     int given_attention, given_val, given_precision;
     int64_t eval_interval, eval_batches;
@@ -227,10 +225,11 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
     o->given_val = cli_seen(opts, "--val-fraction");
     if (!o->data) return cli_usage_error("train gpt: missing --data FILE (try 'attn train gpt --help')");
     if (o->shape.d_model % o->shape.heads != 0)
-        return cli_usage_error("train gpt: --d-model %lld is not a multiple of --heads %lld", (long long)o->shape.d_model,
-                               (long long)o->shape.heads);
+        return cli_usage_error("train gpt: --d-model %lld is not a multiple of --heads %lld",
+                               (long long)o->shape.d_model, (long long)o->shape.heads);
     if (o->warmup > o->steps)
-        return cli_usage_error("train gpt: --warmup %lld exceeds --steps %lld", (long long)o->warmup, (long long)o->steps);
+        return cli_usage_error("train gpt: --warmup %lld exceeds --steps %lld", (long long)o->warmup,
+                               (long long)o->steps);
     return 0;
 }
 
@@ -250,9 +249,25 @@ static void fill_meta(train_meta *m, const gpt_opts *o) {
 
 /* Options hashed for the check that every rank runs the same configuration. */
 static uint64_t config_hash(const gpt_opts *o, const unsigned char *text, size_t len) {
-    const int64_t v[] = {(int64_t)o->precision, o->shape.vocab, o->shape.layers, o->shape.heads, o->shape.d_model, o->shape.ff,
-                         o->shape.context, (int64_t)o->shape.attention.kind, o->shape.attention.window,
-                         o->shape.attention.num_features, (int64_t)o->shape.attention.seed, o->steps, o->batch, o->micro, o->warmup, o->every, o->stop_at, o->seed, (int64_t)len};
+    const int64_t v[] = {(int64_t)o->precision,
+                         o->shape.vocab,
+                         o->shape.layers,
+                         o->shape.heads,
+                         o->shape.d_model,
+                         o->shape.ff,
+                         o->shape.context,
+                         (int64_t)o->shape.attention.kind,
+                         o->shape.attention.window,
+                         o->shape.attention.num_features,
+                         (int64_t)o->shape.attention.seed,
+                         o->steps,
+                         o->batch,
+                         o->micro,
+                         o->warmup,
+                         o->every,
+                         o->stop_at,
+                         o->seed,
+                         (int64_t)len};
     uint64_t h = train_hash(TRAIN_HASH_SEED, v, sizeof v);
     h = train_hash(h, &o->lr, sizeof o->lr);
     h = train_hash(h, &o->val_fraction, sizeof o->val_fraction);
@@ -280,7 +295,7 @@ typedef struct gpt_run {
     float *logits, *grads, *losses;
     void *saved, *ws;
     size_t sb, wb, P;
-    double val;       /* the last validation loss, at step val_step */
+    double val; /* the last validation loss, at step val_step */
     int64_t val_step;
 } gpt_run;
 
@@ -311,18 +326,21 @@ static void resume_schedule(gpt_run *r, const attn_safetensors *st) {
 
 /* The checkpoint's shape against the one given again: 0, or 1 (message printed). */
 static int resume_shape_check(const gpt_opts *o, const train_gpt_shape *s) {
-    const struct { int given; int64_t mine, theirs; const char *name; } chk[] = {
-        {o->given_layers, o->shape.layers, s->layers, "--layers"},
-        {o->given_heads, o->shape.heads, s->heads, "--heads"},
-        {o->given_d, o->shape.d_model, s->d_model, "--d-model"},
-        {o->given_context, o->shape.context, s->context, "--context"}};
+    const struct {
+        int given;
+        int64_t mine, theirs;
+        const char *name;
+    } chk[] = {{o->given_layers, o->shape.layers, s->layers, "--layers"},
+               {o->given_heads, o->shape.heads, s->heads, "--heads"},
+               {o->given_d, o->shape.d_model, s->d_model, "--d-model"},
+               {o->given_context, o->shape.context, s->context, "--context"}};
     for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
         if (chk[i].given && chk[i].mine != chk[i].theirs)
             return cli_fail("train gpt: --resume: %s %lld differs from the checkpoint's %lld", chk[i].name,
                             (long long)chk[i].mine, (long long)chk[i].theirs);
     const attn_attention_config *x = &o->shape.attention, *y = &s->attention;
-    if (o->given_attention && (x->kind != y->kind || x->window != y->window || x->num_features != y->num_features ||
-                               x->seed != y->seed))
+    if (o->given_attention &&
+        (x->kind != y->kind || x->window != y->window || x->num_features != y->num_features || x->seed != y->seed))
         return cli_fail("train gpt: --resume: --attention %s differs from the checkpoint's %s",
                         attn_attention_kind_name(o->shape.attention.kind), attn_attention_kind_name(s->attention.kind));
     return 0;
@@ -362,11 +380,13 @@ static int resume_meta(gpt_run *r) {
             return cli_fail("train gpt: --resume: %s: train.val_fraction '%s' is not a fraction in [0, 0.9]",
                             o->checkpoint, bad_val);
         return cli_fail("train gpt: --resume: --val-fraction %g differs from the checkpoint's %g (the held-out part, "
-                        "hence the training data, would change)", o->val_fraction, ckpt_val);
+                        "hence the training data, would change)",
+                        o->val_fraction, ckpt_val);
     }
     if (other_data)
         return cli_fail("train gpt: --resume: --data '%s' is not the data %s was trained on (its contents differ); "
-                        "resume with the same file, or start afresh with --force", o->data, o->checkpoint);
+                        "resume with the same file, or start afresh with --force",
+                        o->data, o->checkpoint);
     if (resume_shape_check(o, &s)) return 1;
     o->shape = s;
     return 0;
@@ -403,7 +423,8 @@ static int plan(gpt_run *r) {
                         o->val_fraction, len, o->data, r->val_len, (long long)C, (long long)C + 1);
     if (r->train_len < (size_t)C + 1)
         return cli_fail("train gpt: --val-fraction %g leaves %zu of the %zu bytes of '%s' to train on; --context %lld "
-                        "needs at least %lld", o->val_fraction, r->train_len, len, o->data, (long long)C, (long long)C + 1);
+                        "needs at least %lld",
+                        o->val_fraction, r->train_len, len, o->data, (long long)C, (long long)C + 1);
     return 0;
 }
 
@@ -432,10 +453,13 @@ static int dist_check(gpt_run *r, const attn_train_state *state) {
         const attn_param *q = attn_params_get(r->ps, i);
         float *st2 = NULL;
         wh = train_hash(wh, q->data, sizeof(float) * q->numel);
-        if (attn_optimizer_state(r->opt, i, "exp_avg", &st2) == ATTN_OK) wh = train_hash(wh, st2, sizeof(float) * q->numel);
-        if (attn_optimizer_state(r->opt, i, "exp_avg_sq", &st2) == ATTN_OK) wh = train_hash(wh, st2, sizeof(float) * q->numel);
+        if (attn_optimizer_state(r->opt, i, "exp_avg", &st2) == ATTN_OK)
+            wh = train_hash(wh, st2, sizeof(float) * q->numel);
+        if (attn_optimizer_state(r->opt, i, "exp_avg_sq", &st2) == ATTN_OK)
+            wh = train_hash(wh, st2, sizeof(float) * q->numel);
     }
-    if (attn_dist_check_same(r->dist, config_hash(&r->o, r->text, r->len), "the options and the --data contents") != ATTN_OK ||
+    if (attn_dist_check_same(r->dist, config_hash(&r->o, r->text, r->len), "the options and the --data contents") !=
+            ATTN_OK ||
         attn_dist_check_same(r->dist, wh, "the starting weights and optimizer state") != ATTN_OK)
         return cli_fail("train gpt: rank %d: %s", r->rank, attn_last_error());
     return 0;
@@ -482,8 +506,9 @@ static void print_header(const gpt_run *r) {
            attn_precision_name(o->precision), attn_get_num_threads());
     train_precision_note(o->precision);
     if (r->M > 1 || r->nranks > 1)
-        printf("data-parallel: %d rank%s, %lld windows each, micro-batch %lld (%lld gradients added in order per step)\n",
-               r->nranks, r->nranks > 1 ? "s" : "", (long long)r->count, (long long)r->m, (long long)r->M);
+        printf(
+            "data-parallel: %d rank%s, %lld windows each, micro-batch %lld (%lld gradients added in order per step)\n",
+            r->nranks, r->nranks > 1 ? "s" : "", (long long)r->count, (long long)r->m, (long long)r->M);
     fflush(stdout);
 }
 
@@ -508,8 +533,8 @@ static attn_status micro_grads(gpt_run *r) {
         r->a.tokens = r->x + k * m * C;
         if ((s = attn_params_zero_grad(r->ps)) != ATTN_OK ||
             (s = attn_gpt_forward(r->g, &r->a, r->logits, r->saved, r->sb, r->ws, r->wb)) != ATTN_OK ||
-            (s = attn_cross_entropy_forward(r->logits, r->y + k * m * C, m * C, V, &ce, &r->losses[M + k], r->logits)) !=
-                ATTN_OK ||
+            (s = attn_cross_entropy_forward(r->logits, r->y + k * m * C, m * C, V, &ce, &r->losses[M + k],
+                                            r->logits)) != ATTN_OK ||
             (s = attn_gpt_backward(r->g, &r->a, r->logits, r->saved, r->sb, r->ws, r->wb)) != ATTN_OK)
             return s;
         if (!r->grads) continue;
@@ -539,7 +564,8 @@ static attn_status gpt_step(void *ctx, int64_t step, float *loss, double *units)
             return s;
     } else {
         memcpy(r->losses, r->losses + M, sizeof(float) * (size_t)M);
-        for (size_t i = 0, off = 0; r->grads && i < attn_params_count(r->ps); off += attn_params_get(r->ps, i)->numel, i++)
+        for (size_t i = 0, off = 0; r->grads && i < attn_params_count(r->ps);
+             off += attn_params_get(r->ps, i)->numel, i++)
             memcpy(attn_params_get(r->ps, i)->grad, r->grads + off, sizeof(float) * attn_params_get(r->ps, i)->numel);
     }
     double lsum = 0;
@@ -609,7 +635,8 @@ static int gpt_prepare(gpt_run *r) {
     gpt_opts *o = &r->o;
     r->text = (unsigned char *)safe_read(o->data, "data", ATTN_IO_CAP_DATA, &r->len);
     if (!r->text) return cli_fail("train gpt: %s", attn_last_error());
-    snprintf(o->data_hash, sizeof o->data_hash, "%016llx", (unsigned long long)train_hash(TRAIN_HASH_SEED, r->text, r->len));
+    snprintf(o->data_hash, sizeof o->data_hash, "%016llx",
+             (unsigned long long)train_hash(TRAIN_HASH_SEED, r->text, r->len));
     const char *const ins[1] = {o->data};
     if (r->rank == 0 && safe_checkpoint_check("train gpt", o->checkpoint, ins, 1, o->resume, o->force)) return 1;
     if (o->resume) {

@@ -26,57 +26,56 @@
 #define VIZ_MAX_LIST 256
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attn viz MODEL INPUT [options] (--svg FILE | --html FILE | --csv FILE)...\n\n"
-            "Runs one forward of a model on one input, records the attention weights of every head of\n"
-            "its attention modules, and writes the chosen layers and heads as pictures and numbers.\n\n"
-            "MODEL (one of):\n"
-            "  --checkpoint FILE    a checkpoint of `attn train gpt`\n"
-            "  --checkpoint FILE    a checkpoint of `attn train vit` (a Vision Transformer)\n"
-            "  --config M.json --weights W.safetensors   an `attn run` model (see attn run --help);\n"
-            "                       --weights-prefix P: its tensors named P + state_dict name\n"
-            "INPUT:\n"
-            "  --text TEXT          text for a GPT checkpoint (bytes; at most its context)\n"
-            "  --tokens I,J,...     token ids for a GPT checkpoint\n"
-            "  --inputs IN.safetensors  the forward arguments of an `attn run` model (as attn run)\n"
-            "  --image FILE         an image for a Vision Transformer (PNG with libpng, PPM, PGM),\n"
-            "                       resized to the model's image size and normalised (v / 255 - mean) /\n"
-            "                       std; tokens are labelled cls (dist) and pROW,COL by patch\n"
-            "  --mean M[,M,M] --std S[,S,S]  the normalisation (default: 0.5 and 0.5 for `attn train vit`\n"
-            "                       checkpoints, as they were trained; 0 and 1 for --config models)\n"
-            "options:\n"
-            "  --attention PATTERN  the attention modules to record ('*' wildcards; default '*'); layers\n"
-            "                       are numbered in the order these modules run\n"
-            "  --layer L[,L...]     layers to show (default: all)\n"
-            "  --head H[,H...]|mean|all  heads to show: indices, their mean, or the mean and every head\n"
-            "                       (default all)\n"
-            "  --rollout            also the attention rollout through all recorded layers (Abnar &\n"
-            "                       Zuidema 2020: heads averaged, identity added, rows renormalised,\n"
-            "                       multiplied through the layers; square self-attentions only); for a\n"
-            "                       Vision Transformer its CLS row: the classification token's share\n"
-            "                       of every token\n"
-            "  --batch-index B      the batch element to show (default 0)\n"
-            "  --max-tokens M       longer sequences are shown as a window of M queries and M keys\n"
-            "                       (default 64); the outputs say so\n"
-            "  --start S            the window's first position (default 0)\n"
-            "  --title TEXT         title of the maps and the page (default: from the model)\n"
-            "  --svg FILE           one SVG heat map per layer and head (several: FILE-L0-h1.svg, ...)\n"
-            "  --html FILE          one self-contained page: layer / head selector, heat map with hover\n"
-            "                       values, head view (open it with #selftest to check it)\n"
-            "  --csv FILE           map,module,layer,head,query,key,query_label,key_label,weight\n"
-            "  --overlay FILE       Vision Transformer: the rollout's CLS row over the patches (min-max\n"
-            "                       scaled, upsampled bilinearly to the picture, inferno-like colours)\n"
-            "                       blended onto the image; PNG when FILE ends in .png and the build\n"
-            "                       has libpng (otherwise a PPM next to it, and a note says so), else PPM\n"
-            "  --overlay-size N     the overlay's longer side in pixels (default: the image scaled up by\n"
-            "                       a whole factor to at least 256)\n"
-            "  --overlay-alpha A    the colours' weight in the blend (default 0.5)\n"
-            "  --nearest            upsample the patch grid by nearest neighbour (blocks) instead\n"
-            "  --force              replace an existing output of another kind (never an input)\n"
-            "  --threads N          threads (default: all)\n\n"
-            "Bad input (unreadable files, a layer or head out of range, tokens outside the vocabulary,\n"
-            "a model whose attention has no weights) is reported on one line and exits 1; usage errors\n"
-            "exit 2.\n");
+    fprintf(f, "usage: attn viz MODEL INPUT [options] (--svg FILE | --html FILE | --csv FILE)...\n\n"
+               "Runs one forward of a model on one input, records the attention weights of every head of\n"
+               "its attention modules, and writes the chosen layers and heads as pictures and numbers.\n\n"
+               "MODEL (one of):\n"
+               "  --checkpoint FILE    a checkpoint of `attn train gpt`\n"
+               "  --checkpoint FILE    a checkpoint of `attn train vit` (a Vision Transformer)\n"
+               "  --config M.json --weights W.safetensors   an `attn run` model (see attn run --help);\n"
+               "                       --weights-prefix P: its tensors named P + state_dict name\n"
+               "INPUT:\n"
+               "  --text TEXT          text for a GPT checkpoint (bytes; at most its context)\n"
+               "  --tokens I,J,...     token ids for a GPT checkpoint\n"
+               "  --inputs IN.safetensors  the forward arguments of an `attn run` model (as attn run)\n"
+               "  --image FILE         an image for a Vision Transformer (PNG with libpng, PPM, PGM),\n"
+               "                       resized to the model's image size and normalised (v / 255 - mean) /\n"
+               "                       std; tokens are labelled cls (dist) and pROW,COL by patch\n"
+               "  --mean M[,M,M] --std S[,S,S]  the normalisation (default: 0.5 and 0.5 for `attn train vit`\n"
+               "                       checkpoints, as they were trained; 0 and 1 for --config models)\n"
+               "options:\n"
+               "  --attention PATTERN  the attention modules to record ('*' wildcards; default '*'); layers\n"
+               "                       are numbered in the order these modules run\n"
+               "  --layer L[,L...]     layers to show (default: all)\n"
+               "  --head H[,H...]|mean|all  heads to show: indices, their mean, or the mean and every head\n"
+               "                       (default all)\n"
+               "  --rollout            also the attention rollout through all recorded layers (Abnar &\n"
+               "                       Zuidema 2020: heads averaged, identity added, rows renormalised,\n"
+               "                       multiplied through the layers; square self-attentions only); for a\n"
+               "                       Vision Transformer its CLS row: the classification token's share\n"
+               "                       of every token\n"
+               "  --batch-index B      the batch element to show (default 0)\n"
+               "  --max-tokens M       longer sequences are shown as a window of M queries and M keys\n"
+               "                       (default 64); the outputs say so\n"
+               "  --start S            the window's first position (default 0)\n"
+               "  --title TEXT         title of the maps and the page (default: from the model)\n"
+               "  --svg FILE           one SVG heat map per layer and head (several: FILE-L0-h1.svg, ...)\n"
+               "  --html FILE          one self-contained page: layer / head selector, heat map with hover\n"
+               "                       values, head view (open it with #selftest to check it)\n"
+               "  --csv FILE           map,module,layer,head,query,key,query_label,key_label,weight\n"
+               "  --overlay FILE       Vision Transformer: the rollout's CLS row over the patches (min-max\n"
+               "                       scaled, upsampled bilinearly to the picture, inferno-like colours)\n"
+               "                       blended onto the image; PNG when FILE ends in .png and the build\n"
+               "                       has libpng (otherwise a PPM next to it, and a note says so), else PPM\n"
+               "  --overlay-size N     the overlay's longer side in pixels (default: the image scaled up by\n"
+               "                       a whole factor to at least 256)\n"
+               "  --overlay-alpha A    the colours' weight in the blend (default 0.5)\n"
+               "  --nearest            upsample the patch grid by nearest neighbour (blocks) instead\n"
+               "  --force              replace an existing output of another kind (never an input)\n"
+               "  --threads N          threads (default: all)\n\n"
+               "Bad input (unreadable files, a layer or head out of range, tokens outside the vocabulary,\n"
+               "a model whose attention has no weights) is reported on one line and exits 1; usage errors\n"
+               "exit 2.\n");
 }
 
 static char *dup(const char *s) {
@@ -102,17 +101,17 @@ static void byte_label(int b, char *buf, size_t cap) {
 /* What an input kind leaves: the forward's capture, and labels of the token positions. */
 typedef struct viz_run {
     attn_capture *cap;
-    int64_t ntok;       /* token labels for sequences of this length (0: none) */
-    char **tok_labels;  /* [ntok] */
-    char model[512];    /* description */
+    int64_t ntok;      /* token labels for sequences of this length (0: none) */
+    char **tok_labels; /* [ntok] */
+    char model[512];   /* description */
     /* owned by the kind */
     attn_gpt *gpt;
-    model_in run;                 /* an `attn run` model */
+    model_in run; /* an `attn run` model */
     /* a Vision Transformer on an image */
-    attn_vit *vit_own;            /* from a checkpoint (else the --config model's) */
-    const attn_vit_config *vit;   /* NULL for the other models */
-    int64_t vit_t;                /* class (and distillation) tokens before the patches */
-    image_in img;                 /* a checkpoint's input (a --config model's is run.img) */
+    attn_vit *vit_own;          /* from a checkpoint (else the --config model's) */
+    const attn_vit_config *vit; /* NULL for the other models */
+    int64_t vit_t;              /* class (and distillation) tokens before the patches */
+    image_in img;               /* a checkpoint's input (a --config model's is run.img) */
 } viz_run;
 
 /* Labels cls (dist), pROW,COL; returns the predicted class of the logits, or -1 (printed). */
@@ -146,8 +145,8 @@ static int vit_labels(viz_run *r, const attn_vit *v, const float *logits) {
 /* A checkpoint of `attn train vit` (metadata model = vit) on an image. */
 static int run_vit(viz_run *r, const char *path, const attn_safetensors *meta, const char *image, const char *mean_s,
                    const char *std_s, const char *pattern) {
-    static const char *keys[] = {"vit.image", "vit.patch", "vit.layers", "vit.heads", "vit.hidden", "vit.mlp",
-                                 "vit.classes", "vit.channels"};
+    static const char *keys[] = {"vit.image",  "vit.patch", "vit.layers",  "vit.heads",
+                                 "vit.hidden", "vit.mlp",   "vit.classes", "vit.channels"};
     int64_t v[8];
     for (int i = 0; i < 8; i++) {
         const char *s = attn_safetensors_metadata_find(meta, keys[i]);
@@ -196,8 +195,7 @@ static int run_vit(viz_run *r, const char *path, const attn_safetensors *meta, c
 }
 
 /* --text (bytes) or --tokens (ids) for a GPT of that shape into *tok[*n] (malloc'ed). 0, or 1. */
-static int gpt_input(const char *text, const char *tokens_s, const train_gpt_shape *shape, int64_t **tok,
-                     int64_t *n) {
+static int gpt_input(const char *text, const char *tokens_s, const train_gpt_shape *shape, int64_t **tok, int64_t *n) {
     if (text) {
         *n = (int64_t)strlen(text);
         if (*n < 1) return cli_fail("viz: --text is empty");
@@ -272,8 +270,8 @@ static int run_gpt(viz_run *r, const char *path, const char *text, const char *t
         rc = cli_fail("viz: %s: %s", path, attn_last_error());
         goto done;
     }
-    snprintf(r->model, sizeof r->model, "GPT %s (%lld layers, %lld heads, d_model %lld, %s attention) on %lld %s",
-             path, (long long)shape.layers, (long long)shape.heads, (long long)shape.d_model,
+    snprintf(r->model, sizeof r->model, "GPT %s (%lld layers, %lld heads, d_model %lld, %s attention) on %lld %s", path,
+             (long long)shape.layers, (long long)shape.heads, (long long)shape.d_model,
              attn_attention_kind_name(shape.attention.kind), (long long)n, text ? "bytes of text" : "tokens");
 done:
     free(tok);
@@ -295,8 +293,8 @@ static int run_model(viz_run *r, const char *config, const char *weights, const 
     const attn_vit *vit = attn_model_vit(mi->m);
     int pred = -1;
     if (vit && (pred = vit_labels(r, vit, attn_model_output(mi->m, NULL, NULL))) < 0) return 1;
-    int mn = snprintf(r->model, sizeof r->model, "%s (%s, weights %s) on %s", config, attn_model_name(mi->m),
-                      weights, image ? image : inputs);
+    int mn = snprintf(r->model, sizeof r->model, "%s (%s, weights %s) on %s", config, attn_model_name(mi->m), weights,
+                      image ? image : inputs);
     if (image && pred >= 0 && mn > 0 && (size_t)mn < sizeof r->model)
         snprintf(r->model + mn, sizeof r->model - (size_t)mn, " (predicted class %d)", pred);
     return 0;
@@ -389,8 +387,11 @@ typedef struct viz_opts {
 
 /* The combinations of options that do not go together. 0, or 2 (printed). */
 static int check_opts(const viz_opts *o, int alpha_seen) {
-    if (!o->checkpoint && !o->config) return cli_usage_error("viz: missing the model: --checkpoint, or --config and --weights (try 'attn viz --help')");
-    if (o->checkpoint && (o->config || o->weights)) return cli_usage_error("viz: --checkpoint does not go with --config / --weights");
+    if (!o->checkpoint && !o->config)
+        return cli_usage_error(
+            "viz: missing the model: --checkpoint, or --config and --weights (try 'attn viz --help')");
+    if (o->checkpoint && (o->config || o->weights))
+        return cli_usage_error("viz: --checkpoint does not go with --config / --weights");
     if (o->config && !o->weights) return cli_usage_error("viz: --config needs --weights");
     if (!o->config && o->weights) return cli_usage_error("viz: --weights needs --config");
     if (o->wprefix && !o->config) return cli_usage_error("viz: --weights-prefix goes with --config / --weights");
@@ -401,11 +402,16 @@ static int check_opts(const viz_opts *o, int alpha_seen) {
     if (o->image && (o->text || o->tokens || o->inputs))
         return cli_usage_error("viz: --image does not go with --text / --tokens / --inputs");
     if (o->checkpoint && !o->image) {
-        if (o->inputs) return cli_usage_error("viz: --inputs is for --config models; a GPT checkpoint takes --text or --tokens");
-        if (!o->text == !o->tokens) return cli_usage_error("viz: a GPT checkpoint needs one of --text and --tokens (a ViT checkpoint: --image)");
+        if (o->inputs)
+            return cli_usage_error("viz: --inputs is for --config models; a GPT checkpoint takes --text or --tokens");
+        if (!o->text == !o->tokens)
+            return cli_usage_error(
+                "viz: a GPT checkpoint needs one of --text and --tokens (a ViT checkpoint: --image)");
     } else if (!o->checkpoint) {
-        if (o->text || o->tokens) return cli_usage_error("viz: --text / --tokens are for GPT checkpoints; a --config model takes --inputs");
-        if (!o->inputs && !o->image) return cli_usage_error("viz: missing --inputs (or --image) for the --config model");
+        if (o->text || o->tokens)
+            return cli_usage_error("viz: --text / --tokens are for GPT checkpoints; a --config model takes --inputs");
+        if (!o->inputs && !o->image)
+            return cli_usage_error("viz: missing --inputs (or --image) for the --config model");
     }
     if (!o->svg && !o->html && !o->csv && !o->overlay)
         return cli_usage_error("viz: nothing to write: give --svg, --html, --csv and/or --overlay");
@@ -516,8 +522,8 @@ static int take_records(const viz_run *r, viz_opts *o, attn_capture_record **rec
     if (!rs) return cli_fail("viz: out of memory");
     for (size_t i = 0; i < n; i++) attn_capture_get(r->cap, i, &rs[i]);
     if (o->batch_index >= rs[0].batch)
-        return cli_fail("viz: --batch-index %lld is out of range: the input's batch is %lld",
-                        (long long)o->batch_index, (long long)rs[0].batch);
+        return cli_fail("viz: --batch-index %lld is out of range: the input's batch is %lld", (long long)o->batch_index,
+                        (long long)rs[0].batch);
     if (!o->nlayers_sel)
         for (size_t i = 0; i < n && o->nlayers_sel < VIZ_MAX_LIST; i++) o->layers_sel[o->nlayers_sel++] = (int64_t)i;
     for (int i = 0; i < o->nlayers_sel; i++)
@@ -562,8 +568,8 @@ static int layer_maps(viz_set *set, label_cache *lc, const viz_run *r, const viz
     const attn_capture_record *rec = is_roll ? &recs[0] : &recs[o->layers_sel[li]];
     /* a ViT's rollout: only the classification token's row */
     const int64_t nq = is_roll && r->vit ? 1 : rec->nq, nk = rec->nk, H = rec->heads;
-    const char *const *ql = nq == r->ntok || (is_roll && r->vit) ? (const char *const *)r->tok_labels
-                                                                 : numeric_labels(lc, nq);
+    const char *const *ql =
+        nq == r->ntok || (is_roll && r->vit) ? (const char *const *)r->tok_labels : numeric_labels(lc, nq);
     const char *const *kl = nk == r->ntok ? (const char *const *)r->tok_labels : numeric_labels(lc, nk);
     if (!ql || !kl) return cli_fail("viz: out of memory");
     int64_t r0, rows, c0, cols;
@@ -574,8 +580,10 @@ static int layer_maps(viz_set *set, label_cache *lc, const viz_run *r, const viz
         viz_map *m = &set->maps[set->count++];
         m->layer = is_roll ? -1 : (int)o->layers_sel[li];
         m->module = is_roll ? "rollout" : rec->module;
-        m->head = is_roll ? VIZ_HEAD_ROLLOUT : (want_mean && k == 0) ? VIZ_HEAD_MEAN : o->want_all ? k - want_mean
-                                                                                              : o->heads_sel[k - want_mean];
+        m->head = is_roll                 ? VIZ_HEAD_ROLLOUT
+                  : (want_mean && k == 0) ? VIZ_HEAD_MEAN
+                  : o->want_all           ? k - want_mean
+                                          : o->heads_sel[k - want_mean];
         m->num_heads = (int)H;
         m->nq = nq, m->nk = nk, m->r0 = r0, m->c0 = c0, m->rows = rows, m->cols = cols;
         m->qlabels = ql, m->klabels = kl;

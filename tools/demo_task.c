@@ -58,8 +58,7 @@ int64_t demo_answer_len(const int64_t *pred, int64_t n) {
 }
 
 const char *demo_tok_str(int64_t t) {
-    static const char *names[DEMO_VOCAB] = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9",
-                                            "PAD", "BOS", "EOS"};
+    static const char *names[DEMO_VOCAB] = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "PAD", "BOS", "EOS"};
     return t >= 0 && t < DEMO_VOCAB ? names[t] : "?";
 }
 

@@ -10,11 +10,11 @@
 #include "attn/safetensors.h"
 
 typedef struct image_in {
-    attn_image img;        /* the file as decoded */
-    int64_t c, h, w;       /* the model's input */
-    float *x;              /* [1, c, h, w] */
-    void *st_buf;          /* the safetensors bytes behind st */
-    attn_safetensors *st;  /* "x" */
+    attn_image img;       /* the file as decoded */
+    int64_t c, h, w;      /* the model's input */
+    float *x;             /* [1, c, h, w] */
+    void *st_buf;         /* the safetensors bytes behind st */
+    attn_safetensors *st; /* "x" */
 } image_in;
 
 /* --mean / --std: one number (every channel) or one per channel into out[channels]. 0, or the

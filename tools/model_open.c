@@ -26,8 +26,7 @@ int model_open(model_in *mi, const char *cmd, const char *config, const char *we
 int model_bind(model_in *mi, const char *cmd, const char *config, const char *inputs, const char *image,
                const char *mean_s, const char *std_s, const char *image_is_for) {
     if (!image) {
-        if (attn_safetensors_open_file(inputs, &mi->inputs) ||
-            attn_model_bind_safetensors(mi->m, mi->inputs, NULL, 1))
+        if (attn_safetensors_open_file(inputs, &mi->inputs) || attn_model_bind_safetensors(mi->m, mi->inputs, NULL, 1))
             return cli_fail("%s: %s: %s", cmd, inputs, model_msg_for(inputs));
         return 0;
     }

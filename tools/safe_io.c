@@ -29,7 +29,8 @@ int safe_checkpoint_check(const char *cmd, const char *path, const char *const *
     struct stat sb;
     if (!resume && !force && stat(path, &sb) == 0 && sb.st_size > 0) /* an empty file holds nothing to lose */
         return cli_fail("%s: --checkpoint '%s' already holds a checkpoint: continue it with --resume, or replace it "
-                        "with --force", cmd, path);
+                        "with --force",
+                        cmd, path);
     attn_io_out o;
     if (attn_io_out_begin(&o, path)) return cli_fail("%s: --checkpoint: %s", cmd, attn_last_error());
     attn_io_out_abort(&o);

@@ -159,7 +159,10 @@ int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *
         return -1;
     }
     char name[96];
-    const struct { const char *fmt; int64_t d0, d1; } want[] = {
+    const struct {
+        const char *fmt;
+        int64_t d0, d1;
+    } want[] = {
         {"tok_emb.weight", s->vocab, s->d_model},
         {"pos_emb.weight", s->context, s->d_model},
         {"layers.%lld.linear1.weight", s->ff, s->d_model},
@@ -171,15 +174,18 @@ int train_shape_from_meta(const attn_safetensors *st, train_gpt_shape *s, char *
             snprintf(name, sizeof name, want[k].fmt, (long long)l);
             const attn_safetensors_tensor *t = attn_safetensors_find(st, name);
             if (!t || t->rank != 2 || t->shape[0] != want[k].d0 || t->shape[1] != want[k].d1) {
-                snprintf(err, errsz, "metadata (layers %lld, d_model %lld, ff %lld, context %lld) does not match the "
-                         "tensors: '%s' is %s", (long long)s->layers, (long long)s->d_model, (long long)s->ff,
-                         (long long)s->context, name, t ? "of another shape" : "missing");
+                snprintf(err, errsz,
+                         "metadata (layers %lld, d_model %lld, ff %lld, context %lld) does not match the "
+                         "tensors: '%s' is %s",
+                         (long long)s->layers, (long long)s->d_model, (long long)s->ff, (long long)s->context, name,
+                         t ? "of another shape" : "missing");
                 return -1;
             }
         }
     snprintf(name, sizeof name, "layers.%lld.linear1.weight", (long long)s->layers);
     if (attn_safetensors_find(st, name)) {
-        snprintf(err, errsz, "metadata 'gpt.layers' is %lld but the checkpoint holds more layers", (long long)s->layers);
+        snprintf(err, errsz, "metadata 'gpt.layers' is %lld but the checkpoint holds more layers",
+                 (long long)s->layers);
         return -1;
     }
     return 0;
@@ -250,10 +256,12 @@ void train_precision_note(attn_precision p) {
     attn_kernel_info k;
     if (attn_kernel_info_get(&k) != ATTN_OK || k.bf16_unit != ATTN_UNIT_FMA) return;
     printf("note: the bf16 products run on %s here (%s), at best at fp32's rate, so bf16 trains slower here "
-           "than fp32\n", k.bf16_name, k.bf16_note ? k.bf16_note : "ATTN_ISA below avx512");
+           "than fp32\n",
+           k.bf16_name, k.bf16_note ? k.bf16_note : "ATTN_ISA below avx512");
 }
 
-int train_resume_precision(const char *cmd, const attn_safetensors *st, const char *path, int given, attn_precision *p) {
+int train_resume_precision(const char *cmd, const attn_safetensors *st, const char *path, int given,
+                           attn_precision *p) {
     attn_precision ckpt = ATTN_PRECISION_FP32;
     const char *v = attn_safetensors_metadata_find(st, "train.precision");
     if (v && train_parse_precision(v, &ckpt))
@@ -262,6 +270,7 @@ int train_resume_precision(const char *cmd, const attn_safetensors *st, const ch
         *p = ckpt;
     else if (*p != ckpt)
         printf("note: --precision %s, the checkpoint was trained in %s (its weights are fp32 either way): "
-               "continuing in %s\n", attn_precision_name(*p), attn_precision_name(ckpt), attn_precision_name(*p));
+               "continuing in %s\n",
+               attn_precision_name(*p), attn_precision_name(ckpt), attn_precision_name(*p));
     return 0;
 }

@@ -14,63 +14,62 @@
 #include "trainer.h"
 
 static void usage_vit(FILE *f) {
-    fprintf(f,
-            "usage: attn train vit [--data DIR] [options]\n\n"
-            "Trains a Vision Transformer (torchvision's VisionTransformer: patch embedding, class\n"
-            "token, learned positions, pre-norm GELU layers, final norm, linear head) to classify\n"
-            "the square 8-bit gray images of DIR/images.u8 (N x S x S bytes) by DIR/labels.u8 (N\n"
-            "bytes, classes 0..K-1). Default DIR: data/digits (from the source tree's root), the 1797\n"
-            "8x8 handwritten digits of scikit-learn (UCI), values 0..16. Pixels are scaled by the\n"
-            "largest value to [0, 1] and normalised to [-1, 1]. Held out: every image i with\n"
-            "i %% 6 == 5 (299 of the digits), never trained on. Each step draws --batch training\n"
-            "images at random (from --seed and the step, so a resumed run sees the same data), each\n"
-            "shifted by up to --shift pixels (zero fill). AdamW (weight decay 0.05 on matrices),\n"
-            "linear warmup then cosine decay to lr/10, gradient clipping at norm 1.\n\n"
-            "options:\n"
-            "  --data DIR         images.u8 and labels.u8 (default data/digits)\n"
-            "  --patch P          patch side, divides S (default 2)\n"
-            "  --layers L         encoder layers (default 2)\n"
-            "  --heads H          attention heads (default 4)\n"
-            "  --hidden D         hidden size, a multiple of H (default 32)\n"
-            "  --mlp M            MLP size (default 2 D)\n"
-            "  --steps N          optimizer steps in total (default 5000)\n"
-            "  --batch B          images per step (default 32)\n"
-            "  --lr LR            peak learning rate (default 5e-3)\n"
-            "  --warmup W         warmup steps (default N/20)\n"
-            "  --shift S          random shift in pixels, 0 = none (default 1)\n"
-            "  --seed S           initialisation and data order (default 1)\n"
-            "  --precision P      fp32 (default) or bf16: mixed precision, the patch embedding's,\n"
-            "                     the layers' and the head's products and flash attention's from\n"
-            "                     bf16-rounded operands with float accumulation; weights,\n"
-            "                     gradients, AdamW and the checkpoint stay fp32 (AMX tiles with\n"
-            "                     AMX-BF16, vdpbf16ps with AVX512-BF16, a bit-exact emulation of it\n"
-            "                     elsewhere, slower). Kept in the checkpoint: --resume continues in\n"
-            "                     it unless given again; another\n"
-            "                     precision is allowed (noted; the weights are fp32 either way),\n"
-            "                     bitwise resume holds within one precision\n"
-            "  --threads T        threads (default 1: a model this small gains nothing from more)\n"
-            "  --checkpoint PATH  checkpoint file (default attn-vit.safetensors; the weights under\n"
-            "                     attn_vit's names)\n"
-            "  --every N          also write the checkpoint every N steps (default 1000; 0: only at\n"
-            "                     the end)\n"
-            "  --eval-interval N  held-out accuracy every N steps (default 0: at the end only; the\n"
-            "                     name `attn train gpt` uses; --eval-every is the same option)\n"
-            "  --resume           continue from the checkpoint: model shape, seed, weights,\n"
-            "                     optimizer state, step and (unless given again) --steps, --batch,\n"
-            "                     --lr, --warmup and --shift: bitwise as if never stopped\n"
-            "  --stop-at K        stop after step K of the --steps schedule, writing the checkpoint\n"
-            "  --force            start afresh over an existing checkpoint, or replace a file at\n"
-            "                     --checkpoint that is not a checkpoint (refused without it)\n"
-            "  --log-every N      print a line every N steps (default 500)\n\n"
-            "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
-            "images/s), `final loss: X` and `held-out accuracy: P%% (k/n)` at the end. Ctrl-C\n"
-            "finishes the current step, writes the checkpoint and exits with status 130.\n");
+    fprintf(f, "usage: attn train vit [--data DIR] [options]\n\n"
+               "Trains a Vision Transformer (torchvision's VisionTransformer: patch embedding, class\n"
+               "token, learned positions, pre-norm GELU layers, final norm, linear head) to classify\n"
+               "the square 8-bit gray images of DIR/images.u8 (N x S x S bytes) by DIR/labels.u8 (N\n"
+               "bytes, classes 0..K-1). Default DIR: data/digits (from the source tree's root), the 1797\n"
+               "8x8 handwritten digits of scikit-learn (UCI), values 0..16. Pixels are scaled by the\n"
+               "largest value to [0, 1] and normalised to [-1, 1]. Held out: every image i with\n"
+               "i %% 6 == 5 (299 of the digits), never trained on. Each step draws --batch training\n"
+               "images at random (from --seed and the step, so a resumed run sees the same data), each\n"
+               "shifted by up to --shift pixels (zero fill). AdamW (weight decay 0.05 on matrices),\n"
+               "linear warmup then cosine decay to lr/10, gradient clipping at norm 1.\n\n"
+               "options:\n"
+               "  --data DIR         images.u8 and labels.u8 (default data/digits)\n"
+               "  --patch P          patch side, divides S (default 2)\n"
+               "  --layers L         encoder layers (default 2)\n"
+               "  --heads H          attention heads (default 4)\n"
+               "  --hidden D         hidden size, a multiple of H (default 32)\n"
+               "  --mlp M            MLP size (default 2 D)\n"
+               "  --steps N          optimizer steps in total (default 5000)\n"
+               "  --batch B          images per step (default 32)\n"
+               "  --lr LR            peak learning rate (default 5e-3)\n"
+               "  --warmup W         warmup steps (default N/20)\n"
+               "  --shift S          random shift in pixels, 0 = none (default 1)\n"
+               "  --seed S           initialisation and data order (default 1)\n"
+               "  --precision P      fp32 (default) or bf16: mixed precision, the patch embedding's,\n"
+               "                     the layers' and the head's products and flash attention's from\n"
+               "                     bf16-rounded operands with float accumulation; weights,\n"
+               "                     gradients, AdamW and the checkpoint stay fp32 (AMX tiles with\n"
+               "                     AMX-BF16, vdpbf16ps with AVX512-BF16, a bit-exact emulation of it\n"
+               "                     elsewhere, slower). Kept in the checkpoint: --resume continues in\n"
+               "                     it unless given again; another\n"
+               "                     precision is allowed (noted; the weights are fp32 either way),\n"
+               "                     bitwise resume holds within one precision\n"
+               "  --threads T        threads (default 1: a model this small gains nothing from more)\n"
+               "  --checkpoint PATH  checkpoint file (default attn-vit.safetensors; the weights under\n"
+               "                     attn_vit's names)\n"
+               "  --every N          also write the checkpoint every N steps (default 1000; 0: only at\n"
+               "                     the end)\n"
+               "  --eval-interval N  held-out accuracy every N steps (default 0: at the end only; the\n"
+               "                     name `attn train gpt` uses; --eval-every is the same option)\n"
+               "  --resume           continue from the checkpoint: model shape, seed, weights,\n"
+               "                     optimizer state, step and (unless given again) --steps, --batch,\n"
+               "                     --lr, --warmup and --shift: bitwise as if never stopped\n"
+               "  --stop-at K        stop after step K of the --steps schedule, writing the checkpoint\n"
+               "  --force            start afresh over an existing checkpoint, or replace a file at\n"
+               "                     --checkpoint that is not a checkpoint (refused without it)\n"
+               "  --log-every N      print a line every N steps (default 500)\n\n"
+               "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
+               "images/s), `final loss: X` and `held-out accuracy: P%% (k/n)` at the end. Ctrl-C\n"
+               "finishes the current step, writes the checkpoint and exits with status 130.\n");
 }
 
 typedef struct vit_opts {
     const char *data, *checkpoint;
-    int64_t patch, layers, heads, hidden, mlp, steps, batch, warmup, shift, every, eval_every, log_every, threads,
-        seed, stop_at;
+    int64_t patch, layers, heads, hidden, mlp, steps, batch, warmup, shift, every, eval_every, log_every, threads, seed,
+        stop_at;
     double lr;
     int resume, force;
     int given[8]; /* patch, layers, heads, hidden, mlp, seed, and the schedule below */
@@ -96,8 +95,7 @@ static int load_data(const char *dir, vit_data *d) {
     memset(d, 0, sizeof *d);
     snprintf(path, sizeof path, "%s/labels.u8", dir);
     if (!(d->labels = read_all(path, (size_t)1 << 20, &nl))) return cli_fail("train vit: %s", attn_last_error());
-    if (nl < 2 || nl > ((size_t)1 << 20))
-        return cli_fail("train vit: '%s' has %zu labels (want 2 .. 2^20)", path, nl);
+    if (nl < 2 || nl > ((size_t)1 << 20)) return cli_fail("train vit: '%s' has %zu labels (want 2 .. 2^20)", path, nl);
     snprintf(path, sizeof path, "%s/images.u8", dir);
     if (!(d->images = read_all(path, (size_t)1 << 28, &ni))) return cli_fail("train vit: %s", attn_last_error());
     const size_t per = ni / nl;
@@ -231,11 +229,15 @@ static int resume_meta(vit_opts *o) {
         }
         *dst[i] = x;
     }
-    const struct { int given; const char *key; int64_t *dst; int64_t lo, hi; } sch[] = {
-        {o->given_steps, "train.steps", &o->steps, 1, (int64_t)1 << 30},
-        {o->given_batch, "train.batch", &o->batch, 1, 1 << 16},
-        {o->given_warmup, "train.warmup", &o->warmup, 0, (int64_t)1 << 30},
-        {o->given_shift, "train.shift", &o->shift, 0, 8}};
+    const struct {
+        int given;
+        const char *key;
+        int64_t *dst;
+        int64_t lo, hi;
+    } sch[] = {{o->given_steps, "train.steps", &o->steps, 1, (int64_t)1 << 30},
+               {o->given_batch, "train.batch", &o->batch, 1, 1 << 16},
+               {o->given_warmup, "train.warmup", &o->warmup, 0, (int64_t)1 << 30},
+               {o->given_shift, "train.shift", &o->shift, 0, 8}};
     for (size_t i = 0; i < sizeof sch / sizeof sch[0]; i++) {
         const char *v = attn_safetensors_metadata_find(st, sch[i].key);
         int64_t x;
@@ -439,7 +441,8 @@ int train_vit(int argc, char **argv) {
     if (!o->mlp) o->mlp = 2 * o->hidden;
     if (o->warmup < 0) o->warmup = o->steps / 20;
     if (o->warmup > o->steps)
-        return cli_usage_error("train vit: --warmup %lld exceeds --steps %lld", (long long)o->warmup, (long long)o->steps);
+        return cli_usage_error("train vit: --warmup %lld exceeds --steps %lld", (long long)o->warmup,
+                               (long long)o->steps);
     rc = vit_prepare(&r);
     if (!rc) {
         trainer_config c = trainer_config_default("train vit");

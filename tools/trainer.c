@@ -101,7 +101,7 @@ static int one_step(run *r) {
     if (s == ATTN_OK) s = attn_lr_warmup_cosine(&c->sched, step, &lr);
     if (s == ATTN_OK) {
         s = c->skip_nonfinite_loss && !isfinite(loss) ? ATTN_ERR_NUMERIC
-                                                       : attn_train_step(c->opt, lr, c->clip, c->accum, &gn);
+                                                      : attn_train_step(c->opt, lr, c->clip, c->accum, &gn);
         if (s == ATTN_ERR_NUMERIC) { /* a non-finite gradient (only here): the step is skipped */
             r->skipped++;
             if (!c->quiet_skips) printf("step %lld: non-finite gradient norm, step skipped\n", (long long)step + 1);
@@ -140,8 +140,7 @@ static int after_step(run *r) {
             return 1;
         }
     }
-    if (r->rank == 0 && c->checkpoint && c->every > 0 && done % c->every == 0 && done < r->stop &&
-        save(r) != ATTN_OK) {
+    if (r->rank == 0 && c->checkpoint && c->every > 0 && done % c->every == 0 && done < r->stop && save(r) != ATTN_OK) {
         snprintf(r->save_err, sizeof r->save_err, "%s", attn_last_error());
         return 1;
     }
@@ -200,7 +199,7 @@ int trainer_run(const trainer_config *c, const trainer_hooks *h, trainer_result 
     const int interrupted = c->dist ? r.dist_stop : caught(&r);
     if (c->catch_signals) train_signals_release();
     if (result) {
-        const trainer_result res = {r.state, r.step0, r.skipped, r.last_loss, r.t_start, bench_now() - r.t_start,
+        const trainer_result res = {r.state, r.step0,    r.skipped, r.last_loss, r.t_start, bench_now() - r.t_start,
                                     r.units, interrupted};
         *result = res;
     }

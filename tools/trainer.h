@@ -26,18 +26,18 @@
 
 /* What the progress hook sees after every step. */
 typedef struct trainer_progress {
-    int64_t step;            /* steps done, this one included (state.step) */
-    int64_t steps;           /* the schedule's total */
-    float loss;              /* this step's loss */
-    double lr, grad_norm;    /* its learning rate and gradient norm (before clipping) */
-    double t_start, units;   /* bench_now() when the first step began, and the units trained on since */
+    int64_t step;          /* steps done, this one included (state.step) */
+    int64_t steps;         /* the schedule's total */
+    float loss;            /* this step's loss */
+    double lr, grad_norm;  /* its learning rate and gradient norm (before clipping) */
+    double t_start, units; /* bench_now() when the first step began, and the units trained on since */
 } trainer_progress;
 
 /* Where the loop failed, for the fail hook. */
 typedef enum trainer_failure {
-    TRAINER_FAIL_STEP,       /* a step (the step, progress or periodic evaluate hook, the optimizer) */
-    TRAINER_FAIL_SAVE,       /* writing the checkpoint */
-    TRAINER_FAIL_EVALUATE,   /* the final evaluation */
+    TRAINER_FAIL_STEP,     /* a step (the step, progress or periodic evaluate hook, the optimizer) */
+    TRAINER_FAIL_SAVE,     /* writing the checkpoint */
+    TRAINER_FAIL_EVALUATE, /* the final evaluation */
 } trainer_failure;
 
 typedef struct trainer_hooks {
@@ -63,41 +63,41 @@ typedef struct trainer_hooks {
 } trainer_hooks;
 
 typedef struct trainer_config {
-    const char *cmd;             /* "train gpt": the messages' prefix */
-    const attn_params *ps;       /* the model's parameters */
-    attn_optimizer *opt;         /* their optimizer */
-    attn_lr_schedule sched;      /* learning rate of each step */
-    double clip;                 /* gradient clipping norm (0: none) */
-    int64_t accum;               /* micro-batches summed in a step's gradient (attn_train_step) */
-    int64_t steps, stop_at;      /* the schedule's steps; stop after step stop_at (0: steps) */
-    int64_t batch;               /* examples per step (attn_train_state.data_position = step x batch) */
-    uint64_t seed;               /* the run's seed: attn_train_state.rng_seed of a fresh run */
-    int given_seed;              /* --seed given: on resume it must be the checkpoint's */
-    int resume;                  /* continue from `checkpoint` */
-    int check_steps;             /* on resume, steps below the checkpoint's step is an error */
-    const char *checkpoint;      /* NULL: no checkpoint, no closing lines (the caller reports) */
-    int64_t every;               /* checkpoint every N steps (0: at the end only) */
-    int64_t log_every;           /* the progress line every N steps, and at the first and last */
-    const char *rate_unit;       /* its rate: "tok/s", "img/s" */
-    int rate_width;              /* and the rate's width */
-    int64_t eval_every;          /* evaluate every N steps (0: at the end only) */
-    int eval_at_stop;            /* the periodic evaluation also at the last step */
-    const char *eval_name;       /* "validation": "CMD: validation: ..." when the final one fails */
-    int catch_signals;           /* stop on SIGINT / SIGTERM (train_signals_catch) */
-    int skip_nonfinite_loss;     /* a non-finite loss skips the step without attn_train_step */
-    int quiet_skips;             /* no "step N: non-finite gradient norm, step skipped" line */
-    attn_dist *dist;             /* data-parallel (nullable) */
+    const char *cmd;         /* "train gpt": the messages' prefix */
+    const attn_params *ps;   /* the model's parameters */
+    attn_optimizer *opt;     /* their optimizer */
+    attn_lr_schedule sched;  /* learning rate of each step */
+    double clip;             /* gradient clipping norm (0: none) */
+    int64_t accum;           /* micro-batches summed in a step's gradient (attn_train_step) */
+    int64_t steps, stop_at;  /* the schedule's steps; stop after step stop_at (0: steps) */
+    int64_t batch;           /* examples per step (attn_train_state.data_position = step x batch) */
+    uint64_t seed;           /* the run's seed: attn_train_state.rng_seed of a fresh run */
+    int given_seed;          /* --seed given: on resume it must be the checkpoint's */
+    int resume;              /* continue from `checkpoint` */
+    int check_steps;         /* on resume, steps below the checkpoint's step is an error */
+    const char *checkpoint;  /* NULL: no checkpoint, no closing lines (the caller reports) */
+    int64_t every;           /* checkpoint every N steps (0: at the end only) */
+    int64_t log_every;       /* the progress line every N steps, and at the first and last */
+    const char *rate_unit;   /* its rate: "tok/s", "img/s" */
+    int rate_width;          /* and the rate's width */
+    int64_t eval_every;      /* evaluate every N steps (0: at the end only) */
+    int eval_at_stop;        /* the periodic evaluation also at the last step */
+    const char *eval_name;   /* "validation": "CMD: validation: ..." when the final one fails */
+    int catch_signals;       /* stop on SIGINT / SIGTERM (train_signals_catch) */
+    int skip_nonfinite_loss; /* a non-finite loss skips the step without attn_train_step */
+    int quiet_skips;         /* no "step N: non-finite gradient norm, step skipped" line */
+    attn_dist *dist;         /* data-parallel (nullable) */
 } trainer_config;
 
 /* The run, for the caller's own report. */
 typedef struct trainer_result {
-    attn_train_state state;      /* at the end */
-    int64_t first_step;          /* the step the run started from */
-    int64_t skipped;             /* steps skipped (non-finite gradient or loss) */
-    float last_loss;             /* the last step's loss (NaN without steps) */
-    double t_start, seconds;     /* bench_now() when the first step began; seconds of the steps */
-    double units;                /* units trained on */
-    int interrupted;             /* stopped by a signal */
+    attn_train_state state;  /* at the end */
+    int64_t first_step;      /* the step the run started from */
+    int64_t skipped;         /* steps skipped (non-finite gradient or loss) */
+    float last_loss;         /* the last step's loss (NaN without steps) */
+    double t_start, seconds; /* bench_now() when the first step began; seconds of the steps */
+    double units;            /* units trained on */
+    int interrupted;         /* stopped by a signal */
 } trainer_result;
 
 /* The configuration's defaults: clip 1, accum 1, "tok/s" of width 9, eval_name "evaluation",

@@ -29,8 +29,8 @@ typedef struct viz_set {
     const char *model; /* a one-line description of model and input */
     viz_map *maps;     /* grouped by layer, in layer order */
     int count;
-    int windowed;       /* some map is a window of a longer sequence */
-    char notice[256];   /* what the window shows and how to move it ("" when not windowed) */
+    int windowed;     /* some map is a window of a longer sequence */
+    char notice[256]; /* what the window shows and how to move it ("" when not windowed) */
 } viz_set;
 
 /* "HEAD 2", "mean of 4 heads", "rollout" into buf. */

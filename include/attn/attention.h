@@ -29,7 +29,7 @@ typedef enum attn_causal {
 } attn_causal;
 
 typedef struct attn_sdpa_params {
-    float scale;            /* 0 selects 1/sqrt(d) */
+    float scale; /* 0 selects 1/sqrt(d) */
     attn_causal causal;
     /* Boolean mask broadcastable to [B, Hq, Nq, Nk]: true (nonzero) = may attend. NULL = none. */
     const attn_btensor *bool_mask;
@@ -64,16 +64,14 @@ ATTN_API size_t attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor
  * applied to V (after dropout, as torch.nn.MultiheadAttention returns them).
  * lse (nullable) receives the per-row log-sum-exp of S [B, Hq, Nq] (-inf for a masked row). */
 ATTN_API attn_status attn_sdpa_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                              const attn_sdpa_params *params, attn_tensor *out,
-                              attn_tensor *weights, attn_tensor *lse, void *workspace,
-                              size_t workspace_bytes);
+                                       const attn_sdpa_params *params, attn_tensor *out, attn_tensor *weights,
+                                       attn_tensor *lse, void *workspace, size_t workspace_bytes);
 
 /* Gradients of the forward: dQ, dK, dV are overwritten (any may be NULL when not wanted).
  * Recomputes the weights from Q and K. */
 ATTN_API attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                               const attn_sdpa_params *params, const attn_tensor *dout,
-                               attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
-                               void *workspace, size_t workspace_bytes);
+                                        const attn_sdpa_params *params, const attn_tensor *dout, attn_tensor *dq,
+                                        attn_tensor *dk, attn_tensor *dv, void *workspace, size_t workspace_bytes);
 
 /* ---- flash attention ----------------------------------------------------------------------
  * The same function as attn_sdpa_* (every option of attn_sdpa_params), computed tile by tile with
@@ -92,7 +90,7 @@ ATTN_API size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tenso
  * window masks completely are never visited, so a window of w costs O(N w). Benchmarks use it to
  * count the flops actually done. Returns 0 for invalid arguments. */
 ATTN_API int64_t attn_flash_tile_count(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_params *params,
-                              int64_t *total);
+                                       int64_t *total);
 
 /* O = attention(Q, K, V); lse [B, Hq, Nq] (nullable unless a backward follows) receives the
  * natural-log log-sum-exp of each row's logits (-inf for a fully masked row, whose output is 0).
@@ -103,27 +101,26 @@ ATTN_API int64_t attn_flash_tile_count(const attn_tensor *q, const attn_tensor *
  * and rounds P to bf16 for P V; every mask and option of attn_sdpa_params applies. Other types
  * answer ATTN_ERR_UNSUPPORTED. attn_flash_weights takes f32 only. */
 ATTN_API attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                               const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse,
-                               void *workspace, size_t workspace_bytes);
+                                        const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse,
+                                        void *workspace, size_t workspace_bytes);
 
 /* dQ, dK, dV (overwritten; dq may be NULL) from the forward's out and lse. With bf16 q, k, v the
  * dout must be bf16 too and out may be f32 or bf16; the gradients are f32. The bf16 path forms
  * S, dP, dV, dK and dQ from bf16 pair products with float accumulation (P and dS rounded to
  * bf16, as FlashAttention does); the statistics stay float. */
 ATTN_API attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                const attn_sdpa_params *params, const attn_tensor *out,
-                                const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
-                                attn_tensor *dk, attn_tensor *dv, void *workspace,
-                                size_t workspace_bytes);
+                                         const attn_sdpa_params *params, const attn_tensor *out,
+                                         const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
+                                         attn_tensor *dk, attn_tensor *dv, void *workspace, size_t workspace_bytes);
 
 /* The exact attention weights of query rows [row0, row0 + rows) of batch b, head h, recomputed
  * from Q and K one row at a time, without the N x N reference: weights[r * Nk + j] = P(row0 + r, j),
  * the probabilities before dropout (with apply_dropout, the weights applied to V). Each row's
  * normaliser is recomputed in double from its own logits rather than read from the forward's
  * float lse, which at logits of magnitude 1e4 would cost 1e-4 relative accuracy. */
-ATTN_API attn_status attn_flash_weights(const attn_tensor *q, const attn_tensor *k,
-                               const attn_sdpa_params *params, int64_t b, int64_t h, int64_t row0,
-                               int64_t rows, int apply_dropout, float *weights);
+ATTN_API attn_status attn_flash_weights(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_params *params,
+                                        int64_t b, int64_t h, int64_t row0, int64_t rows, int apply_dropout,
+                                        float *weights);
 
 /* ---- attention kinds ---------------------------------------------------------------------
  * The attention an attn_mha computes (and so every layer, stack and model that holds one) is an
@@ -151,8 +148,8 @@ typedef enum attn_attention_kind {
 } attn_attention_kind;
 
 typedef struct attn_attention_config {
-    attn_attention_kind kind;      /* default ATTN_ATTENTION_FLASH */
-    int64_t window;                /* ATTN_ATTENTION_WINDOW, _LOCAL_GLOBAL: keys on each side, >= 0 */
+    attn_attention_kind kind; /* default ATTN_ATTENTION_FLASH */
+    int64_t window;           /* ATTN_ATTENTION_WINDOW, _LOCAL_GLOBAL: keys on each side, >= 0 */
     /* ATTN_ATTENTION_PERFORMER: random features m (0 = 256; at most 2^16) and the seed of their
      * projection W [m, head_dim] (attn_orf_draw(W, m, head_dim, seed), one W shared by every head
      * and layer that holds this config). W is a buffer, not a parameter: the forward, backward
@@ -188,7 +185,6 @@ ATTN_API const char *attn_attention_kind_options(attn_attention_kind kind);
 /* Whether the kind can return exact attention weights (need_weights, attention capture). */
 ATTN_API int attn_attention_kind_has_weights(attn_attention_kind kind);
 
-
 /* ---- calling a kind directly ---------------------------------------------------------------
  * What attn_mha does once it has projected the heads, for benchmarks and for callers with their
  * own projections. Per-head views as attn_flash_*: Q [B, H, Nq, d], K [B, Hk, Nk, d],
@@ -210,16 +206,15 @@ ATTN_API size_t attn_attention_workspace_size(const attn_attention_config *cfg, 
 /* out = attention of the kind; stats [B * H * Nq * attn_attention_kind_stats_per_row] for a
  * backward (NULL when none follows). */
 ATTN_API attn_status attn_attention_forward(const attn_attention_config *cfg, const attn_tensor *q,
-                                            const attn_tensor *k, const attn_tensor *v,
-                                            const attn_sdpa_params *params, const attn_btensor *global_mask,
-                                            attn_tensor *out, float *stats, void *workspace, size_t workspace_bytes);
+                                            const attn_tensor *k, const attn_tensor *v, const attn_sdpa_params *params,
+                                            const attn_btensor *global_mask, attn_tensor *out, float *stats,
+                                            void *workspace, size_t workspace_bytes);
 /* dq, dk, dv (overwritten) for the upstream gradient dout, from the forward's out and stats. */
 ATTN_API attn_status attn_attention_backward(const attn_attention_config *cfg, const attn_tensor *q,
-                                             const attn_tensor *k, const attn_tensor *v,
-                                             const attn_sdpa_params *params, const attn_btensor *global_mask,
-                                             const attn_tensor *out, const attn_tensor *dout, const float *stats,
-                                             attn_tensor *dq, attn_tensor *dk, attn_tensor *dv, void *workspace,
-                                             size_t workspace_bytes);
+                                             const attn_tensor *k, const attn_tensor *v, const attn_sdpa_params *params,
+                                             const attn_btensor *global_mask, const attn_tensor *out,
+                                             const attn_tensor *dout, const float *stats, attn_tensor *dq,
+                                             attn_tensor *dk, attn_tensor *dv, void *workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus
 }

@@ -33,8 +33,8 @@ ATTN_API void attn_capture_free(attn_capture *c);
  * (rows 0 = to the last) of every module matching pattern. A request reaching past a module's
  * heads or rows fails that forward with ATTN_ERR_SHAPE naming the module; a module whose kind
  * has no weights fails it with ATTN_ERR_UNSUPPORTED. */
-ATTN_API attn_status attn_capture_add(attn_capture *c, const char *pattern, int64_t head0, int64_t heads,
-                                      int64_t row0, int64_t rows);
+ATTN_API attn_status attn_capture_add(attn_capture *c, const char *pattern, int64_t head0, int64_t heads, int64_t row0,
+                                      int64_t rows);
 /* Drop the records (requests stay). */
 ATTN_API void attn_capture_clear(attn_capture *c);
 

@@ -28,11 +28,11 @@ typedef enum attn_status {
     ATTN_ERR_SHAPE = 2,            /* shapes that do not agree */
     ATTN_ERR_OVERFLOW = 3,         /* size arithmetic would overflow */
     ATTN_ERR_OUT_OF_MEMORY = 4,
-    ATTN_ERR_WORKSPACE = 5,        /* the workspace passed is smaller than *_workspace_size() said */
-    ATTN_ERR_IO = 6,               /* open/read/write/mmap failed */
-    ATTN_ERR_UNSUPPORTED = 7,      /* a valid request this build cannot serve */
-    ATTN_ERR_NOT_FOUND = 8,        /* a named item is absent */
-    ATTN_ERR_NUMERIC = 9,          /* a non-finite value where a finite one is required */
+    ATTN_ERR_WORKSPACE = 5,   /* the workspace passed is smaller than *_workspace_size() said */
+    ATTN_ERR_IO = 6,          /* open/read/write/mmap failed */
+    ATTN_ERR_UNSUPPORTED = 7, /* a valid request this build cannot serve */
+    ATTN_ERR_NOT_FOUND = 8,   /* a named item is absent */
+    ATTN_ERR_NUMERIC = 9,     /* a non-finite value where a finite one is required */
 
     /* 20 .. 39: the safetensors codes, one per problem a file can have (ATTN_ERR_ST_*, 20 .. 34 so
      * far), declared in safetensors.h as attn_status values; attn_status_str describes them too.
@@ -61,11 +61,7 @@ ATTN_API void attn_clear_error(void);
  * it has no kernel for it. */
 #define ATTN_MAX_RANK 4
 
-typedef enum attn_type {
-    ATTN_TYPE_F32 = 0,
-    ATTN_TYPE_BF16 = 1,
-    ATTN_TYPE_F16 = 2
-} attn_type;
+typedef enum attn_type { ATTN_TYPE_F32 = 0, ATTN_TYPE_BF16 = 1, ATTN_TYPE_F16 = 2 } attn_type;
 #define ATTN_TYPE_COUNT 3
 
 /* Storage of one bf16 / f16 element. */
@@ -74,14 +70,14 @@ typedef uint16_t attn_f16;
 
 typedef struct attn_tensor {
     union {
-        float *data;       /* f32 */
-        uint16_t *data16;  /* bf16, f16 */
+        float *data;      /* f32 */
+        uint16_t *data16; /* bf16, f16 */
         void *ptr;
     };
     int rank;
     int64_t shape[ATTN_MAX_RANK];
     int64_t stride[ATTN_MAX_RANK];
-    attn_type dtype;      /* ATTN_TYPE_F32 (0) unless set */
+    attn_type dtype; /* ATTN_TYPE_F32 (0) unless set */
 } attn_tensor;
 
 /* "f32", "bf16", "f16"; NULL for a value outside the enum. */
@@ -113,8 +109,7 @@ ATTN_API attn_tensor attn_tensor_3d(float *data, int64_t n0, int64_t n1, int64_t
 ATTN_API attn_tensor attn_tensor_4d(float *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
 /* Contiguous row-major views of any element type (data points at elements of that type). */
 ATTN_API attn_tensor attn_tensor_2d_typed(void *data, attn_type dtype, int64_t n0, int64_t n1);
-ATTN_API attn_tensor attn_tensor_4d_typed(void *data, attn_type dtype, int64_t n0, int64_t n1, int64_t n2,
-                                          int64_t n3);
+ATTN_API attn_tensor attn_tensor_4d_typed(void *data, attn_type dtype, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
 ATTN_API attn_btensor attn_btensor_2d(const uint8_t *data, int64_t n0, int64_t n1);
 ATTN_API attn_btensor attn_btensor_4d(const uint8_t *data, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
 

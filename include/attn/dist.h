@@ -79,8 +79,7 @@ ATTN_API attn_status attn_dist_allreduce_grads(attn_dist *d, const attn_params *
  * n_local == 1 reads out itself as this rank's one vector. attn_dist_allreduce_grads is this over
  * the flattened gradients; `attn bench allreduce` times it by message size. Every rank must pass
  * the same n_local and p. */
-ATTN_API attn_status attn_dist_reduce_flat(attn_dist *d, const float *local, int64_t n_local, int64_t p,
-                                           float *out);
+ATTN_API attn_status attn_dist_reduce_flat(attn_dist *d, const float *local, int64_t n_local, int64_t p, float *out);
 
 /* all[r n + i] = rank r's mine[i]: every rank passes n floats and receives size * n. */
 ATTN_API attn_status attn_dist_allgather_f32(attn_dist *d, const float *mine, int64_t n, float *all);

@@ -32,23 +32,23 @@ typedef struct attn_gpt_config {
     int64_t vocab_size, max_positions; /* learned positions: a forward or cache holds at most this */
     attn_layer_config layer;           /* norm_first is always on; default activation gelu */
     int64_t num_layers;
-    float norm_eps;                    /* the final norm's (default 1e-5) */
+    float norm_eps; /* the final norm's (default 1e-5) */
     attn_positions positions;
-    attn_rope_config rope;             /* with ATTN_POSITIONS_ROPE (head_dim is filled in) */
+    attn_rope_config rope; /* with ATTN_POSITIONS_ROPE (head_dim is filled in) */
     int tie_embeddings;
-    attn_precision precision;          /* compute precision (default fp32; see attn_precision) */
+    attn_precision precision; /* compute precision (default fp32; see attn_precision) */
 } attn_gpt_config;
 
 ATTN_API attn_gpt_config attn_gpt_config_default(int64_t vocab_size, int64_t max_positions, int64_t d_model,
-                                        int64_t nhead, int64_t num_layers);
+                                                 int64_t nhead, int64_t num_layers);
 
 typedef struct attn_gpt_args {
     int64_t batch, n;
-    const int64_t *tokens;             /* [B, n], each in [0, vocab_size) */
-    const uint8_t *key_padding_mask;   /* [B, n] PyTorch bool (true = padding), nullable */
+    const int64_t *tokens;           /* [B, n], each in [0, vocab_size) */
+    const uint8_t *key_padding_mask; /* [B, n] PyTorch bool (true = padding), nullable */
     int training;
     uint64_t seed, offset;
-    attn_capture *capture;             /* nullable: layers.N.self_attn */
+    attn_capture *capture; /* nullable: layers.N.self_attn */
 } attn_gpt_args;
 
 typedef struct attn_gpt attn_gpt;
@@ -60,25 +60,23 @@ ATTN_API size_t attn_gpt_saved_size(const attn_gpt *g, const attn_gpt_args *a);
 ATTN_API size_t attn_gpt_workspace_size(const attn_gpt *g, const attn_gpt_args *a);
 /* logits [B, n, vocab_size]. */
 ATTN_API attn_status attn_gpt_forward(attn_gpt *g, const attn_gpt_args *a, float *logits, void *saved,
-                             size_t saved_bytes, void *workspace, size_t workspace_bytes);
+                                      size_t saved_bytes, void *workspace, size_t workspace_bytes);
 /* Parameter gradients (accumulated) from dlogits [B, n, vocab_size]. */
-ATTN_API attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *dlogits,
-                              const void *saved, size_t saved_bytes, void *workspace,
-                              size_t workspace_bytes);
+ATTN_API attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *dlogits, const void *saved,
+                                       size_t saved_bytes, void *workspace, size_t workspace_bytes);
 
 /* Generation: one self-attention cache per layer, in the caller's buffer. A step of n new tokens
  * (a prompt, then one at a time) gives the logits of those positions, equal to the last n rows of
  * attn_gpt_forward over the whole sequence (eval). */
 typedef struct attn_gpt_cache attn_gpt_cache;
 ATTN_API size_t attn_gpt_cache_size(const attn_gpt *g, int64_t batch, int64_t capacity);
-ATTN_API attn_status attn_gpt_cache_init(attn_gpt *g, void *buffer, size_t bytes, int64_t batch,
-                                int64_t capacity, attn_gpt_cache **cache);
+ATTN_API attn_status attn_gpt_cache_init(attn_gpt *g, void *buffer, size_t bytes, int64_t batch, int64_t capacity,
+                                         attn_gpt_cache **cache);
 ATTN_API int64_t attn_gpt_cache_length(const attn_gpt_cache *cache);
 ATTN_API size_t attn_gpt_step_workspace_size(const attn_gpt *g, int64_t batch, int64_t n, int64_t capacity);
 /* tokens [B, n]; logits [B, n, vocab_size]. */
-ATTN_API attn_status attn_gpt_forward_step(attn_gpt *g, attn_gpt_cache *cache, const int64_t *tokens,
-                                  int64_t n, float *logits, void *workspace,
-                                  size_t workspace_bytes);
+ATTN_API attn_status attn_gpt_forward_step(attn_gpt *g, attn_gpt_cache *cache, const int64_t *tokens, int64_t n,
+                                           float *logits, void *workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus
 }

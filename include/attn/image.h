@@ -23,8 +23,8 @@ extern "C" {
 
 typedef struct attn_image {
     int64_t width, height;
-    int channels;          /* 1 (gray) or 3 (RGB); PNG alpha is dropped, palettes expanded */
-    uint8_t *pixels;       /* [height, width, channels], row-major, owned (attn_image_free) */
+    int channels;    /* 1 (gray) or 3 (RGB); PNG alpha is dropped, palettes expanded */
+    uint8_t *pixels; /* [height, width, channels], row-major, owned (attn_image_free) */
 } attn_image;
 
 /* 1 when PNG files can be read (libpng found at configure time). */

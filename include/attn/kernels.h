@@ -20,14 +20,13 @@ extern "C" {
 typedef enum attn_transpose { ATTN_NO_TRANS = 0, ATTN_TRANS = 1 } attn_transpose;
 
 ATTN_API size_t attn_sgemm_workspace_size(int64_t m, int64_t n, int64_t k);
-ATTN_API attn_status attn_sgemm(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
-                       int64_t k, float alpha, const float *a, int64_t lda, const float *b,
-                       int64_t ldb, float beta, float *c, int64_t ldc, void *workspace,
-                       size_t workspace_bytes);
+ATTN_API attn_status attn_sgemm(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
+                                float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                                float *c, int64_t ldc, void *workspace, size_t workspace_bytes);
 /* The portable reference (naive triple loop, float accumulation in k order): the oracle. */
-ATTN_API attn_status attn_sgemm_ref(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
-                           int64_t k, float alpha, const float *a, int64_t lda, const float *b,
-                           int64_t ldb, float beta, float *c, int64_t ldc);
+ATTN_API attn_status attn_sgemm_ref(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
+                                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                                    float *c, int64_t ldc);
 
 /* ---- bf16 GEMM ----------------------------------------------------------------------------
  * C = (accumulate ? C : 0) + op(A) op(B) with bf16 A and B (attn_bf16, round-to-nearest-even
@@ -42,8 +41,8 @@ ATTN_API attn_status attn_sgemm_ref(attn_transpose transa, attn_transpose transb
  * holds both operands repacked (4 (m + n) ceil(k / 2) bytes and a little). */
 ATTN_API size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k);
 ATTN_API attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
-                                    const attn_bf16 *a, int64_t lda, const attn_bf16 *b, int64_t ldb,
-                                    int accumulate, float *c, int64_t ldc, void *workspace, size_t workspace_bytes);
+                                    const attn_bf16 *a, int64_t lda, const attn_bf16 *b, int64_t ldb, int accumulate,
+                                    float *c, int64_t ldc, void *workspace, size_t workspace_bytes);
 /* The same product of float A and B rounded to bf16 (to nearest even, subnormals to zero, as
  * vcvtneps2bf16) while they are packed: bit for bit attn_gemm_bf16 on bf16 copies of A and B,
  * without the copies (torch.autocast's matmul). Workspace: attn_gemm_bf16_workspace_size. */
@@ -58,28 +57,25 @@ ATTN_API attn_status attn_gemm_bf16_from_f32(attn_transpose transa, attn_transpo
  * makes its row NaN (as torch.softmax). x == y allowed. */
 ATTN_API attn_status attn_softmax_forward(const float *x, float *y, int64_t rows, int64_t n);
 /* dx = y * (dy - sum(dy * y)) per row. */
-ATTN_API attn_status attn_softmax_backward(const float *y, const float *dy, float *dx, int64_t rows,
-                                  int64_t n);
+ATTN_API attn_status attn_softmax_backward(const float *y, const float *dy, float *dx, int64_t rows, int64_t n);
 
 /* y = (x - mean) / sqrt(var + eps) * gamma + beta (biased variance, as torch.nn.LayerNorm).
  * gamma / beta may be NULL (no affine). mean and rstd [rows] are written for the backward
  * (may be NULL when not needed). */
-ATTN_API attn_status attn_layernorm_forward(const float *x, const float *gamma, const float *beta,
-                                   float *y, float *mean, float *rstd, int64_t rows, int64_t n,
-                                   float eps);
+ATTN_API attn_status attn_layernorm_forward(const float *x, const float *gamma, const float *beta, float *y,
+                                            float *mean, float *rstd, int64_t rows, int64_t n, float eps);
 /* dx = gradient w.r.t. x (written); dgamma, dbeta [n] are accumulated (+=) when not NULL.
  * Uses mean/rstd saved by the forward. */
-ATTN_API attn_status attn_layernorm_backward(const float *x, const float *gamma, const float *mean,
-                                    const float *rstd, const float *dy, float *dx, float *dgamma,
-                                    float *dbeta, int64_t rows, int64_t n);
+ATTN_API attn_status attn_layernorm_backward(const float *x, const float *gamma, const float *mean, const float *rstd,
+                                             const float *dy, float *dx, float *dgamma, float *dbeta, int64_t rows,
+                                             int64_t n);
 
 /* ---- elementwise ops on n contiguous floats (in-place allowed: y == x) ------------------- */
 typedef enum attn_gelu_approx { ATTN_GELU_ERF = 0, ATTN_GELU_TANH = 1 } attn_gelu_approx;
 
 ATTN_API attn_status attn_gelu_forward(const float *x, float *y, int64_t n, attn_gelu_approx approx);
 /* dx = dy * gelu'(x); dx == dy allowed. */
-ATTN_API attn_status attn_gelu_backward(const float *x, const float *dy, float *dx, int64_t n,
-                               attn_gelu_approx approx);
+ATTN_API attn_status attn_gelu_backward(const float *x, const float *dy, float *dx, int64_t n, attn_gelu_approx approx);
 ATTN_API attn_status attn_relu_forward(const float *x, float *y, int64_t n);
 /* dx = dy where x > 0, else 0 (PyTorch's convention at 0). */
 ATTN_API attn_status attn_relu_backward(const float *x, const float *dy, float *dx, int64_t n);
@@ -101,11 +97,11 @@ ATTN_API float attn_philox_uniform(uint64_t seed, uint64_t offset, uint64_t i);
 
 /* Inverted dropout: keep element i when attn_philox_uniform(seed, offset, i) >= p, scaling kept
  * values by 1 / (1 - p); p == 1 drops everything. mask (nullable) receives 1 for kept elements. */
-ATTN_API attn_status attn_dropout_forward(const float *x, float *y, uint8_t *mask, int64_t n, float p,
-                                 uint64_t seed, uint64_t offset);
+ATTN_API attn_status attn_dropout_forward(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed,
+                                          uint64_t offset);
 /* dx = dy * keep(i) / (1 - p), recomputing the mask from (seed, offset). */
 ATTN_API attn_status attn_dropout_backward(const float *dy, float *dx, int64_t n, float p, uint64_t seed,
-                                  uint64_t offset);
+                                           uint64_t offset);
 
 #ifdef __cplusplus
 }

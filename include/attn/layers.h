@@ -17,15 +17,15 @@ extern "C" {
 /* ---- linear: y = x W^T + b (torch.nn.functional.linear) --------------------------------------
  * x [rows, in], W [out, in] (PyTorch's layout), b [out] or NULL, y [rows, out]; all contiguous. */
 ATTN_API size_t attn_linear_workspace_size(int64_t rows, int64_t in_features, int64_t out_features);
-ATTN_API attn_status attn_linear_forward(const float *x, const float *weight, const float *bias, float *y,
-                                int64_t rows, int64_t in_features, int64_t out_features,
-                                void *workspace, size_t workspace_bytes);
+ATTN_API attn_status attn_linear_forward(const float *x, const float *weight, const float *bias, float *y, int64_t rows,
+                                         int64_t in_features, int64_t out_features, void *workspace,
+                                         size_t workspace_bytes);
 /* dx = dy W (nullable; overwritten, or added to when accumulate_dx), dweight += dy^T x and
  * dbias += column sums of dy (each nullable). dx must not alias x, dy or weight. */
 ATTN_API attn_status attn_linear_backward(const float *x, const float *weight, const float *dy, float *dx,
-                                 int accumulate_dx, float *dweight, float *dbias, int64_t rows,
-                                 int64_t in_features, int64_t out_features, void *workspace,
-                                 size_t workspace_bytes);
+                                          int accumulate_dx, float *dweight, float *dbias, int64_t rows,
+                                          int64_t in_features, int64_t out_features, void *workspace,
+                                          size_t workspace_bytes);
 
 /* ---- transformer layers, stacks and nn.Transformer -----------------------------------------
  * torch.nn.TransformerEncoderLayer / TransformerDecoderLayer (batch_first=True), their stacks
@@ -50,11 +50,11 @@ typedef enum attn_activation { ATTN_ACTIVATION_RELU = 0, ATTN_ACTIVATION_GELU = 
 
 typedef struct attn_layer_config {
     int64_t d_model, nhead;
-    int64_t dim_feedforward;        /* default 2048 */
-    float dropout;                  /* default 0.1 (active only in training) */
-    attn_activation activation;     /* default relu; gelu is the exact (erf) form, as F.gelu */
-    float layer_norm_eps;           /* default 1e-5 */
-    int norm_first;                 /* default 0 (post-norm) */
+    int64_t dim_feedforward;    /* default 2048 */
+    float dropout;              /* default 0.1 (active only in training) */
+    attn_activation activation; /* default relu; gelu is the exact (erf) form, as F.gelu */
+    float layer_norm_eps;       /* default 1e-5 */
+    int norm_first;             /* default 0 (post-norm) */
     /* The self-attention's kind (attention.h; default flash). Cross-attention is always exact. */
     attn_attention_config attention;
 } attn_layer_config;
@@ -70,7 +70,7 @@ typedef struct attn_masks {
     int attn_mask_3d;
     const uint8_t *key_padding_mask;
     const float *key_padding_mask_float;
-    int is_causal;                  /* PyTorch's src_is_causal / tgt_is_causal (see attn_mha_args) */
+    int is_causal;                        /* PyTorch's src_is_causal / tgt_is_causal (see attn_mha_args) */
     const uint8_t *global_attention_mask; /* [B, n] (see attn_mha_args), self-attention only */
 } attn_masks;
 
@@ -79,14 +79,14 @@ typedef struct attn_masks {
  * memory_mask / memory_key_padding_mask. */
 typedef struct attn_layer_args {
     int64_t batch, n;
-    const float *x;                 /* [B, n, d_model] */
+    const float *x; /* [B, n, d_model] */
     attn_masks self_masks;
     int64_t n_memory;
     const float *memory;
     attn_masks memory_masks;
     int training;
     uint64_t seed, offset;
-    attn_capture *capture;          /* nullable: modules named self_attn, multihead_attn */
+    attn_capture *capture; /* nullable: modules named self_attn, multihead_attn */
 } attn_layer_args;
 
 ATTN_API attn_layer_args attn_layer_args_default(void);
@@ -101,13 +101,12 @@ ATTN_API size_t attn_encoder_layer_saved_size(const attn_encoder_layer *l, const
 ATTN_API size_t attn_encoder_layer_workspace_size(const attn_encoder_layer *l, const attn_layer_args *a);
 /* out [B, n, d_model]; saved NULL for inference. */
 ATTN_API attn_status attn_encoder_layer_forward(attn_encoder_layer *l, const attn_layer_args *a, float *out,
-                                       void *saved, size_t saved_bytes, void *workspace,
-                                       size_t workspace_bytes);
+                                                void *saved, size_t saved_bytes, void *workspace,
+                                                size_t workspace_bytes);
 /* dx [B, n, d_model] overwritten (nullable); parameter gradients accumulated. */
-ATTN_API attn_status attn_encoder_layer_backward(attn_encoder_layer *l, const attn_layer_args *a,
-                                        const float *dout, float *dx, const void *saved,
-                                        size_t saved_bytes, void *workspace,
-                                        size_t workspace_bytes);
+ATTN_API attn_status attn_encoder_layer_backward(attn_encoder_layer *l, const attn_layer_args *a, const float *dout,
+                                                 float *dx, const void *saved, size_t saved_bytes, void *workspace,
+                                                 size_t workspace_bytes);
 
 ATTN_API attn_status attn_decoder_layer_create(const attn_layer_config *cfg, attn_decoder_layer **out);
 ATTN_API void attn_decoder_layer_free(attn_decoder_layer *l);
@@ -115,21 +114,20 @@ ATTN_API const attn_params *attn_decoder_layer_params(const attn_decoder_layer *
 ATTN_API size_t attn_decoder_layer_saved_size(const attn_decoder_layer *l, const attn_layer_args *a);
 ATTN_API size_t attn_decoder_layer_workspace_size(const attn_decoder_layer *l, const attn_layer_args *a);
 ATTN_API attn_status attn_decoder_layer_forward(attn_decoder_layer *l, const attn_layer_args *a, float *out,
-                                       void *saved, size_t saved_bytes, void *workspace,
-                                       size_t workspace_bytes);
+                                                void *saved, size_t saved_bytes, void *workspace,
+                                                size_t workspace_bytes);
 /* dx [B, n, d_model] and dmemory [B, n_memory, d_model] overwritten (each nullable). */
-ATTN_API attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_args *a,
-                                        const float *dout, float *dx, float *dmemory,
-                                        const void *saved, size_t saved_bytes, void *workspace,
-                                        size_t workspace_bytes);
+ATTN_API attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_args *a, const float *dout,
+                                                 float *dx, float *dmemory, const void *saved, size_t saved_bytes,
+                                                 void *workspace, size_t workspace_bytes);
 
 /* Stacks: num_layers independent copies of the layer (PyTorch deep-copies the layer it is given),
  * then LayerNorm(d_model, eps = norm_eps) when norm is set. */
 typedef struct attn_stack_config {
     attn_layer_config layer;
     int64_t num_layers;
-    int norm;                       /* final LayerNorm "norm.*" (default 1) */
-    float norm_eps;                 /* default 1e-5 (nn.LayerNorm's default) */
+    int norm;       /* final LayerNorm "norm.*" (default 1) */
+    float norm_eps; /* default 1e-5 (nn.LayerNorm's default) */
 } attn_stack_config;
 
 ATTN_API attn_stack_config attn_stack_config_default(int64_t d_model, int64_t nhead, int64_t num_layers);
@@ -143,10 +141,10 @@ ATTN_API const attn_params *attn_encoder_params(const attn_encoder *e);
 ATTN_API size_t attn_encoder_saved_size(const attn_encoder *e, const attn_layer_args *a);
 ATTN_API size_t attn_encoder_workspace_size(const attn_encoder *e, const attn_layer_args *a);
 ATTN_API attn_status attn_encoder_forward(attn_encoder *e, const attn_layer_args *a, float *out, void *saved,
-                                 size_t saved_bytes, void *workspace, size_t workspace_bytes);
-ATTN_API attn_status attn_encoder_backward(attn_encoder *e, const attn_layer_args *a, const float *dout,
-                                  float *dx, const void *saved, size_t saved_bytes,
-                                  void *workspace, size_t workspace_bytes);
+                                          size_t saved_bytes, void *workspace, size_t workspace_bytes);
+ATTN_API attn_status attn_encoder_backward(attn_encoder *e, const attn_layer_args *a, const float *dout, float *dx,
+                                           const void *saved, size_t saved_bytes, void *workspace,
+                                           size_t workspace_bytes);
 
 ATTN_API attn_status attn_decoder_create(const attn_stack_config *cfg, attn_decoder **out);
 ATTN_API void attn_decoder_free(attn_decoder *d);
@@ -154,16 +152,16 @@ ATTN_API const attn_params *attn_decoder_params(const attn_decoder *d);
 ATTN_API size_t attn_decoder_saved_size(const attn_decoder *d, const attn_layer_args *a);
 ATTN_API size_t attn_decoder_workspace_size(const attn_decoder *d, const attn_layer_args *a);
 ATTN_API attn_status attn_decoder_forward(attn_decoder *d, const attn_layer_args *a, float *out, void *saved,
-                                 size_t saved_bytes, void *workspace, size_t workspace_bytes);
-ATTN_API attn_status attn_decoder_backward(attn_decoder *d, const attn_layer_args *a, const float *dout,
-                                  float *dx, float *dmemory, const void *saved, size_t saved_bytes,
-                                  void *workspace, size_t workspace_bytes);
+                                          size_t saved_bytes, void *workspace, size_t workspace_bytes);
+ATTN_API attn_status attn_decoder_backward(attn_decoder *d, const attn_layer_args *a, const float *dout, float *dx,
+                                           float *dmemory, const void *saved, size_t saved_bytes, void *workspace,
+                                           size_t workspace_bytes);
 
 /* torch.nn.Transformer(d_model, nhead, num_encoder_layers, num_decoder_layers, dim_feedforward,
  * dropout, activation, layer_norm_eps, batch_first=True, norm_first): an encoder stack and a
  * decoder stack, each with its final norm (eps = layer_norm_eps). */
 typedef struct attn_transformer_config {
-    attn_layer_config layer;        /* d_model default 512, nhead 8 */
+    attn_layer_config layer;                        /* d_model default 512, nhead 8 */
     int64_t num_encoder_layers, num_decoder_layers; /* default 6, 6 */
 } attn_transformer_config;
 
@@ -179,7 +177,7 @@ typedef struct attn_transformer_args {
     attn_masks src_masks, tgt_masks, memory_masks;
     int training;
     uint64_t seed, offset;
-    attn_capture *capture;          /* nullable: encoder.layers.N.self_attn, decoder.layers.N.* */
+    attn_capture *capture; /* nullable: encoder.layers.N.self_attn, decoder.layers.N.* */
 } attn_transformer_args;
 
 ATTN_API attn_transformer_args attn_transformer_args_default(void);
@@ -193,13 +191,11 @@ ATTN_API size_t attn_transformer_saved_size(const attn_transformer *t, const att
 ATTN_API size_t attn_transformer_workspace_size(const attn_transformer *t, const attn_transformer_args *a);
 /* out [B, n_tgt, d_model]. */
 ATTN_API attn_status attn_transformer_forward(attn_transformer *t, const attn_transformer_args *a, float *out,
-                                     void *saved, size_t saved_bytes, void *workspace,
-                                     size_t workspace_bytes);
+                                              void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes);
 /* dsrc [B, n_src, d], dtgt [B, n_tgt, d] overwritten (each nullable). */
-ATTN_API attn_status attn_transformer_backward(attn_transformer *t, const attn_transformer_args *a,
-                                      const float *dout, float *dsrc, float *dtgt,
-                                      const void *saved, size_t saved_bytes, void *workspace,
-                                      size_t workspace_bytes);
+ATTN_API attn_status attn_transformer_backward(attn_transformer *t, const attn_transformer_args *a, const float *dout,
+                                               float *dsrc, float *dtgt, const void *saved, size_t saved_bytes,
+                                               void *workspace, size_t workspace_bytes);
 
 /* ---- incremental decoding of decoder stacks (the key/value caches themselves: mha.h) -------- */
 /* Decoder stacks: one self-attention cache per layer (capacity positions) and one cross-attention
@@ -209,23 +205,21 @@ ATTN_API attn_status attn_transformer_backward(attn_transformer *t, const attn_t
  * attn_decoder_forward over all positions with tgt_masks.is_causal (eval). */
 typedef struct attn_decoder_cache attn_decoder_cache;
 
-ATTN_API size_t attn_decoder_cache_size(const attn_decoder *d, int64_t batch, int64_t capacity,
-                               int64_t n_memory);
+ATTN_API size_t attn_decoder_cache_size(const attn_decoder *d, int64_t batch, int64_t capacity, int64_t n_memory);
 /* memory [B, n_memory, d_model]; memory_key_padding_mask [B, n_memory] (PyTorch's bool,
  * nullable) is kept by pointer and used by every step. workspace: attn_decoder_step_workspace_size
  * for n = n_memory suffices. */
 ATTN_API attn_status attn_decoder_cache_init(attn_decoder *d, void *buffer, size_t bytes, int64_t batch,
-                                    int64_t capacity, const float *memory, int64_t n_memory,
-                                    const uint8_t *memory_key_padding_mask, void *workspace,
-                                    size_t workspace_bytes, attn_decoder_cache **cache);
+                                             int64_t capacity, const float *memory, int64_t n_memory,
+                                             const uint8_t *memory_key_padding_mask, void *workspace,
+                                             size_t workspace_bytes, attn_decoder_cache **cache);
 /* Positions decoded so far. */
 ATTN_API int64_t attn_decoder_cache_length(const attn_decoder_cache *cache);
-ATTN_API size_t attn_decoder_step_workspace_size(const attn_decoder *d, int64_t batch, int64_t n,
-                                        int64_t capacity, int64_t n_memory);
+ATTN_API size_t attn_decoder_step_workspace_size(const attn_decoder *d, int64_t batch, int64_t n, int64_t capacity,
+                                                 int64_t n_memory);
 /* tgt [B, n, d_model] at positions length .. length + n - 1; out [B, n, d_model]. */
-ATTN_API attn_status attn_decoder_forward_step(attn_decoder *d, attn_decoder_cache *cache, const float *tgt,
-                                      int64_t n, float *out, void *workspace,
-                                      size_t workspace_bytes);
+ATTN_API attn_status attn_decoder_forward_step(attn_decoder *d, attn_decoder_cache *cache, const float *tgt, int64_t n,
+                                               float *out, void *workspace, size_t workspace_bytes);
 
 /* The two stacks of a Transformer (for encode-once, decode-step-by-step generation: memory =
  * attn_encoder_forward(encoder), then attn_decoder_cache_init / attn_decoder_forward_step). */

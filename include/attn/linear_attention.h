@@ -66,10 +66,9 @@ ATTN_API attn_status attn_performer_forward(const attn_tensor *q, const attn_ten
                                             attn_tensor *out, void *workspace, size_t workspace_bytes);
 /* dq, dk, dv (each nullable) overwritten; gradients flow to q, k, v through phi, none to w. */
 ATTN_API attn_status attn_performer_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                             const attn_tensor *w, attn_causal causal,
-                                             const attn_btensor *key_mask, const attn_tensor *dout,
-                                             attn_tensor *dq, attn_tensor *dk, attn_tensor *dv, void *workspace,
-                                             size_t workspace_bytes);
+                                             const attn_tensor *w, attn_causal causal, const attn_btensor *key_mask,
+                                             const attn_tensor *dout, attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
+                                             void *workspace, size_t workspace_bytes);
 
 /* ---- recurrent steps (token-by-token decoding) -----------------------------------------
  * The causal form as a recurrence: a state per (batch, head) holds S and z of the keys seen
@@ -93,8 +92,8 @@ ATTN_API size_t attn_performer_state_floats(int64_t m, int64_t dv);
 ATTN_API size_t attn_performer_step_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                                    const attn_tensor *w);
 ATTN_API attn_status attn_performer_step(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                         const attn_tensor *w, int causal, const attn_btensor *key_mask,
-                                         float *state, attn_tensor *out, void *workspace, size_t workspace_bytes);
+                                         const attn_tensor *w, int causal, const attn_btensor *key_mask, float *state,
+                                         attn_tensor *out, void *workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus
 }

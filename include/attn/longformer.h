@@ -28,12 +28,12 @@ extern "C" {
 #endif
 
 typedef struct attn_longformer_params {
-    int64_t window;                   /* keys on each side, >= 0 (0: a non-global query sees itself) */
+    int64_t window; /* keys on each side, >= 0 (0: a non-global query sees itself) */
     /* [B, N] true (nonzero) = a global token; NULL = none (plain sliding-window attention) */
     const attn_btensor *global_mask;
-    int causal;                       /* key j allowed for query i only when j <= i */
-    const attn_btensor *key_mask;     /* [B, N] true = a real key; NULL = all real */
-    float scale;                      /* 0 selects 1 / sqrt(d) */
+    int causal;                   /* key j allowed for query i only when j <= i */
+    const attn_btensor *key_mask; /* [B, N] true = a real key; NULL = all real */
+    float scale;                  /* 0 selects 1 / sqrt(d) */
 } attn_longformer_params;
 
 /* Scratch bytes the forward / backward need (the larger of the two). It depends on the shapes, the
@@ -41,33 +41,33 @@ typedef struct attn_longformer_params {
  * window, causality, key mask or scale: query it with the mask the calls will use. 0 for invalid
  * arguments; SIZE_MAX on overflow. */
 ATTN_API size_t attn_longformer_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                                 const attn_longformer_params *params);
+                                               const attn_longformer_params *params);
 
 /* O = local + global attention(Q, K, V); lse [B, Hq, N] (nullable unless a backward follows)
  * receives each row's natural-log log-sum-exp (-inf for a row that sees no key). */
 ATTN_API attn_status attn_longformer_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                               const attn_longformer_params *params, attn_tensor *out,
-                                               attn_tensor *lse, void *workspace, size_t workspace_bytes);
+                                             const attn_longformer_params *params, attn_tensor *out, attn_tensor *lse,
+                                             void *workspace, size_t workspace_bytes);
 
 /* dQ, dK, dV (overwritten; dq may be NULL) from the forward's out and lse. */
 ATTN_API attn_status attn_longformer_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                                const attn_longformer_params *params, const attn_tensor *out,
-                                                const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
-                                                attn_tensor *dk, attn_tensor *dv, void *workspace,
-                                                size_t workspace_bytes);
+                                              const attn_longformer_params *params, const attn_tensor *out,
+                                              const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
+                                              attn_tensor *dk, attn_tensor *dv, void *workspace,
+                                              size_t workspace_bytes);
 
 /* The exact weights of query rows [row0, row0 + rows) of batch b, head h, as attn_flash_weights:
  * weights[r * N + j] = P(row0 + r, j) (0 for the keys the row does not see), each row normalised in
  * double over the keys it sees; O(N + (w + g) d) per row. */
 ATTN_API attn_status attn_longformer_weights(const attn_tensor *q, const attn_tensor *k,
-                                               const attn_longformer_params *params, int64_t b, int64_t h,
-                                               int64_t row0, int64_t rows, float *weights);
+                                             const attn_longformer_params *params, int64_t b, int64_t h, int64_t row0,
+                                             int64_t rows, float *weights);
 
 /* The (query block, key block) tiles of the flash kernel the forward visits, summed over its passes
  * (window, global keys, global queries), and in *total (nullable) the tiles of one dense N x N pass:
  * the cost is O(N (w + g)), against O(N^2). 0 for invalid arguments. */
 ATTN_API int64_t attn_longformer_tile_count(const attn_tensor *q, const attn_tensor *k,
-                                              const attn_longformer_params *params, int64_t *total);
+                                            const attn_longformer_params *params, int64_t *total);
 
 #ifdef __cplusplus
 }

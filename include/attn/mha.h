@@ -38,7 +38,7 @@ typedef struct attn_mha_config {
     /* Store Wq, Wk, Wv, Wo as four nn.Linear layers q_proj, k_proj, v_proj, out_proj (see above)
      * instead of PyTorch's packed in_proj_weight / in_proj_bias. Default 0. */
     int separate_projections;
-    float dropout;                  /* on the attention weights, in training (default 0) */
+    float dropout; /* on the attention weights, in training (default 0) */
     /* Rotary position embedding of Q and K after the in-projection (not part of PyTorch's
      * MultiheadAttention: GPT-NeoX / Llama-style self-attention). rope.head_dim must be
      * embed_dim / num_heads. Positions: queries 0 .. Nq-1 and keys 0 .. Nk-1 in a forward; the
@@ -72,9 +72,9 @@ ATTN_API attn_status attn_mha_redraw_features(attn_mha *m, uint64_t seed);
  * MultiheadAttention gives NaN. */
 typedef struct attn_mha_args {
     int64_t batch, nq, nk;
-    const float *query;                  /* [B, Nq, embed_dim] */
-    const float *key;                    /* [B, Nk, kdim] */
-    const float *value;                  /* [B, Nk, vdim] */
+    const float *query; /* [B, Nq, embed_dim] */
+    const float *key;   /* [B, Nk, kdim] */
+    const float *value; /* [B, Nk, vdim] */
     /* key_padding_mask [B, Nk]: bool (true = ignore this key) or float (added); at most one */
     const uint8_t *key_padding_mask;
     const float *key_padding_mask_float;
@@ -97,8 +97,8 @@ typedef struct attn_mha_args {
      * attends to every key and which every query attends to. Only for attention kinds that take
      * one (ATTN_ERR_UNSUPPORTED otherwise). */
     const uint8_t *global_attention_mask;
-    int training;                        /* dropout on only when set */
-    uint64_t seed, offset;               /* dropout stream: (seed, offset) */
+    int training;          /* dropout on only when set */
+    uint64_t seed, offset; /* dropout stream: (seed, offset) */
     /* Attention capture (see attn_capture): this module's weights are recorded when a request
      * matches its name (empty for a bare module; layers and models name theirs). NULL = none. */
     attn_capture *capture;
@@ -112,15 +112,14 @@ ATTN_API size_t attn_mha_workspace_size(const attn_mha *m, const attn_mha_args *
 
 /* out [B, Nq, embed_dim]; weights as described (required when need_weights, else ignored);
  * saved NULL for inference. */
-ATTN_API attn_status attn_mha_forward(attn_mha *m, const attn_mha_args *a, float *out, float *weights,
-                             void *saved, size_t saved_bytes, void *workspace,
-                             size_t workspace_bytes);
+ATTN_API attn_status attn_mha_forward(attn_mha *m, const attn_mha_args *a, float *out, float *weights, void *saved,
+                                      size_t saved_bytes, void *workspace, size_t workspace_bytes);
 /* dquery [B, Nq, E], dkey [B, Nk, kdim], dvalue [B, Nk, vdim], each nullable, are overwritten;
  * two or three of them may be the same buffer (self-attention), which then receives their sum.
  * Parameter gradients are accumulated. */
-ATTN_API attn_status attn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout,
-                              float *dquery, float *dkey, float *dvalue, const void *saved,
-                              size_t saved_bytes, void *workspace, size_t workspace_bytes);
+ATTN_API attn_status attn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout, float *dquery,
+                                       float *dkey, float *dvalue, const void *saved, size_t saved_bytes,
+                                       void *workspace, size_t workspace_bytes);
 
 /* ---- local + global attention (the seed's LocalGlobalAttention, its mask corrected) ----------
  * Self-attention over x [B, N, d_model] by two multi-head attentions whose outputs are summed,
@@ -136,9 +135,9 @@ ATTN_API attn_status attn_mha_backward(attn_mha *m, const attn_mha_args *a, cons
  * Dropout (training) on the attention weights: global_attn's from (seed, offset), local_attn's
  * from (seed, offset + 1). Attention capture names the two "global_attn" and "local_attn". */
 typedef struct attn_local_global_config {
-    int64_t d_model, num_heads;     /* d_model divisible by num_heads */
-    int64_t local_window;           /* keys on each side, >= 0 */
-    float dropout;                  /* on both attentions' weights (default 0.1, the seed's) */
+    int64_t d_model, num_heads; /* d_model divisible by num_heads */
+    int64_t local_window;       /* keys on each side, >= 0 */
+    float dropout;              /* on both attentions' weights (default 0.1, the seed's) */
 } attn_local_global_config;
 
 ATTN_API attn_local_global_config attn_local_global_config_default(int64_t d_model, int64_t num_heads,
@@ -146,10 +145,10 @@ ATTN_API attn_local_global_config attn_local_global_config_default(int64_t d_mod
 
 typedef struct attn_local_global_args {
     int64_t batch, n;
-    const float *x;                 /* [B, n, d_model] */
+    const float *x; /* [B, n, d_model] */
     int training;
     uint64_t seed, offset;
-    attn_capture *capture;          /* nullable: global_attn, local_attn */
+    attn_capture *capture; /* nullable: global_attn, local_attn */
 } attn_local_global_args;
 
 /* Eval mode, no capture; the caller fills batch, n and x. */
@@ -169,8 +168,8 @@ ATTN_API attn_status attn_local_global_forward(attn_local_global *m, const attn_
                                                size_t workspace_bytes);
 /* dx [B, n, d_model] overwritten (nullable); parameter gradients accumulated. */
 ATTN_API attn_status attn_local_global_backward(attn_local_global *m, const attn_local_global_args *a,
-                                                const float *dout, float *dx, const void *saved,
-                                                size_t saved_bytes, void *workspace, size_t workspace_bytes);
+                                                const float *dout, float *dx, const void *saved, size_t saved_bytes,
+                                                void *workspace, size_t workspace_bytes);
 
 /* ---- incremental decoding: key/value caches -------------------------------------------------
  * A cache keeps the projected keys and values of the positions seen so far, [B, capacity, E]
@@ -178,9 +177,9 @@ ATTN_API attn_status attn_local_global_backward(attn_local_global *m, const attn
  * query rows attend to the cached rows instead of recomputing the prefix. A step gives the same
  * rows a full causal forward over all positions gives (eval mode: no dropout). */
 typedef struct attn_kv_cache {
-    float *k, *v;                   /* [batch, capacity, dim], inside the caller's buffer */
+    float *k, *v; /* [batch, capacity, dim], inside the caller's buffer */
     int64_t batch, capacity, dim;
-    int64_t length;                 /* positions filled */
+    int64_t length; /* positions filled */
     /* A recurrent attention kind's decoding state instead of keys and values (k = v = NULL);
      * NULL for softmax kinds. Set up by attn_mha_cache_init. */
     float *state;
@@ -188,22 +187,22 @@ typedef struct attn_kv_cache {
 } attn_kv_cache;
 
 ATTN_API size_t attn_kv_cache_size(int64_t batch, int64_t capacity, int64_t dim);
-ATTN_API attn_status attn_kv_cache_init(attn_kv_cache *c, void *buffer, size_t bytes, int64_t batch,
-                               int64_t capacity, int64_t dim);
+ATTN_API attn_status attn_kv_cache_init(attn_kv_cache *c, void *buffer, size_t bytes, int64_t batch, int64_t capacity,
+                                        int64_t dim);
 /* Forget every position (length 0; a recurrent state is zeroed). */
 ATTN_API attn_status attn_kv_cache_reset(attn_kv_cache *c);
 
 /* The cache a module's attention kind decodes with: keys and values (as above) for softmax kinds,
  * a recurrent state for kinds that have one. attn_mha_cache_size(m, ...) bytes of caller memory. */
 ATTN_API size_t attn_mha_cache_size(const attn_mha *m, int64_t batch, int64_t capacity);
-ATTN_API attn_status attn_mha_cache_init(const attn_mha *m, attn_kv_cache *c, void *buffer, size_t bytes,
-                                         int64_t batch, int64_t capacity);
+ATTN_API attn_status attn_mha_cache_init(const attn_mha *m, attn_kv_cache *c, void *buffer, size_t bytes, int64_t batch,
+                                         int64_t capacity);
 
 /* Cross-attention: fill the cache with the projections of key [B, nk, kdim] and value
  * [B, nk, vdim] (the encoder's memory), once; length = nk. */
 ATTN_API size_t attn_mha_cache_fill_workspace_size(const attn_mha *m, int64_t batch, int64_t nk);
 ATTN_API attn_status attn_mha_cache_fill(attn_mha *m, attn_kv_cache *c, const float *key, const float *value,
-                                int64_t nk, void *workspace, size_t workspace_bytes);
+                                         int64_t nk, void *workspace, size_t workspace_bytes);
 
 /* One step: n new query rows. With append (self-attention; needs kdim == vdim == embed_dim) the
  * query rows are also projected to keys and values and appended to the cache first. With causal,
@@ -212,15 +211,15 @@ ATTN_API attn_status attn_mha_cache_fill(attn_mha *m, attn_kv_cache *c, const fl
  * optional. Not supported with add_bias_kv / add_zero_attn (ATTN_ERR_UNSUPPORTED). */
 typedef struct attn_mha_step_args {
     int64_t batch, n;
-    const float *query;             /* [B, n, embed_dim] */
+    const float *query; /* [B, n, embed_dim] */
     int append, causal;
     const uint8_t *key_padding_mask;
 } attn_mha_step_args;
 
 ATTN_API size_t attn_mha_step_workspace_size(const attn_mha *m, int64_t batch, int64_t n, int64_t length);
 /* out [B, n, embed_dim]. */
-ATTN_API attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_step_args *a,
-                                  float *out, void *workspace, size_t workspace_bytes);
+ATTN_API attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_step_args *a, float *out,
+                                           void *workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus
 }

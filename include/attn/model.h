@@ -94,8 +94,8 @@ ATTN_API attn_status attn_model_bind_safetensors(attn_model *m, const attn_safet
  * inputs and float masks) or BOOL / U8 (boolean masks), rank <= 8. The data is referenced, not
  * copied: it must stay valid until attn_model_bind. Staging a name twice is an error
  * (ATTN_ERR_ST_DUPLICATE_NAME). */
-ATTN_API attn_status attn_model_input(attn_model *m, const char *name, attn_dtype dtype, int rank,
-                                      const int64_t *shape, const void *data);
+ATTN_API attn_status attn_model_input(attn_model *m, const char *name, attn_dtype dtype, int rank, const int64_t *shape,
+                                      const void *data);
 /* Bind the staged inputs (strictly: an unknown name is an error), as attn_model_bind_safetensors
  * would from a file holding them, and drop them from the stage (also on failure). */
 ATTN_API attn_status attn_model_bind(attn_model *m);

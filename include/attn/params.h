@@ -47,12 +47,12 @@ extern "C" {
  * A module's parameters, in PyTorch's state_dict order and names ("in_proj_weight",
  * "out_proj.weight", ...). The list belongs to the module and lives as long as it. */
 typedef struct attn_param {
-    const char *name;               /* state_dict name, e.g. "self_attn.in_proj_weight" */
+    const char *name; /* state_dict name, e.g. "self_attn.in_proj_weight" */
     int rank;
     int64_t shape[ATTN_MAX_RANK];
     size_t numel;
-    float *data;                    /* numel floats, owned by the module */
-    float *grad;                    /* numel floats, owned by the module; backward adds to it */
+    float *data; /* numel floats, owned by the module */
+    float *grad; /* numel floats, owned by the module; backward adds to it */
 } attn_param;
 
 typedef struct attn_params attn_params;
@@ -78,7 +78,7 @@ ATTN_API attn_status attn_params_reset(const attn_params *ps, uint64_t seed);
  * duplicate otherwise). The joined list refers to the modules' memory: free it
  * (attn_params_join_free) before them. */
 ATTN_API attn_status attn_params_join(const attn_params *const *lists, const char *const *prefixes, size_t n,
-                             attn_params **out);
+                                      attn_params **out);
 ATTN_API void attn_params_join_free(attn_params *joined);
 
 /* Load every parameter from st, looking each up as prefix + name (prefix may be NULL or "").
@@ -87,7 +87,7 @@ ATTN_API void attn_params_join_free(attn_params *joined);
  * size); with strict, so is a tensor of st whose name starts with prefix but is no parameter
  * (ATTN_ERR_NOT_FOUND, "unexpected"). Nothing is modified unless every check passes. */
 ATTN_API attn_status attn_params_load(const attn_params *ps, const attn_safetensors *st, const char *prefix,
-                             int strict);
+                                      int strict);
 /* Strict load of a whole file (PyTorch's torch.save(module.state_dict()) through safetensors). */
 ATTN_API attn_status attn_params_load_file(const attn_params *ps, const char *path);
 /* Add every parameter to a writer as F32 under prefix + name (data referenced, not copied). */
@@ -109,11 +109,11 @@ ATTN_API attn_status attn_params_save_file(const attn_params *ps, const char *pa
  * A NULL map, or one of no rules, is the identity. */
 #define ATTN_NAME_MAP_MAX_STARS 8
 typedef struct attn_name_rule {
-    const char *ours;               /* pattern on attn's side, e.g. "layers.*.linear1." */
-    const char *theirs;             /* pattern on the other side, e.g. "blocks.*.mlp.fc1." */
+    const char *ours;   /* pattern on attn's side, e.g. "layers.*.linear1." */
+    const char *theirs; /* pattern on the other side, e.g. "blocks.*.mlp.fc1." */
 } attn_name_rule;
 typedef struct attn_name_map {
-    const attn_name_rule *rules;    /* count rules, tried in order */
+    const attn_name_rule *rules; /* count rules, tried in order */
     size_t count;
 } attn_name_map;
 

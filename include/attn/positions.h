@@ -19,8 +19,8 @@ extern "C" {
 ATTN_API attn_status attn_sinusoidal_table(float *pe, int64_t n_positions, int64_t d_model);
 /* x [B, N, d] += table[pos0 + n] for row n (any [positions, d] table: sinusoidal or learned). The
  * gradient of x is the identity; attn_embedding_positions_backward gives the table's. */
-ATTN_API attn_status attn_posenc_add(float *x, const float *table, int64_t table_rows, int64_t batch,
-                            int64_t n, int64_t d, int64_t pos0);
+ATTN_API attn_status attn_posenc_add(float *x, const float *table, int64_t table_rows, int64_t batch, int64_t n,
+                                     int64_t d, int64_t pos0);
 
 /* Learned embeddings: torch.nn.Embedding(num_embeddings, embedding_dim, padding_idx), parameter
  * "weight" [num_embeddings, embedding_dim] initialised N(0, 1) with the padding row zeroed. Its
@@ -29,7 +29,7 @@ typedef struct attn_embedding attn_embedding;
 /* padding_idx < 0: none (PyTorch's None; a negative PyTorch index must be given as
  * num_embeddings + padding_idx). */
 ATTN_API attn_status attn_embedding_create(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx,
-                                  attn_embedding **out);
+                                           attn_embedding **out);
 ATTN_API void attn_embedding_free(attn_embedding *e);
 ATTN_API const attn_params *attn_embedding_params(const attn_embedding *e);
 /* out [n, dim] = weight[indices[t]]; an index outside [0, num_embeddings) is an error naming it. */
@@ -39,9 +39,9 @@ ATTN_API attn_status attn_embedding_backward(attn_embedding *e, const int64_t *i
 /* Learned positions: x [B, N, dim] += weight[pos0 + n], and its backward weight.grad[pos0 + n] +=
  * sum_b dy[b, n] (batches in order). */
 ATTN_API attn_status attn_embedding_add_positions(const attn_embedding *e, float *x, int64_t batch, int64_t n,
-                                         int64_t pos0);
-ATTN_API attn_status attn_embedding_positions_backward(attn_embedding *e, const float *dy, int64_t batch,
-                                              int64_t n, int64_t pos0);
+                                                  int64_t pos0);
+ATTN_API attn_status attn_embedding_positions_backward(attn_embedding *e, const float *dy, int64_t batch, int64_t n,
+                                                       int64_t pos0);
 
 /* Rotary position embedding (RoPE, Su et al.) applied in place to Q or K viewed as
  * [B, H, N, head_dim] (any strides: [B, N, H, head_dim] storage by permuted strides). The first
@@ -62,18 +62,18 @@ typedef enum attn_rope_scaling {
 } attn_rope_scaling;
 typedef struct attn_rope_config {
     int64_t head_dim;
-    int64_t rotary_dim;     /* even, <= head_dim; 0 = head_dim */
-    double base;            /* default 10000 */
+    int64_t rotary_dim; /* even, <= head_dim; 0 = head_dim */
+    double base;        /* default 10000 */
     attn_rope_layout layout;
     attn_rope_scaling scaling;
-    double factor;          /* > 0 for linear / NTK scaling (default 1) */
+    double factor; /* > 0 for linear / NTK scaling (default 1) */
 } attn_rope_config;
 ATTN_API attn_rope_config attn_rope_config_default(int64_t head_dim);
 /* positions (nullable) [N]: explicit positions, else pos0 + n. */
 ATTN_API attn_status attn_rope_forward(const attn_rope_config *cfg, attn_tensor *x, int64_t pos0,
-                              const int64_t *positions);
+                                       const int64_t *positions);
 ATTN_API attn_status attn_rope_backward(const attn_rope_config *cfg, attn_tensor *dx, int64_t pos0,
-                               const int64_t *positions);
+                                        const int64_t *positions);
 
 /* ALiBi slopes for num_heads heads (Press et al., the reference code's get_slopes): for a power of
  * two n, slope_h = 2^(-8 (h + 1) / n); otherwise the slopes of the closest lower power of two m

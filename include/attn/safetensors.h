@@ -39,21 +39,33 @@ extern "C" {
 #define ATTN_SAFETENSORS_MAX_HEADER (100u * 1000u * 1000u) /* as the reference implementation */
 
 typedef enum attn_dtype {
-    ATTN_DTYPE_BOOL = 0, ATTN_DTYPE_U8, ATTN_DTYPE_I8, ATTN_DTYPE_I16, ATTN_DTYPE_U16,
-    ATTN_DTYPE_F16, ATTN_DTYPE_BF16, ATTN_DTYPE_I32, ATTN_DTYPE_U32, ATTN_DTYPE_F32,
-    ATTN_DTYPE_I64, ATTN_DTYPE_U64, ATTN_DTYPE_F64, ATTN_DTYPE_F8_E4M3, ATTN_DTYPE_F8_E5M2,
+    ATTN_DTYPE_BOOL = 0,
+    ATTN_DTYPE_U8,
+    ATTN_DTYPE_I8,
+    ATTN_DTYPE_I16,
+    ATTN_DTYPE_U16,
+    ATTN_DTYPE_F16,
+    ATTN_DTYPE_BF16,
+    ATTN_DTYPE_I32,
+    ATTN_DTYPE_U32,
+    ATTN_DTYPE_F32,
+    ATTN_DTYPE_I64,
+    ATTN_DTYPE_U64,
+    ATTN_DTYPE_F64,
+    ATTN_DTYPE_F8_E4M3,
+    ATTN_DTYPE_F8_E5M2,
     ATTN_DTYPE_COUNT
 } attn_dtype;
 
 ATTN_API const char *attn_dtype_name(attn_dtype dt); /* "F32", ... */
-ATTN_API size_t attn_dtype_size(attn_dtype dt);     /* bytes per element */
+ATTN_API size_t attn_dtype_size(attn_dtype dt);      /* bytes per element */
 
 typedef struct attn_safetensors_tensor {
-    const char *name;      /* NUL-terminated, owned by the file object */
+    const char *name; /* NUL-terminated, owned by the file object */
     attn_dtype dtype;
     int rank;
     int64_t shape[ATTN_SAFETENSORS_MAX_RANK];
-    const void *data;      /* not necessarily aligned */
+    const void *data; /* not necessarily aligned */
     size_t nbytes;
 } attn_safetensors_tensor;
 
@@ -71,21 +83,19 @@ ATTN_API size_t attn_safetensors_count(const attn_safetensors *st);
 /* Tensors in data-offset order. NULL when i is out of range. */
 ATTN_API const attn_safetensors_tensor *attn_safetensors_get(const attn_safetensors *st, size_t i);
 /* NULL when absent. */
-ATTN_API const attn_safetensors_tensor *attn_safetensors_find(const attn_safetensors *st,
-                                                     const char *name);
+ATTN_API const attn_safetensors_tensor *attn_safetensors_find(const attn_safetensors *st, const char *name);
 ATTN_API size_t attn_safetensors_metadata_count(const attn_safetensors *st);
 ATTN_API attn_status attn_safetensors_metadata_get(const attn_safetensors *st, size_t i, const char **key,
-                                          const char **value);
+                                                   const char **value);
 /* NULL when absent. */
 ATTN_API const char *attn_safetensors_metadata_find(const attn_safetensors *st, const char *key);
 
 /* Copy a tensor to float32, converting from F32, F16, BF16 or F64 (and integer/bool types by
  * value). count must equal the tensor's element count (ATTN_ERR_SHAPE otherwise). */
-ATTN_API attn_status attn_safetensors_read_f32(const attn_safetensors *st, const char *name, float *dst,
-                                      size_t count);
+ATTN_API attn_status attn_safetensors_read_f32(const attn_safetensors *st, const char *name, float *dst, size_t count);
 /* The same, also checking the shape: rank and every dimension must match. */
-ATTN_API attn_status attn_safetensors_read_f32_shape(const attn_safetensors *st, const char *name,
-                                            float *dst, int rank, const int64_t *shape);
+ATTN_API attn_status attn_safetensors_read_f32_shape(const attn_safetensors *st, const char *name, float *dst, int rank,
+                                                     const int64_t *shape);
 
 /* ---- writer ------------------------------------------------------------------------------
  * Tensors are referenced, not copied, until write: the data must stay valid until then.
@@ -95,18 +105,16 @@ typedef struct attn_safetensors_writer attn_safetensors_writer;
 
 ATTN_API attn_status attn_safetensors_writer_create(attn_safetensors_writer **out);
 ATTN_API void attn_safetensors_writer_free(attn_safetensors_writer *w);
-ATTN_API attn_status attn_safetensors_writer_add(attn_safetensors_writer *w, const char *name,
-                                        attn_dtype dtype, int rank, const int64_t *shape,
-                                        const void *data);
+ATTN_API attn_status attn_safetensors_writer_add(attn_safetensors_writer *w, const char *name, attn_dtype dtype,
+                                                 int rank, const int64_t *shape, const void *data);
 ATTN_API attn_status attn_safetensors_writer_add_metadata(attn_safetensors_writer *w, const char *key,
-                                                 const char *value);
+                                                          const char *value);
 /* Written to a new temporary file of an unpredictable name next to path (created exclusively),
  * fsynced, then renamed over path (a crash leaves the old file intact). path must be missing or a
  * regular file: a device, FIFO, folder or symbolic link there is refused with ATTN_ERR_IO. */
 ATTN_API attn_status attn_safetensors_writer_write_file(attn_safetensors_writer *w, const char *path);
 /* Serialized into a malloc'ed buffer that the caller frees with free(). */
-ATTN_API attn_status attn_safetensors_writer_write_memory(attn_safetensors_writer *w, void **buf,
-                                                 size_t *len);
+ATTN_API attn_status attn_safetensors_writer_write_memory(attn_safetensors_writer *w, void **buf, size_t *len);
 
 #ifdef __cplusplus
 }

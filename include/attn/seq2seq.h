@@ -27,22 +27,22 @@ extern "C" {
  * The two positional-dropout sites draw from (seed, offset + 8 (enc + dec layers) + 0 / 1). */
 typedef struct attn_seq2seq_config {
     int64_t src_vocab, tgt_vocab;
-    int64_t max_len;                   /* positions in the table: n_src, n_tgt <= max_len */
+    int64_t max_len; /* positions in the table: n_src, n_tgt <= max_len */
     attn_transformer_config transformer;
 } attn_seq2seq_config;
 
 ATTN_API attn_seq2seq_config attn_seq2seq_config_default(int64_t src_vocab, int64_t tgt_vocab, int64_t d_model,
-                                                int64_t nhead, int64_t num_layers);
+                                                         int64_t nhead, int64_t num_layers);
 
 typedef struct attn_seq2seq_args {
     int64_t batch, n_src, n_tgt;
-    const int64_t *src, *tgt;          /* token ids [B, n_src], [B, n_tgt] */
+    const int64_t *src, *tgt;            /* token ids [B, n_src], [B, n_tgt] */
     const uint8_t *src_key_padding_mask; /* [B, n_src] PyTorch bool (true = padding), nullable */
     const uint8_t *tgt_key_padding_mask; /* [B, n_tgt], nullable */
-    int tgt_causal;                    /* default 1 */
+    int tgt_causal;                      /* default 1 */
     int training;
     uint64_t seed, offset;
-    attn_capture *capture;             /* nullable: transformer.encoder.layers.N.self_attn, ... */
+    attn_capture *capture; /* nullable: transformer.encoder.layers.N.self_attn, ... */
 } attn_seq2seq_args;
 
 ATTN_API attn_seq2seq_args attn_seq2seq_args_default(void);
@@ -59,11 +59,11 @@ ATTN_API size_t attn_seq2seq_saved_size(const attn_seq2seq *m, const attn_seq2se
 ATTN_API size_t attn_seq2seq_workspace_size(const attn_seq2seq *m, const attn_seq2seq_args *a);
 /* logits [B, n_tgt, tgt_vocab]; saved NULL for inference. */
 ATTN_API attn_status attn_seq2seq_forward(attn_seq2seq *m, const attn_seq2seq_args *a, float *logits, void *saved,
-                                 size_t saved_bytes, void *workspace, size_t workspace_bytes);
+                                          size_t saved_bytes, void *workspace, size_t workspace_bytes);
 /* Parameter gradients (accumulated) from dlogits [B, n_tgt, tgt_vocab]. */
 ATTN_API attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, const float *dlogits,
-                                  const void *saved, size_t saved_bytes, void *workspace,
-                                  size_t workspace_bytes);
+                                           const void *saved, size_t saved_bytes, void *workspace,
+                                           size_t workspace_bytes);
 
 /* Generation: encode the source once, then decode step by step over the decoder's key/value caches
  * (attn_decoder_cache: one self-attention cache per decoder layer, capacity target positions, and
@@ -94,13 +94,12 @@ ATTN_API attn_status attn_seq2seq_cache_init(attn_seq2seq *m, void *buffer, size
                                              size_t workspace_bytes, attn_seq2seq_cache **cache);
 /* Target positions decoded so far. */
 ATTN_API int64_t attn_seq2seq_cache_length(const attn_seq2seq_cache *cache);
-ATTN_API size_t attn_seq2seq_step_workspace_size(const attn_seq2seq *m, int64_t batch, int64_t n,
-                                                 int64_t capacity, int64_t n_src);
+ATTN_API size_t attn_seq2seq_step_workspace_size(const attn_seq2seq *m, int64_t batch, int64_t n, int64_t capacity,
+                                                 int64_t n_src);
 /* tgt [B, n] token ids at positions length .. length + n - 1 (length + n <= capacity);
  * logits [B, n, tgt_vocab]. */
 ATTN_API attn_status attn_seq2seq_forward_step(attn_seq2seq *m, attn_seq2seq_cache *cache, const int64_t *tgt,
-                                               int64_t n, float *logits, void *workspace,
-                                               size_t workspace_bytes);
+                                               int64_t n, float *logits, void *workspace, size_t workspace_bytes);
 
 /* The seed's TransformerEncoder over tokens: x = embedding[tokens] * sqrt(d_model) + pe (dropout in
  * training), then the encoder stack with its final norm. Parameters: embedding.weight,
@@ -108,20 +107,20 @@ ATTN_API attn_status attn_seq2seq_forward_step(attn_seq2seq *m, attn_seq2seq_cac
  * draws from (seed, offset + 8 num_layers). */
 typedef struct attn_token_encoder_config {
     int64_t vocab, max_len;
-    attn_stack_config stack;          /* stack.norm selects the final norm (default on) */
+    attn_stack_config stack; /* stack.norm selects the final norm (default on) */
 } attn_token_encoder_config;
 
 ATTN_API attn_token_encoder_config attn_token_encoder_config_default(int64_t vocab, int64_t d_model, int64_t nhead,
-                                                            int64_t num_layers);
+                                                                     int64_t num_layers);
 
 typedef struct attn_token_encoder_args {
     int64_t batch, n;
-    const int64_t *tokens;             /* [B, n] */
-    const uint8_t *key_padding_mask;   /* [B, n] PyTorch bool (true = padding), nullable */
+    const int64_t *tokens;           /* [B, n] */
+    const uint8_t *key_padding_mask; /* [B, n] PyTorch bool (true = padding), nullable */
     int is_causal;
     int training;
     uint64_t seed, offset;
-    attn_capture *capture;             /* nullable: layers.N.self_attn */
+    attn_capture *capture; /* nullable: layers.N.self_attn */
 } attn_token_encoder_args;
 
 typedef struct attn_token_encoder attn_token_encoder;
@@ -133,11 +132,12 @@ ATTN_API size_t attn_token_encoder_saved_size(const attn_token_encoder *m, const
 ATTN_API size_t attn_token_encoder_workspace_size(const attn_token_encoder *m, const attn_token_encoder_args *a);
 /* out [B, n, d_model]; saved NULL for inference. */
 ATTN_API attn_status attn_token_encoder_forward(attn_token_encoder *m, const attn_token_encoder_args *a, float *out,
-                                       void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes);
+                                                void *saved, size_t saved_bytes, void *workspace,
+                                                size_t workspace_bytes);
 /* Parameter gradients (accumulated) from dout [B, n, d_model]. */
-ATTN_API attn_status attn_token_encoder_backward(attn_token_encoder *m, const attn_token_encoder_args *a, const float *dout,
-                                        const void *saved, size_t saved_bytes, void *workspace,
-                                        size_t workspace_bytes);
+ATTN_API attn_status attn_token_encoder_backward(attn_token_encoder *m, const attn_token_encoder_args *a,
+                                                 const float *dout, const void *saved, size_t saved_bytes,
+                                                 void *workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus
 }

@@ -37,11 +37,7 @@ extern "C" {
 /* ---- losses -------------------------------------------------------------------------------- */
 
 /* How per-element losses are combined (PyTorch's reduction='mean' | 'sum' | 'none'). */
-typedef enum attn_reduction {
-    ATTN_REDUCTION_MEAN = 0,
-    ATTN_REDUCTION_SUM = 1,
-    ATTN_REDUCTION_NONE = 2
-} attn_reduction;
+typedef enum attn_reduction { ATTN_REDUCTION_MEAN = 0, ATTN_REDUCTION_SUM = 1, ATTN_REDUCTION_NONE = 2 } attn_reduction;
 
 /* torch.nn.functional.cross_entropy(logits [N, C], targets [N] int64, ignore_index,
  * label_smoothing = eps, reduction). Per row i with target t_i != ignore_index:
@@ -54,9 +50,9 @@ typedef enum attn_reduction {
  * [0, C) is an error naming the row and the value. Logits of any finite magnitude (1e4 and beyond)
  * are handled without overflow: max-subtracted exponentials summed in double. */
 typedef struct attn_cross_entropy_config {
-    int64_t ignore_index;       /* default -100 */
-    double label_smoothing;     /* eps in [0, 1]; default 0 */
-    attn_reduction reduction;   /* default mean */
+    int64_t ignore_index;     /* default -100 */
+    double label_smoothing;   /* eps in [0, 1]; default 0 */
+    attn_reduction reduction; /* default mean */
 } attn_cross_entropy_config;
 
 ATTN_API attn_cross_entropy_config attn_cross_entropy_config_default(void);
@@ -65,26 +61,24 @@ ATTN_API attn_cross_entropy_config attn_cross_entropy_config_default(void);
  * gradient of the loss for an upstream gradient of 1 (every loss_i weighted 1 for none) — the
  * fused form a training step uses, saving the backward's second pass. dlogits may be logits itself
  * (overwritten in place) but must not overlap it otherwise. cfg NULL = defaults. */
-ATTN_API attn_status attn_cross_entropy_forward(const float *logits, const int64_t *targets, int64_t n,
-                                       int64_t c, const attn_cross_entropy_config *cfg,
-                                       float *loss, float *dlogits);
+ATTN_API attn_status attn_cross_entropy_forward(const float *logits, const int64_t *targets, int64_t n, int64_t c,
+                                                const attn_cross_entropy_config *cfg, float *loss, float *dlogits);
 /* dlogits [N, C] = gradient for the upstream gradient dloss: 1 float (mean, sum) or N floats
  * (none); dloss NULL means 1. Recomputes the softmax from logits; dlogits == logits allowed. */
-ATTN_API attn_status attn_cross_entropy_backward(const float *logits, const int64_t *targets, int64_t n,
-                                        int64_t c, const attn_cross_entropy_config *cfg,
-                                        const float *dloss, float *dlogits);
+ATTN_API attn_status attn_cross_entropy_backward(const float *logits, const int64_t *targets, int64_t n, int64_t c,
+                                                 const attn_cross_entropy_config *cfg, const float *dloss,
+                                                 float *dlogits);
 
 /* torch.nn.functional.mse_loss(input, target, reduction) over n elements:
  *   loss_i = (x_i - y_i)^2,   mean = sum_i loss_i / n   (NaN for n = 0, as PyTorch)
  *   dloss/dx_i = 2 (x_i - y_i) g_i,   dloss/dy_i = -dloss/dx_i
  * with g_i = dloss (sum), dloss / n (mean) or dloss[i] (none). loss: 1 float, or n for none. */
-ATTN_API attn_status attn_mse_forward(const float *input, const float *target, int64_t n,
-                             attn_reduction reduction, float *loss);
+ATTN_API attn_status attn_mse_forward(const float *input, const float *target, int64_t n, attn_reduction reduction,
+                                      float *loss);
 /* dloss: 1 float (mean, sum) or n (none), NULL means 1. dinput, dtarget [n] each nullable,
  * overwritten; either may be the same buffer as input or target. */
-ATTN_API attn_status attn_mse_backward(const float *input, const float *target, int64_t n,
-                              attn_reduction reduction, const float *dloss, float *dinput,
-                              float *dtarget);
+ATTN_API attn_status attn_mse_backward(const float *input, const float *target, int64_t n, attn_reduction reduction,
+                                       const float *dloss, float *dinput, float *dtarget);
 
 /* ---- optimizers -----------------------------------------------------------------------------
  * Over every parameter of an attn_params list, reading param->grad, updating param->data. The
@@ -102,19 +96,19 @@ ATTN_API attn_status attn_mse_backward(const float *input, const float *target, 
  *   p <- p - lr d
  * Everything per element in double from the float32 values, rounded once when stored. */
 typedef struct attn_adamw_config {
-    double beta1, beta2;        /* default 0.9, 0.999; each in [0, 1) */
-    double eps;                 /* default 1e-8; >= 0 */
-    double weight_decay;        /* default 0.01 (PyTorch's AdamW default); >= 0 */
-    int amsgrad;                /* default 0 */
-    int maximize;               /* default 0 */
+    double beta1, beta2; /* default 0.9, 0.999; each in [0, 1) */
+    double eps;          /* default 1e-8; >= 0 */
+    double weight_decay; /* default 0.01 (PyTorch's AdamW default); >= 0 */
+    int amsgrad;         /* default 0 */
+    int maximize;        /* default 0 */
 } attn_adamw_config;
 
 typedef struct attn_sgd_config {
-    double momentum;            /* default 0; >= 0 */
-    double dampening;           /* default 0 */
-    double weight_decay;        /* default 0; >= 0 */
-    int nesterov;               /* default 0; needs momentum > 0 and dampening 0 (as PyTorch) */
-    int maximize;               /* default 0 */
+    double momentum;     /* default 0; >= 0 */
+    double dampening;    /* default 0 */
+    double weight_decay; /* default 0; >= 0 */
+    int nesterov;        /* default 0; needs momentum > 0 and dampening 0 (as PyTorch) */
+    int maximize;        /* default 0 */
 } attn_sgd_config;
 
 ATTN_API attn_adamw_config attn_adamw_config_default(void);
@@ -126,8 +120,7 @@ typedef struct attn_optimizer attn_optimizer;
 
 /* Allocate the optimizer and its zeroed state for the parameters of ps (cfg NULL = defaults).
  * ps must outlive the optimizer and keep its parameters (same count and sizes). */
-ATTN_API attn_status attn_adamw_create(const attn_params *ps, const attn_adamw_config *cfg,
-                              attn_optimizer **out);
+ATTN_API attn_status attn_adamw_create(const attn_params *ps, const attn_adamw_config *cfg, attn_optimizer **out);
 ATTN_API attn_status attn_sgd_create(const attn_params *ps, const attn_sgd_config *cfg, attn_optimizer **out);
 ATTN_API void attn_optimizer_free(attn_optimizer *o);
 
@@ -140,13 +133,11 @@ ATTN_API const attn_params *attn_optimizer_params(const attn_optimizer *o);
 ATTN_API int64_t attn_optimizer_steps(const attn_optimizer *o);
 /* A weight decay for parameter i alone (PyTorch's parameter groups, e.g. 0 for biases and norms);
  * every parameter starts with the config's. */
-ATTN_API attn_status attn_optimizer_set_weight_decay(attn_optimizer *o, size_t param_index,
-                                            double weight_decay);
+ATTN_API attn_status attn_optimizer_set_weight_decay(attn_optimizer *o, size_t param_index, double weight_decay);
 /* The state tensor `name` of parameter i, with PyTorch's state keys: "exp_avg", "exp_avg_sq",
  * "max_exp_avg_sq" (AdamW with amsgrad), "momentum_buffer" (SGD with momentum); numel floats.
  * ATTN_ERR_NOT_FOUND when this optimizer has no such state. */
-ATTN_API attn_status attn_optimizer_state(const attn_optimizer *o, size_t param_index, const char *name,
-                                 float **data);
+ATTN_API attn_status attn_optimizer_state(const attn_optimizer *o, size_t param_index, const char *name, float **data);
 
 /* ---- learning-rate schedule: linear warmup, then cosine decay to min_lr ----------------------
  * For the 0-based index s of the step about to be taken, W = warmup_steps, T = total_steps:
@@ -187,7 +178,7 @@ ATTN_API attn_status attn_grad_scale(const attn_params *ps, double factor);
  * zeroes the gradients and goes on. Gradients are left scaled after a step (zero them before the
  * next accumulation). */
 ATTN_API attn_status attn_train_step(attn_optimizer *o, double lr, double max_norm, int64_t accum_steps,
-                            double *grad_norm);
+                                     double *grad_norm);
 
 /* ---- checkpoints ----------------------------------------------------------------------------
  * A safetensors file holding:
@@ -208,9 +199,9 @@ ATTN_API attn_status attn_train_step(attn_optimizer *o, double lr, double max_no
  * (strcmp), as key NUL value NUL. A changed byte in any name, shape, value or metadata string fails
  * the load, as a damaged structure or a truncation fails the safetensors validation. */
 typedef struct attn_train_state {
-    int64_t step;               /* training-loop iterations done (skipped steps included) */
+    int64_t step; /* training-loop iterations done (skipped steps included) */
     int64_t epoch;
-    int64_t data_position;      /* where the data stream resumes */
+    int64_t data_position;         /* where the data stream resumes */
     uint64_t rng_seed, rng_offset; /* Philox stream of the run (dropout, sampling) */
 } attn_train_state;
 
@@ -218,8 +209,8 @@ typedef struct attn_train_state {
  * those of ps); state nullable (not saved). meta_keys / meta_values: n_meta user strings (UTF-8).
  * Errors leave PATH as it was. */
 ATTN_API attn_status attn_checkpoint_save(const char *path, const attn_params *ps, const attn_optimizer *opt,
-                                 const attn_train_state *state, const char *const *meta_keys,
-                                 const char *const *meta_values, size_t n_meta);
+                                          const attn_train_state *state, const char *const *meta_keys,
+                                          const char *const *meta_values, size_t n_meta);
 /* Validate, then restore ps, opt (nullable: model only) and state (nullable). Every expected
  * tensor must be present with its shape and a float dtype (integers for the scalars), the
  * checksum must match and the optimizer kind must be the checkpoint's; otherwise an error lists
@@ -227,7 +218,7 @@ ATTN_API attn_status attn_checkpoint_save(const char *path, const attn_params *p
  * objects do not need are ignored. file (nullable) receives the opened checkpoint, for the
  * caller's metadata (attn_safetensors_metadata_find); the caller closes it. */
 ATTN_API attn_status attn_checkpoint_load(const char *path, const attn_params *ps, attn_optimizer *opt,
-                                 attn_train_state *state, attn_safetensors **file);
+                                          attn_train_state *state, attn_safetensors **file);
 
 #ifdef __cplusplus
 }

@@ -36,14 +36,14 @@ extern "C" {
  * Capture names: "layers.N.self_attn" (torchvision's "encoder.layers.encoder_layer_N.self_attention",
  * timm's "blocks.N.attn"). */
 typedef struct attn_vit_config {
-    int64_t image_h, image_w;          /* torchvision's image_size (square there) */
-    int64_t patch_size;                /* square patches, divides image_h and image_w */
-    int64_t in_channels;               /* default 3 */
+    int64_t image_h, image_w; /* torchvision's image_size (square there) */
+    int64_t patch_size;       /* square patches, divides image_h and image_w */
+    int64_t in_channels;      /* default 3 */
     int64_t num_layers, num_heads, hidden_dim, mlp_dim, num_classes;
-    float dropout;                     /* default 0 */
-    float layer_norm_eps;              /* every LayerNorm's (default 1e-6) */
-    int distilled;                     /* DeiT's dist_token and head_dist (default 0) */
-    attn_precision precision;          /* compute precision (default fp32; see attn_precision): in
+    float dropout;            /* default 0 */
+    float layer_norm_eps;     /* every LayerNorm's (default 1e-6) */
+    int distilled;            /* DeiT's dist_token and head_dist (default 0) */
+    attn_precision precision; /* compute precision (default fp32; see attn_precision): in
                                         * bf16 the patch embedding, the layers' linears and flash
                                         * attention, and the heads */
 } attn_vit_config;
@@ -56,11 +56,11 @@ ATTN_API attn_vit_config attn_vit_config_default(int64_t image_size, int64_t pat
 
 typedef struct attn_vit_args {
     int64_t batch;
-    const float *images;               /* [B, C, image_h, image_w] */
-    int separate_heads;                /* distilled only: logits [2, B, classes] (class head, dist head) */
+    const float *images; /* [B, C, image_h, image_w] */
+    int separate_heads;  /* distilled only: logits [2, B, classes] (class head, dist head) */
     int training;
     uint64_t seed, offset;
-    attn_capture *capture;             /* nullable: layers.N.self_attn */
+    attn_capture *capture; /* nullable: layers.N.self_attn */
 } attn_vit_args;
 
 typedef struct attn_vit attn_vit;
@@ -80,8 +80,7 @@ ATTN_API attn_status attn_vit_forward(attn_vit *v, const attn_vit_args *a, float
 /* From dlogits (the forward's logits' shape): dimages [B, C, H, W] overwritten (nullable),
  * parameter gradients accumulated. */
 ATTN_API attn_status attn_vit_backward(attn_vit *v, const attn_vit_args *a, const float *dlogits, float *dimages,
-                                       const void *saved, size_t saved_bytes, void *workspace,
-                                       size_t workspace_bytes);
+                                       const void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes);
 
 /* Our names to torchvision's VisionTransformer state_dict names (conv_proj.*, class_token,
  * encoder.pos_embedding, encoder.layers.encoder_layer_N.{ln_1, self_attention, ln_2, mlp.0, mlp.3},

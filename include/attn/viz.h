@@ -20,15 +20,15 @@ extern "C" {
 #endif
 
 typedef struct attn_viz_heatmap {
-    int64_t rows, cols;                /* >= 1 */
-    const float *weights;              /* [rows, cols], row-major */
-    const char *const *row_labels;     /* rows strings, or NULL: "0", "1", ... */
-    const char *const *col_labels;     /* cols strings, or NULL: "0", "1", ... */
-    const char *title;                 /* above the map; nullable */
-    const char *row_axis, *col_axis;   /* axis names, e.g. "query" / "key"; nullable */
-    const char *caption;               /* a note under the map; nullable */
-    double vmin, vmax;                 /* colour scale, vmin < vmax, finite (default 0, 1) */
-    int cell_px;                       /* cell size in pixels; 0 = automatic (default) */
+    int64_t rows, cols;              /* >= 1 */
+    const float *weights;            /* [rows, cols], row-major */
+    const char *const *row_labels;   /* rows strings, or NULL: "0", "1", ... */
+    const char *const *col_labels;   /* cols strings, or NULL: "0", "1", ... */
+    const char *title;               /* above the map; nullable */
+    const char *row_axis, *col_axis; /* axis names, e.g. "query" / "key"; nullable */
+    const char *caption;             /* a note under the map; nullable */
+    double vmin, vmax;               /* colour scale, vmin < vmax, finite (default 0, 1) */
+    int cell_px;                     /* cell size in pixels; 0 = automatic (default) */
     /* Column labels written upwards (rotated -90 degrees): 1 always, 0 only when they are wider
      * than a cell (default). */
     int rotate_col_labels;

@@ -16,38 +16,35 @@ typedef struct attn_ctx {
     int64_t b, hq, hk, group, nq, nk, d, dv;
     double scale, softcap;
     attn_causal causal;
-    int64_t off;           /* diagonal offset: Nk - Nq for bottom-right alignment, else 0 */
-    int64_t wl, wr;        /* window sides, < 0 = unbounded */
-    const float *alibi;    /* [Hq] or NULL */
-    const uint8_t *bm;     /* boolean mask, effective strides over [B, Hq, Nq, Nk] */
+    int64_t off;        /* diagonal offset: Nk - Nq for bottom-right alignment, else 0 */
+    int64_t wl, wr;     /* window sides, < 0 = unbounded */
+    const float *alibi; /* [Hq] or NULL */
+    const uint8_t *bm;  /* boolean mask, effective strides over [B, Hq, Nq, Nk] */
     int64_t bms[4];
-    const float *am;       /* additive mask */
+    const float *am; /* additive mask */
     int64_t ams[4];
-    const uint8_t *km;     /* key mask [B, Nk] */
+    const uint8_t *km; /* key mask [B, Nk] */
     int64_t kms[2];
-    float p;               /* dropout probability */
-    double keep_scale;     /* 1 / (1 - p) */
+    float p;           /* dropout probability */
+    double keep_scale; /* 1 / (1 - p) */
     uint64_t seed, offset;
 } attn_ctx;
 
 /* Validate Q [B,Hq,Nq,d], K [B,Hk,Nk,d], V [B,Hk,Nk,dv], the params and `out` [B,Hq,Nq,dv]
  * (named out_name in messages) and fill the context. */
-attn_status attn_ctx_init(attn_ctx *c, const char *fn, const attn_tensor *q, const attn_tensor *k,
-                          const attn_tensor *v, const attn_sdpa_params *params,
-                          const attn_tensor *out, const char *out_name);
+attn_status attn_ctx_init(attn_ctx *c, const char *fn, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                          const attn_sdpa_params *params, const attn_tensor *out, const char *out_name);
 /* The same with the element types allowed for q, k, v (which must share one) and for out (masks
  * of ATTN_TYPES(...)); attn_ctx_init allows f32 only. */
 attn_status attn_ctx_init_typed(attn_ctx *c, const char *fn, const attn_tensor *q, const attn_tensor *k,
                                 const attn_tensor *v, const attn_sdpa_params *params, const attn_tensor *out,
                                 const char *out_name, unsigned in_types, unsigned out_types);
 /* Optional per-row outputs: with_nk ? [B, Hq, Nq, Nk] : [B, Hq, Nq]. NULL passes. */
-attn_status attn_ctx_check_rows(const attn_ctx *c, const char *fn, const attn_tensor *t,
-                                const char *name, int with_nk);
+attn_status attn_ctx_check_rows(const attn_ctx *c, const char *fn, const attn_tensor *t, const char *name, int with_nk);
 /* Optional tensor with the same shape as ref. NULL passes. */
-attn_status attn_ctx_check_like(const char *fn, const attn_tensor *t, const char *name,
-                                const attn_tensor *ref);
-attn_status attn_ctx_check_like_typed(const char *fn, const attn_tensor *t, const char *name,
-                                      const attn_tensor *ref, unsigned types);
+attn_status attn_ctx_check_like(const char *fn, const attn_tensor *t, const char *name, const attn_tensor *ref);
+attn_status attn_ctx_check_like_typed(const char *fn, const attn_tensor *t, const char *name, const attn_tensor *ref,
+                                      unsigned types);
 /* Check the caller's workspace against `need` bytes and return it 64-byte aligned. */
 attn_status attn_ctx_workspace(const char *fn, void *ws, size_t bytes, size_t need, void **aligned);
 

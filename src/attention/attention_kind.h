@@ -25,7 +25,7 @@ typedef struct attn_kind_step {
     attn_tensor *out;
     int causal;
     const attn_btensor *key_mask;
-    float *state;               /* recurrent kinds: state_floats(...) floats, zeroed when reset */
+    float *state; /* recurrent kinds: state_floats(...) floats, zeroed when reset */
 } attn_kind_step;
 
 /* Per-call inputs some kinds take beyond attn_sdpa_params (NULL = absent). A kind that does not
@@ -43,7 +43,7 @@ typedef struct attn_kind_ops {
     const char *options;
     /* Options of cfg that apply to this kind, validated (fn names the caller in messages). */
     attn_status (*check)(const char *fn, const attn_attention_config *cfg);
-    int takes_global_mask;      /* attn_kind_extra.global_mask */
+    int takes_global_mask; /* attn_kind_extra.global_mask */
     /* Capabilities attn_mha asks of the row (never of the kind's identity):
      * supports_bf16: under attn_nn_precision() == ATTN_PRECISION_BF16 the kind is handed
      *   bf16-rounded copies of Q, K, V (and dO in the backward) and runs the flash kernel's bf16
@@ -62,8 +62,8 @@ typedef struct attn_kind_ops {
                              const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x);
     /* stats [B * H * Nq * stats_per_row] (NULL when no backward follows). */
     attn_status (*forward)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                           const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x,
-                           attn_tensor *out, float *stats, void *ws, size_t ws_bytes);
+                           const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x, attn_tensor *out,
+                           float *stats, void *ws, size_t ws_bytes);
     /* dq, dk, dv overwritten; dk and dv have unit innermost stride. */
     attn_status (*backward)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
                             const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x,
@@ -72,11 +72,10 @@ typedef struct attn_kind_ops {
     /* Exact weights of rows [row0, row0 + rows) of (b, h) into w [rows, Nk], as attn_flash_weights;
      * NULL for a kind that has none. */
     attn_status (*weights)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                           const attn_sdpa_params *p, const attn_kind_extra *x, int64_t b, int64_t h,
-                           int64_t row0, int64_t rows, int apply_dropout, float *w);
+                           const attn_sdpa_params *p, const attn_kind_extra *x, int64_t b, int64_t h, int64_t row0,
+                           int64_t rows, int apply_dropout, float *w);
     /* Decoding: NULL for kinds that keep keys and values; else the recurrent state's floats. */
-    size_t (*state_floats)(const attn_attention_config *cfg, int64_t batch, int64_t heads, int64_t d,
-                           int64_t dv);
+    size_t (*state_floats)(const attn_attention_config *cfg, int64_t batch, int64_t heads, int64_t d, int64_t dv);
     size_t (*step_workspace_size)(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
                                   const attn_tensor *v);
     attn_status (*step)(const attn_kind_step *s, void *ws, size_t ws_bytes);

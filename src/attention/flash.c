@@ -53,9 +53,7 @@ static int bf16_fuses(const attn_bf16_kernels *hk, const attn_flash_kernels *kr)
 
 /* Fast tiles need only index masks and the key mask; anything else goes element by element
  * through the shared mask/bias logic. */
-static int needs_general_epilogue(const attn_ctx *c) {
-    return c->softcap > 0 || c->alibi || c->am || c->bm;
-}
+static int needs_general_epilogue(const attn_ctx *c) { return c->softcap > 0 || c->alibi || c->am || c->bm; }
 
 /* Causality and the window as a band: key j admits queries i in [j - off - right, j - off + wl]
  * and query i admits keys j in [i + off - wl, i + off + right]. */
@@ -112,8 +110,8 @@ static void band_rows(const attn_ctx *c, int64_t i0, int q0, int cols, int64_t j
  * path each query row's logits are stored relative to the row's shift sh (see row_shifts), computed
  * in double, so biases of magnitude 1e5 (an additive mask, ALiBi over long distances) cost no
  * float precision. capd (general path with softcap) receives the soft-cap derivative 1 - tanh^2. */
-static void epilogue(const attn_ctx *c, int general, int64_t b, int64_t h, int64_t i0, int bi,
-                     int64_t j0, int bj, const float *sh, float *s, float *capd) {
+static void epilogue(const attn_ctx *c, int general, int64_t b, int64_t h, int64_t i0, int bi, int64_t j0, int bj,
+                     const float *sh, float *s, float *capd) {
     if (general) {
         for (int r = 0; r < bj; r++)
             for (int q = 0; q < bi; q++) {
@@ -200,8 +198,8 @@ static void scores_tile(const attn_flash_kernels *kr, const attn_ctx *c, int gen
             int qa, qb;
             band_cols(c, i0, bi, j0, r0, rows, &qa, &qb);
             if (qa < qb)
-                kr->gemm(rows, qb - qa, (int)c->d, kh + (j0 + r0) * k->stride[2], k->stride[2], k->stride[3],
-                         qt + qa, BR, s + r0 * BR + qa, BR, 0, NULL, NULL);
+                kr->gemm(rows, qb - qa, (int)c->d, kh + (j0 + r0) * k->stride[2], k->stride[2], k->stride[3], qt + qa,
+                         BR, s + r0 * BR + qa, BR, 0, NULL, NULL);
         }
     } else {
         /* the column maxima come with the product when nothing will mask the tile afterwards */
@@ -217,8 +215,8 @@ static void scores_tile(const attn_flash_kernels *kr, const attn_ctx *c, int gen
 }
 
 /* Multiply the tile by the dropout factors keep(b, h, i, j). */
-static void apply_dropout(const attn_flash_kernels *kr, const attn_ctx *c, int64_t b, int64_t h, int64_t i0,
-                          int bi, int64_t j0, int bj, float *s, uint64_t *colbase) {
+static void apply_dropout(const attn_flash_kernels *kr, const attn_ctx *c, int64_t b, int64_t h, int64_t i0, int bi,
+                          int64_t j0, int bj, float *s, uint64_t *colbase) {
     if (kr->dropout_tile) {
         /* stream index of element (i, j): ((b Hq + h) Nq + i) Nk + j */
         for (int q = 0; q < bi; q++) colbase[q] = (uint64_t)(((b * c->hq + h) * c->nq + i0 + q) * c->nk + j0);
@@ -230,8 +228,8 @@ static void apply_dropout(const attn_flash_kernels *kr, const attn_ctx *c, int64
 }
 
 /* x^T of rows [i0, i0 + bi) of a [.., N, D] head into dst [D x BR], times f. */
-static void pack_transposed(const attn_flash_kernels *kr, const float *x, int64_t rs, int64_t cs, int bi,
-                            int64_t D, float f, float *dst) {
+static void pack_transposed(const attn_flash_kernels *kr, const float *x, int64_t rs, int64_t cs, int bi, int64_t D,
+                            float f, float *dst) {
     if (cs == 1) {
         kr->pack_transposed(bi, (int)D, x, rs, f, dst, BR);
         return;
@@ -240,8 +238,8 @@ static void pack_transposed(const attn_flash_kernels *kr, const float *x, int64_
         for (int64_t t = 0; t < D; t++) dst[t * BR + q] = x[q * rs + t * cs] * f;
 }
 /* Rows into a contiguous [rows x D] buffer. */
-static void pack_rows(const attn_flash_kernels *kr, const float *x, int64_t rs, int64_t cs, int rows,
-                      int64_t D, float *dst) {
+static void pack_rows(const attn_flash_kernels *kr, const float *x, int64_t rs, int64_t cs, int rows, int64_t D,
+                      float *dst) {
     if (cs == 1) {
         kr->scale_copy_rows(rows, (int)D, x, rs, NULL, dst, D);
         return;
@@ -250,8 +248,8 @@ static void pack_rows(const attn_flash_kernels *kr, const float *x, int64_t rs, 
         for (int64_t t = 0; t < D; t++) dst[q * D + t] = x[q * rs + t * cs];
 }
 /* dst rows (any strides) = src [rows x D] * f[row] (f nullable). */
-static void store_rows(const attn_flash_kernels *kr, const float *src, int rows, int64_t D, const float *f,
-                       float *dst, int64_t rs, int64_t cs) {
+static void store_rows(const attn_flash_kernels *kr, const float *src, int rows, int64_t D, const float *f, float *dst,
+                       int64_t rs, int64_t cs) {
     if (cs == 1) {
         kr->scale_copy_rows(rows, (int)D, src, D, f, dst, rs);
         return;
@@ -274,13 +272,31 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 /* Floats per thread; lays out the buffers when base is not NULL. */
 static size_t layout(int64_t d, int64_t dv, float *base, flash_bufs *bb) {
     const int64_t dm = d > dv ? d : dv;
-    const size_t sizes[22] = {(size_t)(d * BR),  (size_t)(dv * BR), (size_t)(BR * d), (size_t)(BR * dv),
-                              (size_t)(BC * BR), (size_t)(BC * BR), (size_t)(BC * BR), (size_t)(BC * BR),
-                              (size_t)(BR * dm), (size_t)(BC * d),  (size_t)(BC * dv), BR, BR, BR, BR, BR, BR, BR, 2 * BR,
-                              (size_t)(BC * BR / 2), (size_t)(BC * BR / 2), (size_t)(BC / 2 * d)};
-    float **ptrs[22] = {&bb->qt, &bb->dot, &bb->qp, &bb->dop,   &bb->s,  &bb->dp, &bb->ds,   &bb->capd, &bb->acc,
-                        &bb->kp, &bb->vp,  &bb->m,  &bb->l,     &bb->alpha, &bb->sh, &bb->ll, &bb->dsum, &bb->tmax,
-                        &bb->colbase_raw, &bb->w1, &bb->w2, &bb->kv};
+    const size_t sizes[22] = {(size_t)(d * BR),
+                              (size_t)(dv * BR),
+                              (size_t)(BR * d),
+                              (size_t)(BR * dv),
+                              (size_t)(BC * BR),
+                              (size_t)(BC * BR),
+                              (size_t)(BC * BR),
+                              (size_t)(BC * BR),
+                              (size_t)(BR * dm),
+                              (size_t)(BC * d),
+                              (size_t)(BC * dv),
+                              BR,
+                              BR,
+                              BR,
+                              BR,
+                              BR,
+                              BR,
+                              BR,
+                              2 * BR,
+                              (size_t)(BC * BR / 2),
+                              (size_t)(BC * BR / 2),
+                              (size_t)(BC / 2 * d)};
+    float **ptrs[22] = {&bb->qt,   &bb->dot,  &bb->qp,          &bb->dop, &bb->s,  &bb->dp,    &bb->ds, &bb->capd,
+                        &bb->acc,  &bb->kp,   &bb->vp,          &bb->m,   &bb->l,  &bb->alpha, &bb->sh, &bb->ll,
+                        &bb->dsum, &bb->tmax, &bb->colbase_raw, &bb->w1,  &bb->w2, &bb->kv};
     size_t off = 0;
     for (int i = 0; i < 22; i++) {
         if (base) *ptrs[i] = base + off;
@@ -350,8 +366,8 @@ static size_t workspace_bytes(int64_t d, int64_t dv, int64_t rows, int64_t nblk,
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v) {
-    if (!q || !k || !v || q->rank != 4 || k->rank != 4 || v->rank != 4 || q->shape[3] < 1 ||
-        v->shape[3] < 1 || q->shape[3] > (1 << 20) || v->shape[3] > (1 << 20))
+    if (!q || !k || !v || q->rank != 4 || k->rank != 4 || v->rank != 4 || q->shape[3] < 1 || v->shape[3] < 1 ||
+        q->shape[3] > (1 << 20) || v->shape[3] > (1 << 20))
         return 0;
     size_t rows, nblk;
     if (q->shape[0] < 0 || q->shape[1] < 0 || q->shape[2] < 0 ||
@@ -360,8 +376,8 @@ size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tensor *k, con
         attn_mul_overflow(nblk, (size_t)ceil_div(q->shape[2], BR), &nblk) || rows > (size_t)INT64_MAX / 64)
         return SIZE_MAX;
     size_t need = workspace_bytes(q->shape[3], v->shape[3], (int64_t)rows, (int64_t)nblk,
-                                  vpair_words(prepair_v(q->dtype == ATTN_TYPE_BF16, q->shape[2]),
-                                              k->shape[0], k->shape[1], k->shape[2], v->shape[3]));
+                                  vpair_words(prepair_v(q->dtype == ATTN_TYPE_BF16, q->shape[2]), k->shape[0],
+                                              k->shape[1], k->shape[2], v->shape[3]));
     if (q->shape[2] == 1) { /* enough for either path: which one runs depends on the params */
         const size_t dec = attn_flash_decode_workspace(q->shape[0], q->shape[1], k->shape[2], q->shape[3], v->shape[3]);
         if (dec > need) need = dec;
@@ -372,11 +388,10 @@ size_t attn_flash_workspace_size(const attn_tensor *q, const attn_tensor *k, con
 static attn_status get_bufs(const char *fn, const attn_ctx *c, int bf16, void *ws, size_t bytes, float **base) {
     void *aligned;
     const int64_t nblk = c->b * c->hq * ceil_div(c->nq, BR);
-    attn_status st = attn_ctx_workspace(
-        fn, ws, bytes,
-        workspace_bytes(c->d, c->dv, c->b * c->hq * c->nq, nblk,
-                        vpair_words(prepair_v(bf16, c->nq), c->b, c->hk, c->nk, c->dv)),
-        &aligned);
+    attn_status st = attn_ctx_workspace(fn, ws, bytes,
+                                        workspace_bytes(c->d, c->dv, c->b * c->hq * c->nq, nblk,
+                                                        vpair_words(prepair_v(bf16, c->nq), c->b, c->hk, c->nk, c->dv)),
+                                        &aligned);
     *base = aligned;
     return st;
 }
@@ -506,8 +521,7 @@ static void block_start(const flash_bufs *w, int bi, int64_t dv) {
 
 /* After the last tile: alpha = 1 / l (0 for a fully masked row; a NaN l gives a NaN row), and the
  * rows' log-sum-exp into lse (nullable) from the shift, the log2-unit max and the sum. */
-static void block_finish(const flash_bufs *w, attn_tensor *lse, int64_t b, int64_t h, int64_t i0,
-                         int bi) {
+static void block_finish(const flash_bufs *w, attn_tensor *lse, int64_t b, int64_t h, int64_t i0, int bi) {
     for (int r = 0; r < bi; r++) w->alpha[r] = w->l[r] != 0 ? 1.0f / w->l[r] : 0.0f;
     if (!lse) return;
     for (int r = 0; r < bi; r++)
@@ -599,7 +613,8 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
                         continue;
                     }
                     for (int64_t x = 0; x < c.dv; x++)
-                        oi[r * out->stride[2] + x * out->stride[3]] = attn_bf16_rne_daz(w.acc[r * c.dv + x] * w.alpha[r]);
+                        oi[r * out->stride[2] + x * out->stride[3]] =
+                            attn_bf16_rne_daz(w.acc[r * c.dv + x] * w.alpha[r]);
                 }
             } else {
                 float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
@@ -644,7 +659,8 @@ static attn_status flash_forward_f32(const attn_ctx *cp, const attn_tensor *q, c
             for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
                 const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
                 int banded;
-                scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, w.tmax, &banded, w.kp, w.dp);
+                scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, w.tmax, &banded, w.kp,
+                            w.dp);
                 kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha, isnan(w.tmax[0]) ? NULL : w.tmax);
                 if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
                 const float *vb = vh + j0 * v->stride[2];
@@ -675,8 +691,8 @@ static attn_status flash_forward_f32(const attn_ctx *cp, const attn_tensor *q, c
 }
 
 attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                               const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse,
-                               void *workspace, size_t workspace_bytes_) {
+                               const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse, void *workspace,
+                               size_t workspace_bytes_) {
     static const char *fn = "attn_flash_forward";
     attn_ctx c;
     attn_status st;
@@ -699,8 +715,8 @@ attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const
 /* The S^T tile of keys [j0, j0 + bj) of head (b, g) against qw (Q^T as pair words), whole (the
  * epilogue masks the band), in log2 units (qscale). kbuf: room for the keys as words. */
 static void scores_tile_bf16(const attn_bf16_kernels *hk, const attn_ctx *c, int general, const attn_tensor *k,
-                             int64_t b, int64_t g, int64_t h, int64_t i0, int bi, int64_t j0, int bj, const uint32_t *qw,
-                             const float *sh, float *s, float *capd, float qscale, uint32_t *kbuf) {
+                             int64_t b, int64_t g, int64_t h, int64_t i0, int bi, int64_t j0, int bj,
+                             const uint32_t *qw, const float *sh, float *s, float *capd, float qscale, uint32_t *kbuf) {
     const uint16_t *kj = k->data16 + b * k->stride[0] + g * k->stride[1] + j0 * k->stride[2];
     const int dp = (int)((c->d + 1) / 2);
     const uint32_t *ka = kbuf;
@@ -720,10 +736,10 @@ static void scores_tile_bf16(const attn_bf16_kernels *hk, const attn_ctx *c, int
  * NULL) dQ_i += dS K_j with P and dS rounded to bf16. Whole tiles: outside the band P and dS
  * are exactly 0. */
 static void bf16_backward_tile(const attn_bf16_kernels *hk, const attn_flash_kernels *kr, const attn_ctx *c,
-                               int general, const attn_tensor *k, const attn_tensor *v, int64_t b, int64_t g,
-                               int64_t h, int64_t i0, int bi, int64_t j0, int bj, const flash_bufs *w,
-                               flash_rows rs, int64_t row0, float qscale, int dpv, float *dkj, int64_t lddk,
-                               float *dvj, int64_t lddv, float *acc, int64_t lda) {
+                               int general, const attn_tensor *k, const attn_tensor *v, int64_t b, int64_t g, int64_t h,
+                               int64_t i0, int bi, int64_t j0, int bj, const flash_bufs *w, flash_rows rs, int64_t row0,
+                               float qscale, int dpv, float *dkj, int64_t lddk, float *dvj, int64_t lddv, float *acc,
+                               int64_t lda) {
     uint32_t *qw = (uint32_t *)(void *)w->qt, *dow = (uint32_t *)(void *)w->dot, *qv = (uint32_t *)(void *)w->qp,
              *dov = (uint32_t *)(void *)w->dop, *w1 = (uint32_t *)(void *)w->w1, *w2 = (uint32_t *)(void *)w->w2,
              *kv = (uint32_t *)(void *)w->kv, *vbuf = (uint32_t *)(void *)w->vp;
@@ -748,7 +764,8 @@ static void bf16_backward_tile(const attn_bf16_kernels *hk, const attn_flash_ker
                            BR / 2, acc ? dsv : NULL, BR);
     } else {
         if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->dp, w->colbase);
-        kr->probs_and_ds_bf16(bj, bi, w->s, w->dp, w->ds, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0, (float)c->scale);
+        kr->probs_and_ds_bf16(bj, bi, w->s, w->dp, w->ds, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0,
+                              (float)c->scale);
         if (general && c->softcap > 0)
             for (int r = 0; r < bj; r++)
                 for (int x = 0; x < bi; x++)
@@ -868,7 +885,8 @@ static void backward_row_stats(const bwd_job *J, const flash_bufs *wp, int64_t t
         double dsum = 0;
         for (int64_t x = 0; x < cp->dv; x++) {
             const int64_t e = ooff + r * out->stride[2] + x * out->stride[3];
-            dsum += (double)w.dop[r * cp->dv + x] * (out->dtype == ATTN_TYPE_BF16 ? attn_bf16_f(out->data16[e]) : out->data[e]);
+            dsum += (double)w.dop[r * cp->dv + x] *
+                    (out->dtype == ATTN_TYPE_BF16 ? attn_bf16_f(out->data16[e]) : out->data[e]);
         }
         rs.dsum[row0 + r] = (float)dsum; /* D_i */
     }
@@ -882,7 +900,8 @@ static void backward_row_stats(const bwd_job *J, const flash_bufs *wp, int64_t t
         if (bf)
             words_rows_t(kr, rows_are_words(q), q->data16 + qoff, q->stride[2], q->stride[3], bi, cp->d,
                          (uint32_t *)(void *)w.qt);
-        else pack_transposed(kr, q->data + qoff, q->stride[2], q->stride[3], bi, cp->d, J->qscale, w.qt);
+        else
+            pack_transposed(kr, q->data + qoff, q->stride[2], q->stride[3], bi, cp->d, J->qscale, w.qt);
         for (int r = 0; r < bi; r++) {
             m[r] = -INFINITY;
             w.l[r] = 0.0f;
@@ -891,10 +910,11 @@ static void backward_row_stats(const bwd_job *J, const flash_bufs *wp, int64_t t
             const int bj = (int)(cp->nk - j0 < BC ? cp->nk - j0 : BC);
             int banded;
             if (bf)
-                scores_tile_bf16(J->hk, cp, general, k, b, g, h, i0, bi, j0, bj, (const uint32_t *)(void *)w.qt, sh, w.s,
-                                 NULL, J->qscale, (uint32_t *)(void *)w.kp);
+                scores_tile_bf16(J->hk, cp, general, k, b, g, h, i0, bi, j0, bj, (const uint32_t *)(void *)w.qt, sh,
+                                 w.s, NULL, J->qscale, (uint32_t *)(void *)w.kp);
             else
-                scores_tile(kr, cp, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, NULL, NULL, &banded, NULL, NULL);
+                scores_tile(kr, cp, general, kh, k, b, h, i0, bi, j0, bj, w.qt, sh, w.s, NULL, NULL, &banded, NULL,
+                            NULL);
             (bf ? kr->softmax_update_bf16 : kr->softmax_update)(bj, bi, w.s, BR, m, w.l, w.alpha, NULL);
         }
         for (int r = 0; r < bi; r++) ll[r] = w.l[r] > 0 ? (float)log2((double)w.l[r]) : 0.0f;
@@ -921,7 +941,8 @@ static bwd_rows backward_pack_block(const bwd_job *J, const flash_bufs *w, int64
     const int64_t d = J->c->d, dv = J->c->dv;
     bwd_rows r = {w->qp, w->dop, d, dv};
     if (J->bf) { /* Q^T and dO^T as B words over d / dv; Q and dO rows paired */
-        words_rows_t(kr, rows_are_words(q), q->data16 + qoff, q->stride[2], q->stride[3], bi, d, (uint32_t *)(void *)w->qt);
+        words_rows_t(kr, rows_are_words(q), q->data16 + qoff, q->stride[2], q->stride[3], bi, d,
+                     (uint32_t *)(void *)w->qt);
         words_rows_t(kr, rows_are_words(dout), dout->data16 + goff, dout->stride[2], dout->stride[3], bi, dv,
                      (uint32_t *)(void *)w->dot);
         words_vnni(J->hk, q->data16 + qoff, q->stride[2], q->stride[3], bi, d, (uint32_t *)(void *)w->qp);
@@ -972,8 +993,7 @@ static void backward_tile_f32(const bwd_job *J, const flash_bufs *wp, const bwd_
                      w.dp + r0 * BR + qa, BR, 0, NULL, NULL);
     }
     if (cp->p > 0) apply_dropout(kr, cp, b, h, i0, bi, j0, bj, w.dp, w.colbase);
-    kr->probs_and_ds(bj, bi, w.s, w.dp, w.ds, BR, J->rs.m + row0, J->rs.ll + row0, J->rs.dsum + row0,
-                     (float)cp->scale);
+    kr->probs_and_ds(bj, bi, w.s, w.dp, w.ds, BR, J->rs.m + row0, J->rs.ll + row0, J->rs.dsum + row0, (float)cp->scale);
     if (J->general && cp->softcap > 0)
         for (int r = 0; r < bj; r++)
             for (int x = 0; x < bi; x++) /* capd is only written where allowed */
@@ -987,8 +1007,8 @@ static void backward_tile_f32(const bwd_job *J, const flash_bufs *wp, const bwd_
         if (qa >= qe) continue;
         kr->gemm(rows, (int)cp->dv, qe - qa, w.s + r0 * BR + qa, BR, 1, qr->dout + qa * qr->lddo, qr->lddo,
                  dvj + r0 * lddv, lddv, 1, NULL, NULL);
-        kr->gemm(rows, (int)cp->d, qe - qa, w.ds + r0 * BR + qa, BR, 1, qr->q + qa * qr->ldq, qr->ldq,
-                 dkj + r0 * lddk, lddk, 1, NULL, NULL);
+        kr->gemm(rows, (int)cp->d, qe - qa, w.ds + r0 * BR + qa, BR, 1, qr->q + qa * qr->ldq, qr->ldq, dkj + r0 * lddk,
+                 lddk, 1, NULL, NULL);
     }
     if (!acc) return;
     const float *kbp = kj;
@@ -1039,8 +1059,8 @@ static void backward_query_block(const bwd_job *J, const flash_bufs *w, int64_t 
         const int bj = (int)(cp->nk - j0 < BC ? cp->nk - j0 : BC);
         float *dkj = dkh + j0 * J->dk->stride[2], *dvj = dvh + j0 * J->dv->stride[2];
         if (J->bf)
-            bf16_backward_tile(J->hk, J->kr, cp, J->general, J->k, J->v, b, g, h, i0, bi, j0, bj, w, J->rs, row0, J->qscale,
-                               J->dpv, dkj, J->dk->stride[2], dvj, J->dv->stride[2], dq ? acc : NULL, lda);
+            bf16_backward_tile(J->hk, J->kr, cp, J->general, J->k, J->v, b, g, h, i0, bi, j0, bj, w, J->rs, row0,
+                               J->qscale, J->dpv, dkj, J->dk->stride[2], dvj, J->dv->stride[2], dq ? acc : NULL, lda);
         else
             backward_tile_f32(J, w, &qr, b, g, h, i0, bi, j0, bj, row0, dkj, dvj, dq ? acc : NULL, lda);
     }
@@ -1097,8 +1117,9 @@ static attn_status backward_check(const char *fn, attn_ctx *c, const attn_tensor
         (st = attn_ctx_check_like(fn, dv, "dv", v)))
         return st;
     if (!out || !lse || !dk || !dv)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: out, lse, dk and dv are required (out %p, lse %p, dk %p, dv %p)",
-                          fn, (const void *)out, (const void *)lse, (const void *)dk, (const void *)dv);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: out, lse, dk and dv are required (out %p, lse %p, dk %p, dv %p)", fn, (const void *)out,
+                          (const void *)lse, (const void *)dk, (const void *)dv);
     if ((st = attn_ctx_check_rows(c, fn, lse, "lse", 0))) return st;
     if (dk->stride[3] != 1 || dv->stride[3] != 1)
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: dk and dv need unit innermost stride (got %lld and %lld)", fn,
@@ -1118,10 +1139,9 @@ static attn_status backward_check(const char *fn, attn_ctx *c, const attn_tensor
  * earliest unfinished task always runs. Runs are taken run-major when there are heads enough
  * (threads on different heads seldom wait), else head-major. */
 static attn_status flash_backward(const char *fn, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                  const attn_sdpa_params *params, const attn_tensor *out,
-                                  const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
-                                  attn_tensor *dk, attn_tensor *dv, void *workspace,
-                                  size_t workspace_bytes_, int part) {
+                                  const attn_sdpa_params *params, const attn_tensor *out, const attn_tensor *dout,
+                                  const attn_tensor *lse, attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
+                                  void *workspace, size_t workspace_bytes_, int part) {
     attn_ctx c;
     attn_status st;
     float *base;
@@ -1130,10 +1150,26 @@ static attn_status flash_backward(const char *fn, const attn_tensor *q, const at
     if ((st = get_bufs(fn, &c, bf, workspace, workspace_bytes_, &base))) return st;
     atomic_int sleepers;
     atomic_init(&sleepers, 0);
-    bwd_job J = {.c = &c, .q = q, .k = k, .v = v, .out = out, .dout = dout, .lse = lse, .dq = dq, .dk = dk, .dv = dv,
-                 .kr = flash_kernels(), .hk = attn_bf16_kernels_active(), .rs = backward_rows(&c, base),
-                 .bf = bf, .general = needs_general_epilogue(&c), .part = part, .k_inplace = k->stride[3] == 1,
-                 .dpv = (int)((c.dv + 1) / 2), .nqb = ceil_div(c.nq, BR), .nkb = ceil_div(c.nk, BC),
+    bwd_job J = {.c = &c,
+                 .q = q,
+                 .k = k,
+                 .v = v,
+                 .out = out,
+                 .dout = dout,
+                 .lse = lse,
+                 .dq = dq,
+                 .dk = dk,
+                 .dv = dv,
+                 .kr = flash_kernels(),
+                 .hk = attn_bf16_kernels_active(),
+                 .rs = backward_rows(&c, base),
+                 .bf = bf,
+                 .general = needs_general_epilogue(&c),
+                 .part = part,
+                 .k_inplace = k->stride[3] == 1,
+                 .dpv = (int)((c.dv + 1) / 2),
+                 .nqb = ceil_div(c.nq, BR),
+                 .nkb = ceil_div(c.nk, BC),
                  .sleepers = &sleepers};
     J.qscale = (float)(J.general ? c.scale : c.scale * LOG2E);
 
@@ -1166,25 +1202,23 @@ static attn_status flash_backward(const char *fn, const attn_tensor *q, const at
 }
 
 attn_status attn_flash_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                const attn_sdpa_params *params, const attn_tensor *out,
-                                const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
-                                attn_tensor *dk, attn_tensor *dv, void *workspace,
-                                size_t workspace_bytes_) {
+                                const attn_sdpa_params *params, const attn_tensor *out, const attn_tensor *dout,
+                                const attn_tensor *lse, attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
+                                void *workspace, size_t workspace_bytes_) {
     return flash_backward("attn_flash_backward", q, k, v, params, out, dout, lse, dq, dk, dv, workspace,
                           workspace_bytes_, 0);
 }
 
-attn_status attn_flash_backward_part(const char *fn, const attn_tensor *q, const attn_tensor *k,
-                                     const attn_tensor *v, const attn_sdpa_params *params,
-                                     const attn_tensor *out, const attn_tensor *dout, const attn_tensor *lse,
-                                     attn_tensor *dq, attn_tensor *dk, attn_tensor *dv, void *workspace,
-                                     size_t workspace_bytes_) {
+attn_status attn_flash_backward_part(const char *fn, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                     const attn_sdpa_params *params, const attn_tensor *out, const attn_tensor *dout,
+                                     const attn_tensor *lse, attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
+                                     void *workspace, size_t workspace_bytes_) {
     return flash_backward(fn, q, k, v, params, out, dout, lse, dq, dk, dv, workspace, workspace_bytes_, 1);
 }
 
 /* Logit (i, j) in double, -inf when masked. */
-static double exact_logit(const attn_ctx *c, const attn_tensor *q, const attn_tensor *k, int64_t b,
-                          int64_t h, int64_t i, int64_t j) {
+static double exact_logit(const attn_ctx *c, const attn_tensor *q, const attn_tensor *k, int64_t b, int64_t h,
+                          int64_t i, int64_t j) {
     if (!attn_ctx_allowed(c, b, h, i, j)) return -INFINITY;
     const float *qi = q->data + b * q->stride[0] + h * q->stride[1] + i * q->stride[2];
     const float *kj = k->data + b * k->stride[0] + (h / c->group) * k->stride[1] + j * k->stride[2];
@@ -1195,9 +1229,8 @@ static double exact_logit(const attn_ctx *c, const attn_tensor *q, const attn_te
     return x + attn_ctx_bias(c, b, h, i, j);
 }
 
-attn_status attn_flash_weights(const attn_tensor *q, const attn_tensor *k,
-                               const attn_sdpa_params *params, int64_t b, int64_t h, int64_t row0,
-                               int64_t rows, int apply_dropout_, float *weights) {
+attn_status attn_flash_weights(const attn_tensor *q, const attn_tensor *k, const attn_sdpa_params *params, int64_t b,
+                               int64_t h, int64_t row0, int64_t rows, int apply_dropout_, float *weights) {
     static const char *fn = "attn_flash_weights";
     attn_ctx c;
     attn_status st;

@@ -13,11 +13,10 @@
  * P = exp(s - lse) and D = rowsum(dO * out) are exactly its share of the gradient. Unlike
  * attn_flash_backward it never renormalises a row of large |lse| over this pass's own keys (that
  * would give this pass's softmax, not its part of the whole). fn names the caller in messages. */
-attn_status attn_flash_backward_part(const char *fn, const attn_tensor *q, const attn_tensor *k,
-                                     const attn_tensor *v, const attn_sdpa_params *params,
-                                     const attn_tensor *out, const attn_tensor *dout, const attn_tensor *lse,
-                                     attn_tensor *dq, attn_tensor *dk, attn_tensor *dv, void *workspace,
-                                     size_t workspace_bytes);
+attn_status attn_flash_backward_part(const char *fn, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                     const attn_sdpa_params *params, const attn_tensor *out, const attn_tensor *dout,
+                                     const attn_tensor *lse, attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
+                                     void *workspace, size_t workspace_bytes);
 
 /* Key blocks per task of the backward's key pass on a machine whose L2 holds l2 bytes: as many
  * as keep the run's K and V rows (kv_bytes per element: 4 fp32, 2 bf16) within the L2, at least

@@ -9,9 +9,9 @@ int64_t attn_attention_kind_stats_per_row(attn_attention_kind kind) {
 }
 
 /* ATTN_OK with the kind's row in *ops when the arguments are usable, else the error. */
-static attn_status checked(const char *fn, const attn_attention_config *cfg, const attn_tensor *q,
-                           const attn_tensor *k, const attn_tensor *v, const attn_btensor *global_mask,
-                           const attn_kind_ops **ops, attn_kind_extra *x) {
+static attn_status checked(const char *fn, const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
+                           const attn_tensor *v, const attn_btensor *global_mask, const attn_kind_ops **ops,
+                           attn_kind_extra *x) {
     ATTN_CHECK_NOT_NULL(fn, cfg);
     ATTN_CHECK_NOT_NULL(fn, q);
     ATTN_CHECK_NOT_NULL(fn, k);

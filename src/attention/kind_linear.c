@@ -6,15 +6,15 @@
 #include "attention/linear_internal.h"
 #include "core/internal.h"
 
-static size_t lin_ws(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                     const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x) {
+static size_t lin_ws(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                     const attn_sdpa_params *p, const attn_kind_extra *x) {
     (void)cfg, (void)p, (void)x;
     return attn_linear_attention_workspace_size(q, k, v);
 }
 
 static attn_status lin_fwd(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                           const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x,
-                           attn_tensor *out, float *stats, void *ws, size_t ws_bytes) {
+                           const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x, attn_tensor *out,
+                           float *stats, void *ws, size_t ws_bytes) {
     (void)cfg, (void)x, (void)stats;
     attn_status st = attn_lin_kind_params("linear", p);
     if (st) return st;

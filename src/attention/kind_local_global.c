@@ -33,13 +33,13 @@ static int has_global(const attn_kind_extra *x) { return x && x->global_mask; }
 /* The op's params from the call's, refusing what the global passes cannot honour. */
 static attn_status lg_params(const attn_attention_config *cfg, const attn_sdpa_params *p, const attn_kind_extra *x,
                              attn_longformer_params *lp) {
-    const char *what = p->bool_mask ? "a boolean attn_mask"
-                       : p->add_mask ? "an additive mask (float attn_mask or key_padding_mask)"
-                       : p->alibi_slopes ? "ALiBi"
-                       : p->softcap > 0 ? "logit soft-capping"
+    const char *what = p->bool_mask       ? "a boolean attn_mask"
+                       : p->add_mask      ? "an additive mask (float attn_mask or key_padding_mask)"
+                       : p->alibi_slopes  ? "ALiBi"
+                       : p->softcap > 0   ? "logit soft-capping"
                        : p->dropout_p > 0 ? "attention dropout"
                        : p->window_left >= 0 || p->window_right >= 0 ? "a second window"
-                                                                      : NULL;
+                                                                     : NULL;
     if (what)
         return attn_error(ATTN_ERR_UNSUPPORTED,
                           "attention '%s' with global tokens takes causality and the key mask only, not %s", kind_name,

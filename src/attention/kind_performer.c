@@ -28,11 +28,13 @@ static attn_status perf_check(const char *fn, const attn_attention_config *cfg) 
     if (cfg->projection && cfg->projection_heads < 1)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                           "%s: attention 'performer': projection given with projection_heads = %lld (want 1 or the "
-                          "number of query heads)", fn, (long long)cfg->projection_heads);
+                          "number of query heads)",
+                          fn, (long long)cfg->projection_heads);
     if (!cfg->projection && cfg->projection_heads)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                           "%s: attention 'performer': projection_heads = %lld without a projection (NULL: drawn "
-                          "from seed; projection_heads must then be 0)", fn, (long long)cfg->projection_heads);
+                          "from seed; projection_heads must then be 0)",
+                          fn, (long long)cfg->projection_heads);
     return ATTN_OK;
 }
 
@@ -41,8 +43,9 @@ static attn_status check_heads(const attn_attention_config *cfg, int64_t heads, 
     if (cfg->projection_heads == 1 || cfg->projection_heads == heads) return ATTN_OK;
     return attn_error(ATTN_ERR_SHAPE,
                       "attention 'performer': the projection has %lld heads ([%lld, %lld, %lld]); want 1 or the %lld "
-                      "query heads", (long long)cfg->projection_heads, (long long)cfg->projection_heads,
-                      (long long)features_of(cfg), (long long)d, (long long)heads);
+                      "query heads",
+                      (long long)cfg->projection_heads, (long long)cfg->projection_heads, (long long)features_of(cfg),
+                      (long long)d, (long long)heads);
 }
 
 /* A drawn W [1, m, d] at the start of the workspace; the rest is the op's. An explicit projection
@@ -71,8 +74,9 @@ static attn_status take_w(const attn_attention_config *cfg, int64_t heads, int64
     }
     const size_t need = w_bytes(cfg, m, d);
     if (!*ws || *ws_bytes < need)
-        return attn_error(ATTN_ERR_WORKSPACE, "attention 'performer': workspace of %zu bytes, the projection alone needs %zu",
-                          *ws_bytes, need);
+        return attn_error(ATTN_ERR_WORKSPACE,
+                          "attention 'performer': workspace of %zu bytes, the projection alone needs %zu", *ws_bytes,
+                          need);
     float *base = (float *)(((uintptr_t)*ws + 63) & ~(uintptr_t)63);
     *w = w_view(cfg, base, m, d);
     *ws = (unsigned char *)*ws + need;
@@ -91,8 +95,8 @@ static size_t perf_ws(const attn_attention_config *cfg, const attn_tensor *q, co
 }
 
 static attn_status perf_fwd(const attn_attention_config *cfg, const attn_tensor *q, const attn_tensor *k,
-                            const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x,
-                            attn_tensor *out, float *stats, void *ws, size_t ws_bytes) {
+                            const attn_tensor *v, const attn_sdpa_params *p, const attn_kind_extra *x, attn_tensor *out,
+                            float *stats, void *ws, size_t ws_bytes) {
     (void)x, (void)stats;
     attn_tensor w;
     attn_status st = attn_lin_kind_params("performer", p);

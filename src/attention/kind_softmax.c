@@ -20,8 +20,8 @@ static attn_sdpa_params with_window(const attn_attention_config *cfg, const attn
 
 static attn_status check_window(const char *fn, const attn_attention_config *cfg) {
     if (cfg->window < 0 || cfg->window > ((int64_t)1 << 40))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: attention 'window' needs window in [0, 2^40] (got %lld)",
-                          fn, (long long)cfg->window);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: attention 'window' needs window in [0, 2^40] (got %lld)", fn,
+                          (long long)cfg->window);
     return ATTN_OK;
 }
 
@@ -78,19 +78,16 @@ static attn_status softmax_step(const attn_kind_step *s, void *ws, size_t ws_byt
 
 /* The two rows differ only in name, help, option check and whether add_bias_kv / add_zero_attn
  * combine with them. */
-#define SOFTMAX_KIND(nm, hlp, opts, chk, bias_kv)                                                 \
-    {                                                                                          \
-        .name = nm, .help = hlp, .options = opts, .check = chk, .takes_global_mask = 0,        \
-        .supports_bf16 = 1, .takes_bias_kv = bias_kv, .random_features = 0, .stats_per_row = 1, \
-        .workspace_size = softmax_ws, .forward = softmax_fwd, .backward = softmax_bwd,          \
-        .weights = softmax_weights, .state_floats = NULL, .step_workspace_size = softmax_step_ws, \
-        .step = softmax_step                                                                   \
+#define SOFTMAX_KIND(nm, hlp, opts, chk, bias_kv)                                                                      \
+    {                                                                                                                  \
+        .name = nm, .help = hlp, .options = opts, .check = chk, .takes_global_mask = 0, .supports_bf16 = 1,            \
+        .takes_bias_kv = bias_kv, .random_features = 0, .stats_per_row = 1, .workspace_size = softmax_ws,              \
+        .forward = softmax_fwd, .backward = softmax_bwd, .weights = softmax_weights, .state_floats = NULL,             \
+        .step_workspace_size = softmax_step_ws, .step = softmax_step                                                   \
     }
 
 const attn_kind_ops attn_kind_flash =
     SOFTMAX_KIND("flash", "exact softmax attention, tiled (FlashAttention-2)", "", NULL, 1);
 
 const attn_kind_ops attn_kind_window =
-    SOFTMAX_KIND("window",
-                 "softmax over a sliding window of w keys each side, O(N w)", "window!",
-                 check_window, 0);
+    SOFTMAX_KIND("window", "softmax over a sliding window of w keys each side, O(N w)", "window!", check_window, 0);

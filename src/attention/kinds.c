@@ -27,17 +27,17 @@ attn_status attn_kind_table_check(void) {
     static const char fn[] = "attn_kind_table_check";
     for (int i = 0; i < KIND_COUNT; i++) {
         const attn_kind_ops *k = kinds[i];
-        const char *missing = !k                       ? "row"
-                              : !k->name || !*k->name  ? "name"
-                              : !k->help || !*k->help  ? "help"
-                              : !k->options            ? "options"
-                              : k->stats_per_row < 0   ? "stats_per_row"
-                              : !k->workspace_size     ? "workspace_size"
-                              : !k->forward            ? "forward"
-                              : !k->backward           ? "backward"
+        const char *missing = !k                        ? "row"
+                              : !k->name || !*k->name   ? "name"
+                              : !k->help || !*k->help   ? "help"
+                              : !k->options             ? "options"
+                              : k->stats_per_row < 0    ? "stats_per_row"
+                              : !k->workspace_size      ? "workspace_size"
+                              : !k->forward             ? "forward"
+                              : !k->backward            ? "backward"
                               : !k->step_workspace_size ? "step_workspace_size"
-                              : !k->step               ? "step"
-                                                       : NULL;
+                              : !k->step                ? "step"
+                                                        : NULL;
         if (missing) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: attention kind %d has no %s", fn, i, missing);
     }
     return ATTN_OK;

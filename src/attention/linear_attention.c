@@ -43,8 +43,10 @@ static void gemm(attn_transpose ta, attn_transpose tb, int64_t m, int64_t n, int
         return;
     }
     /* shapes and workspace are the engine's own: no error is possible */
-    if (gws) (void)attn_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gws, gwsb);
-    else (void)attn_sgemm_ref(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    if (gws)
+        (void)attn_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gws, gwsb);
+    else
+        (void)attn_sgemm_ref(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
 enum { PRIM_ALL = 0, PRIM_FWD = 1, PRIM_REV = 2 };
@@ -87,7 +89,8 @@ static void prim(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64
         /* inputs every row of the chunk sees that the state lacks yet (the first chunk's, when
          * the diagonal starts inside the inputs) */
         const int64_t g0 = mode == PRIM_FWD ? done : b, g1 = mode == PRIM_FWD ? a : done;
-        if (g1 > g0) gemm(ATTN_TRANS, ATTN_NO_TRANS, p, r, g1 - g0, B + g0 * p, p, C + g0 * r, r, 1.0f, St, r, gws, gwsb);
+        if (g1 > g0)
+            gemm(ATTN_TRANS, ATTN_NO_TRANS, p, r, g1 - g0, B + g0 * p, p, C + g0 * r, r, 1.0f, St, r, gws, gwsb);
         done = mode == PRIM_FWD ? (b > a ? b : a) : (a < b ? a : b);
         float *y = Y + o0 * r;
         gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, rows, r, p, A + o0 * p, p, St, r, 0.0f, y, r, gws, gwsb);
@@ -114,8 +117,8 @@ static void prim(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64
  * awkward size: a GEMM's register tile is much wider than tall. Every element is the same FMA
  * chain either way (same k order), so the values are bitwise those of prim. Returns 1 when Y
  * holds Y^T (element (o, c) at Y[c * no + o]), else 0 (at Y[o * r + c]). */
-static int prim_run(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64_t r, const float *A,
-                    const float *B, const float *C, float *Y, float *St, float *T, void *gws, size_t gwsb) {
+static int prim_run(int mode, int64_t off, int64_t no, int64_t ni, int64_t p, int64_t r, const float *A, const float *B,
+                    const float *C, float *Y, float *St, float *T, void *gws, size_t gwsb) {
     if (mode == PRIM_ALL && r % 16 != 0 && no > 0) {
         gemm(ATTN_TRANS, ATTN_NO_TRANS, r, p, ni, C, r, B, p, 0.0f, St, p, gws, gwsb);
         gemm(ATTN_NO_TRANS, ATTN_TRANS, r, no, p, St, p, A, p, 0.0f, Y, no, gws, gwsb);
@@ -176,8 +179,10 @@ void attn_lin_features(const lin_map *mp, int64_t h, int64_t d, const float *x, 
     if (kmax) *kmax = m;
     for (int64_t i = 0; i < n; i++) {
         float *f = F + i * p;
-        if ((!keep || keep[i * ks]) && m > -INFINITY) vk->expsc(f, p, m, inv);
-        else memset(f, 0, sizeof(float) * (size_t)p);
+        if ((!keep || keep[i * ks]) && m > -INFINITY)
+            vk->expsc(f, p, m, inv);
+        else
+            memset(f, 0, sizeof(float) * (size_t)p);
     }
 }
 
@@ -243,9 +248,9 @@ static size_t gemm_dim_ws(const lin_map *mp, int64_t nq, int64_t nk, int64_t d, 
 /* Floats of one thread's buffers (bwd: with the backward's), laid out at base when non-NULL. */
 static size_t layout(const lin_map *mp, int64_t nq, int64_t nk, int64_t d, int64_t dv, float *base, lin_bufs *bb) {
     const int64_t p = mp->p, e = dv + 1, n = max64(nq, nk);
-    const size_t sz[14] = {fl(nq * p), fl(nk * p), fl(nk * e), fl(nq * e), fl(p * e), fl(CH * CH), fl(n * d),
-                           fl(n * d), fl(nq * e), fl(nq * p), fl(nk * p), fl(nk * e), fl(nk * d), fl(nk * dv)};
-    float **dst[14] = {&bb->Fq, &bb->Fk, &bb->Vp, &bb->Y, &bb->St, &bb->T, &bb->X1,
+    const size_t sz[14] = {fl(nq * p), fl(nk * p), fl(nk * e), fl(nq * e), fl(p * e),  fl(CH * CH), fl(n * d),
+                           fl(n * d),  fl(nq * e), fl(nq * p), fl(nk * p), fl(nk * e), fl(nk * d),  fl(nk * dv)};
+    float **dst[14] = {&bb->Fq, &bb->Fk, &bb->Vp,  &bb->Y,   &bb->St,  &bb->T,  &bb->X1,
                        &bb->X2, &bb->Ep, &bb->dFq, &bb->dFk, &bb->dVp, &bb->dK, &bb->dV};
     size_t off = 0;
     for (int i = 0; i < 14; i++) {
@@ -262,8 +267,8 @@ static size_t layout(const lin_map *mp, int64_t nq, int64_t nk, int64_t d, int64
 
 size_t attn_lin_ws_bytes(const lin_map *mp, int64_t b, int64_t h, int64_t nq, int64_t nk, int64_t d, int64_t dv) {
     (void)b, (void)h;
-    if (nq < 0 || nk < 0 || d < 1 || dv < 1 || nq > ((int64_t)1 << 32) || nk > ((int64_t)1 << 32) ||
-        d > (1 << 20) || dv > (1 << 20) || mp->p < 1 || mp->p > (1 << 20))
+    if (nq < 0 || nk < 0 || d < 1 || dv < 1 || nq > ((int64_t)1 << 32) || nk > ((int64_t)1 << 32) || d > (1 << 20) ||
+        dv > (1 << 20) || mp->p < 1 || mp->p > (1 << 20))
         return SIZE_MAX;
     lin_bufs bb;
     const double est = (double)(nq + nk + CH) * (double)(mp->p + dv + d + 2) * 8.0 * attn_get_num_threads();
@@ -286,13 +291,13 @@ static void load_vp(const attn_tensor *v, int64_t b, int64_t g, int64_t nk, int6
 
 /* Y of query head h (all of Fq, Fk, Vp, Y of the bufs). */
 static int head_forward(const lin_map *mp, const attn_ctx *c, const attn_tensor *q, const attn_tensor *k,
-                         const attn_tensor *v, int64_t b, int64_t h, const lin_bufs *w) {
+                        const attn_tensor *v, int64_t b, int64_t h, const lin_bufs *w) {
     const int64_t g = h / c->group, e = c->dv + 1;
     const uint8_t *keep = c->km ? c->km + b * c->kms[0] : NULL;
-    attn_lin_features(mp, h, c->d, q->data + b * q->stride[0] + h * q->stride[1], q->stride[2], q->stride[3], c->nq,
-                      1, NULL, 0, NULL, w->Fq, w->X1, w->gws, w->gwsb);
-    attn_lin_features(mp, h, c->d, k->data + b * k->stride[0] + g * k->stride[1], k->stride[2], k->stride[3], c->nk,
-                      0, keep, c->kms[1], NULL, w->Fk, w->X1, w->gws, w->gwsb);
+    attn_lin_features(mp, h, c->d, q->data + b * q->stride[0] + h * q->stride[1], q->stride[2], q->stride[3], c->nq, 1,
+                      NULL, 0, NULL, w->Fq, w->X1, w->gws, w->gwsb);
+    attn_lin_features(mp, h, c->d, k->data + b * k->stride[0] + g * k->stride[1], k->stride[2], k->stride[3], c->nk, 0,
+                      keep, c->kms[1], NULL, w->Fk, w->X1, w->gws, w->gwsb);
     load_vp(v, b, g, c->nk, c->dv, w->Vp);
     return prim_run(c->causal == ATTN_CAUSAL_NONE ? PRIM_ALL : PRIM_FWD, c->off, c->nq, c->nk, mp->p, e, w->Fq, w->Fk,
                     w->Vp, w->Y, w->St, w->T, w->gws, w->gwsb);
@@ -363,15 +368,16 @@ static void head_backward(const lin_map *mp, const attn_ctx *c, const attn_tenso
      * transposed, which head_forward left in St ([e, p] when yt, else [p, e]): reused. */
     if (dq) {
         if (mode == PRIM_ALL) {
-            if (yt) gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, c->nq, p, e, w->Ep, e, w->St, p, 0.0f, w->dFq, p, w->gws, w->gwsb);
-            else gemm(ATTN_NO_TRANS, ATTN_TRANS, c->nq, p, e, w->Ep, e, w->St, e, 0.0f, w->dFq, p, w->gws, w->gwsb);
+            if (yt)
+                gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, c->nq, p, e, w->Ep, e, w->St, p, 0.0f, w->dFq, p, w->gws, w->gwsb);
+            else
+                gemm(ATTN_NO_TRANS, ATTN_TRANS, c->nq, p, e, w->Ep, e, w->St, e, 0.0f, w->dFq, p, w->gws, w->gwsb);
         } else {
             prim(PRIM_FWD, c->off, c->nq, c->nk, e, p, w->Ep, w->Vp, w->Fk, w->dFq, w->St, 0, w->T, w->gws, w->gwsb);
         }
         features_backward(mp, h, d, q->data + b * q->stride[0] + h * q->stride[1], q->stride[2], q->stride[3], c->nq,
-                          NULL, 0, w->Fq, w->dFq, w->X1, w->X2,
-                          dq->data + b * dq->stride[0] + h * dq->stride[1], dq->stride[2], dq->stride[3], 0, w->gws,
-                          w->gwsb);
+                          NULL, 0, w->Fq, w->dFq, w->X1, w->X2, dq->data + b * dq->stride[0] + h * dq->stride[1],
+                          dq->stride[2], dq->stride[3], 0, w->gws, w->gwsb);
     }
     /* dF_k = prim_rev(V', E', F_q) ; dV' = prim_rev(F_k, F_q, E'), summed over the group's heads */
     int vt;
@@ -381,14 +387,16 @@ static void head_backward(const lin_map *mp, const attn_ctx *c, const attn_tenso
         gemm(ATTN_TRANS, ATTN_NO_TRANS, e, p, c->nq, w->Ep, e, w->Fq, p, 0.0f, w->St, p, w->gws, w->gwsb);
         gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, c->nk, p, e, w->Vp, e, w->St, p, 0.0f, w->dFk, p, w->gws, w->gwsb);
         vt = e % 16 != 0 && c->nk > 0;
-        if (vt) gemm(ATTN_NO_TRANS, ATTN_TRANS, e, c->nk, p, w->St, p, w->Fk, p, 0.0f, w->dVp, c->nk, w->gws, w->gwsb);
-        else gemm(ATTN_NO_TRANS, ATTN_TRANS, c->nk, e, p, w->Fk, p, w->St, p, 0.0f, w->dVp, e, w->gws, w->gwsb);
+        if (vt)
+            gemm(ATTN_NO_TRANS, ATTN_TRANS, e, c->nk, p, w->St, p, w->Fk, p, 0.0f, w->dVp, c->nk, w->gws, w->gwsb);
+        else
+            gemm(ATTN_NO_TRANS, ATTN_TRANS, c->nk, e, p, w->Fk, p, w->St, p, 0.0f, w->dVp, e, w->gws, w->gwsb);
     } else {
         prim(mode, c->off, c->nk, c->nq, e, p, w->Vp, w->Ep, w->Fq, w->dFk, w->St, 0, w->T, w->gws, w->gwsb);
         vt = prim_run(mode, c->off, c->nk, c->nq, p, e, w->Fk, w->Fq, w->Ep, w->dVp, w->St, w->T, w->gws, w->gwsb);
     }
-    features_backward(mp, h, d, k->data + b * k->stride[0] + g * k->stride[1], k->stride[2], k->stride[3], c->nk,
-                      keep, c->kms[1], w->Fk, w->dFk, w->X1, w->X2, w->dK, d, 1, !first, w->gws, w->gwsb);
+    features_backward(mp, h, d, k->data + b * k->stride[0] + g * k->stride[1], k->stride[2], k->stride[3], c->nk, keep,
+                      c->kms[1], w->Fk, w->dFk, w->X1, w->X2, w->dK, d, 1, !first, w->gws, w->gwsb);
     if (vt) {
         for (int64_t j0 = 0; j0 < c->nk; j0 += 64) {
             const int64_t j1 = j0 + 64 < c->nk ? j0 + 64 : c->nk;
@@ -419,8 +427,7 @@ attn_status attn_lin_run(const char *fn, const lin_map *mp, const attn_tensor *q
                 (st = attn_ctx_check_like(fn, dv, "dv", v))))
         return st;
     void *aligned;
-    if ((st = attn_ctx_workspace(fn, ws, ws_bytes, attn_lin_ws_bytes(mp, c.b, c.hq, c.nq, c.nk, c.d, c.dv),
-                                 &aligned)))
+    if ((st = attn_ctx_workspace(fn, ws, ws_bytes, attn_lin_ws_bytes(mp, c.b, c.hq, c.nq, c.nk, c.d, c.dv), &aligned)))
         return st;
     float *base = aligned;
     lin_bufs b0;
@@ -460,31 +467,32 @@ attn_status attn_lin_run(const char *fn, const lin_map *mp, const attn_tensor *q
 
 /* ---- the recurrent step ---- */
 
-size_t attn_lin_state_floats(const lin_map *mp, int64_t dv) {
-    return (size_t)(mp->p * (dv + 1) + (mp->w ? 2 : 0));
-}
+size_t attn_lin_state_floats(const lin_map *mp, int64_t dv) { return (size_t)(mp->p * (dv + 1) + (mp->w ? 2 : 0)); }
 
 /* shapes of a step: q, k, v nullable (k and v together) */
 static attn_status step_dims(const char *fn, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                              const attn_btensor *key_mask, const attn_tensor *out, int64_t *dims) {
     char a[96], b2[96];
     if (!q && !k) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: q and k are both NULL: nothing to do", fn);
-    if (!k != !v) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: give k and v together (k %p, v %p)", fn,
-                                    (const void *)k, (const void *)v);
+    if (!k != !v)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: give k and v together (k %p, v %p)", fn, (const void *)k,
+                          (const void *)v);
     const attn_tensor *ts[4] = {q, k, v, out};
     const char *nm[4] = {"q", "k", "v", "out"};
     for (int i = 0; i < 4; i++) {
         if (!ts[i]) continue;
         if (ts[i]->rank != 4 || !ts[i]->data)
-            return attn_error(ATTN_ERR_SHAPE, "%s: %s must be a rank-4 view with data (rank %d)", fn, nm[i], ts[i]->rank);
+            return attn_error(ATTN_ERR_SHAPE, "%s: %s must be a rank-4 view with data (rank %d)", fn, nm[i],
+                              ts[i]->rank);
         for (int j = 0; j < 4; j++)
             if (ts[i]->shape[j] < 0) return attn_error(ATTN_ERR_SHAPE, "%s: %s has a negative dimension", fn, nm[i]);
     }
     const attn_tensor *r = q ? q : k;
     const int64_t B = r->shape[0], H = r->shape[1], d = r->shape[3], nq = q ? q->shape[2] : 0, nk = k ? k->shape[2] : 0;
     if (k && (k->shape[0] != B || k->shape[1] != H || k->shape[3] != d))
-        return attn_error(ATTN_ERR_SHAPE, "%s: k %s does not match q %s (a step needs [B, H, n, d] with the same heads)",
-                          fn, attn_shape_str(k->shape, 4, a, sizeof a), attn_shape_str(q->shape, 4, b2, sizeof b2));
+        return attn_error(ATTN_ERR_SHAPE,
+                          "%s: k %s does not match q %s (a step needs [B, H, n, d] with the same heads)", fn,
+                          attn_shape_str(k->shape, 4, a, sizeof a), attn_shape_str(q->shape, 4, b2, sizeof b2));
     if (k && (v->shape[0] != B || v->shape[1] != H || v->shape[2] != nk))
         return attn_error(ATTN_ERR_SHAPE, "%s: v %s does not match k %s (need [B, H, n, dv])", fn,
                           attn_shape_str(v->shape, 4, a, sizeof a), attn_shape_str(k->shape, 4, b2, sizeof b2));
@@ -493,8 +501,8 @@ static attn_status step_dims(const char *fn, const attn_tensor *q, const attn_te
         return attn_error(ATTN_ERR_SHAPE, "%s: out %s does not match q %s (need [B, H, n, dv])", fn,
                           attn_shape_str(out->shape, 4, a, sizeof a), attn_shape_str(q->shape, 4, b2, sizeof b2));
     if (d < 1) return attn_error(ATTN_ERR_SHAPE, "%s: head dimension must be >= 1", fn);
-    if (key_mask && (!k || key_mask->rank != 2 || key_mask->shape[0] != B || key_mask->shape[1] != nk ||
-                     !key_mask->data))
+    if (key_mask &&
+        (!k || key_mask->rank != 2 || key_mask->shape[0] != B || key_mask->shape[1] != nk || !key_mask->data))
         return attn_error(ATTN_ERR_SHAPE, "%s: key_mask must be [B, n new keys] = [%lld, %lld] over the new keys", fn,
                           (long long)B, (long long)nk);
     dims[0] = B, dims[1] = H, dims[2] = nq, dims[3] = nk, dims[4] = d, dims[5] = k ? v->shape[3] : out->shape[3];
@@ -505,8 +513,7 @@ size_t attn_lin_step_ws_bytes(const lin_map *mp, const attn_tensor *q, const att
     const attn_tensor *r = q ? q : k;
     if (!r || r->rank != 4 || (k && (!v || v->rank != 4)) || (!k && !v && !q)) return 0;
     const int64_t dv = k ? v->shape[3] : (v ? v->shape[3] : q->shape[3]);
-    return attn_lin_ws_bytes(mp, r->shape[0], r->shape[1], q ? q->shape[2] : 0, k ? k->shape[2] : 0, r->shape[3],
-                             dv);
+    return attn_lin_ws_bytes(mp, r->shape[0], r->shape[1], q ? q->shape[2] : 0, k ? k->shape[2] : 0, r->shape[3], dv);
 }
 
 attn_status attn_lin_step(const char *fn, const lin_map *mp, const attn_tensor *q, const attn_tensor *k,
@@ -558,8 +565,7 @@ attn_status attn_lin_step(const char *fn, const lin_map *mp, const attn_tensor *
             }
             attn_lin_features(mp, h, d, q->data + b * q->stride[0] + h * q->stride[1], q->stride[2], q->stride[3], nq,
                               1, NULL, 0, NULL, w.Fq, w.X1, w.gws, w.gwsb);
-            prim(causal ? PRIM_FWD : PRIM_ALL, nk - nq, nq, nk, p, e, w.Fq, w.Fk, w.Vp, w.Y, S, 1, w.T, w.gws,
-                 w.gwsb);
+            prim(causal ? PRIM_FWD : PRIM_ALL, nk - nq, nq, nk, p, e, w.Fq, w.Fk, w.Vp, w.Y, S, 1, w.T, w.gws, w.gwsb);
             write_out(w.Y, 0, nq, dv, mp->eps, out->data + b * out->stride[0] + h * out->stride[1], out->stride[2],
                       out->stride[3]);
         }
@@ -577,7 +583,8 @@ static lin_map elu_map(int64_t d) {
 size_t attn_linear_attention_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v) {
     if (!q || !k || !v || q->rank != 4 || k->rank != 4 || v->rank != 4) return 0;
     const lin_map m = elu_map(q->shape[3]);
-    const size_t s = attn_lin_ws_bytes(&m, q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], v->shape[3]);
+    const size_t s =
+        attn_lin_ws_bytes(&m, q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], v->shape[3]);
     return s == SIZE_MAX ? 0 : s;
 }
 
@@ -630,12 +637,18 @@ attn_status attn_linear_attention_step(const attn_tensor *q, const attn_tensor *
 
 attn_status attn_lin_kind_params(const char *kind, const attn_sdpa_params *p) {
     const char *what = NULL;
-    if (p->bool_mask) what = "a boolean attn_mask";
-    else if (p->add_mask) what = "a float attn_mask / key_padding_mask (additive mask)";
-    else if (p->alibi_slopes) what = "ALiBi slopes";
-    else if (p->softcap != 0.0f) what = "softcap";
-    else if (p->window_left >= 0 || p->window_right >= 0) what = "a sliding window";
-    else if (p->dropout_p > 0.0f) what = "attention dropout (dropout > 0)";
+    if (p->bool_mask)
+        what = "a boolean attn_mask";
+    else if (p->add_mask)
+        what = "a float attn_mask / key_padding_mask (additive mask)";
+    else if (p->alibi_slopes)
+        what = "ALiBi slopes";
+    else if (p->softcap != 0.0f)
+        what = "softcap";
+    else if (p->window_left >= 0 || p->window_right >= 0)
+        what = "a sliding window";
+    else if (p->dropout_p > 0.0f)
+        what = "attention dropout (dropout > 0)";
     if (what)
         return attn_error(ATTN_ERR_UNSUPPORTED,
                           "attention '%s' does not support %s (only causality and a boolean key mask)", kind, what);

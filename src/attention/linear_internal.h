@@ -9,10 +9,10 @@
 
 /* A feature map: elu + 1 (w == NULL, p == d) or FAVOR+ (w [Hw, p, d] contiguous). */
 typedef struct lin_map {
-    int64_t p;          /* features per row */
-    float eps;          /* denominator epsilon */
-    const float *w;     /* FAVOR+ projection, NULL for elu + 1 */
-    int64_t w_heads;    /* 1 (shared) or Hq */
+    int64_t p;       /* features per row */
+    float eps;       /* denominator epsilon */
+    const float *w;  /* FAVOR+ projection, NULL for elu + 1 */
+    int64_t w_heads; /* 1 (shared) or Hq */
 } lin_map;
 
 /* Bytes of workspace for a call of lin_run / lin_step with these shapes (SIZE_MAX on overflow). */

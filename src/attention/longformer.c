@@ -39,7 +39,8 @@ static attn_status check_mask2(const char *fn, const char *name, const attn_bten
     if (m->rank != 2 || m->shape[0] != B || m->shape[1] != N) {
         char s[96];
         return attn_error(ATTN_ERR_SHAPE, "%s: %s must be [B, N] = [%lld, %lld], got %s", fn, name, (long long)B,
-                          (long long)N, attn_shape_str(m->shape, m->rank < 0 || m->rank > 4 ? 0 : m->rank, s, sizeof s));
+                          (long long)N,
+                          attn_shape_str(m->shape, m->rank < 0 || m->rank > 4 ? 0 : m->rank, s, sizeof s));
     }
     if (B * N > 0 && !m->data) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, name);
     *data = m->data;
@@ -54,8 +55,9 @@ static attn_status plan_init(const char *fn, const attn_tensor *q, const attn_te
     char a[96], b[96];
     memset(pl, 0, sizeof *pl);
     if (!q || !k || !v || !p)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: q, k, v and params are required (q %p, k %p, v %p, params %p)",
-                          fn, (const void *)q, (const void *)k, (const void *)v, (const void *)p);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: q, k, v and params are required (q %p, k %p, v %p, params %p)", fn, (const void *)q,
+                          (const void *)k, (const void *)v, (const void *)p);
     if (q->rank != 4 || k->rank != 4 || v->rank != 4)
         return attn_error(ATTN_ERR_SHAPE, "%s: q, k and v must have rank 4 (got %d, %d, %d)", fn, q->rank, k->rank,
                           v->rank);
@@ -100,13 +102,13 @@ static int key_real(const lg_plan *pl, int64_t b, int64_t j) {
 /* ---- workspace ---- */
 
 typedef struct lg_bufs {
-    int64_t *pos, *cnt;                /* [B, G], [B] */
-    float *kg, *vg;                    /* [B, Hk, G, d | dv] */
-    uint8_t *m2, *m3;                  /* [B, N, G], [B, G, N] (m3 used only when causal) */
-    float *qg, *og, *lg;               /* [B, H, G, d | dv], [B, H, G] */
-    float *o2, *l1, *l2;               /* forward: [B, H, N, dv], [B, H, N] x 2 */
-    float *dol, *dq2, *dog, *dqg;      /* backward: [B, H, N, dv | d], [B, H, G, dv | d] */
-    float *dkg, *dvg, *dk3, *dv3;      /* backward: [B, Hk, G, d | dv], [B, Hk, N, d | dv] */
+    int64_t *pos, *cnt;           /* [B, G], [B] */
+    float *kg, *vg;               /* [B, Hk, G, d | dv] */
+    uint8_t *m2, *m3;             /* [B, N, G], [B, G, N] (m3 used only when causal) */
+    float *qg, *og, *lg;          /* [B, H, G, d | dv], [B, H, G] */
+    float *o2, *l1, *l2;          /* forward: [B, H, N, dv], [B, H, N] x 2 */
+    float *dol, *dq2, *dog, *dqg; /* backward: [B, H, N, dv | d], [B, H, G, dv | d] */
+    float *dkg, *dvg, *dk3, *dv3; /* backward: [B, Hk, G, d | dv], [B, Hk, N, d | dv] */
     void *flash;
     size_t flash_bytes;
 } lg_bufs;
@@ -127,8 +129,8 @@ static void *take(lg_arena *a, int64_t n0, int64_t n1, int64_t n2, size_t elem) 
 
 /* Lays out the buffers (base NULL: only sizes) and returns the bytes used, SIZE_MAX on overflow.
  * The forward's and backward's buffers share the space after the common ones. */
-static size_t layout(const lg_plan *pl, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                     char *base, lg_bufs *bb) {
+static size_t layout(const lg_plan *pl, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v, char *base,
+                     lg_bufs *bb) {
     const int64_t B = pl->B, H = pl->H, Hk = pl->Hk, N = pl->N, G = pl->G, d = pl->d, dv = pl->dv;
     lg_arena a = {base, 0, 0};
     memset(bb, 0, sizeof *bb);
@@ -169,7 +171,7 @@ static size_t layout(const lg_plan *pl, const attn_tensor *q, const attn_tensor 
 }
 
 size_t attn_longformer_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                        const attn_longformer_params *params) {
+                                      const attn_longformer_params *params) {
     lg_plan pl;
     lg_bufs bb;
     attn_status st = plan_init("attn_longformer_workspace_size", q, k, v, params, 1, &pl);
@@ -254,8 +256,8 @@ static void build_index(const lg_plan *pl, lg_bufs *bb) {
 
 /* dst [B, Hx, G, D] (contiguous) = rows pos[b][t] of src [B, Hx, N, D] (any strides); padded rows
  * get `fill`. */
-static void gather_rows(const lg_plan *pl, const lg_bufs *bb, const float *src, const int64_t *s, int64_t Hx,
-                        int64_t D, float fill, float *dst) {
+static void gather_rows(const lg_plan *pl, const lg_bufs *bb, const float *src, const int64_t *s, int64_t Hx, int64_t D,
+                        float fill, float *dst) {
     const int64_t G = pl->G;
     const int nt = attn_threads_for(pl->B * Hx);
     (void)nt; /* only the OpenMP pragma reads it */
@@ -281,8 +283,8 @@ static attn_tensor contiguous(float *data, int64_t B, int64_t H, int64_t N, int6
 /* ---- forward ---- */
 
 attn_status attn_longformer_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                      const attn_longformer_params *params, attn_tensor *out, attn_tensor *lse,
-                                      void *workspace, size_t workspace_bytes) {
+                                    const attn_longformer_params *params, attn_tensor *out, attn_tensor *lse,
+                                    void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_longformer_forward";
     lg_plan pl;
     lg_bufs bb;
@@ -353,9 +355,9 @@ attn_status attn_longformer_forward(const attn_tensor *q, const attn_tensor *k, 
 /* ---- backward ---- */
 
 attn_status attn_longformer_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                       const attn_longformer_params *params, const attn_tensor *out,
-                                       const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
-                                       attn_tensor *dk, attn_tensor *dv, void *workspace, size_t workspace_bytes) {
+                                     const attn_longformer_params *params, const attn_tensor *out,
+                                     const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq, attn_tensor *dk,
+                                     attn_tensor *dv, void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_longformer_backward";
     lg_plan pl;
     lg_bufs bb;
@@ -369,8 +371,9 @@ attn_status attn_longformer_backward(const attn_tensor *q, const attn_tensor *k,
         (st = attn_ctx_check_like(fn, dv, "dv", v)))
         return st;
     if (!out || !lse || !dk || !dv)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: out, lse, dk and dv are required (out %p, lse %p, dk %p, dv %p)",
-                          fn, (const void *)out, (const void *)lse, (void *)dk, (void *)dv);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: out, lse, dk and dv are required (out %p, lse %p, dk %p, dv %p)", fn, (const void *)out,
+                          (const void *)lse, (void *)dk, (void *)dv);
     if ((st = attn_ctx_check_rows(&c, fn, lse, "lse", 0))) return st;
     if (dk->stride[3] != 1 || dv->stride[3] != 1)
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: dk and dv need unit innermost stride (got %lld and %lld)", fn,
@@ -476,7 +479,7 @@ static double exact_logit(const lg_plan *pl, double scale, const float *qi, int6
 }
 
 attn_status attn_longformer_weights(const attn_tensor *q, const attn_tensor *k, const attn_longformer_params *params,
-                                      int64_t b, int64_t h, int64_t row0, int64_t rows, float *weights) {
+                                    int64_t b, int64_t h, int64_t row0, int64_t rows, float *weights) {
     static const char fn[] = "attn_longformer_weights";
     lg_plan pl;
     attn_ctx c;
@@ -513,9 +516,10 @@ attn_status attn_longformer_weights(const attn_tensor *q, const attn_tensor *k, 
         }
         const double l = mx == -INFINITY ? -INFINITY : mx + log(sum);
         for (int64_t j = 0; j < pl.N; j++)
-            wr[j] = l != -INFINITY && sees(&pl, b, i, j)
-                        ? (float)exp(exact_logit(&pl, c.scale, qi, q->stride[3], kh + j * k->stride[2], k->stride[3]) - l)
-                        : 0.0f;
+            wr[j] =
+                l != -INFINITY && sees(&pl, b, i, j)
+                    ? (float)exp(exact_logit(&pl, c.scale, qi, q->stride[3], kh + j * k->stride[2], k->stride[3]) - l)
+                    : 0.0f;
     }
     return ATTN_OK;
 }
@@ -523,7 +527,7 @@ attn_status attn_longformer_weights(const attn_tensor *q, const attn_tensor *k, 
 /* ---- cost ---- */
 
 int64_t attn_longformer_tile_count(const attn_tensor *q, const attn_tensor *k, const attn_longformer_params *params,
-                                     int64_t *total) {
+                                   int64_t *total) {
     lg_plan pl;
     attn_btensor kmv;
     if (total) *total = 0;
@@ -533,7 +537,8 @@ int64_t attn_longformer_tile_count(const attn_tensor *q, const attn_tensor *k, c
     int64_t n = attn_flash_tile_count(q, k, &p1, total);
     if (pl.G > 0) {
         const attn_sdpa_params p = attn_sdpa_params_default();
-        attn_tensor kg = attn_tensor_4d(NULL, pl.B, pl.Hk, pl.G, pl.d), qg = attn_tensor_4d(NULL, pl.B, pl.H, pl.G, pl.d);
+        attn_tensor kg = attn_tensor_4d(NULL, pl.B, pl.Hk, pl.G, pl.d),
+                    qg = attn_tensor_4d(NULL, pl.B, pl.H, pl.G, pl.d);
         n += attn_flash_tile_count(q, &kg, &p, NULL) + attn_flash_tile_count(&qg, k, &p, NULL);
     }
     return n;

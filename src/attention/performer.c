@@ -140,14 +140,15 @@ attn_status attn_performer_features(const attn_tensor *x, const attn_tensor *w, 
         return attn_error(ATTN_ERR_SHAPE, "%s: phi has shape %s, need [B, H, N, m] for x %s and m = %lld", fn,
                           attn_shape_str(phi->shape, phi->rank >= 1 && phi->rank <= 4 ? phi->rank : 0, a, sizeof a),
                           attn_shape_str(x->shape, 4, b, sizeof b), (long long)m);
-    if (key_mask && (is_query || key_mask->rank != 2 || key_mask->shape[0] != B || key_mask->shape[1] != N ||
-                     !key_mask->data))
+    if (key_mask &&
+        (is_query || key_mask->rank != 2 || key_mask->shape[0] != B || key_mask->shape[1] != N || !key_mask->data))
         return attn_error(ATTN_ERR_SHAPE, "%s: key_mask is for keys and must be [B, N] = [%lld, %lld]", fn,
                           (long long)B, (long long)N);
     if (N == 0) return ATTN_OK;
     float *F = attn__malloc(sizeof(float) * (size_t)(N * (m + d)));
-    if (!F) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory (N = %lld, m = %lld)", fn, (long long)N,
-                              (long long)m);
+    if (!F)
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory (N = %lld, m = %lld)", fn, (long long)N,
+                          (long long)m);
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t bb = bh / H, h = bh % H;
         attn_lin_features(&mp, h, d, x->data + bb * x->stride[0] + h * x->stride[1], x->stride[2], x->stride[3], N,
@@ -165,8 +166,8 @@ size_t attn_performer_workspace_size(const attn_tensor *q, const attn_tensor *k,
                                      const attn_tensor *w) {
     lin_map mp;
     if (!q || !k || !v || q->rank != 4 || k->rank != 4 || v->rank != 4 || !map_of(w, &mp)) return 0;
-    const size_t s = attn_lin_ws_bytes(&mp, q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3],
-                                       v->shape[3]);
+    const size_t s =
+        attn_lin_ws_bytes(&mp, q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], v->shape[3]);
     return s == SIZE_MAX ? 0 : s;
 }
 
@@ -209,9 +210,9 @@ size_t attn_performer_step_workspace_size(const attn_tensor *q, const attn_tenso
     return s == SIZE_MAX ? 0 : s;
 }
 
-attn_status attn_performer_step(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                const attn_tensor *w, int causal, const attn_btensor *key_mask, float *state,
-                                attn_tensor *out, void *workspace, size_t workspace_bytes) {
+attn_status attn_performer_step(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v, const attn_tensor *w,
+                                int causal, const attn_btensor *key_mask, float *state, attn_tensor *out,
+                                void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_performer_step";
     const attn_tensor *r = q ? q : k;
     if (!r) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: q and k are both NULL: nothing to do", fn);

@@ -34,8 +34,8 @@ attn_sdpa_params attn_sdpa_params_default(void) {
 
 /* Logit s_ij, or -inf when (i, j) is masked. capped (nullable) receives the soft-capped scaled dot
  * product, before ALiBi and the additive mask: the backward needs it for the tanh derivative. */
-static double logit(const attn_ctx *c, const attn_tensor *q, const attn_tensor *k, int64_t b,
-                    int64_t h, int64_t i, int64_t j, double *capped) {
+static double logit(const attn_ctx *c, const attn_tensor *q, const attn_tensor *k, int64_t b, int64_t h, int64_t i,
+                    int64_t j, double *capped) {
     if (!attn_ctx_allowed(c, b, h, i, j)) return -INFINITY;
     const float *qi = q->data + b * q->stride[0] + h * q->stride[1] + i * q->stride[2];
     const float *kj = k->data + b * k->stride[0] + (h / c->group) * k->stride[1] + j * k->stride[2];
@@ -62,8 +62,8 @@ static double row_lse(const double *s, int64_t n) {
 }
 
 /* <dO_i, v_j> */
-static double dot_dout_v(const attn_ctx *c, const attn_tensor *dout, const attn_tensor *v, int64_t b,
-                         int64_t h, int64_t i, int64_t j) {
+static double dot_dout_v(const attn_ctx *c, const attn_tensor *dout, const attn_tensor *v, int64_t b, int64_t h,
+                         int64_t i, int64_t j) {
     const float *go = dout->data + b * dout->stride[0] + h * dout->stride[1] + i * dout->stride[2];
     const float *vj = v->data + b * v->stride[0] + (h / c->group) * v->stride[1] + j * v->stride[2];
     double acc = 0;
@@ -112,9 +112,8 @@ size_t attn_sdpa_workspace_size(const attn_tensor *q, const attn_tensor *k, cons
 }
 
 attn_status attn_sdpa_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                              const attn_sdpa_params *params, attn_tensor *out,
-                              attn_tensor *weights, attn_tensor *lse, void *workspace,
-                              size_t workspace_bytes) {
+                              const attn_sdpa_params *params, attn_tensor *out, attn_tensor *weights, attn_tensor *lse,
+                              void *workspace, size_t workspace_bytes) {
     static const char *fn = "attn_sdpa_forward";
     attn_ctx c;
     attn_status st;
@@ -136,9 +135,9 @@ attn_status attn_sdpa_forward(const attn_tensor *q, const attn_tensor *k, const 
             for (int64_t j = 0; j < c.nk; j++) s[j] = logit(&c, q, k, b, h, i, j, NULL);
             const double l = row_lse(s, c.nk);
             if (lse) lse->data[b * lse->stride[0] + h * lse->stride[1] + i * lse->stride[2]] = (float)l;
-            float *w = weights ? weights->data + b * weights->stride[0] + h * weights->stride[1] +
-                                     i * weights->stride[2]
-                               : NULL;
+            float *w = weights
+                           ? weights->data + b * weights->stride[0] + h * weights->stride[1] + i * weights->stride[2]
+                           : NULL;
             for (int64_t j = 0; j < c.nk; j++) { /* s[j] <- P'_ij */
                 s[j] = l == -INFINITY ? 0.0 : exp(s[j] - l) * attn_ctx_keep(&c, b, h, i, j);
                 if (w) w[j * weights->stride[3]] = (float)s[j];
@@ -157,16 +156,14 @@ attn_status attn_sdpa_forward(const attn_tensor *q, const attn_tensor *k, const 
 }
 
 attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                               const attn_sdpa_params *params, const attn_tensor *dout,
-                               attn_tensor *dq, attn_tensor *dk, attn_tensor *dv,
-                               void *workspace, size_t workspace_bytes) {
+                               const attn_sdpa_params *params, const attn_tensor *dout, attn_tensor *dq,
+                               attn_tensor *dk, attn_tensor *dv, void *workspace, size_t workspace_bytes) {
     static const char *fn = "attn_sdpa_backward";
     attn_ctx c;
     attn_status st;
     void *wsp;
-    if ((st = attn_ctx_init(&c, fn, q, k, v, params, dout, "dout")) ||
-        (st = attn_ctx_check_like(fn, dq, "dq", q)) || (st = attn_ctx_check_like(fn, dk, "dk", k)) ||
-        (st = attn_ctx_check_like(fn, dv, "dv", v)) ||
+    if ((st = attn_ctx_init(&c, fn, q, k, v, params, dout, "dout")) || (st = attn_ctx_check_like(fn, dq, "dq", q)) ||
+        (st = attn_ctx_check_like(fn, dk, "dk", k)) || (st = attn_ctx_check_like(fn, dv, "dv", v)) ||
         (st = attn_ctx_workspace(fn, workspace, workspace_bytes, workspace_bytes_for(&c, 1), &wsp)))
         return st;
     double *ws = wsp;
@@ -200,8 +197,7 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
             lse_all[r] = l;
             d_all[r] = dsum;
             if (!dq) continue;
-            for (int64_t j = 0; j < c.nk; j++)
-                dp[j] = s[j] != 0 ? grad_logit(&c, s[j], dp[j], dsum, capped[j]) : 0.0;
+            for (int64_t j = 0; j < c.nk; j++) dp[j] = s[j] != 0 ? grad_logit(&c, s[j], dp[j], dsum, capped[j]) : 0.0;
             const float *kb = k->data + b * k->stride[0] + (h / c.group) * k->stride[1];
             float *gq = dq->data + b * dq->stride[0] + h * dq->stride[1] + i * dq->stride[2];
             /* a visible key with dS = 0 still multiplies its K row (0 * Inf is NaN, as in
@@ -239,8 +235,7 @@ attn_status attn_sdpa_backward(const attn_tensor *q, const attn_tensor *k, const
                     const double s = logit(&c, q, k, b, h, i, j, &capped);
                     const double p = exp(s - lse_all[qr]);
                     const double keep = attn_ctx_keep(&c, b, h, i, j);
-                    const float *go = dout->data + b * dout->stride[0] + h * dout->stride[1] +
-                                      i * dout->stride[2];
+                    const float *go = dout->data + b * dout->stride[0] + h * dout->stride[1] + i * dout->stride[2];
                     if (keep != 0)
                         for (int64_t t = 0; t < c.dv; t++) vacc[t] += p * keep * go[t * dout->stride[3]];
                     const double dp = keep != 0 ? keep * dot_dout_v(&c, dout, v, b, h, i, j) : 0.0;

@@ -4,8 +4,8 @@
 #include <string.h>
 
 /* Counters are atomics: allocations happen inside OpenMP regions (per-thread scratch). */
-static long fail_at;     /* 0: never; else the allocation number that fails */
-static long counter;     /* allocations since the last attn__alloc_fail_after */
+static long fail_at; /* 0: never; else the allocation number that fails */
+static long counter; /* allocations since the last attn__alloc_fail_after */
 static int injected;
 
 /* Counts this allocation; 1 when it is the one to fail. */

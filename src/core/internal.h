@@ -19,9 +19,9 @@ const char *attn_shape_str(const int64_t *shape, int rank, char *buf, size_t len
 /* Threads for an OpenMP region: never more than the number of independent work items. */
 int attn_threads_for(int64_t work_items);
 
-#define ATTN_CHECK_NOT_NULL(fn, p)                                                             \
-    do {                                                                                       \
-        if ((p) == NULL) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, #p); \
+#define ATTN_CHECK_NOT_NULL(fn, p)                                                                                     \
+    do {                                                                                                               \
+        if ((p) == NULL) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, #p);                       \
     } while (0)
 
 #endif

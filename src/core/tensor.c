@@ -17,9 +17,7 @@ static attn_tensor make_tensor(float *data, int rank, const int64_t *shape) {
 }
 
 attn_tensor attn_tensor_1d(float *d, int64_t n0) { return make_tensor(d, 1, (int64_t[]){n0}); }
-attn_tensor attn_tensor_2d(float *d, int64_t n0, int64_t n1) {
-    return make_tensor(d, 2, (int64_t[]){n0, n1});
-}
+attn_tensor attn_tensor_2d(float *d, int64_t n0, int64_t n1) { return make_tensor(d, 2, (int64_t[]){n0, n1}); }
 attn_tensor attn_tensor_3d(float *d, int64_t n0, int64_t n1, int64_t n2) {
     return make_tensor(d, 3, (int64_t[]){n0, n1, n2});
 }
@@ -38,9 +36,7 @@ static attn_btensor bview(const uint8_t *d, int rank, const int64_t *shape) {
     }
     return b;
 }
-attn_btensor attn_btensor_2d(const uint8_t *d, int64_t n0, int64_t n1) {
-    return bview(d, 2, (int64_t[]){n0, n1});
-}
+attn_btensor attn_btensor_2d(const uint8_t *d, int64_t n0, int64_t n1) { return bview(d, 2, (int64_t[]){n0, n1}); }
 attn_btensor attn_btensor_4d(const uint8_t *d, int64_t n0, int64_t n1, int64_t n2, int64_t n3) {
     return bview(d, 4, (int64_t[]){n0, n1, n2, n3});
 }
@@ -52,13 +48,12 @@ attn_status attn_tensor_numel(const attn_tensor *t, size_t *numel) {
     ATTN_CHECK_NOT_NULL("attn_tensor_numel", t);
     ATTN_CHECK_NOT_NULL("attn_tensor_numel", numel);
     if (t->rank < 0 || t->rank > ATTN_MAX_RANK)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_tensor_numel: rank %d not in [0, %d]",
-                          t->rank, ATTN_MAX_RANK);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_tensor_numel: rank %d not in [0, %d]", t->rank,
+                          ATTN_MAX_RANK);
     size_t n = 1;
     for (int i = 0; i < t->rank; i++) {
         if (t->shape[i] < 0)
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                              "attn_tensor_numel: dimension %d is negative (%lld)", i,
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_tensor_numel: dimension %d is negative (%lld)", i,
                               (long long)t->shape[i]);
         if (attn_mul_overflow(n, (size_t)t->shape[i], &n))
             return attn_error(ATTN_ERR_OVERFLOW, "attn_tensor_numel: element count overflows");
@@ -119,8 +114,8 @@ attn_status attn_tensor_check_type(const char *fn, const char *name, const attn_
             memcpy(list + at, dn, len + 1);
             at += len;
         }
-    return attn_error(ATTN_ERR_UNSUPPORTED, "%s: %s has dtype %s, which it has no kernel for (takes %s)",
-                      fn ? fn : "?", name ? name : "tensor", tn, at ? list : "none");
+    return attn_error(ATTN_ERR_UNSUPPORTED, "%s: %s has dtype %s, which it has no kernel for (takes %s)", fn ? fn : "?",
+                      name ? name : "tensor", tn, at ? list : "none");
 }
 
 /* Round to nearest even on the discarded half; NaN stays a quiet NaN of the same sign. */
@@ -144,9 +139,9 @@ attn_f16 attn_f32_to_f16(float x) {
     memcpy(&u, &x, 4);
     const uint32_t sign = (u >> 16) & 0x8000u, au = u & 0x7fffffffu;
     if (au > 0x7f800000u) return (attn_f16)(sign | 0x7e00u | ((au >> 13) & 0x3ffu)); /* NaN */
-    if (au >= 0x477ff000u) return (attn_f16)(sign | 0x7c00u); /* rounds to >= 65536: inf */
-    if (au < 0x38800000u) {                                   /* below 2^-14: subnormal or 0 */
-        if (au < 0x33000000u) return (attn_f16)sign;          /* below half the smallest subnormal */
+    if (au >= 0x477ff000u) return (attn_f16)(sign | 0x7c00u);                        /* rounds to >= 65536: inf */
+    if (au < 0x38800000u) {                                                          /* below 2^-14: subnormal or 0 */
+        if (au < 0x33000000u) return (attn_f16)sign; /* below half the smallest subnormal */
         const uint32_t e = au >> 23, m = (au & 0x7fffffu) | 0x800000u;
         const uint32_t shift = 126 - e; /* value = m 2^(e - 150), half subnormal unit 2^-24 */
         uint32_t r = m >> shift;
@@ -162,9 +157,12 @@ attn_f16 attn_f32_to_f16(float x) {
 float attn_f16_to_f32(attn_f16 x) {
     const uint32_t sign = (uint32_t)(x & 0x8000u) << 16, e = (x >> 10) & 0x1fu, m = x & 0x3ffu;
     uint32_t u;
-    if (e == 0x1f) u = sign | 0x7f800000u | (m << 13);
-    else if (e) u = sign | ((e + 112) << 23) | (m << 13);
-    else if (!m) u = sign;
+    if (e == 0x1f)
+        u = sign | 0x7f800000u | (m << 13);
+    else if (e)
+        u = sign | ((e + 112) << 23) | (m << 13);
+    else if (!m)
+        u = sign;
     else { /* subnormal: m 2^-24 */
         float f = (float)m * 5.9604644775390625e-8f;
         memcpy(&u, &f, 4);

@@ -17,7 +17,8 @@ static int default_threads(void) {
         char *end = NULL;
         errno = 0;
         const long long n = strtoll(env, &end, 10);
-        if (end != env && *end == '\0' && n > 0) return errno == ERANGE || n > ATTN_MAX_THREADS ? ATTN_MAX_THREADS : (int)n;
+        if (end != env && *end == '\0' && n > 0)
+            return errno == ERANGE || n > ATTN_MAX_THREADS ? ATTN_MAX_THREADS : (int)n;
     }
 #ifdef _OPENMP
     return omp_get_max_threads();

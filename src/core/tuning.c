@@ -43,7 +43,8 @@ static const known_uarch *recognise(const char *vendor, int family, int model) {
     if (!strcmp(vendor, "AuthenticAMD") || !strcmp(vendor, "HygonGenuine")) {
         if (family == 0x17) return model >= 0x30 ? &ZEN2 : NULL;
         if (family == 0x19) {
-            if ((model >= 0x10 && model <= 0x1f) || (model >= 0x60 && model <= 0x7f) || (model >= 0xa0 && model <= 0xaf))
+            if ((model >= 0x10 && model <= 0x1f) || (model >= 0x60 && model <= 0x7f) ||
+                (model >= 0xa0 && model <= 0xaf))
                 return &ZEN4;
             return &ZEN3;
         }
@@ -128,9 +129,12 @@ static int64_t parse_size(const char *s, const char **end) {
     const long long v = strtoll(s, &e, 10);
     if (e == s || v <= 0) return -1;
     int64_t x = v;
-    if (*e == 'K' || *e == 'k') x <<= 10, e++;
-    else if (*e == 'M' || *e == 'm') x <<= 20, e++;
-    else if (*e == 'G' || *e == 'g') x <<= 30, e++;
+    if (*e == 'K' || *e == 'k')
+        x <<= 10, e++;
+    else if (*e == 'M' || *e == 'm')
+        x <<= 20, e++;
+    else if (*e == 'G' || *e == 'g')
+        x <<= 30, e++;
     if (*e == 'B' || *e == 'b') e++;
     *end = e;
     return x;
@@ -173,10 +177,14 @@ int attn_cache_parse(const char *s, attn_cache_sizes *c, const char **problem) {
     }
     while (*s) {
         int which;
-        if (!strncmp(s, "l1d=", 4)) which = 1, s += 4;
-        else if (!strncmp(s, "l1=", 3)) which = 1, s += 3;
-        else if (!strncmp(s, "l2=", 3)) which = 2, s += 3;
-        else if (!strncmp(s, "l3=", 3)) which = 3, s += 3;
+        if (!strncmp(s, "l1d=", 4))
+            which = 1, s += 4;
+        else if (!strncmp(s, "l1=", 3))
+            which = 1, s += 3;
+        else if (!strncmp(s, "l2=", 3))
+            which = 2, s += 3;
+        else if (!strncmp(s, "l3=", 3))
+            which = 3, s += 3;
         else {
             *problem = "expected l1=, l2= or l3=";
             return 0;
@@ -223,8 +231,7 @@ static void ensure(void) {
         detect();
         atomic_store_explicit(&ready, 2, memory_order_release);
     } else {
-        while (atomic_load_explicit(&ready, memory_order_acquire) != 2) {
-        }
+        while (atomic_load_explicit(&ready, memory_order_acquire) != 2) {}
     }
 }
 

@@ -10,8 +10,8 @@
 #include "attn/core.h" /* attn_cache_env is public */
 
 typedef struct attn_cache_sizes {
-    int64_t l1d, l2, l3;                     /* bytes, per core (L1d, L2) and per L3 slice the core sees */
-    const char *l1d_src, *l2_src, *l3_src;   /* where each came from */
+    int64_t l1d, l2, l3;                   /* bytes, per core (L1d, L2) and per L3 slice the core sees */
+    const char *l1d_src, *l2_src, *l3_src; /* where each came from */
 } attn_cache_sizes;
 
 typedef struct attn_uarch {

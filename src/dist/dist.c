@@ -10,8 +10,7 @@
 
 #include "core/internal.h"
 
-attn_status attn_dist_shard(int64_t batch, int64_t micro_batch, int rank, int size, int64_t *first,
-                            int64_t *count) {
+attn_status attn_dist_shard(int64_t batch, int64_t micro_batch, int rank, int size, int64_t *first, int64_t *count) {
     ATTN_CHECK_NOT_NULL("attn_dist_shard", first);
     ATTN_CHECK_NOT_NULL("attn_dist_shard", count);
     if (batch < 1 || micro_batch < 1 || size < 1 || rank < 0 || rank >= size)
@@ -40,10 +39,10 @@ attn_status attn_dist_shard(int64_t batch, int64_t micro_batch, int rank, int si
 struct attn_dist {
     MPI_Comm comm;
     int rank, size;
-    int owns_mpi;          /* attn_dist_init initialised MPI: attn_dist_free finalises it */
-    float *buf;            /* receive buffer of the reduce-scatter */
-    size_t buf_cap;        /* floats */
-    float *flat;           /* the flattened gradient (kept: fresh pages every step cost page faults) */
+    int owns_mpi;   /* attn_dist_init initialised MPI: attn_dist_free finalises it */
+    float *buf;     /* receive buffer of the reduce-scatter */
+    size_t buf_cap; /* floats */
+    float *flat;    /* the flattened gradient (kept: fresh pages every step cost page faults) */
     size_t flat_cap;
     double reduce_seconds;
 };
@@ -319,9 +318,18 @@ attn_status attn_dist_init_comm(const void *comm, attn_dist **out) {
     return NO_MPI("attn_dist_init_comm");
 }
 void attn_dist_free(attn_dist *d) { (void)d; }
-int attn_dist_rank(const attn_dist *d) { (void)d; return 0; }
-int attn_dist_size(const attn_dist *d) { (void)d; return 1; }
-double attn_dist_reduce_seconds(const attn_dist *d) { (void)d; return 0.0; }
+int attn_dist_rank(const attn_dist *d) {
+    (void)d;
+    return 0;
+}
+int attn_dist_size(const attn_dist *d) {
+    (void)d;
+    return 1;
+}
+double attn_dist_reduce_seconds(const attn_dist *d) {
+    (void)d;
+    return 0.0;
+}
 void attn_dist_abort(attn_dist *d, int code) {
     (void)d;
     fflush(stdout);

@@ -46,10 +46,12 @@ static int pnm_space(int c) { return c == ' ' || c == '\t' || c == '\n' || c == 
 /* Skip whitespace and comments ('#' to the end of the line). */
 static void pnm_skip(pnm_reader *r) {
     while (r->pos < r->len) {
-        if (pnm_space(r->p[r->pos])) r->pos++;
+        if (pnm_space(r->p[r->pos]))
+            r->pos++;
         else if (r->p[r->pos] == '#')
             while (r->pos < r->len && r->p[r->pos] != '\n' && r->p[r->pos] != '\r') r->pos++;
-        else break;
+        else
+            break;
     }
 }
 
@@ -72,8 +74,8 @@ static attn_status decode_pnm(const char *fn, const uint8_t *p, size_t len, attn
     pnm_reader r = {p, len, 2};
     const int64_t w = pnm_number(&r), h = pnm_number(&r), maxval = pnm_number(&r);
     if (w < 0 || h < 0 || maxval < 0)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s header truncated or malformed (need width, height, maxval)",
-                          fn, fmt);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: %s header truncated or malformed (need width, height, maxval)", fn, fmt);
     attn_status st = check_dims(fn, fmt, w, h);
     if (st) return st;
     if (maxval < 1) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s maxval 0", fn, fmt);
@@ -86,8 +88,8 @@ static attn_status decode_pnm(const char *fn, const uint8_t *p, size_t len, attn
             return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s header not followed by one whitespace byte", fn, fmt);
         r.pos++;
         if (len - r.pos < n)
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s data truncated: %zu bytes for %lld x %lld x %d", fn, fmt,
-                              len - r.pos, (long long)w, (long long)h, ch);
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s data truncated: %zu bytes for %lld x %lld x %d", fn,
+                              fmt, len - r.pos, (long long)w, (long long)h, ch);
     }
     uint8_t *px = attn__malloc(n);
     if (!px) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes", fn, n);
@@ -243,8 +245,8 @@ static void linear_taps(int64_t in, int64_t out, int64_t *i0, int64_t *i1, float
     }
 }
 
-attn_status attn_image_to_tensor(const attn_image *img, int64_t height, int64_t width, int channels,
-                                 const float *mean, const float *std, float *out) {
+attn_status attn_image_to_tensor(const attn_image *img, int64_t height, int64_t width, int channels, const float *mean,
+                                 const float *std, float *out) {
     static const char fn[] = "attn_image_to_tensor";
     ATTN_CHECK_NOT_NULL(fn, img);
     ATTN_CHECK_NOT_NULL(fn, out);
@@ -278,9 +280,12 @@ attn_status attn_image_to_tensor(const attn_image *img, int64_t height, int64_t 
                 float v[4];
                 for (int k = 0; k < 4; k++) {
                     const uint8_t *p = img->pixels + idx[k];
-                    if (ci == channels) v[k] = p[c];
-                    else if (ci == 1) v[k] = p[0];
-                    else v[k] = 0.299f * p[0] + 0.587f * p[1] + 0.114f * p[2];
+                    if (ci == channels)
+                        v[k] = p[c];
+                    else if (ci == 1)
+                        v[k] = p[0];
+                    else
+                        v[k] = 0.299f * p[0] + 0.587f * p[1] + 0.114f * p[2];
                 }
                 const float top = v[0] + (v[1] - v[0]) * tx[x], bot = v[2] + (v[3] - v[2]) * tx[x];
                 const float val = top + (bot - top) * ty[y];
@@ -355,8 +360,8 @@ attn_status attn_image_save(const char *path, const attn_image *img) {
         im.format = img->channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
         errno = 0;
         if (!png_image_write_to_file(&im, path, 0, img->pixels, 0, NULL)) {
-            attn_status st = attn_error(ATTN_ERR_IO, "%s: %s: PNG: %s%s%s", fn, path, im.message,
-                                        errno ? ": " : "", errno ? strerror(errno) : "");
+            attn_status st = attn_error(ATTN_ERR_IO, "%s: %s: PNG: %s%s%s", fn, path, im.message, errno ? ": " : "",
+                                        errno ? strerror(errno) : "");
             png_image_free(&im);
             return st;
         }

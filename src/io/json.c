@@ -79,12 +79,12 @@ int attn_json_utf8_valid(const char *str, size_t len, size_t *bad) {
             n = 2;
         } else if (c >= 0xE0 && c <= 0xEF) {
             n = 3;
-            if (c == 0xE0) lo = 0xA0;      /* no overlong forms */
-            if (c == 0xED) hi = 0x9F;      /* no UTF-16 surrogates */
+            if (c == 0xE0) lo = 0xA0; /* no overlong forms */
+            if (c == 0xED) hi = 0x9F; /* no UTF-16 surrogates */
         } else if (c >= 0xF0 && c <= 0xF4) {
             n = 4;
-            if (c == 0xF0) lo = 0x90;      /* no overlong forms */
-            if (c == 0xF4) hi = 0x8F;      /* nothing above U+10FFFF */
+            if (c == 0xF0) lo = 0x90; /* no overlong forms */
+            if (c == 0xF4) hi = 0x8F; /* nothing above U+10FFFF */
         } else {
             if (bad) *bad = i;
             return 0;
@@ -134,7 +134,8 @@ static void position(const unsigned char *s, size_t len, size_t off, size_t *lin
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-static attn_json_status fail(parser *p, attn_json_status st, size_t off, const char *fmt, ...) {
+static attn_json_status
+fail(parser *p, attn_json_status st, size_t off, const char *fmt, ...) {
     attn_json_error *e = p->err;
     if (e->status != ATTN_JSON_OK) return e->status; /* keep the first (innermost) error */
     e->status = st;
@@ -151,9 +152,7 @@ static attn_json_status fail(parser *p, attn_json_status st, size_t off, const c
     return st;
 }
 
-static attn_json_status nomem(parser *p) {
-    return fail(p, ATTN_JSON_ERR_NOMEM, p->pos, "out of memory");
-}
+static attn_json_status nomem(parser *p) { return fail(p, ATTN_JSON_ERR_NOMEM, p->pos, "out of memory"); }
 
 /* A printable description of the byte at pos, for messages. */
 static const char *describe(const parser *p, size_t pos, char *buf, size_t n) {
@@ -253,8 +252,7 @@ static attn_json_status parse_string(parser *p, attn_json *out) {
     for (i = start + 1; i < end;) {
         unsigned char c = p->s[i];
         if (c < 0x20)
-            return fail(p, ATTN_JSON_ERR_SYNTAX, i,
-                        "control character 0x%02X in a string (must be escaped)", c);
+            return fail(p, ATTN_JSON_ERR_SYNTAX, i, "control character 0x%02X in a string (must be escaped)", c);
         if (c != '\\') {
             d[n++] = (char)c;
             i++;
@@ -262,14 +260,38 @@ static attn_json_status parse_string(parser *p, attn_json *out) {
         }
         unsigned char e = p->s[i + 1]; /* i + 1 < end: a backslash never ends the span */
         switch (e) {
-        case '"': d[n++] = '"'; i += 2; break;
-        case '\\': d[n++] = '\\'; i += 2; break;
-        case '/': d[n++] = '/'; i += 2; break;
-        case 'b': d[n++] = '\b'; i += 2; break;
-        case 'f': d[n++] = '\f'; i += 2; break;
-        case 'n': d[n++] = '\n'; i += 2; break;
-        case 'r': d[n++] = '\r'; i += 2; break;
-        case 't': d[n++] = '\t'; i += 2; break;
+        case '"':
+            d[n++] = '"';
+            i += 2;
+            break;
+        case '\\':
+            d[n++] = '\\';
+            i += 2;
+            break;
+        case '/':
+            d[n++] = '/';
+            i += 2;
+            break;
+        case 'b':
+            d[n++] = '\b';
+            i += 2;
+            break;
+        case 'f':
+            d[n++] = '\f';
+            i += 2;
+            break;
+        case 'n':
+            d[n++] = '\n';
+            i += 2;
+            break;
+        case 'r':
+            d[n++] = '\r';
+            i += 2;
+            break;
+        case 't':
+            d[n++] = '\t';
+            i += 2;
+            break;
         case 'u': {
             long u = hex4(p, i + 2);
             if (u < 0 || i + 6 > end)
@@ -277,15 +299,13 @@ static attn_json_status parse_string(parser *p, attn_json *out) {
             unsigned long cp = (unsigned long)u;
             size_t adv = 6;
             if (cp >= 0xDC00 && cp <= 0xDFFF)
-                return fail(p, ATTN_JSON_ERR_SYNTAX, i,
-                            "lone low surrogate \\u%04lX in a string", cp);
+                return fail(p, ATTN_JSON_ERR_SYNTAX, i, "lone low surrogate \\u%04lX in a string", cp);
             if (cp >= 0xD800 && cp <= 0xDBFF) {
                 long lo = -1;
-                if (i + 12 <= end && p->s[i + 6] == '\\' && p->s[i + 7] == 'u')
-                    lo = hex4(p, i + 8);
+                if (i + 12 <= end && p->s[i + 6] == '\\' && p->s[i + 7] == 'u') lo = hex4(p, i + 8);
                 if (lo < 0xDC00 || lo > 0xDFFF)
-                    return fail(p, ATTN_JSON_ERR_SYNTAX, i,
-                                "high surrogate \\u%04lX not followed by a low surrogate", cp);
+                    return fail(p, ATTN_JSON_ERR_SYNTAX, i, "high surrogate \\u%04lX not followed by a low surrogate",
+                                cp);
                 cp = 0x10000 + ((cp - 0xD800) << 10) + ((unsigned long)lo - 0xDC00);
                 adv = 12;
             }
@@ -295,8 +315,7 @@ static attn_json_status parse_string(parser *p, attn_json *out) {
         }
         default: {
             char buf[16];
-            return fail(p, ATTN_JSON_ERR_SYNTAX, i, "invalid escape \\%s",
-                        describe(p, i + 1, buf, sizeof buf));
+            return fail(p, ATTN_JSON_ERR_SYNTAX, i, "invalid escape \\%s", describe(p, i + 1, buf, sizeof buf));
         }
         }
     }
@@ -317,8 +336,7 @@ static attn_json_status parse_number(parser *p, attn_json *out) {
     char buf[16];
     if (i < p->len && p->s[i] == '-') i++;
     if (i >= p->len || !is_digit(p->s[i]))
-        return fail(p, ATTN_JSON_ERR_SYNTAX, i, "expected a digit, found %s",
-                    describe(p, i, buf, sizeof buf));
+        return fail(p, ATTN_JSON_ERR_SYNTAX, i, "expected a digit, found %s", describe(p, i, buf, sizeof buf));
     if (p->s[i] == '0') {
         i++;
         if (i < p->len && is_digit(p->s[i]))
@@ -407,10 +425,9 @@ static attn_json_status close_container(parser *p, size_t base, attn_json *out) 
         qsort(keys, out->len, sizeof *keys, key_cmp);
         for (size_t k = 1; k < out->len; k++) {
             if (key_cmp(&keys[k - 1], &keys[k]) == 0) {
-                size_t off = keys[k - 1]->offset > keys[k]->offset ? keys[k - 1]->offset
-                                                                    : keys[k]->offset;
-                attn_json_status st = fail(p, ATTN_JSON_ERR_DUPLICATE_KEY, off,
-                                           "duplicate key \"%.60s\"", keys[k]->str);
+                size_t off = keys[k - 1]->offset > keys[k]->offset ? keys[k - 1]->offset : keys[k]->offset;
+                attn_json_status st =
+                    fail(p, ATTN_JSON_ERR_DUPLICATE_KEY, off, "duplicate key \"%.60s\"", keys[k]->str);
                 attn__free(keys);
                 return st;
             }
@@ -427,8 +444,7 @@ static attn_json_status parse_container(parser *p, int depth, attn_json *out) {
     int is_obj = open == '{';
     unsigned char close = is_obj ? '}' : ']';
     char buf[16];
-    if (depth >= p->max_depth)
-        return fail(p, ATTN_JSON_ERR_DEPTH, p->pos, "nesting deeper than %d", p->max_depth);
+    if (depth >= p->max_depth) return fail(p, ATTN_JSON_ERR_DEPTH, p->pos, "nesting deeper than %d", p->max_depth);
     memset(out, 0, sizeof *out);
     out->type = is_obj ? ATTN_JSON_OBJECT : ATTN_JSON_ARRAY;
     out->offset = p->pos;
@@ -508,21 +524,19 @@ static attn_json_status parse_value(parser *p, int depth, attn_json *out) {
         return ATTN_JSON_OK;
     default:
         if (c == '-' || is_digit(c)) return parse_number(p, out);
-        return fail(p, ATTN_JSON_ERR_SYNTAX, start, "expected a value, found %s",
-                    describe(p, start, buf, sizeof buf));
+        return fail(p, ATTN_JSON_ERR_SYNTAX, start, "expected a value, found %s", describe(p, start, buf, sizeof buf));
     }
 }
 
-attn_json_status attn_json_parse(const char *text, size_t len, const attn_json_options *opt,
-                                 attn_json_doc **out, attn_json_error *err) {
+attn_json_status attn_json_parse(const char *text, size_t len, const attn_json_options *opt, attn_json_doc **out,
+                                 attn_json_error *err) {
     attn_json_error local;
     if (!err) err = &local;
     memset(err, 0, sizeof *err);
     if (out) *out = NULL;
     if (!out || (!text && len)) {
         err->status = ATTN_JSON_ERR_ARGUMENT;
-        snprintf(err->message, sizeof err->message, "attn_json_parse: %s is NULL",
-                 out ? "text" : "out");
+        snprintf(err->message, sizeof err->message, "attn_json_parse: %s is NULL", out ? "text" : "out");
         return ATTN_JSON_ERR_ARGUMENT;
     }
     parser p;
@@ -598,8 +612,7 @@ const attn_json *attn_json_getn(const attn_json *obj, const char *key, size_t ke
     if (!obj || obj->type != ATTN_JSON_OBJECT || (!key && key_len)) return NULL;
     for (size_t i = 0; i < obj->len; i++) {
         const attn_json *k = &obj->items[2 * i];
-        if (k->len == key_len && (key_len == 0 || memcmp(k->str, key, key_len) == 0))
-            return &obj->items[2 * i + 1];
+        if (k->len == key_len && (key_len == 0 || memcmp(k->str, key, key_len) == 0)) return &obj->items[2 * i + 1];
     }
     return NULL;
 }

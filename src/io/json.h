@@ -34,12 +34,12 @@ typedef enum attn_json_type {
 typedef struct attn_json attn_json;
 struct attn_json {
     attn_json_type type;
-    int boolean;        /* BOOL: 0 or 1 */
-    double number;      /* NUMBER: the value, correctly rounded */
-    const char *str;    /* STRING: the decoded value; NUMBER: the source lexeme; NUL-terminated */
-    size_t len;         /* STRING/NUMBER: bytes of str; ARRAY: elements; OBJECT: members */
-    attn_json *items;   /* ARRAY: len values; OBJECT: 2*len nodes, each key (a STRING) then value */
-    size_t offset;      /* byte offset of the value in the source text */
+    int boolean;      /* BOOL: 0 or 1 */
+    double number;    /* NUMBER: the value, correctly rounded */
+    const char *str;  /* STRING: the decoded value; NUMBER: the source lexeme; NUL-terminated */
+    size_t len;       /* STRING/NUMBER: bytes of str; ARRAY: elements; OBJECT: members */
+    attn_json *items; /* ARRAY: len values; OBJECT: 2*len nodes, each key (a STRING) then value */
+    size_t offset;    /* byte offset of the value in the source text */
 };
 
 typedef enum attn_json_status {
@@ -49,7 +49,7 @@ typedef enum attn_json_status {
     ATTN_JSON_ERR_DEPTH,         /* nested deeper than max_depth */
     ATTN_JSON_ERR_DUPLICATE_KEY, /* only with reject_duplicate_keys */
     ATTN_JSON_ERR_NOMEM,
-    ATTN_JSON_ERR_ARGUMENT       /* NULL out, or NULL text with len > 0 */
+    ATTN_JSON_ERR_ARGUMENT /* NULL out, or NULL text with len > 0 */
 } attn_json_status;
 
 typedef struct attn_json_error {
@@ -71,17 +71,17 @@ typedef struct attn_json_doc attn_json_doc;
 
 /* Parse text[0..len) (need not be NUL-terminated). opt and err may be NULL. On success *out is
  * the document; on failure *out is NULL and err (when given) says where and why. */
-attn_json_status attn_json_parse(const char *text, size_t len, const attn_json_options *opt,
-                                 attn_json_doc **out, attn_json_error *err);
+attn_json_status attn_json_parse(const char *text, size_t len, const attn_json_options *opt, attn_json_doc **out,
+                                 attn_json_error *err);
 const attn_json *attn_json_root(const attn_json_doc *doc);
 void attn_json_free(attn_json_doc *doc);
 
 const char *attn_json_type_name(attn_json_type t); /* "null", "boolean", "number", ... */
 
 /* Containers. NULL-safe: a NULL or wrong-typed node has no elements / members. */
-size_t attn_json_count(const attn_json *v);                        /* elements or members */
-const attn_json *attn_json_at(const attn_json *arr, size_t i);      /* NULL out of range */
-const attn_json *attn_json_member_key(const attn_json *obj, size_t i);   /* a STRING node */
+size_t attn_json_count(const attn_json *v);                            /* elements or members */
+const attn_json *attn_json_at(const attn_json *arr, size_t i);         /* NULL out of range */
+const attn_json *attn_json_member_key(const attn_json *obj, size_t i); /* a STRING node */
 const attn_json *attn_json_member_value(const attn_json *obj, size_t i);
 /* First member whose key equals key (NUL-terminated / key_len bytes); NULL when absent or when
  * obj is not an object. Linear in the number of members. */

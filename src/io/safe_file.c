@@ -27,9 +27,13 @@
 static const char *errtext(int e) { return strerror(e); }
 
 static const char *kind_of(mode_t m) {
-    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
-         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link"
-                                                                     : "not a regular file";
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISLNK(m)  ? "a symbolic link"
+                         : "not a regular file";
 }
 
 static void cap_str(uint64_t cap, char *b, size_t n) {
@@ -131,8 +135,7 @@ attn_status attn_io_check_target(const char *path) {
         return attn_error(ATTN_ERR_IO, "cannot stat output '%s': %s", path, errtext(errno));
     }
     if (!S_ISREG(sb.st_mode))
-        return attn_error(ATTN_ERR_IO, "output '%s' is %s; only a regular file is replaced", path,
-                          kind_of(sb.st_mode));
+        return attn_error(ATTN_ERR_IO, "output '%s' is %s; only a regular file is replaced", path, kind_of(sb.st_mode));
     return ATTN_OK;
 }
 
@@ -148,7 +151,8 @@ static uint64_t random_bits(void) {
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 17) ^ ++counter * 0x9E3779B97F4A7C15ull;
+    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 17) ^
+        ++counter * 0x9E3779B97F4A7C15ull;
     x ^= x >> 31;
     x *= 0xBF58476D1CE4E5B9ull;
     x ^= x >> 29;

@@ -12,8 +12,8 @@
 #include "core/internal.h"
 #include "io/safe_file.h"
 
-static const char *const kind_name[] = {"a safetensors file", "an attn checkpoint", "an SVG file", "an HTML file",
-                                        "a CSV file", "a PNG / PPM / PGM image"};
+static const char *const kind_name[] = {"a safetensors file", "an attn checkpoint", "an SVG file",
+                                        "an HTML file",       "a CSV file",         "a PNG / PPM / PGM image"};
 
 /* The first bytes of path (NUL-terminated); 0 bytes when unreadable. */
 static size_t head_of(const char *path, char *buf, size_t cap) {
@@ -71,8 +71,10 @@ attn_status attn_io_check_output(const char *what, const char *path, const char 
     const char *const name = what ? what : "output";
     for (size_t i = 0; i < n; i++)
         if (inputs[i] && attn_io_same_file(path, inputs[i]))
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s '%s' is the same file as the input '%s': refusing to "
-                              "overwrite an input", name, path, inputs[i]);
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                              "%s '%s' is the same file as the input '%s': refusing to "
+                              "overwrite an input",
+                              name, path, inputs[i]);
     if (attn_io_check_target(path)) {
         if (!what) return ATTN_ERR_IO; /* the message names the output already */
         char why[512];
@@ -81,8 +83,10 @@ attn_status attn_io_check_output(const char *what, const char *path, const char 
     }
     struct stat sb;
     if (!force && stat(path, &sb) == 0 && sb.st_size > 0 && !is_kind(path, kind))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s '%s' exists and is not %s: refusing to replace it "
-                          "(remove it, choose another path, or add --force)", name, path, kind_name[kind]);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s '%s' exists and is not %s: refusing to replace it "
+                          "(remove it, choose another path, or add --force)",
+                          name, path, kind_name[kind]);
     return ATTN_OK;
 }
 
@@ -121,8 +125,8 @@ attn_status attn_io_out_fclose(attn_io_out *o, FILE *f) {
     const int e = errno;
     const int cbad = fclose(f) != 0;
     if (bad || cbad) {
-        attn_status s = attn_error(ATTN_ERR_IO, "cannot write '%s': %s", o->path ? o->path : "(output)",
-                                   strerror(e ? e : EIO));
+        attn_status s =
+            attn_error(ATTN_ERR_IO, "cannot write '%s': %s", o->path ? o->path : "(output)", strerror(e ? e : EIO));
         attn_io_out_abort(o);
         return s;
     }

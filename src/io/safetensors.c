@@ -50,20 +50,15 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[] = {
-    [ATTN_DTYPE_BOOL] = {"BOOL", 1},  [ATTN_DTYPE_U8] = {"U8", 1},
-    [ATTN_DTYPE_I8] = {"I8", 1},      [ATTN_DTYPE_I16] = {"I16", 2},
-    [ATTN_DTYPE_U16] = {"U16", 2},    [ATTN_DTYPE_F16] = {"F16", 2},
-    [ATTN_DTYPE_BF16] = {"BF16", 2},  [ATTN_DTYPE_I32] = {"I32", 4},
-    [ATTN_DTYPE_U32] = {"U32", 4},    [ATTN_DTYPE_F32] = {"F32", 4},
-    [ATTN_DTYPE_I64] = {"I64", 8},    [ATTN_DTYPE_U64] = {"U64", 8},
-    [ATTN_DTYPE_F64] = {"F64", 8},    [ATTN_DTYPE_F8_E4M3] = {"F8_E4M3", 1},
-    [ATTN_DTYPE_F8_E5M2] = {"F8_E5M2", 1},
+    [ATTN_DTYPE_BOOL] = {"BOOL", 1}, [ATTN_DTYPE_U8] = {"U8", 1},           [ATTN_DTYPE_I8] = {"I8", 1},
+    [ATTN_DTYPE_I16] = {"I16", 2},   [ATTN_DTYPE_U16] = {"U16", 2},         [ATTN_DTYPE_F16] = {"F16", 2},
+    [ATTN_DTYPE_BF16] = {"BF16", 2}, [ATTN_DTYPE_I32] = {"I32", 4},         [ATTN_DTYPE_U32] = {"U32", 4},
+    [ATTN_DTYPE_F32] = {"F32", 4},   [ATTN_DTYPE_I64] = {"I64", 8},         [ATTN_DTYPE_U64] = {"U64", 8},
+    [ATTN_DTYPE_F64] = {"F64", 8},   [ATTN_DTYPE_F8_E4M3] = {"F8_E4M3", 1}, [ATTN_DTYPE_F8_E5M2] = {"F8_E5M2", 1},
 };
 _Static_assert(sizeof dtypes / sizeof dtypes[0] == ATTN_DTYPE_COUNT, "dtypes[] needs one row per attn_dtype");
 
-const char *attn_dtype_name(attn_dtype dt) {
-    return (unsigned)dt < ATTN_DTYPE_COUNT ? dtypes[dt].name : "unknown";
-}
+const char *attn_dtype_name(attn_dtype dt) { return (unsigned)dt < ATTN_DTYPE_COUNT ? dtypes[dt].name : "unknown"; }
 
 size_t attn_dtype_size(attn_dtype dt) { return (unsigned)dt < ATTN_DTYPE_COUNT ? dtypes[dt].size : 0; }
 
@@ -100,7 +95,8 @@ static const char *show(const char *s, size_t len, char *buf, size_t n) {
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static attn_status st_fail(const char *path, attn_status s, const char *fmt, ...) {
+static attn_status
+st_fail(const char *path, attn_status s, const char *fmt, ...) {
     char msg[400];
     va_list ap;
     va_start(ap, fmt);
@@ -122,12 +118,12 @@ void (*attn_st_read_hook)(int fd) = NULL;
 struct attn_safetensors {
     attn_safetensors_tensor *tensors; /* data-offset order */
     size_t count;
-    size_t *by_name;                  /* indices into tensors, sorted by name */
+    size_t *by_name;                       /* indices into tensors, sorted by name */
     const char **meta_keys, **meta_values; /* file order */
     size_t meta_count;
-    size_t *meta_by_key;              /* indices sorted by key */
-    char *strings;                    /* names, keys and values */
-    void *file;                       /* the file's bytes read into memory (open_file), or NULL */
+    size_t *meta_by_key; /* indices sorted by key */
+    char *strings;       /* names, keys and values */
+    void *file;          /* the file's bytes read into memory (open_file), or NULL */
 };
 
 /* What the header says about one tensor, before validation of its offsets. */
@@ -181,8 +177,7 @@ static const char *json_what(const attn_json *v, char *buf, size_t n) {
     return buf;
 }
 
-static attn_status parse_entry(const char *path, const attn_json *key, const attn_json *val,
-                               entry *e) {
+static attn_status parse_entry(const char *path, const attn_json *key, const attn_json *val, entry *e) {
     char nb[80], wb[48];
     const char *nm = show(key->str, key->len, nb, sizeof nb);
     memset(e, 0, sizeof *e);
@@ -198,7 +193,9 @@ static attn_status parse_entry(const char *path, const attn_json *key, const att
     const attn_json *offs = attn_json_get(val, "data_offsets");
     if (!dt || !shape || !offs)
         return st_fail(path, ATTN_ERR_ST_MISSING_FIELD, "tensor '%s': entry has no \"%s\"", nm,
-                       !dt ? "dtype" : !shape ? "shape" : "data_offsets");
+                       !dt      ? "dtype"
+                       : !shape ? "shape"
+                                : "data_offsets");
     if (dt->type != ATTN_JSON_STRING)
         return st_fail(path, ATTN_ERR_ST_INVALID_JSON, "tensor '%s': dtype is %s, not a string", nm,
                        json_what(dt, wb, sizeof wb));
@@ -213,34 +210,31 @@ static attn_status parse_entry(const char *path, const attn_json *key, const att
     for (size_t i = 0; i < shape->len; i++) {
         uint64_t d;
         if (!json_u64(&shape->items[i], &d))
-            return st_fail(path, ATTN_ERR_ST_INVALID_JSON,
-                           "tensor '%s': shape[%zu] is %s, not a non-negative integer", nm, i,
-                           json_what(&shape->items[i], wb, sizeof wb));
+            return st_fail(path, ATTN_ERR_ST_INVALID_JSON, "tensor '%s': shape[%zu] is %s, not a non-negative integer",
+                           nm, i, json_what(&shape->items[i], wb, sizeof wb));
         if (d > (uint64_t)INT64_MAX)
-            return st_fail(path, ATTN_ERR_ST_SIZE_OVERFLOW,
-                           "tensor '%s': shape[%zu] = %llu does not fit in int64", nm, i,
-                           (unsigned long long)d);
+            return st_fail(path, ATTN_ERR_ST_SIZE_OVERFLOW, "tensor '%s': shape[%zu] = %llu does not fit in int64", nm,
+                           i, (unsigned long long)d);
         if (i < ATTN_SAFETENSORS_MAX_RANK) e->shape[i] = (int64_t)d;
     }
     if (shape->len > ATTN_SAFETENSORS_MAX_RANK)
-        return st_fail(path, ATTN_ERR_UNSUPPORTED, "tensor '%s': rank %zu, at most %d supported",
-                       nm, shape->len, ATTN_SAFETENSORS_MAX_RANK);
+        return st_fail(path, ATTN_ERR_UNSUPPORTED, "tensor '%s': rank %zu, at most %d supported", nm, shape->len,
+                       ATTN_SAFETENSORS_MAX_RANK);
     e->rank = (int)shape->len;
     if (offs->type != ATTN_JSON_ARRAY || offs->len != 2)
-        return st_fail(path, ATTN_ERR_ST_INVALID_JSON,
-                       "tensor '%s': data_offsets must be an array of two integers", nm);
+        return st_fail(path, ATTN_ERR_ST_INVALID_JSON, "tensor '%s': data_offsets must be an array of two integers",
+                       nm);
     for (size_t i = 0; i < 2; i++) {
         if (!json_u64(&offs->items[i], i ? &e->end : &e->begin))
             return st_fail(path, ATTN_ERR_ST_INVALID_JSON,
-                           "tensor '%s': data_offsets[%zu] is %s, not a non-negative integer", nm,
-                           i, json_what(&offs->items[i], wb, sizeof wb));
+                           "tensor '%s': data_offsets[%zu] is %s, not a non-negative integer", nm, i,
+                           json_what(&offs->items[i], wb, sizeof wb));
     }
     return ATTN_OK;
 }
 
 /* The 8-byte length prefix and the header's framing: *hdr, *n the header JSON. */
-static attn_status check_prefix(const unsigned char *buf, size_t len, const char *path, const char **hdr,
-                                size_t *n) {
+static attn_status check_prefix(const unsigned char *buf, size_t len, const char *path, const char **hdr, size_t *n) {
     if (len < 8)
         return st_fail(path, ATTN_ERR_ST_HEADER_TOO_SMALL, "file is %zu bytes, shorter than the 8-byte header length",
                        len);
@@ -250,8 +244,8 @@ static attn_status check_prefix(const unsigned char *buf, size_t len, const char
                        (unsigned long long)n64, ATTN_SAFETENSORS_MAX_HEADER);
     *n = (size_t)n64;
     if (*n > len - 8)
-        return st_fail(path, ATTN_ERR_ST_HEADER_TRUNCATED, "header length %zu but only %zu bytes follow the length prefix",
-                       *n, len - 8);
+        return st_fail(path, ATTN_ERR_ST_HEADER_TRUNCATED,
+                       "header length %zu but only %zu bytes follow the length prefix", *n, len - 8);
     *hdr = (const char *)buf + 8;
     size_t bad = 0;
     if (!attn_json_utf8_valid(*hdr, *n, &bad))
@@ -333,12 +327,13 @@ static attn_status check_layout(const char *path, entry **order, size_t ne, size
         const char *en = show(e->name, e->name_len, nb, sizeof nb);
         const unsigned long long b = e->begin, en_ = e->end;
         if (e->end < e->begin)
-            return st_fail(path, ATTN_ERR_ST_INVALID_OFFSET, "tensor '%s': data_offsets [%llu, %llu] end before they begin",
-                           en, b, en_);
+            return st_fail(path, ATTN_ERR_ST_INVALID_OFFSET,
+                           "tensor '%s': data_offsets [%llu, %llu] end before they begin", en, b, en_);
         if (e->begin != expect) {
             if (i == 0)
                 return st_fail(path, ATTN_ERR_ST_INVALID_OFFSET,
-                               "tensor '%s': data_offsets [%llu, %llu] but the first tensor must begin at 0", en, b, en_);
+                               "tensor '%s': data_offsets [%llu, %llu] but the first tensor must begin at 0", en, b,
+                               en_);
             return st_fail(path, ATTN_ERR_ST_INVALID_OFFSET,
                            "tensor '%s': data_offsets [%llu, %llu] but the previous tensor ends at %llu", en, b, en_,
                            (unsigned long long)expect);
@@ -361,8 +356,9 @@ static attn_status check_layout(const char *path, entry **order, size_t ne, size
         expect = e->end;
     }
     if (expect != (uint64_t)data_len)
-        return st_fail(path, ATTN_ERR_ST_INCOMPLETE_BUFFER, "tensors cover %llu bytes but the data buffer has %zu bytes",
-                       (unsigned long long)expect, data_len);
+        return st_fail(path, ATTN_ERR_ST_INCOMPLETE_BUFFER,
+                       "tensors cover %llu bytes but the data buffer has %zu bytes", (unsigned long long)expect,
+                       data_len);
     return ATTN_OK;
 }
 
@@ -536,8 +532,7 @@ attn_status attn_safetensors_open_file(const char *path, attn_safetensors **out)
                 close(fd);
                 attn_safetensors_close(st);
                 if (r == 0)
-                    return st_fail(path, ATTN_ERR_IO, "file was truncated while being read (%zu of %zu bytes)", n,
-                                   len);
+                    return st_fail(path, ATTN_ERR_IO, "file was truncated while being read (%zu of %zu bytes)", n, len);
                 return st_fail(path, ATTN_ERR_IO, "cannot read: %s", errstr(e, eb, sizeof eb));
             }
             n += (size_t)r;
@@ -580,13 +575,11 @@ const attn_safetensors_tensor *attn_safetensors_find(const attn_safetensors *st,
 
 size_t attn_safetensors_metadata_count(const attn_safetensors *st) { return st ? st->meta_count : 0; }
 
-attn_status attn_safetensors_metadata_get(const attn_safetensors *st, size_t i, const char **key,
-                                          const char **value) {
+attn_status attn_safetensors_metadata_get(const attn_safetensors *st, size_t i, const char **key, const char **value) {
     ATTN_CHECK_NOT_NULL("attn_safetensors_metadata_get", st);
     if (i >= st->meta_count)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "attn_safetensors_metadata_get: index %zu out of range (%zu entries)", i,
-                          st->meta_count);
+                          "attn_safetensors_metadata_get: index %zu out of range (%zu entries)", i, st->meta_count);
     if (key) *key = st->meta_keys[i];
     if (value) *value = st->meta_values[i];
     return ATTN_OK;
@@ -662,8 +655,7 @@ static float f64_to_f32(double d) {
         uint64_t b;
         memcpy(&b, &d, sizeof b);
         /* keep sign and the top of the payload, quiet */
-        return bits_f32((uint32_t)((b >> 32) & 0x80000000u) | 0x7FC00000u |
-                        (uint32_t)((b >> 29) & 0x3FFFFFu));
+        return bits_f32((uint32_t)((b >> 32) & 0x80000000u) | 0x7FC00000u | (uint32_t)((b >> 29) & 0x3FFFFFu));
     }
     if (d > FLT_MAX) return d >= 0x1.ffffffp+127 ? (float)INFINITY : FLT_MAX;
     if (d < -FLT_MAX) return d <= -0x1.ffffffp+127 ? -(float)INFINITY : -FLT_MAX;
@@ -680,7 +672,9 @@ static void convert(const attn_safetensors_tensor *t, float *dst, size_t n) {
         for (size_t i = 0; i < n; i++) dst[i] = bits_f32(ld32(p + 4 * i));
 #endif
         break;
-    case ATTN_DTYPE_F16: for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(ld16(p + 2 * i)); break;
+    case ATTN_DTYPE_F16:
+        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(ld16(p + 2 * i));
+        break;
     case ATTN_DTYPE_BF16:
         for (size_t i = 0; i < n; i++) dst[i] = bits_f32((uint32_t)ld16(p + 2 * i) << 16);
         break;
@@ -692,17 +686,39 @@ static void convert(const attn_safetensors_tensor *t, float *dst, size_t n) {
             dst[i] = f64_to_f32(d);
         }
         break;
-    case ATTN_DTYPE_F8_E4M3: for (size_t i = 0; i < n; i++) dst[i] = f8e4m3_to_f32(p[i]); break;
-    case ATTN_DTYPE_F8_E5M2: for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32((uint16_t)(p[i] << 8)); break;
-    case ATTN_DTYPE_BOOL: for (size_t i = 0; i < n; i++) dst[i] = p[i] ? 1.0f : 0.0f; break;
-    case ATTN_DTYPE_U8: for (size_t i = 0; i < n; i++) dst[i] = (float)p[i]; break;
-    case ATTN_DTYPE_I8: for (size_t i = 0; i < n; i++) dst[i] = (float)(int8_t)p[i]; break;
-    case ATTN_DTYPE_I16: for (size_t i = 0; i < n; i++) dst[i] = (float)(int16_t)ld16(p + 2 * i); break;
-    case ATTN_DTYPE_U16: for (size_t i = 0; i < n; i++) dst[i] = (float)ld16(p + 2 * i); break;
-    case ATTN_DTYPE_I32: for (size_t i = 0; i < n; i++) dst[i] = (float)(int32_t)ld32(p + 4 * i); break;
-    case ATTN_DTYPE_U32: for (size_t i = 0; i < n; i++) dst[i] = (float)ld32(p + 4 * i); break;
-    case ATTN_DTYPE_I64: for (size_t i = 0; i < n; i++) dst[i] = (float)(int64_t)ld64(p + 8 * i); break;
-    case ATTN_DTYPE_U64: for (size_t i = 0; i < n; i++) dst[i] = (float)ld64(p + 8 * i); break;
+    case ATTN_DTYPE_F8_E4M3:
+        for (size_t i = 0; i < n; i++) dst[i] = f8e4m3_to_f32(p[i]);
+        break;
+    case ATTN_DTYPE_F8_E5M2:
+        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32((uint16_t)(p[i] << 8));
+        break;
+    case ATTN_DTYPE_BOOL:
+        for (size_t i = 0; i < n; i++) dst[i] = p[i] ? 1.0f : 0.0f;
+        break;
+    case ATTN_DTYPE_U8:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)p[i];
+        break;
+    case ATTN_DTYPE_I8:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)(int8_t)p[i];
+        break;
+    case ATTN_DTYPE_I16:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)(int16_t)ld16(p + 2 * i);
+        break;
+    case ATTN_DTYPE_U16:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)ld16(p + 2 * i);
+        break;
+    case ATTN_DTYPE_I32:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)(int32_t)ld32(p + 4 * i);
+        break;
+    case ATTN_DTYPE_U32:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)ld32(p + 4 * i);
+        break;
+    case ATTN_DTYPE_I64:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)(int64_t)ld64(p + 8 * i);
+        break;
+    case ATTN_DTYPE_U64:
+        for (size_t i = 0; i < n; i++) dst[i] = (float)ld64(p + 8 * i);
+        break;
     case ATTN_DTYPE_COUNT: break;
     }
 }
@@ -720,39 +736,35 @@ static attn_status lookup(const char *fn, const attn_safetensors *st, const char
     *t = attn_safetensors_find(st, name);
     if (!*t) {
         char nb[80];
-        return attn_error(ATTN_ERR_NOT_FOUND, "%s: no tensor named '%s'", fn,
-                          show(name, strlen(name), nb, sizeof nb));
+        return attn_error(ATTN_ERR_NOT_FOUND, "%s: no tensor named '%s'", fn, show(name, strlen(name), nb, sizeof nb));
     }
     return ATTN_OK;
 }
 
-attn_status attn_safetensors_read_f32(const attn_safetensors *st, const char *name, float *dst,
-                                      size_t count) {
+attn_status attn_safetensors_read_f32(const attn_safetensors *st, const char *name, float *dst, size_t count) {
     const attn_safetensors_tensor *t;
     attn_status s = lookup("attn_safetensors_read_f32", st, name, &t);
     if (s != ATTN_OK) return s;
     size_t n = tensor_numel(t);
     if (count != n) {
         char nb[80], sb[200];
-        return attn_error(ATTN_ERR_SHAPE,
-                          "attn_safetensors_read_f32: tensor '%s' has shape %s (%zu elements), count is %zu",
-                          show(name, strlen(name), nb, sizeof nb), attn_shape_str(t->shape, t->rank, sb, sizeof sb),
-                          n, count);
+        return attn_error(
+            ATTN_ERR_SHAPE, "attn_safetensors_read_f32: tensor '%s' has shape %s (%zu elements), count is %zu",
+            show(name, strlen(name), nb, sizeof nb), attn_shape_str(t->shape, t->rank, sb, sizeof sb), n, count);
     }
     if (n && !dst) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_safetensors_read_f32: dst is NULL");
     convert(t, dst, n);
     return ATTN_OK;
 }
 
-attn_status attn_safetensors_read_f32_shape(const attn_safetensors *st, const char *name,
-                                            float *dst, int rank, const int64_t *shape) {
+attn_status attn_safetensors_read_f32_shape(const attn_safetensors *st, const char *name, float *dst, int rank,
+                                            const int64_t *shape) {
     const char *fn = "attn_safetensors_read_f32_shape";
     const attn_safetensors_tensor *t;
     attn_status s = lookup(fn, st, name, &t);
     if (s != ATTN_OK) return s;
     if (rank < 0 || (rank > 0 && !shape))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: rank %d with shape %s", fn, rank,
-                          shape ? "given" : "NULL");
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: rank %d with shape %s", fn, rank, shape ? "given" : "NULL");
     int same = rank == t->rank;
     for (int d = 0; same && d < rank; d++) same = shape[d] == t->shape[d];
     if (!same) {
@@ -782,7 +794,7 @@ struct attn_safetensors_writer {
     size_t n, cap;
     char **mkeys, **mvals;
     size_t mn, mcap;
-    size_t total; /* data bytes */
+    size_t total;  /* data bytes */
     size_t *slots; /* open-addressing set of tensor indices + 1 (0 = empty), by name */
     size_t nslots; /* a power of two, kept at least twice n */
 };
@@ -847,9 +859,8 @@ static char *dup_str(const char *s, size_t n) {
     return d;
 }
 
-attn_status attn_safetensors_writer_add(attn_safetensors_writer *w, const char *name,
-                                        attn_dtype dtype, int rank, const int64_t *shape,
-                                        const void *data) {
+attn_status attn_safetensors_writer_add(attn_safetensors_writer *w, const char *name, attn_dtype dtype, int rank,
+                                        const int64_t *shape, const void *data) {
     const char *fn = "attn_safetensors_writer_add";
     char nb[80], sb[200];
     ATTN_CHECK_NOT_NULL(fn, w);
@@ -863,16 +874,15 @@ attn_status attn_safetensors_writer_add(attn_safetensors_writer *w, const char *
     if ((unsigned)dtype >= ATTN_DTYPE_COUNT)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: tensor '%s': invalid dtype %d", fn, nm, (int)dtype);
     if (rank < 0 || rank > ATTN_SAFETENSORS_MAX_RANK)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: tensor '%s': rank %d outside [0, %d]", fn,
-                          nm, rank, ATTN_SAFETENSORS_MAX_RANK);
-    if (rank > 0 && !shape)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: tensor '%s': shape is NULL", fn, nm);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: tensor '%s': rank %d outside [0, %d]", fn, nm, rank,
+                          ATTN_SAFETENSORS_MAX_RANK);
+    if (rank > 0 && !shape) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: tensor '%s': shape is NULL", fn, nm);
     size_t numel = 1, nbytes, total;
     int of = 0;
     for (int d = 0; d < rank; d++) {
         if (shape[d] < 0)
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: tensor '%s': negative dimension in shape %s",
-                              fn, nm, attn_shape_str(shape, rank, sb, sizeof sb));
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: tensor '%s': negative dimension in shape %s", fn, nm,
+                              attn_shape_str(shape, rank, sb, sizeof sb));
     }
     for (int d = 0; d < rank && !of; d++) of = attn_mul_overflow(numel, (size_t)shape[d], &numel);
     if (of || attn_mul_overflow(numel, dtypes[dtype].size, &nbytes))
@@ -880,8 +890,7 @@ attn_status attn_safetensors_writer_add(attn_safetensors_writer *w, const char *
                           attn_shape_str(shape, rank, sb, sizeof sb), dtypes[dtype].name);
     if (attn_add_overflow(w->total, nbytes, &total))
         return attn_error(ATTN_ERR_OVERFLOW, "%s: tensor '%s': total data size overflows", fn, nm);
-    if (nbytes && !data)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: tensor '%s': data is NULL", fn, nm);
+    if (nbytes && !data) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: tensor '%s': data is NULL", fn, nm);
     if (writer_lookup(w, name) != SIZE_MAX)
         return attn_error(ATTN_ERR_ST_DUPLICATE_NAME, "%s: tensor '%s' added twice", fn, nm);
     if (!writer_reserve(w)) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -910,8 +919,7 @@ attn_status attn_safetensors_writer_add(attn_safetensors_writer *w, const char *
     return ATTN_OK;
 }
 
-attn_status attn_safetensors_writer_add_metadata(attn_safetensors_writer *w, const char *key,
-                                                 const char *value) {
+attn_status attn_safetensors_writer_add_metadata(attn_safetensors_writer *w, const char *key, const char *value) {
     const char *fn = "attn_safetensors_writer_add_metadata";
     char nb[80];
     ATTN_CHECK_NOT_NULL(fn, w);
@@ -1054,15 +1062,14 @@ static attn_status build_header(const attn_safetensors_writer *w, const char *fn
     if (hl > ATTN_SAFETENSORS_MAX_HEADER) {
         attn__free(b->p);
         b->p = NULL;
-        return attn_error(ATTN_ERR_ST_HEADER_TOO_LARGE, "%s: header of %zu bytes exceeds the limit of %u",
-                          fn, hl, ATTN_SAFETENSORS_MAX_HEADER);
+        return attn_error(ATTN_ERR_ST_HEADER_TOO_LARGE, "%s: header of %zu bytes exceeds the limit of %u", fn, hl,
+                          ATTN_SAFETENSORS_MAX_HEADER);
     }
     for (int i = 0; i < 8; i++) b->p[i] = (char)(((uint64_t)hl >> (8 * i)) & 0xFF);
     return ATTN_OK;
 }
 
-attn_status attn_safetensors_writer_write_memory(attn_safetensors_writer *w, void **buf,
-                                                 size_t *len) {
+attn_status attn_safetensors_writer_write_memory(attn_safetensors_writer *w, void **buf, size_t *len) {
     const char *fn = "attn_safetensors_writer_write_memory";
     ATTN_CHECK_NOT_NULL(fn, w);
     ATTN_CHECK_NOT_NULL(fn, buf);
@@ -1091,7 +1098,6 @@ attn_status attn_safetensors_writer_write_memory(attn_safetensors_writer *w, voi
     *len = total;
     return ATTN_OK;
 }
-
 
 attn_status attn_safetensors_writer_write_file(attn_safetensors_writer *w, const char *path) {
     const char *fn = "attn_safetensors_writer_write_file";

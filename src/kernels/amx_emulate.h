@@ -84,9 +84,7 @@ static inline void attn_amx_emu_zero(int t) {
     memset(attn_amx_emu.data[t], 0, sizeof attn_amx_emu.data[t]);
 }
 
-static inline void attn_amx_emu_release(void) {
-    memset(&attn_amx_emu, 0, sizeof attn_amx_emu);
-}
+static inline void attn_amx_emu_release(void) { memset(&attn_amx_emu, 0, sizeof attn_amx_emu); }
 
 static inline float attn_amx_emu_bf16(const uint8_t *p) {
     const uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;

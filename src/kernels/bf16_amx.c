@@ -84,12 +84,16 @@ static inline void store_c(int t, float *p, int64_t stride) {
     }
 }
 static inline void load_a(int h, const uint32_t *p, int64_t stride) {
-    if (h) _tile_loadd(5, p, stride);
-    else _tile_loadd(4, p, stride);
+    if (h)
+        _tile_loadd(5, p, stride);
+    else
+        _tile_loadd(4, p, stride);
 }
 static inline void load_b(int h, const uint32_t *p, int64_t stride) {
-    if (h) _tile_loadd(7, p, stride);
-    else _tile_loadd(6, p, stride);
+    if (h)
+        _tile_loadd(7, p, stride);
+    else
+        _tile_loadd(6, p, stride);
 }
 static inline void dp(int t) {
     switch (t) {
@@ -142,9 +146,11 @@ static void block_full(int kp, const uint32_t *a, int64_t ars, const uint32_t *b
         uint32_t ab[2][16 * 16] __attribute__((aligned(64))), bb[2][16 * 16] __attribute__((aligned(64)));
         for (int h = 0; h < 2; h++) {
             for (int i = 0; i < 16; i++)
-                for (int q = 0; q < 16; q++) ab[h][i * 16 + q] = q < pk ? a[(int64_t)(16 * h + i) * ars + full_hi + q] : 0;
+                for (int q = 0; q < 16; q++)
+                    ab[h][i * 16 + q] = q < pk ? a[(int64_t)(16 * h + i) * ars + full_hi + q] : 0;
             for (int q = 0; q < 16; q++)
-                for (int j = 0; j < 16; j++) bb[h][q * 16 + j] = q < pk ? b[(int64_t)(full_hi + q) * ldb + 16 * h + j] : 0;
+                for (int j = 0; j < 16; j++)
+                    bb[h][q * 16 + j] = q < pk ? b[(int64_t)(full_hi + q) * ldb + 16 * h + j] : 0;
         }
         _tile_loadd(4, ab[0], 64);
         _tile_loadd(5, ab[1], 64);
@@ -200,7 +206,8 @@ static void block_edge(int m, int n, int kp, int i0, int j0, const uint32_t *a, 
             } else {
                 for (int i = 0; i < 16; i++)
                     for (int p = 0; p < 16; p++)
-                        ab[i * 16 + p] = r0 + i < m && p < pk ? a[(int64_t)(r0 + i) * ars + (int64_t)(p0 + p) * acs] : 0;
+                        ab[i * 16 + p] =
+                            r0 + i < m && p < pk ? a[(int64_t)(r0 + i) * ars + (int64_t)(p0 + p) * acs] : 0;
                 load_a(h, ab, 64);
             }
         }
@@ -210,7 +217,8 @@ static void block_edge(int m, int n, int kp, int i0, int j0, const uint32_t *a, 
                 load_b(h, b + (int64_t)p0 * ldb + c0, ldb * 4);
             } else {
                 for (int p = 0; p < 16; p++)
-                    for (int j = 0; j < 16; j++) bb[p * 16 + j] = p < pk && c0 + j < n ? b[(int64_t)(p0 + p) * ldb + c0 + j] : 0;
+                    for (int j = 0; j < 16; j++)
+                        bb[p * 16 + j] = p < pk && c0 + j < n ? b[(int64_t)(p0 + p) * ldb + c0 + j] : 0;
                 load_b(h, bb, 64);
             }
         }
@@ -244,8 +252,8 @@ void attn_bf16_gemm_pairs_amx_emulated(int m, int n, int kp, const uint32_t *a, 
 #else
 static
 #endif
-void gemm_pairs_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
-                    int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale, float outscale) {
+void gemm_pairs_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b, int64_t ldb,
+                    float *c, int64_t ldc, int accumulate, const float *rowscale, float outscale) {
     configure();
     /* A given down its columns (ars 1: the flash kernels' P and dS words, pw[p * BR + i]): tiles
      * need its rows, so a small A is transposed once per call (16 x 16 words in registers) rather

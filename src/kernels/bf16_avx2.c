@@ -17,8 +17,8 @@
 
 /* The "memory" clobber orders the switch against the loads of C before the products and the
  * stores after them; every product reads operands loaded after it. */
-#define BF16_ENTER()                                                                      \
-    const unsigned csr_saved = _mm_getcsr(), csr_flush = csr_saved | 0x8040u; /* FTZ, DAZ */ \
+#define BF16_ENTER()                                                                                                   \
+    const unsigned csr_saved = _mm_getcsr(), csr_flush = csr_saved | 0x8040u; /* FTZ, DAZ */                           \
     __asm__ __volatile__("ldmxcsr %0" : : "m"(csr_flush) : "memory")
 #define BF16_LEAVE() __asm__ __volatile__("ldmxcsr %0" : : "m"(csr_saved) : "memory")
 
@@ -39,9 +39,9 @@ static inline __m256 lo_half(__m256i w) { return _mm256_castsi256_ps(_mm256_slli
 /* One panel of nj <= 16 columns (whole: nj = 16, a constant at the call, so the loads and stores
  * of B and C are plain ones). */
 static inline __attribute__((always_inline)) void pairs_panel(const int whole, int m, int nj, int kp, const uint32_t *a,
-                                                             int64_t ars, int64_t acs, const uint32_t *b, int64_t ldb,
-                                                             float *c, int64_t ldc, int accumulate,
-                                                             const float *rowscale, float outscale) {
+                                                              int64_t ars, int64_t acs, const uint32_t *b, int64_t ldb,
+                                                              float *c, int64_t ldc, int accumulate,
+                                                              const float *rowscale, float outscale) {
     const int64_t l0 = whole ? 8 : nj, l1 = whole ? 8 : nj - 8; /* columns left in each vector */
     for (int i0 = 0; i0 < m; i0 += 4) {
         const int mi = m - i0 < 4 ? m - i0 : 4;
@@ -80,8 +80,7 @@ static inline __attribute__((always_inline)) void pairs_panel(const int whole, i
 }
 
 static void gemm_pairs_avx2(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
-                            int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
-                            float outscale) {
+                            int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale, float outscale) {
     for (int j0 = 0; j0 < n; j0 += 16) {
         if (n - j0 >= 16)
             pairs_panel(1, m, 16, kp, a, ars, acs, b + j0, ldb, c + j0, ldc, accumulate, rowscale, outscale);

@@ -21,8 +21,8 @@ static inline __m512 dp_emulated(__m512 c, __m512i x, __m512i b) {
 static inline __m256i cvt16_emulated(__m512 v) {
     const __m512i u = _mm512_castps_si512(v), top = _mm512_srli_epi32(u, 16);
     const __mmask16 sub = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
     const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(top, _mm512_set1_epi32(1)));
     __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
     r = _mm512_mask_mov_epi32(r, sub, _mm512_and_si512(top, _mm512_set1_epi32(0x8000)));
@@ -36,8 +36,8 @@ static inline __m512i cvt32_emulated(__m512 hi, __m512 lo) {
 
 /* The "memory" clobber orders the switch against the loads of C before the products and the
  * stores after them; every product reads operands loaded after it. */
-#define BF16_ENTER()                                                                      \
-    const unsigned csr_saved = _mm_getcsr(), csr_flush = csr_saved | 0x8040u; /* FTZ, DAZ */ \
+#define BF16_ENTER()                                                                                                   \
+    const unsigned csr_saved = _mm_getcsr(), csr_flush = csr_saved | 0x8040u; /* FTZ, DAZ */                           \
     __asm__ __volatile__("ldmxcsr %0" : : "m"(csr_flush) : "memory")
 #define BF16_LEAVE() __asm__ __volatile__("ldmxcsr %0" : : "m"(csr_saved) : "memory")
 

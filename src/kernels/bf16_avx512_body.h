@@ -34,10 +34,10 @@ static inline void scale_rows(float *c, int64_t ldc, int rows, int cols, const f
  * and every load and store a plain one (vec_tail_avx512.h; on Zen 5 2048^3 ran at 274-289
  * GFLOP/s with masked B loads, 349-370 with plain ones). */
 static inline __attribute__((always_inline)) void BF16_FN(pairs_panel)(int m, int nj, int kp, const uint32_t *a,
-                                                                      int64_t ars, int64_t acs, const uint32_t *b,
-                                                                      int64_t ldb, float *c, int64_t ldc,
-                                                                      int accumulate, const float *rowscale,
-                                                                      float outscale) {
+                                                                       int64_t ars, int64_t acs, const uint32_t *b,
+                                                                       int64_t ldb, float *c, int64_t ldc,
+                                                                       int accumulate, const float *rowscale,
+                                                                       float outscale) {
     const __m512 os = _mm512_set1_ps(outscale);
     /* multiplies by 1 skipped: they would take vdpbf16ps's FP pipes (x * 1 is x, bit for bit) */
     const int scale_out = outscale != 1.0f;
@@ -50,20 +50,26 @@ static inline __attribute__((always_inline)) void BF16_FN(pairs_panel)(int m, in
         c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = _mm512_setzero_ps();
         /* the emulation scales C in place before it flushes subnormals, as vdpbf16ps's callers
          * scale under the caller's MXCSR */
-        if (BF16_EMULATED && accumulate && rowscale) scale_rows(c + (int64_t)i0 * ldc, ldc, mi, nj, rowscale + i0, NULL);
+        if (BF16_EMULATED && accumulate && rowscale)
+            scale_rows(c + (int64_t)i0 * ldc, ldc, mi, nj, rowscale + i0, NULL);
         BF16_ENTER();
-#define LOADC(r, v, kk, dst)                                                                      \
-    if (accumulate && (r) < mi) {                                                                 \
-        dst = attn_ld16(kk, c + (int64_t)(i0 + (r)) * ldc + 16 * (v));                            \
-        if (!BF16_EMULATED && rowscale) dst = _mm512_mul_ps(dst, _mm512_set1_ps(rowscale[i0 + (r)])); \
+#define LOADC(r, v, kk, dst)                                                                                           \
+    if (accumulate && (r) < mi) {                                                                                      \
+        dst = attn_ld16(kk, c + (int64_t)(i0 + (r)) * ldc + 16 * (v));                                                 \
+        if (!BF16_EMULATED && rowscale) dst = _mm512_mul_ps(dst, _mm512_set1_ps(rowscale[i0 + (r)]));                  \
     }
+        /* macro steps without semicolons: laid out by hand, one row of C per line */
+        /* clang-format off */
         LOADC(0, 0, k0, c00) LOADC(0, 1, k1, c01) LOADC(0, 2, k2, c02) LOADC(0, 3, k3, c03)
         LOADC(1, 0, k0, c10) LOADC(1, 1, k1, c11) LOADC(1, 2, k2, c12) LOADC(1, 3, k3, c13)
         LOADC(2, 0, k0, c20) LOADC(2, 1, k1, c21) LOADC(2, 2, k2, c22) LOADC(2, 3, k3, c23)
         LOADC(3, 0, k0, c30) LOADC(3, 1, k1, c31) LOADC(3, 2, k2, c32) LOADC(3, 3, k3, c33)
+        /* clang-format on */
 #undef LOADC
-        const uint32_t *a0 = a + (int64_t)i0 * ars, *a1 = a + (int64_t)(i0 + (mi > 1)) * ars,
-                       *a2 = a + (int64_t)(i0 + (mi > 2 ? 2 : 0)) * ars, *a3 = a + (int64_t)(i0 + (mi > 3 ? 3 : 0)) * ars;
+                    const uint32_t *a0 = a + (int64_t)i0 * ars,
+                                   *a1 = a + (int64_t)(i0 + (mi > 1)) * ars,
+                                   *a2 = a + (int64_t)(i0 + (mi > 2 ? 2 : 0)) * ars,
+                                   *a3 = a + (int64_t)(i0 + (mi > 3 ? 3 : 0)) * ars;
         const uint32_t *bp = b;
         for (int p = 0; p < kp; p++, bp += ldb) {
             const __m512i b0 = attn_ld16_epi32(k0, bp);
@@ -92,14 +98,19 @@ static inline __attribute__((always_inline)) void BF16_FN(pairs_panel)(int m, in
             c32 = BF16_DP(c32, x, b2);
             c33 = BF16_DP(c33, x, b3);
         }
-#define STOREC(r, v, kk, src)                                                                           \
-    if ((r) < mi) attn_st16(c + (int64_t)(i0 + (r)) * ldc + 16 * (v), kk, !BF16_EMULATED && scale_out ? _mm512_mul_ps(src, os) : src);
+#define STOREC(r, v, kk, src)                                                                                          \
+    if ((r) < mi)                                                                                                      \
+        attn_st16(c + (int64_t)(i0 + (r)) * ldc + 16 * (v), kk,                                                        \
+                  !BF16_EMULATED && scale_out ? _mm512_mul_ps(src, os) : src);
+        /* macro steps without semicolons: laid out by hand, one row of C per line */
+        /* clang-format off */
         STOREC(0, 0, k0, c00) STOREC(0, 1, k1, c01) STOREC(0, 2, k2, c02) STOREC(0, 3, k3, c03)
         STOREC(1, 0, k0, c10) STOREC(1, 1, k1, c11) STOREC(1, 2, k2, c12) STOREC(1, 3, k3, c13)
         STOREC(2, 0, k0, c20) STOREC(2, 1, k1, c21) STOREC(2, 2, k2, c22) STOREC(2, 3, k3, c23)
         STOREC(3, 0, k0, c30) STOREC(3, 1, k1, c31) STOREC(3, 2, k2, c32) STOREC(3, 3, k3, c33)
+        /* clang-format on */
 #undef STOREC
-        BF16_LEAVE();
+                        BF16_LEAVE();
         if (BF16_EMULATED && scale_out) scale_rows(c + (int64_t)i0 * ldc, ldc, mi, nj, NULL, &outscale);
     }
 }
@@ -130,8 +141,8 @@ static void BF16_FN(pair_rows_f32)(int rows, int cols, const float *src, int64_t
         for (int j = 0; j < cols; j += 32) {
             const __mmask16 klo = attn_tail16(cols - j), khi = attn_tail16(cols - j - 16);
             const __m512i x0 = BF16_CVT32(attn_ld16(khi, r0 + j + 16), attn_ld16(klo, r0 + j));
-            const __m512i x1 = has1 ? BF16_CVT32(attn_ld16(khi, r1 + j + 16), attn_ld16(klo, r1 + j))
-                                    : _mm512_setzero_si512();
+            const __m512i x1 =
+                has1 ? BF16_CVT32(attn_ld16(khi, r1 + j + 16), attn_ld16(klo, r1 + j)) : _mm512_setzero_si512();
             attn_st16_epi32(dst + p * ldd + j, klo, _mm512_permutex2var_epi16(x0, lo_idx, x1));
             if (khi) attn_st16_epi32(dst + p * ldd + j + 16, khi, _mm512_permutex2var_epi16(x0, hi_idx, x1));
         }

@@ -36,8 +36,22 @@ float attn_dpbf16_loop_avx512bf16(int64_t iters, int *chains, int *lanes) {
            x8 = _mm512_set1_ps(8), x9 = _mm512_set1_ps(9), x10 = _mm512_set1_ps(10), x11 = _mm512_set1_ps(11),
            x12 = _mm512_set1_ps(12), x13 = _mm512_set1_ps(13), x14 = _mm512_set1_ps(14), x15 = _mm512_set1_ps(15);
     for (int64_t i = 0; i < iters; i++) {
-        DP(x0); DP(x1); DP(x2); DP(x3); DP(x4); DP(x5); DP(x6); DP(x7);
-        DP(x8); DP(x9); DP(x10); DP(x11); DP(x12); DP(x13); DP(x14); DP(x15);
+        DP(x0);
+        DP(x1);
+        DP(x2);
+        DP(x3);
+        DP(x4);
+        DP(x5);
+        DP(x6);
+        DP(x7);
+        DP(x8);
+        DP(x9);
+        DP(x10);
+        DP(x11);
+        DP(x12);
+        DP(x13);
+        DP(x14);
+        DP(x15);
     }
     __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)),
                              _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)));

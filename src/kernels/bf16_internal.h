@@ -62,8 +62,8 @@ typedef struct attn_bf16_kernels {
      * paired into pw as pair_rows_f32(rows, cols, P, lds, pw, ldw) would; s is left as it was.
      * probs_ds_pairs: probs_and_ds_bf16 on s and dp (no dS or P stored), then pair_tile_grads
      * of the P and dS tiles into pw, dsw (ldw) and dsv (ldv; nullable). */
-    void (*softmax_pairs)(int rows, int cols, float *s, int64_t lds, float *mrun, float *l, float *alpha,
-                          uint32_t *pw, int64_t ldw);
+    void (*softmax_pairs)(int rows, int cols, float *s, int64_t lds, float *mrun, float *l, float *alpha, uint32_t *pw,
+                          int64_t ldw);
     void (*probs_ds_pairs)(int rows, int cols, const float *s, const float *dp, int64_t ld, const float *m,
                            const float *ll, const float *dsum, float scale, uint32_t *pw, uint32_t *dsw, int64_t ldw,
                            uint32_t *dsv, int64_t ldv);

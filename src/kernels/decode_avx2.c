@@ -61,7 +61,7 @@ static inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
  * key at d = 128 where the AVX-512 one, built this way, takes 43). Each key row is read in
  * address order. */
 static inline __attribute__((always_inline)) void scores(const int nr, const int bf16, const attn_decode_job *jb,
-                                                        const float *q, int64_t j0, int nb, float (*s)[BK]) {
+                                                         const float *q, int64_t j0, int nb, float (*s)[BK]) {
     const int64_t d = jb->d, esz = bf16 ? 2 : 4, ldk = jb->ldk;
     int j = 0;
     for (; j + 4 <= nb; j += 4) {
@@ -96,16 +96,16 @@ static inline __attribute__((always_inline)) void scores(const int nr, const int
  * for one or two rows each value row is read in few passes (one 16-column pass per 64 bytes of
  * each row left the loads waiting on memory half the time). */
 static inline __attribute__((always_inline)) void pv_body(const int nr, const int nc, const int bf16, const int whole,
-                                                         const attn_decode_job *jb, int64_t j0, int nb,
-                                                         float (*s)[BK], const float *alpha, float *out, int64_t x) {
+                                                          const attn_decode_job *jb, int64_t j0, int nb, float (*s)[BK],
+                                                          const float *alpha, float *out, int64_t x) {
     int64_t left[8]; /* a constant 8 in a whole strip: plain loads, and the loops unroll */
     for (int c = 0; c < nc; c++) left[c] = whole ? 8 : jb->dv - x - 8 * c;
     __m256 acc[4][8];
     for (int r = 0; r < nr; r++) {
         const __m256 al = _mm256_set1_ps(alpha[r]);
         for (int c = 0; c < nc; c++)
-            acc[r][c] = left[c] > 0 ? _mm256_mul_ps(load_f(out + r * jb->ldo + x + 8 * c, left[c]), al)
-                                    : _mm256_setzero_ps();
+            acc[r][c] =
+                left[c] > 0 ? _mm256_mul_ps(load_f(out + r * jb->ldo + x + 8 * c, left[c]), al) : _mm256_setzero_ps();
     }
     for (int j = 0; j < nb; j++) {
         const int64_t vr = (j0 + j) * jb->ldv + x;
@@ -123,10 +123,12 @@ static inline __attribute__((always_inline)) void pv_body(const int nr, const in
 }
 
 static inline __attribute__((always_inline)) void pv_strip(const int nr, const int nc, const int bf16,
-                                                          const attn_decode_job *jb, int64_t j0, int nb,
-                                                          float (*s)[BK], const float *alpha, float *out, int64_t x) {
-    if (jb->dv - x >= 8 * nc) pv_body(nr, nc, bf16, 1, jb, j0, nb, s, alpha, out, x);
-    else pv_body(nr, nc, bf16, 0, jb, j0, nb, s, alpha, out, x);
+                                                           const attn_decode_job *jb, int64_t j0, int nb,
+                                                           float (*s)[BK], const float *alpha, float *out, int64_t x) {
+    if (jb->dv - x >= 8 * nc)
+        pv_body(nr, nc, bf16, 1, jb, j0, nb, s, alpha, out, x);
+    else
+        pv_body(nr, nc, bf16, 0, jb, j0, nb, s, alpha, out, x);
 }
 
 static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
@@ -152,8 +154,9 @@ static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
         store_f(s + j, n, p);
         sum = _mm256_add_ps(sum, p);
     }
-    const float alpha =
-        m_old == -INFINITY ? 0.0f : _mm256_cvtss_f32(attn_exp256(_mm256_set1_ps((m_old - m_new) * 0.6931471805599453f)));
+    const float alpha = m_old == -INFINITY
+                            ? 0.0f
+                            : _mm256_cvtss_f32(attn_exp256(_mm256_set1_ps((m_old - m_new) * 0.6931471805599453f)));
     o[dv] = m_new;
     o[dv + 1] = o[dv + 1] * alpha + hsum(sum);
     return alpha;
@@ -162,8 +165,8 @@ static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
 /* P V for nr rows over column strips of 8 accumulators: 64 columns for one row, 32 for two, 16
  * for three or four. */
 static inline __attribute__((always_inline)) void pv_rows(const int nr, const int bf16, const attn_decode_job *jb,
-                                                         int64_t j0, int nb, float (*s)[BK], const float *alpha,
-                                                         float *o) {
+                                                          int64_t j0, int nb, float (*s)[BK], const float *alpha,
+                                                          float *o) {
     const int nc = nr == 1 ? 8 : nr == 2 ? 4 : 2;
     for (int64_t x = 0; x < jb->dv; x += 8 * nc) pv_strip(nr, nc, bf16, jb, j0, nb, s, alpha, o, x);
 }

@@ -33,8 +33,8 @@ static inline void prefetch_row(const void *p, int64_t bytes) {
 /* One 16-lane step of the score FMAs of nr rows and the key row at k + kr (elements), into the
  * accumulators a[r][t]. */
 static inline __attribute__((always_inline)) void score_step(const int nr, const int bf16, const void *k, int64_t kr,
-                                                            const float *q, int64_t d, int64_t x, __mmask16 m,
-                                                            __m512 (*a)[4], int t) {
+                                                             const float *q, int64_t d, int64_t x, __mmask16 m,
+                                                             __m512 (*a)[4], int t) {
     const __m512 kv = load_row(k, kr + x, m, bf16);
     for (int r = 0; r < nr; r++) {
         const __m512 qv = attn_ld16(m, q + r * d + x);
@@ -58,7 +58,7 @@ static inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
  * horizontal sum per key (the per-key sum made the f32 kernel compute-bound at about 20 ns per
  * key even from cache). */
 static inline __attribute__((always_inline)) void scores(const int nr, const int bf16, const attn_decode_job *jb,
-                                                        const float *q, int64_t j0, int nb, float (*s)[BK]) {
+                                                         const float *q, int64_t j0, int nb, float (*s)[BK]) {
     const int64_t d = jb->d, esz = bf16 ? 2 : 4, ldk = jb->ldk, dfull = d & ~(int64_t)15;
     int j = 0;
     for (; j + 4 <= nb; j += 4) {
@@ -90,8 +90,8 @@ static inline __attribute__((always_inline)) void scores(const int nr, const int
 /* acc rows += P[nr x nb] V[nb x dv] for column strip [x, x + 16 nc), rows scaled by alpha first
  * (nr nc <= 16 accumulators; whole-vector loads and stores where the strip is full). */
 static inline __attribute__((always_inline)) void pv_strip(const int nr, const int nc, const int bf16,
-                                                          const attn_decode_job *jb, int64_t j0, int nb,
-                                                          float (*s)[BK], const float *alpha, float *out, int64_t x) {
+                                                           const attn_decode_job *jb, int64_t j0, int nb,
+                                                           float (*s)[BK], const float *alpha, float *out, int64_t x) {
     const int64_t dv = jb->dv;
     const int full = x + 16 * nc <= dv;
     __mmask16 m[8];
@@ -99,8 +99,7 @@ static inline __attribute__((always_inline)) void pv_strip(const int nr, const i
     __m512 acc[4][8];
     for (int r = 0; r < nr; r++) {
         const __m512 al = _mm512_set1_ps(alpha[r]);
-        for (int c = 0; c < nc; c++)
-            acc[r][c] = _mm512_mul_ps(attn_ld16(m[c], out + r * jb->ldo + x + 16 * c), al);
+        for (int c = 0; c < nc; c++) acc[r][c] = _mm512_mul_ps(attn_ld16(m[c], out + r * jb->ldo + x + 16 * c), al);
     }
     for (int j = 0; j < nb; j++) {
         const int64_t vr = (j0 + j) * jb->ldv + x;
@@ -129,14 +128,15 @@ static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < nb; j += 16) {
         const __mmask16 m = attn_tail16(nb - j);
-        const __m512 p = _mm512_maskz_mov_ps(
-            m, attn_exp512(_mm512_mul_ps(_mm512_sub_ps(attn_ld16_or(ninf, m, s + j), mn), ln2)));
+        const __m512 p =
+            _mm512_maskz_mov_ps(m, attn_exp512(_mm512_mul_ps(_mm512_sub_ps(attn_ld16_or(ninf, m, s + j), mn), ln2)));
         attn_st16(s + j, m, p);
         sum = _mm512_add_ps(sum, p);
     }
     /* m_old = -inf: acc and l are still 0, any finite alpha keeps them so */
-    const float alpha = m_old == -INFINITY ? 0.0f
-                                           : _mm512_cvtss_f32(attn_exp512(_mm512_set1_ps((m_old - m_new) * 0.6931471805599453f)));
+    const float alpha = m_old == -INFINITY
+                            ? 0.0f
+                            : _mm512_cvtss_f32(attn_exp512(_mm512_set1_ps((m_old - m_new) * 0.6931471805599453f)));
     o[dv] = m_new;
     o[dv + 1] = o[dv + 1] * alpha + _mm512_reduce_add_ps(sum);
     return alpha;
@@ -145,8 +145,8 @@ static inline float softmax_row(float *s, int nb, float *o, int64_t dv) {
 /* P V for nr rows: 128-column strips for one or two rows (one pass over each value row, 8 or 16
  * chains), 64 for three or four. */
 static inline __attribute__((always_inline)) void pv_rows(const int nr, const int bf16, const attn_decode_job *jb,
-                                                         int64_t j0, int nb, float (*s)[BK], const float *alpha,
-                                                         float *o) {
+                                                          int64_t j0, int nb, float (*s)[BK], const float *alpha,
+                                                          float *o) {
     const int64_t step = nr <= 2 ? 128 : 64;
     for (int64_t x = 0; x < jb->dv; x += step) pv_strip(nr, nr <= 2 ? 8 : 4, bf16, jb, j0, nb, s, alpha, o, x);
 }
@@ -157,6 +157,7 @@ static void chunk_f32_avx512(const attn_decode_job *j) { chunk(j, 0); }
 static void chunk_bf16_avx512(const attn_decode_job *j) { chunk(j, 1); }
 
 const attn_decode_kernels *attn_decode_kernels_avx512(void) {
-    static const attn_decode_kernels k = {.name = "avx512", .chunk_f32 = chunk_f32_avx512, .chunk_bf16 = chunk_bf16_avx512};
+    static const attn_decode_kernels k = {
+        .name = "avx512", .chunk_f32 = chunk_f32_avx512, .chunk_bf16 = chunk_bf16_avx512};
     return &k;
 }

@@ -20,7 +20,6 @@
 
 #include "attn/core.h"
 
-
 /* Keys per split-K task: long enough that the per-chunk merge is noise, short enough that 1k
  * contexts still give both threads work. Fixed: it decides the summation order. */
 #define ATTN_DECODE_CHUNK 256
@@ -31,14 +30,14 @@
 #define ATTN_DECODE_MAXG 8
 
 typedef struct attn_decode_job {
-    int g;                /* query rows, 1 .. ATTN_DECODE_MAXG */
-    int64_t d, dv, n;     /* head dims; keys in this chunk (>= 1) */
-    const float *q;       /* [g][d], already scaled by scale * log2(e): scores are in log2 units */
-    const void *k, *v;    /* first key / value row of the chunk: float or bf16 elements */
-    int64_t ldk, ldv;     /* row strides in elements (unit column stride) */
-    const uint8_t *km;    /* key mask of the chunk's keys (0 = masked), km[j * kms]; NULL = none */
+    int g;             /* query rows, 1 .. ATTN_DECODE_MAXG */
+    int64_t d, dv, n;  /* head dims; keys in this chunk (>= 1) */
+    const float *q;    /* [g][d], already scaled by scale * log2(e): scores are in log2 units */
+    const void *k, *v; /* first key / value row of the chunk: float or bf16 elements */
+    int64_t ldk, ldv;  /* row strides in elements (unit column stride) */
+    const uint8_t *km; /* key mask of the chunk's keys (0 = masked), km[j * kms]; NULL = none */
     int64_t kms;
-    float *out;           /* row r at out + r * ldo: acc [dv] (sum_j 2^(s_j - m) v_j), then m, l */
+    float *out; /* row r at out + r * ldo: acc [dv] (sum_j 2^(s_j - m) v_j), then m, l */
     int64_t ldo;
 } attn_decode_job;
 
@@ -65,8 +64,7 @@ static inline void attn_decode_rows_init(const attn_decode_job *jb) {
 }
 
 /* The key mask on a block's scores: a masked key's logit is -inf for every row of the group. */
-static inline void attn_decode_mask_block(const attn_decode_job *jb, int64_t j0, int nb,
-                                          float (*s)[ATTN_DECODE_BK]) {
+static inline void attn_decode_mask_block(const attn_decode_job *jb, int64_t j0, int nb, float (*s)[ATTN_DECODE_BK]) {
     if (!jb->km) return;
     for (int j = 0; j < nb; j++)
         if (!jb->km[(j0 + j) * jb->kms])

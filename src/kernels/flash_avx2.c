@@ -31,9 +31,8 @@ static inline __m256 exp2_neg(__m256 x) {
 /* Register tile of MR rows by 8 nv columns, the last vector holding nlast <= 8 columns: a
  * constant 8 for whole tiles, so that every load and store of B and C is a plain one
  * (vec_tail_avx2.h). */
-static inline __attribute__((always_inline)) void ukr(const int nv, int mm, int k, const float *a,
-                                                      int64_t ars, int64_t acs, const float *b,
-                                                      int64_t ldb, float *c, int64_t ldc,
+static inline __attribute__((always_inline)) void ukr(const int nv, int mm, int k, const float *a, int64_t ars,
+                                                      int64_t acs, const float *b, int64_t ldb, float *c, int64_t ldc,
                                                       int accumulate, const float *rowscale, float *colmax, int nlast) {
     __m256 acc[MR][2];
     const float *ar[MR];
@@ -81,32 +80,35 @@ static inline __attribute__((always_inline)) void gemm_tiles(int m, int n, int k
             const int mm = m - i0 < MR ? m - i0 : MR;
             const float *ai = a + i0 * ars, *rs = rowscale ? rowscale + i0 : NULL;
             float *ci = c + i0 * ldc + j0, *cm = colmax ? colmax + j0 : NULL;
-            if (nn == 16) ukr(2, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, 8);
-            else if (nv == 2) ukr(2, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, nlast);
-            else ukr(1, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, nlast);
+            if (nn == 16)
+                ukr(2, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, 8);
+            else if (nv == 2)
+                ukr(2, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, nlast);
+            else
+                ukr(1, mm, k, ai, ars, acs, b + j0, ldb, ci, ldc, accumulate, rs, cm, nlast);
         }
     }
 }
 
 /* A down the columns of a score tile (P, dS) with its strides as constants, as flash_avx512.c
  * does: the broadcasts come off one pointer at fixed offsets. */
-static void gemm_avx2(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
-                      int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
-                      float *colmax) {
+static void gemm_avx2(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb,
+                      float *c, int64_t ldc, int accumulate, const float *rowscale, float *colmax) {
     if (ars == 1 && acs == ATTN_FLASH_BR)
         gemm_tiles(m, n, k, a, 1, ATTN_FLASH_BR, b, ldb, c, ldc, accumulate, rowscale, colmax);
     else
         gemm_tiles(m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax);
 }
 
-static void softmax_update_avx2(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
-                                float *alpha, const float *tilemax) {
+static void softmax_update_avx2(int rows, int cols, float *s, int64_t lds, float *mrun, float *l, float *alpha,
+                                const float *tilemax) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY), one = _mm256_set1_ps(1.0f);
     for (int c0 = 0; c0 < cols; c0 += 8) {
         const int left = cols - c0;
         const __m256 m_old = attn_ld8n_or(ninf, mrun + c0, left);
         __m256 mx = m_old;
-        if (tilemax) mx = _mm256_max_ps(mx, attn_ld8n_or(ninf, tilemax + c0, left));
+        if (tilemax)
+            mx = _mm256_max_ps(mx, attn_ld8n_or(ninf, tilemax + c0, left));
         else
             for (int r = 0; r < rows; r++) mx = _mm256_max_ps(mx, attn_ld8n_or(ninf, s + r * lds + c0, left));
         const __m256 fin = _mm256_cmp_ps(mx, ninf, _CMP_NEQ_OQ);
@@ -125,8 +127,8 @@ static void softmax_update_avx2(int rows, int cols, float *s, int64_t lds, float
     }
 }
 
-static void probs_and_ds_avx2(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
-                              const float *m, const float *ll, const float *dsum, float scale) {
+static void probs_and_ds_avx2(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld, const float *m,
+                              const float *ll, const float *dsum, float scale) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY), sc = _mm256_set1_ps(scale);
     for (int c0 = 0; c0 < cols; c0 += 8) {
         const int left = cols - c0;

@@ -20,9 +20,9 @@
 
 /* One MR x (16 nv) tile; rows past mm re-read the last valid row and are not stored. */
 static inline __attribute__((always_inline)) void ukr(const int MR, const int nv, int mm, int k, const float *a,
-                                                      int64_t ars, int64_t acs, const float *b,
-                                                      int64_t ldb, float *c, int64_t ldc,
-                                                      int accumulate, const float *rowscale, float *colmax, __mmask16 last) {
+                                                      int64_t ars, int64_t acs, const float *b, int64_t ldb, float *c,
+                                                      int64_t ldc, int accumulate, const float *rowscale, float *colmax,
+                                                      __mmask16 last) {
     __m512 acc[MR_MAX][4];
     const float *ar[MR_MAX];
     for (int r = 0; r < MR; r++) ar[r] = a + (r < mm ? r : mm - 1) * ars;
@@ -30,15 +30,14 @@ static inline __attribute__((always_inline)) void ukr(const int MR, const int nv
         const __m512 f = _mm512_set1_ps(rowscale && r < mm ? rowscale[r] : 1.0f);
         for (int q = 0; q < nv; q++) {
             const __mmask16 msk = q == nv - 1 ? last : (__mmask16)0xFFFF;
-            acc[r][q] = accumulate && r < mm ? _mm512_mul_ps(attn_ld16(msk, c + r * ldc + 16 * q), f)
-                                             : _mm512_setzero_ps();
+            acc[r][q] =
+                accumulate && r < mm ? _mm512_mul_ps(attn_ld16(msk, c + r * ldc + 16 * q), f) : _mm512_setzero_ps();
         }
     }
     for (int p = 0; p < k; p++) {
         __m512 bv[4];
         const float *bp = b + p * ldb;
-        for (int q = 0; q < nv; q++)
-            bv[q] = q == nv - 1 ? attn_ld16(last, bp + 16 * q) : _mm512_loadu_ps(bp + 16 * q);
+        for (int q = 0; q < nv; q++) bv[q] = q == nv - 1 ? attn_ld16(last, bp + 16 * q) : _mm512_loadu_ps(bp + 16 * q);
         for (int r = 0; r < MR; r++) {
             const __m512 av = _mm512_set1_ps(ar[r][p * acs]);
             for (int q = 0; q < nv; q++) acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
@@ -123,28 +122,28 @@ static inline __attribute__((always_inline)) void gemm_layouts(const int MR, int
         gemm_rows(MR, m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax);
 }
 
-static void gemm_avx512_r4(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
-                           int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale, float *colmax) {
+static void gemm_avx512_r4(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb,
+                           float *c, int64_t ldc, int accumulate, const float *rowscale, float *colmax) {
     gemm_layouts(4, m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax);
 }
 
-static void gemm_avx512_r6(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
-                           int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale, float *colmax) {
+static void gemm_avx512_r6(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb,
+                           float *c, int64_t ldc, int accumulate, const float *rowscale, float *colmax) {
     gemm_layouts(6, m, n, k, a, ars, acs, b, ldb, c, ldc, accumulate, rowscale, colmax);
 }
 
-static void softmax_update_avx512(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
-                                  float *alpha, const float *tilemax) {
+static void softmax_update_avx512(int rows, int cols, float *s, int64_t lds, float *mrun, float *l, float *alpha,
+                                  const float *tilemax) {
     attn_tile_softmax(0, rows, cols, s, lds, mrun, l, alpha, tilemax, NULL, 0);
 }
 
-static void softmax_update_avx512_bf16(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
-                                       float *alpha, const float *tilemax) {
+static void softmax_update_avx512_bf16(int rows, int cols, float *s, int64_t lds, float *mrun, float *l, float *alpha,
+                                       const float *tilemax) {
     attn_tile_softmax(1, rows, cols, s, lds, mrun, l, alpha, tilemax, NULL, 0);
 }
 
-static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
-                                const float *m, const float *ll, const float *dsum, float scale) {
+static void probs_and_ds_avx512(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld, const float *m,
+                                const float *ll, const float *dsum, float scale) {
     attn_tile_probs_ds(0, rows, cols, s, dp, ds, ld, m, ll, dsum, scale);
 }
 
@@ -193,7 +192,8 @@ static inline void split64(__m512i a, __m512i b, __m512i *lo, __m512i *hi) {
 static void dropout_tile_avx512(int rows, int cols, float *s, int64_t ld, const uint64_t *colbase, uint64_t seed,
                                 uint64_t offset, float p) {
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    const __m512i off_lo = _mm512_set1_epi32((int)(uint32_t)offset), off_hi = _mm512_set1_epi32((int)(uint32_t)(offset >> 32));
+    const __m512i off_lo = _mm512_set1_epi32((int)(uint32_t)offset),
+                  off_hi = _mm512_set1_epi32((int)(uint32_t)(offset >> 32));
     /* keep iff (word >> 8) * 2^-24 >= p  <=>  (word >> 8) >= ceil(p 2^24), exactly */
     const __m512i thr = _mm512_set1_epi32((int)(uint32_t)ceil((double)p * 16777216.0));
     const __m512 scale = _mm512_set1_ps((float)(p < 1 ? 1.0 / (1.0 - (double)p) : 0.0));
@@ -211,8 +211,8 @@ static void dropout_tile_avx512(int rows, int cols, float *s, int64_t ld, const 
             for (int r0 = 0; r0 < rows; r0 += 4) {
                 const __m512i add = _mm512_set1_epi64((long long)(r0 >> 2));
                 __m512i c[4];
-                split64(_mm512_add_epi64(_mm512_srli_epi64(b0, 2), add), _mm512_add_epi64(_mm512_srli_epi64(b1, 2), add),
-                        &c[0], &c[1]);
+                split64(_mm512_add_epi64(_mm512_srli_epi64(b0, 2), add),
+                        _mm512_add_epi64(_mm512_srli_epi64(b1, 2), add), &c[0], &c[1]);
                 c[2] = off_lo;
                 c[3] = off_hi;
                 philox16(c, k0, k1);
@@ -271,8 +271,7 @@ static inline void transpose16(__m512 r[16]) {
     }
 }
 
-static void pack_transposed_avx512(int rows, int cols, const float *src, int64_t rs, float f, float *dst,
-                                   int64_t ldd) {
+static void pack_transposed_avx512(int rows, int cols, const float *src, int64_t rs, float f, float *dst, int64_t ldd) {
     const __m512 fv = _mm512_set1_ps(f);
     for (int q0 = 0; q0 < rows; q0 += 16) {
         const int nq = rows - q0 < 16 ? rows - q0 : 16;
@@ -303,18 +302,14 @@ static void scale_copy_rows_avx512(int m, int n, const float *src, int64_t lds, 
 }
 
 /* The two tables differ only in the gemm's register rows. */
-#define FLASH_AVX512_TABLE(R)                                                                      \
-    {.name = "avx512 (" #R " x 64 register tiles)",                                                \
-     .softmax_tile = ATTN_SOFTMAX_TILE_AVX512,                                                     \
-     .register_rows = R,                                                                           \
-     .gemm = gemm_avx512_r##R,                                                                     \
-     .softmax_update = softmax_update_avx512,                                                      \
-     .probs_and_ds = probs_and_ds_avx512,                                                          \
-     .softmax_update_bf16 = softmax_update_avx512_bf16,                                            \
-     .probs_and_ds_bf16 = probs_and_ds_avx512_bf16,                                                \
-     .pack_transposed = pack_transposed_avx512,                                                    \
-     .dropout_tile = dropout_tile_avx512,                                                          \
-     .scale_copy_rows = scale_copy_rows_avx512}
+#define FLASH_AVX512_TABLE(R)                                                                                          \
+    {                                                                                                                  \
+        .name = "avx512 (" #R " x 64 register tiles)", .softmax_tile = ATTN_SOFTMAX_TILE_AVX512, .register_rows = R,   \
+        .gemm = gemm_avx512_r##R, .softmax_update = softmax_update_avx512, .probs_and_ds = probs_and_ds_avx512,        \
+        .softmax_update_bf16 = softmax_update_avx512_bf16, .probs_and_ds_bf16 = probs_and_ds_avx512_bf16,              \
+        .pack_transposed = pack_transposed_avx512, .dropout_tile = dropout_tile_avx512,                                \
+        .scale_copy_rows = scale_copy_rows_avx512                                                                      \
+    }
 
 const attn_flash_kernels *attn_flash_kernels_avx512_rows(int rows) {
     static const attn_flash_kernels k4 = FLASH_AVX512_TABLE(4), k6 = FLASH_AVX512_TABLE(6);

@@ -4,9 +4,8 @@
 
 #include "flash_kernels.h"
 
-static void gemm_ref(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b,
-                     int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale,
-                     float *colmax) {
+static void gemm_ref(int m, int n, int k, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb,
+                     float *c, int64_t ldc, int accumulate, const float *rowscale, float *colmax) {
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             float acc = accumulate ? c[i * ldc + j] * (rowscale ? rowscale[i] : 1.0f) : 0.0f;
@@ -16,12 +15,13 @@ static void gemm_ref(int m, int n, int k, const float *a, int64_t ars, int64_t a
         }
 }
 
-static void softmax_update_ref(int rows, int cols, float *s, int64_t lds, float *mrun, float *l,
-                               float *alpha, const float *tilemax) {
+static void softmax_update_ref(int rows, int cols, float *s, int64_t lds, float *mrun, float *l, float *alpha,
+                               const float *tilemax) {
     for (int c = 0; c < cols; c++) {
         /* fmaxf drops a NaN: a column whose only non -inf logit is NaN would pass for fully masked */
         float mx = mrun[c];
-        if (tilemax) mx = fmaxf(mx, tilemax[c]);
+        if (tilemax)
+            mx = fmaxf(mx, tilemax[c]);
         else
             for (int r = 0; r < rows; r++) mx = fmaxf(mx, s[r * lds + c]);
         int nan = isnan(mrun[c]);
@@ -43,8 +43,8 @@ static void softmax_update_ref(int rows, int cols, float *s, int64_t lds, float 
     }
 }
 
-static void probs_and_ds_ref(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld,
-                             const float *m, const float *ll, const float *dsum, float scale) {
+static void probs_and_ds_ref(int rows, int cols, float *s, const float *dp, float *ds, int64_t ld, const float *m,
+                             const float *ll, const float *dsum, float scale) {
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) {
             const float p = m[c] == -INFINITY ? 0.0f : exp2f((s[r * ld + c] - m[c]) - ll[c]);
@@ -53,17 +53,19 @@ static void probs_and_ds_ref(int rows, int cols, float *s, const float *dp, floa
         }
 }
 
-void attn_flash_pack_transposed_ref(int rows, int cols, const float *src, int64_t rs, float f,
-                                    float *dst, int64_t ldd) {
+void attn_flash_pack_transposed_ref(int rows, int cols, const float *src, int64_t rs, float f, float *dst,
+                                    int64_t ldd) {
     for (int q = 0; q < rows; q++)
         for (int t = 0; t < cols; t++) {
-            if (f == 1.0f) memcpy(dst + t * ldd + q, src + q * rs + t, sizeof(float)); /* the bits, exactly */
-            else dst[t * ldd + q] = src[q * rs + t] * f;
+            if (f == 1.0f)
+                memcpy(dst + t * ldd + q, src + q * rs + t, sizeof(float)); /* the bits, exactly */
+            else
+                dst[t * ldd + q] = src[q * rs + t] * f;
         }
 }
 
-void attn_flash_scale_copy_rows_ref(int m, int n, const float *src, int64_t lds, const float *f,
-                                    float *dst, int64_t ldd) {
+void attn_flash_scale_copy_rows_ref(int m, int n, const float *src, int64_t lds, const float *f, float *dst,
+                                    int64_t ldd) {
     for (int i = 0; i < m; i++) {
         const float fi = f ? f[i] : 1.0f;
         for (int j = 0; j < n; j++) dst[i * ldd + j] = src[i * lds + j] * fi;

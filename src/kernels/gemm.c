@@ -81,52 +81,44 @@ static const char *tr_name(attn_transpose t) { return t == ATTN_TRANS ? "T" : "N
 
 /* One stored matrix of rows x cols (op() undone) with row stride ld; name is "A", "B" or "C",
  * opr x opc the shape of op(X) (for messages). */
-static attn_status check_matrix(const char *fn, char name, const float *p, int64_t rows,
-                                int64_t cols, int64_t ld, attn_transpose t, int64_t opr,
-                                int64_t opc) {
+static attn_status check_matrix(const char *fn, char name, const float *p, int64_t rows, int64_t cols, int64_t ld,
+                                attn_transpose t, int64_t opr, int64_t opc) {
     static const char *const dims[3] = {"m x k", "k x n", "m x n"};
     const char *d = dims[name - 'A'];
     char tr = name == 'C' ? 'c' : (char)(name - 'A' + 'a');
     if (rows == 0 || cols == 0) return ATTN_OK;
     if (p == NULL)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: %c is NULL but op(%c) is %lld x %lld (%s)", fn, name, name,
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %c is NULL but op(%c) is %lld x %lld (%s)", fn, name, name,
                           (long long)opr, (long long)opc, d);
     if (ld < cols && name == 'C')
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: ldc = %lld is smaller than n = %lld (C is m x n = %lld x %lld)", fn,
-                          (long long)ld, (long long)cols, (long long)rows, (long long)cols);
+                          "%s: ldc = %lld is smaller than n = %lld (C is m x n = %lld x %lld)", fn, (long long)ld,
+                          (long long)cols, (long long)rows, (long long)cols);
     if (ld < cols)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                           "%s: ld%c = %lld is smaller than the row length %lld of %c (stored "
                           "%lld x %lld, trans%c = %s, op(%c) %lld x %lld = %s)",
-                          fn, tr, (long long)ld, (long long)cols, name, (long long)rows,
-                          (long long)cols, tr, tr_name(t), name, (long long)opr, (long long)opc,
-                          d);
+                          fn, tr, (long long)ld, (long long)cols, name, (long long)rows, (long long)cols, tr,
+                          tr_name(t), name, (long long)opr, (long long)opc, d);
     /* the last element is at (rows - 1) * ld + cols - 1: keep its byte offset representable */
     size_t span, bytes;
-    if (attn_mul_overflow((size_t)(rows - 1), (size_t)ld, &span) ||
-        attn_add_overflow(span, (size_t)cols, &span) ||
+    if (attn_mul_overflow((size_t)(rows - 1), (size_t)ld, &span) || attn_add_overflow(span, (size_t)cols, &span) ||
         attn_mul_overflow(span, sizeof(float), &bytes) || bytes > (size_t)INT64_MAX)
-        return attn_error(ATTN_ERR_OVERFLOW,
-                          "%s: %c spans (%lld - 1) * ld%c %lld + %lld floats, which overflows",
-                          fn, name, (long long)rows, tr, (long long)ld, (long long)cols);
+        return attn_error(ATTN_ERR_OVERFLOW, "%s: %c spans (%lld - 1) * ld%c %lld + %lld floats, which overflows", fn,
+                          name, (long long)rows, tr, (long long)ld, (long long)cols);
     return ATTN_OK;
 }
 
-attn_status attn_gemm_check_args(const char *fn, attn_transpose transa, attn_transpose transb,
-                                 int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                                 const float *b, int64_t ldb, const float *c, int64_t ldc) {
+attn_status attn_gemm_check_args(const char *fn, attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
+                                 int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb, const float *c,
+                                 int64_t ldc) {
     if (transa != ATTN_NO_TRANS && transa != ATTN_TRANS)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: transa = %d is not a transpose", fn,
-                          (int)transa);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: transa = %d is not a transpose", fn, (int)transa);
     if (transb != ATTN_NO_TRANS && transb != ATTN_TRANS)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: transb = %d is not a transpose", fn,
-                          (int)transb);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: transb = %d is not a transpose", fn, (int)transb);
     if (m < 0 || n < 0 || k < 0)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: negative size (m = %lld, n = %lld, k = %lld)", fn, (long long)m,
-                          (long long)n, (long long)k);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: negative size (m = %lld, n = %lld, k = %lld)", fn,
+                          (long long)m, (long long)n, (long long)k);
     attn_status st;
     int ta = transa == ATTN_TRANS, tb = transb == ATTN_TRANS;
     st = check_matrix(fn, 'A', a, ta ? k : m, ta ? m : k, lda, transa, m, k);
@@ -140,8 +132,7 @@ attn_status attn_gemm_check_args(const char *fn, attn_transpose transa, attn_tra
 
 /* Both walk the source in its storage order (row by row), so reads are contiguous streams and
  * writes stay within the (cache-resident) packed block. */
-static void pack_a_generic(int mr, int trans, const float *a, int64_t lda, int64_t rows,
-                           int64_t kc, float *dst) {
+static void pack_a_generic(int mr, int trans, const float *a, int64_t lda, int64_t rows, int64_t kc, float *dst) {
     for (int64_t i0 = 0; i0 < rows; i0 += mr) {
         int r = rows - i0 < mr ? (int)(rows - i0) : mr;
         for (int64_t p = 0; p < kc; p++) {
@@ -159,8 +150,7 @@ static void pack_a_generic(int mr, int trans, const float *a, int64_t lda, int64
     }
 }
 
-static void pack_b_generic(int nr, int trans, const float *b, int64_t ldb, int64_t kc,
-                           int64_t cols, float *dst) {
+static void pack_b_generic(int nr, int trans, const float *b, int64_t ldb, int64_t kc, int64_t cols, float *dst) {
     if (!trans) {
         for (int64_t p = 0; p < kc; p++) {
             const float *src = b + p * ldb;
@@ -227,8 +217,7 @@ size_t attn_sgemm_workspace_size(int64_t m, int64_t n, int64_t k) {
 
 /* Split the grid of mp x np micro-tiles into tm x tn rectangles (tm * tn <= threads) so that
  * the slowest thread's estimated time, compute plus packing, is smallest. */
-static void choose_grid(int threads, int64_t mp, int64_t np, const attn_gemm_arch *ar, int *tm,
-                        int *tn) {
+static void choose_grid(int threads, int64_t mp, int64_t np, const attn_gemm_arch *ar, int *tm, int *tn) {
     double best = -1;
     *tm = *tn = 1;
     for (int a = 1; a <= threads; a++) {
@@ -238,8 +227,7 @@ static void choose_grid(int threads, int64_t mp, int64_t np, const attn_gemm_arc
             /* per unit of k: rows * cols FMA lanes (~32 per cycle), packing the rows of A
              * (a transpose, ~1 cycle per element) and the columns of B once per row block (a
              * copy, ~0.5 cycle); measured: splitting rows wins over columns at equal compute */
-            double cost = rows * cols / 32.0 + rows +
-                          0.5 * cols * (double)cdiv((int64_t)rows, ar->mc);
+            double cost = rows * cols / 32.0 + rows + 0.5 * cols * (double)cdiv((int64_t)rows, ar->mc);
             if (best < 0 || cost < best * 0.999) {
                 best = cost;
                 *tm = a;
@@ -268,16 +256,14 @@ static const float *op_b(const gemm_job *g, int64_t p, int64_t j) {
     return g->transb ? g->b + j * g->ldb + p : g->b + p * g->ldb + j;
 }
 
-static void pack_a(const gemm_job *g, int64_t i0, int64_t p0, int64_t rows, int64_t kc,
-                   float *dst) {
+static void pack_a(const gemm_job *g, int64_t i0, int64_t p0, int64_t rows, int64_t kc, float *dst) {
     const attn_gemm_arch *ar = g->ar;
     if (ar->pack_a)
         ar->pack_a(g->transa, op_a(g, i0, p0), g->lda, rows, kc, dst);
     else
         pack_a_generic(ar->mr, g->transa, op_a(g, i0, p0), g->lda, rows, kc, dst);
 }
-static void pack_b(const gemm_job *g, int64_t p0, int64_t j0, int64_t kc, int64_t cols,
-                   float *dst) {
+static void pack_b(const gemm_job *g, int64_t p0, int64_t j0, int64_t kc, int64_t cols, float *dst) {
     const attn_gemm_arch *ar = g->ar;
     if (ar->pack_b)
         ar->pack_b(g->transb, op_b(g, p0, j0), g->ldb, kc, cols, dst);
@@ -286,8 +272,7 @@ static void pack_b(const gemm_job *g, int64_t p0, int64_t j0, int64_t kc, int64_
 }
 
 /* Rows [r0, r1) x columns [c0, c1) of C, all of k; abuf / bbuf: this thread's A~ and B~. */
-static void gemm_rect(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
-                      float *abuf, float *bbuf) {
+static void gemm_rect(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float *abuf, float *bbuf) {
     const attn_gemm_arch *ar = g->ar;
     const int64_t MR = ar->mr, NR = ar->nr;
     /* even blocks, multiples of the register tile, no larger than MC / NC */
@@ -298,8 +283,8 @@ static void gemm_rect(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int
         float beta = p0 == 0 ? g->beta : 1.0f;
         if (g->rows_path) {
             pack_a(g, r0, p0, r1 - r0, kc, abuf);
-            ar->ukr_rows(kc, abuf, op_b(g, p0, c0), g->ldb, g->c + r0 * g->ldc + c0, g->ldc,
-                         g->alpha, beta, (int)(r1 - r0), c1 - c0);
+            ar->ukr_rows(kc, abuf, op_b(g, p0, c0), g->ldb, g->c + r0 * g->ldc + c0, g->ldc, g->alpha, beta,
+                         (int)(r1 - r0), c1 - c0);
             continue;
         }
         for (int64_t i0 = r0; i0 < r1; i0 += mb) {
@@ -335,8 +320,7 @@ static void gemm_rect(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int
 }
 
 /* The rectangle of C that part t of a tm x tn grid covers (edges on micro-tile boundaries). */
-static void grid_rect(const gemm_job *g, int tm, int tn, int t, int64_t *r0, int64_t *r1,
-                      int64_t *c0, int64_t *c1) {
+static void grid_rect(const gemm_job *g, int tm, int tn, int t, int64_t *r0, int64_t *r1, int64_t *c0, int64_t *c1) {
     const attn_gemm_arch *ar = g->ar;
     int64_t mp = cdiv(g->m, ar->mr), np = cdiv(g->n, ar->nr);
     int ti = t / tn, tj = t % tn;
@@ -351,8 +335,7 @@ static void *align64(void *p) {
     return (void *)((u + 63) & ~(uintptr_t)63);
 }
 
-static void run_part(const gemm_job *g, int tm, int tn, int t, unsigned char *ws,
-                     size_t per_thread) {
+static void run_part(const gemm_job *g, int tm, int tn, int t, unsigned char *ws, size_t per_thread) {
     int64_t r0, r1, c0, c1;
     grid_rect(g, tm, tn, t, &r0, &r1, &c0, &c1);
     if (r0 >= r1 || c0 >= c1) return;
@@ -384,12 +367,10 @@ size_t attn_sgemm_workspace_size_1(int64_t m, int64_t n, int64_t k) {
     return best;
 }
 
-attn_status attn_sgemm(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
-                       int64_t k, float alpha, const float *a, int64_t lda, const float *b,
-                       int64_t ldb, float beta, float *c, int64_t ldc, void *workspace,
-                       size_t workspace_bytes) {
-    attn_status st =
-        attn_gemm_check_args("attn_sgemm", transa, transb, m, n, k, a, lda, b, ldb, c, ldc);
+attn_status attn_sgemm(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                       void *workspace, size_t workspace_bytes) {
+    attn_status st = attn_gemm_check_args("attn_sgemm", transa, transb, m, n, k, a, lda, b, ldb, c, ldc);
     if (st != ATTN_OK) return st;
     if (m == 0 || n == 0) return ATTN_OK;
     const attn_gemm_arch *ar = attn_gemm_arch_active();
@@ -398,15 +379,13 @@ attn_status attn_sgemm(attn_transpose transa, attn_transpose transb, int64_t m, 
         return attn_error(ATTN_ERR_WORKSPACE,
                           "attn_sgemm: workspace %s%zu bytes; m = %lld, n = %lld, k = %lld needs "
                           "at least %zu (attn_sgemm_workspace_size() = %zu)",
-                          workspace == NULL ? "is NULL, " : "has ", workspace_bytes,
-                          (long long)m, (long long)n, (long long)k, per_thread,
-                          attn_sgemm_workspace_size(m, n, k));
+                          workspace == NULL ? "is NULL, " : "has ", workspace_bytes, (long long)m, (long long)n,
+                          (long long)k, per_thread, attn_sgemm_workspace_size(m, n, k));
     if (k == 0 || alpha == 0.0f) {
         scale_c(c, m, n, ldc, beta);
         return ATTN_OK;
     }
-    gemm_job g = {ar, transa == ATTN_TRANS, transb == ATTN_TRANS, m, n, k, alpha, beta,
-                  a, b, lda, ldb, ldc, c, 0, 0};
+    gemm_job g = {ar, transa == ATTN_TRANS, transb == ATTN_TRANS, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, 0, 0};
     g.direct_b = !g.transb && m <= ar->mr;
     g.rows_path = !g.transb && ar->ukr_rows && m <= ar->rows_max;
 
@@ -433,4 +412,3 @@ attn_status attn_sgemm(attn_transpose transa, attn_transpose transb, int64_t m, 
 #endif
     return ATTN_OK;
 }
-

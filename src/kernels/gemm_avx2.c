@@ -13,9 +13,9 @@ static inline __m256i lane_mask(int valid) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(v), idx);
 }
 
-static inline __attribute__((always_inline)) void
-ukr_body(const int R, int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
-         int64_t ldc, float alpha_in, float beta_in, int nr) {
+static inline __attribute__((always_inline)) void ukr_body(const int R, int64_t kc, const float *a, const float *b,
+                                                           int64_t ldb, float *c, int64_t ldc, float alpha_in,
+                                                           float beta_in, int nr) {
     /* alpha and beta wait in memory during the loop (the empty asm below makes the compiler
      * reload them): held in registers they left 14 of the 16 for the loop's 15 (12 accumulators,
      * B's two vectors, the broadcast), so one accumulator lived on the stack and its chain went
@@ -64,8 +64,7 @@ ukr_body(const int R, int64_t kc, const float *a, const float *b, int64_t ldb, f
             __m256 o0 = _mm256_mul_ps(c0[i], va), o1 = _mm256_mul_ps(c1[i], va);
             if (beta != 0.0f) {
                 o0 = _mm256_fmadd_ps(c0[i], va, _mm256_mul_ps(_mm256_maskload_ps(ci, m0), vb));
-                o1 = _mm256_fmadd_ps(c1[i], va,
-                                     _mm256_mul_ps(_mm256_maskload_ps(ci + 8, m1), vb));
+                o1 = _mm256_fmadd_ps(c1[i], va, _mm256_mul_ps(_mm256_maskload_ps(ci + 8, m1), vb));
             }
             _mm256_maskstore_ps(ci, m0, o0);
             _mm256_maskstore_ps(ci + 8, m1, o1);
@@ -73,15 +72,18 @@ ukr_body(const int R, int64_t kc, const float *a, const float *b, int64_t ldb, f
     }
 }
 
-#define UKR(R)                                                                                 \
-    static void ukr_##R(int64_t kc, const float *a, const float *b, int64_t ldb, float *c,    \
-                        int64_t ldc, float alpha, float beta, int nr) {                        \
-        ukr_body(R, kc, a, b, ldb, c, ldc, alpha, beta, nr);                                   \
+#define UKR(R)                                                                                                         \
+    static void ukr_##R(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, float alpha,   \
+                        float beta, int nr) {                                                                          \
+        ukr_body(R, kc, a, b, ldb, c, ldc, alpha, beta, nr);                                                           \
     }
+/* macro steps without semicolons: laid out by hand, one row of C per line */
+/* clang-format off */
 UKR(1) UKR(2) UKR(3) UKR(4) UKR(5)
+    /* clang-format on */
 
-static void ukr_avx2(int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
-                     int64_t ldc, float alpha, float beta, int mr, int nr) {
+    static void ukr_avx2(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, float alpha,
+                         float beta, int mr, int nr) {
     switch (mr) {
     case 1: ukr_1(kc, a, b, ldb, c, ldc, alpha, beta, nr); break;
     case 2: ukr_2(kc, a, b, ldb, c, ldc, alpha, beta, nr); break;
@@ -92,13 +94,12 @@ static void ukr_avx2(int64_t kc, const float *a, const float *b, int64_t ldb, fl
     }
 }
 
-
 /* R (1..4) rows of C reading op(B) = B in place, row by row: NV = 12 / 6 / 4 / 3 vectors of 8
  * columns per row (12 accumulators), the same per-element FMA chain as ukr_body. a: packed A~
  * micro-panel (a[p * MR + i]). */
-static inline __attribute__((always_inline)) void
-rows_body(const int R, const int NV, int64_t kc, const float *a, const float *b, int64_t ldb,
-          float *c, int64_t ldc, float alpha, float beta, int64_t n) {
+static inline __attribute__((always_inline)) void rows_body(const int R, const int NV, int64_t kc, const float *a,
+                                                            const float *b, int64_t ldb, float *c, int64_t ldc,
+                                                            float alpha, float beta, int64_t n) {
     const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
     for (int64_t j0 = 0; j0 < n; j0 += 8 * NV) {
         int64_t w = n - j0 < 8 * NV ? n - j0 : 8 * NV;
@@ -118,8 +119,7 @@ rows_body(const int R, const int NV, int64_t kc, const float *a, const float *b,
                 for (int q = 0; q < NV; q++) {
                     __m256 bv = _mm256_loadu_ps(bp + 8 * q);
 #pragma GCC unroll 4
-                    for (int i = 0; i < R; i++)
-                        acc[i][q] = _mm256_fmadd_ps(_mm256_broadcast_ss(ap + i), bv, acc[i][q]);
+                    for (int i = 0; i < R; i++) acc[i][q] = _mm256_fmadd_ps(_mm256_broadcast_ss(ap + i), bv, acc[i][q]);
                 }
             }
         } else {
@@ -128,8 +128,7 @@ rows_body(const int R, const int NV, int64_t kc, const float *a, const float *b,
                 for (int q = 0; q < NV; q++) {
                     __m256 bv = _mm256_maskload_ps(bp + 8 * q, mk[q]);
 #pragma GCC unroll 4
-                    for (int i = 0; i < R; i++)
-                        acc[i][q] = _mm256_fmadd_ps(_mm256_broadcast_ss(ap + i), bv, acc[i][q]);
+                    for (int i = 0; i < R; i++) acc[i][q] = _mm256_fmadd_ps(_mm256_broadcast_ss(ap + i), bv, acc[i][q]);
                 }
             }
         }
@@ -139,17 +138,15 @@ rows_body(const int R, const int NV, int64_t kc, const float *a, const float *b,
             for (int q = 0; q < NV; q++) {
                 float *cq = c + i * ldc + j0 + 8 * q;
                 __m256 o = _mm256_mul_ps(acc[i][q], va);
-                if (beta != 0.0f)
-                    o = _mm256_fmadd_ps(acc[i][q], va,
-                                        _mm256_mul_ps(_mm256_maskload_ps(cq, mk[q]), vb));
+                if (beta != 0.0f) o = _mm256_fmadd_ps(acc[i][q], va, _mm256_mul_ps(_mm256_maskload_ps(cq, mk[q]), vb));
                 _mm256_maskstore_ps(cq, mk[q], o);
             }
         }
     }
 }
 
-static void ukr_rows_avx2(int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
-                          int64_t ldc, float alpha, float beta, int mr, int64_t n) {
+static void ukr_rows_avx2(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, float alpha,
+                          float beta, int mr, int64_t n) {
     switch (mr) {
     case 1: rows_body(1, 12, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
     case 2: rows_body(2, 6, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
@@ -178,12 +175,20 @@ const attn_gemm_arch *attn_gemm_arch_avx2(void) { return &arch_avx2; }
 #define F(x) x = _mm256_fmadd_ps(x, m, s)
 float attn_fma_loop_avx2(int64_t iters, int *chains, int *lanes) {
     __m256 m = _mm256_set1_ps(0.999f), s = _mm256_set1_ps(1e-4f);
-    __m256 x0 = _mm256_set1_ps(0), x1 = _mm256_set1_ps(1), x2 = _mm256_set1_ps(2),
-           x3 = _mm256_set1_ps(3), x4 = _mm256_set1_ps(4), x5 = _mm256_set1_ps(5),
-           x6 = _mm256_set1_ps(6), x7 = _mm256_set1_ps(7), x8 = _mm256_set1_ps(8),
-           x9 = _mm256_set1_ps(9);
+    __m256 x0 = _mm256_set1_ps(0), x1 = _mm256_set1_ps(1), x2 = _mm256_set1_ps(2), x3 = _mm256_set1_ps(3),
+           x4 = _mm256_set1_ps(4), x5 = _mm256_set1_ps(5), x6 = _mm256_set1_ps(6), x7 = _mm256_set1_ps(7),
+           x8 = _mm256_set1_ps(8), x9 = _mm256_set1_ps(9);
     for (int64_t i = 0; i < iters; i++) {
-        F(x0); F(x1); F(x2); F(x3); F(x4); F(x5); F(x6); F(x7); F(x8); F(x9);
+        F(x0);
+        F(x1);
+        F(x2);
+        F(x3);
+        F(x4);
+        F(x5);
+        F(x6);
+        F(x7);
+        F(x8);
+        F(x9);
     }
     __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)),
                              _mm256_add_ps(_mm256_add_ps(x4, x5), _mm256_add_ps(x6, x7)));

@@ -16,9 +16,9 @@
 
 enum { MR = 14, NR = 32 };
 
-static inline __attribute__((always_inline)) void
-ukr_body(const int R, int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
-         int64_t ldc, float alpha, float beta, int nr) {
+static inline __attribute__((always_inline)) void ukr_body(const int R, int64_t kc, const float *a, const float *b,
+                                                           int64_t ldb, float *c, int64_t ldc, float alpha, float beta,
+                                                           int nr) {
     __m512 c0[MR], c1[MR];
 #pragma GCC unroll 16
     for (int i = 0; i < R; i++) {
@@ -40,8 +40,7 @@ ukr_body(const int R, int64_t kc, const float *a, const float *b, int64_t ldb, f
         b += ldb;
     }
     __mmask16 m0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
-    __mmask16 m1 = nr >= 32 ? (__mmask16)0xFFFF
-                            : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1u) : (__mmask16)0;
+    __mmask16 m1 = nr >= 32 ? (__mmask16)0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1u) : (__mmask16)0;
     __m512 va = _mm512_set1_ps(alpha);
     if (beta == 0.0f) {
 #pragma GCC unroll 16
@@ -63,21 +62,22 @@ ukr_body(const int R, int64_t kc, const float *a, const float *b, int64_t ldb, f
     }
 }
 
-#define UKR(R)                                                                                 \
-    static void ukr_##R(int64_t kc, const float *a, const float *b, int64_t ldb, float *c,    \
-                        int64_t ldc, float alpha, float beta, int nr) {                        \
-        ukr_body(R, kc, a, b, ldb, c, ldc, alpha, beta, nr);                                   \
+#define UKR(R)                                                                                                         \
+    static void ukr_##R(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, float alpha,   \
+                        float beta, int nr) {                                                                          \
+        ukr_body(R, kc, a, b, ldb, c, ldc, alpha, beta, nr);                                                           \
     }
+/* macro steps without semicolons: laid out by hand, one row of C per line */
+/* clang-format off */
 UKR(1) UKR(2) UKR(3) UKR(4) UKR(5) UKR(6) UKR(7) UKR(8) UKR(9) UKR(10) UKR(11) UKR(12) UKR(13)
+    /* clang-format on */
 
-typedef void (*ukr_fixed_fn)(int64_t, const float *, const float *, int64_t, float *, int64_t,
-                            float, float, int);
-static const ukr_fixed_fn ukr_fixed[MR + 1] = {
-    0, ukr_1, ukr_2, ukr_3, ukr_4, ukr_5, ukr_6, ukr_7, ukr_8, ukr_9, ukr_10, ukr_11, ukr_12,
-    ukr_13, 0};
+    typedef void (*ukr_fixed_fn)(int64_t, const float *, const float *, int64_t, float *, int64_t, float, float, int);
+static const ukr_fixed_fn ukr_fixed[MR + 1] = {0,     ukr_1, ukr_2,  ukr_3,  ukr_4,  ukr_5,  ukr_6, ukr_7,
+                                               ukr_8, ukr_9, ukr_10, ukr_11, ukr_12, ukr_13, 0};
 
-static void ukr_avx512(int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
-                       int64_t ldc, float alpha, float beta, int mr, int nr) {
+static void ukr_avx512(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, float alpha,
+                       float beta, int mr, int nr) {
     if (mr == MR)
         ukr_body(MR, kc, a, b, ldb, c, ldc, alpha, beta, nr);
     else
@@ -122,8 +122,7 @@ static inline __mmask16 first_lanes(int64_t n) {
 }
 
 /* op(A) rows into MR x kc micro-panels: dst[p * MR + i]. */
-static void pack_a_avx512(int trans, const float *a, int64_t lda, int64_t rows, int64_t kc,
-                          float *dst) {
+static void pack_a_avx512(int trans, const float *a, int64_t lda, int64_t rows, int64_t kc, float *dst) {
     const __mmask16 mr_lanes = first_lanes(MR);
     for (int64_t i0 = 0; i0 < rows; i0 += MR, dst += MR * kc) {
         int r = rows - i0 < MR ? (int)(rows - i0) : MR;
@@ -131,8 +130,7 @@ static void pack_a_avx512(int trans, const float *a, int64_t lda, int64_t rows, 
             /* A stored k x m: row p of the panel is contiguous */
             const __mmask16 lm = first_lanes(r);
             const float *src = a + i0;
-            for (int64_t p = 0; p < kc; p++)
-                attn_st16(dst + p * MR, mr_lanes, attn_ld16(lm, src + p * lda));
+            for (int64_t p = 0; p < kc; p++) attn_st16(dst + p * MR, mr_lanes, attn_ld16(lm, src + p * lda));
             continue;
         }
         /* A stored m x k: 16 k values of each of the r rows, transposed in registers */
@@ -140,9 +138,7 @@ static void pack_a_avx512(int trans, const float *a, int64_t lda, int64_t rows, 
             const __mmask16 km = first_lanes(kc - p);
             __m512 v[16];
 #pragma GCC unroll 16
-            for (int i = 0; i < 16; i++)
-                v[i] = i < r ? attn_ld16(km, a + (i0 + i) * lda + p)
-                             : _mm512_setzero_ps();
+            for (int i = 0; i < 16; i++) v[i] = i < r ? attn_ld16(km, a + (i0 + i) * lda + p) : _mm512_setzero_ps();
             transpose16(v);
             int np = kc - p < 16 ? (int)(kc - p) : 16;
 #pragma GCC unroll 16
@@ -153,8 +149,7 @@ static void pack_a_avx512(int trans, const float *a, int64_t lda, int64_t rows, 
 }
 
 /* op(B) columns into kc x NR micro-panels: dst[p * NR + j]. */
-static void pack_b_avx512(int trans, const float *b, int64_t ldb, int64_t kc, int64_t cols,
-                          float *dst) {
+static void pack_b_avx512(int trans, const float *b, int64_t ldb, int64_t kc, int64_t cols, float *dst) {
     if (!trans) {
         /* B stored k x n: walk each row of the block once, contiguously (a panel-by-panel walk
          * would stride through B by ldb, which thrashes cache sets for power-of-two ldb) */
@@ -184,8 +179,7 @@ static void pack_b_avx512(int trans, const float *b, int64_t ldb, int64_t kc, in
                 __m512 v[16];
 #pragma GCC unroll 16
                 for (int j = 0; j < 16; j++)
-                    v[j] = j < jn ? attn_ld16(km, b + (j0 + half * 16 + j) * ldb + p)
-                                  : _mm512_setzero_ps();
+                    v[j] = j < jn ? attn_ld16(km, b + (j0 + half * 16 + j) * ldb + p) : _mm512_setzero_ps();
                 transpose16(v);
                 int np = kc - p < 16 ? (int)(kc - p) : 16;
 #pragma GCC unroll 16
@@ -199,9 +193,9 @@ static void pack_b_avx512(int trans, const float *b, int64_t ldb, int64_t kc, in
 /* R (1..4) rows of C reading op(B) = B in place, row by row: NV = 16 / 12 / 8 / 6 vectors of 16
  * columns per row (16..24 accumulators), the same per-element FMA chain as ukr_body. a: packed
  * A~ micro-panel (a[p * MR + i]). */
-static inline __attribute__((always_inline)) void
-rows_body(const int R, const int NV, int64_t kc, const float *a, const float *b, int64_t ldb,
-          float *c, int64_t ldc, float alpha, float beta, int64_t n) {
+static inline __attribute__((always_inline)) void rows_body(const int R, const int NV, int64_t kc, const float *a,
+                                                            const float *b, int64_t ldb, float *c, int64_t ldc,
+                                                            float alpha, float beta, int64_t n) {
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     for (int64_t j0 = 0; j0 < n; j0 += 16 * NV) {
         int64_t w = n - j0 < 16 * NV ? n - j0 : 16 * NV;
@@ -222,8 +216,7 @@ rows_body(const int R, const int NV, int64_t kc, const float *a, const float *b,
                 for (int q = 0; q < NV; q++) {
                     __m512 bv = _mm512_loadu_ps(bp + 16 * q);
 #pragma GCC unroll 4
-                    for (int i = 0; i < R; i++)
-                        acc[i][q] = _mm512_fmadd_ps(_mm512_set1_ps(ap[i]), bv, acc[i][q]);
+                    for (int i = 0; i < R; i++) acc[i][q] = _mm512_fmadd_ps(_mm512_set1_ps(ap[i]), bv, acc[i][q]);
                 }
             }
         } else {
@@ -232,8 +225,7 @@ rows_body(const int R, const int NV, int64_t kc, const float *a, const float *b,
                 for (int q = 0; q < NV; q++) {
                     __m512 bv = attn_ld16(mk[q], bp + 16 * q);
 #pragma GCC unroll 4
-                    for (int i = 0; i < R; i++)
-                        acc[i][q] = _mm512_fmadd_ps(_mm512_set1_ps(ap[i]), bv, acc[i][q]);
+                    for (int i = 0; i < R; i++) acc[i][q] = _mm512_fmadd_ps(_mm512_set1_ps(ap[i]), bv, acc[i][q]);
                 }
             }
         }
@@ -243,17 +235,15 @@ rows_body(const int R, const int NV, int64_t kc, const float *a, const float *b,
             for (int q = 0; q < NV; q++) {
                 float *cq = c + i * ldc + j0 + 16 * q;
                 __m512 o = _mm512_mul_ps(acc[i][q], va);
-                if (beta != 0.0f)
-                    o = _mm512_fmadd_ps(acc[i][q], va,
-                                        _mm512_mul_ps(attn_ld16(mk[q], cq), vb));
+                if (beta != 0.0f) o = _mm512_fmadd_ps(acc[i][q], va, _mm512_mul_ps(attn_ld16(mk[q], cq), vb));
                 attn_st16(cq, mk[q], o);
             }
         }
     }
 }
 
-static void ukr_rows_avx512(int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
-                            int64_t ldc, float alpha, float beta, int mr, int64_t n) {
+static void ukr_rows_avx512(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, float alpha,
+                            float beta, int mr, int64_t n) {
     switch (mr) {
     case 1: rows_body(1, 16, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
     case 2: rows_body(2, 12, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
@@ -282,12 +272,22 @@ const attn_gemm_arch *attn_gemm_arch_avx512(void) { return &arch_avx512; }
 #define F(x) x = _mm512_fmadd_ps(x, m, s)
 float attn_fma_loop_avx512(int64_t iters, int *chains, int *lanes) {
     __m512 m = _mm512_set1_ps(0.999f), s = _mm512_set1_ps(1e-4f);
-    __m512 x0 = _mm512_set1_ps(0), x1 = _mm512_set1_ps(1), x2 = _mm512_set1_ps(2),
-           x3 = _mm512_set1_ps(3), x4 = _mm512_set1_ps(4), x5 = _mm512_set1_ps(5),
-           x6 = _mm512_set1_ps(6), x7 = _mm512_set1_ps(7), x8 = _mm512_set1_ps(8),
-           x9 = _mm512_set1_ps(9), x10 = _mm512_set1_ps(10), x11 = _mm512_set1_ps(11);
+    __m512 x0 = _mm512_set1_ps(0), x1 = _mm512_set1_ps(1), x2 = _mm512_set1_ps(2), x3 = _mm512_set1_ps(3),
+           x4 = _mm512_set1_ps(4), x5 = _mm512_set1_ps(5), x6 = _mm512_set1_ps(6), x7 = _mm512_set1_ps(7),
+           x8 = _mm512_set1_ps(8), x9 = _mm512_set1_ps(9), x10 = _mm512_set1_ps(10), x11 = _mm512_set1_ps(11);
     for (int64_t i = 0; i < iters; i++) {
-        F(x0); F(x1); F(x2); F(x3); F(x4); F(x5); F(x6); F(x7); F(x8); F(x9); F(x10); F(x11);
+        F(x0);
+        F(x1);
+        F(x2);
+        F(x3);
+        F(x4);
+        F(x5);
+        F(x6);
+        F(x7);
+        F(x8);
+        F(x9);
+        F(x10);
+        F(x11);
     }
     __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)),
                              _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)));

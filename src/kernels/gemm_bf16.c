@@ -82,7 +82,8 @@ static void pack_a(const attn_bf16_kernels *kr, int ta, int64_t i0, int64_t i1, 
                 continue;
             }
             const attn_bf16 *row = ah + i * lda;
-            if (PAIRS_IN_MEMORY) memcpy(ap + i * kp, row, sizeof(uint32_t) * (size_t)kf);
+            if (PAIRS_IN_MEMORY)
+                memcpy(ap + i * kp, row, sizeof(uint32_t) * (size_t)kf);
             else
                 for (int64_t p = 0; p < kf; p++) ap[i * kp + p] = pair_word(row + 2 * p);
             if (kf < kp) ap[i * kp + kf] = attn_pair(row[2 * kf], 0);
@@ -96,8 +97,10 @@ static void pack_a(const attn_bf16_kernels *kr, int ta, int64_t i0, int64_t i1, 
     const int w = (int)(i1 - i0);
     for (int64_t p0 = 0; p0 < kp; p0 += TP) {
         const int rows = (int)(k - 2 * p0 < 2 * TP ? k - 2 * p0 : 2 * TP), np = (rows + 1) / 2;
-        if (af) kr->pair_rows_f32(rows, w, af + 2 * p0 * lda + i0, lda, t, TI);
-        else kr->pair_rows_bf16(rows, w, ah + 2 * p0 * lda + i0, lda, t, TI);
+        if (af)
+            kr->pair_rows_f32(rows, w, af + 2 * p0 * lda + i0, lda, t, TI);
+        else
+            kr->pair_rows_bf16(rows, w, ah + 2 * p0 * lda + i0, lda, t, TI);
         attn_bf16_words_across(np, w, t, TI, ap + i0 * kp + p0, kp);
     }
 }
@@ -118,8 +121,8 @@ static void pack_bt(const attn_bf16_kernels *kr, int64_t j0, int64_t j1, int64_t
         return;
     }
     if (PAIRS_IN_MEMORY && ldb % 2 == 0 && (uintptr_t)bh % 4 == 0) /* the rows are rows of pair words */
-        attn_bf16_words_across((int)(j1 - j0), (int)kf, (const uint32_t *)(const void *)(bh + j0 * ldb), ldb / 2,
-                               panel, NP);
+        attn_bf16_words_across((int)(j1 - j0), (int)kf, (const uint32_t *)(const void *)(bh + j0 * ldb), ldb / 2, panel,
+                               NP);
     else
         for (int64_t p = 0; p < kf; p++)
             for (int64_t j = j0; j < j1; j++) panel[p * NP + (j - j0)] = pair_word(bh + j * ldb + 2 * p);
@@ -132,18 +135,19 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
                             int64_t k, const attn_bf16 *ah, const float *af, int64_t lda, const attn_bf16 *bh,
                             const float *bf, int64_t ldb, int accumulate, float *c, int64_t ldc, void *workspace,
                             size_t workspace_bytes) {
-    attn_status st = attn_gemm_check_args(fn, transa, transb, m, n, k, af ? af : (const float *)(const void *)ah,
-                                          lda, bf ? bf : (const float *)(const void *)bh, ldb, c, ldc);
+    attn_status st = attn_gemm_check_args(fn, transa, transb, m, n, k, af ? af : (const float *)(const void *)ah, lda,
+                                          bf ? bf : (const float *)(const void *)bh, ldb, c, ldc);
     if (st) return st;
     if (m == 0 || n == 0) return ATTN_OK;
     const size_t need = attn_gemm_bf16_workspace_size(m, n, k);
     if (need == SIZE_MAX) return attn_error(ATTN_ERR_OVERFLOW, "%s: workspace size overflows", fn);
     if (!workspace || workspace_bytes < need)
-        return attn_error(ATTN_ERR_WORKSPACE, "%s: workspace of %zu bytes at %p, need %zu (attn_gemm_bf16_workspace_size)",
-                          fn, workspace_bytes, workspace, need);
+        return attn_error(ATTN_ERR_WORKSPACE,
+                          "%s: workspace of %zu bytes at %p, need %zu (attn_gemm_bf16_workspace_size)", fn,
+                          workspace_bytes, workspace, need);
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
-        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: sizes above 2^31 (m = %lld, n = %lld, k = %lld)", fn,
-                          (long long)m, (long long)n, (long long)k);
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: sizes above 2^31 (m = %lld, n = %lld, k = %lld)", fn, (long long)m,
+                          (long long)n, (long long)k);
     const attn_bf16_kernels *kr = attn_bf16_kernels_active();
     const int64_t kp = (k + 1) / 2;
     uint32_t *ap = (uint32_t *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
@@ -157,8 +161,7 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
     {
         const int64_t ib = ta ? TI : PB;
 #pragma omp for schedule(static)
-        for (int64_t i0 = 0; i0 < m; i0 += ib)
-            pack_a(kr, ta, i0, i0 + ib < m ? i0 + ib : m, k, ah, af, lda, ap);
+        for (int64_t i0 = 0; i0 < m; i0 += ib) pack_a(kr, ta, i0, i0 + ib < m ? i0 + ib : m, k, ah, af, lda, ap);
         /* B(p, j) pair word at bp[(j / NP) kp NP + p NP + j % NP] */
         if (!tb) { /* one call per panel and PC pair words (one per pair of rows cost more in calls than
                     * in work: pair_rows_f32 5.6% of a bf16 training step, 3.1% so) */
@@ -168,8 +171,10 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
                 const int64_t j0 = t / chunks * NP, p0 = t % chunks * PC;
                 const int rows = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC), w = (int)(n - j0 < NP ? n - j0 : NP);
                 uint32_t *dst = bp + j0 * kp + p0 * NP;
-                if (bf) kr->pair_rows_f32(rows, w, bf + 2 * p0 * ldb + j0, ldb, dst, NP);
-                else kr->pair_rows_bf16(rows, w, bh + 2 * p0 * ldb + j0, ldb, dst, NP);
+                if (bf)
+                    kr->pair_rows_f32(rows, w, bf + 2 * p0 * ldb + j0, ldb, dst, NP);
+                else
+                    kr->pair_rows_bf16(rows, w, bh + 2 * p0 * ldb + j0, ldb, dst, NP);
             }
         } else {
 #pragma omp for schedule(static)
@@ -194,15 +199,15 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
 }
 
 attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
-                           const attn_bf16 *a, int64_t lda, const attn_bf16 *b, int64_t ldb, int accumulate,
-                           float *c, int64_t ldc, void *workspace, size_t workspace_bytes) {
+                           const attn_bf16 *a, int64_t lda, const attn_bf16 *b, int64_t ldb, int accumulate, float *c,
+                           int64_t ldc, void *workspace, size_t workspace_bytes) {
     return gemm_run("attn_gemm_bf16", transa, transb, m, n, k, a, NULL, lda, b, NULL, ldb, accumulate, c, ldc,
                     workspace, workspace_bytes);
 }
 
 attn_status attn_gemm_bf16_from_f32(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
-                                    const float *a, int64_t lda, const float *b, int64_t ldb, int accumulate,
-                                    float *c, int64_t ldc, void *workspace, size_t workspace_bytes) {
-    return gemm_run("attn_gemm_bf16_from_f32", transa, transb, m, n, k, NULL, a, lda, NULL, b, ldb, accumulate, c,
-                    ldc, workspace, workspace_bytes);
+                                    const float *a, int64_t lda, const float *b, int64_t ldb, int accumulate, float *c,
+                                    int64_t ldc, void *workspace, size_t workspace_bytes) {
+    return gemm_run("attn_gemm_bf16_from_f32", transa, transb, m, n, k, NULL, a, lda, NULL, b, ldb, accumulate, c, ldc,
+                    workspace, workspace_bytes);
 }

@@ -23,35 +23,32 @@
 #include "attn/kernels.h"
 #include "core/tuning.h"
 
-typedef void (*attn_gemm_ukr_fn)(int64_t kc, const float *a, const float *b, int64_t ldb,
-                                 float *c, int64_t ldc, float alpha, float beta, int mr, int nr);
+typedef void (*attn_gemm_ukr_fn)(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
+                                 float alpha, float beta, int mr, int nr);
 
 /* Packs rows [0, rows) x k-range [0, kc) of op(A) (a points at op(A)(row0, k0)) into
  * ceil(rows / MR) micro-panels of kc x MR floats, zero padded. NULL: the driver's generic one. */
-typedef void (*attn_gemm_pack_a_fn)(int trans, const float *a, int64_t lda, int64_t rows,
-                                    int64_t kc, float *dst);
+typedef void (*attn_gemm_pack_a_fn)(int trans, const float *a, int64_t lda, int64_t rows, int64_t kc, float *dst);
 /* Packs k-range [0, kc) x columns [0, cols) of op(B) (b points at op(B)(k0, col0)) into
  * ceil(cols / NR) micro-panels of kc x NR floats, zero padded. NULL: the driver's generic one. */
-typedef void (*attn_gemm_pack_b_fn)(int trans, const float *b, int64_t ldb, int64_t kc,
-                                    int64_t cols, float *dst);
+typedef void (*attn_gemm_pack_b_fn)(int trans, const float *b, int64_t ldb, int64_t kc, int64_t cols, float *dst);
 
 /* Few-row kernel: rows mr <= rows_max of C (columns [0, n)) from the packed A~ micro-panel a
  * (a[p * MR + i]) and op(B) = B read in place, row by row (b[p * ldb + j]); every element gets
  * the same FMA chain and the same alpha / beta step as in the micro-kernel above. Wide rows of
  * accumulators read B contiguously and exactly once: the GEMV-like shapes (m = 1..4). */
-typedef void (*attn_gemm_rows_fn)(int64_t kc, const float *a, const float *b, int64_t ldb,
-                                  float *c, int64_t ldc, float alpha, float beta, int mr,
-                                  int64_t n);
+typedef void (*attn_gemm_rows_fn)(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
+                                  float alpha, float beta, int mr, int64_t n);
 
 /* One ISA's kernel and blocking. In the kernels' tables kc, mc and nc are the values tuned on
  * the reference caches (ATTN_GEMM_REF_L2, ATTN_GEMM_REF_L3, an L1d of at least 32 KiB); the
  * dispatch context holds them derived for this CPU's caches (attn_gemm_arch_blocked). */
 typedef struct attn_gemm_arch {
     const char *name;
-    int mr, nr;   /* register tile */
-    int kc;       /* k block: MR x KC A micro-panel stays in L1 across the B panels */
-    int mc;       /* rows of op(A) packed per block (multiple of mr) */
-    int nc;       /* columns of op(B) packed per block (multiple of nr), KC x NC lives in L2 */
+    int mr, nr; /* register tile */
+    int kc;     /* k block: MR x KC A micro-panel stays in L1 across the B panels */
+    int mc;     /* rows of op(A) packed per block (multiple of mr) */
+    int nc;     /* columns of op(B) packed per block (multiple of nr), KC x NC lives in L2 */
     attn_gemm_ukr_fn ukr;
     attn_gemm_pack_a_fn pack_a;
     attn_gemm_pack_b_fn pack_b;
@@ -92,9 +89,9 @@ const attn_gemm_arch *attn_gemm_arch_active(void);
 /* Argument checks shared by attn_sgemm and attn_sgemm_ref (fn names the caller in messages):
  * negative sizes, unknown transposes, NULL matrices with nonzero sizes, leading dimensions
  * too small for the shapes, size arithmetic overflow. */
-attn_status attn_gemm_check_args(const char *fn, attn_transpose transa, attn_transpose transb,
-                                 int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                                 const float *b, int64_t ldb, const float *c, int64_t ldc);
+attn_status attn_gemm_check_args(const char *fn, attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
+                                 int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb, const float *c,
+                                 int64_t ldc);
 
 /* FMA throughput loops for `attn bench peak`: `iters` iterations of `chains` independent
  * vector FMA chains; return a value derived from the accumulators (so nothing is optimised

@@ -7,11 +7,10 @@
 
 /* ---- the oracle ------------------------------------------------------------------------ */
 
-attn_status attn_sgemm_ref(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
-                           int64_t k, float alpha, const float *a, int64_t lda, const float *b,
-                           int64_t ldb, float beta, float *c, int64_t ldc) {
-    attn_status st = attn_gemm_check_args("attn_sgemm_ref", transa, transb, m, n, k, a, lda, b,
-                                          ldb, c, ldc);
+attn_status attn_sgemm_ref(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                           int64_t ldc) {
+    attn_status st = attn_gemm_check_args("attn_sgemm_ref", transa, transb, m, n, k, a, lda, b, ldb, c, ldc);
     if (st != ATTN_OK) return st;
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
@@ -33,8 +32,8 @@ attn_status attn_sgemm_ref(attn_transpose transa, attn_transpose transb, int64_t
  * vectorised) without spilling. Multiply then add (no FMA in baseline x86-64). */
 enum { REF_MR = 4, REF_NR = 8 };
 
-static void ukr_ref(int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
-                    int64_t ldc, float alpha, float beta, int mr, int nr) {
+static void ukr_ref(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, float alpha,
+                    float beta, int mr, int nr) {
     float acc[REF_MR][REF_NR] = {{0}};
     for (int64_t p = 0; p < kc; p++) {
         const float *ap = a + p * REF_MR, *bp = b + p * ldb;

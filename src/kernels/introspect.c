@@ -74,9 +74,10 @@ float attn_peak_loop(attn_compute_unit unit, int64_t iters, int *chains, int *la
     const attn_kernel_ctx *c = attn_kernel_ctx_active();
     int ch = 0, ln = 0;
     float r = 0.0f;
-    attn_peak_loop_fn f = unit == ATTN_UNIT_FMA ? c->peak_fma : unit == ATTN_UNIT_DPBF16PS ? c->peak_dpbf16
-                                                           : unit == ATTN_UNIT_AMX         ? c->peak_amx
-                                                                                           : NULL;
+    attn_peak_loop_fn f = unit == ATTN_UNIT_FMA        ? c->peak_fma
+                          : unit == ATTN_UNIT_DPBF16PS ? c->peak_dpbf16
+                          : unit == ATTN_UNIT_AMX      ? c->peak_amx
+                                                       : NULL;
     if (f && iters >= 0) r = f(iters, &ch, &ln);
     if (chains) *chains = ch;
     if (lanes) *lanes = ln;

@@ -18,8 +18,9 @@ int attn_flash_avx512_rows(const char **why) {
      * either way (paired, §8), so AMD keeps the 4 the kernels were tuned with */
     const int intel = !strcmp(attn_cpu_uarch()->vendor, "GenuineIntel");
     if (why)
-        *why = e ? "ATTN_FLASH_ROWS is not 4 or 6, ignored; by the CPU's vendor"
-                 : intel ? "Intel: measured faster on Ice Lake-SP" : "AMD: as tuned; 6 rows no faster on Zen 5";
+        *why = e       ? "ATTN_FLASH_ROWS is not 4 or 6, ignored; by the CPU's vendor"
+               : intel ? "Intel: measured faster on Ice Lake-SP"
+                       : "AMD: as tuned; 6 rows no faster on Zen 5";
     return intel ? 6 : 4;
 }
 
@@ -34,8 +35,9 @@ void attn_isa_init_avx512(attn_kernel_ctx *c) {
     /* AMX tiles unless declined (ATTN_AMX=0): several times vdpbf16ps on Sapphire Rapids
      * (docs/performance-log.md section 12) */
     const char *e = getenv("ATTN_AMX");
-    const attn_bf16_kernels *amx =
-        e && !strcmp(e, "0") ? NULL : attn_cpu_has_avx512bf16() ? attn_bf16_kernels_amx() : NULL;
+    const attn_bf16_kernels *amx = e && !strcmp(e, "0")        ? NULL
+                                   : attn_cpu_has_avx512bf16() ? attn_bf16_kernels_amx()
+                                                               : NULL;
     c->bf16 = amx ? amx : attn_bf16_kernels_avx512_pairs(&c->bf16_note);
     if (attn_cpu_has_avx512bf16()) c->peak_dpbf16 = attn_dpbf16_loop_avx512bf16;
     if (amx) c->peak_amx = attn_amx_loop_tiles;

@@ -81,9 +81,9 @@ static int all_finite_avx2(const float *x, int64_t n) {
 }
 
 const attn_linear_vec_kernels attn_linear_vec_avx2 = {.elu1 = elu1_avx2,
-                                                     .elu1_bwd = elu1_bwd_avx2,
-                                                     .expsc = expsc_avx2,
-                                                     .submax = submax_avx2,
-                                                     .ydiv = ydiv_avx2,
-                                                     .edot = edot_avx2,
-                                                     .all_finite = all_finite_avx2};
+                                                      .elu1_bwd = elu1_bwd_avx2,
+                                                      .expsc = expsc_avx2,
+                                                      .submax = submax_avx2,
+                                                      .ydiv = ydiv_avx2,
+                                                      .edot = edot_avx2,
+                                                      .all_finite = all_finite_avx2};

@@ -75,9 +75,9 @@ static int all_finite_avx512(const float *x, int64_t n) {
 }
 
 const attn_linear_vec_kernels attn_linear_vec_avx512 = {.elu1 = elu1_avx512,
-                                                     .elu1_bwd = elu1_bwd_avx512,
-                                                     .expsc = expsc_avx512,
-                                                     .submax = submax_avx512,
-                                                     .ydiv = ydiv_avx512,
-                                                     .edot = edot_avx512,
-                                                     .all_finite = all_finite_avx512};
+                                                        .elu1_bwd = elu1_bwd_avx512,
+                                                        .expsc = expsc_avx512,
+                                                        .submax = submax_avx512,
+                                                        .ydiv = ydiv_avx512,
+                                                        .edot = edot_avx512,
+                                                        .all_finite = all_finite_avx512};

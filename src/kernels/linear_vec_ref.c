@@ -42,9 +42,9 @@ static int all_finite_ref(const float *x, int64_t n) {
 }
 
 const attn_linear_vec_kernels attn_linear_vec_ref = {.elu1 = elu1_ref,
-                                                  .elu1_bwd = elu1_bwd_ref,
-                                                  .expsc = expsc_ref,
-                                                  .submax = submax_ref,
-                                                  .ydiv = ydiv_ref,
-                                                  .edot = edot_ref,
-                                                  .all_finite = all_finite_ref};
+                                                     .elu1_bwd = elu1_bwd_ref,
+                                                     .expsc = expsc_ref,
+                                                     .submax = submax_ref,
+                                                     .ydiv = ydiv_ref,
+                                                     .edot = edot_ref,
+                                                     .all_finite = all_finite_ref};

@@ -23,45 +23,39 @@
 const attn_ops_kernels *attn_ops_active(void) { return attn_kernel_ctx_active()->ops; }
 
 /* Threads for `items` work items covering `total` floats. */
-static int ops_threads(int64_t items, int64_t total) {
-    return total < OPS_MIN_PARALLEL ? 1 : attn_threads_for(items);
-}
+static int ops_threads(int64_t items, int64_t total) { return total < OPS_MIN_PARALLEL ? 1 : attn_threads_for(items); }
 
 /* rows x n: non-negative, rows * n * sizeof(float) representable. */
 static attn_status check_matrix(const char *fn, int64_t rows, int64_t n) {
     size_t total, bytes;
     if (rows < 0 || n < 0)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: negative size (rows = %lld, n = %lld)",
-                          fn, (long long)rows, (long long)n);
-    if (attn_mul_overflow((size_t)rows, (size_t)n, &total) ||
-        attn_mul_overflow(total, sizeof(float), &bytes) || bytes > (size_t)INT64_MAX)
-        return attn_error(ATTN_ERR_OVERFLOW, "%s: rows * n overflows (rows = %lld, n = %lld)", fn,
-                          (long long)rows, (long long)n);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: negative size (rows = %lld, n = %lld)", fn, (long long)rows,
+                          (long long)n);
+    if (attn_mul_overflow((size_t)rows, (size_t)n, &total) || attn_mul_overflow(total, sizeof(float), &bytes) ||
+        bytes > (size_t)INT64_MAX)
+        return attn_error(ATTN_ERR_OVERFLOW, "%s: rows * n overflows (rows = %lld, n = %lld)", fn, (long long)rows,
+                          (long long)n);
     return ATTN_OK;
 }
 
 static attn_status check_count(const char *fn, int64_t n) {
-    if (n < 0)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: negative size (n = %lld)", fn,
-                          (long long)n);
+    if (n < 0) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: negative size (n = %lld)", fn, (long long)n);
     if ((uint64_t)n > (uint64_t)INT64_MAX / sizeof(float))
-        return attn_error(ATTN_ERR_OVERFLOW, "%s: n = %lld floats overflows the address space",
-                          fn, (long long)n);
+        return attn_error(ATTN_ERR_OVERFLOW, "%s: n = %lld floats overflows the address space", fn, (long long)n);
     return ATTN_OK;
 }
 
-#define NEED_PTR_RN(fn, p, rows, n)                                                             \
-    do {                                                                                        \
-        if ((p) == NULL)                                                                        \
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s is NULL (rows = %lld, n = %lld)", \
-                              fn, #p, (long long)(rows), (long long)(n));                       \
+#define NEED_PTR_RN(fn, p, rows, n)                                                                                    \
+    do {                                                                                                               \
+        if ((p) == NULL)                                                                                               \
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s is NULL (rows = %lld, n = %lld)", fn, #p,             \
+                              (long long)(rows), (long long)(n));                                                      \
     } while (0)
 
-#define NEED_PTR_N(fn, p, n)                                                                    \
-    do {                                                                                        \
-        if ((p) == NULL)                                                                        \
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s is NULL (n = %lld)", fn, #p,    \
-                              (long long)(n));                                                  \
+#define NEED_PTR_N(fn, p, n)                                                                                           \
+    do {                                                                                                               \
+        if ((p) == NULL)                                                                                               \
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s is NULL (n = %lld)", fn, #p, (long long)(n));         \
     } while (0)
 
 /* ---- softmax ---------------------------------------------------------------------------- */
@@ -80,8 +74,7 @@ attn_status attn_softmax_forward(const float *x, float *y, int64_t rows, int64_t
     return ATTN_OK;
 }
 
-attn_status attn_softmax_backward(const float *y, const float *dy, float *dx, int64_t rows,
-                                  int64_t n) {
+attn_status attn_softmax_backward(const float *y, const float *dy, float *dx, int64_t rows, int64_t n) {
     static const char fn[] = "attn_softmax_backward";
     attn_status st = check_matrix(fn, rows, n);
     if (st) return st;
@@ -98,15 +91,13 @@ attn_status attn_softmax_backward(const float *y, const float *dy, float *dx, in
 
 /* ---- layernorm -------------------------------------------------------------------------- */
 
-attn_status attn_layernorm_forward(const float *x, const float *gamma, const float *beta,
-                                   float *y, float *mean, float *rstd, int64_t rows, int64_t n,
-                                   float eps) {
+attn_status attn_layernorm_forward(const float *x, const float *gamma, const float *beta, float *y, float *mean,
+                                   float *rstd, int64_t rows, int64_t n, float eps) {
     static const char fn[] = "attn_layernorm_forward";
     attn_status st = check_matrix(fn, rows, n);
     if (st) return st;
     if (!(eps > 0.0f) || !isfinite(eps))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: eps = %g must be finite and > 0 (rows = %lld, n = %lld)", fn,
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: eps = %g must be finite and > 0 (rows = %lld, n = %lld)", fn,
                           (double)eps, (long long)rows, (long long)n);
     if (rows == 0) return ATTN_OK;
     if (n == 0) { /* empty rows: variance 0 */
@@ -130,9 +121,8 @@ attn_status attn_layernorm_forward(const float *x, const float *gamma, const flo
     return ATTN_OK;
 }
 
-attn_status attn_layernorm_backward(const float *x, const float *gamma, const float *mean,
-                                    const float *rstd, const float *dy, float *dx, float *dgamma,
-                                    float *dbeta, int64_t rows, int64_t n) {
+attn_status attn_layernorm_backward(const float *x, const float *gamma, const float *mean, const float *rstd,
+                                    const float *dy, float *dx, float *dgamma, float *dbeta, int64_t rows, int64_t n) {
     static const char fn[] = "attn_layernorm_backward";
     attn_status st = check_matrix(fn, rows, n);
     if (st) return st;
@@ -145,8 +135,7 @@ attn_status attn_layernorm_backward(const float *x, const float *gamma, const fl
     const attn_ops_kernels *k = attn_ops_active();
     const int nt = ops_threads(rows, rows * n);
     OPS_PARALLEL_FOR(nt)
-    for (int64_t r = 0; r < rows; r++)
-        k->layernorm_bwd(x + r * n, gamma, mean[r], rstd[r], dy + r * n, dx + r * n, n);
+    for (int64_t r = 0; r < rows; r++) k->layernorm_bwd(x + r * n, gamma, mean[r], rstd[r], dy + r * n, dx + r * n, n);
     if (dgamma || dbeta) {
         const int64_t blocks = (n + ATTN_OPS_COLS - 1) / ATTN_OPS_COLS;
         const int nb = ops_threads(blocks, rows * n);
@@ -164,20 +153,19 @@ attn_status attn_layernorm_backward(const float *x, const float *gamma, const fl
 static attn_status check_approx(const char *fn, attn_gelu_approx approx, int64_t n) {
     if (approx != ATTN_GELU_ERF && approx != ATTN_GELU_TANH)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: approx = %d is not ATTN_GELU_ERF or ATTN_GELU_TANH (n = %lld)", fn,
-                          (int)approx, (long long)n);
+                          "%s: approx = %d is not ATTN_GELU_ERF or ATTN_GELU_TANH (n = %lld)", fn, (int)approx,
+                          (long long)n);
     return ATTN_OK;
 }
 
 #define CHUNKS(n) (((n) + ATTN_OPS_CHUNK - 1) / ATTN_OPS_CHUNK)
-#define CHUNK_LEN(c, n) ((c) * ATTN_OPS_CHUNK + ATTN_OPS_CHUNK < (n) ? ATTN_OPS_CHUNK : (n) - (c) * ATTN_OPS_CHUNK)
+#define CHUNK_LEN(c, n) ((c)*ATTN_OPS_CHUNK + ATTN_OPS_CHUNK < (n) ? ATTN_OPS_CHUNK : (n) - (c)*ATTN_OPS_CHUNK)
 
 /* The chunked, threaded loop every elementwise op shares: chunk c covers elements
  * [c CHUNK, min((c + 1) CHUNK, n)), whatever the thread count. */
 typedef enum ew_op { EW_GELU_FWD, EW_GELU_BWD, EW_RELU_FWD, EW_RELU_BWD, EW_ADD } ew_op;
 
-static void run_elementwise(ew_op op, const float *a, const float *b, float *y, int64_t n,
-                            attn_gelu_approx approx) {
+static void run_elementwise(ew_op op, const float *a, const float *b, float *y, int64_t n, attn_gelu_approx approx) {
     const attn_ops_kernels *k = attn_ops_active();
     const int64_t chunks = CHUNKS(n);
     const int nt = ops_threads(chunks, n);
@@ -206,8 +194,7 @@ attn_status attn_gelu_forward(const float *x, float *y, int64_t n, attn_gelu_app
     return ATTN_OK;
 }
 
-attn_status attn_gelu_backward(const float *x, const float *dy, float *dx, int64_t n,
-                               attn_gelu_approx approx) {
+attn_status attn_gelu_backward(const float *x, const float *dy, float *dx, int64_t n, attn_gelu_approx approx) {
     static const char fn[] = "attn_gelu_backward";
     attn_status st = check_count(fn, n);
     if (st) return st;

@@ -22,8 +22,8 @@ static inline float hsum8(__m256 v) {
 
 /* ---- layernorm -------------------------------------------------------------------------- */
 
-static void layernorm_fwd_avx2(const float *x, const float *gamma, const float *beta, float *y,
-                               float *mean_out, float *rstd_out, int64_t n, float eps) {
+static void layernorm_fwd_avx2(const float *x, const float *gamma, const float *beta, float *y, float *mean_out,
+                               float *rstd_out, int64_t n, float eps) {
     if (n == 0) {
         *mean_out = 0.0f;
         *rstd_out = 1.0f / sqrtf(eps);
@@ -47,8 +47,7 @@ static void layernorm_fwd_avx2(const float *x, const float *gamma, const float *
     }
     for (; i < n; i += 8) {
         const __m256i k = attn_mask8(n - i);
-        __m256 d = _mm256_and_ps(_mm256_sub_ps(attn_ld8n(x + i, n - i), vm),
-                                 _mm256_castsi256_ps(k));
+        __m256 d = _mm256_and_ps(_mm256_sub_ps(attn_ld8n(x + i, n - i), vm), _mm256_castsi256_ps(k));
         s0 = _mm256_fmadd_ps(d, d, s0);
     }
     const float var = hsum8(_mm256_add_ps(s0, s1)) / (float)n;
@@ -64,8 +63,8 @@ static void layernorm_fwd_avx2(const float *x, const float *gamma, const float *
     *rstd_out = rstd;
 }
 
-static void layernorm_bwd_avx2(const float *x, const float *gamma, float mean, float rstd,
-                               const float *dy, float *dx, int64_t n) {
+static void layernorm_bwd_avx2(const float *x, const float *gamma, float mean, float rstd, const float *dy, float *dx,
+                               int64_t n) {
     const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd);
     __m256 sg = _mm256_setzero_ps(), sgx = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
@@ -121,12 +120,13 @@ static inline __attribute__((always_inline)) void param_grad_block(const int who
     }
 }
 
-static void layernorm_param_grad_avx2(const float *x, const float *mean, const float *rstd,
-                                      const float *dy, float *dgamma, float *dbeta, int64_t rows,
-                                      int64_t n, int64_t c0, int64_t c1) {
+static void layernorm_param_grad_avx2(const float *x, const float *mean, const float *rstd, const float *dy,
+                                      float *dgamma, float *dbeta, int64_t rows, int64_t n, int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; c += 16) { /* 8 double accumulators: 16 ymm registers in all */
-        if (c1 - c >= 16) param_grad_block(1, x, mean, rstd, dy, dgamma, dbeta, rows, n, c, c1 - c);
-        else param_grad_block(0, x, mean, rstd, dy, dgamma, dbeta, rows, n, c, c1 - c);
+        if (c1 - c >= 16)
+            param_grad_block(1, x, mean, rstd, dy, dgamma, dbeta, rows, n, c, c1 - c);
+        else
+            param_grad_block(0, x, mean, rstd, dy, dgamma, dbeta, rows, n, c, c1 - c);
     }
 }
 
@@ -153,11 +153,12 @@ static inline __attribute__((always_inline)) void col_sum_block(const int whole,
     }
 }
 
-static void col_sum_avx2(const float *m, float *out, int64_t rows, int64_t n, int64_t c0,
-                         int64_t c1) {
+static void col_sum_avx2(const float *m, float *out, int64_t rows, int64_t n, int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; c += 32) {
-        if (c1 - c >= 32) col_sum_block(1, m, out, rows, n, c, c1 - c);
-        else col_sum_block(0, m, out, rows, n, c, c1 - c);
+        if (c1 - c >= 32)
+            col_sum_block(1, m, out, rows, n, c, c1 - c);
+        else
+            col_sum_block(0, m, out, rows, n, c, c1 - c);
     }
 }
 
@@ -174,8 +175,7 @@ static inline __m256 gelu_grad8(__m256 xv, attn_gelu_approx approx) {
         __m256 ds, s = attn_gelu_tanh_sig256(xv, &ds);
         __m256 xc = _mm256_min_ps(_mm256_set1_ps(ATTN_VM_GELU_X_MAX), attn_abs256(xv));
         /* d(2u)/dx = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
-        __m256 du2 = _mm256_fmadd_ps(_mm256_mul_ps(xc, xc), _mm256_set1_ps(0.134145f),
-                                     _mm256_set1_ps(1.0f));
+        __m256 du2 = _mm256_fmadd_ps(_mm256_mul_ps(xc, xc), _mm256_set1_ps(0.134145f), _mm256_set1_ps(1.0f));
         du2 = _mm256_mul_ps(du2, _mm256_set1_ps(1.59576912160573071f));
         return _mm256_fmadd_ps(_mm256_mul_ps(xv, ds), du2, s);
     }
@@ -191,15 +191,12 @@ static void gelu_fwd_avx2(const float *x, float *y, int64_t n, attn_gelu_approx 
     }
 }
 
-static void gelu_bwd_avx2(const float *x, const float *dy, float *dx, int64_t n,
-                          attn_gelu_approx approx) {
+static void gelu_bwd_avx2(const float *x, const float *dy, float *dx, int64_t n, attn_gelu_approx approx) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dy + i),
-                                               gelu_grad8(_mm256_loadu_ps(x + i), approx)));
+        _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dy + i), gelu_grad8(_mm256_loadu_ps(x + i), approx)));
     if (i < n) {
-        attn_st8n(dx + i, n - i, _mm256_mul_ps(attn_ld8n(dy + i, n - i),
-                                                     gelu_grad8(attn_ld8n(x + i, n - i), approx)));
+        attn_st8n(dx + i, n - i, _mm256_mul_ps(attn_ld8n(dy + i, n - i), gelu_grad8(attn_ld8n(x + i, n - i), approx)));
     }
 }
 
@@ -222,30 +219,25 @@ static inline __m256 relu_grad8(__m256 xv, __m256 dyv) {
 
 static void relu_bwd_avx2(const float *x, const float *dy, float *dx, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dx + i, relu_grad8(_mm256_loadu_ps(x + i), _mm256_loadu_ps(dy + i)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dx + i, relu_grad8(_mm256_loadu_ps(x + i), _mm256_loadu_ps(dy + i)));
     if (i < n) {
-        attn_st8n(dx + i, n - i,
-                            relu_grad8(attn_ld8n(x + i, n - i), attn_ld8n(dy + i, n - i)));
+        attn_st8n(dx + i, n - i, relu_grad8(attn_ld8n(x + i, n - i), attn_ld8n(dy + i, n - i)));
     }
 }
 
 static void add_avx2(const float *a, const float *b, float *y, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
     if (i < n) {
-        attn_st8n(y + i, n - i,
-                            _mm256_add_ps(attn_ld8n(a + i, n - i), attn_ld8n(b + i, n - i)));
+        attn_st8n(y + i, n - i, _mm256_add_ps(attn_ld8n(a + i, n - i), attn_ld8n(b + i, n - i)));
     }
 }
 
 /* ---- Philox dropout ----------------------------------------------------------------------
  * Array-of-structures, as in ops_avx512.c: a vector holds 2 counter blocks {c0, c1, c2, c3},
  * i.e. the words of 8 consecutive stream elements in order. */
-static void dropout_avx2(const float *x, float *y, uint8_t *mask, int64_t n, uint64_t first,
-                         float p, uint32_t threshold, float scale, uint64_t seed,
-                         uint64_t offset) {
+static void dropout_avx2(const float *x, float *y, uint8_t *mask, int64_t n, uint64_t first, float p,
+                         uint32_t threshold, float scale, uint64_t seed, uint64_t offset) {
     int64_t j = 0;
     if (first % 4) { /* head up to the first block boundary (exact results: same as vectors) */
         int64_t h = (int64_t)(4 - first % 4);
@@ -255,11 +247,10 @@ static void dropout_avx2(const float *x, float *y, uint8_t *mask, int64_t n, uin
     }
     if (j >= n) return;
     const uint64_t blk = (first + (uint64_t)j) / 4;
-    __m256i ctr = _mm256_set_epi64x((long long)offset, (long long)(blk + 1), (long long)offset,
-                                    (long long)blk);
+    __m256i ctr = _mm256_set_epi64x((long long)offset, (long long)(blk + 1), (long long)offset, (long long)blk);
     const __m256i inc = _mm256_set_epi64x(0, 2, 0, 2);
-    const __m256i mult = _mm256_setr_epi32((int)ATTN_PHILOX_M0, 0, (int)ATTN_PHILOX_M1, 0,
-                                           (int)ATTN_PHILOX_M0, 0, (int)ATTN_PHILOX_M1, 0);
+    const __m256i mult = _mm256_setr_epi32((int)ATTN_PHILOX_M0, 0, (int)ATTN_PHILOX_M1, 0, (int)ATTN_PHILOX_M0, 0,
+                                           (int)ATTN_PHILOX_M1, 0);
     __m256i key[10];
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     for (int r = 0; r < 10; r++) {
@@ -274,24 +265,21 @@ static void dropout_avx2(const float *x, float *y, uint8_t *mask, int64_t n, uin
         __m256i c = ctr;
         for (int r = 0; r < 10; r++) {
             __m256i prod = _mm256_mul_epu32(c, mult);
-            __m256i sw = _mm256_shuffle_epi32(prod, 0x1B);                        /* [3,2,1,0] */
+            __m256i sw = _mm256_shuffle_epi32(prod, 0x1B);                             /* [3,2,1,0] */
             __m256i t = _mm256_blend_epi32(zero, _mm256_shuffle_epi32(c, 0x31), 0x55); /* [1,_,3,_] */
             c = _mm256_xor_si256(sw, _mm256_xor_si256(t, key[r]));
         }
         ctr = _mm256_add_epi64(ctr, inc);
         __m256i keep = _mm256_cmpgt_epi32(_mm256_srli_epi32(c, 8), thr1);
         __m128i bytes = _mm_packs_epi16(
-            _mm_packs_epi32(_mm256_castsi256_si128(keep), _mm256_extracti128_si256(keep, 1)),
-            _mm_setzero_si128());
+            _mm_packs_epi32(_mm256_castsi256_si128(keep), _mm256_extracti128_si256(keep, 1)), _mm_setzero_si128());
         bytes = _mm_and_si128(bytes, _mm_set1_epi8(1));
         if (j + 8 <= n) {
-            __m256 yv = _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j), vs),
-                                      _mm256_castsi256_ps(keep));
+            __m256 yv = _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j), vs), _mm256_castsi256_ps(keep));
             _mm256_storeu_ps(y + j, yv);
             if (mask) _mm_storel_epi64((__m128i *)(void *)(mask + j), bytes);
         } else {
-            __m256 yv = _mm256_and_ps(_mm256_mul_ps(attn_ld8n(x + j, n - j), vs),
-                                      _mm256_castsi256_ps(keep));
+            __m256 yv = _mm256_and_ps(_mm256_mul_ps(attn_ld8n(x + j, n - j), vs), _mm256_castsi256_ps(keep));
             attn_st8n(y + j, n - j, yv);
             if (mask) {
                 uint8_t tmp[16];

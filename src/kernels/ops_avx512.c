@@ -14,8 +14,8 @@
 
 /* ---- layernorm -------------------------------------------------------------------------- */
 
-static void layernorm_fwd_avx512(const float *x, const float *gamma, const float *beta, float *y,
-                                 float *mean_out, float *rstd_out, int64_t n, float eps) {
+static void layernorm_fwd_avx512(const float *x, const float *gamma, const float *beta, float *y, float *mean_out,
+                                 float *rstd_out, int64_t n, float eps) {
     if (n == 0) {
         *mean_out = 0.0f;
         *rstd_out = 1.0f / sqrtf(eps);
@@ -56,8 +56,8 @@ static void layernorm_fwd_avx512(const float *x, const float *gamma, const float
     *rstd_out = rstd;
 }
 
-static void layernorm_bwd_avx512(const float *x, const float *gamma, float mean, float rstd,
-                                 const float *dy, float *dx, int64_t n) {
+static void layernorm_bwd_avx512(const float *x, const float *gamma, float mean, float rstd, const float *dy, float *dx,
+                                 int64_t n) {
     const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
     __m512 sg = _mm512_setzero_ps(), sgx = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {
@@ -89,9 +89,8 @@ static inline __m512 pd2_to_ps(__m512d lo, __m512d hi) {
                                                _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
 }
 
-static void layernorm_param_grad_avx512(const float *x, const float *mean, const float *rstd,
-                                        const float *dy, float *dgamma, float *dbeta,
-                                        int64_t rows, int64_t n, int64_t c0, int64_t c1) {
+static void layernorm_param_grad_avx512(const float *x, const float *mean, const float *rstd, const float *dy,
+                                        float *dgamma, float *dbeta, int64_t rows, int64_t n, int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; c += 64) {
         __mmask16 k[4];
         __m512d ag[8], ab[8];
@@ -110,16 +109,13 @@ static void layernorm_param_grad_avx512(const float *x, const float *mean, const
         }
         for (int v = 0; v < 4; v++) {
             float *g = dgamma + c + 16 * v, *b = dbeta + c + 16 * v;
-            if (dgamma)
-                attn_st16(g, k[v], _mm512_add_ps(attn_ld16(k[v], g), pd2_to_ps(ag[2 * v], ag[2 * v + 1])));
-            if (dbeta)
-                attn_st16(b, k[v], _mm512_add_ps(attn_ld16(k[v], b), pd2_to_ps(ab[2 * v], ab[2 * v + 1])));
+            if (dgamma) attn_st16(g, k[v], _mm512_add_ps(attn_ld16(k[v], g), pd2_to_ps(ag[2 * v], ag[2 * v + 1])));
+            if (dbeta) attn_st16(b, k[v], _mm512_add_ps(attn_ld16(k[v], b), pd2_to_ps(ab[2 * v], ab[2 * v + 1])));
         }
     }
 }
 
-static void col_sum_avx512(const float *m, float *out, int64_t rows, int64_t n, int64_t c0,
-                           int64_t c1) {
+static void col_sum_avx512(const float *m, float *out, int64_t rows, int64_t n, int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; c += 64) {
         __mmask16 k[4];
         __m512d a[8];
@@ -148,8 +144,7 @@ static void gelu_fwd_avx512(const float *x, float *y, int64_t n, attn_gelu_appro
     }
 }
 
-static void gelu_bwd_avx512(const float *x, const float *dy, float *dx, int64_t n,
-                            attn_gelu_approx approx) {
+static void gelu_bwd_avx512(const float *x, const float *dy, float *dx, int64_t n, attn_gelu_approx approx) {
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = attn_tail16(n - i);
         __m512 xv = attn_ld16(k, x + i), g;
@@ -157,8 +152,7 @@ static void gelu_bwd_avx512(const float *x, const float *dy, float *dx, int64_t 
             __m512 ds, s = attn_gelu_tanh_sig512(xv, &ds);
             __m512 xc = _mm512_min_ps(_mm512_set1_ps(ATTN_VM_GELU_X_MAX), _mm512_abs_ps(xv));
             /* d(2u)/dx = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
-            __m512 du2 = _mm512_fmadd_ps(_mm512_mul_ps(xc, xc), _mm512_set1_ps(0.134145f),
-                                         _mm512_set1_ps(1.0f));
+            __m512 du2 = _mm512_fmadd_ps(_mm512_mul_ps(xc, xc), _mm512_set1_ps(0.134145f), _mm512_set1_ps(1.0f));
             du2 = _mm512_mul_ps(du2, _mm512_set1_ps(1.59576912160573071f));
             g = _mm512_fmadd_ps(_mm512_mul_ps(xv, ds), du2, s);
         } else {
@@ -181,16 +175,14 @@ static void relu_fwd_avx512(const float *x, float *y, int64_t n) {
 static void relu_bwd_avx512(const float *x, const float *dy, float *dx, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = attn_tail16(n - i);
-        __mmask16 gt =
-            _mm512_cmp_ps_mask(attn_ld16(k, x + i), _mm512_setzero_ps(), _CMP_GT_OQ);
+        __mmask16 gt = _mm512_cmp_ps_mask(attn_ld16(k, x + i), _mm512_setzero_ps(), _CMP_GT_OQ);
         attn_st16(dx + i, k, attn_ld16(gt & k, dy + i));
     }
 }
 
 static void add_avx512(const float *a, const float *b, float *y, int64_t n) {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
     if (i < n) {
         __mmask16 k = attn_tail16(n - i);
         attn_st16(y + i, k, _mm512_add_ps(attn_ld16(k, a + i), attn_ld16(k, b + i)));
@@ -203,9 +195,8 @@ static void add_avx512(const float *a, const float *b, float *y, int64_t n) {
  * of the even words (c0 * M0 lands in 64-bit lane 0, c2 * M1 in lane 1 of each block), a word
  * reversal [lo0, hi0, lo1, hi1] -> [hi1, lo1, hi0, lo0], and an xor of {c1, c3} and the round
  * key into the even words. */
-static void dropout_avx512(const float *x, float *y, uint8_t *mask, int64_t n, uint64_t first,
-                           float p, uint32_t threshold, float scale, uint64_t seed,
-                           uint64_t offset) {
+static void dropout_avx512(const float *x, float *y, uint8_t *mask, int64_t n, uint64_t first, float p,
+                           uint32_t threshold, float scale, uint64_t seed, uint64_t offset) {
     int64_t j = 0;
     /* head: elements before the first block boundary (results are exact: same as the vectors) */
     if (first % 4) {
@@ -216,9 +207,8 @@ static void dropout_avx512(const float *x, float *y, uint8_t *mask, int64_t n, u
     }
     if (j >= n) return;
     const uint64_t blk = (first + (uint64_t)j) / 4;
-    __m512i ctr = _mm512_set_epi64((long long)offset, (long long)(blk + 3), (long long)offset,
-                                   (long long)(blk + 2), (long long)offset, (long long)(blk + 1),
-                                   (long long)offset, (long long)blk);
+    __m512i ctr = _mm512_set_epi64((long long)offset, (long long)(blk + 3), (long long)offset, (long long)(blk + 2),
+                                   (long long)offset, (long long)(blk + 1), (long long)offset, (long long)blk);
     const __m512i inc = _mm512_set_epi64(0, 4, 0, 4, 0, 4, 0, 4);
     const __m512i mult = _mm512_set4_epi32(0, (int)ATTN_PHILOX_M1, 0, (int)ATTN_PHILOX_M0);
     __m512i key[10];

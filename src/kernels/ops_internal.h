@@ -53,26 +53,24 @@ typedef struct attn_ops_kernels {
     void (*softmax_bwd)(const float *y, const float *dy, float *dx, int64_t n);
     /* y = (x - mean) * rstd * gamma + beta; gamma / beta may be NULL; *mean, *rstd written.
      * x == y allowed. n == 0 gives mean 0, rstd 1 / sqrt(eps). */
-    void (*layernorm_fwd)(const float *x, const float *gamma, const float *beta, float *y,
-                          float *mean, float *rstd, int64_t n, float eps);
+    void (*layernorm_fwd)(const float *x, const float *gamma, const float *beta, float *y, float *mean, float *rstd,
+                          int64_t n, float eps);
     /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma (dy when gamma is
      * NULL), xhat = (x - mean) * rstd. dx == dy allowed. */
-    void (*layernorm_bwd)(const float *x, const float *gamma, float mean, float rstd,
-                          const float *dy, float *dx, int64_t n);
+    void (*layernorm_bwd)(const float *x, const float *gamma, float mean, float rstd, const float *dy, float *dx,
+                          int64_t n);
 
     /* ---- columns [c0, c1) of a [rows, n] matrix, summed over rows 0..rows-1 in order ---- */
     /* dgamma[c] += sum_r dy[r, c] * (x[r, c] - mean[r]) * rstd[r]; dbeta[c] += sum_r dy[r, c].
      * Either output may be NULL. */
-    void (*layernorm_param_grad)(const float *x, const float *mean, const float *rstd,
-                                 const float *dy, float *dgamma, float *dbeta, int64_t rows,
-                                 int64_t n, int64_t c0, int64_t c1);
+    void (*layernorm_param_grad)(const float *x, const float *mean, const float *rstd, const float *dy, float *dgamma,
+                                 float *dbeta, int64_t rows, int64_t n, int64_t c0, int64_t c1);
     /* out[c] += sum_r m[r, c]. */
     void (*col_sum)(const float *m, float *out, int64_t rows, int64_t n, int64_t c0, int64_t c1);
 
     /* ---- n contiguous floats (y == x / dx == dy allowed) ---- */
     void (*gelu_fwd)(const float *x, float *y, int64_t n, attn_gelu_approx approx);
-    void (*gelu_bwd)(const float *x, const float *dy, float *dx, int64_t n,
-                     attn_gelu_approx approx);
+    void (*gelu_bwd)(const float *x, const float *dy, float *dx, int64_t n, attn_gelu_approx approx);
     void (*relu_fwd)(const float *x, float *y, int64_t n);
     void (*relu_bwd)(const float *x, const float *dy, float *dx, int64_t n);
     /* y = a + b (residual add; bias add row by row). */
@@ -82,11 +80,10 @@ typedef struct attn_ops_kernels {
      * (word >> 8) >= threshold with threshold = ceil(p * 2^24) (the vector kernels use that
      * form, the reference the definition); y = kept ? x * scale : 0; mask (nullable) = kept.
      * x == y allowed. */
-    void (*dropout)(const float *x, float *y, uint8_t *mask, int64_t n, uint64_t first, float p,
-                    uint32_t threshold, float scale, uint64_t seed, uint64_t offset);
+    void (*dropout)(const float *x, float *y, uint8_t *mask, int64_t n, uint64_t first, float p, uint32_t threshold,
+                    float scale, uint64_t seed, uint64_t offset);
     /* One AdamW update of n elements (optim_*.c; the formula in src/train/optim.c). */
-    void (*adamw)(float *p, const float *g, float *m, float *v, float *vmax, int64_t n,
-                  const attn_adamw_coef *c);
+    void (*adamw)(float *p, const float *g, float *m, float *v, float *vmax, int64_t n, const attn_adamw_coef *c);
 } attn_ops_kernels;
 
 void attn_adamw_ref(float *p, const float *g, float *m, float *v, float *vmax, int64_t n, const attn_adamw_coef *c);
@@ -105,8 +102,7 @@ extern const attn_ops_kernels attn_ops_avx512;
 const attn_ops_kernels *attn_ops_active(void);
 
 /* One Philox-4x32-10 block for stream element block `block` (elements 4*block .. 4*block+3). */
-static inline void attn_philox_block(uint64_t block, uint64_t seed, uint64_t offset,
-                                     uint32_t out[4]) {
+static inline void attn_philox_block(uint64_t block, uint64_t seed, uint64_t offset, uint32_t out[4]) {
     uint32_t c0 = (uint32_t)block, c1 = (uint32_t)(block >> 32);
     uint32_t c2 = (uint32_t)offset, c3 = (uint32_t)(offset >> 32);
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);

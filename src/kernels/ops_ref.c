@@ -38,8 +38,8 @@ static void softmax_bwd_ref(const float *y, const float *dy, float *dx, int64_t 
     for (int64_t i = 0; i < n; i++) dx[i] = (float)((double)y[i] * ((double)dy[i] - dot));
 }
 
-static void layernorm_fwd_ref(const float *x, const float *gamma, const float *beta, float *y,
-                              float *mean_out, float *rstd_out, int64_t n, float eps) {
+static void layernorm_fwd_ref(const float *x, const float *gamma, const float *beta, float *y, float *mean_out,
+                              float *rstd_out, int64_t n, float eps) {
     double s = 0.0;
     for (int64_t i = 0; i < n; i++) s += x[i];
     double mean = n > 0 ? s / (double)n : 0.0;
@@ -61,8 +61,8 @@ static void layernorm_fwd_ref(const float *x, const float *gamma, const float *b
     *rstd_out = frstd;
 }
 
-static void layernorm_bwd_ref(const float *x, const float *gamma, float mean, float rstd,
-                              const float *dy, float *dx, int64_t n) {
+static void layernorm_bwd_ref(const float *x, const float *gamma, float mean, float rstd, const float *dy, float *dx,
+                              int64_t n) {
     double sg = 0.0, sgx = 0.0;
     for (int64_t i = 0; i < n; i++) {
         double g = gamma ? (double)dy[i] * gamma[i] : (double)dy[i];
@@ -80,9 +80,8 @@ static void layernorm_bwd_ref(const float *x, const float *gamma, float mean, fl
 
 /* Column kernels: rows outer (contiguous reads), a block of <= ATTN_OPS_COLS double
  * accumulators inner; each column still sums its rows in increasing order. */
-static void layernorm_param_grad_ref(const float *x, const float *mean, const float *rstd,
-                                     const float *dy, float *dgamma, float *dbeta, int64_t rows,
-                                     int64_t n, int64_t c0, int64_t c1) {
+static void layernorm_param_grad_ref(const float *x, const float *mean, const float *rstd, const float *dy,
+                                     float *dgamma, float *dbeta, int64_t rows, int64_t n, int64_t c0, int64_t c1) {
     for (int64_t cb = c0; cb < c1; cb += ATTN_OPS_COLS) {
         const int64_t w = c1 - cb < ATTN_OPS_COLS ? c1 - cb : ATTN_OPS_COLS;
         double sg[ATTN_OPS_COLS] = {0}, sb[ATTN_OPS_COLS] = {0};
@@ -101,8 +100,7 @@ static void layernorm_param_grad_ref(const float *x, const float *mean, const fl
     }
 }
 
-static void col_sum_ref(const float *m, float *out, int64_t rows, int64_t n, int64_t c0,
-                        int64_t c1) {
+static void col_sum_ref(const float *m, float *out, int64_t rows, int64_t n, int64_t c0, int64_t c1) {
     for (int64_t cb = c0; cb < c1; cb += ATTN_OPS_COLS) {
         const int64_t w = c1 - cb < ATTN_OPS_COLS ? c1 - cb : ATTN_OPS_COLS;
         double s[ATTN_OPS_COLS] = {0};
@@ -139,8 +137,7 @@ static void gelu_fwd_ref(const float *x, float *y, int64_t n, attn_gelu_approx a
     }
 }
 
-static void gelu_bwd_ref(const float *x, const float *dy, float *dx, int64_t n,
-                         attn_gelu_approx approx) {
+static void gelu_bwd_ref(const float *x, const float *dy, float *dx, int64_t n, attn_gelu_approx approx) {
     if (approx == ATTN_GELU_TANH) {
         for (int64_t i = 0; i < n; i++) {
             double ds, xd = x[i];
@@ -173,9 +170,8 @@ static void add_ref(const float *a, const float *b, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
-static void dropout_ref(const float *x, float *y, uint8_t *mask, int64_t n, uint64_t first,
-                        float p, uint32_t threshold, float scale, uint64_t seed,
-                        uint64_t offset) {
+static void dropout_ref(const float *x, float *y, uint8_t *mask, int64_t n, uint64_t first, float p, uint32_t threshold,
+                        float scale, uint64_t seed, uint64_t offset) {
     (void)threshold; /* the oracle uses the definition: keep when uniform >= p */
     uint32_t w[4];
     for (int64_t j = 0; j < n; j++) {

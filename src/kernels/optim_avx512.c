@@ -7,7 +7,8 @@
 #include "ops_internal.h"
 #include "vec_tail_avx512.h"
 
-void attn_adamw_avx512(float *p, const float *gr, float *m, float *v, float *vmax, int64_t n, const attn_adamw_coef *c) {
+void attn_adamw_avx512(float *p, const float *gr, float *m, float *v, float *vmax, int64_t n,
+                       const attn_adamw_coef *c) {
     const __m512d sign = _mm512_set1_pd(c->sign), decay = _mm512_set1_pd(c->decay), b1 = _mm512_set1_pd(c->b1),
                   omb1 = _mm512_set1_pd(c->omb1), b2 = _mm512_set1_pd(c->b2), omb2 = _mm512_set1_pd(c->omb2),
                   step = _mm512_set1_pd(c->step_size), bc2 = _mm512_set1_pd(c->bc2_sqrt), eps = _mm512_set1_pd(c->eps);

@@ -33,29 +33,23 @@ float attn_philox_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
     return (float)(w[i % 4] >> 8) * 0x1p-24f;
 }
 
-static attn_status dropout_check(const char *fn, const void *in, const void *out, int64_t n,
-                                 float p, const char *in_name, const char *out_name) {
-    if (n < 0)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: negative size (n = %lld)", fn,
-                          (long long)n);
+static attn_status dropout_check(const char *fn, const void *in, const void *out, int64_t n, float p,
+                                 const char *in_name, const char *out_name) {
+    if (n < 0) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: negative size (n = %lld)", fn, (long long)n);
     if ((uint64_t)n > (uint64_t)INT64_MAX / sizeof(float))
-        return attn_error(ATTN_ERR_OVERFLOW, "%s: n = %lld floats overflows the address space",
-                          fn, (long long)n);
+        return attn_error(ATTN_ERR_OVERFLOW, "%s: n = %lld floats overflows the address space", fn, (long long)n);
     if (!(p >= 0.0f && p <= 1.0f))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: p = %g is not in [0, 1] (n = %lld)", fn,
-                          (double)p, (long long)n);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: p = %g is not in [0, 1] (n = %lld)", fn, (double)p,
+                          (long long)n);
     if (n > 0 && in == NULL)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s is NULL (n = %lld)", fn, in_name,
-                          (long long)n);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s is NULL (n = %lld)", fn, in_name, (long long)n);
     if (n > 0 && out == NULL)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s is NULL (n = %lld)", fn, out_name,
-                          (long long)n);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s is NULL (n = %lld)", fn, out_name, (long long)n);
     return ATTN_OK;
 }
 
 /* y = keep ? x / (1 - p) : 0 over [0, n), mask optional; p already validated, n > 0. */
-static void dropout_run(const float *x, float *y, uint8_t *mask, int64_t n, float p,
-                        uint64_t seed, uint64_t offset) {
+static void dropout_run(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed, uint64_t offset) {
     if (p == 0.0f) {
         if (y != x) memmove(y, x, (size_t)n * sizeof(float));
         if (mask) memset(mask, 1, (size_t)n);
@@ -77,21 +71,19 @@ static void dropout_run(const float *x, float *y, uint8_t *mask, int64_t n, floa
     for (int64_t c = 0; c < chunks; c++) {
         const int64_t o = c * ATTN_OPS_CHUNK;
         const int64_t len = o + ATTN_OPS_CHUNK < n ? ATTN_OPS_CHUNK : n - o;
-        k->dropout(x + o, y + o, mask ? mask + o : NULL, len, (uint64_t)o, p, threshold, scale,
-                   seed, offset);
+        k->dropout(x + o, y + o, mask ? mask + o : NULL, len, (uint64_t)o, p, threshold, scale, seed, offset);
     }
 }
 
-attn_status attn_dropout_forward(const float *x, float *y, uint8_t *mask, int64_t n, float p,
-                                 uint64_t seed, uint64_t offset) {
+attn_status attn_dropout_forward(const float *x, float *y, uint8_t *mask, int64_t n, float p, uint64_t seed,
+                                 uint64_t offset) {
     attn_status st = dropout_check("attn_dropout_forward", x, y, n, p, "x", "y");
     if (st || n == 0) return st;
     dropout_run(x, y, mask, n, p, seed, offset);
     return ATTN_OK;
 }
 
-attn_status attn_dropout_backward(const float *dy, float *dx, int64_t n, float p, uint64_t seed,
-                                  uint64_t offset) {
+attn_status attn_dropout_backward(const float *dy, float *dx, int64_t n, float p, uint64_t seed, uint64_t offset) {
     attn_status st = dropout_check("attn_dropout_backward", dy, dx, n, p, "dy", "dx");
     if (st || n == 0) return st;
     dropout_run(dy, dx, NULL, n, p, seed, offset);

@@ -30,9 +30,7 @@ const attn_isa_row *attn_isa_registry_row(attn_isa isa) {
     return &rows[isa];
 }
 
-static int runnable(const attn_isa_row *r) {
-    return r && (attn_cpu_feature_bits() & r->required) == r->required;
-}
+static int runnable(const attn_isa_row *r) { return r && (attn_cpu_feature_bits() & r->required) == r->required; }
 
 attn_isa attn_detected_isa(void) {
     attn_isa best = ATTN_ISA_REF;
@@ -69,8 +67,8 @@ attn_status attn_force_isa(attn_isa isa) {
     if ((int)isa < 0 || (int)isa >= ATTN_ISA_COUNT)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_force_isa: isa %d unknown", (int)isa);
     if (!runnable(attn_isa_registry_row(isa)))
-        return attn_error(ATTN_ERR_UNSUPPORTED, "attn_force_isa: this CPU cannot run %s (best: %s)",
-                          attn_isa_name(isa), attn_isa_name(attn_detected_isa()));
+        return attn_error(ATTN_ERR_UNSUPPORTED, "attn_force_isa: this CPU cannot run %s (best: %s)", attn_isa_name(isa),
+                          attn_isa_name(attn_detected_isa()));
     isa_forced = (int)isa;
     return ATTN_OK;
 }
@@ -101,8 +99,7 @@ const attn_kernel_ctx *attn_kernel_ctx_for(attn_isa isa) {
         build(&ctxs[i], r);
         atomic_store_explicit(&ready[i], 2, memory_order_release);
     } else {
-        while (atomic_load_explicit(&ready[i], memory_order_acquire) != 2) {
-        }
+        while (atomic_load_explicit(&ready[i], memory_order_acquire) != 2) {}
     }
     return &ctxs[i];
 }

@@ -28,15 +28,15 @@
 typedef float (*attn_peak_loop_fn)(int64_t iters, int *chains, int *lanes);
 
 typedef struct attn_kernel_ctx {
-    attn_isa isa;      /* the registry row these tables were built for */
-    const char *name;  /* the row's name ("avx512") */
-    uint32_t features; /* attn_cpu_feature_bits() */
+    attn_isa isa;                    /* the registry row these tables were built for */
+    const char *name;                /* the row's name ("avx512") */
+    uint32_t features;               /* attn_cpu_feature_bits() */
     const attn_gemm_arch *gemm;      /* gemm_base blocked for this CPU's caches (points at gemm_tuned) */
     const attn_gemm_arch *gemm_base; /* the kernel's table, blocking as tuned */
     const attn_ops_kernels *ops;
     const attn_flash_kernels *flash;
-    const attn_bf16_kernels *bf16;            /* AMX, vdpbf16ps or the emulation (bf16_internal.h) */
-    const attn_decode_kernels *decode;        /* one-token decode */
+    const attn_bf16_kernels *bf16;             /* AMX, vdpbf16ps or the emulation (bf16_internal.h) */
+    const attn_decode_kernels *decode;         /* one-token decode */
     const attn_linear_vec_kernels *linear_vec; /* linear attention's feature maps */
     attn_peak_loop_fn peak_fma, peak_dpbf16, peak_amx;
     const char *flash_note; /* why the flash table's register tile was chosen (NULL: no choice) */

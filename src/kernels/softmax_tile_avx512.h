@@ -55,8 +55,8 @@ static inline __attribute__((always_inline)) __m512 attn_tile_exp2(const int low
 /* Word t of 32 (t < 16: lo, else hi) takes bf16 t of x0 as its low half and bf16 t of x1 as its
  * high half: the vpermt2w indices that interleave two rows' rounded chunks into pair words. */
 static inline __m512i attn_tile_pair_idx_lo(void) {
-    return _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35,
-                            3, 34, 2, 33, 1, 32, 0);
+    return _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4,
+                            35, 3, 34, 2, 33, 1, 32, 0);
 }
 
 /* The online softmax of columns [0, ncols) (ncols <= 64, nv = ceil(ncols / 16) a compile-time
@@ -65,10 +65,9 @@ static inline __m512i attn_tile_pair_idx_lo(void) {
  * pw NULL, P goes back into s; else rows 2p and 2p + 1 of P go, rounded, into the pair words
  * pw[p * ldw + c] (an odd count's missing row reads 0) and s is left alone. */
 static inline __attribute__((always_inline)) void attn_tile_softmax_block(const int lowp, const int nv, int rows,
-                                                                          int ncols, float *s, int64_t lds,
-                                                                          float *mrun, float *l, float *alpha,
-                                                                          const float *tilemax, uint32_t *pw,
-                                                                          int64_t ldw) {
+                                                                          int ncols, float *s, int64_t lds, float *mrun,
+                                                                          float *l, float *alpha, const float *tilemax,
+                                                                          uint32_t *pw, int64_t ldw) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
     __mmask16 msk[4], fin[4];
     __m512 m_old[4], mx[4], mxs[4], sum[4];
@@ -87,8 +86,8 @@ static inline __attribute__((always_inline)) void attn_tile_softmax_block(const 
         fin[q] = _mm512_cmp_ps_mask(mx[q], ninf, _CMP_NEQ_OQ);
         mxs[q] = _mm512_maskz_mov_ps(fin[q], mx[q]); /* an all -inf column subtracts 0 */
     }
-#define ATTN_TILE_P(r, q) \
-    attn_tile_exp2(lowp, _mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk[q], s + (r) * lds + 16 * (q)), mxs[q]))
+#define ATTN_TILE_P(r, q)                                                                                              \
+    attn_tile_exp2(lowp, _mm512_sub_ps(_mm512_mask_loadu_ps(ninf, msk[q], s + (r)*lds + 16 * (q)), mxs[q]))
     if (!pw) {
         for (int r = 0; r < rows; r++)
             for (int q = 0; q < nv; q++) {
@@ -99,8 +98,8 @@ static inline __attribute__((always_inline)) void attn_tile_softmax_block(const 
     } else {
 #ifdef ATTN_TILE_CVT32
         /* word c = (bf16 P[r][c], bf16 P[r + 1][c]): elements c and 16 + c of the pair's rounding */
-        const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
-                                             6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                             21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
         for (int r = 0; r < rows; r += 2)
             for (int q = 0; q < nv; q++) {
                 const __m512 p0 = ATTN_TILE_P(r, q);
@@ -155,7 +154,7 @@ typedef struct {
 } attn_tile_stats;
 
 static inline __attribute__((always_inline)) attn_tile_stats attn_tile_stats_at(int cols, int c0, const float *m,
-                                                                              const float *ll, const float *dsum) {
+                                                                                const float *ll, const float *dsum) {
     attn_tile_stats t;
     t.msk = attn_tail16(cols - c0);
     const __m512 mv = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), t.msk, m + c0);
@@ -180,8 +179,8 @@ static inline __attribute__((always_inline)) void attn_tile_p_ds(const int lowp,
 
 static inline __attribute__((always_inline)) void attn_tile_probs_ds(const int lowp, int rows, int cols, float *s,
                                                                      const float *dp, float *ds, int64_t ld,
-                                                                     const float *m, const float *ll,
-                                                                     const float *dsum, float scale) {
+                                                                     const float *m, const float *ll, const float *dsum,
+                                                                     float scale) {
     const __m512 sc = _mm512_set1_ps(scale);
     for (int c0 = 0; c0 < cols; c0 += 16) {
         const attn_tile_stats t = attn_tile_stats_at(cols, c0, m, ll, dsum);
@@ -198,10 +197,9 @@ static inline __attribute__((always_inline)) void attn_tile_probs_ds(const int l
 /* P and dS of 32 columns (two vectors) of row r at column j: computed from the logits s and dP
  * (fused), or read as computed tiles (s holds P, dp holds dS; masked-off columns read 0). */
 static inline __attribute__((always_inline)) void attn_tile_p_ds2(const int lowp, const int fused,
-                                                                  const attn_tile_stats *t0,
-                                                                  const attn_tile_stats *t1, const float *s,
-                                                                  const float *dp, int64_t off, __m512 sc, __m512 *p,
-                                                                  __m512 *d) {
+                                                                  const attn_tile_stats *t0, const attn_tile_stats *t1,
+                                                                  const float *s, const float *dp, int64_t off,
+                                                                  __m512 sc, __m512 *p, __m512 *d) {
     if (fused) {
         attn_tile_p_ds(lowp, t0, s + off, dp + off, sc, &p[0], &d[0]);
         attn_tile_p_ds(lowp, t1, s + off + 16, dp + off + 16, sc, &p[1], &d[1]);
@@ -221,10 +219,10 @@ static inline __attribute__((always_inline)) void attn_tile_p_ds2(const int lowp
  * two dS rows' bf16 are interleaved 16 bits at a time into dsv's words. */
 static inline __attribute__((always_inline)) void attn_tile_probs_ds_pairs(const int lowp, const int fused, int rows,
                                                                            int cols, const float *s, const float *dp,
-                                                                           int64_t ld, const float *m,
-                                                                           const float *ll, const float *dsum,
-                                                                           float scale, uint32_t *pw, uint32_t *dsw,
-                                                                           int64_t ldw, uint32_t *dsv, int64_t ldv) {
+                                                                           int64_t ld, const float *m, const float *ll,
+                                                                           const float *dsum, float scale, uint32_t *pw,
+                                                                           uint32_t *dsw, int64_t ldw, uint32_t *dsv,
+                                                                           int64_t ldv) {
     const __m512 sc = _mm512_set1_ps(scale);
     const __m512i lo_idx = attn_tile_pair_idx_lo(), hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
     attn_tile_stats t0, t1;

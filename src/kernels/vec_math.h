@@ -139,10 +139,8 @@ static inline __m512 attn_normcdf512(__m512 x, __m512 *pdf) {
 
 /* -2|u| = -2 sqrt(2/pi) |x| (1 + 0.044715 x^2), reduced in double: r (float), n */
 static inline void attn_gelu_tanh_reduce512d(__m512d x, __m256 *r, __m256i *n) {
-    __m512d inner = _mm512_fmadd_pd(_mm512_set1_pd(0.044715), _mm512_mul_pd(x, x),
-                                    _mm512_set1_pd(1.0));
-    __m512d a = _mm512_mul_pd(_mm512_mul_pd(_mm512_abs_pd(x), _mm512_set1_pd(-ATTN_VM_GELU_2K_D)),
-                              inner);
+    __m512d inner = _mm512_fmadd_pd(_mm512_set1_pd(0.044715), _mm512_mul_pd(x, x), _mm512_set1_pd(1.0));
+    __m512d a = _mm512_mul_pd(_mm512_mul_pd(_mm512_abs_pd(x), _mm512_set1_pd(-ATTN_VM_GELU_2K_D)), inner);
     a = _mm512_max_pd(_mm512_set1_pd(ATTN_VM_EXP_LO), a);
     __m512d nd = _mm512_roundscale_pd(_mm512_mul_pd(a, _mm512_set1_pd(ATTN_VM_LOG2E_D)),
                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -158,11 +156,10 @@ static inline __m512 attn_gelu_tanh_sig512(__m512 x, __m512 *dsig) {
     __m256 rlo, rhi;
     __m256i nlo, nhi;
     attn_gelu_tanh_reduce512d(_mm512_cvtps_pd(_mm512_castps512_ps256(xc)), &rlo, &nlo);
-    attn_gelu_tanh_reduce512d(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(
-                                  _mm512_castps_pd(xc), 1))),
-                              &rhi, &nhi);
-    __m512 r = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(rlo)),
-                                                   _mm256_castps_pd(rhi), 1));
+    attn_gelu_tanh_reduce512d(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(xc), 1))), &rhi,
+                              &nhi);
+    __m512 r =
+        _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(rlo)), _mm256_castps_pd(rhi), 1));
     __m512i n = _mm512_inserti64x4(_mm512_castsi256_si512(nlo), nhi, 1);
     __m512 v = attn_exp512_finish(r, n); /* e^(-2|u|) */
     __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), v));
@@ -177,9 +174,7 @@ static inline __m512 attn_gelu_tanh_sig512(__m512 x, __m512 *dsig) {
 /* ------------------------------------------------------------------------------------------ */
 #if defined(__AVX2__) && defined(__FMA__)
 
-static inline __m256 attn_abs256(__m256 x) {
-    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-}
+static inline __m256 attn_abs256(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
 
 static inline __m256 attn_exp256_finish(__m256 r, __m256i ni) {
     __m256 r2 = _mm256_mul_ps(r, r);
@@ -236,8 +231,7 @@ static inline __m256 attn_normcdf256(__m256 x, __m256 *pdf) {
 }
 
 static inline void attn_gelu_tanh_reduce256d(__m256d x, __m128 *r, __m128i *n) {
-    __m256d inner = _mm256_fmadd_pd(_mm256_set1_pd(0.044715), _mm256_mul_pd(x, x),
-                                    _mm256_set1_pd(1.0));
+    __m256d inner = _mm256_fmadd_pd(_mm256_set1_pd(0.044715), _mm256_mul_pd(x, x), _mm256_set1_pd(1.0));
     __m256d ax = _mm256_andnot_pd(_mm256_set1_pd(-0.0), x);
     __m256d a = _mm256_mul_pd(_mm256_mul_pd(ax, _mm256_set1_pd(-ATTN_VM_GELU_2K_D)), inner);
     a = _mm256_max_pd(_mm256_set1_pd(ATTN_VM_EXP_LO), a);

@@ -38,8 +38,10 @@ static inline __m256 attn_ld8n_or(__m256 fill, const float *p, int64_t r) {
 }
 
 static inline void attn_st8n(float *p, int64_t r, __m256 v) {
-    if (r >= 8) _mm256_storeu_ps(p, v);
-    else _mm256_maskstore_ps(p, attn_mask8(r), v);
+    if (r >= 8)
+        _mm256_storeu_ps(p, v);
+    else
+        _mm256_maskstore_ps(p, attn_mask8(r), v);
 }
 
 static inline __m128 attn_ld4n(const float *p, int64_t r) {
@@ -47,8 +49,10 @@ static inline __m128 attn_ld4n(const float *p, int64_t r) {
 }
 
 static inline void attn_st4n(float *p, int64_t r, __m128 v) {
-    if (r >= 4) _mm_storeu_ps(p, v);
-    else _mm_maskstore_ps(p, attn_mask4(r), v);
+    if (r >= 4)
+        _mm_storeu_ps(p, v);
+    else
+        _mm_maskstore_ps(p, attn_mask4(r), v);
 }
 
 #endif

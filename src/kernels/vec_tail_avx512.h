@@ -32,8 +32,10 @@ static inline __m512 attn_ld16_or(__m512 fill, __mmask16 k, const float *p) {
 }
 
 static inline void attn_st16(float *p, __mmask16 k, __m512 v) {
-    if (k == (__mmask16)0xFFFF) _mm512_storeu_ps(p, v);
-    else _mm512_mask_storeu_ps(p, k, v);
+    if (k == (__mmask16)0xFFFF)
+        _mm512_storeu_ps(p, v);
+    else
+        _mm512_mask_storeu_ps(p, k, v);
 }
 
 static inline __m512i attn_ld16_epi32(__mmask16 k, const void *p) {
@@ -41,8 +43,10 @@ static inline __m512i attn_ld16_epi32(__mmask16 k, const void *p) {
 }
 
 static inline void attn_st16_epi32(void *p, __mmask16 k, __m512i v) {
-    if (k == (__mmask16)0xFFFF) _mm512_storeu_si512(p, v);
-    else _mm512_mask_storeu_epi32(p, k, v);
+    if (k == (__mmask16)0xFFFF)
+        _mm512_storeu_si512(p, v);
+    else
+        _mm512_mask_storeu_epi32(p, k, v);
 }
 
 /* 8 floats (AVX-512VL) */
@@ -51,8 +55,10 @@ static inline __m256 attn_ld8(__mmask8 k, const float *p) {
 }
 
 static inline void attn_st8(float *p, __mmask8 k, __m256 v) {
-    if (k == (__mmask8)0xFF) _mm256_storeu_ps(p, v);
-    else _mm256_mask_storeu_ps(p, k, v);
+    if (k == (__mmask8)0xFF)
+        _mm256_storeu_ps(p, v);
+    else
+        _mm256_mask_storeu_ps(p, k, v);
 }
 
 /* 16 bf16 words (AVX-512BW + VL) */
@@ -61,8 +67,10 @@ static inline __m256i attn_ld16_epi16(__mmask16 k, const void *p) {
 }
 
 static inline void attn_st16_epi16(void *p, __mmask16 k, __m256i v) {
-    if (k == (__mmask16)0xFFFF) _mm256_storeu_si256((__m256i *)p, v);
-    else _mm256_mask_storeu_epi16(p, k, v);
+    if (k == (__mmask16)0xFFFF)
+        _mm256_storeu_si256((__m256i *)p, v);
+    else
+        _mm256_mask_storeu_epi16(p, k, v);
 }
 
 #endif

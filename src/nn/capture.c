@@ -20,7 +20,7 @@ typedef struct cap_record {
     char *module;
     attn_capture_record r;
     float *w;
-    size_t cap;                 /* floats allocated at w */
+    size_t cap; /* floats allocated at w */
 } cap_record;
 
 struct attn_capture {
@@ -93,8 +93,7 @@ attn_status attn_capture_get(const attn_capture *c, size_t i, attn_capture_recor
     static const char fn[] = "attn_capture_get";
     ATTN_CHECK_NOT_NULL(fn, c);
     ATTN_CHECK_NOT_NULL(fn, rec);
-    if (i >= c->nrec)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: record %zu of %zu", fn, i, c->nrec);
+    if (i >= c->nrec) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: record %zu of %zu", fn, i, c->nrec);
     *rec = c->rec[i].r;
     return ATTN_OK;
 }

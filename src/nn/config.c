@@ -14,7 +14,7 @@ static int listed(const char *const *list, const char *name) {
 }
 
 attn_status attn_nn_json_read(const char *what, const attn_json *obj, const nn_key *keys, int nkeys,
-                         const char *const *ignore) {
+                              const char *const *ignore) {
     if (!obj || obj->type != ATTN_JSON_OBJECT)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: expected a JSON object, got %s", what,
                           obj ? attn_json_type_name(obj->type) : "nothing");
@@ -46,7 +46,8 @@ attn_status attn_nn_json_read(const char *what, const attn_json *obj, const nn_k
             int64_t x = 0;
             want = keys[k].type == NN_K_INT ? "an integer" : "an integer or null";
             double d = 0;
-            if (keys[k].type == NN_K_INT_OR_NULL && attn_json_is_null(v)) x = 0;
+            if (keys[k].type == NN_K_INT_OR_NULL && attn_json_is_null(v))
+                x = 0;
             else if (!attn_json_as_i64(v, &x) && attn_json_as_double(v, &d) && d == floor(d)) {
                 /* an integer written with an exponent (1e3) or beyond int64: the module checks the
                  * range of what fits; the rest is named out of range here, never "not an integer" */
@@ -96,8 +97,8 @@ attn_status attn_nn_json_read(const char *what, const attn_json *obj, const nn_k
             break;
         }
         if (!ok)
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' must be %s, got %s", what, keys[k].name,
-                              want, attn_json_type_name(v->type));
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' must be %s, got %s", what, keys[k].name, want,
+                              attn_json_type_name(v->type));
     }
     return ATTN_OK;
 }
@@ -156,10 +157,8 @@ attn_status attn_nn_json_seed_kernel_config(const attn_json *obj, const char *wh
     float dropout = 0.1f;
     *causal = 0;
     const nn_key keys[] = {
-        {"d_model", NN_K_INT, &d, 1},
-        {"num_heads", NN_K_INT, &h, 1},
-        {"causal", NN_K_BOOL, causal, 0},
-        {"num_features", NN_K_INT, &features, 0},
+        {"d_model", NN_K_INT, &d, 1},         {"num_heads", NN_K_INT, &h, 1},
+        {"causal", NN_K_BOOL, causal, 0},     {"num_features", NN_K_INT, &features, 0},
         {"dropout", NN_K_FLOAT, &dropout, 0},
     };
     attn_status st = attn_nn_json_read(what, obj, keys, features_kind ? 5 : 3, ignore);
@@ -191,8 +190,8 @@ attn_status attn_nn_json_local_global_config(const attn_json *obj, const char *c
 }
 
 /* The keys every layer configuration shares; activation read as a string. */
-static attn_status layer_keys(const char *what, const attn_json *obj, const char *const *ignore,
-                              attn_layer_config *cfg, const nn_key *extra, int nextra) {
+static attn_status layer_keys(const char *what, const attn_json *obj, const char *const *ignore, attn_layer_config *cfg,
+                              const nn_key *extra, int nextra) {
     nn_key keys[16];
     int batch_first = 1, bias = 1;
     const char *act = NULL;
@@ -216,17 +215,19 @@ static attn_status layer_keys(const char *what, const attn_json *obj, const char
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: batch_first must be true (attn is batch-first)", what);
     if (!bias) return attn_error(ATTN_ERR_UNSUPPORTED, "%s: bias = false is not supported", what);
     if (act) {
-        if (!strcmp(act, "relu")) cfg->activation = ATTN_ACTIVATION_RELU;
-        else if (!strcmp(act, "gelu")) cfg->activation = ATTN_ACTIVATION_GELU;
+        if (!strcmp(act, "relu"))
+            cfg->activation = ATTN_ACTIVATION_RELU;
+        else if (!strcmp(act, "gelu"))
+            cfg->activation = ATTN_ACTIVATION_GELU;
         else
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: activation '%s' is neither \"relu\" nor \"gelu\"",
-                              what, act);
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: activation '%s' is neither \"relu\" nor \"gelu\"", what,
+                              act);
     }
     return ATTN_OK;
 }
 
 attn_status attn_nn_json_layer_config(const attn_json *obj, const char *what, const char *const *ignore,
-                                 attn_layer_config *cfg) {
+                                      attn_layer_config *cfg) {
     *cfg = attn_layer_config_default(0, 0);
     attn_status st = layer_keys(what, obj, ignore, cfg, NULL, 0);
     if (st) return st;
@@ -237,15 +238,13 @@ attn_status attn_nn_json_layer_config(const attn_json *obj, const char *what, co
 }
 
 attn_status attn_nn_json_stack_config(const attn_json *obj, const char *what, const char *layer_key,
-                                 const char *const *ignore, attn_stack_config *cfg) {
+                                      const char *const *ignore, attn_stack_config *cfg) {
     *cfg = attn_stack_config_default(0, 0, 0);
     const attn_json *layer = NULL;
     int nested = 1, mask_check = 1;
     const nn_key keys[] = {
-        {layer_key, NN_K_OBJECT, &layer, 1},
-        {"num_layers", NN_K_INT, &cfg->num_layers, 1},
-        {"norm", NN_K_BOOL, &cfg->norm, 0},
-        {"enable_nested_tensor", NN_K_BOOL, &nested, 0},
+        {layer_key, NN_K_OBJECT, &layer, 1},       {"num_layers", NN_K_INT, &cfg->num_layers, 1},
+        {"norm", NN_K_BOOL, &cfg->norm, 0},        {"enable_nested_tensor", NN_K_BOOL, &nested, 0},
         {"mask_check", NN_K_BOOL, &mask_check, 0},
     };
     cfg->norm = 0; /* PyTorch's default: norm=None */
@@ -257,7 +256,7 @@ attn_status attn_nn_json_stack_config(const attn_json *obj, const char *what, co
 }
 
 attn_status attn_nn_json_transformer_config(const attn_json *obj, const char *const *ignore,
-                                       attn_transformer_config *cfg) {
+                                            attn_transformer_config *cfg) {
     *cfg = attn_transformer_config_default();
     const nn_key extra[] = {
         {"num_encoder_layers", NN_K_INT, &cfg->num_encoder_layers, 0},

@@ -24,8 +24,8 @@ struct attn_gpt {
     attn_params *list;
 };
 
-attn_gpt_config attn_gpt_config_default(int64_t vocab_size, int64_t max_positions, int64_t d_model,
-                                        int64_t nhead, int64_t num_layers) {
+attn_gpt_config attn_gpt_config_default(int64_t vocab_size, int64_t max_positions, int64_t d_model, int64_t nhead,
+                                        int64_t num_layers) {
     attn_gpt_config c;
     memset(&c, 0, sizeof c);
     c.vocab_size = vocab_size;
@@ -227,17 +227,17 @@ static attn_status gpt_backward(const char *fn, attn_gpt *g, const attn_gpt_args
 }
 
 /* The forward and backward run in the model's precision (attn_nn_precision, restored after). */
-attn_status attn_gpt_forward(attn_gpt *g, const attn_gpt_args *a, float *logits, void *saved,
-                             size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+attn_status attn_gpt_forward(attn_gpt *g, const attn_gpt_args *a, float *logits, void *saved, size_t saved_bytes,
+                             void *workspace, size_t workspace_bytes) {
     const attn_precision prev = attn_nn_precision_set(g ? g->cfg.precision : ATTN_PRECISION_FP32);
-    const attn_status st = gpt_forward("attn_gpt_forward", g, a, logits, saved, saved_bytes, workspace, workspace_bytes);
+    const attn_status st =
+        gpt_forward("attn_gpt_forward", g, a, logits, saved, saved_bytes, workspace, workspace_bytes);
     attn_nn_precision_set(prev);
     return st;
 }
 
-attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *dlogits,
-                              const void *saved, size_t saved_bytes, void *workspace,
-                              size_t workspace_bytes) {
+attn_status attn_gpt_backward(attn_gpt *g, const attn_gpt_args *a, const float *dlogits, const void *saved,
+                              size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     const attn_precision prev = attn_nn_precision_set(g ? g->cfg.precision : ATTN_PRECISION_FP32);
     const attn_status st =
         gpt_backward("attn_gpt_backward", g, a, dlogits, saved, saved_bytes, workspace, workspace_bytes);
@@ -260,8 +260,8 @@ size_t attn_gpt_cache_size(const attn_gpt *g, int64_t batch, int64_t capacity) {
     return nn_add(s, nn_mul((size_t)L, attn_mha_cache_size(g->S.layers[0].sa, batch, capacity)));
 }
 
-attn_status attn_gpt_cache_init(attn_gpt *g, void *buffer, size_t bytes, int64_t batch,
-                                int64_t capacity, attn_gpt_cache **cache) {
+attn_status attn_gpt_cache_init(attn_gpt *g, void *buffer, size_t bytes, int64_t batch, int64_t capacity,
+                                attn_gpt_cache **cache) {
     static const char fn[] = "attn_gpt_cache_init";
     ATTN_CHECK_NOT_NULL(fn, cache);
     *cache = NULL;
@@ -271,7 +271,8 @@ attn_status attn_gpt_cache_init(attn_gpt *g, void *buffer, size_t bytes, int64_t
                           fn, (long long)(g->pos ? g->cfg.max_positions : INT64_MAX), (long long)batch,
                           (long long)capacity);
     nn_arena ar;
-    attn_status st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_gpt_cache_size(g, batch, capacity));
+    attn_status st =
+        attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_gpt_cache_size(g, batch, capacity));
     if (st) return st;
     const int64_t L = g->cfg.num_layers;
     attn_gpt_cache *c = attn_nn_take(&ar, sizeof *c);
@@ -299,24 +300,23 @@ size_t attn_gpt_step_workspace_size(const attn_gpt *g, int64_t batch, int64_t n,
     return nn_add(nn_add(NN_SLACK, nn_mul(2, rows)), sub);
 }
 
-attn_status attn_gpt_forward_step(attn_gpt *g, attn_gpt_cache *cache, const int64_t *tokens,
-                                  int64_t n, float *logits, void *workspace,
-                                  size_t workspace_bytes) {
+attn_status attn_gpt_forward_step(attn_gpt *g, attn_gpt_cache *cache, const int64_t *tokens, int64_t n, float *logits,
+                                  void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_gpt_forward_step";
     ATTN_CHECK_NOT_NULL(fn, g);
     ATTN_CHECK_NOT_NULL(fn, cache);
     ATTN_CHECK_NOT_NULL(fn, tokens);
     ATTN_CHECK_NOT_NULL(fn, logits);
     if (cache->layers != g->cfg.num_layers)
-        return attn_error(ATTN_ERR_SHAPE, "%s: the cache has %lld layers, the model %lld", fn,
-                          (long long)cache->layers, (long long)g->cfg.num_layers);
+        return attn_error(ATTN_ERR_SHAPE, "%s: the cache has %lld layers, the model %lld", fn, (long long)cache->layers,
+                          (long long)g->cfg.num_layers);
     const int64_t len = cache->self[0].length, B = cache->batch, d = g->cfg.layer.d_model;
     if (n < 1 || len + n > cache->capacity)
         return attn_error(ATTN_ERR_SHAPE, "%s: %lld new positions after %lld do not fit the capacity %lld", fn,
                           (long long)n, (long long)len, (long long)cache->capacity);
     nn_arena ws;
     attn_status st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
-                                   attn_gpt_step_workspace_size(g, B, n, cache->capacity));
+                                        attn_gpt_step_workspace_size(g, B, n, cache->capacity));
     if (st) return st;
     float *x = nn_takef(&ws, (size_t)(B * n * d)), *h = nn_takef(&ws, (size_t)(B * n * d));
     size_t wb;

@@ -45,15 +45,17 @@ attn_status attn_nn_layer_check_config(const char *fn, const attn_layer_config *
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: d_model (%lld) must be in [1, 2^24]", fn,
                           (long long)c->d_model);
     if (c->nhead < 1 || c->nhead > c->d_model || c->d_model % c->nhead != 0)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: nhead (%lld) must be in [1, d_model (%lld)] and divide d_model",
-                          fn, (long long)c->nhead, (long long)c->d_model);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: nhead (%lld) must be in [1, d_model (%lld)] and divide d_model", fn, (long long)c->nhead,
+                          (long long)c->d_model);
     if (c->dim_feedforward < 1 || c->dim_feedforward > (1 << 24))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: dim_feedforward (%lld) must be in [1, 2^24]", fn,
                           (long long)c->dim_feedforward);
     if (!(c->dropout >= 0 && c->dropout <= 1))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: dropout must be in [0, 1] (got %g)", fn, (double)c->dropout);
     if (c->activation != ATTN_ACTIVATION_RELU && c->activation != ATTN_ACTIVATION_GELU)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: activation %d is neither relu nor gelu", fn, (int)c->activation);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: activation %d is neither relu nor gelu", fn,
+                          (int)c->activation);
     if (!(c->layer_norm_eps > 0) || !isfinite(c->layer_norm_eps))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: layer_norm_eps must be finite and > 0 (got %g)", fn,
                           (double)c->layer_norm_eps);
@@ -63,7 +65,7 @@ attn_status attn_nn_layer_check_config(const char *fn, const attn_layer_config *
 /* ---- create / free ---- */
 
 attn_status attn_nn_layer_init(nn_layer *L, const char *fn, const attn_layer_config *cfg, int decoder,
-                          const attn_rope_config *rope) {
+                               const attn_rope_config *rope) {
     attn_status st = attn_nn_layer_check_config(fn, cfg);
     if (st) return st;
     memset(L, 0, sizeof *L);
@@ -153,8 +155,7 @@ static const sub_sites layer_sites[2][3] = {
 static sub_sites sites_of(const nn_layer *L, int j) { return layer_sites[L->decoder ? 1 : 0][j]; }
 
 /* Attention k's (0 self, 1 cross) arguments: its masks and its weights' dropout site. */
-static attn_mha_args mha_args(const nn_layer *L, const attn_layer_args *a, int k, const float *q,
-                              const float *kv) {
+static attn_mha_args mha_args(const nn_layer *L, const attn_layer_args *a, int k, const float *q, const float *kv) {
     attn_mha_args m = attn_mha_args_default();
     m.batch = a->batch;
     m.nq = a->n;
@@ -195,7 +196,8 @@ static size_t saved_layout(const nn_layer *L, const attn_layer_args *a, nn_arena
             attn_mha_args m = mha_args(L, a, j, NULL, NULL);
             mb = attn_mha_saved_size(j ? L->ca : L->sa, &m);
         }
-        total = nn_add(total, nn_add(nn_add(rd, nn_add(r1, r1)), att ? nn_add(rd, nn_block(mb)) : nn_fblock(nn_mul(R, F))));
+        total =
+            nn_add(total, nn_add(nn_add(rd, nn_add(r1, r1)), att ? nn_add(rd, nn_block(mb)) : nn_fblock(nn_mul(R, F))));
         if (!ar) continue;
         sub_saved *t = &s->sub[j];
         t->z = nn_takef(ar, R * d);
@@ -258,10 +260,12 @@ attn_status attn_nn_layer_check_args(const char *fn, const nn_layer *L, const at
                           (long long)a->batch, (long long)a->n);
     if (!a->x) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: x (the [B, n, d_model] input) is NULL", fn);
     if (L->decoder && (!a->memory || a->n_memory < 1))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: a decoder needs memory [B, n_memory >= 1, d_model] (memory %p, n_memory %lld)",
-                          fn, (const void *)a->memory, (long long)a->n_memory);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: a decoder needs memory [B, n_memory >= 1, d_model] (memory %p, n_memory %lld)", fn,
+                          (const void *)a->memory, (long long)a->n_memory);
     const size_t big = (size_t)1 << 40;
-    if (nn_mul(rows_of(a), (size_t)(L->cfg.dim_feedforward > L->cfg.d_model ? L->cfg.dim_feedforward : L->cfg.d_model)) > big ||
+    if (nn_mul(rows_of(a),
+               (size_t)(L->cfg.dim_feedforward > L->cfg.d_model ? L->cfg.dim_feedforward : L->cfg.d_model)) > big ||
         (L->decoder && nn_mul(nn_mul((size_t)a->batch, (size_t)a->n_memory), (size_t)L->cfg.d_model) > big))
         return attn_error(ATTN_ERR_OVERFLOW, "%s: shapes too large (batch %lld, n %lld, n_memory %lld)", fn,
                           (long long)a->batch, (long long)a->n, (long long)a->n_memory);
@@ -302,7 +306,8 @@ static attn_status add(const char *fn, const float *a, const float *b, float *y,
 /* norm j: x -> y (mean / rstd nullable) and its backward dy -> dx, accumulating its gradients. */
 static attn_status norm_fwd(const layer_call *c, int j, const float *x, float *y, const sub_saved *s) {
     const nn_layer *L = c->L;
-    attn_status st = attn_layernorm_forward(x, L->ng[j], L->nb[j], y, s->mean, s->rstd, c->R, c->d, L->cfg.layer_norm_eps);
+    attn_status st =
+        attn_layernorm_forward(x, L->ng[j], L->nb[j], y, s->mean, s->rstd, c->R, c->d, L->cfg.layer_norm_eps);
     return st ? attn_nn_wrap_error(st, c->fn) : ATTN_OK;
 }
 
@@ -339,8 +344,8 @@ static attn_status sub_leave(const layer_call *c, int j, const float *x, float *
     return norm_fwd(c, j, s->z, y, s);
 }
 
-static attn_status sub_back_enter(const layer_call *c, int j, const float *dy, float *dx, const sub_saved *s,
-                                  float *t1, float *t2, float **din, int *acc) {
+static attn_status sub_back_enter(const layer_call *c, int j, const float *dy, float *dx, const sub_saved *s, float *t1,
+                                  float *t2, float **din, int *acc) {
     const int pre = c->L->cfg.norm_first;
     const size_t bytes = sizeof(float) * (size_t)(c->R * c->d);
     attn_status st;
@@ -394,7 +399,8 @@ static attn_status att_bwd(const layer_call *c, int k, const float *x, const flo
     const float *q = sub_input(c, x, ss);
     attn_mha_args m = mha_args(c->L, c->a, k, q, k ? c->a->memory : q);
     /* dq (and, for self-attention, dk / dv) into din; the cross-attention's dk / dv into dmem */
-    st = k ? attn_nn_mha_backward(c->L->ca, &m, t2, din, dmem, dmem, acc, acc_mem, s->mha[k], s->mha_bytes[k], c->ws, c->wsb)
+    st = k ? attn_nn_mha_backward(c->L->ca, &m, t2, din, dmem, dmem, acc, acc_mem, s->mha[k], s->mha_bytes[k], c->ws,
+                                  c->wsb)
            : attn_nn_mha_backward(c->L->sa, &m, t2, din, din, din, acc, acc, s->mha[k], s->mha_bytes[k], c->ws, c->wsb);
     if (st) return attn_nn_wrap_error(st, c->fn);
     return sub_back_leave(c, k, x, dx, ss, t1, t2);
@@ -428,7 +434,8 @@ static attn_status ffn_act(const layer_call *c, const float *h, float *g) {
 static attn_status ffn_branch(const layer_call *c, const float *in, float *h, float *g, float *f) {
     const nn_layer *L = c->L;
     attn_status st;
-    if ((st = attn_nn_linear_fwd(c->fn, in, L->w1, L->b1, h, c->R, c->d, c->F, c->ws, c->wsb)) || (st = ffn_act(c, h, g)))
+    if ((st = attn_nn_linear_fwd(c->fn, in, L->w1, L->b1, h, c->R, c->d, c->F, c->ws, c->wsb)) ||
+        (st = ffn_act(c, h, g)))
         return st;
     return attn_nn_linear_fwd(c->fn, g, L->w2, L->b2, f, c->R, c->F, c->d, c->ws, c->wsb);
 }
@@ -457,8 +464,8 @@ static attn_status ffn_bwd(const layer_call *c, const float *x, const float *dy,
         return st;
     if ((st = nn_site_dropout_bwd(dg, R * F, L->cfg.dropout, c->md, sites_of(L, j).inner)))
         return attn_nn_wrap_error(st, c->fn);
-    if ((st = act_bwd(c, s->h, dg, R * F)) ||
-        (st = attn_nn_linear_bwd(c->fn, sub_input(c, x, ss), L->w1, dg, din, acc, L->gw1, L->gb1, R, d, F, c->ws, c->wsb)))
+    if ((st = act_bwd(c, s->h, dg, R * F)) || (st = attn_nn_linear_bwd(c->fn, sub_input(c, x, ss), L->w1, dg, din, acc,
+                                                                       L->gw1, L->gb1, R, d, F, c->ws, c->wsb)))
         return st;
     return sub_back_leave(c, j, x, dx, ss, t1, t2);
 }
@@ -466,7 +473,7 @@ static attn_status ffn_bwd(const layer_call *c, const float *x, const float *dy,
 /* ---- layer forward / backward ---- */
 
 attn_status attn_nn_layer_fwd(const char *fn, nn_layer *L, const attn_layer_args *a, float *out, void *saved,
-                         size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+                              size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     nn_arena sv, ws;
     attn_status st;
     const size_t sneed = saved_layout(L, a, NULL, NULL);
@@ -487,8 +494,8 @@ attn_status attn_nn_layer_fwd(const char *fn, nn_layer *L, const attn_layer_args
 }
 
 attn_status attn_nn_layer_bwd(const char *fn, nn_layer *L, const attn_layer_args *a, const float *dout, float *dx,
-                         float *dmem, int acc_mem, const void *saved, size_t saved_bytes, void *workspace,
-                         size_t workspace_bytes) {
+                              float *dmem, int acc_mem, const void *saved, size_t saved_bytes, void *workspace,
+                              size_t workspace_bytes) {
     nn_arena sv, ws;
     attn_status st;
     if ((st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, saved_layout(L, a, NULL, NULL))) ||
@@ -548,8 +555,8 @@ static attn_status layer_forward(const char *fn, nn_layer *L, const attn_layer_a
     return attn_nn_layer_fwd(fn, L, a, out, saved, saved_bytes, workspace, workspace_bytes);
 }
 
-static attn_status layer_backward(const char *fn, nn_layer *L, const attn_layer_args *a, const float *dout,
-                                  float *dx, float *dmemory, const void *saved, size_t saved_bytes, void *workspace,
+static attn_status layer_backward(const char *fn, nn_layer *L, const attn_layer_args *a, const float *dout, float *dx,
+                                  float *dmemory, const void *saved, size_t saved_bytes, void *workspace,
                                   size_t workspace_bytes) {
     attn_status st = attn_nn_layer_check_args(fn, L, a);
     if (st) return st;
@@ -579,17 +586,15 @@ size_t attn_encoder_layer_workspace_size(const attn_encoder_layer *l, const attn
     return l ? attn_nn_layer_ws_bytes(&l->L, a) : 0;
 }
 
-attn_status attn_encoder_layer_forward(attn_encoder_layer *l, const attn_layer_args *a, float *out,
-                                       void *saved, size_t saved_bytes, void *workspace,
-                                       size_t workspace_bytes) {
+attn_status attn_encoder_layer_forward(attn_encoder_layer *l, const attn_layer_args *a, float *out, void *saved,
+                                       size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_encoder_layer_forward";
     ATTN_CHECK_NOT_NULL(fn, l);
     return layer_forward(fn, &l->L, a, out, saved, saved_bytes, workspace, workspace_bytes);
 }
 
-attn_status attn_encoder_layer_backward(attn_encoder_layer *l, const attn_layer_args *a,
-                                        const float *dout, float *dx, const void *saved,
-                                        size_t saved_bytes, void *workspace,
+attn_status attn_encoder_layer_backward(attn_encoder_layer *l, const attn_layer_args *a, const float *dout, float *dx,
+                                        const void *saved, size_t saved_bytes, void *workspace,
                                         size_t workspace_bytes) {
     static const char fn[] = "attn_encoder_layer_backward";
     ATTN_CHECK_NOT_NULL(fn, l);
@@ -617,17 +622,15 @@ size_t attn_decoder_layer_workspace_size(const attn_decoder_layer *l, const attn
     return l ? attn_nn_layer_ws_bytes(&l->L, a) : 0;
 }
 
-attn_status attn_decoder_layer_forward(attn_decoder_layer *l, const attn_layer_args *a, float *out,
-                                       void *saved, size_t saved_bytes, void *workspace,
-                                       size_t workspace_bytes) {
+attn_status attn_decoder_layer_forward(attn_decoder_layer *l, const attn_layer_args *a, float *out, void *saved,
+                                       size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_decoder_layer_forward";
     ATTN_CHECK_NOT_NULL(fn, l);
     return layer_forward(fn, &l->L, a, out, saved, saved_bytes, workspace, workspace_bytes);
 }
 
-attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_args *a,
-                                        const float *dout, float *dx, float *dmemory,
-                                        const void *saved, size_t saved_bytes, void *workspace,
+attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_args *a, const float *dout, float *dx,
+                                        float *dmemory, const void *saved, size_t saved_bytes, void *workspace,
                                         size_t workspace_bytes) {
     static const char fn[] = "attn_decoder_layer_backward";
     ATTN_CHECK_NOT_NULL(fn, l);
@@ -641,8 +644,8 @@ attn_status attn_decoder_layer_backward(attn_decoder_layer *l, const attn_layer_
 
 size_t attn_nn_layer_step_ws(const nn_layer *L, int64_t B, int64_t n, int64_t length, int64_t n_memory) {
     const int64_t R = B * n, d = L->cfg.d_model, F = L->cfg.dim_feedforward;
-    size_t s = nn_add(NN_SLACK, nn_add(nn_mul(4, nn_fblock(nn_mul((size_t)R, (size_t)d))),
-                                       nn_fblock(nn_mul((size_t)R, (size_t)F))));
+    size_t s = nn_add(
+        NN_SLACK, nn_add(nn_mul(4, nn_fblock(nn_mul((size_t)R, (size_t)d))), nn_fblock(nn_mul((size_t)R, (size_t)F))));
     size_t sub = nn_max(attn_nn_linear_ws(R, d, F), attn_nn_linear_ws(R, F, d));
     sub = nn_max(sub, attn_mha_step_workspace_size(L->sa, B, n, length));
     if (L->decoder) sub = nn_max(sub, attn_mha_step_workspace_size(L->ca, B, n, n_memory));
@@ -650,12 +653,12 @@ size_t attn_nn_layer_step_ws(const nn_layer *L, int64_t B, int64_t n, int64_t le
 }
 
 attn_status attn_nn_layer_step(const char *fn, nn_layer *L, attn_kv_cache *self, attn_kv_cache *cross,
-                          const uint8_t *memory_kpm, const float *x, int64_t B, int64_t n, float *out,
-                          void *workspace, size_t workspace_bytes) {
+                               const uint8_t *memory_kpm, const float *x, int64_t B, int64_t n, float *out,
+                               void *workspace, size_t workspace_bytes) {
     const int64_t R = B * n, d = L->cfg.d_model, F = L->cfg.dim_feedforward;
     nn_arena ws;
     attn_status st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
-                                   attn_nn_layer_step_ws(L, B, n, self->length + n, cross ? cross->length : 1));
+                                        attn_nn_layer_step_ws(L, B, n, self->length + n, cross ? cross->length : 1));
     if (st) return st;
     /* z: every sublayer's norm input / output (no mean / rstd kept) */
     const sub_saved z = {nn_takef(&ws, (size_t)(R * d)), NULL, NULL};

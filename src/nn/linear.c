@@ -56,8 +56,8 @@ size_t attn_nn_linear_ws(int64_t rows, int64_t in, int64_t out) {
 static attn_status check_sizes(const char *fn, int64_t rows, int64_t in, int64_t out) {
     if (rows < 0 || in < 1 || out < 1)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: need rows >= 0 and in_features, out_features >= 1 (rows %lld, in %lld, out %lld)",
-                          fn, (long long)rows, (long long)in, (long long)out);
+                          "%s: need rows >= 0 and in_features, out_features >= 1 (rows %lld, in %lld, out %lld)", fn,
+                          (long long)rows, (long long)in, (long long)out);
     size_t t;
     if (attn_mul_overflow((size_t)rows, (size_t)(in > out ? in : out), &t) || t > (size_t)INT64_MAX / 4)
         return attn_error(ATTN_ERR_OVERFLOW, "%s: rows x features overflows (rows %lld, in %lld, out %lld)", fn,
@@ -65,8 +65,8 @@ static attn_status check_sizes(const char *fn, int64_t rows, int64_t in, int64_t
     return ATTN_OK;
 }
 
-attn_status attn_nn_linear_fwd(const char *fn, const float *x, const float *w, const float *b, float *y,
-                          int64_t rows, int64_t in, int64_t out, void *ws, size_t bytes) {
+attn_status attn_nn_linear_fwd(const char *fn, const float *x, const float *w, const float *b, float *y, int64_t rows,
+                               int64_t in, int64_t out, void *ws, size_t bytes) {
     if (rows == 0) return ATTN_OK;
     attn_status st;
     if (precision == ATTN_PRECISION_BF16) {
@@ -79,9 +79,8 @@ attn_status attn_nn_linear_fwd(const char *fn, const float *x, const float *w, c
     return ATTN_OK;
 }
 
-attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, const float *dy, float *dx,
-                          int acc_dx, float *dw, float *db, int64_t rows, int64_t in, int64_t out,
-                          void *ws, size_t bytes) {
+attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, const float *dy, float *dx, int acc_dx,
+                               float *dw, float *db, int64_t rows, int64_t in, int64_t out, void *ws, size_t bytes) {
     attn_status st = ATTN_OK;
     if (rows == 0) return ATTN_OK;
     if (precision == ATTN_PRECISION_BF16) {
@@ -90,15 +89,14 @@ attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, c
                                          ws, bytes);
         /* dW accumulates in float onto the float gradient */
         if (!st && dw)
-            st = attn_gemm_bf16_from_f32(ATTN_TRANS, ATTN_NO_TRANS, out, in, rows, dy, out, x, in, 1, dw, in, ws,
-                                         bytes);
+            st =
+                attn_gemm_bf16_from_f32(ATTN_TRANS, ATTN_NO_TRANS, out, in, rows, dy, out, x, in, 1, dw, in, ws, bytes);
     } else if (dx) {
-        st = attn_sgemm(ATTN_NO_TRANS, ATTN_NO_TRANS, rows, in, out, 1.0f, dy, out, w, in,
-                        acc_dx ? 1.0f : 0.0f, dx, in, ws, bytes);
+        st = attn_sgemm(ATTN_NO_TRANS, ATTN_NO_TRANS, rows, in, out, 1.0f, dy, out, w, in, acc_dx ? 1.0f : 0.0f, dx, in,
+                        ws, bytes);
     }
     if (!st && dw && precision != ATTN_PRECISION_BF16)
-        st = attn_sgemm(ATTN_TRANS, ATTN_NO_TRANS, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, ws,
-                        bytes);
+        st = attn_sgemm(ATTN_TRANS, ATTN_NO_TRANS, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, ws, bytes);
     if (!st && db) st = attn_bias_backward(dy, db, rows, out);
     if (st) return attn_nn_wrap_error(st, fn);
     return ATTN_OK;
@@ -109,9 +107,8 @@ size_t attn_linear_workspace_size(int64_t rows, int64_t in_features, int64_t out
     return attn_nn_linear_ws(rows, in_features, out_features);
 }
 
-attn_status attn_linear_forward(const float *x, const float *weight, const float *bias, float *y,
-                                int64_t rows, int64_t in_features, int64_t out_features,
-                                void *workspace, size_t workspace_bytes) {
+attn_status attn_linear_forward(const float *x, const float *weight, const float *bias, float *y, int64_t rows,
+                                int64_t in_features, int64_t out_features, void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_linear_forward";
     attn_status st = check_sizes(fn, rows, in_features, out_features);
     if (st) return st;
@@ -120,14 +117,12 @@ attn_status attn_linear_forward(const float *x, const float *weight, const float
         ATTN_CHECK_NOT_NULL(fn, weight);
         ATTN_CHECK_NOT_NULL(fn, y);
     }
-    return attn_nn_linear_fwd(fn, x, weight, bias, y, rows, in_features, out_features, workspace,
-                         workspace_bytes);
+    return attn_nn_linear_fwd(fn, x, weight, bias, y, rows, in_features, out_features, workspace, workspace_bytes);
 }
 
-attn_status attn_linear_backward(const float *x, const float *weight, const float *dy, float *dx,
-                                 int accumulate_dx, float *dweight, float *dbias, int64_t rows,
-                                 int64_t in_features, int64_t out_features, void *workspace,
-                                 size_t workspace_bytes) {
+attn_status attn_linear_backward(const float *x, const float *weight, const float *dy, float *dx, int accumulate_dx,
+                                 float *dweight, float *dbias, int64_t rows, int64_t in_features, int64_t out_features,
+                                 void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_linear_backward";
     attn_status st = check_sizes(fn, rows, in_features, out_features);
     if (st) return st;
@@ -138,6 +133,6 @@ attn_status attn_linear_backward(const float *x, const float *weight, const floa
     }
     if (dx && (dx == x || dx == dy || dx == weight))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: dx must not alias x, dy or weight", fn);
-    return attn_nn_linear_bwd(fn, x, weight, dy, dx, accumulate_dx, dweight, dbias, rows, in_features,
-                         out_features, workspace, workspace_bytes);
+    return attn_nn_linear_bwd(fn, x, weight, dy, dx, accumulate_dx, dweight, dbias, rows, in_features, out_features,
+                              workspace, workspace_bytes);
 }

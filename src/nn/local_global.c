@@ -55,8 +55,9 @@ attn_status attn_local_global_create(const attn_local_global_config *cfg, attn_l
     ATTN_CHECK_NOT_NULL(fn, cfg);
     const int64_t E = cfg->d_model;
     if (E < 1 || cfg->num_heads < 1 || E % cfg->num_heads != 0)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: d_model (%lld) must be a positive multiple of num_heads (%lld)",
-                          fn, (long long)E, (long long)cfg->num_heads);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: d_model (%lld) must be a positive multiple of num_heads (%lld)", fn, (long long)E,
+                          (long long)cfg->num_heads);
     if (cfg->local_window < 0)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: local_window must be >= 0 (got %lld)", fn,
                           (long long)cfg->local_window);
@@ -101,9 +102,7 @@ attn_status attn_local_global_create(const attn_local_global_config *cfg, attn_l
 }
 
 const attn_params *attn_local_global_params(const attn_local_global *m) { return m ? m->list : NULL; }
-const attn_local_global_config *attn_local_global_get_config(const attn_local_global *m) {
-    return m ? &m->cfg : NULL;
-}
+const attn_local_global_config *attn_local_global_get_config(const attn_local_global *m) { return m ? &m->cfg : NULL; }
 
 /* ---- calls ---- */
 
@@ -160,14 +159,14 @@ typedef struct lg_saved {
 } lg_saved;
 
 /* Carve saved (nullable: then only the sizes are filled and c is NULL). */
-static attn_status carve_saved(const char *fn, const attn_local_global *m, const attn_local_global_args *a,
-                               void *saved, size_t bytes, lg_saved *s) {
+static attn_status carve_saved(const char *fn, const attn_local_global *m, const attn_local_global_args *a, void *saved,
+                               size_t bytes, lg_saved *s) {
     const attn_mha_args g = branch_args(a, 0), l = branch_args(a, 1);
     memset(s, 0, sizeof *s);
     if (!saved) return ATTN_OK;
     nn_arena ar;
-    attn_status st = attn_nn_arena_init(&ar, fn, "attn_local_global_saved", saved, bytes,
-                                        attn_local_global_saved_size(m, a));
+    attn_status st =
+        attn_nn_arena_init(&ar, fn, "attn_local_global_saved", saved, bytes, attn_local_global_saved_size(m, a));
     if (st) return st;
     s->gb = attn_mha_saved_size(m->global, &g);
     s->lb = attn_mha_saved_size(m->local, &l);
@@ -177,8 +176,8 @@ static attn_status carve_saved(const char *fn, const attn_local_global *m, const
     return ATTN_OK;
 }
 
-attn_status attn_local_global_forward(attn_local_global *m, const attn_local_global_args *a, float *out,
-                                      void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+attn_status attn_local_global_forward(attn_local_global *m, const attn_local_global_args *a, float *out, void *saved,
+                                      size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_local_global_forward";
     attn_status st = check_args(fn, m, a);
     if (st) return st;

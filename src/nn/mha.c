@@ -101,11 +101,12 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
     attn_rope_config rope = cfg->rope;
     if (cfg->use_rope) {
         if (cfg->add_bias_kv || cfg->add_zero_attn)
-            return attn_error(ATTN_ERR_UNSUPPORTED, "%s: use_rope does not combine with add_bias_kv / add_zero_attn", fn);
+            return attn_error(ATTN_ERR_UNSUPPORTED, "%s: use_rope does not combine with add_bias_kv / add_zero_attn",
+                              fn);
         if (!rope.head_dim) rope.head_dim = E / H;
         if (rope.head_dim != E / H)
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: rope.head_dim = %lld, but embed_dim / num_heads = %lld", fn,
-                              (long long)rope.head_dim, (long long)(E / H));
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: rope.head_dim = %lld, but embed_dim / num_heads = %lld",
+                              fn, (long long)rope.head_dim, (long long)(E / H));
         attn_tensor empty = attn_tensor_4d(NULL, 0, 1, 1, rope.head_dim); /* validates the rope settings */
         attn_status rs = attn_rope_forward(&rope, &empty, 0, NULL);
         if (rs) return attn_nn_wrap_error(rs, fn);
@@ -131,12 +132,12 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
     float **slot[10], **gslot[10];
     int n = 0;
     float *in_w = NULL, *in_gw = NULL, *in_b = NULL, *in_gb = NULL;
-#define PARAM(nm, r, s0, s1, s2, ini, aa, p, g)                                                 \
-    do {                                                                                       \
-        d[n] = (nn_pdesc){nm, r, {s0, s1, s2, 0}, ini, aa, 0};                                 \
-        slot[n] = p;                                                                           \
-        gslot[n] = g;                                                                          \
-        n++;                                                                                   \
+#define PARAM(nm, r, s0, s1, s2, ini, aa, p, g)                                                                        \
+    do {                                                                                                               \
+        d[n] = (nn_pdesc){nm, r, {s0, s1, s2, 0}, ini, aa, 0};                                                         \
+        slot[n] = p;                                                                                                   \
+        gslot[n] = g;                                                                                                  \
+        n++;                                                                                                           \
     } while (0)
     const double lin_e = 1.0 / sqrt((double)E), lin_k = 1.0 / sqrt((double)kdim), lin_v = 1.0 / sqrt((double)vdim);
     if (cfg->separate_projections) {
@@ -154,8 +155,7 @@ attn_status attn_mha_create(const attn_mha_config *cfg, attn_mha **out) {
         PARAM("k_proj_weight", 2, E, kdim, 0, NN_INIT_XAVIER_UNIFORM, 0, &m->wk, &m->gwk);
         PARAM("v_proj_weight", 2, E, vdim, 0, NN_INIT_XAVIER_UNIFORM, 0, &m->wv, &m->gwv);
     }
-    if (cfg->bias && !cfg->separate_projections)
-        PARAM("in_proj_bias", 1, 3 * E, 0, 0, NN_INIT_ZEROS, 0, &in_b, &in_gb);
+    if (cfg->bias && !cfg->separate_projections) PARAM("in_proj_bias", 1, 3 * E, 0, 0, NN_INIT_ZEROS, 0, &in_b, &in_gb);
     if (cfg->add_bias_kv) {
         PARAM("bias_k", 3, 1, 1, E, NN_INIT_XAVIER_NORMAL, 0, &m->bias_k, &m->gbias_k);
         PARAM("bias_v", 3, 1, 1, E, NN_INIT_XAVIER_NORMAL, 0, &m->bias_v, &m->gbias_v);
@@ -225,10 +225,10 @@ static mha_dims dims_of(const attn_mha *m, const attn_mha_args *a) {
 
 /* Which converted masks a call needs, and their sizes. */
 typedef struct mha_masks {
-    int causal_flag;      /* ATTN_CAUSAL_TOP_LEFT through attn_sdpa_params */
-    int bool_mask;        /* 0 none, 2 [Nq, Nk'], 4 [B, H, Nq, Nk'] (inverted copy) */
-    int key_mask;         /* [B, Nk'] inverted copy of the boolean key_padding_mask */
-    int add_kind;         /* 0 none; 1 attn_mask_float as is; 2 key_padding_mask_float as is;
+    int causal_flag; /* ATTN_CAUSAL_TOP_LEFT through attn_sdpa_params */
+    int bool_mask;   /* 0 none, 2 [Nq, Nk'], 4 [B, H, Nq, Nk'] (inverted copy) */
+    int key_mask;    /* [B, Nk'] inverted copy of the boolean key_padding_mask */
+    int add_kind;    /* 0 none; 1 attn_mask_float as is; 2 key_padding_mask_float as is;
                            * 3 attn_mask_float padded; 4 key_padding_mask_float padded;
                            * 5 their sum [B, 1 or H, Nq, Nk'] */
     size_t bool_bytes, key_bytes, add_floats;
@@ -238,23 +238,25 @@ static mha_masks mask_plan(const mha_dims *d, const attn_mha_args *a) {
     mha_masks k;
     memset(&k, 0, sizeof k);
     k.causal_flag = a->is_causal && d->nx == 0;
-    if (a->attn_mask) k.bool_mask = a->attn_mask_3d ? 4 : 2;
-    else if (a->is_causal && d->nx > 0) k.bool_mask = 2;
+    if (a->attn_mask)
+        k.bool_mask = a->attn_mask_3d ? 4 : 2;
+    else if (a->is_causal && d->nx > 0)
+        k.bool_mask = 2;
     if (k.bool_mask)
-        k.bool_bytes = nn_mul(nn_mul((size_t)d->Nq, (size_t)d->Nk2),
-                              k.bool_mask == 4 ? nn_mul((size_t)d->B, (size_t)d->H) : 1);
+        k.bool_bytes =
+            nn_mul(nn_mul((size_t)d->Nq, (size_t)d->Nk2), k.bool_mask == 4 ? nn_mul((size_t)d->B, (size_t)d->H) : 1);
     k.key_mask = a->key_padding_mask != NULL;
     if (k.key_mask) k.key_bytes = nn_mul((size_t)d->B, (size_t)d->Nk2);
     const int am = a->attn_mask_float != NULL, kf = a->key_padding_mask_float != NULL;
     if (am && kf) {
         k.add_kind = 5;
-        k.add_floats = nn_mul(nn_mul((size_t)d->B, a->attn_mask_3d ? (size_t)d->H : 1),
-                              nn_mul((size_t)d->Nq, (size_t)d->Nk2));
+        k.add_floats =
+            nn_mul(nn_mul((size_t)d->B, a->attn_mask_3d ? (size_t)d->H : 1), nn_mul((size_t)d->Nq, (size_t)d->Nk2));
     } else if (am) {
         k.add_kind = d->nx ? 3 : 1;
         if (d->nx)
-            k.add_floats = nn_mul(nn_mul((size_t)d->Nq, (size_t)d->Nk2),
-                                  a->attn_mask_3d ? nn_mul((size_t)d->B, (size_t)d->H) : 1);
+            k.add_floats =
+                nn_mul(nn_mul((size_t)d->Nq, (size_t)d->Nk2), a->attn_mask_3d ? nn_mul((size_t)d->B, (size_t)d->H) : 1);
     } else if (kf) {
         k.add_kind = d->nx ? 4 : 2;
         if (d->nx) k.add_floats = nn_mul((size_t)d->B, (size_t)d->Nk2);
@@ -273,8 +275,8 @@ typedef struct mha_mask_views {
 } mha_mask_views;
 
 /* Convert the caller's PyTorch-convention masks into attn_sdpa_params (buffers from ws). */
-static void build_masks(const mha_dims *d, const attn_mha_args *a, const mha_masks *k, nn_arena *ws,
-                        mha_mask_views *mv, attn_sdpa_params *p) {
+static void build_masks(const mha_dims *d, const attn_mha_args *a, const mha_masks *k, nn_arena *ws, mha_mask_views *mv,
+                        attn_sdpa_params *p) {
     const int64_t Nq = d->Nq, Nk = d->Nk, Nk2 = d->Nk2;
     if (k->causal_flag) p->causal = ATTN_CAUSAL_TOP_LEFT;
     if (k->bool_mask) {
@@ -338,9 +340,12 @@ static void build_masks(const mha_dims *d, const attn_mha_args *a, const mha_mas
                 for (int64_t j = Nk; j < Nk2; j++) row[j] = 0.0f;
             }
         }
-        if (H3) mv->am = attn_tensor_4d(buf, d->B, d->H, Nq, Nk2);
-        else if (k->add_kind == 5) mv->am = attn_tensor_4d(buf, d->B, 1, Nq, Nk2);
-        else mv->am = attn_tensor_2d(buf, Nq, Nk2);
+        if (H3)
+            mv->am = attn_tensor_4d(buf, d->B, d->H, Nq, Nk2);
+        else if (k->add_kind == 5)
+            mv->am = attn_tensor_4d(buf, d->B, 1, Nq, Nk2);
+        else
+            mv->am = attn_tensor_2d(buf, Nq, Nk2);
         break;
     }
     default: break;
@@ -360,14 +365,15 @@ static attn_status check_args(const char *fn, const attn_mha *m, const attn_mha_
     const int64_t widest = m->E > m->kdim ? (m->E > m->vdim ? m->E : m->vdim) : (m->kdim > m->vdim ? m->kdim : m->vdim);
     if (nn_mul(nn_mul((size_t)a->batch, (size_t)(a->nq > a->nk + 2 ? a->nq : a->nk + 2)), (size_t)widest) > big ||
         nn_mul(nn_mul((size_t)a->batch, (size_t)m->H), nn_mul((size_t)a->nq, (size_t)a->nk + 2)) > ((size_t)1 << 50))
-        return attn_error(ATTN_ERR_OVERFLOW, "%s: shapes too large (batch %lld, nq %lld, nk %lld, embed_dim %lld)",
-                          fn, (long long)a->batch, (long long)a->nq, (long long)a->nk, (long long)m->E);
+        return attn_error(ATTN_ERR_OVERFLOW, "%s: shapes too large (batch %lld, nq %lld, nk %lld, embed_dim %lld)", fn,
+                          (long long)a->batch, (long long)a->nq, (long long)a->nk, (long long)m->E);
     if (!a->query || !a->key || !a->value)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: query, key and value are required (query %p, key %p, value %p)",
-                          fn, (const void *)a->query, (const void *)a->key, (const void *)a->value);
-    if (a->key_padding_mask && a->key_padding_mask_float)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: give key_padding_mask either as bool or as float, not both", fn);
+                          "%s: query, key and value are required (query %p, key %p, value %p)", fn,
+                          (const void *)a->query, (const void *)a->key, (const void *)a->value);
+    if (a->key_padding_mask && a->key_padding_mask_float)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: give key_padding_mask either as bool or as float, not both",
+                          fn);
     if (a->global_attention_mask && !m->kind->takes_global_mask)
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: attention '%s' takes no global_attention_mask", fn, m->kind->name);
     if (a->global_attention_mask && a->nq != a->nk)
@@ -488,8 +494,7 @@ static attn_sdpa_params sdpa_params(const attn_mha *m, const attn_mha_args *a) {
 
 /* Project key or value into buf [B, Nk', E] and fill the appended rows. */
 static attn_status project_kv(const char *fn, const attn_mha *m, const mha_dims *d, const float *x, int64_t in,
-                              const float *w, const float *b, const float *extra, float *buf, void *ws,
-                              size_t wsb) {
+                              const float *w, const float *b, const float *extra, float *buf, void *ws, size_t wsb) {
     attn_status st;
     const int64_t E = d->E;
     if (d->nx == 0) return attn_nn_linear_fwd(fn, x, w, b, buf, d->B * d->Nk, in, E, ws, wsb);
@@ -508,8 +513,7 @@ static attn_status project_kv(const char *fn, const attn_mha *m, const mha_dims 
  * its output. */
 static attn_status mha_weights(const char *fn, const attn_mha *m, const mha_dims *d, const attn_tensor *qv,
                                const attn_tensor *kv, const attn_sdpa_params *p, const attn_kind_extra *x, int average,
-                               int dropout,
-                               float *weights, nn_arena *ws) {
+                               int dropout, float *weights, nn_arena *ws) {
     const attn_attention_config *ac = &m->cfg.attention;
     attn_status st = m->kind->weights(ac, qv, kv, p, x, 0, 0, 0, 0, dropout, weights); /* validates once */
     if (st) return attn_nn_wrap_error(st, fn);
@@ -521,7 +525,7 @@ static attn_status mha_weights(const char *fn, const attn_mha *m, const mha_dims
         void *rest = nn_rest(ws, &have);
         nn_arena sub;
         if ((st = attn_nn_arena_init(&sub, fn, "workspace", rest, have,
-                                nn_add(NN_SLACK, nn_fblock(nn_mul((size_t)nt, (size_t)Nk2))))))
+                                     nn_add(NN_SLACK, nn_fblock(nn_mul((size_t)nt, (size_t)Nk2))))))
             return st;
         rows = nn_takef(&sub, (size_t)nt * (size_t)Nk2);
     }
@@ -615,23 +619,24 @@ static attn_status attention_fwd(const char *fn, const attn_mha *m, const mha_di
 
 /* The kind's backward; in bf16 precision on bf16 copies of Q, K, V and dO (float gradients). */
 static attn_status attention_bwd(const char *fn, const attn_mha *m, const mha_dims *d, const mha_acts *t,
-                                 const mha_acts *g, const attn_tensor *qv, const attn_tensor *kv,
-                                 const attn_tensor *vv, const attn_sdpa_params *p, const attn_kind_extra *x,
-                                 const attn_tensor *ov, const attn_tensor *dov, attn_tensor *dqv, attn_tensor *dkv,
-                                 attn_tensor *dvv, void *scr, size_t wsb) {
+                                 const mha_acts *g, const attn_tensor *qv, const attn_tensor *kv, const attn_tensor *vv,
+                                 const attn_sdpa_params *p, const attn_kind_extra *x, const attn_tensor *ov,
+                                 const attn_tensor *dov, attn_tensor *dqv, attn_tensor *dkv, attn_tensor *dvv,
+                                 void *scr, size_t wsb) {
     if (!bf16_attention(m))
         return m->kind->backward(&m->cfg.attention, qv, kv, vv, p, x, ov, dov, t->lse, dqv, dkv, dvv, scr, wsb);
     mha_bf16 h;
     attn_status st = round_acts(fn, d, scr, wsb, t, g->O, &h);
     if (st) return st;
     const attn_tensor q = head_view16(h.Q, d->B, d->H, d->Nq, d->hd), k = head_view16(h.K, d->B, d->H, d->Nk2, d->hd),
-                      v = head_view16(h.V, d->B, d->H, d->Nk2, d->hd), dout = head_view16(h.O, d->B, d->H, d->Nq, d->hd);
+                      v = head_view16(h.V, d->B, d->H, d->Nk2, d->hd),
+                      dout = head_view16(h.O, d->B, d->H, d->Nq, d->hd);
     return m->kind->backward(&m->cfg.attention, &q, &k, &v, p, x, ov, &dout, t->lse, dqv, dkv, dvv, h.rest,
                              h.rest_bytes);
 }
 
-static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_args *a, float *out,
-                                    float *weights, nn_arena *saved, nn_arena *ws) {
+static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_args *a, float *out, float *weights,
+                                    nn_arena *saved, nn_arena *ws) {
     const mha_dims d = dims_of(m, a);
     const mha_masks mk = mask_plan(&d, a);
     mha_acts t;
@@ -650,8 +655,8 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
         return st;
     attn_tensor qv = head_view(t.Q, d.B, d.H, d.Nq, d.hd), kv = head_view(t.K, d.B, d.H, d.Nk2, d.hd),
                 vv = head_view(t.V, d.B, d.H, d.Nk2, d.hd), ov = head_view(t.O, d.B, d.H, d.Nq, d.hd);
-    if (m->cfg.use_rope && ((st = attn_rope_forward(&m->cfg.rope, &qv, 0, NULL)) ||
-                            (st = attn_rope_forward(&m->cfg.rope, &kv, 0, NULL))))
+    if (m->cfg.use_rope &&
+        ((st = attn_rope_forward(&m->cfg.rope, &qv, 0, NULL)) || (st = attn_rope_forward(&m->cfg.rope, &kv, 0, NULL))))
         return attn_nn_wrap_error(st, fn);
     if ((st = attention_fwd(fn, m, &d, &t, &qv, &kv, &vv, &p, &x, &ov, scr, wsb))) return attn_nn_wrap_error(st, fn);
     if ((st = attn_nn_linear_fwd(fn, t.O, m->wo, m->bo, out, d.B * d.Nq, d.E, d.E, scr, wsb))) return st;
@@ -662,9 +667,8 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     return ATTN_OK;
 }
 
-attn_status attn_mha_forward(attn_mha *m, const attn_mha_args *a, float *out, float *weights,
-                             void *saved, size_t saved_bytes, void *workspace,
-                             size_t workspace_bytes) {
+attn_status attn_mha_forward(attn_mha *m, const attn_mha_args *a, float *out, float *weights, void *saved,
+                             size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_mha_forward";
     attn_status st = check_args(fn, m, a);
     if (st) return st;
@@ -686,22 +690,21 @@ attn_status attn_mha_forward(attn_mha *m, const attn_mha_args *a, float *out, fl
 /* Input gradient and parameter gradients of one in-projection; key/value rows of each batch are
  * the first Nk of Nk'. */
 static attn_status project_bwd(const char *fn, const mha_dims *d, const float *x, int64_t in, const float *w,
-                               const float *dy, int64_t rows_per_batch, int64_t dy_rows_per_batch,
-                               float *dx, int acc, float *gw, float *gb, void *ws, size_t wsb) {
+                               const float *dy, int64_t rows_per_batch, int64_t dy_rows_per_batch, float *dx, int acc,
+                               float *gw, float *gb, void *ws, size_t wsb) {
     if (rows_per_batch == dy_rows_per_batch)
         return attn_nn_linear_bwd(fn, x, w, dy, dx, acc, gw, gb, d->B * rows_per_batch, in, d->E, ws, wsb);
     for (int64_t b = 0; b < d->B; b++) {
         attn_status st = attn_nn_linear_bwd(fn, x + b * rows_per_batch * in, w, dy + b * dy_rows_per_batch * d->E,
-                                       dx ? dx + b * rows_per_batch * in : NULL, acc, gw, gb, rows_per_batch,
-                                       in, d->E, ws, wsb);
+                                            dx ? dx + b * rows_per_batch * in : NULL, acc, gw, gb, rows_per_batch, in,
+                                            d->E, ws, wsb);
         if (st) return st;
     }
     return ATTN_OK;
 }
 
-static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha_args *a, const float *dout,
-                                     float *dq, float *dk, float *dv, int acc_q, int acc_kv, nn_arena *saved,
-                                     nn_arena *ws) {
+static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha_args *a, const float *dout, float *dq,
+                                     float *dk, float *dv, int acc_q, int acc_kv, nn_arena *saved, nn_arena *ws) {
     const mha_dims d = dims_of(m, a);
     const mha_masks mk = mask_plan(&d, a);
     mha_acts t, g;
@@ -742,9 +745,9 @@ static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha
     return ATTN_OK;
 }
 
-static attn_status backward_entry(const char *fn, attn_mha *m, const attn_mha_args *a, const float *dout,
-                                  float *dquery, float *dkey, float *dvalue, int acc_q, int acc_kv,
-                                  const void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+static attn_status backward_entry(const char *fn, attn_mha *m, const attn_mha_args *a, const float *dout, float *dquery,
+                                  float *dkey, float *dvalue, int acc_q, int acc_kv, const void *saved,
+                                  size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     attn_status st = check_args(fn, m, a);
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, dout);
@@ -765,18 +768,17 @@ static attn_status backward_entry(const char *fn, attn_mha *m, const attn_mha_ar
     return mha_backward_impl(fn, m, a, dout, dquery, dkey, dvalue, acc_q, acc_kv, &sv, &ws);
 }
 
-attn_status attn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout,
-                              float *dquery, float *dkey, float *dvalue, const void *saved,
-                              size_t saved_bytes, void *workspace, size_t workspace_bytes) {
-    return backward_entry("attn_mha_backward", m, a, dout, dquery, dkey, dvalue, 0, 0, saved, saved_bytes,
-                          workspace, workspace_bytes);
+attn_status attn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout, float *dquery, float *dkey,
+                              float *dvalue, const void *saved, size_t saved_bytes, void *workspace,
+                              size_t workspace_bytes) {
+    return backward_entry("attn_mha_backward", m, a, dout, dquery, dkey, dvalue, 0, 0, saved, saved_bytes, workspace,
+                          workspace_bytes);
 }
 
 attn_status attn_nn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout, float *dq, float *dk,
-                            float *dv, int acc_q, int acc_kv, const void *saved, size_t saved_bytes,
-                            void *ws, size_t ws_bytes) {
-    return backward_entry("attn_mha_backward", m, a, dout, dq, dk, dv, acc_q, acc_kv, saved, saved_bytes, ws,
-                          ws_bytes);
+                                 float *dv, int acc_q, int acc_kv, const void *saved, size_t saved_bytes, void *ws,
+                                 size_t ws_bytes) {
+    return backward_entry("attn_mha_backward", m, a, dout, dq, dk, dv, acc_q, acc_kv, saved, saved_bytes, ws, ws_bytes);
 }
 
 /* ---- incremental decoding ----
@@ -792,15 +794,16 @@ size_t attn_kv_cache_size(int64_t batch, int64_t capacity, int64_t dim) {
     return nn_add(NN_SLACK, nn_mul(2, nn_fblock(nn_mul(nn_mul((size_t)batch, (size_t)capacity), (size_t)dim))));
 }
 
-attn_status attn_kv_cache_init(attn_kv_cache *c, void *buffer, size_t bytes, int64_t batch,
-                               int64_t capacity, int64_t dim) {
+attn_status attn_kv_cache_init(attn_kv_cache *c, void *buffer, size_t bytes, int64_t batch, int64_t capacity,
+                               int64_t dim) {
     static const char fn[] = "attn_kv_cache_init";
     ATTN_CHECK_NOT_NULL(fn, c);
     if (batch < 1 || capacity < 1 || dim < 1)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch (%lld), capacity (%lld) and dim (%lld) must be >= 1",
                           fn, (long long)batch, (long long)capacity, (long long)dim);
     nn_arena ar;
-    attn_status st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_kv_cache_size(batch, capacity, dim));
+    attn_status st =
+        attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_kv_cache_size(batch, capacity, dim));
     if (st) return st;
     const size_t n = (size_t)batch * (size_t)capacity * (size_t)dim;
     memset(c, 0, sizeof *c);
@@ -840,7 +843,8 @@ attn_status attn_mha_cache_init(const attn_mha *m, attn_kv_cache *c, void *buffe
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch (%lld) and capacity (%lld) must be >= 1", fn,
                           (long long)batch, (long long)capacity);
     nn_arena ar;
-    attn_status st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_mha_cache_size(m, batch, capacity));
+    attn_status st =
+        attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_mha_cache_size(m, batch, capacity));
     if (st) return st;
     memset(c, 0, sizeof *c);
     c->state_floats = state_floats_of(m, batch);
@@ -860,21 +864,22 @@ static attn_status check_cache(const char *fn, const attn_mha *m, const attn_kv_
         c->dim != m->E || c->length < 0 || c->length > c->capacity)
         return attn_error(ATTN_ERR_SHAPE,
                           "%s: cache [batch %lld, capacity %lld, dim %lld, length %lld%s] does not fit batch %lld, "
-                          "embed_dim %lld, attention '%s' (use attn_mha_cache_init)", fn, (long long)c->batch,
-                          (long long)c->capacity, (long long)c->dim, (long long)c->length,
+                          "embed_dim %lld, attention '%s' (use attn_mha_cache_init)",
+                          fn, (long long)c->batch, (long long)c->capacity, (long long)c->dim, (long long)c->length,
                           c->state ? ", recurrent state" : "", (long long)batch, (long long)m->E, m->kind->name);
     if (m->cfg.add_bias_kv || m->cfg.add_zero_attn)
-        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: a key/value cache does not support add_bias_kv or add_zero_attn", fn);
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: a key/value cache does not support add_bias_kv or add_zero_attn",
+                          fn);
     return ATTN_OK;
 }
 
 /* Project x [B, n, in] into rows row0 .. row0 + n - 1 of a buffer [B, rows_per_batch, E]. */
 static attn_status project_into(const char *fn, const attn_mha *m, int64_t rows_per_batch, const float *x,
-                                int64_t batch, int64_t n, int64_t in, const float *w, const float *b,
-                                float *dst, int64_t row0, void *ws, size_t wsb) {
+                                int64_t batch, int64_t n, int64_t in, const float *w, const float *b, float *dst,
+                                int64_t row0, void *ws, size_t wsb) {
     for (int64_t bb = 0; bb < batch; bb++) {
-        attn_status st = attn_nn_linear_fwd(fn, x + bb * n * in, w, b, dst + (bb * rows_per_batch + row0) * m->E, n,
-                                            in, m->E, ws, wsb);
+        attn_status st = attn_nn_linear_fwd(fn, x + bb * n * in, w, b, dst + (bb * rows_per_batch + row0) * m->E, n, in,
+                                            m->E, ws, wsb);
         if (st) return st;
     }
     return ATTN_OK;
@@ -897,8 +902,8 @@ size_t attn_mha_cache_fill_workspace_size(const attn_mha *m, int64_t batch, int6
     return s;
 }
 
-attn_status attn_mha_cache_fill(attn_mha *m, attn_kv_cache *c, const float *key, const float *value,
-                                int64_t nk, void *workspace, size_t workspace_bytes) {
+attn_status attn_mha_cache_fill(attn_mha *m, attn_kv_cache *c, const float *key, const float *value, int64_t nk,
+                                void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_mha_cache_fill";
     attn_status st = check_cache(fn, m, c, c ? c->batch : 0);
     if (st) return st;
@@ -908,7 +913,7 @@ attn_status attn_mha_cache_fill(attn_mha *m, attn_kv_cache *c, const float *key,
     if (!key || !value) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key and value are required", fn);
     nn_arena ws;
     if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
-                            attn_mha_cache_fill_workspace_size(m, c->batch, nk))))
+                                 attn_mha_cache_fill_workspace_size(m, c->batch, nk))))
         return st;
     const int64_t B = c->batch;
     if (!m->kind->state_floats) {
@@ -945,8 +950,8 @@ size_t attn_mha_step_workspace_size(const attn_mha *m, int64_t batch, int64_t n,
     return nn_add(s, scr);
 }
 
-attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_step_args *a,
-                                  float *out, void *workspace, size_t workspace_bytes) {
+attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_step_args *a, float *out,
+                                  void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_mha_forward_step";
     ATTN_CHECK_NOT_NULL(fn, a);
     attn_status st = check_cache(fn, m, c, a->batch);
@@ -968,14 +973,15 @@ attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_
                           (long long)L);
     nn_arena ws;
     if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
-                            attn_mha_step_workspace_size(m, a->batch, a->n, L))))
+                                 attn_mha_step_workspace_size(m, a->batch, a->n, L))))
         return st;
     const int64_t B = a->batch, n = a->n, E = m->E;
     const int kv_kind = !m->kind->state_floats;
     float *Q = nn_takef(&ws, (size_t)(B * n * E)), *O = nn_takef(&ws, (size_t)(B * n * E));
     uint8_t *km = attn_nn_take(&ws, (size_t)(B * L));
     /* where the new keys and values go: the cache rows, or staged for a recurrent kind */
-    float *Kd = kv_kind ? c->k : nn_takef(&ws, (size_t)(B * n * E)), *Vd = kv_kind ? c->v : nn_takef(&ws, (size_t)(B * n * E));
+    float *Kd = kv_kind ? c->k : nn_takef(&ws, (size_t)(B * n * E)),
+          *Vd = kv_kind ? c->v : nn_takef(&ws, (size_t)(B * n * E));
     const int64_t rows_per_batch = kv_kind ? c->capacity : n, row0 = kv_kind ? c->length : 0;
     size_t wsb;
     void *scr = nn_rest(&ws, &wsb);
@@ -1003,8 +1009,14 @@ attn_status attn_mha_forward_step(attn_mha *m, attn_kv_cache *c, const attn_mha_
     attn_tensor kv = head_view(Kd, B, m->H, kn, m->hd), vv = head_view(Vd, B, m->H, kn, m->hd);
     kv.stride[0] = vv.stride[0] = rows_per_batch * E;
     const int staged = kv_kind || a->append;
-    attn_kind_step s = {&m->cfg.attention, &qv, staged ? &kv : NULL, staged ? &vv : NULL, &ov, a->causal,
-                        a->key_padding_mask ? &kmv : NULL, c->state};
+    attn_kind_step s = {&m->cfg.attention,
+                        &qv,
+                        staged ? &kv : NULL,
+                        staged ? &vv : NULL,
+                        &ov,
+                        a->causal,
+                        a->key_padding_mask ? &kmv : NULL,
+                        c->state};
     if ((st = m->kind->step(&s, scr, wsb))) return attn_nn_wrap_error(st, fn);
     return attn_nn_linear_fwd(fn, O, m->wo, m->bo, out, B * n, E, E, scr, wsb);
 }

@@ -120,9 +120,12 @@ attn_status attn_model_input(attn_model *m, const char *name, attn_dtype dtype, 
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: input '%s': rank %d (0 to %d, with a shape)", fn, name, rank,
                           ATTN_SAFETENSORS_MAX_RANK);
     switch (dtype) {
-    case ATTN_DTYPE_F32: case ATTN_DTYPE_F64: case ATTN_DTYPE_F16: case ATTN_DTYPE_BF16:
-    case ATTN_DTYPE_BOOL: case ATTN_DTYPE_U8:
-        break;
+    case ATTN_DTYPE_F32:
+    case ATTN_DTYPE_F64:
+    case ATTN_DTYPE_F16:
+    case ATTN_DTYPE_BF16:
+    case ATTN_DTYPE_BOOL:
+    case ATTN_DTYPE_U8: break;
     default:
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: input '%s': dtype %s (F32, F64, F16, BF16, BOOL or U8)", fn,
                           name, attn_dtype_name(dtype));

@@ -29,7 +29,7 @@ typedef struct nn_key {
  * wrong type and a missing required key: ATTN_ERR_INVALID_ARGUMENT with a one-line message
  * "WHAT: ..." naming the key. */
 attn_status attn_nn_json_read(const char *what, const attn_json *obj, const nn_key *keys, int nkeys,
-                         const char *const *ignore);
+                              const char *const *ignore);
 
 /* nn.MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
  * add_zero_attn=False, kdim=None, vdim=None, batch_first=True (only True is accepted)), and attn's
@@ -60,17 +60,17 @@ attn_status attn_nn_json_local_global_config(const attn_json *obj, const char *c
  * dropout=0.1, activation="relu" | "gelu", layer_norm_eps=1e-5, batch_first=True, norm_first=False,
  * bias=True (only True)). what names the object in messages. */
 attn_status attn_nn_json_layer_config(const attn_json *obj, const char *what, const char *const *ignore,
-                                 attn_layer_config *cfg);
+                                      attn_layer_config *cfg);
 /* nn.TransformerEncoder / TransformerDecoder: {"num_layers": N, "norm": true|false, layer_key:
  * {layer arguments}} (layer_key "encoder_layer" or "decoder_layer"); enable_nested_tensor and
  * mask_check are accepted and ignored (they change no result). */
 attn_status attn_nn_json_stack_config(const attn_json *obj, const char *what, const char *layer_key,
-                                 const char *const *ignore, attn_stack_config *cfg);
+                                      const char *const *ignore, attn_stack_config *cfg);
 /* nn.Transformer(d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6,
  * dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5, batch_first=True,
  * norm_first=False). */
 attn_status attn_nn_json_transformer_config(const attn_json *obj, const char *const *ignore,
-                                       attn_transformer_config *cfg);
+                                            attn_transformer_config *cfg);
 
 /* torchvision.models.VisionTransformer(image_size, patch_size, num_layers, num_heads, hidden_dim,
  * mlp_dim, dropout=0.0, attention_dropout=0.0 (must equal dropout), num_classes=1000,

@@ -40,15 +40,13 @@ typedef struct nn_store {
 
 /* Allocate and initialise (seed 0) the n described parameters; ptrs[i] / gptrs[i] (gptrs may be
  * NULL) receive each one's data / grad. */
-attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int n, float **ptrs,
-                            float **gptrs);
+attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int n, float **ptrs, float **gptrs);
 void attn_nn_store_free(nn_store *s);
 
 attn_params *attn_nn_params_new(void);
 void attn_nn_params_free(attn_params *ps);
 /* Append every parameter of src under prefix + its name (the data stays src's). */
-attn_status attn_nn_params_append(attn_params *dst, const char *fn, const attn_params *src,
-                             const char *prefix);
+attn_status attn_nn_params_append(attn_params *dst, const char *fn, const attn_params *src, const char *prefix);
 /* Change the init of every parameter of rank >= 2 to xavier_uniform (nn.Transformer's reset). */
 void attn_nn_params_xavier_matrices(attn_params *ps);
 
@@ -76,14 +74,11 @@ static inline size_t nn_block(size_t bytes) {
 static inline size_t nn_fblock(size_t floats) { return nn_block(nn_mul(floats, sizeof(float))); }
 
 /* Wrap a caller buffer; ATTN_ERR_WORKSPACE when it is smaller than need (NULL allowed for 0). */
-attn_status attn_nn_arena_init(nn_arena *a, const char *fn, const char *what, void *buf, size_t bytes,
-                          size_t need);
+attn_status attn_nn_arena_init(nn_arena *a, const char *fn, const char *what, void *buf, size_t bytes, size_t need);
 /* A block of bytes; never fails once attn_nn_arena_init accepted `need` covering every block. Returns
  * NULL for 0 bytes. */
 void *attn_nn_take(nn_arena *a, size_t bytes);
-static inline float *nn_takef(nn_arena *a, size_t floats) {
-    return (float *)attn_nn_take(a, floats * sizeof(float));
-}
+static inline float *nn_takef(nn_arena *a, size_t floats) { return (float *)attn_nn_take(a, floats * sizeof(float)); }
 /* The rest of the arena as a raw workspace for a kernel (sgemm, flash). */
 static inline void *nn_rest(const nn_arena *a, size_t *bytes) {
     *bytes = a->cap > a->off ? a->cap - a->off : 0;
@@ -111,11 +106,10 @@ void attn_nn_round_bf16(const float *src, attn_bf16 *dst, size_t n);
  * accumulation into the float y, dx, dW); the bias and its gradient stay float. */
 size_t attn_nn_linear_ws(int64_t rows, int64_t in, int64_t out);
 /* y [rows, out] (row stride out) = x W^T + b; ws: raw workspace of >= attn_nn_linear_ws bytes. */
-attn_status attn_nn_linear_fwd(const char *fn, const float *x, const float *w, const float *b, float *y,
-                          int64_t rows, int64_t in, int64_t out, void *ws, size_t bytes);
-attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, const float *dy, float *dx,
-                          int acc_dx, float *dw, float *db, int64_t rows, int64_t in, int64_t out,
-                          void *ws, size_t bytes);
+attn_status attn_nn_linear_fwd(const char *fn, const float *x, const float *w, const float *b, float *y, int64_t rows,
+                               int64_t in, int64_t out, void *ws, size_t bytes);
+attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, const float *dy, float *dx, int acc_dx,
+                               float *dw, float *db, int64_t rows, int64_t in, int64_t out, void *ws, size_t bytes);
 
 /* ---- Vision Transformer (vit.c) ---- */
 /* attn_vit's parameter names to torchvision's VisionTransformer state_dict names (the map
@@ -126,8 +120,8 @@ extern const attn_name_map attn_nn_vit_torchvision_map;
 /* attn_mha_backward with accumulation: dq is added to when acc_q, dk / dv when acc_kv (aliases
  * among dq, dk, dv are summed as in the public function). */
 attn_status attn_nn_mha_backward(attn_mha *m, const attn_mha_args *a, const float *dout, float *dq, float *dk,
-                            float *dv, int acc_q, int acc_kv, const void *saved, size_t saved_bytes,
-                            void *ws, size_t ws_bytes);
+                                 float *dv, int acc_q, int acc_kv, const void *saved, size_t saved_bytes, void *ws,
+                                 size_t ws_bytes);
 
 /* ---- attention capture (capture.c) ----
  * Layers and models push the name parts of what they run ("layers.3.", "self_attn") and pop them
@@ -162,12 +156,12 @@ typedef struct nn_mode {
 
 /* The mode of any args struct with training / seed / offset fields, and the reverse. */
 #define NN_MODE_OF(args) ((nn_mode){(args)->training, (args)->seed, (args)->offset})
-#define NN_MODE_SET(args, mode)                                                                     \
-    do {                                                                                            \
-        const nn_mode nn_mode_set_ = (mode);                                                        \
-        (args)->training = nn_mode_set_.training;                                                   \
-        (args)->seed = nn_mode_set_.seed;                                                           \
-        (args)->offset = nn_mode_set_.offset;                                                       \
+#define NN_MODE_SET(args, mode)                                                                                        \
+    do {                                                                                                               \
+        const nn_mode nn_mode_set_ = (mode);                                                                           \
+        (args)->training = nn_mode_set_.training;                                                                      \
+        (args)->seed = nn_mode_set_.seed;                                                                              \
+        (args)->offset = nn_mode_set_.offset;                                                                          \
     } while (0)
 
 /* Dropout sites of one transformer layer call (layers.h, "Dropout sites"): layer l of a model draws
@@ -201,13 +195,11 @@ static inline nn_mode nn_mode_layer(nn_mode m, int64_t layer) {
 }
 
 /* ---- dropout on a branch: site `site` of a call with (seed, offset) ---- */
-static inline attn_status nn_dropout_fwd(float *x, int64_t n, float p, int training, uint64_t seed,
-                                         uint64_t offset) {
+static inline attn_status nn_dropout_fwd(float *x, int64_t n, float p, int training, uint64_t seed, uint64_t offset) {
     if (!training || p <= 0) return ATTN_OK;
     return attn_dropout_forward(x, x, NULL, n, p, seed, offset);
 }
-static inline attn_status nn_dropout_bwd(float *dx, int64_t n, float p, int training, uint64_t seed,
-                                         uint64_t offset) {
+static inline attn_status nn_dropout_bwd(float *dx, int64_t n, float p, int training, uint64_t seed, uint64_t offset) {
     if (!training || p <= 0) return ATTN_OK;
     return attn_dropout_backward(dx, dx, n, p, seed, offset);
 }

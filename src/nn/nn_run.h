@@ -98,8 +98,7 @@ attn_status attn_nn_model_bind(nn_model *m, const attn_safetensors *st, const ch
 
 /* Forward on the bound inputs; keep_for_backward keeps the activations. The training flag with
  * seed / offset turns dropout on. */
-attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int training, uint64_t seed,
-                             uint64_t offset);
+attn_status attn_nn_model_forward(nn_model *m, int keep_for_backward, int training, uint64_t seed, uint64_t offset);
 /* The output [B, N, d] ("output"; [B, num_classes] for vision_transformer) and, for
  * multihead_attention with need_weights, the weights
  * ("attn_output_weights"); shape receives rank and dims. NULL before a forward. */

@@ -38,9 +38,8 @@ void attn_nn_params_free(attn_params *ps) {
     attn__free(ps);
 }
 
-static attn_status params_push(attn_params *ps, const char *fn, const char *prefix, const char *name,
-                               int rank, const int64_t *shape, float *data, float *grad,
-                               nn_pinfo info) {
+static attn_status params_push(attn_params *ps, const char *fn, const char *prefix, const char *name, int rank,
+                               const int64_t *shape, float *data, float *grad, nn_pinfo info) {
     if (ps->n == ps->cap) {
         size_t cap = ps->cap ? ps->cap * 2 : 16;
         attn_param *it = attn__realloc(ps->items, cap * sizeof *it);
@@ -72,12 +71,10 @@ static attn_status params_push(attn_params *ps, const char *fn, const char *pref
     return ATTN_OK;
 }
 
-attn_status attn_nn_params_append(attn_params *dst, const char *fn, const attn_params *src,
-                             const char *prefix) {
+attn_status attn_nn_params_append(attn_params *dst, const char *fn, const attn_params *src, const char *prefix) {
     for (size_t i = 0; i < src->n; i++) {
         const attn_param *p = &src->items[i];
-        attn_status st = params_push(dst, fn, prefix, p->name, p->rank, p->shape, p->data, p->grad,
-                                     src->info[i]);
+        attn_status st = params_push(dst, fn, prefix, p->name, p->rank, p->shape, p->data, p->grad, src->info[i]);
         if (st) return st;
     }
     return ATTN_OK;
@@ -88,8 +85,7 @@ void attn_nn_params_xavier_matrices(attn_params *ps) {
         if (ps->items[i].rank >= 2) ps->info[i].init = NN_INIT_XAVIER_UNIFORM;
 }
 
-attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int n, float **ptrs,
-                            float **gptrs) {
+attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int n, float **ptrs, float **gptrs) {
     memset(s, 0, sizeof *s);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -109,8 +105,8 @@ attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d,
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         nn_pinfo info = {d[i].init, d[i].a, d[i].zero_row_plus1};
-        attn_status st = params_push(s->list, fn, NULL, d[i].name, d[i].rank, d[i].shape,
-                                     s->data + off, s->grad + off, info);
+        attn_status st =
+            params_push(s->list, fn, NULL, d[i].name, d[i].rank, d[i].shape, s->data + off, s->grad + off, info);
         if (st) {
             attn_nn_store_free(s);
             return st;
@@ -133,9 +129,7 @@ void attn_nn_store_free(nn_store *s) {
 
 size_t attn_params_count(const attn_params *ps) { return ps ? ps->n : 0; }
 
-const attn_param *attn_params_get(const attn_params *ps, size_t i) {
-    return ps && i < ps->n ? &ps->items[i] : NULL;
-}
+const attn_param *attn_params_get(const attn_params *ps, size_t i) { return ps && i < ps->n ? &ps->items[i] : NULL; }
 
 const attn_param *attn_params_find(const attn_params *ps, const char *name) {
     if (!ps || !name) return NULL;
@@ -204,8 +198,10 @@ attn_status attn_params_reset(const attn_params *ps, uint64_t seed) {
 /* Problems listed by kind, each kind with its count and as many names as fit:
  * "missing (2): a, b; unexpected (1): c". */
 enum { P_MISSING, P_SHAPE, P_DTYPE, P_UNEXPECTED, P_KINDS };
-static const char *const kind_names[] = {
-    [P_MISSING] = "missing", [P_SHAPE] = "wrong shape", [P_DTYPE] = "not floating point", [P_UNEXPECTED] = "unexpected"};
+static const char *const kind_names[] = {[P_MISSING] = "missing",
+                                         [P_SHAPE] = "wrong shape",
+                                         [P_DTYPE] = "not floating point",
+                                         [P_UNEXPECTED] = "unexpected"};
 _Static_assert(sizeof kind_names / sizeof kind_names[0] == P_KINDS, "kind_names[] needs one name per problem kind");
 
 typedef struct msgbuf {
@@ -269,8 +265,10 @@ static attn_status nm_check(const char *fn, const attn_name_map *map) {
         const attn_name_rule *r = &map->rules[i];
         const char *why = NULL;
         int a = 0, b = 0;
-        if (!r->ours || !r->theirs || !*r->ours || !*r->theirs) why = "empty pattern";
-        else if ((a = nm_stars(r->ours)) < 0 || (b = nm_stars(r->theirs)) < 0) why = "\"**\"";
+        if (!r->ours || !r->theirs || !*r->ours || !*r->theirs)
+            why = "empty pattern";
+        else if ((a = nm_stars(r->ours)) < 0 || (b = nm_stars(r->theirs)) < 0)
+            why = "\"**\"";
         else if (a > ATTN_NAME_MAP_MAX_STARS || b > ATTN_NAME_MAP_MAX_STARS)
             why = "more '*' than ATTN_NAME_MAP_MAX_STARS";
         if (why)
@@ -278,8 +276,8 @@ static attn_status nm_check(const char *fn, const attn_name_map *map) {
                               nm_q(r->ours), nm_q(r->theirs), why);
         if (a != b)
             return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                              "%s: name map rule %zu (\"%s\" -> \"%s\"): %d '*' in ours, %d in theirs", fn, i,
-                              r->ours, r->theirs, a, b);
+                              "%s: name map rule %zu (\"%s\" -> \"%s\"): %d '*' in ours, %d in theirs", fn, i, r->ours,
+                              r->theirs, a, b);
     }
     return ATTN_OK;
 }
@@ -475,9 +473,7 @@ static attn_status params_load(const char *fn, const attn_params *ps, const attn
     if (missing || shape || unexpected || dtype) {
         nm_table_free(&t);
         const int total = missing + shape + unexpected + dtype;
-        s = shape                   ? ATTN_ERR_SHAPE
-            : missing || unexpected ? ATTN_ERR_NOT_FOUND
-                                    : ATTN_ERR_INVALID_ARGUMENT;
+        s = shape ? ATTN_ERR_SHAPE : missing || unexpected ? ATTN_ERR_NOT_FOUND : ATTN_ERR_INVALID_ARGUMENT;
         char list[440];
         msg_join(&m, list, sizeof list);
         return attn_error(s, "%s: %d problem%s with the weights%s%s: %s", fn, total, total == 1 ? "" : "s",
@@ -494,13 +490,11 @@ attn_status attn_params_load_mapped(const attn_params *ps, const attn_safetensor
     return params_load("attn_params_load_mapped", ps, st, map, prefix, strict);
 }
 
-attn_status attn_params_load(const attn_params *ps, const attn_safetensors *st, const char *prefix,
-                             int strict) {
+attn_status attn_params_load(const attn_params *ps, const attn_safetensors *st, const char *prefix, int strict) {
     return params_load("attn_params_load", ps, st, NULL, prefix, strict);
 }
 
-static attn_status params_load_file(const char *fn, const attn_params *ps, const char *path,
-                                    const attn_name_map *map) {
+static attn_status params_load_file(const char *fn, const attn_params *ps, const char *path, const attn_name_map *map) {
     ATTN_CHECK_NOT_NULL(fn, ps);
     ATTN_CHECK_NOT_NULL(fn, path);
     attn_safetensors *st = NULL;
@@ -542,8 +536,7 @@ attn_status attn_params_write(const attn_params *ps, attn_safetensors_writer *w,
     return params_write("attn_params_write", ps, w, NULL, prefix);
 }
 
-static attn_status params_save_file(const char *fn, const attn_params *ps, const char *path,
-                                    const attn_name_map *map) {
+static attn_status params_save_file(const char *fn, const attn_params *ps, const char *path, const attn_name_map *map) {
     ATTN_CHECK_NOT_NULL(fn, ps);
     ATTN_CHECK_NOT_NULL(fn, path);
     attn_safetensors_writer *w = NULL;
@@ -564,11 +557,9 @@ attn_status attn_params_save_file(const attn_params *ps, const char *path) {
 
 /* ---- arena ---- */
 
-attn_status attn_nn_arena_init(nn_arena *a, const char *fn, const char *what, void *buf, size_t bytes,
-                          size_t need) {
+attn_status attn_nn_arena_init(nn_arena *a, const char *fn, const char *what, void *buf, size_t bytes, size_t need) {
     memset(a, 0, sizeof *a);
-    if (need == SIZE_MAX)
-        return attn_error(ATTN_ERR_OVERFLOW, "%s: %s size overflows for these shapes", fn, what);
+    if (need == SIZE_MAX) return attn_error(ATTN_ERR_OVERFLOW, "%s: %s size overflows for these shapes", fn, what);
     if (bytes < need || (need > 0 && !buf))
         return attn_error(ATTN_ERR_WORKSPACE,
                           "%s: %s of %zu bytes at %p, need %zu (see the module's %s_size query; it "
@@ -604,8 +595,10 @@ attn_status attn_params_join(const attn_params *const *lists, const char *const 
     if (!j) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     for (size_t i = 0; i < n; i++) {
         attn_status st;
-        if (!lists[i]) st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: lists[%zu] is NULL", fn, i);
-        else st = attn_nn_params_append(j, fn, lists[i], prefixes && prefixes[i] ? prefixes[i] : "");
+        if (!lists[i])
+            st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: lists[%zu] is NULL", fn, i);
+        else
+            st = attn_nn_params_append(j, fn, lists[i], prefixes && prefixes[i] ? prefixes[i] : "");
         if (st) {
             attn_nn_params_free(j);
             return st;
@@ -614,8 +607,8 @@ attn_status attn_params_join(const attn_params *const *lists, const char *const 
     for (size_t a = 0; a < j->n; a++) /* quadratic, once, at setup */
         for (size_t b = a + 1; b < j->n; b++)
             if (!strcmp(j->items[a].name, j->items[b].name)) {
-                attn_status st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: parameter name '%s' appears twice",
-                                            fn, j->items[a].name);
+                attn_status st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: parameter name '%s' appears twice", fn,
+                                            j->items[a].name);
                 attn_nn_params_free(j);
                 return st;
             }

@@ -18,8 +18,8 @@
 attn_status attn_sinusoidal_table(float *pe, int64_t n_positions, int64_t d_model) {
     static const char fn[] = "attn_sinusoidal_table";
     if (n_positions < 0 || d_model < 1 || n_positions > ((int64_t)1 << 40) / d_model)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: need n_positions >= 0 and d_model >= 1 (got %lld, %lld)",
-                          fn, (long long)n_positions, (long long)d_model);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: need n_positions >= 0 and d_model >= 1 (got %lld, %lld)", fn,
+                          (long long)n_positions, (long long)d_model);
     if (n_positions > 0) ATTN_CHECK_NOT_NULL(fn, pe);
     const double k = -log(10000.0) / (double)d_model;
     for (int64_t p = 0; p < n_positions; p++)
@@ -30,8 +30,8 @@ attn_status attn_sinusoidal_table(float *pe, int64_t n_positions, int64_t d_mode
     return ATTN_OK;
 }
 
-attn_status attn_posenc_add(float *x, const float *table, int64_t table_rows, int64_t batch,
-                            int64_t n, int64_t d, int64_t pos0) {
+attn_status attn_posenc_add(float *x, const float *table, int64_t table_rows, int64_t batch, int64_t n, int64_t d,
+                            int64_t pos0) {
     static const char fn[] = "attn_posenc_add";
     if (batch < 0 || n < 0 || d < 1 || pos0 < 0 || table_rows < 0)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
@@ -100,8 +100,8 @@ static attn_status check_indices(const char *fn, const attn_embedding *e, const 
     if (n > 0) ATTN_CHECK_NOT_NULL(fn, idx);
     for (int64_t t = 0; t < n; t++)
         if (idx[t] < 0 || idx[t] >= e->num)
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: indices[%lld] = %lld outside [0, %lld)", fn,
-                              (long long)t, (long long)idx[t], (long long)e->num);
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: indices[%lld] = %lld outside [0, %lld)", fn, (long long)t,
+                              (long long)idx[t], (long long)e->num);
     return ATTN_OK;
 }
 
@@ -130,20 +130,20 @@ attn_status attn_embedding_backward(attn_embedding *e, const int64_t *indices, i
     return ATTN_OK;
 }
 
-attn_status attn_embedding_add_positions(const attn_embedding *e, float *x, int64_t batch, int64_t n,
-                                         int64_t pos0) {
+attn_status attn_embedding_add_positions(const attn_embedding *e, float *x, int64_t batch, int64_t n, int64_t pos0) {
     ATTN_CHECK_NOT_NULL("attn_embedding_add_positions", e);
     attn_status st = attn_posenc_add(x, e->w, e->num, batch, n, e->dim, pos0);
     return st ? attn_nn_wrap_error(st, "attn_embedding_add_positions") : ATTN_OK;
 }
 
-attn_status attn_embedding_positions_backward(attn_embedding *e, const float *dy, int64_t batch,
-                                              int64_t n, int64_t pos0) {
+attn_status attn_embedding_positions_backward(attn_embedding *e, const float *dy, int64_t batch, int64_t n,
+                                              int64_t pos0) {
     static const char fn[] = "attn_embedding_positions_backward";
     ATTN_CHECK_NOT_NULL(fn, e);
     if (batch < 0 || n < 0 || pos0 < 0 || pos0 > e->num - n)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: positions [%lld, %lld) x batch %lld outside the %lld-row table",
-                          fn, (long long)pos0, (long long)(pos0 + n), (long long)batch, (long long)e->num);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: positions [%lld, %lld) x batch %lld outside the %lld-row table", fn, (long long)pos0,
+                          (long long)(pos0 + n), (long long)batch, (long long)e->num);
     if (batch > 0 && n > 0) ATTN_CHECK_NOT_NULL(fn, dy);
     for (int64_t b = 0; b < batch; b++)
         for (int64_t t = 0; t < n; t++) {
@@ -176,9 +176,8 @@ static attn_status rope_apply(const char *fn, const attn_rope_config *c, attn_te
     if (tst) return tst;
     const int64_t rd = c->rotary_dim ? c->rotary_dim : c->head_dim;
     if (c->head_dim < 2 || rd < 2 || rd % 2 || rd > c->head_dim)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: rotary_dim (%lld) must be even, >= 2 and <= head_dim (%lld)", fn, (long long)rd,
-                          (long long)c->head_dim);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: rotary_dim (%lld) must be even, >= 2 and <= head_dim (%lld)",
+                          fn, (long long)rd, (long long)c->head_dim);
     if (!(c->base > 1) || !isfinite(c->base))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: base must be finite and > 1 (got %g)", fn, c->base);
     if ((int)c->layout < 0 || c->layout > ATTN_ROPE_INTERLEAVED || (int)c->scaling < 0 ||
@@ -186,8 +185,8 @@ static attn_status rope_apply(const char *fn, const attn_rope_config *c, attn_te
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: unknown layout %d or scaling %d", fn, (int)c->layout,
                           (int)c->scaling);
     if (c->scaling == ATTN_ROPE_SCALING_NTK && rd <= 2)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: NTK scaling needs rotary_dim > 2 (base * factor^(r / (r - 2)))",
-                          fn);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: NTK scaling needs rotary_dim > 2 (base * factor^(r / (r - 2)))", fn);
     if (c->scaling != ATTN_ROPE_SCALING_NONE && (!(c->factor > 0) || !isfinite(c->factor)))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: scaling factor must be finite and > 0 (got %g)", fn,
                           c->factor);
@@ -205,7 +204,7 @@ static attn_status rope_apply(const char *fn, const attn_rope_config *c, attn_te
     double base = c->base, scale = 1.0;
     if (c->scaling == ATTN_ROPE_SCALING_LINEAR) scale = 1.0 / c->factor;
     if (c->scaling == ATTN_ROPE_SCALING_NTK) base *= pow(c->factor, (double)rd / (double)(rd - 2));
-    /* one (cos, sin) row per position, reused across batch and heads: tasks are rows of N */
+        /* one (cos, sin) row per position, reused across batch and heads: tasks are rows of N */
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(N)) if (B * H * N * rd > 65536)
     for (int64_t n = 0; n < N; n++) {
         const double p = (double)(positions ? positions[n] : pos0 + n) * scale;
@@ -226,13 +225,11 @@ static attn_status rope_apply(const char *fn, const attn_rope_config *c, attn_te
     return ATTN_OK;
 }
 
-attn_status attn_rope_forward(const attn_rope_config *cfg, attn_tensor *x, int64_t pos0,
-                              const int64_t *positions) {
+attn_status attn_rope_forward(const attn_rope_config *cfg, attn_tensor *x, int64_t pos0, const int64_t *positions) {
     return rope_apply("attn_rope_forward", cfg, x, pos0, positions, 1.0);
 }
 
-attn_status attn_rope_backward(const attn_rope_config *cfg, attn_tensor *dx, int64_t pos0,
-                               const int64_t *positions) {
+attn_status attn_rope_backward(const attn_rope_config *cfg, attn_tensor *dx, int64_t pos0, const int64_t *positions) {
     return rope_apply("attn_rope_backward", cfg, dx, pos0, positions, -1.0);
 }
 

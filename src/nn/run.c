@@ -14,8 +14,8 @@
 #include "nn_internal.h"
 #include "nn_run.h"
 
-enum { IN_A, IN_B, IN_C, NIN };       /* float input slots, in the order of the arguments */
-enum { SET_S, SET_T, SET_M, NSET };   /* mask sets: self / src, tgt, memory */
+enum { IN_A, IN_B, IN_C, NIN };     /* float input slots, in the order of the arguments */
+enum { SET_S, SET_T, SET_M, NSET }; /* mask sets: self / src, tgt, memory */
 /* Forward flags: the causal flag of each mask set, then multihead_attention's weights options. */
 enum { F_NEED_WEIGHTS = NSET, F_AVERAGE, NFLAG };
 
@@ -29,9 +29,12 @@ typedef struct nn_arg {
     const char *name;
     int in, set, kpm, required;
 } nn_arg;
-#define NN_IN(name, slot, required) {name, slot, 0, 0, required}
-#define NN_MASK(name, set) {name, -1, set, 0, 0}
-#define NN_KPM(name, set) {name, -1, set, 1, 0}
+#define NN_IN(name, slot, required)                                                                                    \
+    { name, slot, 0, 0, required }
+#define NN_MASK(name, set)                                                                                             \
+    { name, -1, set, 0, 0 }
+#define NN_KPM(name, set)                                                                                              \
+    { name, -1, set, 1, 0 }
 
 /* A forward option (a non-tensor argument, also accepted as a configuration key): the flag it
  * sets and PyTorch's default. */
@@ -44,16 +47,16 @@ typedef struct nn_module_ops nn_module_ops;
 
 struct nn_model {
     const nn_module_ops *ops;
-    void *mod;                 /* the module (attn_mha, attn_encoder_layer, ...) */
-    int64_t d, heads;          /* d_model / embed_dim and the number of heads */
-    int64_t width[NIN];        /* last dimension of each float input (0 at create: d) */
+    void *mod;          /* the module (attn_mha, attn_encoder_layer, ...) */
+    int64_t d, heads;   /* d_model / embed_dim and the number of heads */
+    int64_t width[NIN]; /* last dimension of each float input (0 at create: d) */
     int flag[NFLAG];
     /* bound inputs */
     float *in[NIN];
     int64_t in_shape[NIN][4];
     int in_rank[NIN];
-    uint8_t *mb[NSET][2];   /* [set][kpm] boolean */
-    float *mf[NSET][2];     /* [set][kpm] float */
+    uint8_t *mb[NSET][2]; /* [set][kpm] boolean */
+    float *mf[NSET][2];   /* [set][kpm] float */
     int m3d[NSET];
     int bound;
     /* results and buffers */
@@ -94,12 +97,12 @@ typedef enum nn_module_id {
 
 /* One module of `attn run`. */
 struct nn_module_ops {
-    const char *name;      /* the configuration's "module" */
-    nn_arg args[MAXA];     /* forward() tensor arguments in PyTorch's order; the names of the
+    const char *name;  /* the configuration's "module" */
+    nn_arg args[MAXA]; /* forward() tensor arguments in PyTorch's order; the names of the
                               float ones also name their input gradients */
-    nn_opt opts[MAXO];     /* forward() options */
-    int dims[NSET][2];     /* mask set -> the slots whose lengths are its (Nq, Nk) */
-    int out_slot;          /* the output is [batch, length of this slot, d] */
+    nn_opt opts[MAXO]; /* forward() options */
+    int dims[NSET][2]; /* mask set -> the slots whose lengths are its (Nq, Nk) */
+    int out_slot;      /* the output is [batch, length of this slot, d] */
     /* The state_dict names of the PyTorch module, from the parameters' (NULL: the same). */
     const attn_name_map *names;
     /* Buffers: state_dict tensors that are no parameter (no gradient, not in params()), by their
@@ -166,16 +169,16 @@ static void set_size(nn_model *m, const attn_layer_config *c) {
 /* Module ops that only forward to the library's entry points of prefix T on the argument member A
  * of m->a: NN_SIZE_OPS defines pre_free, pre_params and pre_sizes (T_saved_size and
  * T_workspace_size), NN_FORWARD_OP pre_forward (T_forward without attention weights). */
-#define NN_SIZE_OPS(pre, T, A)                                                                   \
-    static void pre##_free(void *p) { T##_free(p); }                                              \
-    static const attn_params *pre##_params(const void *p) { return T##_params(p); }               \
-    static void pre##_sizes(const nn_model *m, size_t *sb, size_t *wb) {                          \
-        *sb = T##_saved_size(m->mod, &m->a.A);                                                    \
-        *wb = T##_workspace_size(m->mod, &m->a.A);                                                \
+#define NN_SIZE_OPS(pre, T, A)                                                                                         \
+    static void pre##_free(void *p) { T##_free(p); }                                                                   \
+    static const attn_params *pre##_params(const void *p) { return T##_params(p); }                                    \
+    static void pre##_sizes(const nn_model *m, size_t *sb, size_t *wb) {                                               \
+        *sb = T##_saved_size(m->mod, &m->a.A);                                                                         \
+        *wb = T##_workspace_size(m->mod, &m->a.A);                                                                     \
     }
-#define NN_FORWARD_OP(pre, T, A)                                                                  \
-    static attn_status pre##_forward(nn_model *m, void *sv, size_t svb) {                         \
-        return T##_forward(m->mod, &m->a.A, m->out, sv, svb, m->ws, m->ws_bytes);                 \
+#define NN_FORWARD_OP(pre, T, A)                                                                                       \
+    static attn_status pre##_forward(nn_model *m, void *sv, size_t svb) {                                              \
+        return T##_forward(m->mod, &m->a.A, m->out, sv, svb, m->ws, m->ws_bytes);                                      \
     }
 
 /* ---- multihead_attention ---- */
@@ -198,10 +201,13 @@ static attn_status mha_create(nn_model *m, const attn_json *config, const char *
 /* key and value: both or neither (then both are query, and must have its width). */
 static attn_status mha_bind_check(nn_model *m) {
     if (!m->in[IN_B] != !m->in[IN_C])
-        return attn_error(ATTN_ERR_NOT_FOUND, "multihead_attention: give both key and value, or neither (self-attention)");
+        return attn_error(ATTN_ERR_NOT_FOUND,
+                          "multihead_attention: give both key and value, or neither (self-attention)");
     if (!m->in[IN_B]) {
         if (m->width[IN_B] != m->d || m->width[IN_C] != m->d)
-            return attn_error(ATTN_ERR_NOT_FOUND, "multihead_attention: key and value are required when kdim or vdim differ from embed_dim");
+            return attn_error(
+                ATTN_ERR_NOT_FOUND,
+                "multihead_attention: key and value are required when kdim or vdim differ from embed_dim");
         memcpy(m->in_shape[IN_B], m->in_shape[IN_A], sizeof m->in_shape[IN_A]);
         m->in_rank[IN_B] = m->in_rank[IN_A];
     } else if (m->in_shape[IN_C][1] != m->in_shape[IN_B][1]) {
@@ -244,8 +250,10 @@ static attn_status mha_forward(nn_model *m, void *sv, size_t svb) {
         const int avg = a->average_attn_weights;
         int64_t *ws = m->w_shape;
         m->w_rank = avg ? 3 : 4;
-        if (avg) ws[0] = B, ws[1] = a->nq, ws[2] = nk2;
-        else ws[0] = B, ws[1] = m->heads, ws[2] = a->nq, ws[3] = nk2;
+        if (avg)
+            ws[0] = B, ws[1] = a->nq, ws[2] = nk2;
+        else
+            ws[0] = B, ws[1] = m->heads, ws[2] = a->nq, ws[3] = nk2;
         size_t n = (size_t)(B * a->nq * nk2 * (avg ? 1 : m->heads)), cap = 0;
         attn_status st = grow((void **)&m->w, &cap, sizeof(float) * n);
         if (st) return st;
@@ -256,8 +264,7 @@ static attn_status mha_forward(nn_model *m, void *sv, size_t svb) {
 /* key / value that defaulted to query give their gradients to query's. */
 static attn_status mha_backward(nn_model *m, const float *dout, float *const *g) {
     float *dk = g[IN_B] ? g[IN_B] : g[IN_A], *dv = g[IN_C] ? g[IN_C] : g[IN_A];
-    return attn_mha_backward(m->mod, &m->a.mha, dout, g[IN_A], dk, dv, m->saved, m->saved_bytes, m->ws,
-                             m->ws_bytes);
+    return attn_mha_backward(m->mod, &m->a.mha, dout, g[IN_A], dk, dv, m->saved, m->saved_bytes, m->ws, m->ws_bytes);
 }
 
 /* ---- the seed's attention modules over one attn_mha (x = slot A = query = key = value) ----
@@ -328,8 +335,7 @@ static void lg_build(nn_model *m, int training, uint64_t seed, uint64_t offset) 
 NN_SIZE_OPS(lg, attn_local_global, lg)
 NN_FORWARD_OP(lg, attn_local_global, lg)
 static attn_status lg_backward(nn_model *m, const float *dout, float *const *g) {
-    return attn_local_global_backward(m->mod, &m->a.lg, dout, g[IN_A], m->saved, m->saved_bytes, m->ws,
-                                      m->ws_bytes);
+    return attn_local_global_backward(m->mod, &m->a.lg, dout, g[IN_A], m->saved, m->saved_bytes, m->ws, m->ws_bytes);
 }
 
 /* ---- the seed's kernelised attentions over one attn_mha (x = slot A), multihead_attention's ops:
@@ -356,8 +362,7 @@ static attn_status kernel_create(nn_model *m, const attn_json *config, const cha
     if (st) return st;
     if (attn_kind_ops_get(kind)->random_features) {
         m->buffer = attn__calloc((size_t)(c.embed_dim * c.attention.num_features), sizeof(float));
-        if (!m->buffer)
-            return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the buffer R", m->ops->name);
+        if (!m->buffer) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for the buffer R", m->ops->name);
         c.attention.projection = m->buffer;
         c.attention.projection_heads = c.num_heads;
     }
@@ -408,15 +413,14 @@ static attn_status performer_load_buffers(nn_model *m, const attn_safetensors *s
 
 /* ---- layers and stacks (attn_layer_args): x = slot A, memory = slot B ---- */
 
-static attn_status layer_config(nn_model *m, const attn_json *config, const char *const *ignore,
-                                attn_layer_config *c) {
+static attn_status layer_config(nn_model *m, const attn_json *config, const char *const *ignore, attn_layer_config *c) {
     attn_status st = attn_nn_json_layer_config(config, m->ops->name, ignore, c);
     if (!st) set_size(m, c);
     return st;
 }
 
-static attn_status stack_config(nn_model *m, const attn_json *config, const char *layer_key,
-                                const char *const *ignore, attn_stack_config *c) {
+static attn_status stack_config(nn_model *m, const attn_json *config, const char *layer_key, const char *const *ignore,
+                                attn_stack_config *c) {
     attn_status st = attn_nn_json_stack_config(config, m->ops->name, layer_key, ignore, c);
     if (!st) set_size(m, &c->layer);
     return st;
@@ -476,8 +480,8 @@ static attn_status dec_layer_create(nn_model *m, const attn_json *config, const 
 NN_SIZE_OPS(dec_layer, attn_decoder_layer, layer)
 NN_FORWARD_OP(dec_layer, attn_decoder_layer, layer)
 static attn_status dec_layer_backward(nn_model *m, const float *dout, float *const *g) {
-    return attn_decoder_layer_backward(m->mod, &m->a.layer, dout, g[IN_A], g[IN_B], m->saved, m->saved_bytes,
-                                       m->ws, m->ws_bytes);
+    return attn_decoder_layer_backward(m->mod, &m->a.layer, dout, g[IN_A], g[IN_B], m->saved, m->saved_bytes, m->ws,
+                                       m->ws_bytes);
 }
 
 /* transformer_encoder */
@@ -595,79 +599,99 @@ static attn_status vit_backward(nn_model *m, const float *dout, float *const *g)
 
 /* ---- the modules of `attn run` ---- */
 
-#define NN_OPS(pre, bind_check_fn, build_fn)                                                      \
-    .create = pre##_create, .free = pre##_free, .params = pre##_params, .bind_check = bind_check_fn, \
+#define NN_OPS(pre, bind_check_fn, build_fn)                                                                           \
+    .create = pre##_create, .free = pre##_free, .params = pre##_params, .bind_check = bind_check_fn,                   \
     .build = build_fn, .sizes = pre##_sizes, .forward = pre##_forward, .backward = pre##_backward
 
 /* A seed attention module over one attn_mha: its create, the multihead_attention ops. */
-#define NN_SEED_MHA_OPS(create_fn)                                                                \
-    .create = create_fn, .free = mha_free, .params = mha_params, .bind_check = mha_bind_check,    \
-    .build = mha_build, .sizes = mha_sizes, .forward = mha_forward, .backward = mha_backward
+#define NN_SEED_MHA_OPS(create_fn)                                                                                     \
+    .create = create_fn, .free = mha_free, .params = mha_params, .bind_check = mha_bind_check, .build = mha_build,     \
+    .sizes = mha_sizes, .forward = mha_forward, .backward = mha_backward
 
 /* Indexed by nn_module_id: a row's place is its module's value, whatever the order written here. */
 static const nn_module_ops MODULES[] = {
-    [NN_MODULE_MULTIHEAD_ATTENTION] = {
-     .name = "multihead_attention",
-     .args = {NN_IN("query", IN_A, 1), NN_IN("key", IN_B, 0), NN_IN("value", IN_C, 0),
-              NN_KPM("key_padding_mask", SET_S), NN_MASK("attn_mask", SET_S)},
-     .opts = {{"need_weights", F_NEED_WEIGHTS, 0}, {"average_attn_weights", F_AVERAGE, 1}, {"is_causal", SET_S, 0}},
-     .dims = {[SET_S] = {IN_A, IN_B}}, .out_slot = IN_A,
-     NN_OPS(mha, mha_bind_check, mha_build)},
-    [NN_MODULE_TRANSFORMER_ENCODER_LAYER] = {
-     .name = "transformer_encoder_layer",
-     .args = {NN_IN("src", IN_A, 1), NN_MASK("src_mask", SET_S), NN_KPM("src_key_padding_mask", SET_S)},
-     .opts = {{"is_causal", SET_S, 0}},
-     .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
-     NN_OPS(enc_layer, NULL, enc_build)},
-    [NN_MODULE_TRANSFORMER_DECODER_LAYER] = {
-     .name = "transformer_decoder_layer",
-     .args = {NN_IN("tgt", IN_A, 1), NN_IN("memory", IN_B, 1), NN_MASK("tgt_mask", SET_T),
-              NN_MASK("memory_mask", SET_M), NN_KPM("tgt_key_padding_mask", SET_T),
-              NN_KPM("memory_key_padding_mask", SET_M)},
-     .opts = {{"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
-     .dims = {[SET_T] = {IN_A, IN_A}, [SET_M] = {IN_A, IN_B}}, .out_slot = IN_A,
-     NN_OPS(dec_layer, NULL, dec_build)},
-    [NN_MODULE_TRANSFORMER_ENCODER] = {
-     .name = "transformer_encoder",
-     .args = {NN_IN("src", IN_A, 1), NN_MASK("mask", SET_S), NN_KPM("src_key_padding_mask", SET_S)},
-     .opts = {{"is_causal", SET_S, 0}},
-     .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
-     NN_OPS(enc, NULL, enc_build)},
-    [NN_MODULE_TRANSFORMER_DECODER] = {
-     .name = "transformer_decoder",
-     .args = {NN_IN("tgt", IN_A, 1), NN_IN("memory", IN_B, 1), NN_MASK("tgt_mask", SET_T),
-              NN_MASK("memory_mask", SET_M), NN_KPM("tgt_key_padding_mask", SET_T),
-              NN_KPM("memory_key_padding_mask", SET_M)},
-     .opts = {{"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
-     .dims = {[SET_T] = {IN_A, IN_A}, [SET_M] = {IN_A, IN_B}}, .out_slot = IN_A,
-     NN_OPS(dec, NULL, dec_build)},
-    [NN_MODULE_TRANSFORMER] = {
-     .name = "transformer",
-     .args = {NN_IN("src", IN_A, 1), NN_IN("tgt", IN_B, 1), NN_MASK("src_mask", SET_S), NN_MASK("tgt_mask", SET_T),
-              NN_MASK("memory_mask", SET_M), NN_KPM("src_key_padding_mask", SET_S),
-              NN_KPM("tgt_key_padding_mask", SET_T), NN_KPM("memory_key_padding_mask", SET_M)},
-     .opts = {{"src_is_causal", SET_S, 0}, {"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
-     .dims = {[SET_S] = {IN_A, IN_A}, [SET_T] = {IN_B, IN_B}, [SET_M] = {IN_B, IN_A}}, .out_slot = IN_B,
-     NN_OPS(tr, NULL, tr_build)},
-    [NN_MODULE_SPARSE_ATTENTION] = {
-     .name = "sparse_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
-     .names = &SEED_ATTN_NAMES, NN_SEED_MHA_OPS(sparse_create)},
-    [NN_MODULE_LOCAL_GLOBAL_ATTENTION] = {
-     .name = "local_global_attention", .args = {NN_IN("x", IN_A, 1)}, .out_slot = IN_A,
-     .names = &LOCAL_GLOBAL_NAMES, NN_OPS(lg, NULL, lg_build)},
-    [NN_MODULE_LINEAR_ATTENTION] = {
-     .name = "linear_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}}, .out_slot = IN_A,
-     .names = &LINEAR_NAMES, NN_SEED_MHA_OPS(linear_create)},
-    [NN_MODULE_PERFORMER_ATTENTION] = {
-     .name = "performer_attention", .args = {NN_IN("x", IN_A, 1)}, .dims = {[SET_S] = {IN_A, IN_A}},
-     .out_slot = IN_A, .names = &PERFORMER_NAMES, .buffers = {"R"}, .load_buffers = performer_load_buffers,
-     NN_SEED_MHA_OPS(performer_create)},
-    [NN_MODULE_VISION_TRANSFORMER] = {
-     .name = "vision_transformer",
-     .args = {NN_IN("x", IN_A, 1)},
-     .out_slot = IN_A,
-     NN_OPS(vit, NULL, vit_build), .input_fits = vit_input_fits, .output_shape = vit_output_shape,
-     .names = &attn_nn_vit_torchvision_map},
+    [NN_MODULE_MULTIHEAD_ATTENTION] = {.name = "multihead_attention",
+                                       .args = {NN_IN("query", IN_A, 1), NN_IN("key", IN_B, 0), NN_IN("value", IN_C, 0),
+                                                NN_KPM("key_padding_mask", SET_S), NN_MASK("attn_mask", SET_S)},
+                                       .opts = {{"need_weights", F_NEED_WEIGHTS, 0},
+                                                {"average_attn_weights", F_AVERAGE, 1},
+                                                {"is_causal", SET_S, 0}},
+                                       .dims = {[SET_S] = {IN_A, IN_B}},
+                                       .out_slot = IN_A,
+                                       NN_OPS(mha, mha_bind_check, mha_build)},
+    [NN_MODULE_TRANSFORMER_ENCODER_LAYER] = {.name = "transformer_encoder_layer",
+                                             .args = {NN_IN("src", IN_A, 1), NN_MASK("src_mask", SET_S),
+                                                      NN_KPM("src_key_padding_mask", SET_S)},
+                                             .opts = {{"is_causal", SET_S, 0}},
+                                             .dims = {[SET_S] = {IN_A, IN_A}},
+                                             .out_slot = IN_A,
+                                             NN_OPS(enc_layer, NULL, enc_build)},
+    [NN_MODULE_TRANSFORMER_DECODER_LAYER] = {.name = "transformer_decoder_layer",
+                                             .args = {NN_IN("tgt", IN_A, 1), NN_IN("memory", IN_B, 1),
+                                                      NN_MASK("tgt_mask", SET_T), NN_MASK("memory_mask", SET_M),
+                                                      NN_KPM("tgt_key_padding_mask", SET_T),
+                                                      NN_KPM("memory_key_padding_mask", SET_M)},
+                                             .opts = {{"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
+                                             .dims = {[SET_T] = {IN_A, IN_A}, [SET_M] = {IN_A, IN_B}},
+                                             .out_slot = IN_A,
+                                             NN_OPS(dec_layer, NULL, dec_build)},
+    [NN_MODULE_TRANSFORMER_ENCODER] = {.name = "transformer_encoder",
+                                       .args = {NN_IN("src", IN_A, 1), NN_MASK("mask", SET_S),
+                                                NN_KPM("src_key_padding_mask", SET_S)},
+                                       .opts = {{"is_causal", SET_S, 0}},
+                                       .dims = {[SET_S] = {IN_A, IN_A}},
+                                       .out_slot = IN_A,
+                                       NN_OPS(enc, NULL, enc_build)},
+    [NN_MODULE_TRANSFORMER_DECODER] = {.name = "transformer_decoder",
+                                       .args = {NN_IN("tgt", IN_A, 1), NN_IN("memory", IN_B, 1),
+                                                NN_MASK("tgt_mask", SET_T), NN_MASK("memory_mask", SET_M),
+                                                NN_KPM("tgt_key_padding_mask", SET_T),
+                                                NN_KPM("memory_key_padding_mask", SET_M)},
+                                       .opts = {{"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
+                                       .dims = {[SET_T] = {IN_A, IN_A}, [SET_M] = {IN_A, IN_B}},
+                                       .out_slot = IN_A,
+                                       NN_OPS(dec, NULL, dec_build)},
+    [NN_MODULE_TRANSFORMER] =
+        {.name = "transformer",
+         .args = {NN_IN("src", IN_A, 1), NN_IN("tgt", IN_B, 1), NN_MASK("src_mask", SET_S), NN_MASK("tgt_mask", SET_T),
+                  NN_MASK("memory_mask", SET_M), NN_KPM("src_key_padding_mask", SET_S),
+                  NN_KPM("tgt_key_padding_mask", SET_T), NN_KPM("memory_key_padding_mask", SET_M)},
+         .opts = {{"src_is_causal", SET_S, 0}, {"tgt_is_causal", SET_T, 0}, {"memory_is_causal", SET_M, 0}},
+         .dims = {[SET_S] = {IN_A, IN_A}, [SET_T] = {IN_B, IN_B}, [SET_M] = {IN_B, IN_A}},
+         .out_slot = IN_B,
+         NN_OPS(tr, NULL, tr_build)},
+    [NN_MODULE_SPARSE_ATTENTION] = {.name = "sparse_attention",
+                                    .args = {NN_IN("x", IN_A, 1)},
+                                    .dims = {[SET_S] = {IN_A, IN_A}},
+                                    .out_slot = IN_A,
+                                    .names = &SEED_ATTN_NAMES,
+                                    NN_SEED_MHA_OPS(sparse_create)},
+    [NN_MODULE_LOCAL_GLOBAL_ATTENTION] = {.name = "local_global_attention",
+                                          .args = {NN_IN("x", IN_A, 1)},
+                                          .out_slot = IN_A,
+                                          .names = &LOCAL_GLOBAL_NAMES,
+                                          NN_OPS(lg, NULL, lg_build)},
+    [NN_MODULE_LINEAR_ATTENTION] = {.name = "linear_attention",
+                                    .args = {NN_IN("x", IN_A, 1)},
+                                    .dims = {[SET_S] = {IN_A, IN_A}},
+                                    .out_slot = IN_A,
+                                    .names = &LINEAR_NAMES,
+                                    NN_SEED_MHA_OPS(linear_create)},
+    [NN_MODULE_PERFORMER_ATTENTION] = {.name = "performer_attention",
+                                       .args = {NN_IN("x", IN_A, 1)},
+                                       .dims = {[SET_S] = {IN_A, IN_A}},
+                                       .out_slot = IN_A,
+                                       .names = &PERFORMER_NAMES,
+                                       .buffers = {"R"},
+                                       .load_buffers = performer_load_buffers,
+                                       NN_SEED_MHA_OPS(performer_create)},
+    [NN_MODULE_VISION_TRANSFORMER] = {.name = "vision_transformer",
+                                      .args = {NN_IN("x", IN_A, 1)},
+                                      .out_slot = IN_A,
+                                      NN_OPS(vit, NULL, vit_build),
+                                      .input_fits = vit_input_fits,
+                                      .output_shape = vit_output_shape,
+                                      .names = &attn_nn_vit_torchvision_map},
 };
 #define NMODULES (sizeof MODULES / sizeof MODULES[0])
 /* A module added to nn_module_id without its row (or a row past the enum) fails the build; a row
@@ -688,17 +712,17 @@ attn_status attn_nn_model_table_check(void) {
     static const char fn[] = "attn_nn_model_table_check";
     for (size_t i = 0; i < NMODULES; i++) {
         const nn_module_ops *o = &MODULES[i];
-        const char *missing = !o->name || !*o->name ? "name"
-                              : !o->args[0].name    ? "forward argument"
-                              : !o->create          ? "create"
-                              : !o->free            ? "free"
-                              : !o->params          ? "params"
-                              : !o->build           ? "build"
-                              : !o->sizes           ? "sizes"
-                              : !o->forward         ? "forward"
-                              : !o->backward        ? "backward"
+        const char *missing = !o->name || !*o->name               ? "name"
+                              : !o->args[0].name                  ? "forward argument"
+                              : !o->create                        ? "create"
+                              : !o->free                          ? "free"
+                              : !o->params                        ? "params"
+                              : !o->build                         ? "build"
+                              : !o->sizes                         ? "sizes"
+                              : !o->forward                       ? "forward"
+                              : !o->backward                      ? "backward"
                               : o->buffers[0] && !o->load_buffers ? "load_buffers"
-                                                    : NULL;
+                                                                  : NULL;
         if (missing) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: module row %zu has no %s", fn, i, missing);
         for (size_t j = 0; j < i; j++)
             if (!strcmp(MODULES[j].name, o->name))
@@ -888,9 +912,7 @@ static attn_status check_known(const nn_module_ops *o, const attn_safetensors *s
         const char *tn = attn_safetensors_get(st, t)->name;
         if (strncmp(tn, prefix, lp)) continue;
         int known = 0;
-        FOR_ARGS(o, i) {
-            known = known || !strcmp(tn + lp, o->args[i].name);
-        }
+        FOR_ARGS(o, i) { known = known || !strcmp(tn + lp, o->args[i].name); }
         if (known) continue;
         char want[160] = "";
         size_t n = 0;
@@ -1050,7 +1072,8 @@ static size_t input_numel(const nn_model *m, int slot) {
 attn_status attn_nn_model_backward(nn_model *m, const float *dout) {
     ATTN_CHECK_NOT_NULL("attn_nn_model_backward", m);
     ATTN_CHECK_NOT_NULL("attn_nn_model_backward", dout);
-    if (!m->kept) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_nn_model_backward: no forward kept for a backward");
+    if (!m->kept)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_nn_model_backward: no forward kept for a backward");
     for (int i = 0; i < NIN; i++) {
         attn__free(m->grad[i]);
         m->grad[i] = NULL;

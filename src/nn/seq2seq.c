@@ -14,14 +14,14 @@ struct attn_seq2seq {
     attn_seq2seq_config cfg;
     attn_embedding *src_emb, *tgt_emb;
     attn_transformer *tr;
-    nn_store proj;                     /* output_projection.weight, .bias */
+    nn_store proj; /* output_projection.weight, .bias */
     float *w, *b, *gw, *gb;
-    float *pe;                         /* [max_len, d_model] */
+    float *pe; /* [max_len, d_model] */
     attn_params *list;
 };
 
-attn_seq2seq_config attn_seq2seq_config_default(int64_t src_vocab, int64_t tgt_vocab, int64_t d_model,
-                                                int64_t nhead, int64_t num_layers) {
+attn_seq2seq_config attn_seq2seq_config_default(int64_t src_vocab, int64_t tgt_vocab, int64_t d_model, int64_t nhead,
+                                                int64_t num_layers) {
     attn_seq2seq_config c;
     memset(&c, 0, sizeof c);
     c.src_vocab = src_vocab;
@@ -60,8 +60,9 @@ attn_status attn_seq2seq_create(const attn_seq2seq_config *cfg, attn_seq2seq **o
     if (cfg->src_vocab < 1 || cfg->tgt_vocab < 1 || cfg->max_len < 1 || d < 1 || cfg->max_len > (1 << 24))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                           "%s: src_vocab = %lld, tgt_vocab = %lld, max_len = %lld, d_model = %lld must be >= 1 "
-                          "(max_len <= 2^24)", fn, (long long)cfg->src_vocab, (long long)cfg->tgt_vocab,
-                          (long long)cfg->max_len, (long long)d);
+                          "(max_len <= 2^24)",
+                          fn, (long long)cfg->src_vocab, (long long)cfg->tgt_vocab, (long long)cfg->max_len,
+                          (long long)d);
     attn_seq2seq *m = attn__calloc(1, sizeof *m);
     if (!m) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     m->cfg = *cfg;
@@ -107,9 +108,9 @@ static attn_status check_args(const char *fn, const attn_seq2seq *m, const attn_
     ATTN_CHECK_NOT_NULL(fn, m);
     ATTN_CHECK_NOT_NULL(fn, a);
     if (a->batch < 1 || a->n_src < 1 || a->n_tgt < 1 || a->n_src > m->cfg.max_len || a->n_tgt > m->cfg.max_len)
-        return attn_error(ATTN_ERR_SHAPE, "%s: batch = %lld, n_src = %lld, n_tgt = %lld must be >= 1 and <= max_len %lld",
-                          fn, (long long)a->batch, (long long)a->n_src, (long long)a->n_tgt,
-                          (long long)m->cfg.max_len);
+        return attn_error(ATTN_ERR_SHAPE,
+                          "%s: batch = %lld, n_src = %lld, n_tgt = %lld must be >= 1 and <= max_len %lld", fn,
+                          (long long)a->batch, (long long)a->n_src, (long long)a->n_tgt, (long long)m->cfg.max_len);
     ATTN_CHECK_NOT_NULL(fn, a->src);
     ATTN_CHECK_NOT_NULL(fn, a->tgt);
     return ATTN_OK;
@@ -220,9 +221,8 @@ attn_status attn_seq2seq_forward(attn_seq2seq *m, const attn_seq2seq_args *a, fl
     return ATTN_OK;
 }
 
-attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, const float *dlogits,
-                                  const void *saved, size_t saved_bytes, void *workspace,
-                                  size_t workspace_bytes) {
+attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, const float *dlogits, const void *saved,
+                                  size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_seq2seq_backward";
     attn_status st = check_args(fn, m, a);
     if (st) return st;
@@ -230,7 +230,8 @@ attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, c
     ATTN_CHECK_NOT_NULL(fn, saved);
     const int64_t d = m->cfg.transformer.layer.d_model, B = a->batch;
     nn_arena ws, sv;
-    if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_seq2seq_workspace_size(m, a))) ||
+    if ((st =
+             attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_seq2seq_workspace_size(m, a))) ||
         (st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_seq2seq_saved_size(m, a))))
         return st;
     const float *xs = nn_takef(&sv, (size_t)(B * a->n_src * d)), *xt = nn_takef(&sv, (size_t)(B * a->n_tgt * d)),
@@ -241,7 +242,7 @@ attn_status attn_seq2seq_backward(attn_seq2seq *m, const attn_seq2seq_args *a, c
     void *rest = nn_rest(&ws, &rest_bytes);
     const void *tsaved = nn_rest(&sv, &tsaved_bytes);
     if ((st = attn_nn_linear_bwd(fn, y, m->w, dlogits, dy, 0, m->gw, m->gb, B * a->n_tgt, d, m->cfg.tgt_vocab, rest,
-                            rest_bytes)))
+                                 rest_bytes)))
         return st;
     attn_transformer_args t = transformer_args(a, xs, xt);
     if ((st = attn_transformer_backward(m->tr, &t, dy, dxs, dxt, tsaved, tsaved_bytes, rest, rest_bytes)))
@@ -320,8 +321,9 @@ size_t attn_seq2seq_step_workspace_size(const attn_seq2seq *m, int64_t batch, in
     if (!m || batch < 1 || n < 1 || capacity < 1 || n_src < 1) return 0;
     const int64_t d = m->cfg.transformer.layer.d_model;
     const size_t rows = nn_fblock(nn_mul(nn_mul((size_t)batch, (size_t)n), (size_t)d));
-    const size_t sub = nn_max(attn_decoder_step_workspace_size(attn_transformer_decoder(m->tr), batch, n, capacity, n_src),
-                              attn_nn_linear_ws(batch * n, d, m->cfg.tgt_vocab));
+    const size_t sub =
+        nn_max(attn_decoder_step_workspace_size(attn_transformer_decoder(m->tr), batch, n, capacity, n_src),
+               attn_nn_linear_ws(batch * n, d, m->cfg.tgt_vocab));
     return nn_add(nn_add(NN_SLACK, nn_mul(2, rows)), sub);
 }
 
@@ -336,11 +338,12 @@ attn_status attn_seq2seq_cache_init(attn_seq2seq *m, void *buffer, size_t bytes,
     if (batch < 1 || capacity < 1 || n_src < 1 || capacity > m->cfg.max_len || n_src > m->cfg.max_len)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                           "%s: batch = %lld, capacity = %lld, n_src = %lld must be >= 1 and capacity, n_src <= "
-                          "max_len %lld", fn, (long long)batch, (long long)capacity, (long long)n_src,
-                          (long long)m->cfg.max_len);
+                          "max_len %lld",
+                          fn, (long long)batch, (long long)capacity, (long long)n_src, (long long)m->cfg.max_len);
     nn_arena ar, ws;
     attn_status st;
-    if ((st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes, attn_seq2seq_cache_size(m, batch, capacity, n_src))) ||
+    if ((st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes,
+                                 attn_seq2seq_cache_size(m, batch, capacity, n_src))) ||
         (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
                                  attn_seq2seq_step_workspace_size(m, batch, 1, capacity, n_src))))
         return st;
@@ -424,8 +427,10 @@ attn_status attn_token_encoder_create(const attn_token_encoder_config *cfg, attn
     ATTN_CHECK_NOT_NULL(fn, cfg);
     const int64_t d = cfg->stack.layer.d_model;
     if (cfg->vocab < 1 || cfg->max_len < 1 || d < 1 || cfg->max_len > (1 << 24))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: vocab = %lld, max_len = %lld, d_model = %lld must be >= 1 "
-                          "(max_len <= 2^24)", fn, (long long)cfg->vocab, (long long)cfg->max_len, (long long)d);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: vocab = %lld, max_len = %lld, d_model = %lld must be >= 1 "
+                          "(max_len <= 2^24)",
+                          fn, (long long)cfg->vocab, (long long)cfg->max_len, (long long)d);
     attn_token_encoder *m = attn__calloc(1, sizeof *m);
     if (!m) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     m->cfg = *cfg;
@@ -482,25 +487,28 @@ size_t attn_token_encoder_saved_size(const attn_token_encoder *m, const attn_tok
     if (!m || !a || a->batch < 1 || a->n < 1) return 0;
     attn_layer_args l = enc_args(a, NULL);
     return nn_add(nn_add(nn_fblock(nn_mul(nn_mul((size_t)a->batch, (size_t)a->n), (size_t)m->cfg.stack.layer.d_model)),
-                         attn_encoder_saved_size(m->enc, &l)), NN_SLACK);
+                         attn_encoder_saved_size(m->enc, &l)),
+                  NN_SLACK);
 }
 
 size_t attn_token_encoder_workspace_size(const attn_token_encoder *m, const attn_token_encoder_args *a) {
     if (!m || !a || a->batch < 1 || a->n < 1) return 0;
     attn_layer_args l = enc_args(a, NULL);
     return nn_add(nn_add(nn_fblock(nn_mul(nn_mul((size_t)a->batch, (size_t)a->n), (size_t)m->cfg.stack.layer.d_model)),
-                         attn_encoder_workspace_size(m->enc, &l)), NN_SLACK);
+                         attn_encoder_workspace_size(m->enc, &l)),
+                  NN_SLACK);
 }
 
-attn_status attn_token_encoder_forward(attn_token_encoder *m, const attn_token_encoder_args *a, float *out,
-                                       void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+attn_status attn_token_encoder_forward(attn_token_encoder *m, const attn_token_encoder_args *a, float *out, void *saved,
+                                       size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_token_encoder_forward";
     attn_status st = check_enc_args(fn, m, a);
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, out);
     const int64_t d = m->cfg.stack.layer.d_model;
     nn_arena ws, sv;
-    if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_token_encoder_workspace_size(m, a))))
+    if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+                                 attn_token_encoder_workspace_size(m, a))))
         return st;
     if (saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_token_encoder_saved_size(m, a))))
         return st;
@@ -511,7 +519,8 @@ attn_status attn_token_encoder_forward(attn_token_encoder *m, const attn_token_e
     attn_layer_args l = enc_args(a, x);
     size_t rest_bytes, ssaved_bytes = 0;
     void *rest = nn_rest(&ws, &rest_bytes), *ssaved = saved ? nn_rest(&sv, &ssaved_bytes) : NULL;
-    if ((st = attn_encoder_forward(m->enc, &l, out, ssaved, ssaved_bytes, rest, rest_bytes))) return attn_nn_wrap_error(st, fn);
+    if ((st = attn_encoder_forward(m->enc, &l, out, ssaved, ssaved_bytes, rest, rest_bytes)))
+        return attn_nn_wrap_error(st, fn);
     return ATTN_OK;
 }
 
@@ -525,7 +534,8 @@ attn_status attn_token_encoder_backward(attn_token_encoder *m, const attn_token_
     ATTN_CHECK_NOT_NULL(fn, saved);
     const int64_t d = m->cfg.stack.layer.d_model;
     nn_arena ws, sv;
-    if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_token_encoder_workspace_size(m, a))) ||
+    if ((st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+                                 attn_token_encoder_workspace_size(m, a))) ||
         (st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_token_encoder_saved_size(m, a))))
         return st;
     const float *x = nn_takef(&sv, (size_t)(a->batch * a->n * d));
@@ -535,8 +545,8 @@ attn_status attn_token_encoder_backward(attn_token_encoder *m, const attn_token_
     void *rest = nn_rest(&ws, &rest_bytes);
     const void *ssaved = nn_rest(&sv, &ssaved_bytes);
     if ((st = attn_encoder_backward(m->enc, &l, dout, dx, ssaved, ssaved_bytes, rest, rest_bytes)) ||
-        (st = embed_backward(m->emb, d, m->cfg.stack.layer.dropout, a->tokens, a->batch, a->n, dx, a->training,
-                             a->seed, enc_pe_offset(m, a))))
+        (st = embed_backward(m->emb, d, m->cfg.stack.layer.dropout, a->tokens, a->batch, a->n, dx, a->training, a->seed,
+                             enc_pe_offset(m, a))))
         return attn_nn_wrap_error(st, fn);
     return ATTN_OK;
 }

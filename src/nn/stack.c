@@ -34,7 +34,7 @@ void attn_nn_stack_destroy(nn_stack *S) {
 }
 
 attn_status attn_nn_stack_init(nn_stack *S, const char *fn, const attn_stack_config *cfg, int decoder,
-                          const attn_rope_config *rope) {
+                               const attn_rope_config *rope) {
     memset(S, 0, sizeof *S);
     ATTN_CHECK_NOT_NULL(fn, cfg);
     if (cfg->num_layers < 1 || cfg->num_layers > 100000)
@@ -88,9 +88,9 @@ size_t attn_nn_stack_saved(const nn_stack *S, const attn_layer_args *a) {
 }
 
 size_t attn_nn_stack_ws(const nn_stack *S, const attn_layer_args *a) {
-    return nn_add(nn_add(NN_SLACK, nn_mul(2, nn_fblock(rows_d(S, a)))),
-                  nn_add(nn_mul(2, nn_fblock(nn_mul((size_t)a->batch, (size_t)a->n))),
-                         attn_nn_layer_ws_bytes(&S->layers[0], a)));
+    return nn_add(
+        nn_add(NN_SLACK, nn_mul(2, nn_fblock(rows_d(S, a)))),
+        nn_add(nn_mul(2, nn_fblock(nn_mul((size_t)a->batch, (size_t)a->n))), attn_nn_layer_ws_bytes(&S->layers[0], a)));
 }
 
 /* Layer `index` of the model: input x, dropout streams from its slot (nn_mode_layer). */
@@ -103,7 +103,7 @@ static attn_layer_args layer_args(const attn_layer_args *a, const float *x, int6
 
 /* base: index of the first layer in the model (its dropout streams follow from it). */
 attn_status attn_nn_stack_fwd(const char *fn, nn_stack *S, const attn_layer_args *a, int64_t base, float *out,
-                             void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+                              void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     nn_arena sv, ws;
     attn_status st;
     if ((st = attn_nn_layer_check_args(fn, &S->layers[0], a))) return st;
@@ -145,8 +145,8 @@ static void layer_saved_at(nn_arena sv, int64_t l, size_t lsb, size_t n, void **
 }
 
 attn_status attn_nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args *a, int64_t base, const float *dout,
-                             float *dx, float *dmem, const void *saved, size_t saved_bytes, void *workspace,
-                             size_t workspace_bytes) {
+                              float *dx, float *dmem, const void *saved, size_t saved_bytes, void *workspace,
+                              size_t workspace_bytes) {
     nn_arena sv, ws;
     attn_status st;
     if ((st = attn_nn_layer_check_args(fn, &S->layers[0], a))) return st;
@@ -236,17 +236,16 @@ size_t attn_encoder_workspace_size(const attn_encoder *e, const attn_layer_args 
     return e && stack_args_ok(a) ? attn_nn_stack_ws(&e->S, a) : 0;
 }
 
-attn_status attn_encoder_forward(attn_encoder *e, const attn_layer_args *a, float *out, void *saved,
-                                 size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+attn_status attn_encoder_forward(attn_encoder *e, const attn_layer_args *a, float *out, void *saved, size_t saved_bytes,
+                                 void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_encoder_forward";
     ATTN_CHECK_NOT_NULL(fn, e);
     ATTN_CHECK_NOT_NULL(fn, out);
     return attn_nn_stack_fwd(fn, &e->S, a, 0, out, saved, saved_bytes, workspace, workspace_bytes);
 }
 
-attn_status attn_encoder_backward(attn_encoder *e, const attn_layer_args *a, const float *dout,
-                                  float *dx, const void *saved, size_t saved_bytes,
-                                  void *workspace, size_t workspace_bytes) {
+attn_status attn_encoder_backward(attn_encoder *e, const attn_layer_args *a, const float *dout, float *dx,
+                                  const void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_encoder_backward";
     ATTN_CHECK_NOT_NULL(fn, e);
     ATTN_CHECK_NOT_NULL(fn, dout);
@@ -275,17 +274,17 @@ size_t attn_decoder_workspace_size(const attn_decoder *d, const attn_layer_args 
     return d && stack_args_ok(a) ? attn_nn_stack_ws(&d->S, a) : 0;
 }
 
-attn_status attn_decoder_forward(attn_decoder *d, const attn_layer_args *a, float *out, void *saved,
-                                 size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+attn_status attn_decoder_forward(attn_decoder *d, const attn_layer_args *a, float *out, void *saved, size_t saved_bytes,
+                                 void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_decoder_forward";
     ATTN_CHECK_NOT_NULL(fn, d);
     ATTN_CHECK_NOT_NULL(fn, out);
     return attn_nn_stack_fwd(fn, &d->S, a, 0, out, saved, saved_bytes, workspace, workspace_bytes);
 }
 
-attn_status attn_decoder_backward(attn_decoder *d, const attn_layer_args *a, const float *dout,
-                                  float *dx, float *dmemory, const void *saved, size_t saved_bytes,
-                                  void *workspace, size_t workspace_bytes) {
+attn_status attn_decoder_backward(attn_decoder *d, const attn_layer_args *a, const float *dout, float *dx,
+                                  float *dmemory, const void *saved, size_t saved_bytes, void *workspace,
+                                  size_t workspace_bytes) {
     static const char fn[] = "attn_decoder_backward";
     ATTN_CHECK_NOT_NULL(fn, d);
     ATTN_CHECK_NOT_NULL(fn, dout);
@@ -310,7 +309,8 @@ size_t attn_decoder_cache_size(const attn_decoder *d, int64_t batch, int64_t cap
     s = nn_add(s, nn_block(nn_mul(2 * (size_t)L, sizeof(attn_kv_cache))));
     /* every layer has the same kinds of attention: layer 0's caches size them all */
     const nn_layer *l0 = &d->S.layers[0];
-    const size_t per = nn_add(attn_mha_cache_size(l0->sa, batch, capacity), attn_mha_cache_size(l0->ca, batch, n_memory));
+    const size_t per =
+        nn_add(attn_mha_cache_size(l0->sa, batch, capacity), attn_mha_cache_size(l0->ca, batch, n_memory));
     return nn_add(s, nn_mul((size_t)L, per));
 }
 
@@ -321,11 +321,11 @@ size_t attn_nn_stack_step_ws(const nn_stack *S, int64_t batch, int64_t n, int64_
 }
 
 attn_status attn_nn_stack_step(const char *fn, nn_stack *S, attn_kv_cache *self, attn_kv_cache *cross,
-                          const uint8_t *memory_kpm, const float *x, int64_t B, int64_t n, float *out,
-                          void *workspace, size_t workspace_bytes) {
+                               const uint8_t *memory_kpm, const float *x, int64_t B, int64_t n, float *out,
+                               void *workspace, size_t workspace_bytes) {
     nn_arena ws;
     attn_status st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
-                                   attn_nn_stack_step_ws(S, B, n, self[0].capacity, cross ? cross[0].length : 1));
+                                        attn_nn_stack_step_ws(S, B, n, self[0].capacity, cross ? cross[0].length : 1));
     if (st) return st;
     const int64_t dm = S->cfg.layer.d_model;
     const size_t rows = (size_t)(B * n * dm);
@@ -335,7 +335,7 @@ attn_status attn_nn_stack_step(const char *fn, nn_stack *S, attn_kv_cache *self,
     for (int64_t l = 0; l < S->cfg.num_layers; l++) {
         float *y = pp[l & 1];
         if ((st = attn_nn_layer_step(fn, &S->layers[l], &self[l], cross ? &cross[l] : NULL, memory_kpm, x, B, n, y, lws,
-                                lwb)))
+                                     lwb)))
             return st;
         x = y;
     }
@@ -355,10 +355,9 @@ size_t attn_decoder_step_workspace_size(const attn_decoder *d, int64_t batch, in
     return nn_max(s, attn_mha_cache_fill_workspace_size(d->S.layers[0].ca, batch, n_memory));
 }
 
-attn_status attn_decoder_cache_init(attn_decoder *d, void *buffer, size_t bytes, int64_t batch,
-                                    int64_t capacity, const float *memory, int64_t n_memory,
-                                    const uint8_t *memory_key_padding_mask, void *workspace,
-                                    size_t workspace_bytes, attn_decoder_cache **cache) {
+attn_status attn_decoder_cache_init(attn_decoder *d, void *buffer, size_t bytes, int64_t batch, int64_t capacity,
+                                    const float *memory, int64_t n_memory, const uint8_t *memory_key_padding_mask,
+                                    void *workspace, size_t workspace_bytes, attn_decoder_cache **cache) {
     static const char fn[] = "attn_decoder_cache_init";
     ATTN_CHECK_NOT_NULL(fn, cache);
     *cache = NULL;
@@ -369,7 +368,7 @@ attn_status attn_decoder_cache_init(attn_decoder *d, void *buffer, size_t bytes,
                           fn, (long long)batch, (long long)capacity, (long long)n_memory);
     nn_arena ar;
     attn_status st = attn_nn_arena_init(&ar, fn, "cache buffer", buffer, bytes,
-                                   attn_decoder_cache_size(d, batch, capacity, n_memory));
+                                        attn_decoder_cache_size(d, batch, capacity, n_memory));
     if (st) return st;
     const int64_t L = d->S.cfg.num_layers;
     attn_decoder_cache *c = attn_nn_take(&ar, sizeof *c);
@@ -382,7 +381,8 @@ attn_status attn_decoder_cache_init(attn_decoder *d, void *buffer, size_t bytes,
     c->cross = c->self + L;
     for (int64_t l = 0; l < L; l++) {
         const nn_layer *ly = &d->S.layers[l];
-        const size_t ss = attn_mha_cache_size(ly->sa, batch, capacity), cs = attn_mha_cache_size(ly->ca, batch, n_memory);
+        const size_t ss = attn_mha_cache_size(ly->sa, batch, capacity),
+                     cs = attn_mha_cache_size(ly->ca, batch, n_memory);
         if ((st = attn_mha_cache_init(ly->sa, &c->self[l], attn_nn_take(&ar, ss), ss, batch, capacity)) ||
             (st = attn_mha_cache_init(ly->ca, &c->cross[l], attn_nn_take(&ar, cs), cs, batch, n_memory)) ||
             (st = attn_mha_cache_fill(d->S.layers[l].ca, &c->cross[l], memory, memory, n_memory, workspace,
@@ -395,8 +395,8 @@ attn_status attn_decoder_cache_init(attn_decoder *d, void *buffer, size_t bytes,
 
 int64_t attn_decoder_cache_length(const attn_decoder_cache *cache) { return cache ? cache->self[0].length : 0; }
 
-attn_status attn_decoder_forward_step(attn_decoder *d, attn_decoder_cache *cache, const float *tgt,
-                                      int64_t n, float *out, void *workspace, size_t workspace_bytes) {
+attn_status attn_decoder_forward_step(attn_decoder *d, attn_decoder_cache *cache, const float *tgt, int64_t n,
+                                      float *out, void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_decoder_forward_step";
     ATTN_CHECK_NOT_NULL(fn, d);
     ATTN_CHECK_NOT_NULL(fn, cache);
@@ -410,13 +410,14 @@ attn_status attn_decoder_forward_step(attn_decoder *d, attn_decoder_cache *cache
         return attn_error(ATTN_ERR_SHAPE, "%s: %lld new positions after %lld do not fit the capacity %lld", fn,
                           (long long)n, (long long)cache->self[0].length, (long long)cache->capacity);
     nn_arena ws;
-    attn_status st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
-                                   attn_decoder_step_workspace_size(d, cache->batch, n, cache->capacity,
-                                                                    cache->n_memory));
+    attn_status st =
+        attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+                           attn_decoder_step_workspace_size(d, cache->batch, n, cache->capacity, cache->n_memory));
     if (st) return st;
     size_t rb;
     void *rest = nn_rest(&ws, &rb);
-    return attn_nn_stack_step(fn, &d->S, cache->self, cache->cross, cache->memory_kpm, tgt, cache->batch, n, out, rest, rb);
+    return attn_nn_stack_step(fn, &d->S, cache->self, cache->cross, cache->memory_kpm, tgt, cache->batch, n, out, rest,
+                              rb);
 }
 
 /* ---- nn.Transformer ---- */
@@ -495,8 +496,7 @@ void attn_transformer_free(attn_transformer *t) {
 const attn_params *attn_transformer_params(const attn_transformer *t) { return t ? t->list : NULL; }
 
 /* The encoder's and the decoder's arguments of one call (masks and mode shared as given). */
-static void split_args(const attn_transformer_args *a, const float *memory, attn_layer_args *ea,
-                       attn_layer_args *da) {
+static void split_args(const attn_transformer_args *a, const float *memory, attn_layer_args *ea, attn_layer_args *da) {
     *ea = attn_layer_args_default();
     ea->batch = a->batch;
     ea->n = a->n_src;
@@ -533,35 +533,37 @@ size_t attn_transformer_workspace_size(const attn_transformer *t, const attn_tra
     if (!targs_ok(t, a)) return 0;
     attn_layer_args ea, da;
     split_args(a, NULL, &ea, &da);
-    return nn_add(nn_add(NN_SLACK, memory_bytes(t, a)), nn_max(attn_nn_stack_ws(&t->enc.S, &ea), attn_nn_stack_ws(&t->dec.S, &da)));
+    return nn_add(nn_add(NN_SLACK, memory_bytes(t, a)),
+                  nn_max(attn_nn_stack_ws(&t->enc.S, &ea), attn_nn_stack_ws(&t->dec.S, &da)));
 }
 
 static attn_status check_targs(const char *fn, const attn_transformer *t, const attn_transformer_args *a) {
     ATTN_CHECK_NOT_NULL(fn, t);
     ATTN_CHECK_NOT_NULL(fn, a);
     if (!targs_ok(t, a))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch (%lld), n_src (%lld) and n_tgt (%lld) must be >= 1",
-                          fn, (long long)a->batch, (long long)a->n_src, (long long)a->n_tgt);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch (%lld), n_src (%lld) and n_tgt (%lld) must be >= 1", fn,
+                          (long long)a->batch, (long long)a->n_src, (long long)a->n_tgt);
     if (!a->src || !a->tgt)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: src and tgt are required (src %p, tgt %p)", fn,
                           (const void *)a->src, (const void *)a->tgt);
     return ATTN_OK;
 }
 
-attn_status attn_transformer_forward(attn_transformer *t, const attn_transformer_args *a, float *out,
-                                     void *saved, size_t saved_bytes, void *workspace,
-                                     size_t workspace_bytes) {
+attn_status attn_transformer_forward(attn_transformer *t, const attn_transformer_args *a, float *out, void *saved,
+                                     size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     static const char fn[] = "attn_transformer_forward";
     attn_status st = check_targs(fn, t, a);
     if (st) return st;
     ATTN_CHECK_NOT_NULL(fn, out);
     nn_arena sv, ws;
     if ((saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_transformer_saved_size(t, a)))) ||
-        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_transformer_workspace_size(t, a))))
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+                                 attn_transformer_workspace_size(t, a))))
         return st;
     attn_layer_args ea, da;
     split_args(a, NULL, &ea, &da);
-    const size_t mb = memory_bytes(t, a), es = attn_nn_stack_saved(&t->enc.S, &ea), ds = attn_nn_stack_saved(&t->dec.S, &da);
+    const size_t mb = memory_bytes(t, a), es = attn_nn_stack_saved(&t->enc.S, &ea),
+                 ds = attn_nn_stack_saved(&t->dec.S, &da);
     float *memory = attn_nn_take(saved ? &sv : &ws, mb);
     void *esv = saved ? attn_nn_take(&sv, es) : NULL, *dsv = saved ? attn_nn_take(&sv, ds) : NULL;
     size_t rb;
@@ -577,9 +579,8 @@ attn_status attn_transformer_forward(attn_transformer *t, const attn_transformer
     return st;
 }
 
-attn_status attn_transformer_backward(attn_transformer *t, const attn_transformer_args *a,
-                                      const float *dout, float *dsrc, float *dtgt,
-                                      const void *saved, size_t saved_bytes, void *workspace,
+attn_status attn_transformer_backward(attn_transformer *t, const attn_transformer_args *a, const float *dout,
+                                      float *dsrc, float *dtgt, const void *saved, size_t saved_bytes, void *workspace,
                                       size_t workspace_bytes) {
     static const char fn[] = "attn_transformer_backward";
     attn_status st = check_targs(fn, t, a);
@@ -588,11 +589,13 @@ attn_status attn_transformer_backward(attn_transformer *t, const attn_transforme
     ATTN_CHECK_NOT_NULL(fn, saved);
     nn_arena sv, ws;
     if ((st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_transformer_saved_size(t, a))) ||
-        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_transformer_workspace_size(t, a))))
+        (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes,
+                                 attn_transformer_workspace_size(t, a))))
         return st;
     attn_layer_args ea, da;
     split_args(a, NULL, &ea, &da);
-    const size_t mb = memory_bytes(t, a), es = attn_nn_stack_saved(&t->enc.S, &ea), ds = attn_nn_stack_saved(&t->dec.S, &da);
+    const size_t mb = memory_bytes(t, a), es = attn_nn_stack_saved(&t->enc.S, &ea),
+                 ds = attn_nn_stack_saved(&t->dec.S, &da);
     const float *memory = attn_nn_take(&sv, mb);
     void *esv = attn_nn_take(&sv, es), *dsv = attn_nn_take(&sv, ds);
     float *dmem = attn_nn_take(&ws, mb);

@@ -29,9 +29,8 @@ struct attn_vit {
     attn_params *list;
 };
 
-attn_vit_config attn_vit_config_default(int64_t image_size, int64_t patch_size, int64_t num_layers,
-                                        int64_t num_heads, int64_t hidden_dim, int64_t mlp_dim,
-                                        int64_t num_classes) {
+attn_vit_config attn_vit_config_default(int64_t image_size, int64_t patch_size, int64_t num_layers, int64_t num_heads,
+                                        int64_t hidden_dim, int64_t mlp_dim, int64_t num_classes) {
     attn_vit_config c;
     memset(&c, 0, sizeof c);
     c.image_h = c.image_w = image_size;
@@ -59,10 +58,10 @@ void attn_vit_free(attn_vit *v) {
 #define VIT_MAX_DIM ((int64_t)1 << 24)
 
 static attn_status check_config(const char *fn, const attn_vit_config *c) {
-    const int64_t *f[] = {&c->image_h, &c->image_w, &c->patch_size, &c->in_channels, &c->num_layers,
-                          &c->num_heads, &c->hidden_dim, &c->mlp_dim, &c->num_classes};
-    static const char *names[] = {"image_h", "image_w", "patch_size", "in_channels", "num_layers",
-                                  "num_heads", "hidden_dim", "mlp_dim", "num_classes"};
+    const int64_t *f[] = {&c->image_h,   &c->image_w,    &c->patch_size, &c->in_channels, &c->num_layers,
+                          &c->num_heads, &c->hidden_dim, &c->mlp_dim,    &c->num_classes};
+    static const char *names[] = {"image_h",   "image_w",    "patch_size", "in_channels", "num_layers",
+                                  "num_heads", "hidden_dim", "mlp_dim",    "num_classes"};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (*f[i] < 1 || *f[i] > VIT_MAX_DIM)
             return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s = %lld must be in [1, %lld]", fn, names[i],
@@ -72,12 +71,12 @@ static attn_status check_config(const char *fn, const attn_vit_config *c) {
                           "%s: the image (%lld x %lld) must be divisible by patch_size = %lld", fn,
                           (long long)c->image_h, (long long)c->image_w, (long long)c->patch_size);
     if (c->hidden_dim % c->num_heads)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: hidden_dim = %lld is not divisible by num_heads = %lld",
-                          fn, (long long)c->hidden_dim, (long long)c->num_heads);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: hidden_dim = %lld is not divisible by num_heads = %lld", fn,
+                          (long long)c->hidden_dim, (long long)c->num_heads);
     const int64_t np = (c->image_h / c->patch_size) * (c->image_w / c->patch_size);
     if (np > VIT_MAX_DIM || c->in_channels * c->patch_size * c->patch_size > VIT_MAX_DIM)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %lld patches of %lld values are too many", fn,
-                          (long long)np, (long long)(c->in_channels * c->patch_size * c->patch_size));
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %lld patches of %lld values are too many", fn, (long long)np,
+                          (long long)(c->in_channels * c->patch_size * c->patch_size));
     if (!(c->dropout >= 0.0f && c->dropout <= 1.0f))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: dropout = %g must be in [0, 1]", fn, (double)c->dropout);
     if (!attn_precision_name(c->precision))
@@ -292,8 +291,7 @@ static attn_status vit_forward(const char *fn, attn_vit *v, const attn_vit_args 
     la.x = x0;
     if ((st = attn_nn_stack_fwd(fn, &v->S, &la, 0, h, ss, ssb, rest, wb))) return st;
     for (int64_t t = 0; t < T; t++)
-        for (int64_t b = 0; b < B; b++)
-            memcpy(hc + (t * B + b) * D, h + (b * N + t) * D, sizeof(float) * (size_t)D);
+        for (int64_t b = 0; b < B; b++) memcpy(hc + (t * B + b) * D, h + (b * N + t) * D, sizeof(float) * (size_t)D);
     if (!v->cfg.distilled) return attn_nn_linear_fwd(fn, hc, v->wh, v->bh, logits, B, D, K, rest, wb);
     float *y0 = a->separate_heads ? logits : lg, *y1 = a->separate_heads ? logits + B * K : lg + B * K;
     if ((st = attn_nn_linear_fwd(fn, hc, v->wh, v->bh, y0, B, D, K, rest, wb)) ||
@@ -339,8 +337,7 @@ static attn_status vit_backward(const char *fn, attn_vit *v, const attn_vit_args
         (st = attn_nn_linear_bwd(fn, hc + B * D, v->wd, dy1, dhc + B * D, 0, v->gwd, v->gbd, B, D, K, rest, wb)))
         return st;
     for (int64_t t = 0; t < T; t++)
-        for (int64_t b = 0; b < B; b++)
-            memcpy(dh + (b * N + t) * D, dhc + (t * B + b) * D, sizeof(float) * (size_t)D);
+        for (int64_t b = 0; b < B; b++) memcpy(dh + (b * N + t) * D, dhc + (t * B + b) * D, sizeof(float) * (size_t)D);
     /* encoder */
     la.x = x0;
     if ((st = attn_nn_stack_bwd(fn, &v->S, &la, 0, dh, dx0, NULL, ss, ssb, rest, wb))) return st;
@@ -357,18 +354,19 @@ static attn_status vit_backward(const char *fn, attn_vit *v, const attn_vit_args
     }
     /* patch embedding */
     im2col(v, a->images, B, cols);
-    if ((st = attn_nn_linear_bwd(fn, cols, v->wc, dpt, dimages ? dcols : NULL, 0, v->gwc, v->gbc, B * v->np, v->kc,
-                                 D, rest, wb)))
+    if ((st = attn_nn_linear_bwd(fn, cols, v->wc, dpt, dimages ? dcols : NULL, 0, v->gwc, v->gbc, B * v->np, v->kc, D,
+                                 rest, wb)))
         return st;
     if (dimages) col2im(v, dcols, B, dimages);
     return ATTN_OK;
 }
 
 /* The forward and backward run in the model's precision (attn_nn_precision, restored after). */
-attn_status attn_vit_forward(attn_vit *v, const attn_vit_args *a, float *logits, void *saved,
-                             size_t saved_bytes, void *workspace, size_t workspace_bytes) {
+attn_status attn_vit_forward(attn_vit *v, const attn_vit_args *a, float *logits, void *saved, size_t saved_bytes,
+                             void *workspace, size_t workspace_bytes) {
     const attn_precision prev = attn_nn_precision_set(v ? v->cfg.precision : ATTN_PRECISION_FP32);
-    const attn_status st = vit_forward("attn_vit_forward", v, a, logits, saved, saved_bytes, workspace, workspace_bytes);
+    const attn_status st =
+        vit_forward("attn_vit_forward", v, a, logits, saved, saved_bytes, workspace, workspace_bytes);
     attn_nn_precision_set(prev);
     return st;
 }
@@ -376,8 +374,8 @@ attn_status attn_vit_forward(attn_vit *v, const attn_vit_args *a, float *logits,
 attn_status attn_vit_backward(attn_vit *v, const attn_vit_args *a, const float *dlogits, float *dimages,
                               const void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     const attn_precision prev = attn_nn_precision_set(v ? v->cfg.precision : ATTN_PRECISION_FP32);
-    const attn_status st = vit_backward("attn_vit_backward", v, a, dlogits, dimages, saved, saved_bytes, workspace,
-                                        workspace_bytes);
+    const attn_status st =
+        vit_backward("attn_vit_backward", v, a, dlogits, dimages, saved, saved_bytes, workspace, workspace_bytes);
     attn_nn_precision_set(prev);
     return st;
 }
@@ -423,8 +421,10 @@ static double cubic2(double x, double A) { return ((A * x - 5 * A) * x + 8 * A) 
 static void cubic_taps(int64_t in, int64_t out, int align_corners, int64_t *idx, double *w) {
     const double A = -0.75;
     double scale;
-    if (align_corners) scale = out > 1 ? (double)(in - 1) / (double)(out - 1) : 0.0;
-    else scale = (double)in / (double)out;
+    if (align_corners)
+        scale = out > 1 ? (double)(in - 1) / (double)(out - 1) : 0.0;
+    else
+        scale = (double)in / (double)out;
     for (int64_t o = 0; o < out; o++) {
         const double real = align_corners ? scale * (double)o : scale * ((double)o + 0.5) - 0.5;
         int64_t i0 = (int64_t)floor(real);
@@ -442,23 +442,22 @@ static void cubic_taps(int64_t in, int64_t out, int align_corners, int64_t *idx,
     }
 }
 
-attn_status attn_vit_resample_pos_embed(const float *src, int64_t prefix, int64_t src_h, int64_t src_w,
-                                        float *dst, int64_t dst_h, int64_t dst_w, int64_t dim,
-                                        int align_corners) {
+attn_status attn_vit_resample_pos_embed(const float *src, int64_t prefix, int64_t src_h, int64_t src_w, float *dst,
+                                        int64_t dst_h, int64_t dst_w, int64_t dim, int align_corners) {
     static const char fn[] = "attn_vit_resample_pos_embed";
     ATTN_CHECK_NOT_NULL(fn, src);
     ATTN_CHECK_NOT_NULL(fn, dst);
     if (prefix < 0 || src_h < 1 || src_w < 1 || dst_h < 1 || dst_w < 1 || dim < 1 || prefix > VIT_MAX_DIM ||
-        src_h > VIT_MAX_DIM || src_w > VIT_MAX_DIM || dst_h > VIT_MAX_DIM || dst_w > VIT_MAX_DIM ||
-        dim > VIT_MAX_DIM)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: need prefix >= 0 and grids, dim >= 1 (prefix %lld, %lld x %lld -> %lld x %lld, dim %lld)",
-                          fn, (long long)prefix, (long long)src_h, (long long)src_w, (long long)dst_h,
-                          (long long)dst_w, (long long)dim);
-    if (src == dst)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: src and dst must not be the same buffer", fn);
-    int64_t *iy = attn__malloc(sizeof(int64_t) * (size_t)(4 * dst_h)), *ix = attn__malloc(sizeof(int64_t) * (size_t)(4 * dst_w));
-    double *wy = attn__malloc(sizeof(double) * (size_t)(4 * dst_h)), *wx = attn__malloc(sizeof(double) * (size_t)(4 * dst_w));
+        src_h > VIT_MAX_DIM || src_w > VIT_MAX_DIM || dst_h > VIT_MAX_DIM || dst_w > VIT_MAX_DIM || dim > VIT_MAX_DIM)
+        return attn_error(
+            ATTN_ERR_INVALID_ARGUMENT,
+            "%s: need prefix >= 0 and grids, dim >= 1 (prefix %lld, %lld x %lld -> %lld x %lld, dim %lld)", fn,
+            (long long)prefix, (long long)src_h, (long long)src_w, (long long)dst_h, (long long)dst_w, (long long)dim);
+    if (src == dst) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: src and dst must not be the same buffer", fn);
+    int64_t *iy = attn__malloc(sizeof(int64_t) * (size_t)(4 * dst_h)),
+            *ix = attn__malloc(sizeof(int64_t) * (size_t)(4 * dst_w));
+    double *wy = attn__malloc(sizeof(double) * (size_t)(4 * dst_h)),
+           *wx = attn__malloc(sizeof(double) * (size_t)(4 * dst_w));
     double *acc = attn__malloc(sizeof(double) * (size_t)dim);
     if (!iy || !ix || !wy || !wx || !acc) {
         attn__free(iy), attn__free(ix), attn__free(wy), attn__free(wx), attn__free(acc);

@@ -199,8 +199,8 @@ attn_status attn_checkpoint_save(const char *path, const attn_params *ps, const 
     kv *kvs = attn__calloc(n_meta + 3, sizeof *kvs);
     char *key = slot_key_buffer(opt);
     attn_safetensors_writer *w = NULL;
-    attn_status st = kvs && key ? attn_safetensors_writer_create(&w)
-                                : attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    attn_status st =
+        kvs && key ? attn_safetensors_writer_create(&w) : attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     xxh64 h;
     xxh_init(&h);
     for (size_t i = 0; st == ATTN_OK && i < np; i++) {
@@ -246,7 +246,8 @@ attn_status attn_checkpoint_save(const char *path, const attn_params *ps, const 
 /* ---- load ---- */
 
 enum { PR_MISSING, PR_SHAPE, PR_DTYPE, PR_KINDS };
-static const char *const pr_names[] = {[PR_MISSING] = "missing", [PR_SHAPE] = "wrong shape", [PR_DTYPE] = "wrong dtype"};
+static const char *const pr_names[] = {
+    [PR_MISSING] = "missing", [PR_SHAPE] = "wrong shape", [PR_DTYPE] = "wrong dtype"};
 _Static_assert(sizeof pr_names / sizeof pr_names[0] == PR_KINDS, "pr_names[] needs one name per problem kind");
 
 /* Problems by kind, each with a count and as many items as fit. */
@@ -346,7 +347,9 @@ static attn_status load_opened(const char *fn, const char *path, attn_safetensor
     uint64_t got = 0;
     if (!fmt || !sum || !okind) {
         st = attn_error(ATTN_ERR_NOT_FOUND, "%s: '%.200s' is not an attn checkpoint (no %s metadata)", fn, path,
-                        !fmt ? "attn.format" : !sum ? "attn.checksum" : "attn.optimizer");
+                        !fmt   ? "attn.format"
+                        : !sum ? "attn.checksum"
+                               : "attn.optimizer");
         goto fail;
     }
     if (strcmp(fmt, CKPT_FORMAT)) {
@@ -364,8 +367,10 @@ static attn_status load_opened(const char *fn, const char *path, attn_safetensor
         goto fail;
     }
     if (opt && strcmp(okind, attn_tr_optimizer_kind_name(opt->kind))) {
-        st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: '%.200s' holds the state of optimizer '%.20s', not of the %s "
-                        "optimizer given", fn, path, okind, attn_tr_optimizer_kind_name(opt->kind));
+        st = attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                        "%s: '%.200s' holds the state of optimizer '%.20s', not of the %s "
+                        "optimizer given",
+                        fn, path, okind, attn_tr_optimizer_kind_name(opt->kind));
         goto fail;
     }
     if (opt) {
@@ -410,8 +415,9 @@ static attn_status load_opened(const char *fn, const char *path, attn_safetensor
                               pr.s[kd], pr.cut[kd] ? ", ..." : "");
             if (wr > 0) o += (size_t)wr;
         }
-        st = attn_error(pr.count[PR_SHAPE] ? ATTN_ERR_SHAPE : pr.count[PR_MISSING] ? ATTN_ERR_NOT_FOUND
-                                                                                   : ATTN_ERR_INVALID_ARGUMENT,
+        st = attn_error(pr.count[PR_SHAPE]     ? ATTN_ERR_SHAPE
+                        : pr.count[PR_MISSING] ? ATTN_ERR_NOT_FOUND
+                                               : ATTN_ERR_INVALID_ARGUMENT,
                         "%s: '%.120s': %d problem%s: %s", fn, path, total, total == 1 ? "" : "s", msg);
         goto fail;
     }
@@ -454,8 +460,8 @@ fail:
     return st;
 }
 
-attn_status attn_checkpoint_load(const char *path, const attn_params *ps, attn_optimizer *opt,
-                                 attn_train_state *state, attn_safetensors **file) {
+attn_status attn_checkpoint_load(const char *path, const attn_params *ps, attn_optimizer *opt, attn_train_state *state,
+                                 attn_safetensors **file) {
     static const char fn[] = "attn_checkpoint_load";
     if (file) *file = NULL;
     ATTN_CHECK_NOT_NULL(fn, path);

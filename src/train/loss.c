@@ -29,23 +29,22 @@ attn_cross_entropy_config attn_cross_entropy_config_default(void) {
 
 static attn_status check_reduction(const char *fn, attn_reduction r) {
     if (r != ATTN_REDUCTION_MEAN && r != ATTN_REDUCTION_SUM && r != ATTN_REDUCTION_NONE)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: reduction %d is not mean (0), sum (1) or none (2)",
-                          fn, (int)r);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: reduction %d is not mean (0), sum (1) or none (2)", fn,
+                          (int)r);
     return ATTN_OK;
 }
 
 /* Checks shared by forward and backward; *count receives the number of rows not ignored. */
-static attn_status ce_check(const char *fn, const float *logits, const int64_t *targets, int64_t n,
-                            int64_t c, const attn_cross_entropy_config *cfg, const float *out,
-                            const char *out_name, int64_t *count) {
+static attn_status ce_check(const char *fn, const float *logits, const int64_t *targets, int64_t n, int64_t c,
+                            const attn_cross_entropy_config *cfg, const float *out, const char *out_name,
+                            int64_t *count) {
     if (n < 0 || c < 1)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: logits shape [%lld, %lld]: need N >= 0 and C >= 1",
-                          fn, (long long)n, (long long)c);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: logits shape [%lld, %lld]: need N >= 0 and C >= 1", fn,
+                          (long long)n, (long long)c);
     size_t elems, bytes;
     if (attn_mul_overflow((size_t)n, (size_t)c, &elems) || attn_mul_overflow(elems, sizeof(float), &bytes) ||
         elems > (size_t)INT64_MAX)
-        return attn_error(ATTN_ERR_OVERFLOW, "%s: logits shape [%lld, %lld] overflows", fn, (long long)n,
-                          (long long)c);
+        return attn_error(ATTN_ERR_OVERFLOW, "%s: logits shape [%lld, %lld] overflows", fn, (long long)n, (long long)c);
     attn_status st = check_reduction(fn, cfg->reduction);
     if (st) return st;
     const double eps = cfg->label_smoothing;
@@ -65,8 +64,7 @@ static attn_status ce_check(const char *fn, const float *logits, const int64_t *
             return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                               "%s: targets[%lld] = %lld is outside [0, %lld) (C = %lld classes) and is not "
                               "ignore_index %lld",
-                              fn, (long long)i, (long long)t, (long long)c, (long long)c,
-                              (long long)cfg->ignore_index);
+                              fn, (long long)i, (long long)t, (long long)c, (long long)c, (long long)cfg->ignore_index);
         k++;
     }
     *count = k;
@@ -107,8 +105,7 @@ static double ce_row(const float *x, int64_t c, int64_t t, double eps, int want_
 /* The shared driver: losses into loss (per row for none, else reduced), gradients with upstream
  * dloss (NULL = 1) into dx (nullable). */
 static void ce_run(const float *logits, const int64_t *targets, int64_t n, int64_t c,
-                   const attn_cross_entropy_config *cfg, int64_t count, float *loss,
-                   const float *dloss, float *dx) {
+                   const attn_cross_entropy_config *cfg, int64_t count, float *loss, const float *dloss, float *dx) {
     const attn_reduction red = cfg->reduction;
     const double eps = cfg->label_smoothing;
     const int want_loss = loss != NULL;
@@ -151,8 +148,8 @@ static attn_status ce_check_alias(const char *fn, const float *logits, const flo
     const size_t len = (size_t)n * (size_t)c;
     if (dlogits < logits + len && logits < dlogits + len)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: dlogits overlaps logits [%lld, %lld] without being the same buffer", fn,
-                          (long long)n, (long long)c);
+                          "%s: dlogits overlaps logits [%lld, %lld] without being the same buffer", fn, (long long)n,
+                          (long long)c);
     return ATTN_OK;
 }
 
@@ -171,8 +168,7 @@ attn_status attn_cross_entropy_forward(const float *logits, const int64_t *targe
 }
 
 attn_status attn_cross_entropy_backward(const float *logits, const int64_t *targets, int64_t n, int64_t c,
-                                        const attn_cross_entropy_config *cfg, const float *dloss,
-                                        float *dlogits) {
+                                        const attn_cross_entropy_config *cfg, const float *dloss, float *dlogits) {
     static const char fn[] = "attn_cross_entropy_backward";
     const attn_cross_entropy_config dflt = attn_cross_entropy_config_default();
     if (!cfg) cfg = &dflt;
@@ -187,8 +183,7 @@ attn_status attn_cross_entropy_backward(const float *logits, const int64_t *targ
 
 /* ---- MSE ---- */
 
-static attn_status mse_check(const char *fn, const float *input, const float *target, int64_t n,
-                             attn_reduction red) {
+static attn_status mse_check(const char *fn, const float *input, const float *target, int64_t n, attn_reduction red) {
     if (n < 0) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: n = %lld is negative", fn, (long long)n);
     size_t bytes;
     if (attn_mul_overflow((size_t)n, sizeof(float), &bytes))

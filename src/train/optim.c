@@ -55,8 +55,8 @@ void attn_tr_optimizer_config_str(const attn_optimizer *o, char *buf, size_t len
                  o->adamw.beta1, o->adamw.beta2, o->adamw.eps, o->adamw.weight_decay, o->adamw.amsgrad,
                  o->adamw.maximize);
     else
-        snprintf(buf, len, "momentum=%.17g dampening=%.17g weight_decay=%.17g nesterov=%d maximize=%d",
-                 o->sgd.momentum, o->sgd.dampening, o->sgd.weight_decay, o->sgd.nesterov, o->sgd.maximize);
+        snprintf(buf, len, "momentum=%.17g dampening=%.17g weight_decay=%.17g nesterov=%d maximize=%d", o->sgd.momentum,
+                 o->sgd.dampening, o->sgd.weight_decay, o->sgd.nesterov, o->sgd.maximize);
 }
 
 /* ---- creation ---- */
@@ -68,8 +68,8 @@ static attn_status opt_create(const char *fn, const attn_params *ps, attn_optimi
     for (size_t i = 0; i < n; i++) {
         const attn_param *p = attn_params_get(ps, i);
         if (!p->data || !p->grad)
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: parameter %zu '%s' has no %s buffer", fn, i,
-                              p->name, p->data ? "gradient" : "data");
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: parameter %zu '%s' has no %s buffer", fn, i, p->name,
+                              p->data ? "gradient" : "data");
         if (attn_add_overflow(total, p->numel, &total))
             return attn_error(ATTN_ERR_OVERFLOW, "%s: total parameter count overflows", fn);
     }
@@ -89,8 +89,7 @@ static attn_status opt_create(const char *fn, const attn_params *ps, attn_optimi
     o->state = attn__calloc(floats ? floats : 1, sizeof(float));
     if (!o->numel || !o->wd || !o->slot || !o->state) {
         attn_optimizer_free(o);
-        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu floats of optimizer state", fn,
-                          floats);
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu floats of optimizer state", fn, floats);
     }
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
@@ -138,8 +137,8 @@ attn_status attn_sgd_create(const attn_params *ps, const attn_sgd_config *cfg, a
                           c.momentum, c.weight_decay, c.dampening);
     if (c.nesterov && (c.momentum <= 0.0 || c.dampening != 0.0))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)", fn,
-                          c.momentum, c.dampening);
+                          "%s: nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)", fn, c.momentum,
+                          c.dampening);
     static const char *const names[1] = {"momentum_buffer"};
     attn_status st = opt_create(fn, ps, ATTN_OPTIMIZER_SGD, c.momentum != 0.0 ? 1 : 0, names, c.weight_decay, out);
     if (st) return st;
@@ -193,20 +192,21 @@ attn_status attn_optimizer_state(const attn_optimizer *o, size_t param_index, co
 attn_status attn_tr_opt_check_params(const char *fn, const attn_optimizer *o) {
     const size_t n = attn_params_count(o->ps);
     if (n != o->n)
-        return attn_error(ATTN_ERR_SHAPE, "%s: the parameter list has %zu parameters, the optimizer was created for %zu",
-                          fn, n, o->n);
+        return attn_error(ATTN_ERR_SHAPE,
+                          "%s: the parameter list has %zu parameters, the optimizer was created for %zu", fn, n, o->n);
     for (size_t i = 0; i < n; i++) {
         const attn_param *p = attn_params_get(o->ps, i);
         if (p->numel != o->numel[i] || !p->data || !p->grad)
-            return attn_error(ATTN_ERR_SHAPE, "%s: parameter %zu '%s' has %zu elements (buffers %s), the optimizer "
-                              "was created for %zu", fn, i, p->name, p->numel,
-                              p->data && p->grad ? "present" : "missing", o->numel[i]);
+            return attn_error(ATTN_ERR_SHAPE,
+                              "%s: parameter %zu '%s' has %zu elements (buffers %s), the optimizer "
+                              "was created for %zu",
+                              fn, i, p->name, p->numel, p->data && p->grad ? "present" : "missing", o->numel[i]);
     }
     return ATTN_OK;
 }
 
-static void sgd_range(const attn_sgd_config *c, float *p, const float *gr, float *buf, size_t lo, size_t hi,
-                      double lr, double wd, int first) {
+static void sgd_range(const attn_sgd_config *c, float *p, const float *gr, float *buf, size_t lo, size_t hi, double lr,
+                      double wd, int first) {
     const double mu = c->momentum, damp = 1.0 - c->dampening;
     const double sign = c->maximize ? -1.0 : 1.0;
     for (size_t e = lo; e < hi; e++) {
@@ -231,14 +231,21 @@ static void opt_update(attn_optimizer *o, double lr) {
         if (o->kind == ATTN_OPTIMIZER_ADAMW) {
             const attn_adamw_config *c = &o->adamw;
             float *m = o->slot[i], *v = o->slot[o->n + i], *vmax = c->amsgrad ? o->slot[2 * o->n + i] : NULL;
-            const attn_adamw_coef coef = {c->maximize ? -1.0 : 1.0, 1.0 - lr * o->wd[i], c->beta1, 1.0 - c->beta1,
-                                          c->beta2, 1.0 - c->beta2, lr / (1.0 - pow(c->beta1, t)),
-                                          sqrt(1.0 - pow(c->beta2, t)), c->eps};
+            const attn_adamw_coef coef = {c->maximize ? -1.0 : 1.0,
+                                          1.0 - lr * o->wd[i],
+                                          c->beta1,
+                                          1.0 - c->beta1,
+                                          c->beta2,
+                                          1.0 - c->beta2,
+                                          lr / (1.0 - pow(c->beta1, t)),
+                                          sqrt(1.0 - pow(c->beta2, t)),
+                                          c->eps};
             const attn_ops_kernels *kr = attn_ops_active();
             TR_PARALLEL_FOR(nt)
             for (size_t k = 0; k < chunks; k++) {
                 const size_t lo = k * TR_CHUNK, hi = lo + TR_CHUNK < numel ? lo + TR_CHUNK : numel;
-                kr->adamw(p->data + lo, p->grad + lo, m + lo, v + lo, vmax ? vmax + lo : NULL, (int64_t)(hi - lo), &coef);
+                kr->adamw(p->data + lo, p->grad + lo, m + lo, v + lo, vmax ? vmax + lo : NULL, (int64_t)(hi - lo),
+                          &coef);
             }
         } else {
             float *buf = o->nslots ? o->slot[i] : NULL;
@@ -324,7 +331,8 @@ attn_status attn_tr_grad_sumsq(const char *fn, const attn_params *ps, double *su
         double part[TR_BLOCKS];
         const int nt = tr_threads(numel);
         TR_PARALLEL_FOR(nt)
-        for (int b = 0; b < TR_BLOCKS; b++) part[b] = sumsq_range(p->grad, tr_block_lo(numel, b), tr_block_lo(numel, b + 1));
+        for (int b = 0; b < TR_BLOCKS; b++)
+            part[b] = sumsq_range(p->grad, tr_block_lo(numel, b), tr_block_lo(numel, b + 1));
         for (int b = 0; b < TR_BLOCKS; b++) total += part[b];
     }
     *sumsq = total;
@@ -377,8 +385,7 @@ attn_status attn_grad_clip_norm(const attn_params *ps, double max_norm, double *
 attn_status attn_grad_scale(const attn_params *ps, double factor) {
     static const char fn[] = "attn_grad_scale";
     ATTN_CHECK_NOT_NULL(fn, ps);
-    if (!isfinite(factor))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: factor %g is not finite", fn, factor);
+    if (!isfinite(factor)) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: factor %g is not finite", fn, factor);
     const size_t n = attn_params_count(ps);
     for (size_t i = 0; i < n; i++) {
         const attn_param *p = attn_params_get(ps, i);
@@ -390,8 +397,7 @@ attn_status attn_grad_scale(const attn_params *ps, double factor) {
     return ATTN_OK;
 }
 
-attn_status attn_train_step(attn_optimizer *o, double lr, double max_norm, int64_t accum_steps,
-                            double *grad_norm) {
+attn_status attn_train_step(attn_optimizer *o, double lr, double max_norm, int64_t accum_steps, double *grad_norm) {
     static const char fn[] = "attn_train_step";
     ATTN_CHECK_NOT_NULL(fn, o);
     if (accum_steps < 1)
@@ -408,7 +414,8 @@ attn_status attn_train_step(attn_optimizer *o, double lr, double max_norm, int64
     if (!isfinite(n))
         return attn_error(ATTN_ERR_NUMERIC,
                           "%s: the gradient norm is %g at optimizer step %lld: step skipped, parameters, "
-                          "gradients and optimizer state unchanged", fn, n, (long long)o->steps + 1);
+                          "gradients and optimizer state unchanged",
+                          fn, n, (long long)o->steps + 1);
     double s = 1.0 / (double)accum_steps;
     if (max_norm > 0.0) {
         const double c = max_norm / (n + 1e-6);

@@ -44,15 +44,15 @@ static inline int tr_threads(int64_t work_floats) {
 struct attn_optimizer {
     attn_optimizer_kind kind;
     const attn_params *ps;
-    size_t n;               /* parameter count at creation */
-    size_t *numel;          /* [n] sizes at creation (checked at every step) */
-    double *wd;             /* [n] weight decay per parameter */
+    size_t n;      /* parameter count at creation */
+    size_t *numel; /* [n] sizes at creation (checked at every step) */
+    double *wd;    /* [n] weight decay per parameter */
     attn_adamw_config adamw;
     attn_sgd_config sgd;
     int nslots;
     const char *slot_name[TR_MAX_SLOTS];
-    float *state;           /* nslots x total floats, one allocation */
-    float **slot;           /* [nslots * n]: slot s of parameter i at slot[s * n + i] */
+    float *state; /* nslots x total floats, one allocation */
+    float **slot; /* [nslots * n]: slot s of parameter i at slot[s * n + i] */
     int64_t steps;
 };
 

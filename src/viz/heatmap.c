@@ -64,8 +64,8 @@ static attn_status check(const char *fn, FILE *f, const attn_viz_heatmap *h) {
         return attn_error(ATTN_ERR_SHAPE, "%s: rows = %lld, cols = %lld must be in [1, 2^20]", fn, (long long)h->rows,
                           (long long)h->cols);
     if (!isfinite(h->vmin) || !isfinite(h->vmax) || !(h->vmin < h->vmax))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: the colour scale vmin = %g, vmax = %g needs finite vmin < vmax",
-                          fn, h->vmin, h->vmax);
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: the colour scale vmin = %g, vmax = %g needs finite vmin < vmax", fn, h->vmin, h->vmax);
     if (h->cell_px < 0 || h->cell_px > 1000)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: cell_px = %d must be in [0, 1000]", fn, h->cell_px);
     return ATTN_OK;
@@ -94,9 +94,11 @@ static attn_status write_svg(const char *fn, FILE *f, const attn_viz_heatmap *h)
     snprintf(vmin_s, sizeof vmin_s, "%g", h->vmin);
     snprintf(vmax_s, sizeof vmax_s, "%g", h->vmax);
     int64_t width = left + mw + 110, height = top + mh + (h->caption ? 50 : 30);
-    const int64_t bar_end = bx + 22 + (int64_t)(7.2 * (double)(strlen(vmin_s) > strlen(vmax_s) ? strlen(vmin_s) : strlen(vmax_s))) + 10;
+    const int64_t bar_end =
+        bx + 22 + (int64_t)(7.2 * (double)(strlen(vmin_s) > strlen(vmax_s) ? strlen(vmin_s) : strlen(vmax_s))) + 10;
     if (bar_end > width) width = bar_end;
-    if (h->title && 20 + (int64_t)(8.5 * (double)text_len(h->title)) > width) width = 20 + (int64_t)(8.5 * (double)text_len(h->title));
+    if (h->title && 20 + (int64_t)(8.5 * (double)text_len(h->title)) > width)
+        width = 20 + (int64_t)(8.5 * (double)text_len(h->title));
     if (h->caption && 20 + (int64_t)(7.0 * (double)text_len(h->caption)) > width)
         width = 20 + (int64_t)(7.0 * (double)text_len(h->caption));
     fprintf(f,
@@ -129,10 +131,13 @@ static attn_status write_svg(const char *fn, FILE *f, const attn_viz_heatmap *h)
     for (int64_t j = 0; j < C; j++) {
         const long long x = (long long)(left + j * cell + cell / 2), y = (long long)(top - 10);
         if (rotate_cols)
-            fprintf(f, "<text class=\"col\" x=\"%lld\" y=\"%lld\" font-size=\"%d\" text-anchor=\"start\" "
-                       "dominant-baseline=\"middle\" transform=\"rotate(-90 %lld %lld)\">", x, y, font, x, y);
+            fprintf(f,
+                    "<text class=\"col\" x=\"%lld\" y=\"%lld\" font-size=\"%d\" text-anchor=\"start\" "
+                    "dominant-baseline=\"middle\" transform=\"rotate(-90 %lld %lld)\">",
+                    x, y, font, x, y);
         else
-            fprintf(f, "<text class=\"col\" x=\"%lld\" y=\"%lld\" font-size=\"%d\" text-anchor=\"middle\">", x, y, font);
+            fprintf(f, "<text class=\"col\" x=\"%lld\" y=\"%lld\" font-size=\"%d\" text-anchor=\"middle\">", x, y,
+                    font);
         attn_viz_write_escaped(f, label(h->col_labels, j, buf, sizeof buf));
         fputs("</text>\n", f);
     }

@@ -14,7 +14,8 @@ static attn_status rollout(const char *fn, const float *const *w, const int64_t 
     if ((uint64_t)n > ((uint64_t)1 << 15))
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: n = %lld is too large for an n x n rollout", fn, (long long)n);
     const size_t nn = (size_t)n * (size_t)n;
-    double *r = attn__malloc(sizeof(double) * nn), *a = attn__malloc(sizeof(double) * nn), *t = attn__malloc(sizeof(double) * nn);
+    double *r = attn__malloc(sizeof(double) * nn), *a = attn__malloc(sizeof(double) * nn),
+           *t = attn__malloc(sizeof(double) * nn);
     attn_status st = ATTN_OK;
     if (!r || !a || !t) {
         st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: no memory for 3 x %lld x %lld doubles", fn, (long long)n,
@@ -33,8 +34,9 @@ static attn_status rollout(const char *fn, const float *const *w, const int64_t 
                 double *row = a + (size_t)i * (size_t)n, sum = 0;
                 for (int64_t j = 0; j < n; j++) {
                     if (!isfinite(row[j])) {
-                        st = attn_error(ATTN_ERR_NUMERIC, "%s: %s: a non-finite weight at batch %lld, query %lld, key %lld",
-                                        fn, names ? names[l] : "", (long long)b, (long long)i, (long long)j);
+                        st = attn_error(ATTN_ERR_NUMERIC,
+                                        "%s: %s: a non-finite weight at batch %lld, query %lld, key %lld", fn,
+                                        names ? names[l] : "", (long long)b, (long long)i, (long long)j);
                         goto done;
                     }
                     row[j] = row[j] / (double)H + (i == j);
@@ -104,14 +106,14 @@ attn_status attn_viz_rollout_records(const attn_capture_record *records, size_t 
             return attn_error(ATTN_ERR_SHAPE, "%s: %s: holds heads %lld..%lld of %lld; rollout needs every head", fn,
                               name, (long long)r->head0, (long long)(r->head0 + r->heads - 1), (long long)r->num_heads);
         if (r->row0 != 0 || r->rows != r->nq)
-            return attn_error(ATTN_ERR_SHAPE, "%s: %s: holds query rows %lld..%lld of %lld; rollout needs every row", fn,
-                              name, (long long)r->row0, (long long)(r->row0 + r->rows - 1), (long long)r->nq);
+            return attn_error(ATTN_ERR_SHAPE, "%s: %s: holds query rows %lld..%lld of %lld; rollout needs every row",
+                              fn, name, (long long)r->row0, (long long)(r->row0 + r->rows - 1), (long long)r->nq);
         if (r->nq != r->nk)
             return attn_error(ATTN_ERR_SHAPE, "%s: %s: weights %lld x %lld are not a self-attention's (square)", fn,
                               name, (long long)r->nq, (long long)r->nk);
         if (r->batch != batch || r->nk != n || batch < 1 || n < 1)
-            return attn_error(ATTN_ERR_SHAPE, "%s: %s: batch %lld, n %lld differ from %s's batch %lld, n %lld", fn, name,
-                              (long long)r->batch, (long long)r->nk, records[0].module ? records[0].module : "",
+            return attn_error(ATTN_ERR_SHAPE, "%s: %s: batch %lld, n %lld differ from %s's batch %lld, n %lld", fn,
+                              name, (long long)r->batch, (long long)r->nk, records[0].module ? records[0].module : "",
                               (long long)batch, (long long)n);
     }
     const float **w = attn__malloc(sizeof(*w) * count);

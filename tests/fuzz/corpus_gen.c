@@ -105,12 +105,15 @@ static void safetensors_corpus(void) {
     free(buf);
     /* an empty header, and hand-written headers the writer would never produce */
     put_st("empty.safetensors", "{}", "");
-    put_st("overlap.bin", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                          "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "abcd");
-    put_st("gap.bin", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                      "\"b\":{\"dtype\":\"I8\",\"shape\":[1],\"data_offsets\":[5,6]}}", "abcdef");
-    put_st("overflow.bin", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,0]}}",
-           "");
+    put_st("overlap.bin",
+           "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+           "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+           "abcd");
+    put_st("gap.bin",
+           "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+           "\"b\":{\"dtype\":\"I8\",\"shape\":[1],\"data_offsets\":[5,6]}}",
+           "abcdef");
+    put_st("overflow.bin", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,0]}}", "");
     put_st("meta_only.safetensors", "{\"__metadata__\":{\"k\":\"v\",\"k2\":\"\\u0000\"}}", "");
     put_st("bad_dtype.bin", "{\"a\":{\"dtype\":\"F33\",\"shape\":[],\"data_offsets\":[0,4]}}", "abcd");
 }

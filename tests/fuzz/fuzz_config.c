@@ -32,10 +32,10 @@ static void readers(const attn_json *obj) {
     require_error_set(attn_nn_json_mha_config(obj, ignore, &mc));
     require_error_set(attn_nn_json_seed_attention_config(obj, "sparse_attention", "window_size", ignore, &mc));
     require_error_set(attn_nn_json_seed_attention_config(obj, "seed", NULL, ignore, &mc));
-    require_error_set(attn_nn_json_seed_kernel_config(obj, "linear_attention", ATTN_ATTENTION_LINEAR, ignore, &mc,
-                                                      &causal));
-    require_error_set(attn_nn_json_seed_kernel_config(obj, "performer_attention", ATTN_ATTENTION_PERFORMER, ignore,
-                                                      &mc, &causal));
+    require_error_set(
+        attn_nn_json_seed_kernel_config(obj, "linear_attention", ATTN_ATTENTION_LINEAR, ignore, &mc, &causal));
+    require_error_set(
+        attn_nn_json_seed_kernel_config(obj, "performer_attention", ATTN_ATTENTION_PERFORMER, ignore, &mc, &causal));
     require_error_set(attn_nn_json_local_global_config(obj, ignore, &lg));
     require_error_set(attn_nn_json_layer_config(obj, "layer", ignore, &lc));
     require_error_set(attn_nn_json_stack_config(obj, "encoder", "encoder_layer", ignore, &sc));
@@ -52,8 +52,8 @@ static int layer_small(const attn_layer_config *c) { return in(c->d_model, 64) &
  * the create would stop at the same reader (already run on it above), and a reader run with
  * another ignore list than the create's must not let a large module through. */
 static int small_module(const attn_json *root) {
-    static const char *const ignore[] = {"module", "need_weights", "average_attn_weights", "is_causal",
-                                         "src_is_causal", "tgt_is_causal", "memory_is_causal", NULL};
+    static const char *const ignore[] = {"module",        "need_weights",  "average_attn_weights", "is_causal",
+                                         "src_is_causal", "tgt_is_causal", "memory_is_causal",     NULL};
     const char *name = attn_json_as_string(attn_json_get(root, "module"), NULL);
     if (!name) return 1;
     attn_mha_config mc;
@@ -70,8 +70,8 @@ static int small_module(const attn_json *root) {
         return !attn_nn_json_seed_attention_config(root, name, "window_size", ignore, &mc) && in(mc.embed_dim, 64);
     if (!strcmp(name, "linear_attention") || !strcmp(name, "performer_attention"))
         return !attn_nn_json_seed_kernel_config(root, name,
-                                               name[0] == 'l' ? ATTN_ATTENTION_LINEAR : ATTN_ATTENTION_PERFORMER,
-                                               ignore, &mc, &causal) &&
+                                                name[0] == 'l' ? ATTN_ATTENTION_LINEAR : ATTN_ATTENTION_PERFORMER,
+                                                ignore, &mc, &causal) &&
                (in(mc.embed_dim, 64) && in(mc.attention.num_features, 256));
     if (!strcmp(name, "local_global_attention"))
         return !attn_nn_json_local_global_config(root, ignore, &lg) && in(lg.d_model, 64);
@@ -79,7 +79,7 @@ static int small_module(const attn_json *root) {
         return !attn_nn_json_layer_config(root, name, ignore, &lc) && layer_small(&lc);
     if (!strcmp(name, "transformer_encoder") || !strcmp(name, "transformer_decoder"))
         return !attn_nn_json_stack_config(root, name, name[12] == 'e' ? "encoder_layer" : "decoder_layer", ignore,
-                                         &sc) &&
+                                          &sc) &&
                (layer_small(&sc.layer) && in(sc.num_layers, 2));
     if (!strcmp(name, "transformer"))
         return !attn_nn_json_transformer_config(root, ignore, &tc) &&
