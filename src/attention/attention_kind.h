@@ -91,9 +91,4 @@ const attn_kind_ops *attn_kind_ops_get(attn_attention_kind kind);
  * (test_attention_kinds runs it). */
 attn_status attn_kind_table_check(void);
 
-/* The rows, defined in each kind's own file. */
-extern const attn_kind_ops attn_kind_flash, attn_kind_window;
-extern const attn_kind_ops attn_kind_local_global;
-extern const attn_kind_ops attn_kind_linear, attn_kind_performer;
-
 #endif

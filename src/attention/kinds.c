@@ -5,6 +5,11 @@
 #include "attention/attention_kind.h"
 #include "core/internal.h"
 
+/* The rows, each defined in its kind's own file (a new kind: its file, its enum value in
+ * attn/attention.h, and one line here and one in the table). */
+extern const attn_kind_ops attn_kind_flash, attn_kind_window, attn_kind_local_global, attn_kind_linear,
+    attn_kind_performer;
+
 /* Indexed by the enum: a row's place is its kind's value, whatever the order written here. */
 static const attn_kind_ops *const kinds[] = {
     [ATTN_ATTENTION_FLASH] = &attn_kind_flash,
