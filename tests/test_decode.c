@@ -250,7 +250,7 @@ int main(void) {
         {2, 4, 2, 262, 40, 200, 0, 0, 0, -1, 0, 0},
         {1, 3, 3, 301, 144, 130, 1, 0, 0, -1, 0, 1},
     };
-    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+    FOR_EACH_ISA(isa) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         CHECK(!strcmp(attn_kernel_ctx_active()->decode->name, attn_isa_name((attn_isa)isa)),
               "decode kernels %s under %s", attn_kernel_ctx_active()->decode->name, attn_isa_name((attn_isa)isa));

@@ -80,7 +80,7 @@ int main(void) {
               !!(f & ATTN_CPU_AMX_BF16) == !!strstr(s, "amx-bf16"),
           "feature bits %#x disagree with '%s'", f, s);
     printf("  features %#x: %s; detected ISA %s\n", f, s, attn_isa_name(attn_detected_isa()));
-    for (int isa = 0; isa <= (int)attn_detected_isa(); isa++) {
+    FOR_EACH_ISA(isa) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         const attn_kernel_ctx *c = attn_kernel_ctx_active();
         CHECK(c == attn_kernel_ctx_active() && c == attn_kernel_ctx_for((attn_isa)isa), "%s: context not shared",

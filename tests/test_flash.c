@@ -256,7 +256,7 @@ static void run_case(const fcase *c, test_rng *r) {
     CHECK_OK(attn_sdpa_backward(&in.tq, &in.tk, &in.tv, &in.p, &in.tgo, &tdq, &tdk, &tdv, ws, wsb));
     free(ws);
     printf("  %-24s", c->name);
-    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+    FOR_EACH_ISA(isa) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         fresult f;
         run_flash(c, &in, &f);

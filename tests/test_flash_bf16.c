@@ -289,7 +289,7 @@ static void check_fixture(void) {
         for (size_t i = 0; i < cnt; i++) refd[i] = ref[i];
         printf("  %-32s torch %.2e |", cname ? cname : "?", (double)terr[0]);
         float *first = NULL;
-        for (int isa = 0; isa <= (int)attn_detected_isa(); isa++) {
+        FOR_EACH_ISA(isa) {
             attn_force_isa((attn_isa)isa);
             float *o32 = run_bf16(&c, 0, 0), *o16 = run_bf16(&c, 1, 0);
             const double e32 = rel_err_fd(o32, refd, cnt), e16 = rel_err_fd(o16, refd, cnt);

@@ -322,8 +322,7 @@ static void test_errors(void) {
 int main(void) {
     rng = rng_seeded(20240611);
     printf("test_gemm: seed %llu\n", (unsigned long long)rng.s);
-    attn_isa best = attn_detected_isa();
-    for (int isa = ATTN_ISA_REF; isa <= (int)best; isa++) {
+    FOR_EACH_ISA(isa) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         const attn_gemm_arch *ar = attn_gemm_arch_active();
         CHECK(!strcmp(ar->name, attn_isa_name((attn_isa)isa)), "gemm dispatch: active arch %s for forced %s", ar->name,
@@ -333,7 +332,7 @@ int main(void) {
         test_isa();
         test_threads(isa == ATTN_ISA_REF ? 4 : 1);
     }
-    CHECK_OK(attn_force_isa(best));
+    CHECK_OK(attn_force_isa(attn_detected_isa()));
     test_ref();
     test_errors();
     return test_summary("test_gemm");

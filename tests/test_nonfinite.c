@@ -144,7 +144,7 @@ static void test_parity(void) {
     const char *nc = attn_safetensors_metadata_find(st, "cases");
     const int n = nc ? atoi(nc) : 0;
     CHECK(n >= 30, "fixture has %d cases", n);
-    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+    FOR_EACH_ISA(isa) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         int nonfinite = 0;
         for (int ci = 0; ci < n; ci++) parity_case(st, ci, (attn_isa)isa, &nonfinite);
@@ -197,7 +197,7 @@ static void test_ops(void) {
     float x[R * N], y[R * N], gam[N], bet[N];
     double ref[R * N];
     char ctx[96];
-    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+    FOR_EACH_ISA(isa) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         const char *in = attn_isa_name((attn_isa)isa);
         for (int rep = 0; rep < 4; rep++) {
@@ -338,7 +338,7 @@ static void test_sdpa(void) {
                       attn_flash_workspace_size(&tqb, &tkb, &tvb);
     void *w = xmalloc(ws);
     /* where: 0 q, 1 k, 2 v, 3 additive mask, 4 a key hidden by the boolean mask (k and v) */
-    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+    FOR_EACH_ISA(isa) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         for (int where = 0; where < 5; where++)
             for (int sp = 0; sp < (where == 3 ? 4 : 3); sp++) /* 3e38 only as a mask: q.k overflows float */
@@ -455,7 +455,7 @@ static void test_sdpa_backward(void) {
     void *w = xmalloc(ws);
     static const char *const names[] = {"q", "k", "v", "dout", "float mask"};
     /* where: 0 q, 1 k, 2 v, 3 dout, 4 additive mask */
-    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+    FOR_EACH_ISA(isa) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         for (int where = 0; where < 5; where++)
             for (int sp = 0; sp < 3; sp++)
@@ -550,7 +550,7 @@ static void test_linear(void) {
     attn_tensor tq = attn_tensor_4d(q, 1, LH, LN, LD), tk = attn_tensor_4d(k, 1, LH, LN, LD),
                 tv = attn_tensor_4d(v, 1, LH, LN, LDV), to = attn_tensor_4d(out, 1, LH, LN, LDV);
     char ctx[128];
-    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+    FOR_EACH_ISA(isa) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         const size_t ws = attn_linear_attention_workspace_size(&tq, &tk, &tv);
         void *w = xmalloc(ws);

@@ -789,7 +789,7 @@ int main(void) {
     printf("test_ops: seed %llu, ISAs ref..%s, features %s\n", (unsigned long long)rng.s, attn_isa_name(best),
            attn_cpu_features());
     test_errors();
-    for (int i = ATTN_ISA_REF; i <= (int)best; i++) {
+    FOR_EACH_ISA(i) {
         attn_isa isa = (attn_isa)i;
         CHECK_OK(attn_force_isa(isa));
         test_softmax(isa, &rng);

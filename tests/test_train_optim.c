@@ -569,7 +569,7 @@ static void test_adamw_isas(void) {
             memcpy(ref, in, sizeof(float) * (size_t)n);
             memcpy(ref + n, in + 2 * n, sizeof(float) * 3 * (size_t)n);
             attn_adamw_ref(ref, in + n, ref + n, ref + 2 * n, amsgrad ? ref + 3 * n : NULL, n, &c);
-            for (int isa = ATTN_ISA_REF + 1; isa <= (int)attn_detected_isa(); isa++) {
+            FOR_EACH_ISA(isa) if (isa != ATTN_ISA_REF) {
                 memcpy(got, in, sizeof(float) * (size_t)n);
                 memcpy(got + n, in + 2 * n, sizeof(float) * 3 * (size_t)n);
                 attn_kernel_ctx_for((attn_isa)isa)

@@ -115,7 +115,7 @@ static void check_context(void) {
                   want.l3 == cs->l3,
               "ATTN_CACHE=%s not applied", env);
     }
-    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+    FOR_EACH_ISA(isa) {
         const attn_gemm_arch *g = attn_kernel_ctx_for((attn_isa)isa)->gemm;
         const attn_gemm_arch want = attn_gemm_arch_blocked(attn_kernel_ctx_for((attn_isa)isa)->gemm_base, cs);
         CHECK(g->kc == want.kc && g->mc == want.mc && g->nc == want.nc, "%s context: KC %d MC %d NC %d, want %d %d %d",
@@ -127,7 +127,7 @@ static void check_context(void) {
 /* SGEMM under this process's blocking against float64, threads 1..3 bitwise. */
 static void check_sgemm(test_rng *rng) {
     static const int64_t shapes[][3] = {{37, 1100, 900}, {3000, 70, 413}, {129, 2100, 385}, {1, 1500, 800}};
-    for (int isa = ATTN_ISA_REF; isa <= (int)attn_detected_isa(); isa++) {
+    FOR_EACH_ISA(isa) {
         CHECK_OK(attn_force_isa((attn_isa)isa));
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];

@@ -41,6 +41,16 @@ static int test_passed, test_failed;
               attn_status_str(st_), attn_status_str(want), attn_last_error());                                         \
     } while (0)
 
+/* Does this CPU run the ISA registry's row isa? Kernel tests loop over those rows (FOR_EACH_ISA),
+ * so a new ISA is tested against the reference wherever it runs, with no test edited. */
+static inline int test_isa_runs(int isa) {
+    attn_isa_desc d;
+    return attn_isa_describe((attn_isa)isa, &d) == ATTN_OK && d.runnable;
+}
+#define FOR_EACH_ISA(isa)                                                                                              \
+    for (int isa = 0; isa < ATTN_ISA_COUNT; isa++)                                                                     \
+        if (test_isa_runs(isa))
+
 static inline int test_summary(const char *name) {
     printf("%s: %d passed, %d failed\n", name, test_passed, test_failed);
     return test_failed ? 1 : 0;
