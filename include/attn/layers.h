@@ -46,7 +46,12 @@ ATTN_API attn_status attn_linear_backward(const float *x, const float *weight, c
  * nn.Transformer the decoder's layers follow the encoder's (offset + 8 (num_encoder_layers + l)).
  * Initialisation as PyTorch: nn.Linear / MultiheadAttention defaults inside layers and stacks;
  * nn.Transformer re-initialises every matrix with xavier_uniform (its _reset_parameters). */
-typedef enum attn_activation { ATTN_ACTIVATION_RELU = 0, ATTN_ACTIVATION_GELU = 1 } attn_activation;
+/* GELU_TANH: GELU's tanh approximation (F.gelu(approximate="tanh"), Hugging Face's "gelu_new"). */
+typedef enum attn_activation {
+    ATTN_ACTIVATION_RELU = 0,
+    ATTN_ACTIVATION_GELU = 1,
+    ATTN_ACTIVATION_GELU_TANH = 2
+} attn_activation;
 
 typedef struct attn_layer_config {
     int64_t d_model, nhead;

@@ -53,8 +53,9 @@ attn_status attn_nn_layer_check_config(const char *fn, const attn_layer_config *
                           (long long)c->dim_feedforward);
     if (!(c->dropout >= 0 && c->dropout <= 1))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: dropout must be in [0, 1] (got %g)", fn, (double)c->dropout);
-    if (c->activation != ATTN_ACTIVATION_RELU && c->activation != ATTN_ACTIVATION_GELU)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: activation %d is neither relu nor gelu", fn,
+    if (c->activation != ATTN_ACTIVATION_RELU && c->activation != ATTN_ACTIVATION_GELU &&
+        c->activation != ATTN_ACTIVATION_GELU_TANH)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: activation %d is neither relu, gelu nor gelu_tanh", fn,
                           (int)c->activation);
     if (!(c->layer_norm_eps > 0) || !isfinite(c->layer_norm_eps))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: layer_norm_eps must be finite and > 0 (got %g)", fn,
@@ -408,16 +409,22 @@ static attn_status att_bwd(const layer_call *c, int k, const float *x, const flo
 
 /* ---- the feed-forward sublayer: f(z) = W2 dropout(act(W1 z + b1)) + b2 ---- */
 
-/* The activation (relu, or gelu in its exact erf form): g = act(h), and dg <- act'(h) dg. */
+/* The activation (relu, gelu in its exact erf form, or gelu's tanh approximation): g = act(h),
+ * and dg <- act'(h) dg. */
 static attn_status act_fwd(const layer_call *c, const float *h, float *g, int64_t n) {
-    attn_status st = c->L->cfg.activation == ATTN_ACTIVATION_GELU ? attn_gelu_forward(h, g, n, ATTN_GELU_ERF)
-                                                                  : attn_relu_forward(h, g, n);
+    attn_activation a = c->L->cfg.activation;
+    attn_status st = a == ATTN_ACTIVATION_RELU
+                         ? attn_relu_forward(h, g, n)
+                         : attn_gelu_forward(h, g, n, a == ATTN_ACTIVATION_GELU_TANH ? ATTN_GELU_TANH : ATTN_GELU_ERF);
     return st ? attn_nn_wrap_error(st, c->fn) : ATTN_OK;
 }
 
 static attn_status act_bwd(const layer_call *c, const float *h, float *dg, int64_t n) {
-    attn_status st = c->L->cfg.activation == ATTN_ACTIVATION_GELU ? attn_gelu_backward(h, dg, dg, n, ATTN_GELU_ERF)
-                                                                  : attn_relu_backward(h, dg, dg, n);
+    attn_activation a = c->L->cfg.activation;
+    attn_status st =
+        a == ATTN_ACTIVATION_RELU
+            ? attn_relu_backward(h, dg, dg, n)
+            : attn_gelu_backward(h, dg, dg, n, a == ATTN_ACTIVATION_GELU_TANH ? ATTN_GELU_TANH : ATTN_GELU_ERF);
     return st ? attn_nn_wrap_error(st, c->fn) : ATTN_OK;
 }
 
