@@ -5,6 +5,8 @@
 #                tensors, threads, status only: the registry of kernels lives in src/kernels);
 #   src/kernels  nothing of attention, nn, train, io (kernels know only core and each other);
 #   src/io       nothing of nn, train or attention, and not the umbrella attn.h;
+#   src/nn, src/attention, src/kernels, src/io, src/core  nothing of src/models (the Hugging Face
+#                families sit above the modules they are built from);
 #   tools/       only the public headers (attn/...) and tools' own (no path with a '/' but attn/).
 set(fails "")
 function(check dir pattern why)
@@ -26,6 +28,9 @@ check(src/kernels "\"(attention|nn|io|train|viz|dist)/" "src/kernels knows nothi
 check(src/kernels "\"attn/(attention|nn|mha|layers|model|train|viz|dist|gpt|vit|seq2seq|attn)\\.h\"" "src/kernels knows nothing of attention or above")
 check(src/io "\"(nn|train|attention|viz|dist)/" "src/io knows nothing of nn")
 check(src/io "\"attn/(attn|nn|mha|layers|model|train|gpt|vit|seq2seq)\\.h\"" "src/io knows nothing of nn")
+foreach(d src/nn src/attention src/kernels src/io src/core)
+  check(${d} "\"(models/|attn/pretrained\\.h\")" "only src/models and above know the Hugging Face families")
+endforeach()
 check(tools "\"[^\"]*/[^\"]*\"" "tools/ includes only public headers")
 # the rule above flags every path with a '/'; attn/ is the one allowed
 string(REGEX REPLACE "\n  tools/[^\n]*: *#[ \t]*include[ \t]*\"attn/[^\n]*" "" fails "${fails}")

@@ -12,6 +12,7 @@
 #include "train.h"
 #include "viz.h"
 #include "model.h"
+#include "pretrained.h"
 #include "image.h"
 #include "dist.h"
 #include "introspect.h"

@@ -1,0 +1,85 @@
+/* attn pretrained: a Hugging Face model folder opened as it is (config.json and safetensors
+ * weights, optionally sharded; sentence-transformers' modules), computing what transformers /
+ * sentence-transformers compute, in float32.
+ *
+ * Folder layout read by attn_pretrained_open(dir):
+ *   config.json                      model_type chooses the family (table below); its options are
+ *                                    checked: an unknown or unsupported one is an error naming it
+ *   model.safetensors                the weights, or
+ *   model.safetensors.index.json     {"weight_map": {tensor: shard file}} and the shard files
+ *   modules.json                     sentence-transformers: Transformer (the model, in dir or in
+ *                                    the module's path), Pooling (its path's config.json:
+ *                                    "pooling_mode" "mean" / "cls" / "max" (version >= 6), or
+ *                                    exactly one of pooling_mode_mean_tokens, _cls_token,
+ *                                    _max_tokens true) and an optional Normalize, in that order;
+ *                                    any other module or pooling mode is an error
+ *   sentence_bert_config.json        max_seq_length, else tokenizer_config.json's model_max_length
+ *                                    (where sentence-transformers >= 6 keeps it), capped by
+ *                                    max_position_embeddings: attn_pretrained_max_length
+ * Without modules.json, attn_pretrained_embed mean-pools the real tokens, without normalisation.
+ *
+ * Families (one row each of src/models/families.c; attn_pretrained_family_name(i) lists them):
+ *   "bert"  model_type "bert": BertModel (weights named embeddings.*, encoder.layer.N.*, pooler.*,
+ *           or the same under "bert." as BertFor* checkpoints save them; there, tensors outside
+ *           "bert." belong to the task's head and are ignored, as is the pooler). hidden_act gelu
+ *           (erf), gelu_new / gelu_pytorch_tanh (tanh approximation) or relu;
+ *           position_embedding_type absolute; no decoder options.
+ * Weights: F32, F16, BF16 or F64 tensors, converted to float32; every tensor the model needs must
+ * be present with the shape config.json implies, and every other tensor is an error ("missing" and
+ * "unexpected" names listed in the message). Every file is read as hostile: sizes are checked
+ * against the tensors and for overflow before anything is allocated; errors name the file and the
+ * key (attn_last_error()).
+ *
+ * Calls: ids [batch, seq] (row-major), lengths [batch]: row b's real tokens are its first
+ * lengths[b] positions (1 <= lengths[b] <= seq, <= max_position_embeddings), the rest padding whose
+ * ids are not read. An id outside [0, vocab) or a token type outside [0, type_vocab_size) at a real
+ * position is ATTN_ERR_INVALID_ARGUMENT naming the row and position. The model owns its workspace
+ * (grown as calls need): calls on one model must not run concurrently. Work is split as in the
+ * rest of the library: results are bitwise identical for any thread count. */
+#ifndef ATTN_PRETRAINED_H
+#define ATTN_PRETRAINED_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct attn_pretrained attn_pretrained;
+
+/* The families' names in table order, NULL past the last ("bert", ...). */
+ATTN_API const char *attn_pretrained_family_name(size_t i);
+
+ATTN_API attn_status attn_pretrained_open(const char *dir, attn_pretrained **out);
+ATTN_API void attn_pretrained_free(attn_pretrained *m);
+
+ATTN_API const char *attn_pretrained_family(const attn_pretrained *m); /* "bert" */
+ATTN_API int64_t attn_pretrained_hidden_size(const attn_pretrained *m);
+/* Width of attn_pretrained_embed's rows. */
+ATTN_API int64_t attn_pretrained_embedding_size(const attn_pretrained *m);
+/* The longest input the folder's files allow (see the layout above); attn reads the ids it is given
+ * up to max_position_embeddings: truncating to max_length is the tokenizer's job, as in
+ * sentence-transformers. */
+ATTN_API int64_t attn_pretrained_max_length(const attn_pretrained *m);
+ATTN_API int64_t attn_pretrained_vocab_size(const attn_pretrained *m);
+/* Whether embed pools: 0 mean, 1 CLS (first token), 2 max; and whether it L2-normalises. */
+ATTN_API int attn_pretrained_pooling(const attn_pretrained *m);
+ATTN_API int attn_pretrained_normalize(const attn_pretrained *m);
+
+/* The model's last hidden state (BertModel's last_hidden_state with attention_mask = position <
+ * lengths[b]): out [batch, seq, hidden]. token_type_ids [batch, seq] may be NULL (zeros). Padded
+ * positions of out are set to 0. */
+ATTN_API attn_status attn_pretrained_hidden_states(attn_pretrained *m, const int32_t *ids,
+                                                   const int32_t *token_type_ids, const int64_t *lengths,
+                                                   int64_t batch, int64_t seq, float *out);
+
+/* sentence-transformers' encode of these ids: the hidden states pooled over each row's real tokens,
+ * then L2-normalised when the folder has a Normalize module; out [batch, embedding_size]. Token
+ * types are zeros (as sentence-transformers' BERT tokenizers give for one sentence). */
+ATTN_API attn_status attn_pretrained_embed(attn_pretrained *m, const int32_t *ids, const int64_t *lengths,
+                                           int64_t batch, int64_t seq, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

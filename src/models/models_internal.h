@@ -1,0 +1,101 @@
+/* attn internal: Hugging Face model folders (src/models). hf_folder.c reads a folder's config.json
+ * and its safetensors weights (one file or shards) and checks the tensors' names, dtypes and
+ * shapes; families.c holds the table of model families; pretrained.c the public calls
+ * (include/attn/pretrained.h) and sentence-transformers' modules; each family (bert.c) builds its
+ * model from the library's modules. */
+#ifndef ATTN_MODELS_INTERNAL_H
+#define ATTN_MODELS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/pretrained.h"
+#include "attn/safetensors.h"
+#include "io/json.h"
+
+/* ---- a folder: its config.json and its weights ---- */
+typedef struct hf_folder {
+    char *dir;         /* the model's folder */
+    char *config_path; /* dir/config.json */
+    attn_json_doc *config_doc;
+    const attn_json *config; /* the root object */
+    attn_safetensors **shards;
+    char **shard_paths;
+    size_t n_shards;
+} hf_folder;
+
+/* dir + "/" + name, malloc'ed (NULL when out of memory). */
+char *attn_hf_path(const char *dir, const char *name);
+/* 1 when path is a regular file. */
+int attn_hf_is_file(const char *path);
+/* Read and parse a JSON file whose root must be of that type (errors name the file). */
+attn_status attn_hf_read_json(const char *path, attn_json_type type, attn_json_doc **doc, const attn_json **root);
+/* Open config.json and the weights of dir. */
+attn_status attn_hf_folder_open(const char *dir, hf_folder *f);
+void attn_hf_folder_close(hf_folder *f);
+
+/* config.json's keys; every error names the file and the key. A missing optional key takes def. */
+attn_status attn_hf_config_int(const hf_folder *f, const char *key, int required, int64_t def, int64_t lo, int64_t hi,
+                          int64_t *out);
+attn_status attn_hf_config_number(const hf_folder *f, const char *key, double def, double *out);
+attn_status attn_hf_config_string(const hf_folder *f, const char *key, const char *def, const char **out);
+attn_status attn_hf_config_bool(const hf_folder *f, const char *key, int def, int *out);
+/* The same for any JSON object read from the file `path`. */
+attn_status attn_hf_json_int(const attn_json *obj, const char *path, const char *key, int required, int64_t def, int64_t lo,
+                        int64_t hi, int64_t *out);
+attn_status attn_hf_json_bool(const attn_json *obj, const char *path, const char *key, int def, int *out);
+
+/* A tensor of the weights (NULL when absent); *shard (nullable) receives its shard's index. */
+const attn_safetensors_tensor *attn_hf_tensor(const hf_folder *f, const char *name, size_t *shard);
+size_t attn_hf_tensor_count(const hf_folder *f);
+const attn_safetensors_tensor *attn_hf_tensor_at(const hf_folder *f, size_t i, size_t *shard);
+
+/* One tensor a family needs: its name, the shape config.json implies (and the keys it comes
+ * from, for messages), and where its float32 copy goes. */
+typedef struct hf_need {
+    char *name;
+    int rank;
+    int64_t shape[2];
+    const char *keys; /* e.g. "vocab_size x hidden_size" */
+    float *dst;
+} hf_need;
+
+/* Check the weights against the needs: every need present (else ATTN_ERR_NOT_FOUND listing the
+ * missing ones and the tensors that are neither needed nor ignored, "unexpected"), of a float
+ * dtype (ATTN_ERR_UNSUPPORTED) and of its shape (ATTN_ERR_SHAPE). ignore(name) nullable. */
+attn_status attn_hf_check(const hf_folder *f, const hf_need *needs, size_t n, int (*ignore)(const char *name, void *ctx),
+                     void *ctx);
+/* Read every need into its dst (float32). */
+attn_status attn_hf_load(const hf_folder *f, const hf_need *needs, size_t n);
+
+/* ---- the model behind attn_pretrained ---- */
+typedef attn_status (*hf_hidden_fn)(void *impl, const int32_t *ids, const int32_t *token_type_ids,
+                                    const int64_t *lengths, int64_t batch, int64_t seq, float *out);
+
+struct attn_pretrained {
+    const char *family;
+    void *impl;
+    hf_hidden_fn hidden_states;
+    void (*free_impl)(void *impl);
+    int64_t hidden, vocab, max_positions, type_vocab;
+    int64_t max_length;
+    int pooling; /* 0 mean, 1 cls, 2 max */
+    int normalize;
+    float *buf; /* embed's hidden states */
+    size_t buf_floats;
+};
+
+/* ---- the family table (families.c) ---- */
+typedef struct hf_family {
+    const char *model_type; /* config.json's model_type */
+    const char *name;       /* attn_pretrained_family */
+    /* Build the model from an open folder: fill m's impl, hidden_states, free_impl and sizes. */
+    attn_status (*open)(const hf_folder *f, attn_pretrained *m);
+} hf_family;
+
+/* The row whose model_type is config.json's (ATTN_ERR_UNSUPPORTED naming it, and the known ones). */
+attn_status attn_hf_family_find(const hf_folder *f, const hf_family **out);
+
+attn_status attn_hf_bert_open(const hf_folder *f, attn_pretrained *m);
+
+#endif

@@ -1,0 +1,297 @@
+/* attn_pretrained (include/attn/pretrained.h): a Hugging Face folder opened through the family
+ * table, sentence-transformers' modules (modules.json, Pooling, Normalize, sentence_bert_config),
+ * the checks every call shares, and the pooling of attn_pretrained_embed. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/internal.h"
+#include "models_internal.h"
+
+/* sentence-transformers' modules: where the model is, how it pools, whether it normalises. */
+typedef struct st_modules {
+    char *model_dir; /* NULL: the folder itself */
+    char *pooling_dir;
+    int normalize;
+} st_modules;
+
+static void st_modules_free(st_modules *s) {
+    attn__free(s->model_dir);
+    attn__free(s->pooling_dir);
+}
+
+/* A module's path: relative, inside the folder (no "..", no leading '/'). */
+static int safe_relative(const char *p) {
+    if (p[0] == '/' || strcmp(p, "..") == 0 || strncmp(p, "../", 3) == 0 || strstr(p, "/../")) return 0;
+    size_t n = strlen(p);
+    return !(n >= 3 && strcmp(p + n - 3, "/..") == 0);
+}
+
+static int type_is(const char *type, const char *cls) {
+    size_t t = strlen(type), c = strlen(cls);
+    return t >= c && strcmp(type + t - c, cls) == 0 && (t == c || type[t - c - 1] == '.');
+}
+
+/* One entry of modules.json: {"idx", "name", "path", "type"}. */
+static attn_status st_module(const char *dir, const char *path, const attn_json *mod, size_t i, int *stage,
+                             st_modules *s) {
+    const char *type = attn_json_as_string(attn_json_get(mod, "type"), NULL);
+    const char *rel = attn_json_as_string(attn_json_get(mod, "path"), NULL);
+    if (!type || !rel || !safe_relative(rel))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: module %zu needs a string 'type' and a relative 'path' inside the folder", path, i);
+    int want = type_is(type, "Transformer") ? 0 : type_is(type, "Pooling") ? 1 : type_is(type, "Normalize") ? 2 : -1;
+    if (want < 0)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: module %zu: type '%.120s' is not supported (attn runs "
+                          "Transformer, Pooling and Normalize)", path, i, type);
+    if (want != *stage)
+        return attn_error(ATTN_ERR_UNSUPPORTED,
+                          "%s: module %zu: '%.120s' out of order (attn runs Transformer, Pooling, then Normalize)",
+                          path, i, type);
+    *stage = want + 1;
+    if (want == 2) {
+        s->normalize = 1;
+        return ATTN_OK;
+    }
+    char *full = rel[0] ? attn_hf_path(dir, rel) : attn__strdup(dir);
+    if (!full) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
+    if (want == 0)
+        s->model_dir = full;
+    else
+        s->pooling_dir = full;
+    return ATTN_OK;
+}
+
+static attn_status read_modules(const char *dir, st_modules *s) {
+    memset(s, 0, sizeof *s);
+    char *path = attn_hf_path(dir, "modules.json");
+    if (!path) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
+    attn_status st = ATTN_OK;
+    if (attn_hf_is_file(path)) {
+        attn_json_doc *doc = NULL;
+        const attn_json *root = NULL;
+        st = attn_hf_read_json(path, ATTN_JSON_ARRAY, &doc, &root);
+        int stage = 0;
+        for (size_t i = 0; !st && i < attn_json_count(root); i++) st = st_module(dir, path, attn_json_at(root, i), i,
+                                                                                  &stage, s);
+        if (!st && stage < 2)
+            st = attn_error(ATTN_ERR_UNSUPPORTED, "%s: needs a Transformer and a Pooling module", path);
+        attn_json_free(doc);
+    }
+    attn__free(path);
+    if (st) st_modules_free(s);
+    return st;
+}
+
+/* sentence-transformers >= 6: "pooling_mode": "mean" | "cls" | "max" (or a list of one). */
+static attn_status pooling_mode(const attn_json *v, const char *path, int *which) {
+    if (v->type == ATTN_JSON_ARRAY && attn_json_count(v) == 1) v = attn_json_at(v, 0);
+    const char *s = attn_json_as_string(v, NULL);
+    static const char *const names[] = {"mean", "cls", "max"};
+    for (int i = 0; s && i < 3; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *which = i;
+            return ATTN_OK;
+        }
+    return attn_error(ATTN_ERR_UNSUPPORTED, "%s: key 'pooling_mode' must be \"mean\", \"cls\" or \"max\"%s%.60s%s",
+                      path, s ? " (got \"" : " (got a ", s ? s : attn_json_type_name(v->type), s ? "\")" : ")");
+}
+
+/* Earlier versions: pooling_mode_mean_tokens, _cls_token, _max_tokens, exactly one true. */
+static attn_status pooling_flags(const attn_json *root, const char *path, int *which) {
+    static const char *const modes[] = {"pooling_mode_mean_tokens",          "pooling_mode_cls_token",
+                                        "pooling_mode_max_tokens",           "pooling_mode_mean_sqrt_len_tokens",
+                                        "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"};
+    int on = 0;
+    attn_status st = ATTN_OK;
+    for (int i = 0; !st && i < 6; i++) {
+        int v = 0;
+        st = attn_hf_json_bool(root, path, modes[i], 0, &v);
+        if (!st && v && i >= 3)
+            st = attn_error(ATTN_ERR_UNSUPPORTED, "%s: key '%s' is true (attn pools by mean, CLS token or max)",
+                            path, modes[i]);
+        if (v) on++, *which = i;
+    }
+    if (!st && on != 1)
+        st = attn_error(ATTN_ERR_UNSUPPORTED,
+                        "%s: exactly one of pooling_mode_mean_tokens, _cls_token, _max_tokens must be true (%d are)",
+                        path, on);
+    return st;
+}
+
+/* The Pooling module's config.json: mean, CLS or max, over a width that must be the hidden size. */
+static attn_status read_pooling(const char *pdir, attn_pretrained *m) {
+    char *path = attn_hf_path(pdir, "config.json");
+    if (!path) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
+    attn_json_doc *doc = NULL;
+    const attn_json *root = NULL;
+    attn_status st = attn_hf_read_json(path, ATTN_JSON_OBJECT, &doc, &root);
+    int which = 0, v6 = !st && attn_json_get(root, "pooling_mode");
+    if (!st) st = v6 ? pooling_mode(attn_json_get(root, "pooling_mode"), path, &which) : pooling_flags(root, path, &which);
+    int64_t width = 0;
+    if (!st)
+        st = attn_hf_json_int(root, path, v6 ? "embedding_dimension" : "word_embedding_dimension", 1, 0, m->hidden,
+                         m->hidden, &width);
+    if (!st) m->pooling = which;
+    attn_json_free(doc);
+    attn__free(path);
+    return st;
+}
+
+/* An optional JSON file's integer key, clamped to [1, hi]; a value that is no integer of int64 (a
+ * tokenizer's "no limit", 1e30) counts as hi. */
+static attn_status optional_limit(const char *dir, const char *file, const char *key, int64_t hi, int64_t *out) {
+    char *path = attn_hf_path(dir, file);
+    if (!path) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
+    attn_status st = ATTN_OK;
+    if (attn_hf_is_file(path)) {
+        attn_json_doc *doc = NULL;
+        const attn_json *root = NULL;
+        st = attn_hf_read_json(path, ATTN_JSON_OBJECT, &doc, &root);
+        const attn_json *v = st ? NULL : attn_json_get(root, key);
+        double x = 0;
+        if (v && !attn_json_is_null(v) && !attn_json_as_double(v, &x))
+            st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' must be a number (got %s)", path, key,
+                            attn_json_type_name(v->type));
+        else if (v && !attn_json_is_null(v) && x < 1)
+            st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s' must be >= 1 (got %s)", path, key, v->str);
+        else if (v && !attn_json_is_null(v))
+            *out = x < (double)hi ? (int64_t)x : hi;
+        attn_json_free(doc);
+    }
+    attn__free(path);
+    return st;
+}
+
+/* How many tokens the folder's sentence-transformers / tokenizer files let through:
+ * sentence_bert_config.json's max_seq_length, else tokenizer_config.json's model_max_length
+ * (sentence-transformers >= 6 keeps it there), never above max_position_embeddings. */
+static attn_status read_max_length(const char *mdir, attn_pretrained *m) {
+    int64_t st_len = 0, tok_len = 0;
+    attn_status st = optional_limit(mdir, "sentence_bert_config.json", "max_seq_length", m->max_positions, &st_len);
+    if (!st) st = optional_limit(mdir, "tokenizer_config.json", "model_max_length", m->max_positions, &tok_len);
+    m->max_length = st_len ? st_len : tok_len ? tok_len : m->max_positions;
+    return st;
+}
+
+attn_status attn_pretrained_open(const char *dir, attn_pretrained **out) {
+    const char *fn = "attn_pretrained_open";
+    ATTN_CHECK_NOT_NULL(fn, out);
+    *out = NULL;
+    ATTN_CHECK_NOT_NULL(fn, dir);
+    st_modules mods;
+    attn_status st = read_modules(dir, &mods);
+    if (st) return st;
+    const char *mdir = mods.model_dir ? mods.model_dir : dir;
+    hf_folder f;
+    st = attn_hf_folder_open(mdir, &f);
+    const hf_family *fam = NULL;
+    attn_pretrained *m = NULL;
+    if (!st) st = attn_hf_family_find(&f, &fam);
+    if (!st && !(m = attn__calloc(1, sizeof *m))) st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    if (!st) {
+        m->family = fam->name;
+        st = fam->open(&f, m);
+    }
+    if (!st && mods.pooling_dir) st = read_pooling(mods.pooling_dir, m);
+    if (!st) st = read_max_length(mdir, m);
+    if (!st) m->normalize = mods.normalize;
+    attn_hf_folder_close(&f);
+    st_modules_free(&mods);
+    if (st) {
+        attn_pretrained_free(m);
+        return st;
+    }
+    *out = m;
+    return ATTN_OK;
+}
+
+void attn_pretrained_free(attn_pretrained *m) {
+    if (!m) return;
+    if (m->free_impl) m->free_impl(m->impl);
+    attn__free(m->buf);
+    attn__free(m);
+}
+
+const char *attn_pretrained_family(const attn_pretrained *m) { return m ? m->family : NULL; }
+int64_t attn_pretrained_hidden_size(const attn_pretrained *m) { return m ? m->hidden : 0; }
+int64_t attn_pretrained_embedding_size(const attn_pretrained *m) { return m ? m->hidden : 0; }
+int64_t attn_pretrained_max_length(const attn_pretrained *m) { return m ? m->max_length : 0; }
+int64_t attn_pretrained_vocab_size(const attn_pretrained *m) { return m ? m->vocab : 0; }
+int attn_pretrained_pooling(const attn_pretrained *m) { return m ? m->pooling : 0; }
+int attn_pretrained_normalize(const attn_pretrained *m) { return m ? m->normalize : 0; }
+
+/* The checks every call shares: shapes, lengths, ids and token types at real positions. */
+static attn_status check_call(const char *fn, const attn_pretrained *m, const int32_t *ids, const int32_t *types,
+                              const int64_t *lengths, int64_t batch, int64_t seq, const float *out) {
+    ATTN_CHECK_NOT_NULL(fn, m);
+    ATTN_CHECK_NOT_NULL(fn, ids);
+    ATTN_CHECK_NOT_NULL(fn, lengths);
+    ATTN_CHECK_NOT_NULL(fn, out);
+    if (batch < 1 || seq < 1 || batch > INT64_MAX / seq || batch * seq > (int64_t)(SIZE_MAX / sizeof(float)) / m->hidden)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch %lld x seq %lld must be >= 1 and not overflow", fn,
+                          (long long)batch, (long long)seq);
+    for (int64_t b = 0; b < batch; b++) {
+        if (lengths[b] < 1 || lengths[b] > seq || lengths[b] > m->max_positions)
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                              "%s: lengths[%lld] = %lld must be in [1, min(seq %lld, max_position_embeddings %lld)]",
+                              fn, (long long)b, (long long)lengths[b], (long long)seq, (long long)m->max_positions);
+        for (int64_t t = 0; t < lengths[b]; t++) {
+            int32_t id = ids[b * seq + t];
+            if (id < 0 || id >= m->vocab)
+                return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: ids[%lld][%lld] = %d is outside [0, vocab_size %lld)",
+                                  fn, (long long)b, (long long)t, (int)id, (long long)m->vocab);
+            if (types && (types[b * seq + t] < 0 || types[b * seq + t] >= m->type_vocab))
+                return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                                  "%s: token_type_ids[%lld][%lld] = %d is outside [0, type_vocab_size %lld)", fn,
+                                  (long long)b, (long long)t, (int)types[b * seq + t], (long long)m->type_vocab);
+        }
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_pretrained_hidden_states(attn_pretrained *m, const int32_t *ids, const int32_t *token_type_ids,
+                                          const int64_t *lengths, int64_t batch, int64_t seq, float *out) {
+    attn_status st = check_call("attn_pretrained_hidden_states", m, ids, token_type_ids, lengths, batch, seq, out);
+    return st ? st : m->hidden_states(m->impl, ids, token_type_ids, lengths, batch, seq, out);
+}
+
+/* One row's pooled vector over its n real tokens h [n, H] (accumulated in double), normalised. */
+static void pool_row(const attn_pretrained *m, const float *h, int64_t n, float *out) {
+    int64_t H = m->hidden;
+    double norm = 0;
+    for (int64_t j = 0; j < H; j++) {
+        double v = h[j];
+        if (m->pooling == 0) {
+            for (int64_t t = 1; t < n; t++) v += h[t * H + j];
+            v /= (double)n;
+        } else if (m->pooling == 2) {
+            for (int64_t t = 1; t < n; t++) v = h[t * H + j] > v ? h[t * H + j] : v;
+        }
+        out[j] = (float)v;
+        norm += v * v;
+    }
+    if (!m->normalize) return;
+    norm = sqrt(norm);
+    if (norm < 1e-12) norm = 1e-12; /* F.normalize's eps */
+    for (int64_t j = 0; j < H; j++) out[j] = (float)(out[j] / norm);
+}
+
+attn_status attn_pretrained_embed(attn_pretrained *m, const int32_t *ids, const int64_t *lengths, int64_t batch,
+                                  int64_t seq, float *out) {
+    const char *fn = "attn_pretrained_embed";
+    attn_status st = check_call(fn, m, ids, NULL, lengths, batch, seq, out);
+    if (st) return st;
+    size_t need = (size_t)(batch * seq) * (size_t)m->hidden;
+    if (need > m->buf_floats) {
+        float *b = attn__realloc(m->buf, need * sizeof(float));
+        if (!b) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory (%zu floats)", fn, need);
+        m->buf = b;
+        m->buf_floats = need;
+    }
+    st = m->hidden_states(m->impl, ids, NULL, lengths, batch, seq, m->buf);
+    if (st) return st;
+    for (int64_t b = 0; b < batch; b++) pool_row(m, m->buf + b * seq * m->hidden, lengths[b], out + b * m->hidden);
+    return ATTN_OK;
+}
