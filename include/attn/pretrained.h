@@ -70,8 +70,8 @@ ATTN_API int attn_pretrained_normalize(const attn_pretrained *m);
  * lengths[b]): out [batch, seq, hidden]. token_type_ids [batch, seq] may be NULL (zeros). Padded
  * positions of out are set to 0. */
 ATTN_API attn_status attn_pretrained_hidden_states(attn_pretrained *m, const int32_t *ids,
-                                                   const int32_t *token_type_ids, const int64_t *lengths,
-                                                   int64_t batch, int64_t seq, float *out);
+                                                   const int32_t *token_type_ids, const int64_t *lengths, int64_t batch,
+                                                   int64_t seq, float *out);
 
 /* sentence-transformers' encode of these ids: the hidden states pooled over each row's real tokens,
  * then L2-normalised when the folder has a Normalize module; out [batch, embedding_size]. Token

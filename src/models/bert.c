@@ -245,8 +245,9 @@ static attn_status bert_alloc(const bert_config *c, hf_need *needs, bert **out) 
                 st = attn_error(ATTN_ERR_NOT_FOUND, "attn_pretrained_open: the encoder has no parameter '%s'", name);
             else
                 needs[EMB_TENSORS + (size_t)l * LAYER_TENSORS + k].dst =
-                    p->data + (LAYER[k].block < 0 ? 0 : (size_t)LAYER[k].block * (size_t)c->hidden *
-                                                             (LAYER[k].cols == '-' ? 1 : (size_t)c->hidden));
+                    p->data + (LAYER[k].block < 0 ? 0
+                                                  : (size_t)LAYER[k].block * (size_t)c->hidden *
+                                                        (LAYER[k].cols == '-' ? 1 : (size_t)c->hidden));
         }
     if (st) {
         bert_free(b);

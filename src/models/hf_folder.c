@@ -52,8 +52,8 @@ attn_status attn_hf_read_json(const char *path, attn_json_type type, attn_json_d
 
 /* ---- config keys ---- */
 
-attn_status attn_hf_json_int(const attn_json *obj, const char *path, const char *key, int required, int64_t def, int64_t lo,
-                        int64_t hi, int64_t *out) {
+attn_status attn_hf_json_int(const attn_json *obj, const char *path, const char *key, int required, int64_t def,
+                             int64_t lo, int64_t hi, int64_t *out) {
     const attn_json *v = attn_json_get(obj, key);
     if (!v || attn_json_is_null(v)) {
         if (required) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: missing key '%s'", path, key);
@@ -85,7 +85,7 @@ attn_status attn_hf_json_bool(const attn_json *obj, const char *path, const char
 }
 
 attn_status attn_hf_config_int(const hf_folder *f, const char *key, int required, int64_t def, int64_t lo, int64_t hi,
-                          int64_t *out) {
+                               int64_t *out) {
     return attn_hf_json_int(f->config, f->config_path, key, required, def, lo, hi, out);
 }
 
@@ -150,7 +150,7 @@ static attn_status add_shard(hf_folder *f, const char *file) {
     if (r) {
         char why[400];
         snprintf(why, sizeof why, "%s", attn_last_error());
-        attn_error(r, "%s: %s", path, why);
+        if (!strstr(why, path)) attn_error(r, "%s: %s", path, why);
         attn__free(path);
         return r;
     }
@@ -182,8 +182,8 @@ static attn_status open_index(hf_folder *f, const char *index) {
                             name);
         if (!st) st = add_shard(f, file);
         if (!st && !attn_safetensors_find(f->shards[shard_index(f, file)], name))
-            st = attn_error(ATTN_ERR_NOT_FOUND, "%s: weight_map['%s'] names '%s', which has no such tensor", index, name,
-                            file);
+            st = attn_error(ATTN_ERR_NOT_FOUND, "%s: weight_map['%s'] names '%s', which has no such tensor", index,
+                            name, file);
     }
     attn_json_free(doc);
     return st;
@@ -307,8 +307,8 @@ static attn_status check_names(const hf_folder *f, const hf_need *needs, size_t 
                       f->shard_paths[0], f->config_path, missing, unexpected, msg, dropped ? " ..." : "");
 }
 
-attn_status attn_hf_check(const hf_folder *f, const hf_need *needs, size_t n, int (*ignore)(const char *name, void *ctx),
-                     void *ctx) {
+attn_status attn_hf_check(const hf_folder *f, const hf_need *needs, size_t n,
+                          int (*ignore)(const char *name, void *ctx), void *ctx) {
     attn_status st = check_names(f, needs, n, ignore, ctx);
     for (size_t i = 0; !st && i < n; i++) {
         size_t k = 0;
@@ -335,8 +335,8 @@ attn_status attn_hf_load(const hf_folder *f, const hf_need *needs, size_t n) {
         size_t k = 0;
         if (!attn_hf_tensor(f, needs[i].name, &k))
             return attn_error(ATTN_ERR_NOT_FOUND, "attn_pretrained_open: tensor '%s' is missing", needs[i].name);
-        attn_status st = attn_safetensors_read_f32_shape(f->shards[k], needs[i].name, needs[i].dst, needs[i].rank,
-                                                         needs[i].shape);
+        attn_status st =
+            attn_safetensors_read_f32_shape(f->shards[k], needs[i].name, needs[i].dst, needs[i].rank, needs[i].shape);
         if (st) {
             char why[400];
             snprintf(why, sizeof why, "%s", attn_last_error());

@@ -36,13 +36,13 @@ void attn_hf_folder_close(hf_folder *f);
 
 /* config.json's keys; every error names the file and the key. A missing optional key takes def. */
 attn_status attn_hf_config_int(const hf_folder *f, const char *key, int required, int64_t def, int64_t lo, int64_t hi,
-                          int64_t *out);
+                               int64_t *out);
 attn_status attn_hf_config_number(const hf_folder *f, const char *key, double def, double *out);
 attn_status attn_hf_config_string(const hf_folder *f, const char *key, const char *def, const char **out);
 attn_status attn_hf_config_bool(const hf_folder *f, const char *key, int def, int *out);
 /* The same for any JSON object read from the file `path`. */
-attn_status attn_hf_json_int(const attn_json *obj, const char *path, const char *key, int required, int64_t def, int64_t lo,
-                        int64_t hi, int64_t *out);
+attn_status attn_hf_json_int(const attn_json *obj, const char *path, const char *key, int required, int64_t def,
+                             int64_t lo, int64_t hi, int64_t *out);
 attn_status attn_hf_json_bool(const attn_json *obj, const char *path, const char *key, int def, int *out);
 
 /* A tensor of the weights (NULL when absent); *shard (nullable) receives its shard's index. */
@@ -63,8 +63,8 @@ typedef struct hf_need {
 /* Check the weights against the needs: every need present (else ATTN_ERR_NOT_FOUND listing the
  * missing ones and the tensors that are neither needed nor ignored, "unexpected"), of a float
  * dtype (ATTN_ERR_UNSUPPORTED) and of its shape (ATTN_ERR_SHAPE). ignore(name) nullable. */
-attn_status attn_hf_check(const hf_folder *f, const hf_need *needs, size_t n, int (*ignore)(const char *name, void *ctx),
-                     void *ctx);
+attn_status attn_hf_check(const hf_folder *f, const hf_need *needs, size_t n,
+                          int (*ignore)(const char *name, void *ctx), void *ctx);
 /* Read every need into its dst (float32). */
 attn_status attn_hf_load(const hf_folder *f, const hf_need *needs, size_t n);
 

@@ -43,8 +43,10 @@ static attn_status st_module(const char *dir, const char *path, const attn_json 
                           "%s: module %zu needs a string 'type' and a relative 'path' inside the folder", path, i);
     int want = type_is(type, "Transformer") ? 0 : type_is(type, "Pooling") ? 1 : type_is(type, "Normalize") ? 2 : -1;
     if (want < 0)
-        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: module %zu: type '%.120s' is not supported (attn runs "
-                          "Transformer, Pooling and Normalize)", path, i, type);
+        return attn_error(ATTN_ERR_UNSUPPORTED,
+                          "%s: module %zu: type '%.120s' is not supported (attn runs "
+                          "Transformer, Pooling and Normalize)",
+                          path, i, type);
     if (want != *stage)
         return attn_error(ATTN_ERR_UNSUPPORTED,
                           "%s: module %zu: '%.120s' out of order (attn runs Transformer, Pooling, then Normalize)",
@@ -73,8 +75,8 @@ static attn_status read_modules(const char *dir, st_modules *s) {
         const attn_json *root = NULL;
         st = attn_hf_read_json(path, ATTN_JSON_ARRAY, &doc, &root);
         int stage = 0;
-        for (size_t i = 0; !st && i < attn_json_count(root); i++) st = st_module(dir, path, attn_json_at(root, i), i,
-                                                                                  &stage, s);
+        for (size_t i = 0; !st && i < attn_json_count(root); i++)
+            st = st_module(dir, path, attn_json_at(root, i), i, &stage, s);
         if (!st && stage < 2)
             st = attn_error(ATTN_ERR_UNSUPPORTED, "%s: needs a Transformer and a Pooling module", path);
         attn_json_free(doc);
@@ -100,8 +102,8 @@ static attn_status pooling_mode(const attn_json *v, const char *path, int *which
 
 /* Earlier versions: pooling_mode_mean_tokens, _cls_token, _max_tokens, exactly one true. */
 static attn_status pooling_flags(const attn_json *root, const char *path, int *which) {
-    static const char *const modes[] = {"pooling_mode_mean_tokens",          "pooling_mode_cls_token",
-                                        "pooling_mode_max_tokens",           "pooling_mode_mean_sqrt_len_tokens",
+    static const char *const modes[] = {"pooling_mode_mean_tokens",         "pooling_mode_cls_token",
+                                        "pooling_mode_max_tokens",          "pooling_mode_mean_sqrt_len_tokens",
                                         "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"};
     int on = 0;
     attn_status st = ATTN_OK;
@@ -109,8 +111,8 @@ static attn_status pooling_flags(const attn_json *root, const char *path, int *w
         int v = 0;
         st = attn_hf_json_bool(root, path, modes[i], 0, &v);
         if (!st && v && i >= 3)
-            st = attn_error(ATTN_ERR_UNSUPPORTED, "%s: key '%s' is true (attn pools by mean, CLS token or max)",
-                            path, modes[i]);
+            st = attn_error(ATTN_ERR_UNSUPPORTED, "%s: key '%s' is true (attn pools by mean, CLS token or max)", path,
+                            modes[i]);
         if (v) on++, *which = i;
     }
     if (!st && on != 1)
@@ -128,11 +130,12 @@ static attn_status read_pooling(const char *pdir, attn_pretrained *m) {
     const attn_json *root = NULL;
     attn_status st = attn_hf_read_json(path, ATTN_JSON_OBJECT, &doc, &root);
     int which = 0, v6 = !st && attn_json_get(root, "pooling_mode");
-    if (!st) st = v6 ? pooling_mode(attn_json_get(root, "pooling_mode"), path, &which) : pooling_flags(root, path, &which);
+    if (!st)
+        st = v6 ? pooling_mode(attn_json_get(root, "pooling_mode"), path, &which) : pooling_flags(root, path, &which);
     int64_t width = 0;
     if (!st)
         st = attn_hf_json_int(root, path, v6 ? "embedding_dimension" : "word_embedding_dimension", 1, 0, m->hidden,
-                         m->hidden, &width);
+                              m->hidden, &width);
     if (!st) m->pooling = which;
     attn_json_free(doc);
     attn__free(path);
@@ -229,7 +232,8 @@ static attn_status check_call(const char *fn, const attn_pretrained *m, const in
     ATTN_CHECK_NOT_NULL(fn, ids);
     ATTN_CHECK_NOT_NULL(fn, lengths);
     ATTN_CHECK_NOT_NULL(fn, out);
-    if (batch < 1 || seq < 1 || batch > INT64_MAX / seq || batch * seq > (int64_t)(SIZE_MAX / sizeof(float)) / m->hidden)
+    if (batch < 1 || seq < 1 || batch > INT64_MAX / seq ||
+        batch * seq > (int64_t)(SIZE_MAX / sizeof(float)) / m->hidden)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch %lld x seq %lld must be >= 1 and not overflow", fn,
                           (long long)batch, (long long)seq);
     for (int64_t b = 0; b < batch; b++) {
