@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "attn/pretrained.h"
+#include "core/alloc.h"
 #include "test_util.h"
 
 enum { V = 10, H = 8, NH = 2, I = 16, P = 12, T = 2, L = 2 };
@@ -24,10 +25,17 @@ typedef struct kv {
 } kv;
 
 static const kv BASE[] = {
-    {"model_type", "\"bert\""},       {"vocab_size", "10"},        {"hidden_size", "8"},
-    {"num_hidden_layers", "2"},       {"num_attention_heads", "2"}, {"intermediate_size", "16"},
-    {"max_position_embeddings", "12"}, {"type_vocab_size", "2"},    {"hidden_act", "\"gelu\""},
-    {"layer_norm_eps", "1e-12"},      {"architectures", "[\"BertModel\"]"},
+    {"model_type", "\"bert\""},
+    {"vocab_size", "10"},
+    {"hidden_size", "8"},
+    {"num_hidden_layers", "2"},
+    {"num_attention_heads", "2"},
+    {"intermediate_size", "16"},
+    {"max_position_embeddings", "12"},
+    {"type_vocab_size", "2"},
+    {"hidden_act", "\"gelu\""},
+    {"layer_norm_eps", "1e-12"},
+    {"architectures", "[\"BertModel\"]"},
 };
 #define N_BASE (sizeof BASE / sizeof BASE[0])
 
@@ -92,14 +100,22 @@ static void bert_weights(weights *ws, const char *prefix, const char *skip, int 
         const char *name;
         int64_t d0, d1;
     } lay[] = {
-        {"attention.self.query.weight", H, H},       {"attention.self.query.bias", H, 0},
-        {"attention.self.key.weight", H, H},         {"attention.self.key.bias", H, 0},
-        {"attention.self.value.weight", H, H},       {"attention.self.value.bias", H, 0},
-        {"attention.output.dense.weight", H, H},     {"attention.output.dense.bias", H, 0},
-        {"attention.output.LayerNorm.weight", H, 0}, {"attention.output.LayerNorm.bias", H, 0},
-        {"intermediate.dense.weight", I, H},         {"intermediate.dense.bias", I, 0},
-        {"output.dense.weight", H, I},               {"output.dense.bias", H, 0},
-        {"output.LayerNorm.weight", H, 0},           {"output.LayerNorm.bias", H, 0},
+        {"attention.self.query.weight", H, H},
+        {"attention.self.query.bias", H, 0},
+        {"attention.self.key.weight", H, H},
+        {"attention.self.key.bias", H, 0},
+        {"attention.self.value.weight", H, H},
+        {"attention.self.value.bias", H, 0},
+        {"attention.output.dense.weight", H, H},
+        {"attention.output.dense.bias", H, 0},
+        {"attention.output.LayerNorm.weight", H, 0},
+        {"attention.output.LayerNorm.bias", H, 0},
+        {"intermediate.dense.weight", I, H},
+        {"intermediate.dense.bias", I, 0},
+        {"output.dense.weight", H, I},
+        {"output.dense.bias", H, 0},
+        {"output.LayerNorm.weight", H, 0},
+        {"output.LayerNorm.bias", H, 0},
     };
     for (int l = 0; l < layers; l++)
         for (size_t k = 0; k < sizeof lay / sizeof lay[0]; k++) {
@@ -166,8 +182,7 @@ static void test_valid(void) {
     /* each row alone, unpadded, gives its real tokens' outputs */
     for (int b = 0; b < B; b++) {
         run_hidden(m, ids + b * N, &len[b], 1, len[b], alone);
-        CHECK(rel_err_ff(out + b * N * H, alone, (size_t)(len[b] * H)) < 1e-6, "row %d: padding changed the output",
-              b);
+        CHECK(rel_err_ff(out + b * N * H, alone, (size_t)(len[b] * H)) < 1e-6, "row %d: padding changed the output", b);
         int zero = 1;
         for (int64_t i = len[b] * H; i < N * H; i++) zero &= out[b * N * H + i] == 0;
         CHECK(zero, "row %d: padded positions are not 0", b);
@@ -251,6 +266,19 @@ static void test_prefix_and_shards(void) {
     write_text(dir, "model.safetensors.index.json", "{\"weight_map\": {\"x\": \"c.safetensors\"}}");
     CHECK_STATUS(attn_pretrained_open(dir, &m), ATTN_ERR_IO);
     CHECK(strstr(attn_last_error(), "c.safetensors") != NULL, "message: %s", attn_last_error());
+    write_text(dir, "model.safetensors.index.json",
+               "{\"metadata\": {}, \"weight_map\": {\"embeddings.word_embeddings.weight\": \"a.safetensors\", "
+               "\"encoder.layer.1.output.LayerNorm.bias\": \"b.safetensors\"}}");
+}
+
+/* modules.json (Transformer, Pooling, Normalize) and CLS pooling. */
+static void st_files(const char *dir, const char *sub) {
+    write_text(dir, "modules.json",
+               "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
+               " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": "
+               "\"sentence_transformers.models.Pooling\"}, {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", "
+               "\"type\": \"sentence_transformers.models.Normalize\"}]");
+    write_text(sub, "config.json", "{\"word_embedding_dimension\": 8, \"pooling_mode_cls_token\": true}");
 }
 
 /* sentence-transformers' files around the valid folder. */
@@ -259,12 +287,7 @@ static void test_sentence_transformers(void) {
     char sub[600];
     snprintf(sub, sizeof sub, "%s/1_Pooling", dir);
     mkdir(sub, 0755);
-    write_text(dir, "modules.json",
-               "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
-               " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": "
-               "\"sentence_transformers.models.Pooling\"}, {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", "
-               "\"type\": \"sentence_transformers.models.Normalize\"}]");
-    write_text(sub, "config.json", "{\"word_embedding_dimension\": 8, \"pooling_mode_cls_token\": true}");
+    st_files(dir, sub);
     write_text(dir, "sentence_bert_config.json", "{\"max_seq_length\": 9}");
     attn_pretrained *m = NULL;
     CHECK_OK(attn_pretrained_open(dir, &m));
@@ -291,8 +314,9 @@ static void test_sentence_transformers(void) {
     write_text(sub, "config.json", "{\"embedding_dimension\": 8, \"pooling_mode\": \"weightedmean\"}");
     CHECK_STATUS(attn_pretrained_open(dir, &m), ATTN_ERR_UNSUPPORTED);
     CHECK(strstr(attn_last_error(), "pooling_mode") != NULL, "message: %s", attn_last_error());
-    write_text(sub, "config.json",
-               "{\"word_embedding_dimension\": 8, \"pooling_mode_cls_token\": true, \"pooling_mode_mean_tokens\": true}");
+    write_text(
+        sub, "config.json",
+        "{\"word_embedding_dimension\": 8, \"pooling_mode_cls_token\": true, \"pooling_mode_mean_tokens\": true}");
     CHECK_STATUS(attn_pretrained_open(dir, &m), ATTN_ERR_UNSUPPORTED);
     write_text(sub, "config.json", "{\"word_embedding_dimension\": 16, \"pooling_mode_mean_tokens\": true}");
     CHECK_STATUS(attn_pretrained_open(dir, &m), ATTN_ERR_INVALID_ARGUMENT);
@@ -306,6 +330,7 @@ static void test_sentence_transformers(void) {
           "message: %s", attn_last_error());
     write_text(dir, "modules.json", "[{\"path\": \"../x\", \"type\": \"sentence_transformers.models.Transformer\"}]");
     CHECK_STATUS(attn_pretrained_open(dir, &m), ATTN_ERR_INVALID_ARGUMENT);
+    st_files(dir, sub); /* valid again, for test_alloc_fail */
 }
 
 /* ---- hostile folders ---- */
@@ -318,12 +343,22 @@ typedef struct hostile {
 
 static const hostile HOSTILE[] = {
     {"no_hidden", "hidden_size", NULL, NULL, NULL, ATTN_ERR_INVALID_ARGUMENT, {"config.json", "'hidden_size'"}},
-    {"heads_string", "num_attention_heads", "\"two\"", NULL, NULL, ATTN_ERR_INVALID_ARGUMENT,
+    {"heads_string",
+     "num_attention_heads",
+     "\"two\"",
+     NULL,
+     NULL,
+     ATTN_ERR_INVALID_ARGUMENT,
      {"config.json", "'num_attention_heads'"}},
     {"eps_string", "layer_norm_eps", "[1]", NULL, NULL, ATTN_ERR_INVALID_ARGUMENT, {"layer_norm_eps", "array"}},
     {"layers_float", "num_hidden_layers", "2.5", NULL, NULL, ATTN_ERR_INVALID_ARGUMENT, {"num_hidden_layers", "2.5"}},
     {"layers_100000", "num_hidden_layers", "100000", NULL, NULL, ATTN_ERR_SHAPE, {"config.json", "num_hidden_layers"}},
-    {"layers_huge", "num_hidden_layers", "1000000000000", NULL, NULL, ATTN_ERR_INVALID_ARGUMENT,
+    {"layers_huge",
+     "num_hidden_layers",
+     "1000000000000",
+     NULL,
+     NULL,
+     ATTN_ERR_INVALID_ARGUMENT,
      {"num_hidden_layers", NULL}},
     {"vocab_2_40", "vocab_size", "1099511627776", NULL, NULL, ATTN_ERR_INVALID_ARGUMENT, {"config.json", "vocab_size"}},
     {"vocab_11", "vocab_size", "11", NULL, NULL, ATTN_ERR_SHAPE, {"word_embeddings", "vocab_size"}},
@@ -332,13 +367,28 @@ static const hostile HOSTILE[] = {
     {"model_type", "model_type", "\"gpt2\"", NULL, NULL, ATTN_ERR_UNSUPPORTED, {"model_type", "gpt2"}},
     {"no_model_type", "model_type", NULL, NULL, NULL, ATTN_ERR_INVALID_ARGUMENT, {"config.json", "model_type"}},
     {"act", "hidden_act", "\"swish\"", NULL, NULL, ATTN_ERR_UNSUPPORTED, {"hidden_act", "swish"}},
-    {"relative", "position_embedding_type", "\"relative_key_query\"", NULL, NULL, ATTN_ERR_UNSUPPORTED,
+    {"relative",
+     "position_embedding_type",
+     "\"relative_key_query\"",
+     NULL,
+     NULL,
+     ATTN_ERR_UNSUPPORTED,
      {"position_embedding_type", NULL}},
     {"decoder", "is_decoder", "true", NULL, NULL, ATTN_ERR_UNSUPPORTED, {"is_decoder", NULL}},
     {"decoder_type", "is_decoder", "\"no\"", NULL, NULL, ATTN_ERR_INVALID_ARGUMENT, {"is_decoder", NULL}},
-    {"missing", NULL, NULL, "encoder.layer.1.attention.self.key.bias", NULL, ATTN_ERR_NOT_FOUND,
+    {"missing",
+     NULL,
+     NULL,
+     "encoder.layer.1.attention.self.key.bias",
+     NULL,
+     ATTN_ERR_NOT_FOUND,
      {"missing", "encoder.layer.1.attention.self.key.bias"}},
-    {"extra", NULL, NULL, NULL, "encoder.layer.0.attention.self.rotary", ATTN_ERR_NOT_FOUND,
+    {"extra",
+     NULL,
+     NULL,
+     NULL,
+     "encoder.layer.0.attention.self.rotary",
+     ATTN_ERR_NOT_FOUND,
      {"unexpected", "encoder.layer.0.attention.self.rotary"}},
     {"fewer_layers", "num_hidden_layers", "1", NULL, NULL, ATTN_ERR_NOT_FOUND, {"unexpected", "encoder.layer.1."}},
     {"inter_shape", "intermediate_size", "12", NULL, NULL, ATTN_ERR_SHAPE, {"model.safetensors", "intermediate_size"}},
@@ -395,6 +445,39 @@ static void test_hostile(void) {
           attn_last_error());
 }
 
+/* Every allocation of open + embed failed in turn (the sentence-transformers folder, then the
+ * sharded one): ATTN_ERR_OUT_OF_MEMORY, nothing leaked (under ASan), and once no failure is left
+ * to inject, the undisturbed embedding. */
+static void test_alloc_fail(const char *name) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    int32_t ids[6] = {1, 2, 3, 4, 5, 6};
+    int64_t len[2] = {3, 2};
+    float want[2 * H], got[2 * H];
+    attn_pretrained *m = NULL;
+    CHECK_OK(attn_pretrained_open(dir, &m));
+    CHECK_OK(attn_pretrained_embed(m, ids, len, 2, 3, want));
+    attn_pretrained_free(m);
+    long k = 1;
+    for (; k < 100000; k++) {
+        m = NULL;
+        attn__alloc_fail_after(k);
+        attn_status st = attn_pretrained_open(dir, &m);
+        if (!st) st = attn_pretrained_embed(m, ids, len, 2, 3, got);
+        int injected = attn__alloc_injected();
+        attn__alloc_fail_after(0);
+        attn_pretrained_free(m);
+        if (!injected) {
+            CHECK(st == ATTN_OK && memcmp(got, want, sizeof want) == 0, "%s: after %ld failures: %s", name, k - 1,
+                  attn_last_error());
+            break;
+        }
+        CHECK(st == ATTN_ERR_OUT_OF_MEMORY, "%s: allocation %ld failed: status %s: %s", name, k, attn_status_str(st),
+              attn_last_error());
+    }
+    CHECK(k > 10 && k < 100000, "%s: %ld allocations swept", name, k);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/attn_test_pretrained.XXXXXX");
     CHECK(mkdtemp(root) != NULL, "mkdtemp");
@@ -403,6 +486,8 @@ int main(void) {
     test_prefix_and_shards();
     test_sentence_transformers();
     test_hostile();
+    test_alloc_fail("st");
+    test_alloc_fail("sharded");
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (test_failed == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
