@@ -500,6 +500,7 @@ int main(void) {
     test_dropout_threads();
     fd_check(0, ATTN_ACTIVATION_GELU);
     fd_check(1, ATTN_ACTIVATION_GELU);
+    fd_check(0, ATTN_ACTIVATION_GELU_TANH); /* gelu_new: the tanh form's backward */
     test_memory_scaling();
     test_errors();
     return test_summary("test_nn_layers");
