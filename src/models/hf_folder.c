@@ -303,8 +303,9 @@ static attn_status check_names(const hf_folder *f, const hf_need *needs, size_t 
         unexpected++;
     }
     if (!missing && !unexpected) return ATTN_OK;
-    return attn_error(ATTN_ERR_NOT_FOUND, "%s: the weights do not match %s (%zu missing, %zu unexpected): %s%s",
-                      f->shard_paths[0], f->config_path, missing, unexpected, msg, dropped ? " ..." : "");
+    return attn_error(ATTN_ERR_NOT_FOUND, "%s%s: the weights do not match %s (%zu missing, %zu unexpected): %s%s",
+                      f->n_shards > 1 ? f->dir : f->shard_paths[0], f->n_shards > 1 ? " (shards)" : "", f->config_path,
+                      missing, unexpected, msg, dropped ? " ..." : "");
 }
 
 attn_status attn_hf_check(const hf_folder *f, const hf_need *needs, size_t n,
