@@ -5,6 +5,7 @@
 #                tensors, threads, status only: the registry of kernels lives in src/kernels);
 #   src/kernels  nothing of attention, nn, train, io (kernels know only core and each other);
 #   src/io       nothing of nn, train or attention, and not the umbrella attn.h;
+#   src/text     (tokenizers) only core and io: nothing of kernels, attention, nn, train, viz, dist;
 #   tools/       only the public headers (attn/...) and tools' own (no path with a '/' but attn/).
 set(fails "")
 function(check dir pattern why)
@@ -26,6 +27,8 @@ check(src/kernels "\"(attention|nn|io|train|viz|dist)/" "src/kernels knows nothi
 check(src/kernels "\"attn/(attention|nn|mha|layers|model|train|viz|dist|gpt|vit|seq2seq|attn)\\.h\"" "src/kernels knows nothing of attention or above")
 check(src/io "\"(nn|train|attention|viz|dist)/" "src/io knows nothing of nn")
 check(src/io "\"attn/(attn|nn|mha|layers|model|train|gpt|vit|seq2seq)\\.h\"" "src/io knows nothing of nn")
+check(src/text "\"(kernels|attention|nn|train|viz|dist)/" "src/text includes only core and io")
+check(src/text "\"attn/(attn|kernels|introspect|attention|nn|mha|layers|model|train|viz|dist|gpt|vit|seq2seq|params|positions|precision|capture|longformer|linear_attention)\\.h\"" "src/text includes only core and io")
 check(tools "\"[^\"]*/[^\"]*\"" "tools/ includes only public headers")
 # the rule above flags every path with a '/'; attn/ is the one allowed
 string(REGEX REPLACE "\n  tools/[^\n]*: *#[ \t]*include[ \t]*\"attn/[^\n]*" "" fails "${fails}")
