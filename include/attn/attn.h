@@ -16,5 +16,6 @@
 #include "dist.h"
 #include "introspect.h"
 #include "io.h"
+#include "tokenizer.h"
 
 #endif
