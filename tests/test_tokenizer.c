@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "test_util.h"
+#include "core/alloc.h"
 
 static char dir[] = "/tmp/attn_test_tokenizer.XXXXXX";
 static char path[512];
@@ -395,6 +396,31 @@ static void test_hostile(void) {
     for (int i = 0; i < 4; i++) unlink(write_text(names[i], ""));
 }
 
+/* Every allocation of open, encode and decode failing in turn (src/core/alloc.c's hook): each call
+ * answers ATTN_ERR_OUT_OF_MEMORY or succeeds, and nothing leaks (LeakSanitizer under make asan). */
+static void test_alloc_fail(void) {
+    const char *json = write_text("tokenizer.json", json_with(NULL, NULL, NULL, NULL, NULL, NULL));
+    const char text[] = "Hello, Caf\xc3\xa9 \xe4\xb8\xad [SEP] unaffable \xc4\xb0";
+    int bad = 0, runs = 0;
+    for (long k = 1; k < 100000; k++) {
+        attn_tokenizer *t = NULL;
+        attn__alloc_fail_after(k);
+        attn_status st = attn_tokenizer_open(json, &t);
+        int32_t ids[64];
+        size_t n = 0, len = 0;
+        char buf[256];
+        if (st == ATTN_OK) st = attn_tokenizer_encode(t, text, sizeof text - 1, 1, 0, ids, 64, &n);
+        if (st == ATTN_OK) st = attn_tokenizer_decode(t, ids, n, 0, buf, sizeof buf, &len);
+        int injected = attn__alloc_injected();
+        attn__alloc_fail_after(0);
+        bad += injected ? st != ATTN_ERR_OUT_OF_MEMORY || !attn_last_error()[0] : st != ATTN_OK;
+        attn_tokenizer_free(t);
+        runs++;
+        if (!injected) break;
+    }
+    CHECK(bad == 0 && runs > 10, "allocation failures: %d of %d runs went wrong", bad, runs);
+}
+
 int main(void) {
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
@@ -408,6 +434,7 @@ int main(void) {
     test_variants();
     test_vocab_txt();
     test_hostile();
+    test_alloc_fail();
     unlink(write_text("tokenizer.json", ""));
     rmdir(dir);
     return test_summary("test_tokenizer");

@@ -90,7 +90,7 @@ attn_status attn_tok_set_token(attn_tokenizer *t, int32_t id, const char *s, siz
 
 void attn_tokenizer_free(attn_tokenizer *t) {
     if (!t) return;
-    for (int64_t i = 0; i < t->ntokens; i++) attn__free(t->tokens[i]);
+    for (int64_t i = 0; t->tokens && i < t->ntokens; i++) attn__free(t->tokens[i]);
     attn__free(t->tokens);
     for (size_t i = 0; i < t->nslots; i++) attn__free((void *)t->slots[i].s);
     attn__free(t->slots);
