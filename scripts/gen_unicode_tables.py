@@ -15,6 +15,9 @@ points. So this script asks the installed `tokenizers` itself, one code point at
   - PUNCT  : it splits "a<c>b" into 3 pieces (ASCII punctuation or unicode_categories' P*);
   - MN     : BertNormalizer(strip_accents) of a char whose NFD is itself gives "" (is Mn there);
   - MARK   : the StripAccents normalizer of such a char gives "" (a combining mark, any M*);
+  - LETTER, NUMBER, SPACE: the classes of the ByteLevel pre-tokenizer's GPT-2 regex (\\p{L}, \\p{N},
+             \\s): "a<c>", "1<c>", "!<c>" are one piece for a letter, a number, anything else (not
+             \\s, \\p{L}, \\p{N}); a char of none of these is \\s;
   - lower  : BertNormalizer(lowercase) of the char (char::to_lowercase, may expand);
   - NFD    : tokenizers' NFD normalizer of the char (full canonical decomposition), Hangul
              syllables excepted (the C code decomposes them algorithmically).
@@ -31,7 +34,7 @@ try:
 except ImportError:
     sys.exit("gen_unicode_tables.py needs Hugging Face tokenizers (pip install tokenizers)")
 
-OTHER, MN, PUNCT, WS, MARK = 1, 2, 4, 8, 16
+OTHER, MN, PUNCT, WS, MARK, LETTER, NUMBER, SPACE = 1, 2, 4, 8, 16, 32, 64, 128
 MAXCP = 0x110000
 
 
@@ -49,6 +52,7 @@ def main():
     marks = normalizers.StripAccents()
     nfd = normalizers.NFD()
     pt = pre_tokenizers.BertPreTokenizer()
+    bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     props = [0] * MAXCP
     lower = []
     decomp = []
@@ -70,6 +74,12 @@ def main():
             p |= MN
         if d == ch and marks.normalize_str(ch) == "":
             p |= MARK
+        if len(bl.pre_tokenize_str("a" + ch)) == 1:
+            p |= LETTER
+        elif len(bl.pre_tokenize_str("1" + ch)) == 1:
+            p |= NUMBER
+        elif len(bl.pre_tokenize_str("!" + ch)) != 1:
+            p |= SPACE
         props[c] = p
         lo = low.normalize_str(ch)
         if lo != ch:

@@ -13,6 +13,10 @@
 #define ATTN_U_PUNCT 4 /* BertPreTokenizer isolates it (ASCII punctuation or category P*) */
 #define ATTN_U_WS 8    /* whitespace (Rust's char::is_whitespace) */
 #define ATTN_U_MARK 16 /* a combining mark, any M* (the StripAccents normalizer drops it) */
+/* The classes of the GPT-2 regex of the ByteLevel pre-tokenizer: \p{L}, \p{N}, \s. */
+#define ATTN_U_LETTER 32
+#define ATTN_U_NUMBER 64
+#define ATTN_U_SPACE 128
 
 extern const char attn_text_unicode_source[];
 extern const uint32_t attn_text_prop_runs[];
