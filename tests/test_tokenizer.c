@@ -290,15 +290,19 @@ static void expect_bad_json(const char *what, const char *json, attn_status want
     attn_status st = attn_tokenizer_open(write_text("bad.json", json), &t);
     CHECK(st == want && !t && strstr(attn_last_error(), key), "%s: %s (want %s), '%s' (want '%s')", what,
           attn_status_str(st), attn_status_str(want), attn_last_error(), key);
+    if (st == ATTN_OK) attn_tokenizer_free(t);
 }
+
+/* BPE with from replaced by to: status want, a message holding key. */
+static void expect_bad_json_bpe(const char *what, const char *from, const char *to, attn_status want, const char *key);
 
 static void test_hostile(void) {
     const attn_status INV = ATTN_ERR_INVALID_ARGUMENT, UNS = ATTN_ERR_UNSUPPORTED;
     expect_bad_json("not JSON", "{\"model\": ", INV, "bad.json: line 1");
     expect_bad_json("root not an object", "[1, 2]", INV, "bad.json: (root): expected an object");
     expect_bad_json("no model", "{\"version\": \"1.0\"}", INV, "bad.json: model: missing");
-    expect_bad_json("BPE model", json_with(NULL, NULL, NULL, NULL, "\"BPE\"", NULL), UNS,
-                    "unsupported: model.type = BPE");
+    expect_bad_json("Unigram model", json_with(NULL, NULL, NULL, NULL, "\"Unigram\"", NULL), UNS,
+                    "unsupported: model.type = Unigram");
     expect_bad_json("model.type a number", json_with(NULL, NULL, NULL, NULL, "7", NULL), INV,
                     "model.type: expected a string");
     expect_bad_json("vocab an array", json_with(NULL, NULL, NULL, NULL, NULL, "[]"), INV,
@@ -322,8 +326,11 @@ static void test_hostile(void) {
                     json_with("{\"type\":\"BertNormalizer\",\"lowercase\":\"yes\"}", NULL, NULL, NULL, NULL, NULL), INV,
                     "normalizer.lowercase: expected a boolean");
     expect_bad_json("unsupported pre-tokenizer",
+                    replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "BertPreTokenizer", "Metaspace"), UNS,
+                    "pre_tokenizer.type = Metaspace");
+    expect_bad_json("ByteLevel with WordPiece",
                     replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "BertPreTokenizer", "ByteLevel"), UNS,
-                    "pre_tokenizer.type = ByteLevel");
+                    "the ByteLevel pre-tokenizer without a BPE model");
     expect_bad_json("added_tokens an object", json_with(NULL, NULL, "{}", NULL, NULL, NULL), INV,
                     "added_tokens: expected an array");
     expect_bad_json("added token id huge",
@@ -354,9 +361,9 @@ static void test_hostile(void) {
     expect_bad_json("RobertaProcessing", json_with(NULL, NULL, NULL, "{\"type\":\"RobertaProcessing\"}", NULL, NULL),
                     UNS, "post_processor.type = RobertaProcessing");
     expect_bad_json(
-        "ByteLevel decoder",
-        replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "\"WordPiece\",\"prefix\"", "\"ByteLevel\",\"prefix\""),
-        UNS, "decoder.type = ByteLevel");
+        "Metaspace decoder",
+        replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "\"WordPiece\",\"prefix\"", "\"Metaspace\",\"prefix\""),
+        UNS, "decoder.type = Metaspace");
     expect_bad_json("invalid UTF-8", "{\"model\": \"\xc3\x28\"}", INV, "bad.json");
     char deep[3000];
     memset(deep, '[', 2999);
@@ -396,11 +403,70 @@ static void test_hostile(void) {
     for (int i = 0; i < 4; i++) unlink(write_text(names[i], ""));
 }
 
+/* A byte-level BPE tokenizer.json as tokenizers writes GPT-2's: "\u0120" is the space's char, "\u00c3"
+ * and "\u00a9" the bytes of U+00E9, "\u010a" the newline's. */
+static const char BPE[] =
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[{\"id\":0,\"content\":\""
+    "<|endoftext|>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"speci"
+    "al\":true}],\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false"
+    ",\"trim_offsets\":true,\"use_regex\":true},\"post_processor\":{\"type\":\"ByteLevel\",\"add_prefix_s"
+    "pace\":true,\"trim_offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\",\"add_pre"
+    "fix_space\":true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{\"type\":\"BPE\",\"dropout\":n"
+    "ull,\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_of_word_suffix\":\"\",\"fuse_unk\":f"
+    "alse,\"byte_fallback\":false,\"ignore_merges\":false,\"vocab\":{\"<|endoftext|>\":0,\"h\":1,\"e\":2,"
+    "\"l\":3,\"o\":4,\"\\u0120\":5,\"w\":6,\"r\":7,\"d\":8,\"'\":9,\"s\":10,\"he\":11,\"ll\":12,\"llo\":1"
+    "3,\"hello\":14,\"\\u0120w\":15,\"'s\":16,\"\\u00c3\":17,\"\\u00a9\":18,\"\\u00c3\\u00a9\":19,\"!\":2"
+    "0,\"\\u010a\":21,\"x\":22,\"\\u0120\\u0120\":23},\"merges\":[[\"h\",\"e\"],[\"l\",\"l\"],[\"ll\",\"o"
+    "\"],[\"he\",\"llo\"],[\"\\u0120\",\"w\"],[\"'\",\"s\"],[\"\\u00c3\",\"\\u00a9\"],[\"\\u0120\",\"\\u0"
+    "120\"]]}}";
+
+static void test_bpe(void) {
+    attn_tokenizer *t = open_json(BPE);
+    if (!t) return;
+    EXPECT(t, "merges in rank order", "hello", 14);
+    EXPECT(t, "a space joins the next word", "hello world!", 14, 15, 4, 7, 3, 8, 20);
+    EXPECT(t, "contraction", "he's", 11, 16);
+    EXPECT(t, "UTF-8 bytes merged", "x\xc3\xa9", 22, 19);
+    EXPECT(t, "whitespace run less its last space", "  hello", 5, 5, 14);
+    EXPECT(t, "special token", "<|endoftext|>hello", 0, 14);
+    EXPECT(t, "chars outside the vocabulary dropped", "a   b", 23, 5);
+    size_t n = 7;
+    CHECK_OK(attn_tokenizer_encode(t, "z", 1, 1, 0, NULL, 0, &n));
+    CHECK(n == 0, "no ids: %zu", n);
+    const int32_t ids[] = {14, 15, 4, 7, 3, 8, 20};
+    expect_text(t, "byte-level decode", ids, 7, 0, "hello world!");
+    const int32_t half[] = {17, 17, 18};
+    expect_text(t, "invalid UTF-8 decodes to U+FFFD", half, 3, 0, "\xef\xbf\xbd\xc3\xa9");
+    const int32_t eot[] = {0, 14, 21, 5};
+    expect_text(t, "special token kept", eot, 4, 0, "<|endoftext|>hello\n ");
+    expect_text(t, "special token skipped", eot, 2, 1, "hello");
+    attn_tokenizer_free(t);
+    /* hostile BPE files */
+    expect_bad_json_bpe("merges missing", "\"merges\":[", "\"merge\":[", ATTN_ERR_INVALID_ARGUMENT,
+                        "model.merges: missing");
+    expect_bad_json_bpe("merge of unknown tokens", "[\"h\",\"e\"]", "[\"h\",\"q\"]", ATTN_ERR_INVALID_ARGUMENT,
+                        "model.merges: [0]: 'q' is not in the vocabulary");
+    expect_bad_json_bpe("merge a number", "[\"h\",\"e\"]", "7", ATTN_ERR_INVALID_ARGUMENT,
+                        "model.merges: [0] is neither");
+    expect_bad_json_bpe("dropout", "\"dropout\":null", "\"dropout\":0.1", ATTN_ERR_UNSUPPORTED,
+                        "model.dropout: unsupported");
+    expect_bad_json_bpe("byte fallback", "\"byte_fallback\":false", "\"byte_fallback\":true", ATTN_ERR_UNSUPPORTED,
+                        "model.byte_fallback");
+    expect_bad_json_bpe("suffix", "\"end_of_word_suffix\":\"\"", "\"end_of_word_suffix\":\"</w>\"",
+                        ATTN_ERR_UNSUPPORTED, "model.end_of_word_suffix: unsupported");
+    expect_bad_json_bpe("BPE with BertPreTokenizer", "{\"type\":\"ByteLevel\",\"add_prefix_space\":false",
+                        "{\"type\":\"BertPreTokenizer\",\"add_prefix_space\":false", ATTN_ERR_UNSUPPORTED,
+                        "a BPE model without the ByteLevel pre-tokenizer");
+}
+
+static void expect_bad_json_bpe(const char *what, const char *from, const char *to, attn_status want, const char *key) {
+    expect_bad_json(what, replace(BPE, from, to), want, key);
+}
+
 /* Every allocation of open, encode and decode failing in turn (src/core/alloc.c's hook): each call
  * answers ATTN_ERR_OUT_OF_MEMORY or succeeds, and nothing leaks (LeakSanitizer under make asan). */
-static void test_alloc_fail(void) {
-    const char *json = write_text("tokenizer.json", json_with(NULL, NULL, NULL, NULL, NULL, NULL));
-    const char text[] = "Hello, Caf\xc3\xa9 \xe4\xb8\xad [SEP] unaffable \xc4\xb0";
+static void alloc_sweep(const char *what, const char *json_text, const char *text) {
+    const char *json = write_text("tokenizer.json", json_text);
     int bad = 0, runs = 0;
     for (long k = 1; k < 100000; k++) {
         attn_tokenizer *t = NULL;
@@ -409,7 +475,7 @@ static void test_alloc_fail(void) {
         int32_t ids[64];
         size_t n = 0, len = 0;
         char buf[256];
-        if (st == ATTN_OK) st = attn_tokenizer_encode(t, text, sizeof text - 1, 1, 0, ids, 64, &n);
+        if (st == ATTN_OK) st = attn_tokenizer_encode(t, text, strlen(text), 1, 0, ids, 64, &n);
         if (st == ATTN_OK) st = attn_tokenizer_decode(t, ids, n, 0, buf, sizeof buf, &len);
         int injected = attn__alloc_injected();
         attn__alloc_fail_after(0);
@@ -418,7 +484,13 @@ static void test_alloc_fail(void) {
         runs++;
         if (!injected) break;
     }
-    CHECK(bad == 0 && runs > 10, "allocation failures: %d of %d runs went wrong", bad, runs);
+    CHECK(bad == 0 && runs > 10, "%s: allocation failures: %d of %d runs went wrong", what, bad, runs);
+}
+
+static void test_alloc_fail(void) {
+    alloc_sweep("WordPiece", json_with(NULL, NULL, NULL, NULL, NULL, NULL),
+                "Hello, Caf\xc3\xa9 \xe4\xb8\xad [SEP] unaffable \xc4\xb0");
+    alloc_sweep("BPE", BPE, "hello world! he's  x\xc3\xa9<|endoftext|>");
 }
 
 int main(void) {
@@ -434,6 +506,7 @@ int main(void) {
     test_variants();
     test_vocab_txt();
     test_hostile();
+    test_bpe();
     test_alloc_fail();
     unlink(write_text("tokenizer.json", ""));
     rmdir(dir);

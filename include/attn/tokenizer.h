@@ -1,14 +1,20 @@
 /* attn tokenizer: text to token ids and back, with the ids Hugging Face `tokenizers` gives, bit for
- * bit, for the tokenizers a Hugging Face model folder holds.
+ * bit, for the tokenizers a Hugging Face model folder holds: WordPiece (the BERT family) and
+ * byte-level BPE (GPT-2).
  *
  * Supported (anything else in a tokenizer.json is refused, ATTN_ERR_UNSUPPORTED, naming the key):
  *   normalizer      BertNormalizer {clean_text, handle_chinese_chars, strip_accents (null: follows
  *                   lowercase), lowercase}, NFD, Lowercase, StripAccents, a Sequence of these, null;
  *   pre_tokenizer   BertPreTokenizer (whitespace splits, each punctuation char its own piece),
- *                   WhitespaceSplit, a Sequence of these, null;
+ *                   WhitespaceSplit, a Sequence of these, null; ByteLevel {add_prefix_space,
+ *                   use_regex} (GPT-2's regex and byte alphabet), alone and with a BPE model only;
  *   model           WordPiece {vocab, unk_token, continuing_subword_prefix, max_input_chars_per_word};
- *   post_processor  TemplateProcessing (single: special tokens around $A), BertProcessing, null;
- *   decoder         WordPiece {prefix, cleanup}, null (tokens joined by spaces);
+ *                   BPE {vocab, merges ("a b" or ["a", "b"]), unk_token, fuse_unk, ignore_merges;
+ *                   no dropout, byte_fallback, continuing_subword_prefix or end_of_word_suffix};
+ *   post_processor  TemplateProcessing (single: special tokens around $A), BertProcessing,
+ *                   ByteLevel (offsets only: no ids), null;
+ *   decoder         WordPiece {prefix, cleanup}, ByteLevel (bytes back, invalid UTF-8 as U+FFFD
+ *                   the way Rust's from_utf8_lossy does), null (tokens joined by spaces);
  *   added_tokens    matched in the raw text before normalization, leftmost-longest (normalized
  *                   false; single_word false; lstrip / rstrip honoured);
  *   truncation      {max_length, strategy LongestFirst / OnlyFirst, direction Right / Left}.
@@ -47,15 +53,17 @@ ATTN_API void attn_tokenizer_free(attn_tokenizer *t);
 /* text[0..len) (UTF-8, NULs allowed) to ids, as tokenizer(text, add_special_tokens=...,
  * truncation=True, max_length=...)["input_ids"]. max_length 0: the tokenizer's own truncation
  * (none when it has none); > 0: at most that many ids, the special tokens included (an error when
- * they alone are more). *n gets the number of ids; when ids is NULL or cap < *n, nothing is written
- * past cap and the call returns ATTN_ERR_WORKSPACE (a size query). Invalid UTF-8 is an error. */
+ * they alone are more). *n gets the number of ids; when cap < *n (ids NULL counts as cap 0)
+ * nothing is written past cap and the call returns ATTN_ERR_WORKSPACE (a size query). Invalid
+ * UTF-8 is an error. */
 ATTN_API attn_status attn_tokenizer_encode(const attn_tokenizer *t, const char *text, size_t len,
                                            int add_special_tokens, int64_t max_length, int32_t *ids, size_t cap,
                                            size_t *n);
 
 /* ids to text, as tokenizer.decode(ids, skip_special_tokens=...): ids outside the vocabulary are
- * skipped. *len gets the text's length in bytes; when buf is NULL or cap < *len the call returns
- * ATTN_ERR_WORKSPACE (nothing written past cap); a NUL follows the text when cap > *len. */
+ * skipped. *len gets the text's length in bytes; when cap < *len (buf NULL counts as cap 0) the
+ * call returns ATTN_ERR_WORKSPACE (nothing written past cap); a NUL follows the text when
+ * cap > *len. */
 ATTN_API attn_status attn_tokenizer_decode(const attn_tokenizer *t, const int32_t *ids, size_t n,
                                            int skip_special_tokens, char *buf, size_t cap, size_t *len);
 

@@ -8,6 +8,7 @@
 #include "core/alloc.h"
 #include "core/internal.h"
 #include "text/tok_internal.h"
+#include "text/unicode.h"
 
 static int is_special(const attn_tokenizer *t, const char *tok) {
     size_t len = strlen(tok);
@@ -72,6 +73,59 @@ static int decode_token(const attn_tokenizer *t, const char *tok, size_t i, tok_
     return t->dec_cleanup ? cleanup(piece) : 0;
 }
 
+/* The ByteLevel decoder: each token's chars back to bytes (a token holding a char outside the byte
+ * alphabet gives its own UTF-8), then the bytes as Rust's String::from_utf8_lossy reads them (each
+ * maximal invalid part one U+FFFD). */
+static int byte_level_bytes(const char *tok, tok_buf *bytes) {
+    size_t len = strlen(tok), start = bytes->len;
+    for (size_t i = 0; i < len;) {
+        uint32_t c;
+        size_t k = attn_u_decode((const unsigned char *)tok + i, len - i, &c);
+        int b = k ? attn_tok_char_byte(c) : -1;
+        if (b < 0) { /* the token as it is */
+            bytes->len = start;
+            return attn_tok_buf_put(bytes, tok, len);
+        }
+        unsigned char ub = (unsigned char)b;
+        if (attn_tok_buf_put(bytes, &ub, 1)) return -1;
+        i += k;
+    }
+    return 0;
+}
+
+/* Length of the maximal prefix of a valid UTF-8 sequence at s[0..n) (n >= 1): >= 1. */
+static size_t invalid_len(const unsigned char *s, size_t n) {
+    unsigned char b = s[0];
+    size_t need = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (!need) return 1;
+    size_t k = 1;
+    for (; k < need && k < n; k++) {
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (k == 1 && b == 0xE0) lo = 0xA0;
+        if (k == 1 && b == 0xED) hi = 0x9F;
+        if (k == 1 && b == 0xF0) lo = 0x90;
+        if (k == 1 && b == 0xF4) hi = 0x8F;
+        if (s[k] < lo || s[k] > hi) break;
+    }
+    return k;
+}
+
+static int utf8_lossy(const tok_buf *in, tok_buf *out) {
+    const unsigned char *s = (const unsigned char *)in->p;
+    for (size_t i = 0; i < in->len;) {
+        uint32_t c;
+        size_t k = attn_u_decode(s + i, in->len - i, &c);
+        if (k) {
+            if (attn_tok_buf_put(out, s + i, k)) return -1;
+            i += k;
+        } else {
+            if (attn_tok_buf_put(out, "\xef\xbf\xbd", 3)) return -1;
+            i += invalid_len(s + i, in->len - i);
+        }
+    }
+    return 0;
+}
+
 attn_status attn_tokenizer_decode(const attn_tokenizer *t, const int32_t *ids, size_t n, int skip_special_tokens,
                                   char *buf, size_t cap, size_t *len) {
     static const char fn[] = "attn_tokenizer_decode";
@@ -85,17 +139,20 @@ attn_status attn_tokenizer_decode(const attn_tokenizer *t, const int32_t *ids, s
     for (size_t i = 0; i < n && !st; i++) {
         const char *tok = attn_tokenizer_id_to_token(t, ids[i]);
         if (!tok || (skip_special_tokens && is_special(t, tok))) continue;
-        if (decode_token(t, tok, kept++, &piece) || attn_tok_buf_put(&text, piece.p, piece.len))
+        if (t->decoder == 2 ? byte_level_bytes(tok, &piece)
+                            : decode_token(t, tok, kept++, &piece) || attn_tok_buf_put(&text, piece.p, piece.len))
             st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
+    if (!st && t->decoder == 2 && (attn_tok_buf_put(&piece, "", 0) || utf8_lossy(&piece, &text)))
+        st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     if (!st) {
         *len = text.len;
-        if (!buf || cap < text.len) {
+        if ((buf ? cap : 0) < text.len) {
             st = attn_error(ATTN_ERR_WORKSPACE, "%s: the text needs %zu bytes (%zu with its NUL), cap is %zu", fn,
                             text.len, text.len + 1, buf ? cap : 0);
         } else {
             if (text.len) memcpy(buf, text.p, text.len);
-            if (cap > text.len) buf[text.len] = '\0';
+            if (buf && cap > text.len) buf[text.len] = '\0';
         }
     }
     attn__free(text.p);

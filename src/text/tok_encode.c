@@ -153,6 +153,34 @@ static attn_status wordpiece(enc *e, const uint32_t *w, size_t n) {
     return push_id(e, unk);
 }
 
+/* The ByteLevel pre-tokenizer and BPE over normalized chars p[0..n) (n > 0). */
+static attn_status byte_level(enc *e, const uint32_t *p, size_t n) {
+    const attn_tokenizer *t = e->t;
+    if (t->add_prefix_space && p[0] != ' ') { /* the text with a space before it, in e->b */
+        e->b.n = 0;
+        if (cp_reserve(&e->b, n + 1)) return oom();
+        e->b.p[0] = ' ';
+        memcpy(e->b.p + 1, p, n * sizeof(uint32_t));
+        e->b.n = n + 1;
+        p = e->b.p, n = n + 1;
+    }
+    for (size_t i = 0; i < n;) {
+        size_t end = t->use_regex ? attn_tok_gpt2_match(p, n, i) : n;
+        e->word.len = 0;
+        for (size_t k = i; k < end; k++) {
+            char b[4], u[4];
+            size_t nb = attn_u_encode(p[k], b);
+            for (size_t j = 0; j < nb; j++)
+                if (attn_tok_buf_put(&e->word, u, attn_u_encode(attn_tok_byte_char((unsigned char)b[j]), u)))
+                    return oom();
+        }
+        attn_status st = attn_tok_bpe_word(t, e->word.p, e->word.len, &e->ids);
+        if (st) return st;
+        i = end;
+    }
+    return ATTN_OK;
+}
+
 /* Normalize, pre-tokenize and WordPiece text[0..len) (valid UTF-8, no added token in it). */
 static attn_status encode_text(enc *e, const char *text, size_t len) {
     const attn_tokenizer *t = e->t;
@@ -173,6 +201,7 @@ static attn_status encode_text(enc *e, const char *text, size_t len) {
     }
     const uint32_t *p = e->a.p;
     size_t n = e->a.n;
+    if (t->pretok == 3) return n ? byte_level(e, p, n) : ATTN_OK;
     if (!t->pretok) return wordpiece(e, p, n);
     for (size_t i = 0; i < n;) {
         unsigned pr = attn_u_props(p[i]);
@@ -274,7 +303,7 @@ attn_status attn_tokenizer_encode(const attn_tokenizer *t, const char *text, siz
         if (limit && keep > (uint64_t)limit - nspec) keep = (size_t)limit - nspec;
         size_t from = t->trunc_left ? nbody - keep : 0;
         *n = nspec + keep;
-        if (!ids || cap < *n) {
+        if ((ids ? cap : 0) < *n) {
             st = attn_error(ATTN_ERR_WORKSPACE, "%s: %zu ids need room for %zu, cap is %zu", fn, *n, *n, ids ? cap : 0);
         } else {
             size_t o = 0;

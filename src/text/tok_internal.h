@@ -36,6 +36,12 @@ typedef struct tok_slot {
     int32_t id;
 } tok_slot;
 
+/* One BPE merge (open addressing on the pair of ids). */
+typedef struct tok_merge {
+    uint64_t key; /* (left id << 32) | right id; 0 with rank -1: empty */
+    int32_t rank, id;
+} tok_merge;
+
 struct attn_tokenizer {
     /* id -> token, NUL-terminated strings each owned by its own allocation (NULL: no token) */
     char **tokens;
@@ -47,15 +53,20 @@ struct attn_tokenizer {
     size_t nadded;
     tok_norm_op norm[TOK_MAX_NORM_OPS];
     int nnorm;
-    int pretok;   /* 0: none; 1: whitespace; 2: whitespace and punctuation (BertPreTokenizer) */
-    char *prefix; /* WordPiece's continuing_subword_prefix */
-    char *unk;    /* WordPiece's unk_token */
+    int pretok;                      /* 0: none; 1: whitespace; 2: and punctuation (BertPreTokenizer); 3: ByteLevel */
+    int add_prefix_space, use_regex; /* ByteLevel's */
+    int model;                       /* 0: WordPiece; 1: BPE */
+    char *prefix;                    /* WordPiece's continuing_subword_prefix */
+    char *unk;                       /* the model's unk_token (BPE: NULL when none) */
+    tok_merge *merges;               /* BPE */
+    size_t nmerge_slots;
+    int fuse_unk, ignore_merges;
     int64_t max_chars;
     int32_t *pre_ids, *post_ids; /* post-processor: ids before and after the sequence */
     size_t npre, npost;
     int64_t trunc_max; /* 0: no truncation */
     int trunc_left;
-    int decoder;      /* 0: tokens joined by spaces; 1: WordPiece */
+    int decoder;      /* 0: tokens joined by spaces; 1: WordPiece; 2: ByteLevel */
     char *dec_prefix; /* WordPiece decoder's prefix */
     int dec_cleanup;
     int32_t pad_id;
@@ -76,6 +87,19 @@ int32_t attn_tok_vocab_find(const attn_tokenizer *t, const char *s, size_t len);
 int32_t attn_tok_lookup(const attn_tokenizer *t, const char *s, size_t len);
 /* Give id the token s (a copy); out of memory is an error. */
 attn_status attn_tok_set_token(attn_tokenizer *t, int32_t id, const char *s, size_t len);
+
+/* BPE: the merges table (n merges), a merge (a repeated pair takes the later rank), a lookup (-1: none). */
+attn_status attn_tok_merges_init(attn_tokenizer *t, size_t n);
+void attn_tok_merge_add(attn_tokenizer *t, int32_t left, int32_t right, int32_t rank, int32_t id);
+int32_t attn_tok_merge_find(const attn_tokenizer *t, int32_t left, int32_t right, int32_t *id);
+/* ByteLevel: the char standing for byte b, and the byte of char c (-1: none). */
+uint32_t attn_tok_byte_char(unsigned b);
+int attn_tok_char_byte(uint32_t c);
+/* BPE over one word (UTF-8 s[0..len), already in the byte-level alphabet): its ids appended to ids
+ * (int32_t values). */
+attn_status attn_tok_bpe_word(const attn_tokenizer *t, const char *s, size_t len, tok_buf *ids);
+/* The end of the GPT-2 regex's match at p[i] (p[0..n) code points; returns > i). */
+size_t attn_tok_gpt2_match(const uint32_t *p, size_t n, size_t i);
 
 /* Readers: fill t (allocated, zeroed, pad_id -1) from a file; messages name `name`. */
 attn_status attn_tok_load_json(attn_tokenizer *t, const char *path, const char *name);

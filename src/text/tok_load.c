@@ -149,6 +149,8 @@ static attn_status read_pre_tokenizer(const jctx *c, const attn_json *v, const c
     attn_status st;
     if (attn_json_is_null(v)) return ATTN_OK;
     if ((st = get_type(c, v, key, &type))) return st;
+    if (c->t->pretok == 3 || (!strcmp(type, "ByteLevel") && c->t->pretok))
+        return jfail(c, ATTN_ERR_UNSUPPORTED, key, "unsupported: ByteLevel with other pre-tokenizers");
     if (!strcmp(type, "BertPreTokenizer")) {
         c->t->pretok = 2;
         return ATTN_OK;
@@ -156,6 +158,15 @@ static attn_status read_pre_tokenizer(const jctx *c, const attn_json *v, const c
     if (!strcmp(type, "WhitespaceSplit")) {
         if (c->t->pretok < 1) c->t->pretok = 1;
         return ATTN_OK;
+    }
+    if (!strcmp(type, "ByteLevel")) {
+        char k[96];
+        c->t->pretok = 3;
+        c->t->use_regex = 1;
+        snprintf(k, sizeof k, "%s.add_prefix_space", key);
+        if ((st = get_bool(c, v, "add_prefix_space", k, &c->t->add_prefix_space))) return st;
+        snprintf(k, sizeof k, "%s.use_regex", key);
+        return get_bool(c, v, "use_regex", k, &c->t->use_regex);
     }
     if (strcmp(type, "Sequence") || depth > 4) return unsupported(c, key, type);
     const attn_json *list = attn_json_get(v, "pretokenizers");
@@ -190,12 +201,82 @@ static attn_status read_vocab(const jctx *c, const attn_json *vocab) {
     return ATTN_OK;
 }
 
+/* BPE's options: unk_token (null: none), fuse_unk, ignore_merges; no dropout, prefix, suffix or
+ * byte fallback. The vocabulary and merges are read after the added tokens (read_merges). */
+static attn_status read_bpe(const jctx *c, const attn_json *m) {
+    attn_tokenizer *t = c->t;
+    attn_status st;
+    t->model = 1;
+    const attn_json *unk = attn_json_get(m, "unk_token");
+    if (unk && !attn_json_is_null(unk) && (st = get_string(c, m, "unk_token", "model.unk_token", "", &t->unk)))
+        return st;
+    if ((st = get_bool(c, m, "fuse_unk", "model.fuse_unk", &t->fuse_unk)) ||
+        (st = get_bool(c, m, "ignore_merges", "model.ignore_merges", &t->ignore_merges)))
+        return st;
+    const char *empty[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    for (int i = 0; i < 2; i++) {
+        const attn_json *v = attn_json_get(m, empty[i]);
+        if (v && !attn_json_is_null(v) && !(v->type == ATTN_JSON_STRING && v->len == 0))
+            return attn_error(ATTN_ERR_UNSUPPORTED, "%s: model.%s: unsupported: a BPE %s", c->file, empty[i], empty[i]);
+    }
+    const attn_json *drop = attn_json_get(m, "dropout");
+    double d;
+    if (drop && !attn_json_is_null(drop) && !(attn_json_as_double(drop, &d) && d == 0))
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: model.dropout: unsupported: BPE dropout", c->file);
+    int fallback = 0;
+    if ((st = get_bool(c, m, "byte_fallback", "model.byte_fallback", &fallback))) return st;
+    if (fallback) return attn_error(ATTN_ERR_UNSUPPORTED, "%s: model.byte_fallback: unsupported: true", c->file);
+    return ATTN_OK;
+}
+
+/* One merge "a b" or ["a", "b"]: both tokens and their concatenation in the vocabulary. */
+static attn_status read_merge(const jctx *c, const attn_json *v, size_t i, tok_buf *cat) {
+    attn_tokenizer *t = c->t;
+    const char *a, *b;
+    size_t al, bl;
+    const char *sp = v->type == ATTN_JSON_STRING ? memchr(v->str, ' ', v->len) : NULL;
+    if (sp) {
+        a = v->str, al = (size_t)(sp - v->str), b = sp + 1, bl = v->len - al - 1;
+    } else if (v->type == ATTN_JSON_ARRAY && v->len == 2 && v->items[0].type == ATTN_JSON_STRING &&
+               v->items[1].type == ATTN_JSON_STRING) {
+        a = v->items[0].str, al = v->items[0].len, b = v->items[1].str, bl = v->items[1].len;
+    } else {
+        return jfail(c, ATTN_ERR_INVALID_ARGUMENT, "model.merges", "[%zu] is neither \"A B\" nor [\"A\", \"B\"]", i);
+    }
+    cat->len = 0;
+    if (attn_tok_buf_put(cat, a, al) || attn_tok_buf_put(cat, b, bl))
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", c->file);
+    int32_t l = attn_tok_vocab_find(t, a, al), r = attn_tok_vocab_find(t, b, bl),
+            id = attn_tok_vocab_find(t, cat->p, cat->len);
+    if (l < 0 || r < 0 || id < 0)
+        return jfail(c, ATTN_ERR_INVALID_ARGUMENT, "model.merges", "[%zu]: '%.40s' is not in the vocabulary", i,
+                     l < 0   ? a
+                     : r < 0 ? b
+                             : cat->p);
+    attn_tok_merge_add(t, l, r, (int32_t)i, id);
+    return ATTN_OK;
+}
+
+static attn_status read_merges(const jctx *c, const attn_json *m) {
+    const attn_json *merges = attn_json_get(m, "merges");
+    if (!merges) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, "model.merges", "missing");
+    if (merges->type != ATTN_JSON_ARRAY) return type_fail(c, "model.merges", "an array", merges);
+    if (merges->len > (size_t)TOK_MAX_IDS)
+        return jfail(c, ATTN_ERR_INVALID_ARGUMENT, "model.merges", "more than %lld merges", (long long)TOK_MAX_IDS);
+    attn_status st = attn_tok_merges_init(c->t, merges->len);
+    tok_buf cat = {0};
+    for (size_t i = 0; !st && i < merges->len; i++) st = read_merge(c, &merges->items[i], i, &cat);
+    attn__free(cat.p);
+    return st;
+}
+
 static attn_status read_model(const jctx *c, const attn_json *m) {
     attn_tokenizer *t = c->t;
     const char *type;
     attn_status st;
     if (!m) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, "model", "missing");
     if ((st = get_type(c, m, "model", &type))) return st;
+    if (!strcmp(type, "BPE")) return read_bpe(c, m);
     if (strcmp(type, "WordPiece")) return unsupported(c, "model", type);
     t->max_chars = 100;
     if ((st = get_string(c, m, "unk_token", "model.unk_token", "[UNK]", &t->unk)) ||
@@ -371,6 +452,7 @@ static attn_status read_post_processor(const jctx *c, const attn_json *v) {
     if ((st = get_type(c, v, "post_processor", &type))) return st;
     if (!strcmp(type, "TemplateProcessing")) return template_processing(c, v);
     if (!strcmp(type, "BertProcessing")) return bert_processing(c, v);
+    if (!strcmp(type, "ByteLevel")) return ATTN_OK; /* offsets only: no ids */
     return unsupported(c, "post_processor", type);
 }
 
@@ -400,6 +482,10 @@ static attn_status read_decoder(const jctx *c, const attn_json *v) {
     attn_status st;
     if (!v || attn_json_is_null(v)) return ATTN_OK;
     if ((st = get_type(c, v, "decoder", &type))) return st;
+    if (!strcmp(type, "ByteLevel")) {
+        t->decoder = 2;
+        return ATTN_OK;
+    }
     if (strcmp(type, "WordPiece")) return unsupported(c, "decoder", type);
     t->decoder = 1;
     t->dec_cleanup = 1;
@@ -428,7 +514,7 @@ static attn_status read_tokenizer_json(const jctx *c, const attn_json *root) {
     if (!vocab) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, "model.vocab", "missing");
     if (vocab->type != ATTN_JSON_OBJECT) return type_fail(c, "model.vocab", "an object", vocab);
     if ((st = read_added_tokens(c, attn_json_get(root, "added_tokens"))) || (st = alloc_ids(c, vocab->len)) ||
-        (st = read_vocab(c, vocab)) || (st = place_added(c)))
+        (st = read_vocab(c, vocab)) || (t->model == 1 && (st = read_merges(c, model))) || (st = place_added(c)))
         return st;
     const attn_json *norm = attn_json_get(root, "normalizer"), *pre = attn_json_get(root, "pre_tokenizer");
     if ((norm && (st = read_normalizer(c, norm, "normalizer", 0))) ||
@@ -439,6 +525,10 @@ static attn_status read_tokenizer_json(const jctx *c, const attn_json *root) {
         (st = read_padding(c, attn_json_get(root, "padding"))))
         return st;
     if (t->pad_id < 0) t->pad_id = attn_tok_lookup(t, "[PAD]", 5);
+    if ((t->model == 1) != (t->pretok == 3))
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: unsupported: %s", c->file,
+                          t->model == 1 ? "a BPE model without the ByteLevel pre-tokenizer"
+                                        : "the ByteLevel pre-tokenizer without a BPE model");
     return ATTN_OK;
 }
 

@@ -94,6 +94,7 @@ void attn_tokenizer_free(attn_tokenizer *t) {
     attn__free(t->tokens);
     for (size_t i = 0; i < t->nslots; i++) attn__free((void *)t->slots[i].s);
     attn__free(t->slots);
+    attn__free(t->merges);
     for (size_t i = 0; i < t->nadded; i++) attn__free(t->added[i].content);
     attn__free(t->added);
     attn__free(t->prefix);

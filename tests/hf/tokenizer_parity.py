@@ -10,7 +10,8 @@ BertProcessing, left truncation, a short max_input_chars_per_word), saves each t
 OUTDIR, and also a model folder with vocab.txt + tokenizer_config.json. Then, for thousands of
 generated lines (every Unicode general category, accents and stacked combining marks in any order,
 CJK, Hangul, emoji and ZWJ sequences, whitespace runs, tabs, control characters, special tokens
-typed in the text, very long words, texts past the truncation length), compares the ids of
+typed in the text, very long words, texts past the truncation length), the same for byte-level BPE (GPT-2's ByteLevel pre-tokenizer and decoder, with and
+without add_prefix_space, ignore_merges and truncation), compares the ids of
 `attn tokenize --input FILE` (one process per configuration) with Tokenizer.encode, and the text
 of `attn tokenize --decode` with Tokenizer.decode (with and without the special tokens).
 ATTN_BINARY_OR_LIB is the attn tool, or libattn.so (then through ctypes). Ends with the line
@@ -107,7 +108,8 @@ class Gen:
         if k < 0.78:
             return r.choice(self.controls)
         if k < 0.82:
-            return r.choice(SPECIALS) if r.random() < 0.7 else r.choice(["[cls]", "[SEP", "[[MASK]]", "x[UNK]y"])
+            return r.choice(SPECIALS + ["<|endoftext|>"]) if r.random() < 0.7 else r.choice(
+                ["[cls]", "[SEP", "[[MASK]]", "x[UNK]y", "<|endoftext", "'s", "'ll", "'RE", "'ve'd", "''m", "it's"])
         if k < 0.85:  # very long words
             return "".join(r.choice(self.latin + self.accented) for _ in range(r.randint(90, 130)))
         if k < 0.88:
@@ -167,6 +169,34 @@ def configs(corpus):
         tok.decoder = decoders.WordPiece(prefix="##")
         if maxlen:
             tok.enable_truncation(maxlen, direction=direction)
+        out.append((name, tok))
+    return out
+
+
+def bpe_configs(corpus):
+    """Byte-level BPE as GPT-2's: ByteLevel pre-tokenizer, post-processor and decoder; then with
+    add_prefix_space, ignore_merges, a Lowercase normalizer, [bos] $A [eos] and left truncation."""
+    out = []
+    for name in ("gpt2", "gpt2_prefix_lower"):
+        tok = Tokenizer(models.BPE())
+        variant = name != "gpt2"
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=variant)
+        if variant:
+            tok.normalizer = normalizers.Lowercase()
+        trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=["<|endoftext|>"], show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(corpus + ["it's we're they've I'm you'll he'd 'tis 1234 3.14"] * 20, trainer)
+        tok.decoder = decoders.ByteLevel()
+        if variant:
+            j = json.loads(tok.to_str())
+            j["model"]["ignore_merges"] = True
+            tok = Tokenizer.from_str(json.dumps(j))
+            eot = tok.token_to_id("<|endoftext|>")
+            tok.post_processor = processors.TemplateProcessing(single="<|endoftext|> $A <|endoftext|>",
+                                                               special_tokens=[("<|endoftext|>", eot)])
+            tok.enable_truncation(50, direction="left")
+        else:
+            tok.post_processor = processors.ByteLevel(trim_offsets=True)
         out.append((name, tok))
     return out
 
@@ -268,7 +298,7 @@ def main():
             shown += 1
             print("MISMATCH %s\n  text: %s\n  attn: %s\n  hf:   %s" % (what, show(text), got, want))
 
-    cases = configs(corpus)
+    cases = configs(corpus) + bpe_configs(corpus)
     folder = os.path.join(a.outdir, "bert_folder")
     os.makedirs(folder, exist_ok=True)
     lower = cases[0][1]
@@ -289,6 +319,10 @@ def main():
             continue
         for text, g_ids, w_ids in zip(lines, got, want):
             check(g_ids == w_ids, "%s: encode" % name, text, g_ids, w_ids)
+        # the lines' ids, then random ids (partial UTF-8 bytes for BPE, every token for WordPiece's cleanup)
+        size = tok.get_vocab_size()
+        rand = [[g.r.randrange(size) for _ in range(g.r.randint(0, 12))] for _ in range(len(lines) // 5)]
+        want = want + [ids for ids in rand if "\n" not in tok.decode(ids, skip_special_tokens=False)]  # one a line
         idfile = os.path.join(a.outdir, name + ".ids")
         with open(idfile, "w") as f:
             f.write("".join(" ".join(map(str, ids)) + "\n" for ids in want))
