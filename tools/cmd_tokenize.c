@@ -20,7 +20,8 @@ static void usage(FILE *f) {
             "  --decode          the input lines are ids (space-separated): print their text\n"
             "  --max-length L    at most L ids, special tokens included (default: the tokenizer's truncation)\n"
             "  --no-special      no special tokens ([CLS], [SEP]); with --decode, skip them\n"
-            "Supported: WordPiece (BERT family); attn_tokenizer_open's messages name what else a file asks for.\n");
+            "Supported: WordPiece (the BERT family) and byte-level BPE (GPT-2); a file asking for anything else\n"
+            "is refused with a message naming its key.\n");
 }
 
 typedef struct tok_run {
