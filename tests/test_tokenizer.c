@@ -246,6 +246,15 @@ static void test_variants(void) {
         CHECK(attn_tokenizer_vocab_size(t) == 24 && attn_tokenizer_token_to_id(t, "<x>") == 23, "added token id");
         attn_tokenizer_free(t);
     }
+    /* a normalized added token: matched in the lowercased, accent-stripped text, as its own normalized form */
+    t = open_json(json_with(NULL, "null",
+                            "[{\"id\":3,\"content\":\"[SEP]\",\"special\":true},{\"id\":23,\"content\":\"[NEW]\","
+                            "\"special\":false,\"normalized\":true,\"lstrip\":true}]",
+                            "null", NULL, NULL));
+    if (t) {
+        EXPECT(t, "normalized added token", "a [new] [NEW]x[SEP] [N\xc3\xa9W]", 17, 23, 23, 22, 3, 23);
+        attn_tokenizer_free(t);
+    }
 }
 
 static void test_vocab_txt(void) {
@@ -343,9 +352,6 @@ static void test_hostile(void) {
                     "added_tokens[0].content: expected a string");
     expect_bad_json("added token empty", json_with(NULL, NULL, "[{\"id\":1,\"content\":\"\"}]", NULL, NULL, NULL), INV,
                     "added_tokens[0].content: empty");
-    expect_bad_json("normalized added token",
-                    json_with(NULL, NULL, "[{\"id\":1,\"content\":\"q\",\"normalized\":true}]", NULL, NULL, NULL), UNS,
-                    "normalized = true");
     expect_bad_json("truncation max_length a string", json_with(NULL, "{\"max_length\":\"x\"}", NULL, NULL, NULL, NULL),
                     INV, "truncation.max_length: expected an integer");
     expect_bad_json("truncation OnlySecond",
@@ -490,6 +496,10 @@ static void alloc_sweep(const char *what, const char *json_text, const char *tex
 static void test_alloc_fail(void) {
     alloc_sweep("WordPiece", json_with(NULL, NULL, NULL, NULL, NULL, NULL),
                 "Hello, Caf\xc3\xa9 \xe4\xb8\xad [SEP] unaffable \xc4\xb0");
+    alloc_sweep(
+        "normalized added token",
+        json_with(NULL, "null", "[{\"id\":23,\"content\":\"[N\xc3\x89W]\",\"normalized\":true}]", "null", NULL, NULL),
+        "a [NEW] b");
     alloc_sweep("BPE", BPE, "hello world! he's  x\xc3\xa9<|endoftext|>");
 }
 

@@ -15,8 +15,10 @@
  *                   ByteLevel (offsets only: no ids), null;
  *   decoder         WordPiece {prefix, cleanup}, ByteLevel (bytes back, invalid UTF-8 as U+FFFD
  *                   the way Rust's from_utf8_lossy does), null (tokens joined by spaces);
- *   added_tokens    matched in the raw text before normalization, leftmost-longest (normalized
- *                   false; single_word false; lstrip / rstrip honoured);
+ *   added_tokens    leftmost-longest, in the raw text before normalization (normalized false) or
+ *                   in the normalized text as their own normalized form (normalized true; their
+ *                   id then gives back that form, as tokenizers does); lstrip / rstrip honoured;
+ *                   single_word false only;
  *   truncation      {max_length, strategy LongestFirst / OnlyFirst, direction Right / Left}.
  * The Unicode properties are those of the `tokenizers` release named by
  * attn_tokenizer_unicode_source() (src/text/unicode_tables.c, scripts/gen_unicode_tables.py).

@@ -181,26 +181,43 @@ static attn_status byte_level(enc *e, const uint32_t *p, size_t n) {
     return ATTN_OK;
 }
 
-/* Normalize, pre-tokenize and WordPiece text[0..len) (valid UTF-8, no added token in it). */
-static attn_status encode_text(enc *e, const char *text, size_t len) {
-    const attn_tokenizer *t = e->t;
-    e->a.n = 0;
+/* text[0..len) decoded and normalized by t's steps into a (b: scratch). 0, -1: out of memory, -2:
+ * invalid UTF-8. */
+static int normalize(const attn_tokenizer *t, const char *text, size_t len, cpbuf *a, cpbuf *b) {
+    a->n = 0;
     for (size_t i = 0; i < len;) {
         uint32_t c;
         size_t k = attn_u_decode((const unsigned char *)text + i, len - i, &c);
-        if (!k) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_tokenizer_encode: invalid UTF-8");
-        if (cp_reserve(&e->a, 1)) return oom();
-        e->a.p[e->a.n++] = c;
+        if (!k) return -2;
+        if (cp_reserve(a, 1)) return -1;
+        a->p[a->n++] = c;
         i += k;
     }
     for (int s = 0; s < t->nnorm; s++) {
-        e->b.n = 0;
-        if (norm_step(t->norm[s], &e->a, &e->b)) return oom();
-        cpbuf tmp = e->a;
-        e->a = e->b, e->b = tmp;
+        b->n = 0;
+        if (norm_step(t->norm[s], a, b)) return -1;
+        cpbuf tmp = *a;
+        *a = *b, *b = tmp;
     }
-    const uint32_t *p = e->a.p;
-    size_t n = e->a.n;
+    return 0;
+}
+
+attn_status attn_tok_normalize(const attn_tokenizer *t, const char *s, size_t len, uint32_t **out, size_t *n) {
+    cpbuf a = {0}, b = {0};
+    int r = normalize(t, s, len, &a, &b);
+    attn__free(b.p);
+    if (r) {
+        attn__free(a.p);
+        return r == -1 ? attn_error(ATTN_ERR_OUT_OF_MEMORY, "tokenizer: out of memory")
+                       : attn_error(ATTN_ERR_INVALID_ARGUMENT, "tokenizer: invalid UTF-8");
+    }
+    *out = a.p, *n = a.n;
+    return ATTN_OK;
+}
+
+/* Pre-tokenize and run the model over normalized chars p[0..n). */
+static attn_status encode_normalized(enc *e, const uint32_t *p, size_t n) {
+    const attn_tokenizer *t = e->t;
     if (t->pretok == 3) return n ? byte_level(e, p, n) : ATTN_OK;
     if (!t->pretok) return wordpiece(e, p, n);
     for (size_t i = 0; i < n;) {
@@ -209,17 +226,54 @@ static attn_status encode_text(enc *e, const char *text, size_t len) {
             i++;
             continue;
         }
-        if (t->pretok == 2 && (pr & ATTN_U_PUNCT)) {
-            attn_status st = wordpiece(e, p + i, 1);
-            if (st) return st;
-            i++;
-            continue;
-        }
         size_t j = i + 1;
-        while (j < n && !(attn_u_props(p[j]) & (ATTN_U_WS | (t->pretok == 2 ? ATTN_U_PUNCT : 0)))) j++;
+        if (!(t->pretok == 2 && (pr & ATTN_U_PUNCT))) /* a punctuation char is a word of its own */
+            while (j < n && !(attn_u_props(p[j]) & (ATTN_U_WS | (t->pretok == 2 ? ATTN_U_PUNCT : 0)))) j++;
         attn_status st = wordpiece(e, p + i, j - i);
         if (st) return st;
         i = j;
+    }
+    return ATTN_OK;
+}
+
+/* The leftmost-longest normalized added token in p[from..n) (code points): its span with lstrip /
+ * rstrip whitespace (never before from) in *ms, *me; returns its index or -1. */
+static long find_normalized(const attn_tokenizer *t, const uint32_t *p, size_t n, size_t from, size_t *ms, size_t *me) {
+    for (size_t i = from; i < n; i++) {
+        long best = -1;
+        for (size_t k = 0; k < t->nadded; k++) {
+            const tok_added *a = &t->added[k];
+            if (a->normalized && a->nncp && a->nncp <= n - i && (best < 0 || a->nncp > t->added[best].nncp) &&
+                memcmp(p + i, a->ncp, a->nncp * sizeof(uint32_t)) == 0)
+                best = (long)k;
+        }
+        if (best < 0) continue;
+        const tok_added *a = &t->added[best];
+        size_t start = i, stop = i + a->nncp;
+        while (a->lstrip && start > from && (attn_u_props(p[start - 1]) & ATTN_U_WS)) start--;
+        while (a->rstrip && stop < n && (attn_u_props(p[stop]) & ATTN_U_WS)) stop++;
+        *ms = start, *me = stop;
+        return best;
+    }
+    return -1;
+}
+
+/* Normalize text[0..len) (valid UTF-8, no raw-matched added token in it), split it on the
+ * normalized added tokens, pre-tokenize and run the model over the rest. */
+static attn_status encode_text(enc *e, const char *text, size_t len) {
+    const attn_tokenizer *t = e->t;
+    int r = normalize(t, text, len, &e->a, &e->b);
+    if (r) return r == -1 ? oom() : attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_tokenizer_encode: invalid UTF-8");
+    const uint32_t *p = e->a.p;
+    size_t n = e->a.n;
+    if (!t->any_normalized) return encode_normalized(e, p, n);
+    for (size_t pos = 0; pos < n;) {
+        size_t ms = n, me = n;
+        long k = find_normalized(t, p, n, pos, &ms, &me);
+        attn_status st = ms > pos ? encode_normalized(e, p + pos, ms - pos) : ATTN_OK;
+        if (!st && k >= 0) st = push_id(e, t->added[k].id);
+        if (st) return st;
+        pos = me;
     }
     return ATTN_OK;
 }
@@ -232,8 +286,8 @@ static long find_added(const attn_tokenizer *t, const char *s, size_t len, size_
         long best = -1;
         for (size_t k = 0; k < t->nadded; k++) {
             const tok_added *a = &t->added[k];
-            if (a->len <= len - i && (best < 0 || a->len > t->added[best].len) && s[i] == a->content[0] &&
-                memcmp(s + i, a->content, a->len) == 0)
+            if (!a->normalized && a->len <= len - i && (best < 0 || a->len > t->added[best].len) &&
+                s[i] == a->content[0] && memcmp(s + i, a->content, a->len) == 0)
                 best = (long)k;
         }
         if (best < 0) continue;

@@ -27,6 +27,9 @@ typedef struct tok_added {
     size_t len;
     int32_t id;
     int special, lstrip, rstrip;
+    int normalized; /* matched in the normalized text, as its own normalized form ncp[0..nncp) */
+    uint32_t *ncp;
+    size_t nncp;
 } tok_added;
 
 /* One entry of the model's vocabulary hash (open addressing). */
@@ -51,6 +54,7 @@ struct attn_tokenizer {
     size_t max_token; /* the longest token of the vocabulary, in bytes */
     tok_added *added;
     size_t nadded;
+    int any_normalized; /* some added token is matched in the normalized text */
     tok_norm_op norm[TOK_MAX_NORM_OPS];
     int nnorm;
     int pretok;                      /* 0: none; 1: whitespace; 2: and punctuation (BertPreTokenizer); 3: ByteLevel */
@@ -100,6 +104,9 @@ int attn_tok_char_byte(uint32_t c);
 attn_status attn_tok_bpe_word(const attn_tokenizer *t, const char *s, size_t len, tok_buf *ids);
 /* The end of the GPT-2 regex's match at p[i] (p[0..n) code points; returns > i). */
 size_t attn_tok_gpt2_match(const uint32_t *p, size_t n, size_t i);
+
+/* Run t's normalizer over s[0..len) (valid UTF-8): the code points in *out (free it), *n of them. */
+attn_status attn_tok_normalize(const attn_tokenizer *t, const char *s, size_t len, uint32_t **out, size_t *n);
 
 /* Readers: fill t (allocated, zeroed, pad_id -1) from a file; messages name `name`. */
 attn_status attn_tok_load_json(attn_tokenizer *t, const char *path, const char *name);

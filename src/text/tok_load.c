@@ -9,6 +9,7 @@
 #include "io/json.h"
 #include "io/safe_file.h"
 #include "text/tok_internal.h"
+#include "text/unicode.h"
 
 /* Largest number of ids a tokenizer may have (vocabulary and added tokens). */
 #define TOK_MAX_IDS ((int64_t)1 << 24)
@@ -291,7 +292,7 @@ static attn_status read_added_token(const jctx *c, const attn_json *a, size_t i,
     char k[96];
     attn_status st;
     int64_t id = -1;
-    int single = 0, norm = 0;
+    int single = 0;
     snprintf(k, sizeof k, "added_tokens[%zu]", i);
     if (a->type != ATTN_JSON_OBJECT) return type_fail(c, k, "an object", a);
     snprintf(k, sizeof k, "added_tokens[%zu].id", i);
@@ -306,13 +307,12 @@ static attn_status read_added_token(const jctx *c, const attn_json *a, size_t i,
     if ((st = get_string(c, a, "content", k, "", &out->content))) return st;
     out->len = content->len;
     const char *names[] = {"special", "lstrip", "rstrip", "single_word", "normalized"};
-    int *dst[] = {&out->special, &out->lstrip, &out->rstrip, &single, &norm};
+    int *dst[] = {&out->special, &out->lstrip, &out->rstrip, &single, &out->normalized};
     for (int f = 0; f < 5; f++) {
         snprintf(k, sizeof k, "added_tokens[%zu].%s", i, names[f]);
         if ((st = get_bool(c, a, names[f], k, dst[f]))) return st;
     }
     if (single) return jfail(c, ATTN_ERR_UNSUPPORTED, "added_tokens", "unsupported: [%zu].single_word = true", i);
-    if (norm) return jfail(c, ATTN_ERR_UNSUPPORTED, "added_tokens", "unsupported: [%zu].normalized = true", i);
     return ATTN_OK;
 }
 
@@ -504,6 +504,23 @@ static attn_status read_padding(const jctx *c, const attn_json *v) {
     return st;
 }
 
+/* A normalized added token matches its normalized form, and that is also the token its id gives
+ * back (tokenizers' id_to_token and decode; token_to_id takes the content as written). */
+static attn_status normalized_added(const jctx *c, tok_added *a) {
+    attn_tokenizer *t = c->t;
+    attn_status st = attn_tok_normalize(t, a->content, a->len, &a->ncp, &a->nncp);
+    t->any_normalized = 1;
+    tok_buf s = {0};
+    for (size_t k = 0; !st && k < a->nncp; k++) {
+        char u[4];
+        if (attn_tok_buf_put(&s, u, attn_u_encode(a->ncp[k], u)))
+            st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", c->file);
+    }
+    if (!st) st = attn_tok_set_token(t, a->id, s.p ? s.p : "", s.len);
+    attn__free(s.p);
+    return st;
+}
+
 static attn_status read_tokenizer_json(const jctx *c, const attn_json *root) {
     attn_tokenizer *t = c->t;
     attn_status st;
@@ -525,6 +542,8 @@ static attn_status read_tokenizer_json(const jctx *c, const attn_json *root) {
         (st = read_padding(c, attn_json_get(root, "padding"))))
         return st;
     if (t->pad_id < 0) t->pad_id = attn_tok_lookup(t, "[PAD]", 5);
+    for (size_t i = 0; i < t->nadded; i++) /* normalized tokens: their own normalized form */
+        if (t->added[i].normalized && (st = normalized_added(c, &t->added[i]))) return st;
     if ((t->model == 1) != (t->pretok == 3))
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: unsupported: %s", c->file,
                           t->model == 1 ? "a BPE model without the ByteLevel pre-tokenizer"

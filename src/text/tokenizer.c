@@ -95,7 +95,10 @@ void attn_tokenizer_free(attn_tokenizer *t) {
     for (size_t i = 0; i < t->nslots; i++) attn__free((void *)t->slots[i].s);
     attn__free(t->slots);
     attn__free(t->merges);
-    for (size_t i = 0; i < t->nadded; i++) attn__free(t->added[i].content);
+    for (size_t i = 0; t->added && i < t->nadded; i++) {
+        attn__free(t->added[i].content);
+        attn__free(t->added[i].ncp);
+    }
     attn__free(t->added);
     attn__free(t->prefix);
     attn__free(t->unk);

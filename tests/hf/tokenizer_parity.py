@@ -4,7 +4,7 @@
     python3 tokenizer_parity.py ATTN_BINARY_OR_LIB OUTDIR [--seed S] [--lines N]
 
 Trains WordPiece tokenizers with `tokenizers` on a corpus generated here (seeded), in several
-configurations (BertNormalizer with lowercase on and off, the strip_accents variants, clean_text
+configurations (added tokens matched in the raw and in the normalized text, BertNormalizer with lowercase on and off, the strip_accents variants, clean_text
 and handle_chinese_chars off, a Sequence of NFD / Lowercase / StripAccents with WhitespaceSplit,
 BertProcessing, left truncation, a short max_input_chars_per_word), saves each tokenizer.json in
 OUTDIR, and also a model folder with vocab.txt + tokenizer_config.json. Then, for thousands of
@@ -28,7 +28,7 @@ import sys
 import unicodedata
 
 try:
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 except ImportError as e:  # the notice, and success: nothing to compare against
     print("tokenizer parity: SKIP: Hugging Face tokenizers cannot be imported (%s)" % e)
     sys.exit(0)
@@ -109,7 +109,8 @@ class Gen:
             return r.choice(self.controls)
         if k < 0.82:
             return r.choice(SPECIALS + ["<|endoftext|>"]) if r.random() < 0.7 else r.choice(
-                ["[cls]", "[SEP", "[[MASK]]", "x[UNK]y", "<|endoftext", "'s", "'ll", "'RE", "'ve'd", "''m", "it's"])
+                ["[cls]", "[SEP", "[[MASK]]", "x[UNK]y", "<|endoftext", "'s", "'ll", "'RE", "'ve'd", "''m", "it's",
+                 "[NEW]", "[new]", "[N\u00e9W]", " [NEW] ", "<|IM_start|>", "<|im_start|>", " <|IM_START|>"])
         if k < 0.85:  # very long words
             return "".join(r.choice(self.latin + self.accented) for _ in range(r.randint(90, 130)))
         if k < 0.88:
@@ -167,6 +168,8 @@ def configs(corpus):
             tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
                                                            ("[CLS]", tok.token_to_id("[CLS]")))
         tok.decoder = decoders.WordPiece(prefix="##")
+        if name in ("lower", "cased"):  # matched in the normalized text
+            tok.add_tokens([AddedToken("[NEW]", normalized=True, lstrip=True)])
         if maxlen:
             tok.enable_truncation(maxlen, direction=direction)
         out.append((name, tok))
@@ -187,6 +190,7 @@ def bpe_configs(corpus):
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
         tok.train_from_iterator(corpus + ["it's we're they've I'm you'll he'd 'tis 1234 3.14"] * 20, trainer)
         tok.decoder = decoders.ByteLevel()
+        tok.add_special_tokens([AddedToken("<|IM_start|>", normalized=True, special=True)])
         if variant:
             j = json.loads(tok.to_str())
             j["model"]["ignore_merges"] = True
@@ -308,7 +312,9 @@ def main():
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump({"do_lower_case": True, "model_max_length": 64}, f)
     runs = [(name, tok, os.path.join(a.outdir, name + ".json")) for name, tok in cases]
-    runs.append(("vocab_txt_folder", lower, folder))
+    j = json.loads(lower.to_str())  # the folder's reference: "lower" without its added [NEW]
+    j["added_tokens"] = [t for t in j["added_tokens"] if t["content"] != "[NEW]"]
+    runs.append(("vocab_txt_folder", Tokenizer.from_str(json.dumps(j)), folder))
     for name, tok, model in runs:
         if model.endswith(".json"):
             tok.save(model)
