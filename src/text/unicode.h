@@ -35,7 +35,7 @@ int attn_u_is_chinese(uint32_t c);
 int attn_u_lower(uint32_t c, uint32_t out[3]);
 /* The full canonical decomposition of c into out[0..4) (Hangul included); returns how many. */
 int attn_u_decompose(uint32_t c, uint32_t out[4]);
-/* The canonical combining class of c. */
+/* The canonical combining class of c, as tokenizers' NFD orders marks (probed, not Python's). */
 int attn_u_ccc(uint32_t c);
 
 /* Decode one UTF-8 char of s[0..len) (len >= 1): its code point in *c, its length returned, or 0

@@ -270,6 +270,27 @@ class AttnLib:
         return out
 
 
+def nfd_order_case(g, n):
+    """NFD's canonical ordering, seen through ids: lines of a letter and 1-4 random marks (every
+    char with a combining class, every M*, some unassigned), a WordPiece vocabulary holding each
+    char alone and after "##", so that the ids spell the chars in the order NFD put them."""
+    r = g.r
+    marks = [chr(c) for c in range(0x300, MAXCP) if not 0xD800 <= c <= 0xDFFF and
+             (unicodedata.combining(chr(c)) or unicodedata.category(chr(c)) in ("Mn", "Mc"))]
+    marks += [chr(c) for c in r.sample(g.cats["Cn"], 500)]
+    lines = [r.choice("abcxyz") + "".join(r.choice(marks) for _ in range(r.randint(1, 4))) for _ in range(n)]
+    nfd = normalizers.NFD()
+    chars = sorted(set("".join(nfd.normalize_str(l) for l in lines)) | set("".join(lines)))
+    vocab = {"[UNK]": 0}
+    for ch in chars:
+        vocab.setdefault(ch, len(vocab))
+        vocab.setdefault("##" + ch, len(vocab))
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=1000))
+    tok.normalizer = normalizers.NFD()
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return tok, lines
+
+
 def show(s):
     return " ".join("U+%04X" % ord(c) for c in s[:60]) + (" ..." if len(s) > 60 else "")
 
@@ -337,7 +358,15 @@ def main():
             gtext = attn.decode(model, idfile, skip)
             for ids, g_t, w_t in zip(want, gtext, wtext):
                 check(g_t == w_t, "%s: decode (skip_special_tokens=%s)" % (name, skip), w_t, repr(g_t), repr(w_t))
-    print("compared %d lines x %d tokenizers (encode, decode, decode skipping special tokens)" % (len(lines), len(runs)))
+    tok, marks = nfd_order_case(g, a.lines)  # NFD's canonical ordering, on lines of its own
+    marks_file, model = os.path.join(a.outdir, "marks.txt"), os.path.join(a.outdir, "nfd_marks.json")
+    with open(marks_file, "w", encoding="utf-8", newline="\n") as f:
+        f.write("".join(l + "\n" for l in marks))
+    tok.save(model)
+    for text, g_ids, w_ids in zip(marks, attn.encode(model, marks_file), [e.ids for e in tok.encode_batch(marks)]):
+        check(g_ids == w_ids, "nfd_marks: encode", text, g_ids, w_ids)
+    print("compared %d lines x %d tokenizers (encode, decode, decode skipping special tokens), and %d lines of "
+          "stacked marks through NFD" % (len(lines), len(runs), len(marks)))
     print("tokenizer parity: %d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
