@@ -7,6 +7,7 @@
 #   src/io       nothing of nn, train or attention, and not the umbrella attn.h;
 #   src/nn, src/attention, src/kernels, src/io, src/core  nothing of src/models (the Hugging Face
 #                families sit above the modules they are built from);
+#   src/text     (tokenizers) only core and io: nothing of kernels, attention, nn, train, viz, dist;
 #   tools/       only the public headers (attn/...) and tools' own (no path with a '/' but attn/).
 set(fails "")
 function(check dir pattern why)
@@ -31,6 +32,8 @@ check(src/io "\"attn/(attn|nn|mha|layers|model|train|gpt|vit|seq2seq)\\.h\"" "sr
 foreach(d src/nn src/attention src/kernels src/io src/core)
   check(${d} "\"(models/|attn/pretrained\\.h\")" "only src/models and above know the Hugging Face families")
 endforeach()
+check(src/text "\"(kernels|attention|nn|train|viz|dist)/" "src/text includes only core and io")
+check(src/text "\"attn/(attn|kernels|introspect|attention|nn|mha|layers|model|train|viz|dist|gpt|vit|seq2seq|params|positions|precision|capture|longformer|linear_attention)\\.h\"" "src/text includes only core and io")
 check(tools "\"[^\"]*/[^\"]*\"" "tools/ includes only public headers")
 # the rule above flags every path with a '/'; attn/ is the one allowed
 string(REGEX REPLACE "\n  tools/[^\n]*: *#[ \t]*include[ \t]*\"attn/[^\n]*" "" fails "${fails}")

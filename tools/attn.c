@@ -60,6 +60,9 @@ static const cli_command commands[] = {
      NULL},
     {"viz", "attention weights of a model on an input: SVG, HTML page, CSV",
      "attn viz MODEL INPUT [options] (--svg FILE | --html FILE | --csv FILE | --overlay FILE)...", cmd_viz, NULL},
+    {"tokenize", "token ids of text (or text of ids) with a Hugging Face tokenizer",
+     "attn tokenize --model DIR|FILE (--text T | --input FILE) [--decode] [--max-length L] [--no-special]",
+     cmd_tokenize, NULL},
 };
 enum { NCOMMANDS = (int)(sizeof commands / sizeof commands[0]) };
 

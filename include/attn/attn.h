@@ -17,5 +17,6 @@
 #include "dist.h"
 #include "introspect.h"
 #include "io.h"
+#include "tokenizer.h"
 
 #endif

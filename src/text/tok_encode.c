@@ -1,0 +1,377 @@
+/* Encoding, as Hugging Face tokenizers does it: added tokens matched in the raw text
+ * (leftmost-longest), the rest normalized, pre-tokenized and split by WordPiece, then truncated
+ * and wrapped by the post-processor's special tokens. */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/internal.h"
+#include "io/json.h"
+#include "text/tok_internal.h"
+#include "text/unicode.h"
+
+/* A growing array of code points. */
+typedef struct cpbuf {
+    uint32_t *p;
+    size_t n, cap;
+} cpbuf;
+
+static int cp_reserve(cpbuf *b, size_t more) {
+    if (b->n + more <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < b->n + more) {
+        if (cap > SIZE_MAX / 2 / sizeof(uint32_t)) return -1;
+        cap *= 2;
+    }
+    uint32_t *p = attn__realloc(b->p, cap * sizeof(uint32_t));
+    if (!p) return -1;
+    b->p = p, b->cap = cap;
+    return 0;
+}
+
+/* NFD of in into out: full decompositions, then canonical ordering of each run of marks. */
+static int nfd(const cpbuf *in, cpbuf *out) {
+    for (size_t i = 0; i < in->n; i++) {
+        uint32_t d[4];
+        int k = attn_u_decompose(in->p[i], d);
+        if (cp_reserve(out, (size_t)k)) return -1;
+        for (int j = 0; j < k; j++) out->p[out->n++] = d[j];
+    }
+    for (size_t i = 1; i < out->n; i++) { /* insertion sort by class within runs of nonzero classes (stable) */
+        int ci = attn_u_ccc(out->p[i]);
+        if (!ci) continue;
+        size_t j = i;
+        uint32_t c = out->p[i];
+        while (j > 0) {
+            int cj = attn_u_ccc(out->p[j - 1]);
+            if (!cj || cj <= ci) break;
+            out->p[j] = out->p[j - 1];
+            j--;
+        }
+        out->p[j] = c;
+    }
+    return 0;
+}
+
+/* One normalizer step from in into out (out empty on entry). */
+static int norm_step(tok_norm_op op, const cpbuf *in, cpbuf *out) {
+    if (op == TOK_NORM_NFD) return nfd(in, out);
+    for (size_t i = 0; i < in->n; i++) {
+        uint32_t c = in->p[i], l[3];
+        if (cp_reserve(out, 3)) return -1;
+        switch (op) {
+        case TOK_NORM_CLEAN:
+            if (!(attn_u_props(c) & ATTN_U_OTHER)) out->p[out->n++] = (attn_u_props(c) & ATTN_U_WS) ? ' ' : c;
+            break;
+        case TOK_NORM_CHINESE:
+            if (attn_u_is_chinese(c)) {
+                out->p[out->n++] = ' ';
+                out->p[out->n++] = c;
+                out->p[out->n++] = ' ';
+            } else {
+                out->p[out->n++] = c;
+            }
+            break;
+        case TOK_NORM_STRIP_MN:
+            if (!(attn_u_props(c) & ATTN_U_MN)) out->p[out->n++] = c;
+            break;
+        case TOK_NORM_STRIP_MARKS:
+            if (!(attn_u_props(c) & ATTN_U_MARK)) out->p[out->n++] = c;
+            break;
+        default: { /* TOK_NORM_LOWER */
+            int k = attn_u_lower(c, l);
+            for (int j = 0; j < k; j++) out->p[out->n++] = l[j];
+        }
+        }
+    }
+    return 0;
+}
+
+/* Scratch of one encode call. */
+typedef struct enc {
+    const attn_tokenizer *t;
+    tok_buf ids; /* int32_t ids */
+    cpbuf a, b;  /* normalized text */
+    tok_buf word;
+    size_t *offs, noffs; /* byte offset of each char of the word, then its length */
+} enc;
+
+static attn_status oom(void) { return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_tokenizer_encode: out of memory"); }
+
+static attn_status push_id(enc *e, int32_t id) { return attn_tok_buf_put(&e->ids, &id, sizeof id) ? oom() : ATTN_OK; }
+
+/* WordPiece over one pre-tokenized word (chars w[0..n)): greedy longest-match-first. */
+static attn_status wordpiece(enc *e, const uint32_t *w, size_t n) {
+    const attn_tokenizer *t = e->t;
+    if (n == 0) return ATTN_OK;
+    size_t start_ids = e->ids.len, plen = strlen(t->prefix);
+    if ((int64_t)n <= t->max_chars) {
+        e->word.len = 0;
+        if (n + 1 > e->noffs) {
+            size_t *p = attn__realloc(e->offs, (n + 1) * sizeof(size_t));
+            if (!p) return oom();
+            e->offs = p, e->noffs = n + 1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            char u[4];
+            e->offs[i] = e->word.len;
+            if (attn_tok_buf_put(&e->word, u, attn_u_encode(w[i], u))) return oom();
+        }
+        e->offs[n] = e->word.len;
+        tok_buf cand = {0};
+        size_t start = 0; /* in chars */
+        int bad = 0;
+        while (start < n && !bad) {
+            size_t end = n;
+            size_t extra = start ? plen : 0;
+            while (end > start && e->offs[end] - e->offs[start] + extra > t->max_token) end--;
+            int32_t id = -1;
+            for (; end > start; end--) {
+                cand.len = 0;
+                if (attn_tok_buf_put(&cand, t->prefix, extra) ||
+                    attn_tok_buf_put(&cand, e->word.p + e->offs[start], e->offs[end] - e->offs[start])) {
+                    attn__free(cand.p);
+                    return oom();
+                }
+                if ((id = attn_tok_vocab_find(t, cand.p, cand.len)) >= 0) break;
+            }
+            if (id < 0) {
+                bad = 1;
+            } else if (push_id(e, id)) {
+                attn__free(cand.p);
+                return ATTN_ERR_OUT_OF_MEMORY; /* push_id set the message */
+            }
+            start = end;
+        }
+        attn__free(cand.p);
+        if (!bad) return ATTN_OK;
+        e->ids.len = start_ids;
+    }
+    int32_t unk = attn_tok_vocab_find(t, t->unk, strlen(t->unk));
+    if (unk < 0)
+        return attn_error(ATTN_ERR_NOT_FOUND,
+                          "attn_tokenizer_encode: WordPiece's unk_token '%s' is not in the vocabulary", t->unk);
+    return push_id(e, unk);
+}
+
+/* The ByteLevel pre-tokenizer and BPE over normalized chars p[0..n) (n > 0). */
+static attn_status byte_level(enc *e, const uint32_t *p, size_t n) {
+    const attn_tokenizer *t = e->t;
+    if (t->add_prefix_space && p[0] != ' ') { /* the text with a space before it, in e->b */
+        e->b.n = 0;
+        if (cp_reserve(&e->b, n + 1)) return oom();
+        e->b.p[0] = ' ';
+        memcpy(e->b.p + 1, p, n * sizeof(uint32_t));
+        e->b.n = n + 1;
+        p = e->b.p, n = n + 1;
+    }
+    for (size_t i = 0; i < n;) {
+        size_t end = t->use_regex ? attn_tok_gpt2_match(p, n, i) : n;
+        e->word.len = 0;
+        for (size_t k = i; k < end; k++) {
+            char b[4], u[4];
+            size_t nb = attn_u_encode(p[k], b);
+            for (size_t j = 0; j < nb; j++)
+                if (attn_tok_buf_put(&e->word, u, attn_u_encode(attn_tok_byte_char((unsigned char)b[j]), u)))
+                    return oom();
+        }
+        attn_status st = attn_tok_bpe_word(t, e->word.p, e->word.len, &e->ids);
+        if (st) return st;
+        i = end;
+    }
+    return ATTN_OK;
+}
+
+/* text[0..len) decoded and normalized by t's steps into a (b: scratch). 0, -1: out of memory, -2:
+ * invalid UTF-8. */
+static int normalize(const attn_tokenizer *t, const char *text, size_t len, cpbuf *a, cpbuf *b) {
+    a->n = 0;
+    for (size_t i = 0; i < len;) {
+        uint32_t c;
+        size_t k = attn_u_decode((const unsigned char *)text + i, len - i, &c);
+        if (!k) return -2;
+        if (cp_reserve(a, 1)) return -1;
+        a->p[a->n++] = c;
+        i += k;
+    }
+    for (int s = 0; s < t->nnorm; s++) {
+        b->n = 0;
+        if (norm_step(t->norm[s], a, b)) return -1;
+        cpbuf tmp = *a;
+        *a = *b, *b = tmp;
+    }
+    return 0;
+}
+
+attn_status attn_tok_normalize(const attn_tokenizer *t, const char *s, size_t len, uint32_t **out, size_t *n) {
+    cpbuf a = {0}, b = {0};
+    int r = normalize(t, s, len, &a, &b);
+    attn__free(b.p);
+    if (r) {
+        attn__free(a.p);
+        return r == -1 ? attn_error(ATTN_ERR_OUT_OF_MEMORY, "tokenizer: out of memory")
+                       : attn_error(ATTN_ERR_INVALID_ARGUMENT, "tokenizer: invalid UTF-8");
+    }
+    *out = a.p, *n = a.n;
+    return ATTN_OK;
+}
+
+/* Pre-tokenize and run the model over normalized chars p[0..n). */
+static attn_status encode_normalized(enc *e, const uint32_t *p, size_t n) {
+    const attn_tokenizer *t = e->t;
+    if (t->pretok == 3) return n ? byte_level(e, p, n) : ATTN_OK;
+    if (!t->pretok) return wordpiece(e, p, n);
+    for (size_t i = 0; i < n;) {
+        unsigned pr = attn_u_props(p[i]);
+        if (pr & ATTN_U_WS) {
+            i++;
+            continue;
+        }
+        size_t j = i + 1;
+        if (!(t->pretok == 2 && (pr & ATTN_U_PUNCT))) /* a punctuation char is a word of its own */
+            while (j < n && !(attn_u_props(p[j]) & (ATTN_U_WS | (t->pretok == 2 ? ATTN_U_PUNCT : 0)))) j++;
+        attn_status st = wordpiece(e, p + i, j - i);
+        if (st) return st;
+        i = j;
+    }
+    return ATTN_OK;
+}
+
+/* The leftmost-longest normalized added token in p[from..n) (code points): its span with lstrip /
+ * rstrip whitespace (never before from) in *ms, *me; returns its index or -1. */
+static long find_normalized(const attn_tokenizer *t, const uint32_t *p, size_t n, size_t from, size_t *ms, size_t *me) {
+    for (size_t i = from; i < n; i++) {
+        long best = -1;
+        for (size_t k = 0; k < t->nadded; k++) {
+            const tok_added *a = &t->added[k];
+            if (a->normalized && a->nncp && a->nncp <= n - i && (best < 0 || a->nncp > t->added[best].nncp) &&
+                memcmp(p + i, a->ncp, a->nncp * sizeof(uint32_t)) == 0)
+                best = (long)k;
+        }
+        if (best < 0) continue;
+        const tok_added *a = &t->added[best];
+        size_t start = i, stop = i + a->nncp;
+        while (a->lstrip && start > from && (attn_u_props(p[start - 1]) & ATTN_U_WS)) start--;
+        while (a->rstrip && stop < n && (attn_u_props(p[stop]) & ATTN_U_WS)) stop++;
+        *ms = start, *me = stop;
+        return best;
+    }
+    return -1;
+}
+
+/* Normalize text[0..len) (valid UTF-8, no raw-matched added token in it), split it on the
+ * normalized added tokens, pre-tokenize and run the model over the rest. */
+static attn_status encode_text(enc *e, const char *text, size_t len) {
+    const attn_tokenizer *t = e->t;
+    int r = normalize(t, text, len, &e->a, &e->b);
+    if (r) return r == -1 ? oom() : attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_tokenizer_encode: invalid UTF-8");
+    const uint32_t *p = e->a.p;
+    size_t n = e->a.n;
+    if (!t->any_normalized) return encode_normalized(e, p, n);
+    for (size_t pos = 0; pos < n;) {
+        size_t ms = n, me = n;
+        long k = find_normalized(t, p, n, pos, &ms, &me);
+        attn_status st = ms > pos ? encode_normalized(e, p + pos, ms - pos) : ATTN_OK;
+        if (!st && k >= 0) st = push_id(e, t->added[k].id);
+        if (st) return st;
+        pos = me;
+    }
+    return ATTN_OK;
+}
+
+/* The leftmost-longest added token in s[from..len): its span (with lstrip / rstrip whitespace,
+ * never reaching before `floor`) in *ms, *me; returns its index or -1. */
+static long find_added(const attn_tokenizer *t, const char *s, size_t len, size_t from, size_t floor, size_t *ms,
+                       size_t *me) {
+    for (size_t i = from; i < len; i++) {
+        long best = -1;
+        for (size_t k = 0; k < t->nadded; k++) {
+            const tok_added *a = &t->added[k];
+            if (!a->normalized && a->len <= len - i && (best < 0 || a->len > t->added[best].len) &&
+                s[i] == a->content[0] && memcmp(s + i, a->content, a->len) == 0)
+                best = (long)k;
+        }
+        if (best < 0) continue;
+        const tok_added *a = &t->added[best];
+        size_t start = i, stop = i + a->len;
+        if (a->lstrip) {
+            while (start > floor) {
+                size_t b = start - 1;
+                while (b > floor && ((unsigned char)s[b] & 0xC0) == 0x80) b--;
+                uint32_t c;
+                if (!attn_u_decode((const unsigned char *)s + b, start - b, &c) || !(attn_u_props(c) & ATTN_U_WS))
+                    break;
+                start = b;
+            }
+        }
+        if (a->rstrip) {
+            uint32_t c;
+            size_t k;
+            while (stop < len && (k = attn_u_decode((const unsigned char *)s + stop, len - stop, &c)) &&
+                   (attn_u_props(c) & ATTN_U_WS))
+                stop += k;
+        }
+        *ms = start, *me = stop;
+        return best;
+    }
+    return -1;
+}
+
+static attn_status encode_body(enc *e, const char *text, size_t len) {
+    const attn_tokenizer *t = e->t;
+    size_t pos = 0;
+    while (pos < len) {
+        size_t ms = len, me = len;
+        long k = t->nadded ? find_added(t, text, len, pos, pos, &ms, &me) : -1;
+        attn_status st = encode_text(e, text + pos, (k < 0 ? len : ms) - pos);
+        if (st) return st;
+        if (k < 0) break;
+        if ((st = push_id(e, t->added[k].id))) return st;
+        pos = me;
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_tokenizer_encode(const attn_tokenizer *t, const char *text, size_t len, int add_special_tokens,
+                                  int64_t max_length, int32_t *ids, size_t cap, size_t *n) {
+    static const char fn[] = "attn_tokenizer_encode";
+    ATTN_CHECK_NOT_NULL(fn, t);
+    ATTN_CHECK_NOT_NULL(fn, n);
+    *n = 0;
+    if (!text && len) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: text is NULL with len %zu", fn, len);
+    if (max_length < 0)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: max_length %lld < 0", fn, (long long)max_length);
+    size_t bad;
+    if (len && !attn_json_utf8_valid(text, len, &bad))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: the text is not valid UTF-8 (byte %zu)", fn, bad);
+    size_t nspec = add_special_tokens ? t->npre + t->npost : 0;
+    int64_t limit = max_length ? max_length : t->trunc_max;
+    if (limit && (uint64_t)limit < nspec)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: max_length %lld is below the %zu special tokens", fn,
+                          (long long)limit, nspec);
+    enc e = {0};
+    e.t = t;
+    attn_status st = len ? encode_body(&e, text, len) : ATTN_OK;
+    if (!st) {
+        const int32_t *body = (const int32_t *)(void *)e.ids.p;
+        size_t nbody = e.ids.len / sizeof(int32_t), keep = nbody;
+        if (limit && keep > (uint64_t)limit - nspec) keep = (size_t)limit - nspec;
+        size_t from = t->trunc_left ? nbody - keep : 0;
+        *n = nspec + keep;
+        if ((ids ? cap : 0) < *n) {
+            st = attn_error(ATTN_ERR_WORKSPACE, "%s: %zu ids need room for %zu, cap is %zu", fn, *n, *n, ids ? cap : 0);
+        } else {
+            size_t o = 0;
+            if (add_special_tokens)
+                for (size_t i = 0; i < t->npre; i++) ids[o++] = t->pre_ids[i];
+            for (size_t i = 0; i < keep; i++) ids[o++] = body[from + i];
+            if (add_special_tokens)
+                for (size_t i = 0; i < t->npost; i++) ids[o++] = t->post_ids[i];
+        }
+    }
+    attn__free(e.ids.p);
+    attn__free(e.a.p);
+    attn__free(e.b.p);
+    attn__free(e.word.p);
+    attn__free(e.offs);
+    return st;
+}
