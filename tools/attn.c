@@ -63,6 +63,9 @@ static const cli_command commands[] = {
     {"tokenize", "token ids of text (or text of ids) with a Hugging Face tokenizer",
      "attn tokenize --model DIR|FILE (--text T | --input FILE) [--decode] [--max-length L] [--no-special]",
      cmd_tokenize, NULL},
+    {"embed", "sentence embeddings of text lines with a Hugging Face / sentence-transformers folder",
+     "attn embed --model DIR --input FILE --out OUT.(safetensors|npy|jsonl) [--batch B] [--threads T]", cmd_embed,
+     NULL},
 };
 enum { NCOMMANDS = (int)(sizeof commands / sizeof commands[0]) };
 

@@ -27,6 +27,8 @@ typedef attn_io_kind safe_kind;
 #define SAFE_KIND_HTML ATTN_IO_KIND_HTML
 #define SAFE_KIND_CSV ATTN_IO_KIND_CSV
 #define SAFE_KIND_IMAGE ATTN_IO_KIND_IMAGE /* PNG, or PPM / PGM */
+#define SAFE_KIND_NPY ATTN_IO_KIND_NPY
+#define SAFE_KIND_JSONL ATTN_IO_KIND_JSONL
 
 /* 0 when `out` may be written; otherwise prints "attn: CMD: ..." and returns 1. inputs[0..n) are
  * the command's input paths (NULL entries skipped); `opt` names the output option in messages

@@ -57,8 +57,11 @@ typedef enum attn_io_kind {
     ATTN_IO_KIND_SVG = 2,         /* starts with <?xml or <svg */
     ATTN_IO_KIND_HTML = 3,        /* starts with <!doctype html or <html */
     ATTN_IO_KIND_CSV = 4,         /* text whose first line has a comma */
-    ATTN_IO_KIND_IMAGE = 5        /* PNG, or PPM / PGM */
+    ATTN_IO_KIND_IMAGE = 5,       /* PNG, or PPM / PGM */
+    ATTN_IO_KIND_NPY = 6,         /* a NumPy .npy file (starts with \x93NUMPY) */
+    ATTN_IO_KIND_JSONL = 7        /* text whose first line is a JSON array or object */
 } attn_io_kind;
+#define ATTN_IO_KIND_COUNT 8
 
 /* ATTN_OK when `path` may be written as an output of that kind: it is none of inputs[0..n) (the
  * same file under any name; NULL entries skipped), attn_io_check_target accepts it, and, unless

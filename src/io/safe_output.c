@@ -12,8 +12,10 @@
 #include "core/internal.h"
 #include "io/safe_file.h"
 
-static const char *const kind_name[] = {"a safetensors file", "an attn checkpoint", "an SVG file",
-                                        "an HTML file",       "a CSV file",         "a PNG / PPM / PGM image"};
+static const char *const kind_name[] = {
+    "a safetensors file", "an attn checkpoint",      "an SVG file",       "an HTML file",
+    "a CSV file",         "a PNG / PPM / PGM image", "a NumPy .npy file", "a JSON Lines (.jsonl) file"};
+_Static_assert(sizeof kind_name / sizeof kind_name[0] == ATTN_IO_KIND_COUNT, "one name per attn_io_kind");
 
 /* The first bytes of path (NUL-terminated); 0 bytes when unreadable. */
 static size_t head_of(const char *path, char *buf, size_t cap) {
@@ -48,12 +50,14 @@ static int is_kind(const char *path, attn_io_kind kind) {
     if (kind == ATTN_IO_KIND_IMAGE) /* PNG's signature, or a netpbm magic P2 / P3 / P5 / P6 */
         return (n >= 8 && !memcmp(head, "\x89PNG\r\n\x1a\n", 8)) ||
                (n >= 2 && head[0] == 'P' && (head[1] == '2' || head[1] == '3' || head[1] == '5' || head[1] == '6'));
+    if (kind == ATTN_IO_KIND_NPY) return n >= 6 && !memcmp(head, "\x93NUMPY", 6);
     if (memchr(head, '\0', n)) return 0; /* binary */
     const char *s = head;
     while (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t') s++;
     switch (kind) {
     case ATTN_IO_KIND_SVG: return ci_prefix(s, "<?xml") || ci_prefix(s, "<svg");
     case ATTN_IO_KIND_HTML: return ci_prefix(s, "<!doctype html") || ci_prefix(s, "<html");
+    case ATTN_IO_KIND_JSONL: return *s == '[' || *s == '{';
     default: { /* CSV: a first line with a comma */
         const char *nl = strchr(s, '\n'), *comma = strchr(s, ',');
         return comma && (!nl || comma < nl);
@@ -66,7 +70,7 @@ attn_status attn_io_check_output(const char *what, const char *path, const char 
     static const char fn[] = "attn_io_check_output";
     ATTN_CHECK_NOT_NULL(fn, path);
     if (n) ATTN_CHECK_NOT_NULL(fn, inputs);
-    if ((int)kind < 0 || (int)kind > (int)ATTN_IO_KIND_IMAGE)
+    if ((int)kind < 0 || (int)kind >= ATTN_IO_KIND_COUNT)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: kind %d is not an attn_io_kind", fn, (int)kind);
     const char *const name = what ? what : "output";
     for (size_t i = 0; i < n; i++)
