@@ -24,6 +24,14 @@
  *           "bert." belong to the task's head and are ignored, as is the pooler). hidden_act gelu
  *           (erf), gelu_new / gelu_pytorch_tanh (tanh approximation) or relu;
  *           position_embedding_type absolute; no decoder options.
+ *   "gpt2"  model_type "gpt2": GPT2Model / GPT2LMHeadModel (weights named wte, wpe, h.N.*, ln_f, or
+ *           the same under "transformer."; Conv1D weights [in, out] as transformers stores them;
+ *           a stored lm_head.weight must equal wte, the LM head being tied; the attention's old
+ *           non-persistent buffers h.N.attn.bias / masked_bias are ignored). activation_function
+ *           gelu_new (or gelu_pytorch_tanh); n_inner null = 4 n_embd; tie_word_embeddings true;
+ *           scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn, add_cross_attention false.
+ *           A causal LM: attn_pretrained_logits and attn_pretrained_generate; hidden_states and
+ *           embed are ATTN_ERR_UNSUPPORTED (and generate is on "bert").
  * Weights: F32, F16, BF16 or F64 tensors, converted to float32; every tensor the model needs must
  * be present with the shape config.json implies, and every other tensor is an error ("missing" and
  * "unexpected" names listed in the message). Every file is read as hostile: sizes are checked
@@ -47,13 +55,13 @@ extern "C" {
 
 typedef struct attn_pretrained attn_pretrained;
 
-/* The families' names in table order, NULL past the last ("bert", ...). */
+/* The families' names in table order, NULL past the last ("bert", "gpt2", ...). */
 ATTN_API const char *attn_pretrained_family_name(size_t i);
 
 ATTN_API attn_status attn_pretrained_open(const char *dir, attn_pretrained **out);
 ATTN_API void attn_pretrained_free(attn_pretrained *m);
 
-ATTN_API const char *attn_pretrained_family(const attn_pretrained *m); /* "bert" */
+ATTN_API const char *attn_pretrained_family(const attn_pretrained *m); /* "bert", "gpt2" */
 ATTN_API int64_t attn_pretrained_hidden_size(const attn_pretrained *m);
 /* Width of attn_pretrained_embed's rows. */
 ATTN_API int64_t attn_pretrained_embedding_size(const attn_pretrained *m);
@@ -78,6 +86,41 @@ ATTN_API attn_status attn_pretrained_hidden_states(attn_pretrained *m, const int
  * types are zeros (as sentence-transformers' BERT tokenizers give for one sentence). */
 ATTN_API attn_status attn_pretrained_embed(attn_pretrained *m, const int32_t *ids, const int64_t *lengths,
                                            int64_t batch, int64_t seq, float *out);
+
+/* ---- causal language models ("gpt2") ---- */
+
+/* A causal LM's next-token logits, as GPT2LMHeadModel(ids).logits in eval: out [batch, seq, vocab].
+ * Row b's real tokens are its first lengths[b] (right padding: the causal mask keeps it from the
+ * real positions); padded positions of out are set to 0. */
+ATTN_API attn_status attn_pretrained_logits(attn_pretrained *m, const int32_t *ids, const int64_t *lengths,
+                                            int64_t batch, int64_t seq, float *out);
+
+/* config.json's eos_token_id (-1 when it has none; an id >= vocab_size is never produced). */
+ATTN_API int32_t attn_pretrained_eos_id(const attn_pretrained *m);
+
+typedef struct attn_generate_options {
+    int64_t max_new_tokens; /* >= 0; prompt + max_new_tokens <= the model's n_positions */
+    double temperature;     /* 0: greedy (the first maximum of the logits, as argmax); else logits / T */
+    int64_t top_k;          /* > 0: sample among the top_k largest logits (ties by lower id); 0: all */
+    double top_p;           /* in (0, 1]: then the fewest most likely tokens whose probability sums
+                               to >= top_p (nucleus sampling); 1: all */
+    uint64_t seed;          /* token i is drawn with attn_philox_uniform(seed, 0, i): deterministic */
+    int32_t eos_id;         /* generation stops after producing it; -1: none */
+} attn_generate_options;
+
+/* max_new_tokens 32, temperature 0 (greedy), top_k 0, top_p 1, seed 0, eos_id -1. */
+ATTN_API attn_generate_options attn_generate_options_default(void);
+
+/* Called with each new id as it is produced (the eos id included); a nonzero return stops. */
+typedef int (*attn_generate_callback)(int32_t id, void *user);
+
+/* Continue prompt[0..n) (n >= 1): the prompt fills the model's key/value cache in one pass, then
+ * each new token costs one cached step. Sampling is over softmax(logits / temperature) restricted by
+ * top_k then top_p, with Philox draws (so a seed gives the same tokens on every machine and thread
+ * count). *produced (nullable) gets how many ids were passed to on_token (nullable). */
+ATTN_API attn_status attn_pretrained_generate(attn_pretrained *m, const int32_t *prompt, size_t n,
+                                              const attn_generate_options *o, attn_generate_callback on_token,
+                                              void *user, size_t *produced);
 
 #ifdef __cplusplus
 }

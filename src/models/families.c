@@ -9,6 +9,7 @@
 
 static const hf_family FAMILIES[] = {
     {"bert", "bert", attn_hf_bert_open},
+    {"gpt2", "gpt2", attn_hf_gpt2_open},
 };
 
 #define N_FAMILIES (sizeof FAMILIES / sizeof FAMILIES[0])

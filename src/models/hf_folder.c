@@ -336,8 +336,16 @@ attn_status attn_hf_load(const hf_folder *f, const hf_need *needs, size_t n) {
         size_t k = 0;
         if (!attn_hf_tensor(f, needs[i].name, &k))
             return attn_error(ATTN_ERR_NOT_FOUND, "attn_pretrained_open: tensor '%s' is missing", needs[i].name);
-        attn_status st =
-            attn_safetensors_read_f32_shape(f->shards[k], needs[i].name, needs[i].dst, needs[i].rank, needs[i].shape);
+        const hf_need *q = &needs[i];
+        const size_t rows = (size_t)q->shape[0], cols = q->rank == 2 ? (size_t)q->shape[1] : 1;
+        float *tmp = q->transpose ? attn__malloc(rows * cols * sizeof(float)) : q->dst;
+        if (!tmp) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory ('%s')", q->name);
+        attn_status st = attn_safetensors_read_f32_shape(f->shards[k], q->name, tmp, q->rank, q->shape);
+        if (q->transpose) {
+            for (size_t r = 0; !st && r < rows; r++)
+                for (size_t c = 0; c < cols; c++) q->dst[c * rows + r] = tmp[r * cols + c];
+            attn__free(tmp);
+        }
         if (st) {
             char why[400];
             snprintf(why, sizeof why, "%s", attn_last_error());

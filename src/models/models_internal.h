@@ -58,6 +58,7 @@ typedef struct hf_need {
     int64_t shape[2];
     const char *keys; /* e.g. "vocab_size x hidden_size" */
     float *dst;
+    int transpose; /* rank 2: dst gets the [shape[1], shape[0]] transpose (Conv1D's [in, out]) */
 } hf_need;
 
 /* Check the weights against the needs: every need present (else ATTN_ERR_NOT_FOUND listing the
@@ -65,17 +66,27 @@ typedef struct hf_need {
  * dtype (ATTN_ERR_UNSUPPORTED) and of its shape (ATTN_ERR_SHAPE). ignore(name) nullable. */
 attn_status attn_hf_check(const hf_folder *f, const hf_need *needs, size_t n,
                           int (*ignore)(const char *name, void *ctx), void *ctx);
-/* Read every need into its dst (float32). */
+/* Read every need into its dst (float32), transposed where the need says so. */
 attn_status attn_hf_load(const hf_folder *f, const hf_need *needs, size_t n);
 
 /* ---- the model behind attn_pretrained ---- */
 typedef attn_status (*hf_hidden_fn)(void *impl, const int32_t *ids, const int32_t *token_type_ids,
                                     const int64_t *lengths, int64_t batch, int64_t seq, float *out);
 
+/* A causal LM's logits: out [batch, seq, vocab] (lengths as for hidden states). */
+typedef attn_status (*hf_logits_fn)(void *impl, const int32_t *ids, const int64_t *lengths, int64_t batch, int64_t seq,
+                                    float *out);
+/* Generation on the model's own cache: reset empties it (capacity max_positions), then ids[0..n)
+ * are appended and the logits of the last one written to last [vocab]. */
+typedef attn_status (*hf_step_fn)(void *impl, int reset, const int32_t *ids, int64_t n, float *last);
+
 struct attn_pretrained {
     const char *family;
     void *impl;
-    hf_hidden_fn hidden_states;
+    hf_hidden_fn hidden_states; /* NULL: the family has no hidden states / embeddings call */
+    hf_logits_fn logits;        /* NULL: not a causal LM */
+    hf_step_fn step;            /* NULL: no generation */
+    int32_t eos_id;             /* config.json's eos_token_id, -1 when none */
     void (*free_impl)(void *impl);
     int64_t hidden, vocab, max_positions, type_vocab;
     int64_t max_length;
@@ -89,7 +100,8 @@ struct attn_pretrained {
 typedef struct hf_family {
     const char *model_type; /* config.json's model_type */
     const char *name;       /* attn_pretrained_family */
-    /* Build the model from an open folder: fill m's impl, hidden_states, free_impl and sizes. */
+    /* Build the model from an open folder: fill m's impl, its calls (hidden_states or logits and
+     * step), free_impl and sizes. */
     attn_status (*open)(const hf_folder *f, attn_pretrained *m);
 } hf_family;
 
@@ -97,5 +109,6 @@ typedef struct hf_family {
 attn_status attn_hf_family_find(const hf_folder *f, const hf_family **out);
 
 attn_status attn_hf_bert_open(const hf_folder *f, attn_pretrained *m);
+attn_status attn_hf_gpt2_open(const hf_folder *f, attn_pretrained *m);
 
 #endif

@@ -1,10 +1,13 @@
 /* attn_pretrained (include/attn/pretrained.h): a Hugging Face folder opened through the family
  * table, sentence-transformers' modules (modules.json, Pooling, Normalize, sentence_bert_config),
- * the checks every call shares, and the pooling of attn_pretrained_embed. */
+ * the checks every call shares, the pooling of attn_pretrained_embed, and a causal LM's logits and
+ * generation (greedy, or sampled with temperature, top-k and top-p from Philox draws). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "attn/kernels.h"
 #include "core/alloc.h"
 #include "core/internal.h"
 #include "models_internal.h"
@@ -195,6 +198,7 @@ attn_status attn_pretrained_open(const char *dir, attn_pretrained **out) {
     if (!st && !(m = attn__calloc(1, sizeof *m))) st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     if (!st) {
         m->family = fam->name;
+        m->eos_id = -1;
         st = fam->open(&f, m);
     }
     if (!st && mods.pooling_dir) st = read_pooling(mods.pooling_dir, m);
@@ -255,9 +259,17 @@ static attn_status check_call(const char *fn, const attn_pretrained *m, const in
     return ATTN_OK;
 }
 
+static attn_status no_call(const char *fn, const attn_pretrained *m, const char *what) {
+    return attn_error(ATTN_ERR_UNSUPPORTED, "%s: the \"%s\" family has no %s (%s)", fn, m->family, what,
+                      m->hidden_states ? "an encoder: hidden states and embeddings only"
+                                       : "a causal language model: logits and generation only");
+}
+
 attn_status attn_pretrained_hidden_states(attn_pretrained *m, const int32_t *ids, const int32_t *token_type_ids,
                                           const int64_t *lengths, int64_t batch, int64_t seq, float *out) {
-    attn_status st = check_call("attn_pretrained_hidden_states", m, ids, token_type_ids, lengths, batch, seq, out);
+    const char *fn = "attn_pretrained_hidden_states";
+    attn_status st = check_call(fn, m, ids, token_type_ids, lengths, batch, seq, out);
+    if (!st && !m->hidden_states) st = no_call(fn, m, "hidden states");
     return st ? st : m->hidden_states(m->impl, ids, token_type_ids, lengths, batch, seq, out);
 }
 
@@ -286,6 +298,7 @@ attn_status attn_pretrained_embed(attn_pretrained *m, const int32_t *ids, const 
                                   int64_t seq, float *out) {
     const char *fn = "attn_pretrained_embed";
     attn_status st = check_call(fn, m, ids, NULL, lengths, batch, seq, out);
+    if (!st && !m->hidden_states) st = no_call(fn, m, "sentence embeddings");
     if (st) return st;
     size_t need = (size_t)(batch * seq) * (size_t)m->hidden;
     if (need > m->buf_floats) {
@@ -298,4 +311,115 @@ attn_status attn_pretrained_embed(attn_pretrained *m, const int32_t *ids, const 
     if (st) return st;
     for (int64_t b = 0; b < batch; b++) pool_row(m, m->buf + b * seq * m->hidden, lengths[b], out + b * m->hidden);
     return ATTN_OK;
+}
+
+attn_status attn_pretrained_logits(attn_pretrained *m, const int32_t *ids, const int64_t *lengths, int64_t batch,
+                                   int64_t seq, float *out) {
+    const char *fn = "attn_pretrained_logits";
+    attn_status st = check_call(fn, m, ids, NULL, lengths, batch, seq, out);
+    if (!st && !m->logits) st = no_call(fn, m, "logits");
+    if (!st && batch * seq > (int64_t)(SIZE_MAX / sizeof(float)) / m->vocab)
+        st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch %lld x seq %lld x vocab %lld overflows", fn,
+                        (long long)batch, (long long)seq, (long long)m->vocab);
+    return st ? st : m->logits(m->impl, ids, lengths, batch, seq, out);
+}
+
+int32_t attn_pretrained_eos_id(const attn_pretrained *m) { return m ? m->eos_id : -1; }
+
+attn_generate_options attn_generate_options_default(void) {
+    attn_generate_options o;
+    memset(&o, 0, sizeof o);
+    o.max_new_tokens = 32;
+    o.top_p = 1;
+    o.eos_id = -1;
+    return o;
+}
+
+/* ---- sampling ---- */
+typedef struct cand {
+    float logit;
+    int32_t id;
+} cand;
+
+/* Larger logit first, ties by lower id. */
+static int by_logit(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* The next id from logits [V]: greedy, or drawn with u in [0, 1) from softmax(logits / T) over the
+ * top_k largest, then the fewest whose probabilities sum to >= top_p. c [V], p [V] scratch. */
+static int32_t pick(const float *logits, int64_t V, const attn_generate_options *o, float u, cand *c, double *p) {
+    int64_t best = 0;
+    for (int64_t v = 1; v < V; v++)
+        if (logits[v] > logits[best]) best = v;
+    if (o->temperature <= 0) return (int32_t)best;
+    for (int64_t v = 0; v < V; v++) c[v] = (cand){logits[v], (int32_t)v};
+    qsort(c, (size_t)V, sizeof *c, by_logit);
+    int64_t k = o->top_k > 0 && o->top_k < V ? o->top_k : V;
+    double sum = 0;
+    for (int64_t j = 0; j < k; j++) {
+        p[j] = exp(((double)c[j].logit - c[0].logit) / o->temperature);
+        sum += p[j];
+    }
+    if (o->top_p < 1) {
+        double acc = 0;
+        int64_t keep = 0;
+        while (keep < k && acc < o->top_p * sum) acc += p[keep++];
+        k = keep > 0 ? keep : 1;
+        sum = acc > 0 ? acc : p[0];
+    }
+    double r = (double)u * sum, acc = 0;
+    for (int64_t j = 0; j < k; j++) {
+        acc += p[j];
+        if (r < acc) return c[j].id;
+    }
+    return c[k - 1].id;
+}
+
+static attn_status check_generate(const char *fn, const attn_pretrained *m, const int32_t *prompt, size_t n,
+                                  const attn_generate_options *o) {
+    ATTN_CHECK_NOT_NULL(fn, m);
+    ATTN_CHECK_NOT_NULL(fn, prompt);
+    ATTN_CHECK_NOT_NULL(fn, o);
+    if (!m->step) return no_call(fn, m, "generation");
+    if (n < 1 || o->max_new_tokens < 0 || (int64_t)n > m->max_positions - o->max_new_tokens)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: prompt %zu + max_new_tokens %lld tokens must be in [1, n_positions %lld]", fn, n,
+                          (long long)o->max_new_tokens, (long long)m->max_positions);
+    if (!(o->temperature >= 0 && o->temperature <= 1e6) || o->top_k < 0 || !(o->top_p > 0 && o->top_p <= 1))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: temperature %g must be in [0, 1e6], top_k %lld >= 0, top_p %g in (0, 1]", fn,
+                          o->temperature, (long long)o->top_k, o->top_p);
+    for (size_t t = 0; t < n; t++)
+        if (prompt[t] < 0 || prompt[t] >= m->vocab)
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: prompt[%zu] = %d is outside [0, vocab_size %lld)", fn, t,
+                              (int)prompt[t], (long long)m->vocab);
+    return ATTN_OK;
+}
+
+attn_status attn_pretrained_generate(attn_pretrained *m, const int32_t *prompt, size_t n,
+                                     const attn_generate_options *o, attn_generate_callback on_token, void *user,
+                                     size_t *produced) {
+    const char *fn = "attn_pretrained_generate";
+    if (produced) *produced = 0;
+    attn_status st = check_generate(fn, m, prompt, n, o);
+    if (st || o->max_new_tokens == 0) return st;
+    const size_t V = (size_t)m->vocab;
+    float *last = attn__malloc(V * sizeof *last);
+    cand *c = attn__malloc(V * sizeof *c);
+    double *p = attn__malloc(V * sizeof *p);
+    if (!last || !c || !p) st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory (vocab %zu)", fn, V);
+    if (!st) st = m->step(m->impl, 1, prompt, (int64_t)n, last);
+    for (int64_t i = 0; !st && i < o->max_new_tokens; i++) {
+        const int32_t id = pick(last, (int64_t)V, o, attn_philox_uniform(o->seed, 0, (uint64_t)i), c, p);
+        if (produced) (*produced)++;
+        if ((on_token && on_token(id, user)) || id == o->eos_id || i + 1 == o->max_new_tokens) break;
+        st = m->step(m->impl, 0, &id, 1, last);
+    }
+    attn__free(last);
+    attn__free(c);
+    attn__free(p);
+    return st;
 }
