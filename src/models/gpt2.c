@@ -51,8 +51,9 @@ static attn_status check_options(const hf_folder *f) {
     for (int i = 0; i < 3; i++) {
         int v = 0;
         if ((st = attn_hf_config_bool(f, off[i], 0, &v))) return st;
-        if (v) return attn_error(ATTN_ERR_UNSUPPORTED, "%s: key '%s' is true (attn runs GPT-2 without it)",
-                                 f->config_path, off[i]);
+        if (v)
+            return attn_error(ATTN_ERR_UNSUPPORTED, "%s: key '%s' is true (attn runs GPT-2 without it)", f->config_path,
+                              off[i]);
     }
     int scale = 1, tie = 1;
     if ((st = attn_hf_config_bool(f, "scale_attn_weights", 1, &scale))) return st;
@@ -167,8 +168,7 @@ static attn_status make_needs(const gpt2_config *c, const char *prefix, hf_need 
     hf_need *needs = attn__calloc(n, sizeof *needs);
     if (!needs) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
     const int64_t rows[OUTER_TENSORS] = {c->vocab, c->positions, c->hidden, c->hidden};
-    static const char *const keys[OUTER_TENSORS] = {"vocab_size x n_embd", "n_positions x n_embd", "n_embd",
-                                                    "n_embd"};
+    static const char *const keys[OUTER_TENSORS] = {"vocab_size x n_embd", "n_positions x n_embd", "n_embd", "n_embd"};
     char name[160];
     for (size_t i = 0; i < n; i++) {
         hf_need *q = &needs[i];
