@@ -242,6 +242,12 @@ class Tester:
         lib = self.generate(h, prompt, max_new_tokens=32, eos_id=self.L.attn_pretrained_eos_id(h)) if h else None
         self.check(lib == hf, f"{name}: greedy 32 tokens (ctypes) = model.generate: {len(hf)} ids"
                    + ("" if lib == hf else f" (attn {lib}, transformers {hf})"))
+        long = self.tok(" ".join(corpus(12)))["input_ids"][:45]  # through the cache in two chunks
+        with torch.no_grad():
+            hf_long = ref.generate(torch.tensor([long]), do_sample=False, max_new_tokens=19, pad_token_id=self.eos,
+                                   attention_mask=torch.ones(1, len(long), dtype=torch.long))[0, len(long):].tolist()
+        lib = self.generate(h, long, max_new_tokens=19, eos_id=self.eos) if h else None
+        self.check(len(long) == 45 and lib == hf_long, f"{name}: greedy after a 45-token prompt = model.generate")
         text, ids, err = self.cli(d, prompt_text, "--tokens", "32")
         self.check(ids == hf, f"{name}: attn generate --ids = model.generate" + (f" ({err or ids})" if ids != hf else ""))
         if ids is not None:
@@ -257,8 +263,11 @@ class Tester:
         a, b, c = (r[1] for r in runs)
         self.check(a is not None and a == b, f"sampling: seed 7 twice gives the same {len(a or [])} ids")
         self.check(a is not None and a != c, "sampling: seeds 7 and 8 differ")
-        same = all(r[1] is not None and r[0] == self.tok.decode(r[1]) for r in runs)
-        self.check(same, "sampling: streamed text = tokenizer.decode(ids) (split multi-byte characters)")
+        more = [self.cli(d, "日本語 zoë", "--tokens", "30", "--temperature", "1.5", "--seed", s) for s in "1234"]
+        same = all(r[1] is not None and r[0] == self.tok.decode(r[1]) for r in runs + more)
+        multi = sum(any(ord(ch) > 127 and ch != "\ufffd" for ch in r[0] or "") for r in runs + more)
+        self.check(same and multi > 0, "sampling: streamed text = tokenizer.decode(ids) in 7 runs "
+                   f"({multi} with multi-byte characters, invalid bytes as U+FFFD)")
         h, st, msg = self.open(d)
         prompt = self.tok("zoë ran")["input_ids"]
         x = self.generate(h, prompt, max_new_tokens=40, temperature=1.5, top_k=200, top_p=0.95, seed=7,
