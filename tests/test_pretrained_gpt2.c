@@ -23,9 +23,15 @@ typedef struct kv {
 } kv;
 
 static const kv BASE[] = {
-    {"model_type", "\"gpt2\""}, {"vocab_size", "11"},        {"n_embd", "8"},
-    {"n_layer", "2"},           {"n_head", "2"},             {"n_positions", "16"},
-    {"n_inner", "null"},        {"layer_norm_epsilon", "1e-5"}, {"activation_function", "\"gelu_new\""},
+    {"model_type", "\"gpt2\""},
+    {"vocab_size", "11"},
+    {"n_embd", "8"},
+    {"n_layer", "2"},
+    {"n_head", "2"},
+    {"n_positions", "16"},
+    {"n_inner", "null"},
+    {"layer_norm_epsilon", "1e-5"},
+    {"activation_function", "\"gelu_new\""},
     {"eos_token_id", "10"},
 };
 #define N_BASE (sizeof BASE / sizeof BASE[0])
@@ -89,10 +95,18 @@ static const char *folder(const char *name, const char *key, const char *value, 
         const char *name;
         int64_t d0, d1;
     } t[] = {
-        {"ln_1.weight", H, 0},     {"ln_1.bias", H, 0},          {"attn.c_attn.weight", H, 3 * H},
-        {"attn.c_attn.bias", 3 * H, 0}, {"attn.c_proj.weight", H, H}, {"attn.c_proj.bias", H, 0},
-        {"ln_2.weight", H, 0},     {"ln_2.bias", H, 0},          {"mlp.c_fc.weight", H, 4 * H},
-        {"mlp.c_fc.bias", 4 * H, 0}, {"mlp.c_proj.weight", 4 * H, H}, {"mlp.c_proj.bias", H, 0},
+        {"ln_1.weight", H, 0},
+        {"ln_1.bias", H, 0},
+        {"attn.c_attn.weight", H, 3 * H},
+        {"attn.c_attn.bias", 3 * H, 0},
+        {"attn.c_proj.weight", H, H},
+        {"attn.c_proj.bias", H, 0},
+        {"ln_2.weight", H, 0},
+        {"ln_2.bias", H, 0},
+        {"mlp.c_fc.weight", H, 4 * H},
+        {"mlp.c_fc.bias", 4 * H, 0},
+        {"mlp.c_proj.weight", 4 * H, H},
+        {"mlp.c_proj.bias", H, 0},
     };
     char full[160];
     for (int i = 0; i < 2; i++) {
