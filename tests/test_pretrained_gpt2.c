@@ -2,8 +2,8 @@
  * attn's writer; no Python): logits of a right-padded batch equal to each row's alone, greedy
  * generation equal to the argmax of the full forward's logits (the KV cache against the whole
  * sequence), seeded sampling reproducible, the calls GPT-2 lacks refused; and hostile folders and
- * arguments, each refused with a message naming the key. (The numerical parity with transformers:
- * tests/hf/gpt2_parity.py.) */
+ * arguments, each refused with a message naming the key; every allocation failed in turn. (The
+ * numerical parity with transformers: tests/hf/gpt2_parity.py.) */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +12,7 @@
 
 #include "attn/pretrained.h"
 #include "attn/safetensors.h"
+#include "core/alloc.h"
 #include "test_util.h"
 
 enum { V = 11, H = 8, NL = 2, P = 16, HOLD = 40 };
@@ -241,11 +242,63 @@ static void test_hostile(void) {
     }
 }
 
+/* Every allocation of open, logits and generate failed in turn: ATTN_ERR_OUT_OF_MEMORY each time,
+ * nothing leaked (make asan), then the undisturbed results. */
+static void run_all(attn_pretrained *m, float *logits, collected *c) {
+    int32_t ids[4] = {1, 2, 3, 4};
+    int64_t len = 4;
+    attn_generate_options o = attn_generate_options_default();
+    o.max_new_tokens = 3;
+    o.temperature = 0.9;
+    memset(c, 0, sizeof *c);
+    attn_status st = attn_pretrained_logits(m, ids, &len, 1, 4, logits);
+    if (!st) st = attn_pretrained_generate(m, ids, 4, &o, collect, c, NULL);
+    CHECK_OK(st);
+}
+
+static void test_alloc_fail(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/ok", root);
+    float want[4 * V], got[4 * V];
+    collected cw, cg;
+    attn_pretrained *m = NULL;
+    CHECK_OK(attn_pretrained_open(dir, &m));
+    if (m) run_all(m, want, &cw);
+    attn_pretrained_free(m);
+    int32_t ids[4] = {1, 2, 3, 4};
+    int64_t len = 4;
+    long k = 1;
+    for (; k < 100000; k++) {
+        m = NULL;
+        attn__alloc_fail_after(k);
+        attn_generate_options o = attn_generate_options_default();
+        o.max_new_tokens = 3;
+        o.temperature = 0.9;
+        memset(&cg, 0, sizeof cg);
+        attn_status st = attn_pretrained_open(dir, &m);
+        if (!st) st = attn_pretrained_logits(m, ids, &len, 1, 4, got);
+        if (!st) st = attn_pretrained_generate(m, ids, 4, &o, collect, &cg, NULL);
+        int injected = attn__alloc_injected();
+        attn__alloc_fail_after(0);
+        attn_pretrained_free(m);
+        if (!injected) {
+            CHECK(st == ATTN_OK && memcmp(got, want, sizeof want) == 0 && cg.n == cw.n &&
+                      memcmp(cg.ids, cw.ids, cw.n * sizeof(int32_t)) == 0,
+                  "after %ld failures: %s", k - 1, attn_last_error());
+            break;
+        }
+        CHECK(st == ATTN_ERR_OUT_OF_MEMORY, "allocation %ld failed: status %s: %s", k, attn_status_str(st),
+              attn_last_error());
+    }
+    CHECK(k > 10 && k < 100000, "%ld allocations swept", k);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/attn_test_pretrained_gpt2.XXXXXX");
     CHECK(mkdtemp(root) != NULL, "mkdtemp");
     test_valid();
     test_hostile();
+    test_alloc_fail();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (test_failed == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
