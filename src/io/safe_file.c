@@ -264,3 +264,18 @@ attn_status attn_io_out_commit(attn_io_out *o) {
     attn_io_out_abort(o);
     return s;
 }
+
+char *attn_io_path_join(const char *dir, const char *name) {
+    const size_t a = strlen(dir), b = strlen(name);
+    char *p = attn__malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+int attn_io_is_regular(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}

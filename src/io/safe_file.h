@@ -5,4 +5,9 @@
 
 #include "attn/io.h"
 
+/* dir + "/" + name in a new string (attn__malloc; NULL: out of memory). */
+char *attn_io_path_join(const char *dir, const char *name);
+/* 1 when path names an existing regular file (symbolic links followed), else 0. */
+int attn_io_is_regular(const char *path);
+
 #endif

@@ -98,25 +98,6 @@ static const char *weights_prefix(const hf_folder *f) {
     return "";
 }
 
-/* The layers the weights hold must cover num_hidden_layers (checked before anything of that size
- * is allocated; extra layers show as unexpected tensors). */
-static attn_status check_layer_count(const hf_folder *f, const char *prefix, const bert_config *c) {
-    char name[96];
-    snprintf(name, sizeof name, "%sencoder.layer.%lld.output.dense.weight", prefix, (long long)(c->layers - 1));
-    if (attn_hf_tensor(f, name, NULL)) return ATTN_OK;
-    int64_t have = 0;
-    size_t n = attn_hf_tensor_count(f), pl = strlen(prefix);
-    for (size_t i = 0; i < n; i++) {
-        const char *s = attn_hf_tensor_at(f, i, NULL)->name;
-        if (strncmp(s, prefix, pl) != 0 || strncmp(s + pl, "encoder.layer.", 14) != 0) continue;
-        long long l = strtoll(s + pl + 14, NULL, 10);
-        if (l + 1 > have) have = l + 1;
-    }
-    if (have >= c->layers) return ATTN_OK; /* the name check lists what is missing */
-    return attn_error(ATTN_ERR_SHAPE, "%s: key 'num_hidden_layers' is %lld but the weights (%s) hold %lld layer%s",
-                      f->config_path, (long long)c->layers, f->shard_paths[0], (long long)have, have == 1 ? "" : "s");
-}
-
 static int ignore_tensor(const char *name, void *ctx) {
     const char *prefix = ctx;
     size_t pl = strlen(prefix);
@@ -155,11 +136,6 @@ static const layer_map LAYER[] = {
 #define LAYER_TENSORS (sizeof LAYER / sizeof LAYER[0])
 #define EMB_TENSORS 5
 
-static void free_needs(hf_need *needs, size_t n) {
-    for (size_t i = 0; needs && i < n; i++) attn__free(needs[i].name);
-    attn__free(needs);
-}
-
 static int64_t dim_of(char d, const bert_config *c) { return d == 'H' ? c->hidden : c->inter; }
 
 /* The needs' names and shapes (destinations are set once the model is allocated). */
@@ -191,7 +167,7 @@ static attn_status make_needs(const bert_config *c, const char *prefix, hf_need 
             q->keys = t->keys;
         }
         if (!(q->name = attn__strdup(name))) {
-            free_needs(needs, n);
+            attn_hf_needs_free(needs, n);
             return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
         }
     }
@@ -310,7 +286,7 @@ attn_status attn_hf_bert_open(const hf_folder *f, attn_pretrained *m) {
     attn_status st = read_config(f, &c);
     if (st) return st;
     const char *prefix = weights_prefix(f);
-    st = check_layer_count(f, prefix, &c);
+    st = attn_hf_check_layer_count(f, prefix, "encoder.layer.", ".output.dense.weight", "num_hidden_layers", c.layers);
     if (st) return st;
     hf_need *needs = NULL;
     size_t n = 0;
@@ -320,7 +296,7 @@ attn_status attn_hf_bert_open(const hf_folder *f, attn_pretrained *m) {
     st = attn_hf_check(f, needs, n, ignore_tensor, (void *)prefix);
     if (!st) st = bert_alloc(&c, needs, &b);
     if (!st) st = attn_hf_load(f, needs, n);
-    free_needs(needs, n);
+    attn_hf_needs_free(needs, n);
     if (st) {
         bert_free(b);
         return st;

@@ -95,25 +95,6 @@ static const char *weights_prefix(const hf_folder *f) {
     return "";
 }
 
-/* The layers the weights hold must cover n_layer (checked before anything of that size is
- * allocated; extra layers show as unexpected tensors). */
-static attn_status check_layer_count(const hf_folder *f, const char *prefix, const gpt2_config *c) {
-    char name[96];
-    snprintf(name, sizeof name, "%sh.%lld.mlp.c_proj.weight", prefix, (long long)(c->layers - 1));
-    if (attn_hf_tensor(f, name, NULL)) return ATTN_OK;
-    int64_t have = 0;
-    size_t n = attn_hf_tensor_count(f), pl = strlen(prefix);
-    for (size_t i = 0; i < n; i++) {
-        const char *s = attn_hf_tensor_at(f, i, NULL)->name;
-        if (strncmp(s, prefix, pl) != 0 || strncmp(s + pl, "h.", 2) != 0) continue;
-        long long l = strtoll(s + pl + 2, NULL, 10);
-        if (l + 1 > have) have = l + 1;
-    }
-    if (have >= c->layers) return ATTN_OK; /* the name check lists what is missing */
-    return attn_error(ATTN_ERR_SHAPE, "%s: key 'n_layer' is %lld but the weights (%s) hold %lld layer%s",
-                      f->config_path, (long long)c->layers, f->shard_paths[0], (long long)have, have == 1 ? "" : "s");
-}
-
 /* lm_head.weight (checked against wte after loading) and the attention's old buffers. */
 static int ignore_tensor(const char *name, void *ctx) {
     const char *prefix = ctx;
@@ -153,11 +134,6 @@ static const layer_map LAYER[] = {
 static const char *const OUTER_HF[OUTER_TENSORS] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"};
 static const char *const OUTER_OURS[OUTER_TENSORS] = {"tok_emb.weight", "pos_emb.weight", "norm.weight", "norm.bias"};
 
-static void free_needs(hf_need *needs, size_t n) {
-    for (size_t i = 0; needs && i < n; i++) attn__free(needs[i].name);
-    attn__free(needs);
-}
-
 static int64_t dim_of(char d, const gpt2_config *c) {
     return d == 'H' ? c->hidden : d == '3' ? 3 * c->hidden : c->inter;
 }
@@ -189,7 +165,7 @@ static attn_status make_needs(const gpt2_config *c, const char *prefix, hf_need 
             q->keys = t->keys;
         }
         if (!(q->name = attn__strdup(name))) {
-            free_needs(needs, n);
+            attn_hf_needs_free(needs, n);
             return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
         }
     }
@@ -332,7 +308,7 @@ attn_status attn_hf_gpt2_open(const hf_folder *f, attn_pretrained *m) {
     attn_status st = read_config(f, &c);
     if (st) return st;
     const char *prefix = weights_prefix(f);
-    if ((st = check_layer_count(f, prefix, &c))) return st;
+    if ((st = attn_hf_check_layer_count(f, prefix, "h.", ".mlp.c_proj.weight", "n_layer", c.layers))) return st;
     hf_need *needs = NULL;
     size_t n = 0;
     if ((st = make_needs(&c, prefix, &needs, &n))) return st;
@@ -341,7 +317,7 @@ attn_status attn_hf_gpt2_open(const hf_folder *f, attn_pretrained *m) {
     if (!st) st = gpt2_alloc(&c, needs, &g);
     if (!st) st = attn_hf_load(f, needs, n);
     if (!st) st = check_lm_head(f, g, needs[0].dst);
-    free_needs(needs, n);
+    attn_hf_needs_free(needs, n);
     if (st) {
         gpt2_free(g);
         return st;

@@ -4,27 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "attn/io.h"
 #include "core/alloc.h"
 #include "core/internal.h"
 #include "models_internal.h"
-
-char *attn_hf_path(const char *dir, const char *name) {
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = attn__malloc(a + b + 2);
-    if (!p) return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
-
-int attn_hf_is_file(const char *path) {
-    struct stat s;
-    return stat(path, &s) == 0 && S_ISREG(s.st_mode);
-}
 
 attn_status attn_hf_read_json(const char *path, attn_json_type type, attn_json_doc **doc, const attn_json **root) {
     char *text = NULL;
@@ -136,7 +120,7 @@ static size_t shard_index(const hf_folder *f, const char *file) {
 
 static attn_status add_shard(hf_folder *f, const char *file) {
     if (shard_index(f, file) < f->n_shards) return ATTN_OK;
-    char *path = attn_hf_path(f->dir, file);
+    char *path = attn_io_path_join(f->dir, file);
     attn_safetensors **s = attn__realloc(f->shards, (f->n_shards + 1) * sizeof *s);
     if (s) f->shards = s;
     char **p = attn__realloc(f->shard_paths, (f->n_shards + 1) * sizeof *p);
@@ -190,17 +174,17 @@ static attn_status open_index(hf_folder *f, const char *index) {
 }
 
 static attn_status open_weights(hf_folder *f) {
-    char *index = attn_hf_path(f->dir, "model.safetensors.index.json");
-    char *single = attn_hf_path(f->dir, "model.safetensors");
-    char *bin = attn_hf_path(f->dir, "pytorch_model.bin");
+    char *index = attn_io_path_join(f->dir, "model.safetensors.index.json");
+    char *single = attn_io_path_join(f->dir, "model.safetensors");
+    char *bin = attn_io_path_join(f->dir, "pytorch_model.bin");
     attn_status st;
     if (!index || !single || !bin)
         st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
-    else if (attn_hf_is_file(single))
+    else if (attn_io_is_regular(single))
         st = add_shard(f, "model.safetensors");
-    else if (attn_hf_is_file(index))
+    else if (attn_io_is_regular(index))
         st = open_index(f, index);
-    else if (attn_hf_is_file(bin))
+    else if (attn_io_is_regular(bin))
         st = attn_error(ATTN_ERR_UNSUPPORTED,
                         "%s: no model.safetensors (pytorch_model.bin is not read: convert it to safetensors)", f->dir);
     else
@@ -214,7 +198,7 @@ static attn_status open_weights(hf_folder *f) {
 attn_status attn_hf_folder_open(const char *dir, hf_folder *f) {
     memset(f, 0, sizeof *f);
     f->dir = attn__strdup(dir);
-    f->config_path = attn_hf_path(dir, "config.json");
+    f->config_path = attn_io_path_join(dir, "config.json");
     if (!f->dir || !f->config_path) {
         attn_hf_folder_close(f);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
@@ -236,6 +220,29 @@ void attn_hf_folder_close(hf_folder *f) {
     attn__free(f->config_path);
     attn__free(f->dir);
     memset(f, 0, sizeof *f);
+}
+
+void attn_hf_needs_free(hf_need *needs, size_t n) {
+    for (size_t i = 0; needs && i < n; i++) attn__free(needs[i].name);
+    attn__free(needs);
+}
+
+attn_status attn_hf_check_layer_count(const hf_folder *f, const char *prefix, const char *stack, const char *last,
+                                      const char *key, int64_t layers) {
+    char name[160];
+    snprintf(name, sizeof name, "%s%s%lld%s", prefix, stack, (long long)(layers - 1), last);
+    if (attn_hf_tensor(f, name, NULL)) return ATTN_OK;
+    int64_t have = 0;
+    const size_t n = attn_hf_tensor_count(f), pl = strlen(prefix), sl = strlen(stack);
+    for (size_t i = 0; i < n; i++) {
+        const char *s = attn_hf_tensor_at(f, i, NULL)->name;
+        if (strncmp(s, prefix, pl) != 0 || strncmp(s + pl, stack, sl) != 0) continue;
+        long long l = strtoll(s + pl + sl, NULL, 10);
+        if (l + 1 > have) have = l + 1;
+    }
+    if (have >= layers) return ATTN_OK; /* the name check lists what is missing */
+    return attn_error(ATTN_ERR_SHAPE, "%s: key '%s' is %lld but the weights (%s) hold %lld layer%s", f->config_path,
+                      key, (long long)layers, f->shard_paths[0], (long long)have, have == 1 ? "" : "s");
 }
 
 const attn_safetensors_tensor *attn_hf_tensor(const hf_folder *f, const char *name, size_t *shard) {

@@ -12,6 +12,7 @@
 #include "attn/pretrained.h"
 #include "attn/safetensors.h"
 #include "io/json.h"
+#include "io/safe_file.h"
 
 /* ---- a folder: its config.json and its weights ---- */
 typedef struct hf_folder {
@@ -24,10 +25,6 @@ typedef struct hf_folder {
     size_t n_shards;
 } hf_folder;
 
-/* dir + "/" + name, malloc'ed (NULL when out of memory). */
-char *attn_hf_path(const char *dir, const char *name);
-/* 1 when path is a regular file. */
-int attn_hf_is_file(const char *path);
 /* Read and parse a JSON file whose root must be of that type (errors name the file). */
 attn_status attn_hf_read_json(const char *path, attn_json_type type, attn_json_doc **doc, const attn_json **root);
 /* Open config.json and the weights of dir. */
@@ -68,6 +65,14 @@ attn_status attn_hf_check(const hf_folder *f, const hf_need *needs, size_t n,
                           int (*ignore)(const char *name, void *ctx), void *ctx);
 /* Read every need into its dst (float32), transposed where the need says so. */
 attn_status attn_hf_load(const hf_folder *f, const hf_need *needs, size_t n);
+/* Free n needs' names and the array (NULL accepted). */
+void attn_hf_needs_free(hf_need *needs, size_t n);
+/* Before anything of `layers` layers is allocated: the weights must hold that many, seen as
+ * tensors named prefix + stack + "<index>." ...; the last layer's prefix + stack + "<layers - 1>" +
+ * last is looked up first. Else ATTN_ERR_SHAPE naming config.json's `key` and the count found
+ * (fewer layers in the weights than the key says). Extra layers show later as unexpected names. */
+attn_status attn_hf_check_layer_count(const hf_folder *f, const char *prefix, const char *stack, const char *last,
+                                      const char *key, int64_t layers);
 
 /* ---- the model behind attn_pretrained ---- */
 typedef attn_status (*hf_hidden_fn)(void *impl, const int32_t *ids, const int32_t *token_type_ids,

@@ -59,7 +59,7 @@ static attn_status st_module(const char *dir, const char *path, const attn_json 
         s->normalize = 1;
         return ATTN_OK;
     }
-    char *full = rel[0] ? attn_hf_path(dir, rel) : attn__strdup(dir);
+    char *full = rel[0] ? attn_io_path_join(dir, rel) : attn__strdup(dir);
     if (!full) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
     if (want == 0)
         s->model_dir = full;
@@ -70,10 +70,10 @@ static attn_status st_module(const char *dir, const char *path, const attn_json 
 
 static attn_status read_modules(const char *dir, st_modules *s) {
     memset(s, 0, sizeof *s);
-    char *path = attn_hf_path(dir, "modules.json");
+    char *path = attn_io_path_join(dir, "modules.json");
     if (!path) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
     attn_status st = ATTN_OK;
-    if (attn_hf_is_file(path)) {
+    if (attn_io_is_regular(path)) {
         attn_json_doc *doc = NULL;
         const attn_json *root = NULL;
         st = attn_hf_read_json(path, ATTN_JSON_ARRAY, &doc, &root);
@@ -127,7 +127,7 @@ static attn_status pooling_flags(const attn_json *root, const char *path, int *w
 
 /* The Pooling module's config.json: mean, CLS or max, over a width that must be the hidden size. */
 static attn_status read_pooling(const char *pdir, attn_pretrained *m) {
-    char *path = attn_hf_path(pdir, "config.json");
+    char *path = attn_io_path_join(pdir, "config.json");
     if (!path) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
     attn_json_doc *doc = NULL;
     const attn_json *root = NULL;
@@ -148,10 +148,10 @@ static attn_status read_pooling(const char *pdir, attn_pretrained *m) {
 /* An optional JSON file's integer key, clamped to [1, hi]; a value that is no integer of int64 (a
  * tokenizer's "no limit", 1e30) counts as hi. */
 static attn_status optional_limit(const char *dir, const char *file, const char *key, int64_t hi, int64_t *out) {
-    char *path = attn_hf_path(dir, file);
+    char *path = attn_io_path_join(dir, file);
     if (!path) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
     attn_status st = ATTN_OK;
-    if (attn_hf_is_file(path)) {
+    if (attn_io_is_regular(path)) {
         attn_json_doc *doc = NULL;
         const attn_json *root = NULL;
         st = attn_hf_read_json(path, ATTN_JSON_OBJECT, &doc, &root);

@@ -6,6 +6,7 @@
 
 #include "core/alloc.h"
 #include "core/internal.h"
+#include "io/safe_file.h"
 #include "text/tok_internal.h"
 #include "text/unicode.h"
 
@@ -108,39 +109,23 @@ void attn_tokenizer_free(attn_tokenizer *t) {
     attn__free(t);
 }
 
-static int is_regular(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* dir + "/" + name into a new string (NULL: out of memory). */
-static char *join_path(const char *dir, const char *name) {
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = attn__malloc(a + b + 2);
-    if (!p) return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
-
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
 static attn_status open_folder(attn_tokenizer *t, const char *dir) {
-    char *json = join_path(dir, "tokenizer.json"), *vocab = join_path(dir, "vocab.txt");
-    char *config = join_path(dir, "tokenizer_config.json");
+    char *json = attn_io_path_join(dir, "tokenizer.json"), *vocab = attn_io_path_join(dir, "vocab.txt");
+    char *config = attn_io_path_join(dir, "tokenizer_config.json");
     attn_status st;
     if (!json || !vocab || !config) {
         st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_tokenizer_open: out of memory");
-    } else if (is_regular(json)) {
+    } else if (attn_io_is_regular(json)) {
         st = attn_tok_load_json(t, json, "tokenizer.json");
-        if (st == ATTN_OK && is_regular(config)) st = attn_tok_load_config_max_length(t, config);
-    } else if (is_regular(vocab)) {
-        st = attn_tok_load_vocab_txt(t, vocab, "vocab.txt", is_regular(config) ? config : NULL);
-        if (st == ATTN_OK && is_regular(config)) st = attn_tok_load_config_max_length(t, config);
+        if (st == ATTN_OK && attn_io_is_regular(config)) st = attn_tok_load_config_max_length(t, config);
+    } else if (attn_io_is_regular(vocab)) {
+        st = attn_tok_load_vocab_txt(t, vocab, "vocab.txt", attn_io_is_regular(config) ? config : NULL);
+        if (st == ATTN_OK && attn_io_is_regular(config)) st = attn_tok_load_config_max_length(t, config);
     } else {
         st =
             attn_error(ATTN_ERR_NOT_FOUND, "attn_tokenizer_open: '%s' holds neither tokenizer.json nor vocab.txt", dir);
