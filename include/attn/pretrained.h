@@ -160,6 +160,8 @@ ATTN_API const char *attn_pretrained_label(const attn_pretrained *m, int64_t i);
 ATTN_API void attn_pretrained_image_size(const attn_pretrained *m, int64_t *channels, int64_t *height, int64_t *width);
 /* Tokens of a ViT's sequence: 1 + the patches (0 for the text families). */
 ATTN_API int64_t attn_pretrained_image_tokens(const attn_pretrained *m);
+/* The patch grid: rows x cols patches (token 1 + r cols + c is patch (r, c); 0s for text). */
+ATTN_API void attn_pretrained_image_grid(const attn_pretrained *m, int64_t *rows, int64_t *cols);
 
 /* img preprocessed as above into out [channels, height, width] (attn_pretrained_image_size). */
 ATTN_API attn_status attn_pretrained_image_input(const attn_pretrained *m, const attn_image *img, float *out);

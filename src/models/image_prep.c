@@ -27,9 +27,9 @@ static const char *const IGNORED[] = {"image_processor_type", "processor_class",
                                       "return_tensors",       "device",          "disable_grouping",
                                       "default_to_square",    "crop_size",       "pad_size"};
 /* Keys read below. */
-static const char *const KNOWN[] = {"do_resize",  "size",      "resample",       "do_rescale",     "rescale_factor",
-                                    "do_normalize", "image_mean", "image_std", "do_convert_rgb", "do_center_crop",
-                                    "do_pad"};
+static const char *const KNOWN[] = {"do_resize",      "size",           "resample",   "do_rescale",
+                                    "rescale_factor", "do_normalize",   "image_mean", "image_std",
+                                    "do_convert_rgb", "do_center_crop", "do_pad"};
 
 static int in_list(const char *k, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -38,8 +38,8 @@ static int in_list(const char *k, const char *const *list, size_t n) {
 }
 
 /* mean / std: a number (every channel) or a list of one per channel (or of one). */
-static attn_status read_channels(const attn_json *root, const char *path, const char *key, int64_t channels,
-                                 double def, int positive, double *out) {
+static attn_status read_channels(const attn_json *root, const char *path, const char *key, int64_t channels, double def,
+                                 int positive, double *out) {
     const attn_json *v = attn_json_get(root, key);
     for (int c = 0; c < 3; c++) out[c] = def;
     if (!v || attn_json_is_null(v)) return ATTN_OK;
@@ -71,8 +71,8 @@ static attn_status read_size(const attn_json *root, const char *path, hf_image_p
     for (size_t i = 0; i < attn_json_count(v); i++) {
         const char *k = attn_json_as_string(attn_json_member_key(v, i), NULL);
         if (strcmp(k, "height") != 0 && strcmp(k, "width") != 0)
-            return attn_error(ATTN_ERR_UNSUPPORTED, "%s: key 'size.%.40s' is not supported (attn resizes to {height, width})",
-                              path, k);
+            return attn_error(ATTN_ERR_UNSUPPORTED,
+                              "%s: key 'size.%.40s' is not supported (attn resizes to {height, width})", path, k);
     }
     attn_status st = attn_hf_json_int(v, path, "height", 1, 0, 1, ATTN_IMAGE_MAX_SIDE, &p->height);
     if (!st) st = attn_hf_json_int(v, path, "width", 1, 0, 1, ATTN_IMAGE_MAX_SIDE, &p->width);
@@ -83,8 +83,8 @@ static attn_status read_prep(const attn_json *root, const char *path, int64_t ch
     for (size_t i = 0; i < attn_json_count(root); i++) {
         const char *k = attn_json_as_string(attn_json_member_key(root, i), NULL);
         if (!in_list(k, IGNORED, sizeof IGNORED / sizeof *IGNORED) && !in_list(k, KNOWN, sizeof KNOWN / sizeof *KNOWN))
-            return attn_error(ATTN_ERR_UNSUPPORTED, "%s: key '%.60s' is not supported by attn's ViT preprocessing", path,
-                              k);
+            return attn_error(ATTN_ERR_UNSUPPORTED, "%s: key '%.60s' is not supported by attn's ViT preprocessing",
+                              path, k);
     }
     int crop = 0, pad = 0;
     int64_t resample = 2;
@@ -96,7 +96,8 @@ static attn_status read_prep(const attn_json *root, const char *path, int64_t ch
                         (long long)resample);
     if (!st) st = attn_hf_json_bool(root, path, "do_rescale", 1, &p->rescale);
     const attn_json *rf = attn_json_get(root, "rescale_factor");
-    if (!st && rf && !attn_json_is_null(rf) && (!attn_json_as_double(rf, &p->factor) || !(p->factor > 0) || !isfinite(p->factor)))
+    if (!st && rf && !attn_json_is_null(rf) &&
+        (!attn_json_as_double(rf, &p->factor) || !(p->factor > 0) || !isfinite(p->factor)))
         st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key 'rescale_factor' must be a positive number", path);
     if (!st) st = attn_hf_json_bool(root, path, "do_normalize", 1, &p->normalize);
     if (!st) st = read_channels(root, path, "image_mean", channels, 0.5, 0, p->mean);
@@ -188,8 +189,8 @@ static attn_status plan_axis(int64_t in, int64_t out, axis_plan *a) {
 
 /* One pass along an axis: dst[o] over `lines` lines of `count` samples, samples `step` apart and
  * lines `lstep` apart (src and dst alike, in their own sizes), channels interleaved (C). */
-static void resample(const uint8_t *src, uint8_t *dst, const axis_plan *a, int64_t out, int64_t lines,
-                     int64_t src_step, int64_t src_lstep, int64_t dst_step, int64_t dst_lstep, int C) {
+static void resample(const uint8_t *src, uint8_t *dst, const axis_plan *a, int64_t out, int64_t lines, int64_t src_step,
+                     int64_t src_lstep, int64_t dst_step, int64_t dst_lstep, int C) {
     for (int64_t l = 0; l < lines; l++)
         for (int64_t o = 0; o < out; o++)
             for (int c = 0; c < C; c++) {
@@ -210,7 +211,8 @@ static attn_status resize_u8(const uint8_t *img, int64_t h0, int64_t w0, int C, 
     const uint8_t *cur = img;
     if (!st && w != w0) {
         mid = attn__malloc((size_t)(h0 * w * C));
-        st = mid ? plan_axis(w0, w, &ax) : attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_image_input: out of memory");
+        st = mid ? plan_axis(w0, w, &ax)
+                 : attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_image_input: out of memory");
         if (!st) resample(img, mid, &ax, w, h0, C, w0 * C, C, w * C, C);
         cur = mid;
     }

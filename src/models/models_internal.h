@@ -110,7 +110,7 @@ struct attn_pretrained {
     attn_capture **capture_slot;
     /* image models ("vit"); NULL / 0 for the text families */
     hf_image_fn image;
-    int64_t channels, image_h, image_w, image_tokens, num_labels;
+    int64_t channels, image_h, image_w, image_tokens, grid_h, grid_w, num_labels;
     char *const *labels;              /* [num_labels], owned by impl */
     const struct hf_image_prep *prep; /* owned by impl */
 };

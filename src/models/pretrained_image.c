@@ -22,6 +22,11 @@ void attn_pretrained_image_size(const attn_pretrained *m, int64_t *channels, int
 
 int64_t attn_pretrained_image_tokens(const attn_pretrained *m) { return m ? m->image_tokens : 0; }
 
+void attn_pretrained_image_grid(const attn_pretrained *m, int64_t *rows, int64_t *cols) {
+    if (rows) *rows = m ? m->grid_h : 0;
+    if (cols) *cols = m ? m->grid_w : 0;
+}
+
 static attn_status not_image(const char *fn, const attn_pretrained *m) {
     return attn_error(ATTN_ERR_UNSUPPORTED, "%s: the \"%s\" family takes text, not images", fn, m->family);
 }
@@ -51,7 +56,7 @@ static attn_status check_image(const char *fn, const attn_pretrained *m, const f
                           "does not interpolate the position embeddings)",
                           fn, (long long)height, (long long)width, (long long)m->image_h, (long long)m->image_w);
     const int64_t per = m->image_tokens * m->hidden > m->channels * height * width ? m->image_tokens * m->hidden
-                                                                                    : m->channels * height * width;
+                                                                                   : m->channels * height * width;
     if (batch < 1 || batch > (int64_t)(SIZE_MAX / sizeof(float) / 4) / per)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch %lld must be >= 1 and not overflow", fn,
                           (long long)batch);
@@ -93,8 +98,8 @@ static attn_status capture_text(attn_pretrained *m, const int32_t *ids, int64_t 
     if (!out) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     const int64_t len = n;
     *m->capture_slot = cap;
-    attn_status st = m->logits ? m->logits(m->impl, ids, &len, 1, n, out)
-                               : m->hidden_states(m->impl, ids, NULL, &len, 1, n, out);
+    attn_status st =
+        m->logits ? m->logits(m->impl, ids, &len, 1, n, out) : m->hidden_states(m->impl, ids, NULL, &len, 1, n, out);
     *m->capture_slot = NULL;
     attn__free(out);
     return st;
@@ -107,10 +112,13 @@ attn_status attn_pretrained_capture(attn_pretrained *m, const int32_t *ids, int6
     ATTN_CHECK_NOT_NULL(fn, cap);
     if (!m->image) {
         if (!ids)
-            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: the \"%s\" family takes ids (ids is NULL)", fn, m->family);
+            return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: the \"%s\" family takes ids (ids is NULL)", fn,
+                              m->family);
         return capture_text(m, ids, n, cap);
     }
-    if (!pixels) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: the \"%s\" family takes pixels (pixels is NULL)", fn, m->family);
+    if (!pixels)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: the \"%s\" family takes pixels (pixels is NULL)", fn,
+                          m->family);
     attn_status st = check_image(fn, m, pixels, 1, height, width, pixels);
     return st ? st : m->image(m->impl, pixels, 1, NULL, NULL, cap);
 }

@@ -107,9 +107,9 @@ static attn_status read_config(const hf_folder *f, vit_config *c) {
     if (!st) st = read_pair(f, "image_size", 224, ATTN_IMAGE_MAX_SIDE, &c->image_h, &c->image_w);
     if (!st) st = read_pair(f, "patch_size", 16, ATTN_IMAGE_MAX_SIDE, &c->patch_h, &c->patch_w);
     if (!st && (c->patch_h > c->image_h || c->patch_w > c->image_w))
-        st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key 'patch_size' (%lldx%lld) is larger than 'image_size' (%lldx%lld)",
-                        f->config_path, (long long)c->patch_h, (long long)c->patch_w, (long long)c->image_h,
-                        (long long)c->image_w);
+        st = attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                        "%s: key 'patch_size' (%lldx%lld) is larger than 'image_size' (%lldx%lld)", f->config_path,
+                        (long long)c->patch_h, (long long)c->patch_w, (long long)c->image_h, (long long)c->image_w);
     if (!st) st = attn_hf_config_number(f, "layer_norm_eps", 1e-12, &c->eps);
     if (!st && !(c->eps > 0 && c->eps < 1))
         st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key 'layer_norm_eps' must be in (0, 1) (got %g)",
@@ -194,7 +194,8 @@ static int64_t dim_of(char d, const vit_config *c) { return d == 'H' ? c->hidden
 static attn_status need_name(hf_need *q, const char *a, const char *b, const char *c) {
     char name[200];
     snprintf(name, sizeof name, "%s%s%s", a, b, c);
-    return (q->name = attn__strdup(name)) ? ATTN_OK : attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
+    return (q->name = attn__strdup(name)) ? ATTN_OK
+                                          : attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
 }
 
 static void set_shape(hf_need *q, int rank, int64_t a, int64_t b, int64_t c, int64_t d, const char *keys) {
@@ -205,8 +206,8 @@ static void set_shape(hf_need *q, int rank, int64_t a, int64_t b, int64_t c, int
 
 /* The embeddings', the final layernorm's and the classifier's needs (k: their first index). */
 static attn_status outer_needs(const vit_config *c, const vit_names *nm, hf_need *needs, size_t k) {
-    static const char *const emb[EMB_TENSORS] = {"cls_token", "position_embeddings", "patch_embeddings.projection.weight",
-                                                 "patch_embeddings.projection.bias"};
+    static const char *const emb[EMB_TENSORS] = {
+        "cls_token", "position_embeddings", "patch_embeddings.projection.weight", "patch_embeddings.projection.bias"};
     attn_status st = ATTN_OK;
     for (int i = 0; !st && i < EMB_TENSORS; i++) st = need_name(&needs[i], nm->prefix, "embeddings.", emb[i]);
     if (st) return st;
@@ -244,7 +245,7 @@ static attn_status make_needs(const vit_config *c, const vit_names *nm, hf_need 
             hf_need *q = &needs[i++];
             st = need_name(q, stack, nm->legacy ? t->legacy : t->hf, "");
             set_shape(q, t->cols == '-' ? 1 : 2, dim_of(t->rows, c), t->cols == '-' ? 0 : dim_of(t->cols, c), 0, 0,
-                      t->cols == '-' ? (t->rows == 'H' ? "hidden_size" : "intermediate_size")
+                      t->cols == '-'   ? (t->rows == 'H' ? "hidden_size" : "intermediate_size")
                       : t->rows == 'I' ? "intermediate_size x hidden_size"
                       : t->cols == 'I' ? "hidden_size x intermediate_size"
                                        : "hidden_size x hidden_size");
@@ -285,7 +286,8 @@ static attn_status point_layers(vit *v, hf_need *needs) {
             char name[96];
             snprintf(name, sizeof name, "layers.%lld.%s", (long long)l, LAYER[k].ours);
             const attn_param *p = attn_params_find(ps, name);
-            if (!p) return attn_error(ATTN_ERR_NOT_FOUND, "attn_pretrained_open: the encoder has no parameter '%s'", name);
+            if (!p)
+                return attn_error(ATTN_ERR_NOT_FOUND, "attn_pretrained_open: the encoder has no parameter '%s'", name);
             if (LAYER[k].qkv_bias && !c->qkv_bias) {
                 memset(p->data, 0, 3 * (size_t)c->hidden * sizeof(float));
                 continue;
@@ -343,7 +345,8 @@ static attn_status copy_labels(const hf_folder *f, vit *v) {
         char key[24], def[32];
         snprintf(key, sizeof key, "%lld", (long long)i);
         snprintf(def, sizeof def, "LABEL_%lld", (long long)i);
-        const char *s = map && map->type == ATTN_JSON_OBJECT ? attn_json_as_string(attn_json_get(map, key), NULL) : NULL;
+        const char *s =
+            map && map->type == ATTN_JSON_OBJECT ? attn_json_as_string(attn_json_get(map, key), NULL) : NULL;
         if (!(v->labels[i] = attn__strdup(s ? s : def)))
             return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory (labels)");
     }
@@ -460,6 +463,8 @@ attn_status attn_hf_vit_open(const hf_folder *f, attn_pretrained *m) {
     m->image_h = c.image_h;
     m->image_w = c.image_w;
     m->image_tokens = c.tokens;
+    m->grid_h = c.gh;
+    m->grid_w = c.gw;
     m->num_labels = c.labels;
     m->labels = v->labels;
     m->prep = &v->prep;
