@@ -58,7 +58,8 @@ static int run_image(viz_model *vm, const char *dir, const char *image, attn_cap
     int64_t C, H, W;
     attn_pretrained_image_size(vm->m, &C, &H, &W);
     const int64_t n = attn_pretrained_image_tokens(vm->m);
-    if (!C) return cli_fail("viz: --image: %s is a \"%s\" model (text: give --text)", dir, attn_pretrained_family(vm->m));
+    if (!C)
+        return cli_fail("viz: --image: %s is a \"%s\" model (text: give --text)", dir, attn_pretrained_family(vm->m));
     if (attn_image_load(image, img)) return cli_fail("viz: %s", attn_last_error());
     if (!(vm->x = malloc((size_t)(C * H * W) * sizeof(float))) || !(*labels = calloc((size_t)n, sizeof **labels)))
         return cli_fail("viz: out of memory");
@@ -87,10 +88,12 @@ int viz_model_run(viz_model *vm, const char *dir, const char *text, const char *
     if (attn_pretrained_open(dir, &vm->m)) return cli_fail("viz: %s", attn_last_error());
     if (attn_capture_create(cap) || attn_capture_add(*cap, pattern, 0, 0, 0, 0))
         return cli_fail("viz: %s", attn_last_error());
-    const int rc = text ? run_text(vm, dir, text, *cap, ntok, labels) : run_image(vm, dir, image, *cap, ntok, labels, img);
+    const int rc =
+        text ? run_text(vm, dir, text, *cap, ntok, labels) : run_image(vm, dir, image, *cap, ntok, labels, img);
     if (rc) return rc;
     snprintf(desc, desc_cap, "%s (Hugging Face \"%s\", hidden %lld) on %lld %s", dir, attn_pretrained_family(vm->m),
-             (long long)attn_pretrained_hidden_size(vm->m), (long long)*ntok, text ? "tokens of text" : "tokens of an image");
+             (long long)attn_pretrained_hidden_size(vm->m), (long long)*ntok,
+             text ? "tokens of text" : "tokens of an image");
     return 0;
 }
 

@@ -18,8 +18,7 @@ typedef struct viz_model {
 
 /* The exit code of the --model options that do not go together (0, or 2 printed): others[n] are
  * the options of the other models and inputs (non-NULL: given), names[n] their names. */
-int viz_model_check(const char *const *others, const char *const *names, size_t n, const char *text,
-                    const char *image);
+int viz_model_check(const char *const *others, const char *const *names, size_t n, const char *text, const char *image);
 
 /* Open dir, run it on text or image recording the modules matching pattern into *cap (created),
  * the token labels into *labels[*ntok] (malloc'ed strings), a description into desc, the decoded
