@@ -25,25 +25,20 @@ typedef struct kv {
 } kv;
 
 static const kv BASE[] = {
-    {"model_type", "\"vit\""},
-    {"hidden_size", "8"},
-    {"num_hidden_layers", "2"},
-    {"num_attention_heads", "2"},
-    {"intermediate_size", "12"},
-    {"image_size", "16"},
-    {"patch_size", "8"},
-    {"num_channels", "3"},
-    {"layer_norm_eps", "1e-12"},
-    {"hidden_act", "\"gelu\""},
-    {"qkv_bias", "true"},
-    {"id2label", "{\"0\": \"cat\", \"1\": \"dog\", \"2\": \"bird\"}"},
+    {"model_type", "\"vit\""},   {"hidden_size", "8"},
+    {"num_hidden_layers", "2"},  {"num_attention_heads", "2"},
+    {"intermediate_size", "12"}, {"image_size", "16"},
+    {"patch_size", "8"},         {"num_channels", "3"},
+    {"layer_norm_eps", "1e-12"}, {"hidden_act", "\"gelu\""},
+    {"qkv_bias", "true"},        {"id2label", "{\"0\": \"cat\", \"1\": \"dog\", \"2\": \"bird\"}"},
 };
 #define N_BASE (sizeof BASE / sizeof BASE[0])
 
-static const char *const PREP = "{\"do_resize\": true, \"size\": {\"height\": 16, \"width\": 16}, \"resample\": 2, "
-                                "\"do_rescale\": true, \"rescale_factor\": 0.00392156862745098, \"do_normalize\": true, "
-                                "\"image_mean\": [0.485, 0.456, 0.406], \"image_std\": [0.229, 0.224, 0.225], "
-                                "\"do_convert_rgb\": true, \"image_processor_type\": \"ViTImageProcessor\"}";
+static const char *const PREP =
+    "{\"do_resize\": true, \"size\": {\"height\": 16, \"width\": 16}, \"resample\": 2, "
+    "\"do_rescale\": true, \"rescale_factor\": 0.00392156862745098, \"do_normalize\": true, "
+    "\"image_mean\": [0.485, 0.456, 0.406], \"image_std\": [0.229, 0.224, 0.225], "
+    "\"do_convert_rgb\": true, \"image_processor_type\": \"ViTImageProcessor\"}";
 
 static void write_text(const char *dir, const char *file, const char *text) {
     char path[600];
@@ -105,12 +100,14 @@ static const char *folder(const char *name, const char *key, const char *value, 
         const char *name;
         int64_t d0, d1;
     } t[] = {
-        {"attention.q_proj.weight", H, H}, {"attention.q_proj.bias", H, 0},  {"attention.k_proj.weight", H, H},
-        {"attention.k_proj.bias", H, 0},   {"attention.v_proj.weight", H, H}, {"attention.v_proj.bias", H, 0},
-        {"attention.o_proj.weight", H, H}, {"attention.o_proj.bias", H, 0},  {"layernorm_before.weight", H, 0},
-        {"layernorm_before.bias", H, 0},   {"layernorm_after.weight", H, 0}, {"layernorm_after.bias", H, 0},
-        {"mlp.fc1.weight", INTER, H},      {"mlp.fc1.bias", INTER, 0},       {"mlp.fc2.weight", H, INTER},
-        {"mlp.fc2.bias", H, 0},
+        {"attention.q_proj.weight", H, H}, {"attention.q_proj.bias", H, 0},
+        {"attention.k_proj.weight", H, H}, {"attention.k_proj.bias", H, 0},
+        {"attention.v_proj.weight", H, H}, {"attention.v_proj.bias", H, 0},
+        {"attention.o_proj.weight", H, H}, {"attention.o_proj.bias", H, 0},
+        {"layernorm_before.weight", H, 0}, {"layernorm_before.bias", H, 0},
+        {"layernorm_after.weight", H, 0},  {"layernorm_after.bias", H, 0},
+        {"mlp.fc1.weight", INTER, H},      {"mlp.fc1.bias", INTER, 0},
+        {"mlp.fc2.weight", H, INTER},      {"mlp.fc2.bias", H, 0},
     };
     add(&ws, "vit.embeddings.cls_token", 3, 1, 1, H, 0);
     add(&ws, "vit.embeddings.position_embeddings", 3, 1, T, H, 0);
@@ -200,7 +197,8 @@ static void test_prep(attn_pretrained *m) {
     memset(gray, 128, sizeof gray);
     attn_image g = {7, 9, 1, gray};
     CHECK_OK(attn_pretrained_image_input(m, &g, out)); /* resized 9x7 -> 16x16, gray replicated: constant */
-    for (int i = 0; i < IMG * IMG; i++) CHECK(isfinite(out[i]) && out[i] == out[0], "constant gray at %d: %g", i, out[i]);
+    for (int i = 0; i < IMG * IMG; i++)
+        CHECK(isfinite(out[i]) && out[i] == out[0], "constant gray at %d: %g", i, out[i]);
 }
 
 static void test_valid(void) {
@@ -286,7 +284,8 @@ static void test_hostile(void) {
     }
     /* a size the model does not take, and no resize: refused when preprocessing, naming both */
     attn_pretrained *m = NULL;
-    CHECK_OK(attn_pretrained_open(folder("p_size", NULL, NULL, NULL, NULL, "{\"size\": {\"height\": 24, \"width\": 16}}"), &m));
+    CHECK_OK(attn_pretrained_open(
+        folder("p_size", NULL, NULL, NULL, NULL, "{\"size\": {\"height\": 24, \"width\": 16}}"), &m));
     static uint8_t px[IMG * IMG * 3];
     attn_image img = {IMG, IMG, 3, px};
     static float out[3 * IMG * IMG];
@@ -303,6 +302,9 @@ static void test_hostile(void) {
 int main(void) {
     snprintf(root, sizeof root, "/tmp/attn_test_pretrained_vit.XXXXXX");
     CHECK(mkdtemp(root) != NULL, "mkdtemp");
+    size_t row = 0;
+    while (attn_pretrained_family_name(row) && strcmp(attn_pretrained_family_name(row), "vit")) row++;
+    CHECK(attn_pretrained_family_name(row) != NULL, "\"vit\" is not in the family table (%zu rows)", row);
     test_valid();
     test_hostile();
     char cmd[300];

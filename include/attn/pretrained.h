@@ -32,6 +32,7 @@
  *           scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn, add_cross_attention false.
  *           A causal LM: attn_pretrained_logits and attn_pretrained_generate; hidden_states and
  *           embed are ATTN_ERR_UNSUPPORTED (and generate is on "bert").
+ *   "vit"   model_type "vit": ViTModel / ViTForImageClassification (the image block below).
  * Weights: F32, F16, BF16 or F64 tensors, converted to float32; every tensor the model needs must
  * be present with the shape config.json implies, and every other tensor is an error ("missing" and
  * "unexpected" names listed in the message). Every file is read as hostile: sizes are checked

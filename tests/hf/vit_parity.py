@@ -62,6 +62,7 @@ def main():
         return 0
     t = Tester(sys.argv[1], sys.argv[2], np, torch, transformers, tokenizers)
     t.run()
+    print("vit parity: measured " + ", ".join(f"{k} {v:.1e}" for k, v in t.worst.items()))
     print(f"vit parity: {t.passed} passed, {t.failed} failed")
     return 1 if t.failed else 0
 
@@ -94,6 +95,7 @@ class Tester:
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
         self.passed = self.failed = 0
+        self.worst = {}  # measured: the largest error of each kind
         L = ctypes.CDLL(lib)
         P, I64 = ctypes.c_void_p, ctypes.c_int64
         L.attn_pretrained_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(P)]
@@ -122,6 +124,10 @@ class Tester:
             self.proc_cls(size={"height": 32, "width": 32})
         except Exception:  # noqa: BLE001 - ImportError of the backend
             self.proc_cls = None
+
+    def measure(self, kind, e):
+        self.worst[kind] = max(self.worst.get(kind, 0.0), e)
+        return e
 
     def check(self, ok, what):
         if ok:
@@ -231,7 +237,7 @@ class Tester:
             if hasattr(out, "logits"):
                 got = np.zeros((3, 10), np.float32)
                 st = self.L.attn_pretrained_classify(h, xn.ctypes.data, 3, hh, ww, got.ctypes.data)
-                e = self.rel(got, out.logits.numpy()) if st == 0 else float("inf")
+                e = self.measure("logits", self.rel(got, out.logits.numpy()) if st == 0 else float("inf"))
                 self.check(e <= TOL, f"{name}: logits, rel err {e:.2e} ({self.L.attn_last_error().decode()})")
                 labels = [self.L.attn_pretrained_label(h, i).decode() for i in range(10)]
                 self.check(labels == [model.config.id2label[i] for i in range(10)], f"{name}: labels {labels}")
@@ -242,7 +248,7 @@ class Tester:
                            f"{name}: classify refused on a ViTModel: {self.L.attn_last_error().decode()}")
             hid = np.zeros((3, T, 32), np.float32)
             st = self.L.attn_pretrained_image_hidden_states(h, xn.ctypes.data, 3, hh, ww, hid.ctypes.data)
-            e = self.rel(hid, ref_h) if st == 0 else float("inf")
+            e = self.measure("hidden states", self.rel(hid, ref_h) if st == 0 else float("inf"))
             self.check(e <= TOL and hid.shape == ref_h.shape, f"{name}: last hidden state, rel err {e:.2e}")
             st = self.L.attn_pretrained_image_hidden_states(h, xn.ctypes.data, 1, hh + 8, ww, hid.ctypes.data)
             msg = self.L.attn_last_error().decode()
@@ -354,6 +360,7 @@ class Tester:
             have = got.get(path, [])
             labels_ok = [(i, lab) for _, i, lab in have] == [(i, lab) for _, i, lab in want]
             dp = max((abs(p - q) for (p, _, _), (q, _, _) in zip(have, want)), default=float("inf"))
+            self.measure("classify probability (abs)", dp)
             self.check(labels_ok and dp <= TOL, f"classify {os.path.basename(path)} {a.shape}: top-5 {have} vs "
                        f"{want}, max prob diff {dp:.2e}")
         rc, out, err = self.run_cli("classify", "--model", d, "--image", paths[0], "--top", "20")
@@ -397,7 +404,8 @@ class Tester:
             self.L.attn_capture_free(cap)
 
     def compare_attn(self, name, recs, ref):
-        errs = [self.rel(a, b) for a, b in zip(recs, ref)] if recs is not None else [float("inf")]
+        errs = [self.measure("attention (capture)", self.rel(a, b)) for a, b in zip(recs, ref)] if recs is not None \
+            else [float("inf")]
         ok = recs is not None and len(recs) == len(ref) and all(e <= TOL for e in errs)
         self.check(ok, f"{name}: attention of every layer and head, rel errs {['%.1e' % e for e in errs]}")
 
@@ -421,7 +429,7 @@ class Tester:
                     L, hd, q, k = int(row["layer"]), int(row["head"]), int(row["query"]), int(row["key"])
                     got[L][hd, q, k] = float(row["weight"])
                     seen[L][hd, q, k] = True
-        errs = [self.rel(a, b) for a, b in zip(got, ref)]
+        errs = [self.measure("attention (viz CSV)", self.rel(a, b)) for a, b in zip(got, ref)]
         self.check(all(s.all() for s in seen) and all(e <= TOL for e in errs),
                    f"viz --model {name}: CSV = output_attentions, rel errs {['%.1e' % e for e in errs]}")
 
