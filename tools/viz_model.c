@@ -35,6 +35,8 @@ static char *token_label(const attn_tokenizer *tok, int32_t id) {
 
 static int run_text(viz_model *vm, const char *dir, const char *text, attn_capture *cap, int64_t *ntok,
                     char ***labels) {
+    if (attn_pretrained_image_tokens(vm->m))
+        return cli_fail("viz: --text: %s is a \"%s\" model (images: give --image)", dir, attn_pretrained_family(vm->m));
     if (attn_tokenizer_open(dir, &vm->tok)) return cli_fail("viz: %s", attn_last_error());
     const int64_t max = attn_pretrained_max_length(vm->m);
     size_t n = 0;
