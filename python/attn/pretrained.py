@@ -198,7 +198,23 @@ class Pretrained:
             tokenizer = any(os.path.isfile(os.path.join(cpath, f)) for f in (b"tokenizer.json", b"vocab.txt"))
         if tokenizer:
             self.tokenizer = Tokenizer(path)
-        check(lib.attn_pretrained_open(cpath, ctypes.byref(self._m)))
+        st = lib.attn_pretrained_open(cpath, ctypes.byref(self._m))
+        if st:
+            err = _lib.error(st)
+            if self.tokenizer is not None:
+                self.tokenizer.close()
+            raise err
+        # read once: the properties then never touch the C object (a close() in another thread
+        # cannot free it under them)
+        h = self._m
+        self._info = dict(family=lib.attn_pretrained_family(h).decode(),
+                          hidden_size=int(lib.attn_pretrained_hidden_size(h)),
+                          embedding_size=int(lib.attn_pretrained_embedding_size(h)),
+                          max_length=int(lib.attn_pretrained_max_length(h)),
+                          vocab_size=int(lib.attn_pretrained_vocab_size(h)),
+                          pooling=_POOLING.get(int(lib.attn_pretrained_pooling(h)), "unknown"),
+                          normalize=bool(lib.attn_pretrained_normalize(h)),
+                          eos_token_id=int(lib.attn_pretrained_eos_id(h)))
 
     # ---- the folder ----
     def _h(self):
@@ -206,40 +222,48 @@ class Pretrained:
             raise _closed(f"Pretrained({self.path!r})")
         return self._m
 
+    def _get(self, key):
+        self._h()  # closed: ValueError
+        return self._info[key]
+
     @property
     def family(self) -> str:
-        return lib.attn_pretrained_family(self._h()).decode()
+        """The family's name: "bert", "gpt2"."""
+        return self._get("family")
 
     @property
     def hidden_size(self) -> int:
-        return int(lib.attn_pretrained_hidden_size(self._h()))
+        return self._get("hidden_size")
 
     @property
     def embedding_size(self) -> int:
         """Width of :meth:`encode`'s rows."""
-        return int(lib.attn_pretrained_embedding_size(self._h()))
+        return self._get("embedding_size")
 
     @property
     def max_length(self) -> int:
         """The longest input the folder allows (sentence-transformers' max_seq_length, capped by the
         model's positions): :meth:`encode` truncates to it."""
-        return int(lib.attn_pretrained_max_length(self._h()))
+        return self._get("max_length")
 
     @property
     def vocab_size(self) -> int:
-        return int(lib.attn_pretrained_vocab_size(self._h()))
+        return self._get("vocab_size")
 
     @property
     def pooling(self) -> str:
-        return _POOLING.get(int(lib.attn_pretrained_pooling(self._h())), "unknown")
+        """:meth:`encode`'s pooling: "mean", "cls" or "max"."""
+        return self._get("pooling")
 
     @property
     def normalize(self) -> bool:
-        return bool(lib.attn_pretrained_normalize(self._h()))
+        """Whether :meth:`encode` L2-normalises (a Normalize module)."""
+        return self._get("normalize")
 
     @property
     def eos_token_id(self) -> Optional[int]:
-        e = int(lib.attn_pretrained_eos_id(self._h()))
+        """config.json's eos_token_id (None when it has none)."""
+        e = self._get("eos_token_id")
         return None if e < 0 else e
 
     def _need_tokenizer(self, what: str) -> Tokenizer:
@@ -352,7 +376,7 @@ class Pretrained:
         with self._lock:
             h = self._h()
             if eos_token_id is not None and eos_token_id == -1:
-                o.eos_id = lib.attn_pretrained_eos_id(h)
+                o.eos_id = self._info["eos_token_id"]
             elif eos_token_id is None:
                 o.eos_id = -1
             else:
