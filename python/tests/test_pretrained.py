@@ -67,7 +67,8 @@ def ref_bert(w, ids, lengths, types=None):
     d = H // NH
     for n_ in range(L):
         pre = f"encoder.layer.{n_}."
-        q, k, v = (lin(x, pre + "attention.self." + s).view(B, n, NH, d).transpose(1, 2) for s in ("query", "key", "value"))
+        q, k, v = (lin(x, pre + "attention.self." + s).view(B, n, NH, d).transpose(1, 2)
+                   for s in ("query", "key", "value"))
         s = q @ k.transpose(-1, -2) / math.sqrt(d)
         s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
         a = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, n, H)

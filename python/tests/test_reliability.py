@@ -189,6 +189,10 @@ def test_integer_masks_refused(rng):
         attn.scaled_dot_product_attention(q, q, q, attn_mask=np.ones((5, 5), np.uint8))
     with pytest.raises(TypeError, match="attn_mask must be bool"):
         attn.scaled_dot_product_attention(q, q, q, attn_mask=np.ones((5, 5), np.int64))
+    import attn.torch as at
+    tq = torch.from_numpy(q)
+    with pytest.raises(TypeError, match="attn_mask must be bool"):
+        at.scaled_dot_product_attention(tq, tq, tq, attn_mask=torch.ones(5, 5, dtype=torch.uint8))
 
 
 # ---- #17 ----

@@ -350,8 +350,8 @@ def main():
     rng = random.Random(seed)
     print(f"python parity: seed {seed}")
     bert = build_bert(outdir, rng)
-    texts = bert_corpus(rng, 120) + ["", "   ", "A", "Ünïcödé ÀÉÎ", "東京タワー！", "a" * 300, "tab\tand  spaces",
-                                      " ".join(["long"] * 100)]
+    texts = bert_corpus(rng, 120) + ["", "   ", "A", "Ünïcödé ÀÉÎ", "東京タワー！", "a" * 300,
+                                      "tab\tand  spaces", " ".join(["long"] * 100)]
     check_bert(attn, *bert, texts)
     check_gpt2(attn, *build_gpt2(outdir))
     check_errors(attn, outdir)
