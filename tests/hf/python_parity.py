@@ -25,6 +25,7 @@ and 0 when torch, transformers, tokenizers or sentence_transformers cannot be im
 import os
 import random
 import shutil
+import subprocess
 import sys
 import threading
 
@@ -274,6 +275,21 @@ def check_gpt2(attn, d, model, tok, eos):
     kw = dict(max_new_tokens=30, temperature=1.5, top_k=200, top_p=0.95, eos_token_id=None)
     a, b, c = (m.generate("zoë ran", seed=s, **kw).ids for s in (7, 7, 8))
     check(a == b and a != c and len(a) == 30, f"sampling: seed 7 twice the same {len(a)} ids, seed 8 differs")
+    # the options reach the C struct as `attn generate` sets them: the same sampled ids
+    cli = os.path.join(os.path.dirname(attn.library_path()), "attn")
+    if os.path.exists(cli):
+        same, total, why = True, 0, ""
+        for seed in range(1, 7):
+            p = subprocess.run([cli, "generate", "--model", d, "--prompt", "zoë ran", "--ids", "--tokens", "30",
+                                "--temperature", "1.5", "--top-k", "200", "--top-p", "0.95", "--seed", str(seed)],
+                               capture_output=True)
+            out = p.stdout.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+            cli_ids = [int(x) for x in out.split()] if p.returncode == 0 else None
+            mine = m.generate("zoë ran", seed=seed, max_new_tokens=30, temperature=1.5, top_k=200, top_p=0.95).ids
+            total += len(mine)
+            if cli_ids != mine:
+                same, why = False, f" (seed {seed}: {p.stderr.decode(errors='replace')} {cli_ids} vs {mine})"
+        check(same and total > 30, f"sampled generate (seeds 1-6) = attn generate --ids: {total} ids{why}")
     check(m.generate("zoë ran", max_new_tokens=20, temperature=0.7, top_k=1, seed=3).ids
           == m.generate("zoë ran", max_new_tokens=20).ids, "sampling: top_k 1 = greedy")
     ok, errs = same_in_threads(lambda: np.array(m.generate("zoë ran", seed=11, **kw).ids))
