@@ -122,9 +122,10 @@ static attn_status read_config(const hf_folder *f, vit_config *c) {
     if (!st) st = attn_hf_config_bool(f, "qkv_bias", 1, &c->qkv_bias);
     if (!st) st = read_labels(f, &c->labels);
     /* the grid Conv2d covers (a remainder of pixels past it is not read, as in the convolution) */
+    if (st) return st;
     c->gh = c->image_h / c->patch_h, c->gw = c->image_w / c->patch_w;
     c->tokens = 1 + c->gh * c->gw;
-    return st;
+    return ATTN_OK;
 }
 
 /* Where the weights are: the "vit." prefix (ViTFor* checkpoints) and the layers' naming
@@ -416,6 +417,7 @@ static attn_status vit_forward(void *impl, const float *pixels, int64_t B, float
     attn_layer_args a = attn_layer_args_default();
     a.batch = B;
     a.n = c->tokens;
+    a.capture = cap; /* the workspace query sees the capture */
     size_t parts[7];
     attn_status st = reserve(v, B, parts, &a);
     if (!st) st = embed(v, pixels, B, parts);
@@ -423,7 +425,6 @@ static attn_status vit_forward(void *impl, const float *pixels, int64_t B, float
     char *ws = v->ws;
     float *h = hidden ? hidden : (float *)(ws + parts[3]), *rows = (float *)(ws + parts[4]);
     a.x = (const float *)(ws + parts[2]);
-    a.capture = cap;
     st = attn_encoder_forward(v->enc, &a, h, NULL, 0, ws + parts[5], parts[6]);
     if (st || !logits) return st;
     const int64_t H = c->hidden;
