@@ -241,7 +241,7 @@ static void fill_meta(train_meta *m, const gpt_opts *o) {
     train_meta_add(m, "train.micro_batch", "%lld", (long long)o->micro);
     train_meta_add(m, "train.warmup", "%lld", (long long)o->warmup);
     train_meta_add(m, "train.lr", "%.17g", o->lr);
-    train_meta_add(m, "train.data_hash", "%s", o->data_hash);
+    train_meta_add(m, TRAIN_DATA_HASH_KEY, "%s", o->data_hash);
     /* the split point: a resumed run must train on the same bytes */
     train_meta_add(m, "train.val_fraction", "%.17g", o->val_fraction);
     train_meta_add(m, "train.precision", "%s", attn_precision_name(o->precision));
@@ -371,8 +371,7 @@ static int resume_meta(gpt_run *r) {
         attn_safetensors_close(st);
         return 1;
     }
-    const char *dh = attn_safetensors_metadata_find(st, "train.data_hash"); /* absent in older checkpoints */
-    const int other_data = dh && strcmp(dh, o->data_hash) != 0;
+    const int other_data = train_data_differs(st, o->data_hash);
     attn_safetensors_close(st);
     if (bad) return cli_fail("train gpt: --resume: %s: %s", o->checkpoint, err);
     if (other_val) {
@@ -383,10 +382,7 @@ static int resume_meta(gpt_run *r) {
                         "hence the training data, would change)",
                         o->val_fraction, ckpt_val);
     }
-    if (other_data)
-        return cli_fail("train gpt: --resume: --data '%s' is not the data %s was trained on (its contents differ); "
-                        "resume with the same file, or start afresh with --force",
-                        o->data, o->checkpoint);
+    if (other_data) return train_data_refuse("train gpt", o->data, o->checkpoint);
     if (resume_shape_check(o, &s)) return 1;
     o->shape = s;
     return 0;
@@ -530,6 +526,8 @@ static attn_status micro_grads(gpt_run *r) {
     attn_cross_entropy_config ce = attn_cross_entropy_config_default();
     attn_status s;
     for (int64_t k = 0; k < r->L; k++) {
+        /* a long step stops between its micro-batches (under attn dist the ranks agree between steps) */
+        if (k > 0 && !r->dist && trainer_stop_requested()) return TRAINER_STOPPED;
         r->a.tokens = r->x + k * m * C;
         if ((s = attn_params_zero_grad(r->ps)) != ATTN_OK ||
             (s = attn_gpt_forward(r->g, &r->a, r->logits, r->saved, r->sb, r->ws, r->wb)) != ATTN_OK ||
