@@ -78,6 +78,8 @@ static void usage_gpt(FILE *f) {
                "                     (continue later with --resume)\n"
                "  --force            start afresh over an existing checkpoint, or replace a file at\n"
                "                     --checkpoint that is not a checkpoint (refused without it)\n"
+               "  --timeout S        under MPI, seconds a rank waits for the others in each collective\n"
+               "                     before the job ends naming the silent ranks (default 0: none)\n"
                "  --log-every N      print a line every N steps (default 10)\n\n"
                "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
                "tokens/s), `step N/S  val loss X` every --eval-interval steps, and `final loss: X`\n"
@@ -92,7 +94,11 @@ static void usage_gpt(FILE *f) {
                "(include/attn/dist.h), so the weights are bitwise those of one process with the same\n"
                "--batch and --micro-batch; rank 0 alone prints and writes checkpoints. --resume may use\n"
                "another N. Ranks that disagree on the options, the data or the weights stop at the start\n"
-               "with a message; a rank that fails or dies ends the whole job.\n");
+               "with a message; a rank that fails or dies ends the whole job. --timeout S (default 0:\n"
+               "none) bounds each wait for the other ranks: a rank stopped (SIGSTOP), hung or lost ends\n"
+               "the job after S seconds with a message naming it; a waiting rank sleeps between polls\n"
+               "instead of spinning. One run per checkpoint: a second is refused while CHECKPOINT.lock\n"
+               "is held. SIGTERM stops like Ctrl-C, between the micro-batches of a long step.\n");
 }
 
 typedef struct gpt_opts {
@@ -103,7 +109,7 @@ typedef struct gpt_opts {
     int64_t steps, batch, warmup, every, log_every, threads, seed, stop_at, micro;
     int given_attention, given_val, given_precision;
     int64_t eval_interval, eval_batches;
-    double lr, val_fraction;
+    double lr, val_fraction, timeout;
     attn_precision precision;
     int resume, force;
     char data_hash[17]; /* of the --data contents, kept in the checkpoint */
@@ -177,6 +183,7 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
         CLI_FLAG("--force", &o->force),
         CLI_DOUBLE_ABOVE("--lr", &o->lr, 0.0, 10.0),
         CLI_DOUBLE("--val-fraction", &o->val_fraction, 0.0, 0.9),
+        CLI_DOUBLE("--timeout", &o->timeout, 0.0, 1e9),
         CLI_INT("--eval-interval", &o->eval_interval, 0, 1 << 30),
         CLI_INT("--eval-batches", &o->eval_batches, 1, 1 << 20),
         CLI_INT("--layers", &o->shape.layers, 1, 256),
@@ -659,6 +666,8 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
     if (train_dist_start("train gpt", distp)) return 1;
     r.dist = *distp;
     r.rank = attn_dist_rank(r.dist), r.nranks = attn_dist_size(r.dist);
+    if (r.dist && attn_dist_set_timeout(r.dist, o->timeout) != ATTN_OK)
+        return cli_fail("train gpt: --timeout: %s", attn_last_error());
     r.val = NAN;
     r.val_step = -1;
     rc = gpt_prepare(&r);
