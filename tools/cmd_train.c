@@ -85,10 +85,10 @@ static void usage_gpt(FILE *f) {
                "tokens/s), `step N/S  val loss X` every --eval-interval steps, and `final loss: X`\n"
                "and `final val loss: X` (the mean cross-entropy over the held-out windows) at the end.\n"
                "The validation neither uses the training data nor changes the weights, the optimizer\n"
-               "or the data order: a run is bitwise the same with any --eval-interval. Ctrl-C\n"
-               "finishes the current step, writes the checkpoint and exits with status 130 (a second\n"
-               "Ctrl-C stops at once; the last checkpoint stays intact). `attn sample PATH` generates\n"
-               "text from a checkpoint.\n\n"
+               "or the data order: a run is bitwise the same with any --eval-interval. Ctrl-C or\n"
+               "SIGTERM stops the current step between two micro-batches, writes the checkpoint of the\n"
+               "last whole step and exits with status 130 (a second signal stops at once; the last\n"
+               "checkpoint stays intact). `attn sample PATH` generates text from a checkpoint.\n\n"
                "Data-parallel: `mpirun -np N attn train gpt ...` (a build with MPI) gives each rank B/N\n"
                "windows of every step and adds the micro-batch gradients in one fixed order\n"
                "(include/attn/dist.h), so the weights are bitwise those of one process with the same\n"
@@ -98,7 +98,7 @@ static void usage_gpt(FILE *f) {
                "none) bounds each wait for the other ranks: a rank stopped (SIGSTOP), hung or lost ends\n"
                "the job after S seconds with a message naming it; a waiting rank sleeps between polls\n"
                "instead of spinning. One run per checkpoint: a second is refused while CHECKPOINT.lock\n"
-               "is held. SIGTERM stops like Ctrl-C, between the micro-batches of a long step.\n");
+               "is held.\n");
 }
 
 typedef struct gpt_opts {

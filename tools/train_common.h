@@ -91,8 +91,8 @@ int train_data_differs(const attn_safetensors *st, const char *hash);
 int train_data_refuse(const char *cmd, const char *data, const char *checkpoint);
 
 /* Ctrl-C / SIGTERM while training: the handler only sets a flag that the loop reads between steps
- * and long steps read between their parts (it then writes a checkpoint); the first signal restores the default action, so a second one
- * stops at once (checkpoint writes are atomic). catch installs the handler and clears the flag,
+ * and long steps read between their parts (it then writes a checkpoint); the first signal
+ * restores the default action, so a second one stops at once (checkpoint writes are atomic). catch installs the handler and clears the flag,
  * release puts the previous handlers back. One training loop per process. */
 void train_signals_catch(void);
 int train_signals_caught(void);

@@ -4,9 +4,9 @@
  * bitwise resume and a checkpoint on Ctrl-C, as `attn train gpt`. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cli_opts.h"
@@ -23,9 +23,9 @@ static void usage_vit(FILE *f) {
                "8x8 handwritten digits of scikit-learn (UCI), values 0..16. Pixels are scaled by the\n"
                "largest value to [0, 1] and normalised to [-1, 1]. Held out: every image i with\n"
                "i %% 6 == 5 (299 of the digits; none with fewer than 6 images, and then no accuracy),\n"
-               "never trained on. Each step draws --batch training\n"
-               "images at random (from --seed and the step, so a resumed run sees the same data), each\n"
-               "shifted by up to --shift pixels (zero fill). AdamW (weight decay 0.05 on matrices),\n"
+               "never trained on. Each step draws --batch training images at random (from --seed and\n"
+               "the step, so a resumed run sees the same data), each shifted by up to --shift pixels\n"
+               "(zero fill). AdamW (weight decay 0.05 on matrices),\n"
                "linear warmup then cosine decay to lr/10, gradient clipping at norm 1.\n\n"
                "options:\n"
                "  --data DIR         images.u8 and labels.u8 (default data/digits)\n"
