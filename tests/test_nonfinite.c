@@ -14,11 +14,13 @@
  *   test_nonfinite --compare OUT FIXTURE CASE   'output' of OUT against caseCASE.out: the same
  *                                               NaN / +-Inf positions, finite entries within 1e-4
  *   test_nonfinite --set IN OUT NAME E VALUE    IN with element E of the F32 tensor NAME set to
- *                                               VALUE, written to OUT */
+ *                                               VALUE, written to OUT (an attn checkpoint with its
+ *                                               checksum recomputed) */
 #include "attn/linear_attention.h"
 #include "io/json.h"
 #include "nn/nn_run.h"
 #include "test_util.h"
+#include "train/train_internal.h"
 
 #define TOL 1e-4
 
@@ -607,28 +609,88 @@ static int compare_files(const char *out_path, const char *fixture, int ci) {
     return rc;
 }
 
+/* By data offset: the order a checkpoint's loader hashes its tensors in. */
+static int by_offset(const void *a, const void *b) {
+    const char *x = (*(const attn_safetensors_tensor *const *)a)->data,
+               *y = (*(const attn_safetensors_tensor *const *)b)->data;
+    return (x > y) - (x < y);
+}
+
+typedef struct meta_kv {
+    const char *k, *v;
+} meta_kv;
+
+static int by_key(const void *a, const void *b) { return strcmp(((const meta_kv *)a)->k, ((const meta_kv *)b)->k); }
+
+static void put_bytes(uint8_t **buf, size_t *len, const void *p, size_t n) {
+    memcpy(*buf + *len, p, n);
+    *len += n;
+}
+
+/* IN with element e of the F32 tensor name set to value, written to OUT with IN's metadata; when IN
+ * is an attn checkpoint, its attn.checksum is recomputed over the edited tensor (the canonical
+ * stream of train.h / checkpoint.c: per tensor by data offset name NUL, dtype, rank, dims as 8
+ * bytes little-endian, data; then the metadata but the checksum, sorted, key NUL value NUL), so
+ * that the checkpoint loads and its non-finite weight reaches the model. */
 static int set_value(const char *in, const char *out, const char *name, size_t e, float value) {
     attn_safetensors *st = NULL;
     attn_safetensors_writer *w = NULL;
     int bad = attn_safetensors_open_file(in, &st) || attn_safetensors_writer_create(&w), found = 0;
+    const size_t nt = bad ? 0 : attn_safetensors_count(st), nm = bad ? 0 : attn_safetensors_metadata_count(st);
+    const attn_safetensors_tensor **ts = xmalloc(sizeof *ts * (nt + 1));
+    meta_kv *kv = xmalloc(sizeof *kv * (nm + 1));
+    size_t cap = 64, len = 0;
+    for (size_t i = 0; i < nt; i++) {
+        ts[i] = attn_safetensors_get(st, i);
+        cap += ts[i]->nbytes + strlen(ts[i]->name) + 2 + 8 * (size_t)ts[i]->rank;
+    }
+    qsort(ts, nt, sizeof *ts, by_offset);
     float *buf = NULL;
-    for (size_t i = 0; !bad && i < attn_safetensors_count(st); i++) {
-        const attn_safetensors_tensor *t = attn_safetensors_get(st, i);
-        if (strcmp(t->name, name) || t->dtype != ATTN_DTYPE_F32 || e >= t->nbytes / 4) {
-            bad = attn_safetensors_writer_add(w, t->name, t->dtype, t->rank, t->shape, t->data);
-            continue;
-        }
+    for (size_t i = 0; !bad && i < nt; i++) {
+        const attn_safetensors_tensor *t = ts[i];
+        if (strcmp(t->name, name) || t->dtype != ATTN_DTYPE_F32 || e >= t->nbytes / 4) continue;
         buf = xmalloc(t->nbytes);
         memcpy(buf, t->data, t->nbytes);
         buf[e] = value;
         found = 1;
-        bad = attn_safetensors_writer_add(w, t->name, t->dtype, t->rank, t->shape, buf);
     }
-    bad = bad || !found || attn_safetensors_writer_write_file(w, out);
+    uint8_t *stream = xmalloc(cap);
+    for (size_t i = 0; !bad && i < nt; i++) {
+        const attn_safetensors_tensor *t = ts[i];
+        const void *data = found && !strcmp(t->name, name) && t->dtype == ATTN_DTYPE_F32 ? buf : t->data;
+        bad = attn_safetensors_writer_add(w, t->name, t->dtype, t->rank, t->shape, data);
+        const uint8_t code[2] = {(uint8_t)t->dtype, (uint8_t)t->rank};
+        put_bytes(&stream, &len, t->name, strlen(t->name) + 1);
+        put_bytes(&stream, &len, code, 2);
+        for (int d = 0; d < t->rank; d++) {
+            uint8_t le[8];
+            for (int b = 0; b < 8; b++) le[b] = (uint8_t)((uint64_t)t->shape[d] >> (8 * b));
+            put_bytes(&stream, &len, le, 8);
+        }
+        put_bytes(&stream, &len, data, t->nbytes);
+    }
+    int checkpoint = 0;
+    for (size_t i = 0; !bad && i < nm; i++) {
+        bad = attn_safetensors_metadata_get(st, i, &kv[i].k, &kv[i].v);
+        checkpoint |= !bad && !strcmp(kv[i].k, "attn.checksum");
+        cap += strlen(kv[i].k) + strlen(kv[i].v) + 2;
+    }
+    stream = realloc(stream, cap);
+    qsort(kv, bad ? 0 : nm, sizeof *kv, by_key);
+    for (size_t i = 0; !bad && stream && i < nm; i++) {
+        if (!strcmp(kv[i].k, "attn.checksum")) continue;
+        bad = attn_safetensors_writer_add_metadata(w, kv[i].k, kv[i].v);
+        put_bytes(&stream, &len, kv[i].k, strlen(kv[i].k) + 1);
+        put_bytes(&stream, &len, kv[i].v, strlen(kv[i].v) + 1);
+    }
+    char sum[17];
+    snprintf(sum, sizeof sum, "%016llx", stream ? (unsigned long long)attn_tr_xxh64(stream, len) : 0ull);
+    if (!bad && checkpoint) bad = attn_safetensors_writer_add_metadata(w, "attn.checksum", sum);
+    bad = bad || !stream || !found || attn_safetensors_writer_write_file(w, out);
     if (bad) fprintf(stderr, "set: %s\n", found ? attn_last_error() : "no such F32 tensor or index");
     attn_safetensors_writer_free(w);
     attn_safetensors_close(st);
-    free(buf);
+    free(buf), free(ts), free(kv), free(stream);
     return bad ? 1 : 0;
 }
 
