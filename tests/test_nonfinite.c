@@ -8,14 +8,16 @@
  *
  * Kernels against a float64 evaluation of the textbook formulas (PyTorch's math): softmax,
  * layernorm, GELU, ReLU, the flash (float and bf16) and the reference SDPA with a non-finite value
- * in Q, K, V or the float mask, and their backward passes with one in Q, K, V, dO or the mask.
+ * in Q, K, V or the float mask, and their backward passes with one in Q, K, V, dO or the mask;
+ * Longformer forward and backward (against SDPA on its pattern of seen keys), linear attention's
+ * and Performer's forward and backward (against their formulas pair by pair), the bf16 GEMM.
  *
  * Also a helper of tests/cli_test.cmake (which splits cases with test_seed_modules --split):
  *   test_nonfinite --compare OUT FIXTURE CASE   'output' of OUT against caseCASE.out: the same
  *                                               NaN / +-Inf positions, finite entries within 1e-4
  *   test_nonfinite --set IN OUT NAME E VALUE    IN with element E of the F32 tensor NAME set to
  *                                               VALUE, written to OUT (an attn checkpoint with its
- *                                               checksum recomputed) */
+ *                                               checksum recomputed: tests/viz_text_test.cmake) */
 #include "attn/linear_attention.h"
 #include "attn/longformer.h"
 #include "io/json.h"
