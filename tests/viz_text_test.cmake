@@ -99,6 +99,13 @@ file(SHA256 ${WORK}/gpt.safetensors after)
 if(NOT before STREQUAL after)
   message(SEND_ERROR "a refused output changed the checkpoint")
 endif()
+file(WRITE ${WORK}/enc.json "{\"module\": \"transformer_encoder\", \"num_layers\": 3, \"norm\": false, \"encoder_layer\": {\"d_model\": 16, \"nhead\": 4, \"dim_feedforward\": 32, \"dropout\": 0.0}}")
+set(run run --config enc.json --weights ${FIXTURES}/viz_run_w.safetensors)
+expect_error("run: --out: cannot create a temporary file next to 'nodir/y.safetensors'" ${run}
+  --inputs ${FIXTURES}/viz_run_in.safetensors --out nodir/y.safetensors)
+file(WRITE ${WORK}/pic.pgm "P2\n1 1\n255\n7\n")
+expect_error("run: --out 'pic.pgm' is the same file as the input 'pic.pgm'" ${run} --image pic.pgm --out pic.pgm
+  --force)
 expect_error("demo: --svg and --out name the same file 'dd/cross_attention.html'" demo --out dd
   --svg dd/cross_attention.html)
 file(GLOB leftovers ${WORK}/*.tmp* ${WORK}/dd/*)
