@@ -62,8 +62,8 @@ typedef enum attn_viz_syntax { ATTN_VIZ_XML = 0, ATTN_VIZ_JSON = 1, ATTN_VIZ_CSV
  * (Unicode's practice, as Python's errors="replace"); C0 control characters and DEL become their
  * visible Control Pictures (U+2400 + c, U+2421), C1 controls and U+FFFE / U+FFFF become U+FFFD;
  * so a title, a file name or a label of any bytes keeps an SVG / HTML file well-formed and a CSV
- * row on one line. ATTN_ERR_INVALID_ARGUMENT for a
- * NULL f or an unknown syntax, ATTN_ERR_IO when writing fails. */
+ * row on one line. ATTN_ERR_INVALID_ARGUMENT for a NULL f or an unknown syntax, ATTN_ERR_IO when
+ * writing fails. */
 ATTN_API attn_status attn_viz_write_text(FILE *f, const char *text, attn_viz_syntax syntax);
 
 /* ---- attention rollout (Abnar & Zuidema, "Quantifying Attention Flow in Transformers", 2020) --
