@@ -955,7 +955,7 @@ static int set_value(const char *in, const char *out, const char *name, size_t e
     size_t cap = 64, len = 0;
     for (size_t i = 0; i < nt; i++) {
         ts[i] = attn_safetensors_get(st, i);
-        cap += ts[i]->nbytes + strlen(ts[i]->name) + 2 + 8 * (size_t)ts[i]->rank;
+        cap += ts[i]->nbytes + strlen(ts[i]->name) + 3 + 8 * (size_t)ts[i]->rank; /* name NUL, dtype, rank, dims */
     }
     qsort(ts, nt, sizeof *ts, by_offset);
     float *buf = NULL;
