@@ -117,7 +117,8 @@ typedef int (*attn_generate_callback)(int32_t id, void *user);
 /* Continue prompt[0..n) (n >= 1): the prompt fills the model's key/value cache in one pass, then
  * each new token costs one cached step. Sampling is over softmax(logits / temperature) restricted by
  * top_k then top_p, with Philox draws (so a seed gives the same tokens on every machine and thread
- * count). *produced (nullable) gets how many ids were passed to on_token (nullable). */
+ * count). *produced (nullable) gets how many ids were passed to on_token (nullable). Logits holding
+ * a NaN or an infinity stop it with ATTN_ERR_NUMERIC naming the step and the logit. */
 ATTN_API attn_status attn_pretrained_generate(attn_pretrained *m, const int32_t *prompt, size_t n,
                                               const attn_generate_options *o, attn_generate_callback on_token,
                                               void *user, size_t *produced);

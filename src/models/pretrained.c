@@ -349,8 +349,12 @@ static int by_logit(const void *a, const void *b) {
 }
 
 /* The next id from logits [V]: greedy, or drawn with u in [0, 1) from softmax(logits / T) over the
- * top_k largest, then the fewest whose probabilities sum to >= top_p. c [V], p [V] scratch. */
+ * top_k largest, then the fewest whose probabilities sum to >= top_p. c [V], p [V] scratch. -1 - v
+ * when logits[v] is the first NaN / Inf: no distribution to draw from (torch.multinomial raises),
+ * and greedy's maximum would be whichever id a comparison with NaN happens to leave. */
 static int32_t pick(const float *logits, int64_t V, const attn_generate_options *o, float u, cand *c, double *p) {
+    for (int64_t v = 0; v < V; v++)
+        if (!isfinite(logits[v])) return (int32_t)(-1 - v);
     int64_t best = 0;
     for (int64_t v = 1; v < V; v++)
         if (logits[v] > logits[best]) best = v;
@@ -414,6 +418,13 @@ attn_status attn_pretrained_generate(attn_pretrained *m, const int32_t *prompt, 
     if (!st) st = m->step(m->impl, 1, prompt, (int64_t)n, last);
     for (int64_t i = 0; !st && i < o->max_new_tokens; i++) {
         const int32_t id = pick(last, (int64_t)V, o, attn_philox_uniform(o->seed, 0, (uint64_t)i), c, p);
+        if (id < 0) {
+            st = attn_error(ATTN_ERR_NUMERIC,
+                            "%s: the logits of new token %lld are not finite (logit %d is %g): the weights or the "
+                            "activations hold NaN / Inf; nothing to sample from",
+                            fn, (long long)i, (int)(-1 - id), (double)last[-1 - id]);
+            break;
+        }
         if (produced) (*produced)++;
         if ((on_token && on_token(id, user)) || id == o->eos_id || i + 1 == o->max_new_tokens) break;
         st = m->step(m->impl, 0, &id, 1, last);
