@@ -62,8 +62,8 @@ static attn_status obj_number(const attn_json *o, const char *path, const char *
     *out = def;
     if (!v || attn_json_is_null(v)) return ATTN_OK;
     if (!attn_json_as_double(v, out) || !isfinite(*out))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s.%s' must be a finite number (got %s)", path, obj,
-                          key, attn_json_type_name(v->type));
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s.%s' must be a finite number (got %s)", path, obj, key,
+                          attn_json_type_name(v->type));
     return ATTN_OK;
 }
 
@@ -95,13 +95,13 @@ static attn_status read_rope(const hf_folder *f, llama_config *c) {
     const char *tkey = "rope_type";
     if (!t || attn_json_is_null(t)) t = attn_json_get(o, tkey = "type");
     const char *type = t && !attn_json_is_null(t) ? attn_json_as_string(t, NULL) : "default";
-    if (!type)
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s.%s' must be a string", path, obj, tkey);
+    if (!type) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key '%s.%s' must be a string", path, obj, tkey);
     double partial = 1;
     if ((st = obj_number(o, path, obj, "partial_rotary_factor", 1, &partial))) return st;
     if (partial != 1)
-        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: key '%s.partial_rotary_factor' is %g (attn rotates all of head_dim)",
-                          path, obj, partial);
+        return attn_error(ATTN_ERR_UNSUPPORTED,
+                          "%s: key '%s.partial_rotary_factor' is %g (attn rotates all of head_dim)", path, obj,
+                          partial);
     if (strcmp(type, "default") == 0) return ATTN_OK;
     if (strcmp(type, "linear") != 0 && strcmp(type, "llama3") != 0)
         return attn_error(ATTN_ERR_UNSUPPORTED,
@@ -117,10 +117,12 @@ static attn_status read_rope(const hf_folder *f, llama_config *c) {
     if ((st = obj_number(o, path, obj, "high_freq_factor", 4, &c->rope.high_freq_factor))) return st;
     if (!(c->rope.low_freq_factor > 0 && c->rope.high_freq_factor > c->rope.low_freq_factor))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
-                          "%s: keys '%s.low_freq_factor' (%g) and 'high_freq_factor' (%g) must be 0 < low < high",
-                          path, obj, c->rope.low_freq_factor, c->rope.high_freq_factor);
-    return attn_hf_json_int(o, path, "original_max_position_embeddings", 1, 0, 1, (int64_t)1 << 30,
-                            &c->rope.original_max_positions);
+                          "%s: keys '%s.low_freq_factor' (%g) and 'high_freq_factor' (%g) must be 0 < low < high", path,
+                          obj, c->rope.low_freq_factor, c->rope.high_freq_factor);
+    const char *okey = "original_max_position_embeddings";
+    if (!attn_json_get(o, okey) || attn_json_is_null(attn_json_get(o, okey)))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: missing key '%s.%s' (rope_type llama3)", path, obj, okey);
+    return attn_hf_json_int(o, path, okey, 1, 0, 1, (int64_t)1 << 30, &c->rope.original_max_positions);
 }
 
 /* Sizes, heads and head_dim. */
@@ -153,13 +155,16 @@ static attn_status read_sizes(const hf_folder *f, llama_config *c) {
     return ATTN_OK;
 }
 
-/* The sliding window: Mistral's sliding_window (null: none); Qwen2's when use_sliding_window. */
+/* The sliding window: Mistral's sliding_window, Qwen2's when use_sliding_window; null is none,
+ * and an absent key is 4096 (MistralConfig's and Qwen2Config's default). */
 static attn_status read_window(const hf_folder *f, llama_config *c) {
     int use = c->family == FAM_MISTRAL;
     attn_status st = ATTN_OK;
     if (c->family == FAM_LLAMA) return ATTN_OK;
     if (c->family == FAM_QWEN2) st = attn_hf_config_bool(f, "use_sliding_window", 0, &use);
-    if (!st && use) st = attn_hf_config_int(f, "sliding_window", 0, 0, 1, INT64_MAX / 2, &c->window);
+    const attn_json *v = attn_json_get(f->config, "sliding_window");
+    if (!st && use && !(v && attn_json_is_null(v)))
+        st = attn_hf_config_int(f, "sliding_window", 0, 4096, 1, INT64_MAX / 2, &c->window);
     return st;
 }
 
@@ -197,8 +202,8 @@ static attn_status read_config(const hf_folder *f, int family, llama_config *c) 
     const char *act = NULL;
     if (!st) st = attn_hf_config_string(f, "hidden_act", "silu", &act);
     if (!st && strcmp(act, "silu") != 0)
-        st = attn_error(ATTN_ERR_UNSUPPORTED, "%s: key 'hidden_act' is \"%.60s\" (attn runs silu)", f->config_path,
-                        act);
+        st =
+            attn_error(ATTN_ERR_UNSUPPORTED, "%s: key 'hidden_act' is \"%.60s\" (attn runs silu)", f->config_path, act);
     if (!st) st = attn_hf_config_bool(f, "tie_word_embeddings", 0, &c->tie);
     if (!st && family == FAM_LLAMA) st = attn_hf_config_bool(f, "attention_bias", 0, &c->qkv_bias);
     if (!st && family == FAM_LLAMA) st = attn_hf_config_bool(f, "mlp_bias", 0, &c->mlp_bias);
@@ -264,7 +269,8 @@ static attn_status add_need(hf_need *q, const char *name, int rank, int64_t d0, 
     q->shape[0] = d0;
     q->shape[1] = d1;
     q->keys = keys;
-    if (!(q->name = attn__strdup(name))) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
+    if (!(q->name = attn__strdup(name)))
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
     return ATTN_OK;
 }
 
@@ -277,8 +283,8 @@ static attn_status make_needs(const llama_config *c, hf_need **out, size_t *coun
     hf_need *needs = attn__calloc(n, sizeof *needs);
     if (!needs) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory");
     size_t i = 0;
-    attn_status st = add_need(&needs[i++], "model.embed_tokens.weight", 2, c->vocab, c->hidden,
-                              "vocab_size, hidden_size");
+    attn_status st =
+        add_need(&needs[i++], "model.embed_tokens.weight", 2, c->vocab, c->hidden, "vocab_size, hidden_size");
     char name[160];
     for (int64_t l = 0; !st && l < c->layers; l++)
         for (size_t k = 0; !st && k < LAYER_TENSORS; k++) {
@@ -317,8 +323,8 @@ static void llama_free(void *impl) {
 static float *place(llama *m, const hf_need *q, int64_t l, const char *hf, float **next) {
     llama_layer *L = &m->l[l];
     const int64_t H = m->c.hidden, Q = m->c.heads * m->c.head_dim, K = m->c.kv_heads * m->c.head_dim, I = m->c.inter;
-    static const char *const parts[] = {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj.",
-                                        "mlp.gate_proj.", "mlp.up_proj."};
+    static const char *const parts[] = {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj.", "mlp.gate_proj.",
+                                        "mlp.up_proj."};
     for (int p = 0; p < 5; p++) {
         if (strncmp(hf, parts[p], strlen(parts[p])) != 0) continue;
         const int bias = q->rank == 1;
@@ -441,6 +447,10 @@ static size_t align64(size_t b) { return (b + 63) & ~(size_t)63; }
 static attn_status reserve(llama *m, int64_t T, int64_t out_rows, size_t flash_bytes, llama_bufs *b) {
     const llama_config *c = &m->c;
     const int64_t H = c->hidden, Q = c->heads * c->head_dim, W = Q + 2 * c->kv_heads * c->head_dim, I = c->inter;
+    const int64_t widest = 2 * H + W + Q + 3 * I; /* floats per token row over all the buffers */
+    if (T > (int64_t)(SIZE_MAX / 4 / sizeof(float)) / widest)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_pretrained: %lld token rows of %lld floats overflow",
+                          (long long)T, (long long)widest);
     size_t g = attn_linear_workspace_size(T, H, W);
     const size_t g2 = attn_linear_workspace_size(T, Q, H), g3 = attn_linear_workspace_size(T, H, 2 * I),
                  g4 = attn_linear_workspace_size(T, I, H), g5 = attn_linear_workspace_size(out_rows, H, c->vocab);
@@ -448,8 +458,8 @@ static attn_status reserve(llama *m, int64_t T, int64_t out_rows, size_t flash_b
     g = g > g3 ? g : g3;
     g = g > g4 ? g : g4;
     g = g > g5 ? g : g5;
-    const size_t f = sizeof(float), sizes[8] = {T * H * f, T * H * f, T * W * f, T * Q * f, T * 2 * I * f,
-                                                T * I * f, g,         flash_bytes};
+    const size_t f = sizeof(float),
+                 sizes[8] = {T * H * f, T * H * f, T * W * f, T * Q * f, T * 2 * I * f, T * I * f, g, flash_bytes};
     size_t total = 0;
     for (int i = 0; i < 8; i++) total += align64(sizes[i]);
     if (total > m->ws_bytes) {
