@@ -12,7 +12,8 @@ as safetensors:
             attention_bias and mlp_bias, an explicit head_dim different from hidden / heads
   tied      tie_word_embeddings, multi-query (1 key/value head)
   mistral   sliding_window 8, shorter than the sequences; max_position_embeddings 512 (the cache grows)
-  qwen2     q/k/v biases, use_sliding_window with max_window_layers 1 (layer 1 slides, layer 0 not)
+  qwen2     q/k/v biases, use_sliding_window with max_window_layers 1 (layer 1 slides, layer 0 not),
+            and a copy without layer_types (max_window_layers decides)
   bf16      llama3's weights saved in bfloat16
 and checks, against the model loaded by transformers from the same folder in float64 (eager):
   - attn_pretrained_logits of a right-padded batch (lengths 40, 17, 33, 1): relative error
@@ -216,6 +217,14 @@ class Tester:
         folders["mistral"] = self.save("mistral", tf.MistralForCausalLM, cfg, 3)
         cfg = tf.Qwen2Config(**base, use_sliding_window=True, sliding_window=6, max_window_layers=1)
         folders["qwen2"] = self.save("qwen2", tf.Qwen2ForCausalLM, cfg, 4)
+        dmw = os.path.join(self.out, "qwen2_mwl")  # without layer_types: max_window_layers decides
+        shutil.copytree(folders["qwen2"][0], dmw)
+        with open(os.path.join(dmw, "config.json")) as f:
+            c = json.load(f)
+        del c["layer_types"]
+        with open(os.path.join(dmw, "config.json"), "w") as f:
+            json.dump(c, f)
+        folders["qwen2_mwl"] = (dmw, None)
         dbf = os.path.join(self.out, "bf16")
         shutil.copytree(folders["llama3"][0], dbf)
         os.remove(os.path.join(dbf, "model.safetensors"))
@@ -246,7 +255,7 @@ class Tester:
             den += float((want ** 2).sum())
             pad_zero = pad_zero and not out[b, len(r):].any()
         err = (num / den) ** 0.5
-        want_fam = name if name in ("mistral", "qwen2") else "llama"
+        want_fam = name.split("_")[0] if name.startswith(("mistral", "qwen2")) else "llama"
         self.check(fam == want_fam and err <= TOL and pad_zero,
                    f"{name}: logits of a padded batch (lengths 40, 17, 33, 1) vs float64: rel err {err:.2e} ({fam})")
         self.L.attn_pretrained_free(h)
