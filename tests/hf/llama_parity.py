@@ -205,8 +205,8 @@ class Tester:
         folders["llama3"] = self.save("llama3", tf.LlamaForCausalLM, cfg, 0)
 
         def old_style(c):  # transformers 4's keys, as most published checkpoints have them
-            rp = c.pop("rope_parameters")
-            c["rope_theta"] = rp["rope_theta"]
+            rp = c.pop("rope_parameters", None) or {}  # transformers 4 saved rope_theta at the top
+            c["rope_theta"] = rp.get("rope_theta", c.get("rope_theta", 500.0))
             c["rope_scaling"] = {"type": "linear", "factor": 2.0}
         cfg = tf.LlamaConfig(**dict(base, num_key_value_heads=4), head_dim=24, attention_bias=True, mlp_bias=True,
                              rope_scaling={"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0})
@@ -221,7 +221,7 @@ class Tester:
         shutil.copytree(folders["qwen2"][0], dmw)
         with open(os.path.join(dmw, "config.json")) as f:
             c = json.load(f)
-        del c["layer_types"]
+        c.pop("layer_types", None)
         with open(os.path.join(dmw, "config.json"), "w") as f:
             json.dump(c, f)
         folders["qwen2_mwl"] = (dmw, None)
