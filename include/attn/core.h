@@ -130,9 +130,10 @@ ATTN_API int attn_add_overflow(size_t a, size_t b, size_t *out);
  * Work is partitioned independently of the thread count, so results are bitwise identical for
  * any number of threads. n <= 0 restores the default (OpenMP's, or ATTN_NUM_THREADS).
  * ATTN_NUM_THREADS is read as a positive integer, at most ATTN_MAX_THREADS (a larger value gives
- * the bound); another value is ignored. */
+ * the bound); another value is ignored. attn_set_num_threads refuses n > ATTN_MAX_THREADS
+ * (ATTN_ERR_INVALID_ARGUMENT naming the bound; the count is left as it was). */
 #define ATTN_MAX_THREADS 4096
-ATTN_API void attn_set_num_threads(int n);
+ATTN_API attn_status attn_set_num_threads(int n);
 ATTN_API int attn_get_num_threads(void);
 
 /* ---- CPU dispatch --------------------------------------------------------------------------

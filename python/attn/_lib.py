@@ -11,7 +11,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
-from ctypes import POINTER, c_char_p, c_float, c_int, c_int64, c_size_t, c_uint64, c_void_p
+from ctypes import POINTER, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t, c_uint64, c_void_p
 from typing import Optional
 
 import numpy as np
@@ -63,6 +63,13 @@ class attn_capture_record(ctypes.Structure):
                 ("nq", c_int64), ("weights", POINTER(c_float))]
 
 
+class attn_generate_options(ctypes.Structure):
+    _fields_ = [("max_new_tokens", c_int64), ("temperature", ctypes.c_double), ("top_k", c_int64),
+                ("top_p", ctypes.c_double), ("seed", c_uint64), ("eos_id", c_int32)]
+
+
+GENERATE_CALLBACK = ctypes.CFUNCTYPE(c_int, c_int32, c_void_p)
+
 # safetensors dtypes (attn_dtype)
 DTYPE_BOOL, DTYPE_U8, DTYPE_F16, DTYPE_BF16, DTYPE_F32, DTYPE_F64 = 0, 1, 5, 6, 9, 12
 
@@ -73,7 +80,7 @@ _SIGNATURES = {
     "attn_status_str": (c_char_p, [c_int]),
     "attn_last_error": (c_char_p, []),
     "attn_clear_error": (None, []),
-    "attn_set_num_threads": (None, [c_int]),
+    "attn_set_num_threads": (c_int, [c_int]),
     "attn_get_num_threads": (c_int, []),
     "attn_isa_name": (c_char_p, [c_int]),
     "attn_active_isa": (c_int, []),
@@ -118,6 +125,33 @@ _SIGNATURES = {
     "attn_safetensors_writer_free": (None, [c_void_p]),
     "attn_safetensors_writer_add": (c_int, [c_void_p, c_char_p, c_int, c_int, POINTER(c_int64), c_void_p]),
     "attn_safetensors_writer_write_file": (c_int, [c_void_p, c_char_p]),
+    # Hugging Face folders (attn/pretrained.h) and tokenizers (attn/tokenizer.h)
+    "attn_pretrained_open": (c_int, [c_char_p, POINTER(c_void_p)]),
+    "attn_pretrained_free": (None, [c_void_p]),
+    "attn_pretrained_family": (c_char_p, [c_void_p]),
+    "attn_pretrained_hidden_size": (c_int64, [c_void_p]),
+    "attn_pretrained_embedding_size": (c_int64, [c_void_p]),
+    "attn_pretrained_max_length": (c_int64, [c_void_p]),
+    "attn_pretrained_vocab_size": (c_int64, [c_void_p]),
+    "attn_pretrained_pooling": (c_int, [c_void_p]),
+    "attn_pretrained_normalize": (c_int, [c_void_p]),
+    "attn_pretrained_eos_id": (c_int32, [c_void_p]),
+    "attn_pretrained_hidden_states": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
+    "attn_pretrained_embed": (c_int, [c_void_p, c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
+    "attn_pretrained_logits": (c_int, [c_void_p, c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
+    "attn_generate_options_default": (attn_generate_options, []),
+    "attn_pretrained_generate": (c_int, [c_void_p, c_void_p, c_size_t, POINTER(attn_generate_options),
+                                         GENERATE_CALLBACK, c_void_p, POINTER(c_size_t)]),
+    "attn_tokenizer_open": (c_int, [c_char_p, POINTER(c_void_p)]),
+    "attn_tokenizer_free": (None, [c_void_p]),
+    "attn_tokenizer_encode": (c_int, [c_void_p, c_char_p, c_size_t, c_int, c_int64, c_void_p, c_size_t,
+                                      POINTER(c_size_t)]),
+    "attn_tokenizer_decode": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_void_p, c_size_t, POINTER(c_size_t)]),
+    "attn_tokenizer_vocab_size": (c_int64, [c_void_p]),
+    "attn_tokenizer_token_to_id": (c_int32, [c_void_p, c_char_p]),
+    "attn_tokenizer_id_to_token": (c_char_p, [c_void_p, c_int32]),
+    "attn_tokenizer_pad_id": (c_int32, [c_void_p]),
+    "attn_tokenizer_max_length": (c_int64, [c_void_p]),
 }
 
 
@@ -179,15 +213,82 @@ def library_path() -> str:
     return lib._attn_path
 
 
+MAX_THREADS = 4096  # ATTN_MAX_THREADS (attn/core.h); the library refuses more too
+
+
 def set_num_threads(n: int) -> None:
-    """Set the number of threads attn's kernels use (n <= 0: the default, OpenMP's or
-    ATTN_NUM_THREADS). Results are bitwise identical for any thread count."""
-    lib.attn_set_num_threads(int(n))
+    """Set the number of threads attn's kernels use, at most ``MAX_THREADS`` (4096; more is a
+    ValueError, the count unchanged); n <= 0: the default (OpenMP's, or ATTN_NUM_THREADS). Results
+    are bitwise identical for any thread count."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
+    n = int(n)
+    if n > MAX_THREADS:
+        raise ValueError(f"set_num_threads: n = {n} exceeds the library's bound ATTN_MAX_THREADS ({MAX_THREADS}); "
+                         "the thread count is unchanged")
+    check(lib.attn_set_num_threads(max(n, 0)))
 
 
 def get_num_threads() -> int:
     """The number of threads attn's kernels use."""
     return int(lib.attn_get_num_threads())
+
+
+# ---- arguments every binding converts the same way ----------------------------------------
+
+def c_path(path, what: str) -> bytes:
+    """A path argument as the bytes the C library gets. A NUL byte would silently cut the path at
+    the C side (writing or reading another file): ValueError, as Python's open() raises."""
+    b = os.fsencode(path)
+    if b"\0" in b:
+        raise ValueError(f"{what}: embedded null byte in path {path!r}")
+    return b
+
+
+def c_name(name: str, what: str) -> bytes:
+    """A name argument (tensor, input, option, pattern) as UTF-8 bytes, refusing a NUL byte (the C
+    side would read 'query\\x00zz' as 'query')."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what}: a name must be a str, got {type(name).__name__}")
+    if "\0" in name:
+        raise ValueError(f"{what}: embedded null byte in name {name!r}")
+    return name.encode()
+
+
+def u64(value, what: str) -> int:
+    """An integer argument stored as uint64_t (seeds, offsets): refused outside [0, 2**64) rather than
+    wrapped modulo 2**64 by ctypes."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    v = int(value)
+    if not 0 <= v < 2**64:
+        raise ValueError(f"{what} must be in [0, 2**64), got {v}")
+    return v
+
+
+class CallLock:
+    """Serialises the C calls on one object (a model keeps its workspace, staged inputs and outputs
+    in the object: two threads in it at once corrupt the heap). ctypes releases the GIL inside C,
+    so this lock is what keeps the calls apart. A call made again by the thread that holds the lock
+    (a generate callback that calls its own model) is refused instead of deadlocking."""
+
+    def __init__(self, what: str):
+        self._lock = threading.Lock()
+        self._owner = None
+        self._what = what
+
+    def __enter__(self):
+        me = threading.get_ident()
+        if self._owner == me:
+            raise RuntimeError(f"{self._what}: called again from inside one of its own calls (a callback?)")
+        self._lock.acquire()
+        self._owner = me
+        return self
+
+    def __exit__(self, *exc):
+        self._owner = None
+        self._lock.release()
+        return False
 
 
 # ---- views of NumPy arrays ----------------------------------------------------------------

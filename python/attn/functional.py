@@ -148,8 +148,9 @@ class _Call:
                 self.keep.append(mf)
                 p.add_mask = _lib.ctypes.pointer(self.fmask)
             else:
-                raise TypeError(f"{fn}: attn_mask must be bool (True = may attend) or floating point (added), "
-                                f"got dtype {m.dtype}")
+                raise TypeError(f"{fn}: attn_mask must be bool (True = may attend, as PyTorch's SDPA) or floating "
+                                f"point (added), got dtype {m.dtype} (an integer mask has no single meaning: pass "
+                                "mask != 0 or mask == 0 as the convention says)")
         if window is not None:
             if isinstance(window, (int, np.integer)):
                 left = right = int(window)
@@ -177,6 +178,10 @@ class _Call:
         if not 0.0 <= dropout_p < 1.0:
             raise ValueError(f"{fn}: dropout_p must be in [0, 1), got {dropout_p}")
         p.dropout_p = dropout_p
+        # checked even when unused: a seed of 2**70 or -1 is a mistake whatever dropout_p is
+        if dropout_seed is not None:
+            dropout_seed = _lib.u64(dropout_seed, f"{fn}: dropout_seed")
+        dropout_offset = _lib.u64(dropout_offset, f"{fn}: dropout_offset")
         if dropout_p > 0:
             if dropout_seed is None:
                 raise ValueError(f"{fn}: dropout_p > 0 needs dropout_seed (the Philox stream; the backward "

@@ -27,7 +27,16 @@ static int default_threads(void) {
 #endif
 }
 
-void attn_set_num_threads(int n) { num_threads = n > 0 ? n : 0; }
+/* A bound, not silently clamped: a caller passing 10^6 meant something else, and every later call
+ * would size per-thread scratch for that many threads. */
+attn_status attn_set_num_threads(int n) {
+    if (n > ATTN_MAX_THREADS)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "attn_set_num_threads: n = %d exceeds ATTN_MAX_THREADS (%d); the thread count is unchanged",
+                          n, ATTN_MAX_THREADS);
+    num_threads = n > 0 ? n : 0;
+    return ATTN_OK;
+}
 
 int attn_get_num_threads(void) {
 #ifdef _OPENMP

@@ -65,7 +65,12 @@ def build(outdir, rng):
     tok = tokenizers.BertWordPieceTokenizer(lowercase=True)
     tok.train_from_iterator(corpus(rng, 2000), vocab_size=400, min_frequency=1)
     tok.save_model(base)
-    fast = BertTokenizerFast(vocab_file=os.path.join(base, "vocab.txt"), do_lower_case=True)
+    # The trained tokenizer object itself: transformers 5 ignores BertTokenizerFast(vocab_file=...)
+    # and would save a five-token vocabulary, every text becoming [UNK].
+    fast = BertTokenizerFast(tokenizer_object=tok._tokenizer, do_lower_case=True, unk_token="[UNK]",
+                             sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+    if len(fast) < 100:
+        raise RuntimeError(f"the saved tokenizer has {len(fast)} tokens: the trained vocabulary was not kept")
     fast.save_pretrained(base)
     torch.manual_seed(rng.randint(0, 2**31))
     cfg = BertConfig(vocab_size=len(fast), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
