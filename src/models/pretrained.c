@@ -201,6 +201,8 @@ attn_status attn_pretrained_open(const char *dir, attn_pretrained **out) {
         m->eos_id = -1;
         st = fam->open(&f, m);
     }
+    if (!st && m->step) st = attn_hf_config_eos(&f, m->eos_ids, ATTN_HF_MAX_EOS, &m->n_eos);
+    if (!st && m->n_eos) m->eos_id = m->eos_ids[0];
     if (!st && mods.pooling_dir) st = read_pooling(mods.pooling_dir, m);
     if (!st) st = read_max_length(mdir, m);
     if (!st) m->normalize = mods.normalize;
@@ -326,6 +328,22 @@ attn_status attn_pretrained_logits(attn_pretrained *m, const int32_t *ids, const
 
 int32_t attn_pretrained_eos_id(const attn_pretrained *m) { return m ? m->eos_id : -1; }
 
+size_t attn_pretrained_eos_ids(const attn_pretrained *m, int32_t *ids, size_t cap) {
+    if (!m) return 0;
+    for (size_t i = 0; ids && i < m->n_eos && i < cap; i++) ids[i] = m->eos_ids[i];
+    return m->n_eos;
+}
+
+/* Whether generation stops after id: o's eos id, or, when that is the model's own
+ * (attn_pretrained_eos_id), any id of the model's eos list. */
+static int stops(const attn_pretrained *m, const attn_generate_options *o, int32_t id) {
+    if (o->eos_id < 0) return 0;
+    if (id == o->eos_id) return 1;
+    for (size_t i = 0; o->eos_id == m->eos_id && i < m->n_eos; i++)
+        if (id == m->eos_ids[i]) return 1;
+    return 0;
+}
+
 attn_generate_options attn_generate_options_default(void) {
     attn_generate_options o;
     memset(&o, 0, sizeof o);
@@ -426,7 +444,7 @@ attn_status attn_pretrained_generate(attn_pretrained *m, const int32_t *prompt, 
             break;
         }
         if (produced) (*produced)++;
-        if ((on_token && on_token(id, user)) || id == o->eos_id || i + 1 == o->max_new_tokens) break;
+        if ((on_token && on_token(id, user)) || stops(m, o, id) || i + 1 == o->max_new_tokens) break;
         st = m->step(m->impl, 0, &id, 1, last);
     }
     attn__free(last);
