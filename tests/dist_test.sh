@@ -6,7 +6,9 @@
 #   process with the same --batch and --micro-batch (B/N);
 # - --resume with another number of ranks (3 -> 1, 1 -> 2): bitwise as if never stopped;
 # - ranks given different options stop at the start with a message, never hang;
-# - a rank killed mid-run ends the job within seconds, and the last checkpoint still loads.
+# - a rank killed mid-run ends the job within seconds, and the last checkpoint still loads;
+# - a rank stopped (SIGSTOP) with --timeout: the other sleeps while it waits, then ends the job
+#   naming the stopped rank.
 set -u
 ATTN=$1 MPIEXEC=$2 TEST_DIST=$3 WORK=$4
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
@@ -87,6 +89,43 @@ else
   cp dead.st dead-copy.st
   "$ATTN" "${T[@]}" --resume --checkpoint dead-copy.st --stop-at 1 > dead-load.out 2>&1 ||
     { cat dead-load.out; fail "killed rank: the last checkpoint does not load"; }
+fi
+
+# a rank stopped (SIGSTOP) mid-run with --timeout 3: the other does not spin (it sleeps between
+# polls), then ends the job naming the stopped rank
+timeout 60 "$MPIEXEC" --oversubscribe --bind-to none -np 2 "$ATTN" "${T[@]}" --steps 1000000 --batch 4 \
+  --every 20 --timeout 3 --checkpoint stop.st < /dev/null > stop.out 2>&1 &
+pid=$!
+for i in $(seq 1 200); do [ -e stop.st ] && break; sleep 0.1; done
+r0="" r1=""
+for c in $(pgrep -f "checkpoint stop.st"); do
+  env=$(tr '\0' '\n' < /proc/$c/environ 2>/dev/null)
+  echo "$env" | grep -qx OMPI_COMM_WORLD_RANK=0 && r0=$c
+  echo "$env" | grep -qx OMPI_COMM_WORLD_RANK=1 && r1=$c
+done
+if [ -z "$r0" ] || [ -z "$r1" ]; then
+  fail "the ranks of the stopped run not found"
+  kill $pid
+else
+  kill -STOP "$r1"
+  sleep 0.5
+  cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+  c0=$(cpu "$r0"); sleep 1.5; c1=$(cpu "$r0")
+  ticks=$(( c1 - c0 )) hz=$(getconf CLK_TCK)
+  echo "stopped rank: rank 0 used $ticks ticks (of $hz a second) in 1.5 s of waiting"
+  [ "$ticks" -lt $(( hz / 2 )) ] || fail "stopped rank: rank 0 spins ($ticks ticks in 1.5 s)"
+  t0=$(date +%s.%N)
+  for i in $(seq 1 300); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done
+  t1=$(date +%s.%N)
+  took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  if kill -0 $pid 2>/dev/null; then fail "stopped rank: the job still runs after $took s more"; kill -CONT "$r1"; kill $pid; fi
+  wait $pid; rc=$?
+  echo "stopped rank 1: the job ended $took s after the 2 s of the CPU check, status $rc"
+  [ "$rc" != 0 ] || fail "stopped rank: exit status 0"
+  grep -q "no answer from rank(s) 1: stopped" stop.out || { cat stop.out; fail "stopped rank: no message naming rank 1"; }
+  kill -CONT "$r1" 2>/dev/null; kill -9 "$r1" 2>/dev/null
+  sleep 0.2
+  pgrep -f "checkpoint stop.st" > /dev/null && fail "stopped rank: processes left running"
 fi
 
 if [ "$fails" -ne 0 ]; then echo "dist_test: $fails failure(s)"; exit 1; fi

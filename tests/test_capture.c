@@ -209,6 +209,77 @@ static void test_bare_mha(void) {
     attn_mha_free(m);
 }
 
+/* A NaN (or +Inf) in one query row: every logit of that row is NaN, so softmax's row is NaN in
+ * PyTorch (README: non-finite values propagate), for every head and under a key padding mask too;
+ * the other rows stay finite and sum to 1. Before the fix the capture gave that row zeros. */
+static void test_nonfinite_row(void) {
+    test_rng rng = rng_seeded(78);
+    const int64_t B = 2, N = 7, E = 8, H = 2, bad_b = 1, bad_i = 3;
+    attn_mha_config mc = attn_mha_config_default(E, H);
+    mc.dropout = 0.0f;
+    attn_mha *m = NULL;
+    CHECK_OK(attn_mha_create(&mc, &m));
+    if (!m) return;
+    CHECK_OK(attn_params_reset(attn_mha_params(m), 6));
+    float *q = xmalloc(sizeof(float) * (size_t)(B * N * E)), *kv = xmalloc(sizeof(float) * (size_t)(B * N * E));
+    fill_normal(&rng, q, (size_t)(B * N * E), 1.0);
+    fill_normal(&rng, kv, (size_t)(B * N * E), 1.0);
+    uint8_t kpm[2 * 7] = {0};
+    kpm[bad_b * N + 5] = 1; /* a padded key in the poisoned row's batch element */
+    attn_capture *cap = NULL;
+    CHECK_OK(attn_capture_create(&cap));
+    CHECK_OK(attn_capture_add(cap, "*", 0, 0, 0, 0));
+    const float poison[2] = {NAN, INFINITY};
+    for (int pk = 0; pk < 2; pk++) {
+        q[(bad_b * N + bad_i) * E + 2] = poison[pk];
+        attn_mha_args a = attn_mha_args_default();
+        a.batch = B;
+        a.nq = a.nk = N;
+        a.query = q;
+        a.key = a.value = kv;
+        a.key_padding_mask = kpm;
+        a.need_weights = 1;
+        a.average_attn_weights = 0;
+        a.capture = cap;
+        const size_t wb = attn_mha_workspace_size(m, &a);
+        void *ws = xmalloc(wb);
+        float *out = xmalloc(sizeof(float) * (size_t)(B * N * E)),
+              *w = xmalloc(sizeof(float) * (size_t)(B * H * N * N));
+        CHECK_OK(attn_mha_forward(m, &a, out, w, NULL, 0, ws, wb));
+        attn_capture_record r;
+        CHECK_OK(attn_capture_find(cap, "", &r));
+        size_t nan_bad = 0, nonfinite_other = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t i = 0; i < N; i++) {
+                    const float *row = r.weights + ((b * H + h) * N + i) * N;
+                    double sum = 0;
+                    for (int64_t j = 0; j < N; j++) {
+                        if (b == bad_b && i == bad_i)
+                            nan_bad += isnan(row[j]) != 0;
+                        else
+                            nonfinite_other += !isfinite(row[j]);
+                        sum += row[j];
+                    }
+                    if (!(b == bad_b && i == bad_i))
+                        CHECK(fabs(sum - 1) < 1e-5, "row (%lld, %lld, %lld) sums to %g", (long long)b, (long long)h,
+                              (long long)i, sum);
+                }
+        CHECK(nan_bad == (size_t)(H * N), "%s query row: %zu of %lld captured weights NaN (want all)",
+              pk ? "+Inf" : "NaN", nan_bad, (long long)(H * N));
+        CHECK(nonfinite_other == 0, "%zu weights of the other rows are not finite", nonfinite_other);
+        size_t nan_w = 0;
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t j = 0; j < N; j++) nan_w += isnan(w[((bad_b * H + h) * N + bad_i) * N + j]) != 0;
+        CHECK(nan_w == (size_t)(H * N), "need_weights: %zu of %lld weights of the poisoned row NaN", nan_w,
+              (long long)(H * N));
+        free(ws), free(out), free(w);
+    }
+    attn_capture_free(cap);
+    free(q), free(kv);
+    attn_mha_free(m);
+}
+
 int main(void) {
     char path[4096];
     snprintf(path, sizeof path, "%s/capture.safetensors", fixture_dir());
@@ -220,5 +291,6 @@ int main(void) {
         attn_safetensors_close(st);
     }
     test_bare_mha();
+    test_nonfinite_row();
     return test_summary("test_capture");
 }

@@ -32,9 +32,11 @@ static size_t chunk(uint8_t *out, const char *type, const uint8_t *data, uint32_
     return 12 + (size_t)n;
 }
 
-/* color_type 0 gray, 2 RGB, 6 RGBA; 8-bit; pixels [h, w, ch]. Returns the length in out. */
-static size_t make_png(uint8_t *out, int w, int h, int color_type, const uint8_t *pixels) {
-    const int ch = color_type == 0 ? 1 : color_type == 2 ? 3 : 4;
+/* color_type 0 gray, 2 RGB, 3 palette (plte: its entries, 3 bytes each), 6 RGBA; depth 8 or 16
+ * (big-endian samples); pixels [h, w, ch] as stored. Returns the length in out. */
+static size_t make_png_ex(uint8_t *out, int w, int h, int depth, int color_type, const uint8_t *pixels,
+                          const uint8_t *plte, uint32_t plte_n) {
+    const int ch = (color_type == 0 || color_type == 3 ? 1 : color_type == 2 ? 3 : 4) * depth / 8;
     const size_t raw_n = (size_t)h * (size_t)(1 + w * ch);
     uint8_t raw[4096], z[4200], ihdr[13];
     for (int y = 0; y < h; y++) {
@@ -58,11 +60,66 @@ static size_t make_png(uint8_t *out, int w, int h, int color_type, const uint8_t
     n = 8;
     put32(ihdr, (uint32_t)w);
     put32(ihdr + 4, (uint32_t)h);
-    ihdr[8] = 8, ihdr[9] = (uint8_t)color_type, ihdr[10] = ihdr[11] = ihdr[12] = 0;
+    ihdr[8] = (uint8_t)depth, ihdr[9] = (uint8_t)color_type, ihdr[10] = ihdr[11] = ihdr[12] = 0;
     n += chunk(out + n, "IHDR", ihdr, 13);
+    if (plte) n += chunk(out + n, "PLTE", plte, plte_n * 3);
     n += chunk(out + n, "IDAT", z, (uint32_t)zn);
     n += chunk(out + n, "IEND", NULL, 0);
     return n;
+}
+
+static size_t make_png(uint8_t *out, int w, int h, int color_type, const uint8_t *pixels) {
+    return make_png_ex(out, w, h, 8, color_type, pixels, NULL, 0);
+}
+
+/* 16-bit files without gAMA / sRGB read as their 8-bit twins (x / 257 rounded: 0x8080 is 128, not
+ * the 186 of libpng's linear-light default), gray and RGB; a palette index past the palette is an
+ * error naming the file, not a black pixel. */
+static void test_png_16bit_palette(void) {
+    uint8_t file[1024];
+    attn_image im;
+    const uint8_t g16[4 * 2] = {0x80, 0x80, 0x00, 0x00, 0xff, 0xff, 0x12, 0x34};
+    size_t n = make_png_ex(file, 2, 2, 16, 0, g16, NULL, 0);
+    CHECK_OK(attn_image_decode(file, n, &im));
+    for (int i = 0; i < 4 && im.pixels; i++) {
+        const int v = g16[2 * i] << 8 | g16[2 * i + 1], want = (v + 128) / 257;
+        CHECK(im.channels == 1 && im.pixels[i] == want, "16-bit gray 0x%04x read as %d, want %d", v, im.pixels[i],
+              want);
+    }
+    attn_image_free(&im);
+    const uint8_t rgb16[6 * 2] = {0x80, 0x80, 0x40, 0x40, 0xc0, 0xc0, 0x00, 0x00, 0xff, 0xff, 0x7f, 0xff};
+    n = make_png_ex(file, 2, 1, 16, 2, rgb16, NULL, 0);
+    CHECK_OK(attn_image_decode(file, n, &im));
+    for (int i = 0; i < 6 && im.pixels; i++) {
+        const int v = rgb16[2 * i] << 8 | rgb16[2 * i + 1], want = (v + 128) / 257;
+        CHECK(im.channels == 3 && im.pixels[i] == want, "16-bit RGB sample %d 0x%04x read as %d, want %d", i, v,
+              im.pixels[i], want);
+    }
+    attn_image_free(&im);
+    const uint8_t plte[2 * 3] = {10, 20, 30, 40, 50, 60};
+    const uint8_t ok_idx[2] = {1, 0}, bad_idx[2] = {0, 5};
+    n = make_png_ex(file, 2, 1, 8, 3, ok_idx, plte, 2);
+    CHECK_OK(attn_image_decode(file, n, &im));
+    CHECK(im.channels == 3 && im.pixels && !memcmp(im.pixels, plte + 3, 3) && !memcmp(im.pixels + 3, plte, 3),
+          "palette PNG");
+    attn_image_free(&im);
+    n = make_png_ex(file, 2, 1, 8, 3, bad_idx, plte, 2);
+    CHECK_STATUS(attn_image_decode(file, n, &im), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(attn_last_error(), "attn_image_decode") && strstr(attn_last_error(), "palette index 5"),
+          "palette error names the call and the index: %s", attn_last_error());
+    CHECK(!im.pixels, "no pixels after a failed decode");
+    char path[64];
+    snprintf(path, sizeof path, "test_image_pal_%d.png", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "write %s", path);
+    if (f) {
+        fwrite(file, 1, n, f);
+        fclose(f);
+        CHECK_STATUS(attn_image_load(path, &im), ATTN_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(attn_last_error(), path) != NULL, "palette error names the file: %s", attn_last_error());
+        printf("  rejected: %s\n", attn_last_error());
+        remove(path);
+    }
 }
 
 /* Every strict prefix of a valid file fails cleanly; so may flipped bytes (any status, no crash). */
@@ -327,6 +384,7 @@ static void test_out(void) {
 int main(void) {
     test_pnm();
     test_png();
+    if (attn_image_png_supported()) test_png_16bit_palette();
     test_tensor();
     test_out();
     return test_summary("test_image");

@@ -221,6 +221,50 @@ static void test_rope(const attn_safetensors *st) {
     free(x2);
 }
 
+/* Llama 3 scaling against transformers' _compute_llama3_parameters written out in float64 (the
+ * three bands as torch.where selects them: low frequencies / factor, high kept, the medium band
+ * smoothed), rotating [B, N, H, d] rows at positions 0..N-1 in the NeoX layout; every band must
+ * hold some pair, so the test exercises each formula. */
+static void test_rope_llama3(void) {
+    enum { B = 1, N = 40, H = 2, D = 64 };
+    const double base = 500000.0, factor = 8.0, lo = 1.0, hi = 4.0, L = 64.0, pi = 3.14159265358979323846;
+    double inv[D / 2];
+    int bands[3] = {0, 0, 0};
+    for (int i = 0; i < D / 2; i++) {
+        const double f = 1.0 / pow(base, (double)(2 * i) / D), w = 2.0 * pi / f;
+        const double scaled = w > L / lo ? f / factor : f;
+        const double smooth = (L / w - lo) / (hi - lo);
+        const int medium = !(w < L / hi) && !(w > L / lo);
+        inv[i] = medium ? (1.0 - smooth) * scaled / factor + smooth * scaled : scaled;
+        bands[w < L / hi ? 0 : w > L / lo ? 2 : 1]++;
+    }
+    CHECK(bands[0] && bands[1] && bands[2], "llama3 bands %d %d %d: one is empty", bands[0], bands[1], bands[2]);
+    test_rng g = rng_seeded(23);
+    float x[B * N * H * D], ref[B * N * H * D];
+    fill_normal(&g, x, B * N * H * D, 1);
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < D / 2; i++) {
+                const float *r = x + (n * H + h) * D;
+                const double a = n * inv[i], xa = r[i], xb = r[i + D / 2];
+                ref[(n * H + h) * D + i] = (float)(xa * cos(a) - xb * sin(a));
+                ref[(n * H + h) * D + i + D / 2] = (float)(xb * cos(a) + xa * sin(a));
+            }
+    attn_rope_config c = attn_rope_config_default(D);
+    c.base = base;
+    c.scaling = ATTN_ROPE_SCALING_LLAMA3;
+    c.factor = factor;
+    c.low_freq_factor = lo;
+    c.high_freq_factor = hi;
+    c.original_max_positions = (int64_t)L;
+    attn_tensor xv = bnhd(x, B, N, H, D);
+    CHECK_OK(attn_rope_forward(&c, &xv, 0, NULL));
+    cmp("rope llama3 forward (neox)", x, ref, (size_t)(B * N * H * D), OUT_TOL, &max_out_err);
+    c.high_freq_factor = c.low_freq_factor;
+    CHECK_STATUS(attn_rope_forward(&c, &xv, 0, NULL), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(attn_last_error(), "high_freq_factor") != NULL, "message: %s", attn_last_error());
+}
+
 static void test_alibi(const attn_safetensors *st) {
     const char *hs = attn_safetensors_metadata_find(st, "alibi.heads");
     attn_json_doc *doc = NULL;
@@ -277,6 +321,7 @@ int main(void) {
         test_sinusoidal(st);
         test_embedding(st);
         test_rope(st);
+        test_rope_llama3();
         test_alibi(st);
         attn_safetensors_close(st);
     }

@@ -8,17 +8,22 @@
  *
  * Kernels against a float64 evaluation of the textbook formulas (PyTorch's math): softmax,
  * layernorm, GELU, ReLU, the flash (float and bf16) and the reference SDPA with a non-finite value
- * in Q, K, V or the float mask, and their backward passes with one in Q, K, V, dO or the mask.
+ * in Q, K, V or the float mask, and their backward passes with one in Q, K, V, dO or the mask;
+ * Longformer forward and backward (against SDPA on its pattern of seen keys), linear attention's
+ * and Performer's forward and backward (against their formulas pair by pair), the bf16 GEMM.
  *
  * Also a helper of tests/cli_test.cmake (which splits cases with test_seed_modules --split):
  *   test_nonfinite --compare OUT FIXTURE CASE   'output' of OUT against caseCASE.out: the same
  *                                               NaN / +-Inf positions, finite entries within 1e-4
  *   test_nonfinite --set IN OUT NAME E VALUE    IN with element E of the F32 tensor NAME set to
- *                                               VALUE, written to OUT */
+ *                                               VALUE, written to OUT (an attn checkpoint with its
+ *                                               checksum recomputed: tests/viz_text_test.cmake) */
 #include "attn/linear_attention.h"
+#include "attn/longformer.h"
 #include "io/json.h"
 #include "nn/nn_run.h"
 #include "test_util.h"
+#include "train/train_internal.h"
 
 #define TOL 1e-4
 
@@ -280,8 +285,8 @@ static int sees(const uint8_t *allow, int causal, int i, int j) { return allow[i
 /* Row i of head h: s[j] = q_i . k_j / sqrt(d) + am_ij for the keys it sees (NaN, never read, for
  * the others) and *m their maximum (NaN when one is NaN). Returns 0 for a row that sees no key or
  * only -inf logits (a masked row: output 0, no gradient). */
-static int row_logits(const float *q, const float *k, const float *am, const uint8_t *allow, int causal, int h, int i,
-                      double *s, double *m) {
+static int row_logits(const float *q, const float *k, const float *am, const uint8_t *allow, int causal, int nq, int h,
+                      int i, double *s, double *m) {
     const double scale = 1 / sqrt((double)SD);
     int nan = 0, any = 0;
     *m = -INFINITY;
@@ -289,7 +294,7 @@ static int row_logits(const float *q, const float *k, const float *am, const uin
         s[j] = NAN;
         if (!sees(allow, causal, i, j)) continue;
         double x = 0;
-        for (int t = 0; t < SD; t++) x += (double)q[(h * SNQ + i) * SD + t] * k[(h * SNK + j) * SD + t];
+        for (int t = 0; t < SD; t++) x += (double)q[(h * nq + i) * SD + t] * k[(h * SNK + j) * SD + t];
         s[j] = x * scale + (am ? am[i * SNK + j] : 0);
         nan |= isnan(s[j]);
         any = 1;
@@ -303,11 +308,11 @@ static int row_logits(const float *q, const float *k, const float *am, const uin
  * keys the boolean / causal mask lets a query see; masked keys are not read (attn's convention, as
  * PyTorch's fused kernels); a query that sees no key gets 0. */
 static void sdpa_ref(const float *q, const float *k, const float *v, const float *am, const uint8_t *allow, int causal,
-                     double *o) {
+                     int nq, double *o) {
     double s[SNK], m;
     for (int h = 0; h < SH; h++)
-        for (int i = 0; i < SNQ; i++) {
-            const int live = row_logits(q, k, am, allow, causal, h, i, s, &m);
+        for (int i = 0; i < nq; i++) {
+            const int live = row_logits(q, k, am, allow, causal, nq, h, i, s, &m);
             double sum = 0;
             for (int j = 0; j < SNK; j++)
                 if (sees(allow, causal, i, j)) sum += exp(s[j] - m);
@@ -315,7 +320,7 @@ static void sdpa_ref(const float *q, const float *k, const float *v, const float
                 double acc = 0;
                 for (int j = 0; j < SNK; j++)
                     if (sees(allow, causal, i, j)) acc += exp(s[j] - m) / sum * v[(h * SNK + j) * SD + t];
-                o[(h * SNQ + i) * SD + t] = live ? acc : 0;
+                o[(h * nq + i) * SD + t] = live ? acc : 0;
             }
         }
 }
@@ -358,7 +363,7 @@ static void test_sdpa(void) {
                     p.causal = mode == 1 ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
                     if (where == 3 || mode == 2) p.add_mask = &tam;
                     if (mode == 2 || where == 4) p.bool_mask = &tbm;
-                    sdpa_ref(q, k, v, p.add_mask ? am : NULL, allow, mode == 1, ref);
+                    sdpa_ref(q, k, v, p.add_mask ? am : NULL, allow, mode == 1, SNQ, ref);
                     for (int flash = 0; flash < 2; flash++) {
                         if (flash)
                             CHECK_OK(attn_flash_forward(&tq, &tk, &tv, &p, &to, NULL, w, ws));
@@ -379,7 +384,7 @@ static void test_sdpa(void) {
                     to_bf16(q, qb, sizeof q / 4);
                     to_bf16(k, kb, sizeof k / 4);
                     to_bf16(v, vb, sizeof v / 4);
-                    sdpa_ref(q, k, v, p.add_mask ? am : NULL, allow, mode == 1, ref);
+                    sdpa_ref(q, k, v, p.add_mask ? am : NULL, allow, mode == 1, SNQ, ref);
                     CHECK_OK(attn_flash_forward(&tqb, &tkb, &tvb, &p, &to, NULL, w, ws));
                     snprintf(ctx, sizeof ctx, "flash bf16 [%s] %g in %s, mode %d", attn_isa_name((attn_isa)isa),
                              (double)val, (const char *[]){"q", "k", "v", "float mask", "a masked key"}[where], mode);
@@ -394,15 +399,15 @@ static void test_sdpa(void) {
  * dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K, dK = scale dS^T Q, over
  * the keys each query sees (a masked key is not read; a query that sees none adds nothing). */
 static void sdpa_bwd_ref(const float *q, const float *k, const float *v, const float *am, const uint8_t *allow,
-                         int causal, const float *dout, double *dq, double *dk, double *dv) {
+                         int causal, int nq, const float *dout, double *dq, double *dk, double *dv) {
     const double scale = 1 / sqrt((double)SD);
     double s[SNK], pr[SNK], dp[SNK], m;
-    memset(dq, 0, sizeof(double) * SH * SNQ * SD);
+    memset(dq, 0, sizeof(double) * SH * nq * SD);
     memset(dk, 0, sizeof(double) * SH * SNK * SD);
     memset(dv, 0, sizeof(double) * SH * SNK * SD);
     for (int h = 0; h < SH; h++)
-        for (int i = 0; i < SNQ; i++) {
-            if (!row_logits(q, k, am, allow, causal, h, i, s, &m)) continue;
+        for (int i = 0; i < nq; i++) {
+            if (!row_logits(q, k, am, allow, causal, nq, h, i, s, &m)) continue;
             double sum = 0, dsum = 0;
             for (int j = 0; j < SNK; j++)
                 if (sees(allow, causal, i, j)) sum += exp(s[j] - m);
@@ -410,16 +415,16 @@ static void sdpa_bwd_ref(const float *q, const float *k, const float *v, const f
                 if (!sees(allow, causal, i, j)) continue;
                 pr[j] = exp(s[j] - m) / sum;
                 dp[j] = 0;
-                for (int t = 0; t < SD; t++) dp[j] += (double)dout[(h * SNQ + i) * SD + t] * v[(h * SNK + j) * SD + t];
+                for (int t = 0; t < SD; t++) dp[j] += (double)dout[(h * nq + i) * SD + t] * v[(h * SNK + j) * SD + t];
                 dsum += pr[j] * dp[j];
             }
             for (int j = 0; j < SNK; j++) {
                 if (!sees(allow, causal, i, j)) continue;
                 const double ds = pr[j] * (dp[j] - dsum);
                 for (int t = 0; t < SD; t++) {
-                    dq[(h * SNQ + i) * SD + t] += scale * ds * k[(h * SNK + j) * SD + t];
-                    dk[(h * SNK + j) * SD + t] += scale * ds * q[(h * SNQ + i) * SD + t];
-                    dv[(h * SNK + j) * SD + t] += pr[j] * dout[(h * SNQ + i) * SD + t];
+                    dq[(h * nq + i) * SD + t] += scale * ds * k[(h * SNK + j) * SD + t];
+                    dk[(h * SNK + j) * SD + t] += scale * ds * q[(h * nq + i) * SD + t];
+                    dv[(h * SNK + j) * SD + t] += pr[j] * dout[(h * nq + i) * SD + t];
                 }
             }
         }
@@ -485,7 +490,8 @@ static void test_sdpa_backward(void) {
                             to_bf16(v, vb, sizeof v / 4);
                             to_bf16(dout, db, sizeof dout / 4);
                         }
-                        if (run != 1) sdpa_bwd_ref(q, k, v, p.add_mask ? am : NULL, allow, mode == 1, dout, rq, rk, rv);
+                        if (run != 1)
+                            sdpa_bwd_ref(q, k, v, p.add_mask ? am : NULL, allow, mode == 1, SNQ, dout, rq, rk, rv);
                         if (run == 0) {
                             CHECK_OK(attn_sdpa_backward(&tq, &tk, &tv, &p, &tdo, &tdq, &tdk, &tdv, w, ws));
                         } else if (run == 1) {
@@ -512,6 +518,78 @@ static void test_sdpa_backward(void) {
     }
     attn_force_isa(attn_detected_isa());
     free(w);
+}
+
+/* Longformer (local window + global tokens, exact softmax over the keys a query sees) with a NaN or
+ * an infinity in Q, K, V or dO, forward and backward, against sdpa_ref / sdpa_bwd_ref on the
+ * boolean pattern of the keys each query sees (PyTorch's math: HF Longformer's is softmax over
+ * exactly those keys): the same non-finite positions. Longformer runs on the flash kernel, whose
+ * tiles hold keys outside a query's window as masked (P = 0): a NaN / Inf value row there gives
+ * NaN through 0 * NaN (lenient, as the flash kernel under a mask above), and its backward is the
+ * flash backward's (D_i = dO_i . O_i: any non-finite kind for a non-finite one). */
+static size_t lf_nonfinite;
+
+static void test_longformer(void) {
+    test_rng g = rng_seeded(75);
+    enum { LFN = SNK, LFW = 2 };
+    float q[SH * LFN * SD], k[SH * LFN * SD], v[SH * LFN * SD], dout[SH * LFN * SD], out[SH * LFN * SD], lse[SH * LFN],
+        dq[SH * LFN * SD], dk[SH * LFN * SD], dv[SH * LFN * SD];
+    uint8_t allow[LFN * LFN], gm[LFN] = {0}, km[LFN];
+    double ref[SH * LFN * SD], rq[SH * LFN * SD], rk[SH * LFN * SD], rv[SH * LFN * SD];
+    char ctx[160];
+    gm[0] = gm[11] = 1;                           /* two global tokens */
+    for (int j = 0; j < LFN; j++) km[j] = j != 6; /* one padded key */
+    attn_btensor tg = {gm, 2, {1, LFN}, {LFN, 1}}, tkm = {km, 2, {1, LFN}, {LFN, 1}};
+    attn_tensor tq = attn_tensor_4d(q, SB, SH, LFN, SD), tk = attn_tensor_4d(k, SB, SH, LFN, SD),
+                tv = attn_tensor_4d(v, SB, SH, LFN, SD), to = attn_tensor_4d(out, SB, SH, LFN, SD),
+                tdo = attn_tensor_4d(dout, SB, SH, LFN, SD), tl = attn_tensor_3d(lse, SB, SH, LFN),
+                tdq = attn_tensor_4d(dq, SB, SH, LFN, SD), tdk = attn_tensor_4d(dk, SB, SH, LFN, SD),
+                tdv = attn_tensor_4d(dv, SB, SH, LFN, SD);
+    for (int i = 0; i < LFN; i++)
+        for (int j = 0; j < LFN; j++) allow[i * LFN + j] = km[j] && (gm[i] || gm[j] || abs(i - j) <= LFW);
+    static const char *const names[] = {"q", "k", "v", "dout"};
+    FOR_EACH_ISA(isa) {
+        CHECK_OK(attn_force_isa((attn_isa)isa));
+        for (int causal = 0; causal < 2; causal++) {
+            attn_longformer_params lp = {LFW, &tg, causal, &tkm, 0};
+            const size_t ws = attn_longformer_workspace_size(&tq, &tk, &tv, &lp);
+            void *w = xmalloc(ws);
+            for (int where = 0; where < 4; where++)
+                for (int sp = 0; sp < 3; sp++) {
+                    fill_normal(&g, q, SH * LFN * SD, 1);
+                    fill_normal(&g, k, SH * LFN * SD, 1);
+                    fill_normal(&g, v, SH * LFN * SD, 1);
+                    fill_normal(&g, dout, SH * LFN * SD, 1);
+                    const int h = (int)(rng_next(&g) % SH), i = (int)(rng_next(&g) % LFN),
+                              j = (int)(rng_next(&g) % LFN), t = (int)(rng_next(&g) % SD);
+                    const float val = SPECIAL[sp];
+                    if (where == 0) q[(h * LFN + i) * SD + t] = val;
+                    if (where == 1) k[(h * LFN + j) * SD + t] = val;
+                    if (where == 2) v[(h * LFN + j) * SD + t] = val;
+                    if (where == 3) dout[(h * LFN + i) * SD + t] = val;
+                    CHECK_OK(attn_longformer_forward(&tq, &tk, &tv, &lp, &to, &tl, w, ws));
+                    sdpa_ref(q, k, v, NULL, allow, causal, LFN, ref);
+                    snprintf(ctx, sizeof ctx, "longformer [%s] %g in %s, %s", attn_isa_name((attn_isa)isa), (double)val,
+                             names[where], causal ? "causal" : "non-causal");
+                    size_t nf = 0;
+                    if (where < 3) track(compare_nf_l(ctx, out, ref, SH * LFN * SD, &nf, where == 2));
+                    lf_nonfinite += nf;
+                    CHECK_OK(attn_longformer_backward(&tq, &tk, &tv, &lp, &to, &tdo, &tl, &tdq, &tdk, &tdv, w, ws));
+                    sdpa_bwd_ref(q, k, v, NULL, allow, causal, LFN, dout, rq, rk, rv);
+                    const float *gr[3] = {dq, dk, dv};
+                    const double *rr[3] = {rq, rk, rv};
+                    for (int x = 0; x < 3; x++) {
+                        snprintf(ctx, sizeof ctx, "longformer backward [%s] %g in %s, %s: %s",
+                                 attn_isa_name((attn_isa)isa), (double)val, names[where],
+                                 causal ? "causal" : "non-causal", (const char *[]){"dq", "dk", "dv"}[x]);
+                        track(compare_nf_l(ctx, gr[x], rr[x], SH * LFN * SD, &nf, 2));
+                        lf_nonfinite += nf;
+                    }
+                }
+            free(w);
+        }
+    }
+    attn_force_isa(attn_detected_isa());
 }
 
 /* Linear attention (elu + 1) with a NaN or an infinity in Q, K or V, against its formula in
@@ -578,6 +656,243 @@ static void test_linear(void) {
     free(q), free(k), free(v), free(out), free(ref);
 }
 
+/* ---- kernelised attention's backward, and Performer ----
+ * Linear attention's and Performer's forward and backward with a NaN or an infinity in Q, K, V or
+ * dO, against their formulas in float64 evaluated pair by pair (not by the kernels' prefix sums):
+ * with features f = phi(q_i), g = phi(k_j) and a_ij = f_i . g_j over the keys query i sees,
+ *   o_i = sum_j a_ij v_j / (sum_j a_ij + eps),
+ *   dnum_i = dO_i / den_i,  dden_i = -(dO_i . o_i) / den_i,  c_ij = v_j . dnum_i + dden_i,
+ *   df_i = sum_j c_ij g_j,  dg_j = sum_i c_ij f_i,  dv_j = sum_i a_ij dnum_i,
+ * then through phi: elu + 1 (phi' = 1 for x > 0, exp(x) else), or FAVOR+ with its stabilisers
+ * (linear_attention.h: a query's own maximum, one maximum over all keys, which skips a NaN: a NaN
+ * or Inf key makes its own features NaN, so a causal query before it stays finite) and
+ * dx = d^(-1/4) (dH W - (sum_r dH_r) x'), dH = dphi * phi. PyTorch has no such kernel: the
+ * expectation is IEEE arithmetic on these formulas. The kernels sum in another order (prefix
+ * sums, chunks), so +Inf - Inf may meet where the pairwise sum has a single infinity: any
+ * non-finite kind stands for a non-finite one (never a finite value for a non-finite one, nor the
+ * reverse). */
+enum { KP = 16 };
+
+static void kernel_ref(const double *f, const double *g, const float *v, int p, int causal, double eps,
+                       const float *dout, double *o, double *df, double *dg, double *dv) {
+    if (dout) {
+        memset(df, 0, sizeof(double) * LH * LN * (size_t)p);
+        memset(dg, 0, sizeof(double) * LH * LN * (size_t)p);
+        memset(dv, 0, sizeof(double) * LH * LN * LDV);
+    }
+    for (int h = 0; h < LH; h++)
+        for (int i = 0; i < LN; i++) {
+            double a[LN], den = eps, num[LDV] = {0}, dnum[LDV], dden = 0;
+            const double *fi = f + ((size_t)h * LN + (size_t)i) * (size_t)p;
+            const int nj = causal ? i + 1 : LN;
+            for (int j = 0; j < nj; j++) {
+                a[j] = 0;
+                for (int r = 0; r < p; r++) a[j] += fi[r] * g[((size_t)h * LN + (size_t)j) * (size_t)p + (size_t)r];
+                den += a[j];
+                for (int x = 0; x < LDV; x++) num[x] += a[j] * v[(h * LN + j) * LDV + x];
+            }
+            for (int x = 0; x < LDV; x++) o[(h * LN + i) * LDV + x] = num[x] / den;
+            if (!dout) continue;
+            for (int x = 0; x < LDV; x++) {
+                dnum[x] = dout[(h * LN + i) * LDV + x] / den;
+                dden -= dout[(h * LN + i) * LDV + x] * o[(h * LN + i) * LDV + x] / den;
+            }
+            for (int j = 0; j < nj; j++) {
+                double c = dden;
+                for (int x = 0; x < LDV; x++) c += v[(h * LN + j) * LDV + x] * dnum[x];
+                const size_t gj = ((size_t)h * LN + (size_t)j) * (size_t)p;
+                for (int r = 0; r < p; r++) {
+                    df[((size_t)h * LN + (size_t)i) * (size_t)p + (size_t)r] += c * g[gj + (size_t)r];
+                    dg[gj + (size_t)r] += c * fi[r];
+                }
+                for (int x = 0; x < LDV; x++) dv[(h * LN + j) * LDV + x] += a[j] * dnum[x];
+            }
+        }
+}
+
+/* FAVOR+ features of x [LH, LN, LD] in float64 (W [m, LD]) into phi [LH, LN, m]: query rows with
+ * their own stabiliser (a NaN-propagating maximum), keys with one per head. */
+static void favor_ref(const float *x, const float *w, int m, int is_query, double *phi) {
+    const double s4 = pow((double)LD, -0.25);
+    for (int h = 0; h < LH; h++) {
+        double c = -INFINITY;
+        for (int i = 0; i < LN; i++) {
+            double xs[LD], hsq = 0, ci = -INFINITY;
+            for (int t = 0; t < LD; t++) xs[t] = x[(h * LN + i) * LD + t] * s4, hsq += xs[t] * xs[t] / 2;
+            for (int r = 0; r < m; r++) {
+                double u = -hsq;
+                for (int t = 0; t < LD; t++) u += (double)w[r * LD + t] * xs[t];
+                phi[(h * LN + i) * m + r] = u;
+                ci = isnan(u) || isnan(ci) ? NAN : u > ci ? u : ci;
+            }
+            if (is_query)
+                for (int r = 0; r < m; r++) phi[(h * LN + i) * m + r] = exp(phi[(h * LN + i) * m + r] - ci) / sqrt(m);
+            for (int r = 0; r < m; r++) /* the key maximum skips NaN: only the poisoned key's features */
+                if (phi[(h * LN + i) * m + r] > c) c = phi[(h * LN + i) * m + r];
+        }
+        if (!is_query)
+            for (int e = 0; e < LN * m; e++) phi[h * LN * m + e] = exp(phi[h * LN * m + e] - c) / sqrt(m);
+    }
+}
+
+/* dx of FAVOR+ from dphi and phi (the stabilisers constant). */
+static void favor_grad(const float *x, const float *w, int m, const double *phi, const double *dphi, double *dx) {
+    const double s4 = pow((double)LD, -0.25);
+    for (int e = 0; e < LH * LN; e++) {
+        double dh[KP], sum = 0;
+        for (int r = 0; r < m; r++) sum += dh[r] = dphi[e * m + r] * phi[e * m + r];
+        for (int t = 0; t < LD; t++) {
+            double acc = -sum * x[e * LD + t] * s4;
+            for (int r = 0; r < m; r++) acc += dh[r] * w[r * LD + t];
+            dx[e * LD + t] = s4 * acc;
+        }
+    }
+}
+
+static size_t kern_nonfinite;
+
+/* One case of test_kernelised: the kernel's outputs against kernel_ref's. */
+static void kernelised_case(int performer, int causal, const float *q, const float *k, const float *v,
+                            const float *dout, const float *w, int m, const float *got[4], const char *ctx0) {
+    const int p = performer ? m : LD;
+    double *f = xmalloc(sizeof(double) * LH * LN * KP), *g = xmalloc(sizeof(double) * LH * LN * KP);
+    double *df = xmalloc(sizeof(double) * LH * LN * KP), *dg = xmalloc(sizeof(double) * LH * LN * KP);
+    double *o = xmalloc(sizeof(double) * LH * LN * LDV), *dv = xmalloc(sizeof(double) * LH * LN * LDV);
+    double *dq = xmalloc(sizeof(double) * LH * LN * LD), *dk = xmalloc(sizeof(double) * LH * LN * LD);
+    if (performer) {
+        favor_ref(q, w, m, 1, f);
+        favor_ref(k, w, m, 0, g);
+    } else {
+        for (int e = 0; e < LH * LN * LD; e++) f[e] = elu1(q[e]), g[e] = elu1(k[e]);
+    }
+    kernel_ref(f, g, v, p, causal, performer ? 0 : (double)ATTN_LINEAR_ATTENTION_EPS, dout, o, df, dg, dv);
+    if (performer) {
+        favor_grad(q, w, m, f, df, dq);
+        favor_grad(k, w, m, g, dg, dk);
+    } else {
+        for (int e = 0; e < LH * LN * LD; e++) {
+            dq[e] = df[e] * (q[e] > 0 ? 1 : exp((double)q[e]));
+            dk[e] = dg[e] * (k[e] > 0 ? 1 : exp((double)k[e]));
+        }
+    }
+    const double *ref[4] = {o, dq, dk, dv};
+    const size_t n[4] = {LH * LN * LDV, LH * LN * LD, LH * LN * LD, LH * LN * LDV};
+    char ctx[200];
+    for (int x = 0; x < 4; x++) {
+        snprintf(ctx, sizeof ctx, "%s: %s", ctx0, (const char *[]){"out", "dq", "dk", "dv"}[x]);
+        size_t nf = 0;
+        track(compare_nf_tol(ctx, got[x], ref[x], n[x], &nf, 2, performer ? 1e-3 : TOL));
+        kern_nonfinite += nf;
+    }
+    free(f), free(g), free(df), free(dg), free(o), free(dv), free(dq), free(dk);
+}
+
+static void test_kernelised(void) {
+    test_rng rg = rng_seeded(76);
+    enum { M = 12 };
+    float *q = xmalloc(sizeof(float) * LH * LN * LD), *k = xmalloc(sizeof(float) * LH * LN * LD);
+    float *v = xmalloc(sizeof(float) * LH * LN * LDV), *out = xmalloc(sizeof(float) * LH * LN * LDV);
+    float *dout = xmalloc(sizeof(float) * LH * LN * LDV), *dv = xmalloc(sizeof(float) * LH * LN * LDV);
+    float *dq = xmalloc(sizeof(float) * LH * LN * LD), *dk = xmalloc(sizeof(float) * LH * LN * LD), w[M * LD];
+    CHECK_OK(attn_orf_draw(w, M, LD, 11));
+    attn_tensor tq = attn_tensor_4d(q, 1, LH, LN, LD), tk = attn_tensor_4d(k, 1, LH, LN, LD),
+                tv = attn_tensor_4d(v, 1, LH, LN, LDV), to = attn_tensor_4d(out, 1, LH, LN, LDV),
+                tdo = attn_tensor_4d(dout, 1, LH, LN, LDV), tdq = attn_tensor_4d(dq, 1, LH, LN, LD),
+                tdk = attn_tensor_4d(dk, 1, LH, LN, LD), tdv = attn_tensor_4d(dv, 1, LH, LN, LDV),
+                tw = attn_tensor_3d(w, 1, M, LD);
+    const float *got[4] = {out, dq, dk, dv};
+    static const char *const names[] = {"q", "k", "v", "dout"};
+    char ctx[160];
+    FOR_EACH_ISA(isa) {
+        CHECK_OK(attn_force_isa((attn_isa)isa));
+        for (int performer = 0; performer < 2; performer++) {
+            const size_t ws = performer ? attn_performer_workspace_size(&tq, &tk, &tv, &tw)
+                                        : attn_linear_attention_workspace_size(&tq, &tk, &tv);
+            void *wsp = xmalloc(ws);
+            for (int where = 0; where < 4; where++)
+                for (int sp = 0; sp < 3; sp++)
+                    for (int causal = 0; causal < 2; causal++) {
+                        fill_normal(&rg, q, (size_t)LH * LN * LD, 1);
+                        fill_normal(&rg, k, (size_t)LH * LN * LD, 1);
+                        fill_normal(&rg, v, (size_t)LH * LN * LDV, 1);
+                        fill_normal(&rg, dout, (size_t)LH * LN * LDV, 1);
+                        float *x = (float *[]){q, k, v, dout}[where];
+                        const int width = where >= 2 ? LDV : LD;
+                        const int h = (int)(rng_next(&rg) % LH), i = 40 + (int)(rng_next(&rg) % 40);
+                        x[(h * LN + i) * width + (int)(rng_next(&rg) % (uint64_t)width)] = SPECIAL[sp];
+                        const attn_causal c = causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
+                        if (performer) {
+                            CHECK_OK(attn_performer_forward(&tq, &tk, &tv, &tw, c, NULL, &to, wsp, ws));
+                            CHECK_OK(
+                                attn_performer_backward(&tq, &tk, &tv, &tw, c, NULL, &tdo, &tdq, &tdk, &tdv, wsp, ws));
+                        } else {
+                            CHECK_OK(attn_linear_attention_forward(&tq, &tk, &tv, c, NULL, &to, wsp, ws));
+                            CHECK_OK(attn_linear_attention_backward(&tq, &tk, &tv, c, NULL, &tdo, &tdq, &tdk, &tdv, wsp,
+                                                                    ws));
+                        }
+                        snprintf(ctx, sizeof ctx, "%s [%s] %g in %s row %d, %s", performer ? "performer" : "linear",
+                                 attn_isa_name((attn_isa)isa), (double)SPECIAL[sp], names[where], i,
+                                 causal ? "causal" : "non-causal");
+                        kernelised_case(performer, causal, q, k, v, dout, w, M, got, ctx);
+                    }
+            free(wsp);
+        }
+    }
+    attn_force_isa(attn_detected_isa());
+    free(q), free(k), free(v), free(out), free(dout), free(dv), free(dq), free(dk);
+}
+
+/* The bf16 GEMM (A and B bf16 or rounded from float, float accumulation) with a NaN or an infinity
+ * in A or B, against the float64 product of the rounded operands: the same non-finite positions
+ * (IEEE: a NaN reaches its whole row / column of C; an infinity gives +-Inf there, NaN where it
+ * meets a zero, here a B column zeroed on purpose). k = 37 crosses the kernels' pairs and tail. */
+static void test_gemm_bf16(void) {
+    test_rng g = rng_seeded(77);
+    enum { GM = 5, GN = 7, GK = 37 };
+    float a[GM * GK], b[GK * GN], c[GM * GN];
+    attn_bf16 ab[GM * GK], bb[GK * GN];
+    double ref[GM * GN];
+    char ctx[128];
+    const size_t ws = attn_gemm_bf16_workspace_size(GM, GN, GK);
+    void *w = xmalloc(ws);
+    FOR_EACH_ISA(isa) {
+        CHECK_OK(attn_force_isa((attn_isa)isa));
+        for (int where = 0; where < 2; where++)
+            for (int sp = 0; sp < 3; sp++)
+                for (int from_f32 = 0; from_f32 < 2; from_f32++) {
+                    fill_normal(&g, a, GM * GK, 1);
+                    fill_normal(&g, b, GK * GN, 1);
+                    const int i = (int)(rng_next(&g) % GM), j = (int)(rng_next(&g) % GN), t = (int)(rng_next(&g) % GK);
+                    if (where == 0) {
+                        a[i * GK + t] = SPECIAL[sp];
+                        b[t * GN + (j + 1) % GN] = 0; /* meets the special value: 0 * Inf */
+                    } else {
+                        b[t * GN + j] = SPECIAL[sp];
+                        a[((i + 1) % GM) * GK + t] = 0;
+                    }
+                    to_bf16(a, ab, GM * GK);
+                    to_bf16(b, bb, GK * GN);
+                    for (int r = 0; r < GM; r++)
+                        for (int col = 0; col < GN; col++) {
+                            double acc = 0;
+                            for (int e = 0; e < GK; e++) acc += (double)a[r * GK + e] * b[e * GN + col];
+                            ref[r * GN + col] = acc;
+                        }
+                    if (from_f32)
+                        CHECK_OK(attn_gemm_bf16_from_f32(ATTN_NO_TRANS, ATTN_NO_TRANS, GM, GN, GK, a, GK, b, GN, 0, c,
+                                                         GN, w, ws));
+                    else
+                        CHECK_OK(
+                            attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, GM, GN, GK, ab, GK, bb, GN, 0, c, GN, w, ws));
+                    snprintf(ctx, sizeof ctx, "gemm bf16%s [%s] %g in %s", from_f32 ? " from f32" : "",
+                             attn_isa_name((attn_isa)isa), (double)SPECIAL[sp], where ? "b" : "a");
+                    compare_nf_tol(ctx, c, ref, GM * GN, NULL, 0, 1e-5);
+                }
+    }
+    attn_force_isa(attn_detected_isa());
+    free(w);
+}
+
 static int compare_files(const char *out_path, const char *fixture, int ci) {
     attn_safetensors *out = NULL, *st = NULL;
     char key[64];
@@ -607,28 +922,88 @@ static int compare_files(const char *out_path, const char *fixture, int ci) {
     return rc;
 }
 
+/* By data offset: the order a checkpoint's loader hashes its tensors in. */
+static int by_offset(const void *a, const void *b) {
+    const char *x = (*(const attn_safetensors_tensor *const *)a)->data,
+               *y = (*(const attn_safetensors_tensor *const *)b)->data;
+    return (x > y) - (x < y);
+}
+
+typedef struct meta_kv {
+    const char *k, *v;
+} meta_kv;
+
+static int by_key(const void *a, const void *b) { return strcmp(((const meta_kv *)a)->k, ((const meta_kv *)b)->k); }
+
+static void put_bytes(uint8_t **buf, size_t *len, const void *p, size_t n) {
+    memcpy(*buf + *len, p, n);
+    *len += n;
+}
+
+/* IN with element e of the F32 tensor name set to value, written to OUT with IN's metadata; when IN
+ * is an attn checkpoint, its attn.checksum is recomputed over the edited tensor (the canonical
+ * stream of train.h / checkpoint.c: per tensor by data offset name NUL, dtype, rank, dims as 8
+ * bytes little-endian, data; then the metadata but the checksum, sorted, key NUL value NUL), so
+ * that the checkpoint loads and its non-finite weight reaches the model. */
 static int set_value(const char *in, const char *out, const char *name, size_t e, float value) {
     attn_safetensors *st = NULL;
     attn_safetensors_writer *w = NULL;
     int bad = attn_safetensors_open_file(in, &st) || attn_safetensors_writer_create(&w), found = 0;
+    const size_t nt = bad ? 0 : attn_safetensors_count(st), nm = bad ? 0 : attn_safetensors_metadata_count(st);
+    const attn_safetensors_tensor **ts = xmalloc(sizeof *ts * (nt + 1));
+    meta_kv *kv = xmalloc(sizeof *kv * (nm + 1));
+    size_t cap = 64, len = 0;
+    for (size_t i = 0; i < nt; i++) {
+        ts[i] = attn_safetensors_get(st, i);
+        cap += ts[i]->nbytes + strlen(ts[i]->name) + 3 + 8 * (size_t)ts[i]->rank; /* name NUL, dtype, rank, dims */
+    }
+    qsort(ts, nt, sizeof *ts, by_offset);
     float *buf = NULL;
-    for (size_t i = 0; !bad && i < attn_safetensors_count(st); i++) {
-        const attn_safetensors_tensor *t = attn_safetensors_get(st, i);
-        if (strcmp(t->name, name) || t->dtype != ATTN_DTYPE_F32 || e >= t->nbytes / 4) {
-            bad = attn_safetensors_writer_add(w, t->name, t->dtype, t->rank, t->shape, t->data);
-            continue;
-        }
+    for (size_t i = 0; !bad && i < nt; i++) {
+        const attn_safetensors_tensor *t = ts[i];
+        if (strcmp(t->name, name) || t->dtype != ATTN_DTYPE_F32 || e >= t->nbytes / 4) continue;
         buf = xmalloc(t->nbytes);
         memcpy(buf, t->data, t->nbytes);
         buf[e] = value;
         found = 1;
-        bad = attn_safetensors_writer_add(w, t->name, t->dtype, t->rank, t->shape, buf);
     }
-    bad = bad || !found || attn_safetensors_writer_write_file(w, out);
+    uint8_t *stream = xmalloc(cap);
+    for (size_t i = 0; !bad && i < nt; i++) {
+        const attn_safetensors_tensor *t = ts[i];
+        const void *data = found && !strcmp(t->name, name) && t->dtype == ATTN_DTYPE_F32 ? buf : t->data;
+        bad = attn_safetensors_writer_add(w, t->name, t->dtype, t->rank, t->shape, data);
+        const uint8_t code[2] = {(uint8_t)t->dtype, (uint8_t)t->rank};
+        put_bytes(&stream, &len, t->name, strlen(t->name) + 1);
+        put_bytes(&stream, &len, code, 2);
+        for (int d = 0; d < t->rank; d++) {
+            uint8_t le[8];
+            for (int b = 0; b < 8; b++) le[b] = (uint8_t)((uint64_t)t->shape[d] >> (8 * b));
+            put_bytes(&stream, &len, le, 8);
+        }
+        put_bytes(&stream, &len, data, t->nbytes);
+    }
+    int checkpoint = 0;
+    for (size_t i = 0; !bad && i < nm; i++) {
+        bad = attn_safetensors_metadata_get(st, i, &kv[i].k, &kv[i].v);
+        checkpoint |= !bad && !strcmp(kv[i].k, "attn.checksum");
+        cap += strlen(kv[i].k) + strlen(kv[i].v) + 2;
+    }
+    stream = realloc(stream, cap);
+    qsort(kv, bad ? 0 : nm, sizeof *kv, by_key);
+    for (size_t i = 0; !bad && stream && i < nm; i++) {
+        if (!strcmp(kv[i].k, "attn.checksum")) continue;
+        bad = attn_safetensors_writer_add_metadata(w, kv[i].k, kv[i].v);
+        put_bytes(&stream, &len, kv[i].k, strlen(kv[i].k) + 1);
+        put_bytes(&stream, &len, kv[i].v, strlen(kv[i].v) + 1);
+    }
+    char sum[17];
+    snprintf(sum, sizeof sum, "%016llx", stream ? (unsigned long long)attn_tr_xxh64(stream, len) : 0ull);
+    if (!bad && checkpoint) bad = attn_safetensors_writer_add_metadata(w, "attn.checksum", sum);
+    bad = bad || !stream || !found || attn_safetensors_writer_write_file(w, out);
     if (bad) fprintf(stderr, "set: %s\n", found ? attn_last_error() : "no such F32 tensor or index");
     attn_safetensors_writer_free(w);
     attn_safetensors_close(st);
-    free(buf);
+    free(buf), free(ts), free(kv), free(stream);
     return bad ? 1 : 0;
 }
 
@@ -644,7 +1019,13 @@ int main(int argc, char **argv) {
     test_ops();
     test_sdpa();
     test_sdpa_backward();
+    test_longformer();
+    printf("longformer: %zu non-finite reference entries, at the same positions\n", lf_nonfinite);
     test_linear();
+    test_kernelised();
+    test_gemm_bf16();
+    printf("linear / performer forward and backward: %zu non-finite reference entries, at the same positions\n",
+           kern_nonfinite);
     printf("max finite-entry rel err %.3g; %zu flash outputs or gradients NaN from a masked key's non-finite value\n",
            worst, lenient_nan);
     return test_summary("test_nonfinite");

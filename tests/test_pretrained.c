@@ -364,7 +364,7 @@ static const hostile HOSTILE[] = {
     {"vocab_11", "vocab_size", "11", NULL, NULL, ATTN_ERR_SHAPE, {"word_embeddings", "vocab_size"}},
     {"hidden_9", "num_attention_heads", "3", NULL, NULL, ATTN_ERR_INVALID_ARGUMENT, {"num_attention_heads", NULL}},
     {"negative", "intermediate_size", "-16", NULL, NULL, ATTN_ERR_INVALID_ARGUMENT, {"intermediate_size", NULL}},
-    {"model_type", "model_type", "\"llama\"", NULL, NULL, ATTN_ERR_UNSUPPORTED, {"model_type", "llama"}},
+    {"model_type", "model_type", "\"t5\"", NULL, NULL, ATTN_ERR_UNSUPPORTED, {"model_type", "t5"}},
     {"no_model_type", "model_type", NULL, NULL, NULL, ATTN_ERR_INVALID_ARGUMENT, {"config.json", "model_type"}},
     {"act", "hidden_act", "\"swish\"", NULL, NULL, ATTN_ERR_UNSUPPORTED, {"hidden_act", "swish"}},
     {"relative",
@@ -482,7 +482,11 @@ int main(void) {
     snprintf(root, sizeof root, "/tmp/attn_test_pretrained.XXXXXX");
     CHECK(mkdtemp(root) != NULL, "mkdtemp");
     CHECK(strcmp(attn_pretrained_family_name(0), "bert") == 0, "family table row 0");
-    CHECK(strcmp(attn_pretrained_family_name(1), "gpt2") == 0, "family table row 1"); /* later rows: their tests */
+    CHECK(strcmp(attn_pretrained_family_name(1), "gpt2") == 0, "family table row 1");
+    for (size_t i = 2; i < 5; i++) /* the Llama family's rows */
+        CHECK(attn_pretrained_family_name(i) &&
+                  strcmp(attn_pretrained_family_name(i), (const char *[]){"llama", "mistral", "qwen2"}[i - 2]) == 0,
+              "family table row %zu", i);
     test_valid();
     test_prefix_and_shards();
     test_sentence_transformers();

@@ -67,6 +67,9 @@ typedef struct weights {
     int n;
 } weights;
 
+/* The tensor whose first value folder() makes NaN (NULL: none). */
+static const char *nan_tensor;
+
 /* Values from the stream `seed` (+ shift). */
 static void add_seeded(weights *ws, const char *name, int rank, int64_t d0, int64_t d1, int seed, float shift) {
     size_t count = (size_t)d0 * (size_t)(rank == 2 ? d1 : 1);
@@ -74,6 +77,7 @@ static void add_seeded(weights *ws, const char *name, int rank, int64_t d0, int6
     test_rng r = {0x9e3779b97f4a7c15ull ^ (uint64_t)(seed * 7919 + 1)};
     int norm_w = strstr(name, "ln_") && strstr(name, ".weight");
     for (size_t i = 0; i < count; i++) x[i] = (float)((norm_w ? 1 : 0) + 0.5 * rng_normal(&r)) + shift;
+    if (nan_tensor && !strcmp(name, nan_tensor)) x[0] = NAN;
     ws->data[ws->n++] = x;
     int64_t shape[2] = {d0, d1};
     CHECK_OK(attn_safetensors_writer_add(ws->w, name, ATTN_DTYPE_F32, rank, shape, x));
@@ -293,12 +297,38 @@ static void test_alloc_fail(void) {
     CHECK(k > 10 && k < 100000, "%ld allocations swept", k);
 }
 
+/* A NaN in ln_f's bias makes every logit NaN: generation stops with ATTN_ERR_NUMERIC before the
+ * first token, greedy or sampled (torch.multinomial raises on such probabilities; an argmax over
+ * NaN would pick an arbitrary id), and no token reaches the callback. */
+static void test_nonfinite_logits(void) {
+    nan_tensor = "transformer.ln_f.bias";
+    const char *dir = folder("nan", NULL, NULL, NULL, 1);
+    nan_tensor = NULL;
+    attn_pretrained *m = NULL;
+    CHECK_OK(attn_pretrained_open(dir, &m));
+    if (!m) return;
+    const int32_t ids[4] = {1, 2, 3, 4};
+    for (int sampled = 0; sampled < 2; sampled++) {
+        attn_generate_options o = attn_generate_options_default();
+        o.max_new_tokens = 4;
+        o.temperature = sampled ? 0.8 : 0;
+        collected c;
+        c.n = 0;
+        size_t produced = 7;
+        CHECK_STATUS(attn_pretrained_generate(m, ids, 4, &o, collect, &c, &produced), ATTN_ERR_NUMERIC);
+        CHECK(strstr(attn_last_error(), "not finite") != NULL, "message: %s", attn_last_error());
+        CHECK(produced == 0 && c.n == 0, "%zu tokens produced from NaN logits", produced);
+    }
+    attn_pretrained_free(m);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/attn_test_pretrained_gpt2.XXXXXX");
     CHECK(mkdtemp(root) != NULL, "mkdtemp");
     test_valid();
     test_hostile();
     test_alloc_fail();
+    test_nonfinite_logits();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (test_failed == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);

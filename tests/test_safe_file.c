@@ -1,12 +1,15 @@
 /* io/safe_file.h: inputs are regular files under a cap, opened without blocking (a FIFO fails at
  * once); outputs go through a fresh, unpredictably named temporary file next to the target that
  * is renamed over it, never over a device, FIFO, folder or symbolic link; two outputs in progress
- * on one path never share a temporary file; a failed output leaves the old file and no temporary. */
+ * on one path never share a temporary file; a failed output leaves the old file and no temporary;
+ * the temporaries of writers that died are removed by the next output, no other file; the advisory
+ * lock is held by one holder at a time and removed on release. */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* mknod, S_IFCHR, makedev */
 #include <dirent.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -30,6 +33,70 @@ static void put(const char *path, const char *text) {
         fputs(text, f);
         fclose(f);
     }
+}
+
+/* A pid that no process has: a child's, after it was reaped. */
+static long dead_pid(void) {
+    const pid_t c = fork();
+    if (c == 0) _exit(0);
+    int st;
+    waitpid(c, &st, 0);
+    return (long)c;
+}
+
+/* Writers killed before their rename left PATH.tmp-PID-HEX: the next output to PATH removes those
+ * of dead processes, and keeps a live process's, other names, and other targets' temporaries. */
+static void stale_temporaries(const char *a) {
+    char dead[700], live[700], other[700], odd[700], b_dead[700];
+    snprintf(dead, sizeof dead, "%s.tmp-%ld-0123456789abcdef", a, dead_pid());
+    snprintf(live, sizeof live, "%s.tmp-%ld-0123456789abcdef", a, (long)getppid());
+    snprintf(other, sizeof other, "%s.tmp-0123456789abcdef", a); /* no pid: nothing proves it is ours */
+    snprintf(odd, sizeof odd, "%s.tmp-%ld-0123456789abcdefX", a, dead_pid());
+    snprintf(b_dead, sizeof b_dead, "%s.other.tmp-%ld-0123456789abcdef", a, dead_pid());
+    const char *const all[] = {dead, live, other, odd, b_dead};
+    for (int i = 0; i < 5; i++) put(all[i], "junk");
+    const int before = entries();
+    attn_io_out o;
+    CHECK_OK(attn_io_out_begin(&o, a));
+    CHECK(access(dead, F_OK) != 0, "a dead writer's temporary '%s' was left", dead);
+    for (int i = 1; i < 5; i++) CHECK(access(all[i], F_OK) == 0, "'%s' was removed", all[i]);
+    CHECK(o.tmp && strstr(o.tmp, ".tmp-") && atol(strstr(o.tmp, ".tmp-") + 5) == (long)getpid(),
+          "the temporary '%s' does not carry this pid", o.tmp ? o.tmp : "");
+    CHECK_OK(attn_io_out_write(&o, "second", 6));
+    CHECK_OK(attn_io_out_commit(&o));
+    CHECK(entries() == before - 1, "%d entries (want %d)", entries(), before - 1);
+    for (int i = 1; i < 5; i++) unlink(all[i]);
+}
+
+/* One holder at a time (a second open file description is refused, naming the holder's pid), the
+ * lock file removed on release, and the lock taken again afterwards. */
+static void locks(const char *a) {
+    attn_io_lock l1, l2;
+    char lockfile[700];
+    snprintf(lockfile, sizeof lockfile, "%s.lock", a);
+    CHECK_OK(attn_io_lock_acquire(&l1, a));
+    CHECK(access(lockfile, F_OK) == 0, "no lock file '%s'", lockfile);
+    CHECK_STATUS(attn_io_lock_acquire(&l2, a), ATTN_ERR_IO);
+    char want[64];
+    snprintf(want, sizeof want, "(pid %ld)", (long)getpid());
+    CHECK(strstr(attn_last_error(), "is in use") && strstr(attn_last_error(), want), "lock message: %s",
+          attn_last_error());
+    CHECK(l2.fd == -1 && l2.path == NULL, "a refused lock holds something");
+    /* a child process is refused too */
+    const pid_t c = fork();
+    if (c == 0) {
+        attn_io_lock l3;
+        _exit(attn_io_lock_acquire(&l3, a) == ATTN_ERR_IO ? 0 : 1);
+    }
+    int st = 1;
+    waitpid(c, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "another process got the lock");
+    attn_io_lock_release(&l1);
+    CHECK(access(lockfile, F_OK) != 0, "the lock file stays after release");
+    CHECK_OK(attn_io_lock_acquire(&l2, a));
+    attn_io_lock_release(&l2);
+    attn_io_lock_release(NULL);
+    CHECK_STATUS(attn_io_lock_acquire(&l1, "/nonexistent-dir/x"), ATTN_ERR_IO);
 }
 
 int main(void) {
@@ -122,6 +189,9 @@ int main(void) {
     snprintf(nodir, sizeof nodir, "%s/nodir/x", dir);
     CHECK_STATUS(attn_io_out_begin(&o1, nodir), ATTN_ERR_IO);
     CHECK(strstr(attn_last_error(), "cannot create a temporary file next to") != NULL, "%s", attn_last_error());
+
+    stale_temporaries(a);
+    locks(a);
 
     unlink(a), unlink(b), unlink(fifo), unlink(link), rmdir(sub);
     CHECK(rmdir(dir) == 0, "the test folder is not empty");

@@ -48,7 +48,69 @@ static int well_formed(const char *s) {
     return 1;
 }
 
+/* attn_viz_write_text of text into a string. */
+static char *text_of(const char *text, attn_viz_syntax syntax) {
+    FILE *f = tmpfile();
+    CHECK(f != NULL, "tmpfile");
+    if (!f) return xmalloc(1);
+    CHECK_OK(attn_viz_write_text(f, text, syntax));
+    char *s = slurp(f);
+    fclose(f);
+    return s;
+}
+
+/* One routine for every text of the outputs, checked by hand: invalid UTF-8 as U+FFFD (one per
+ * maximal subpart: a truncated sequence, each stray byte, an overlong form, a surrogate, past
+ * U+10FFFF), controls visible (U+2400 + c, DEL U+2421; C1 as U+FFFD), valid UTF-8 kept, then each
+ * syntax's quoting. */
+static void test_text(void) {
+    static const struct {
+        const char *in, *xml, *json, *csv;
+    } cases[] = {
+        {"plain \xe2\x82\xac \xf0\x9f\x98\x80", "plain \xe2\x82\xac \xf0\x9f\x98\x80",
+         "plain \xe2\x82\xac \xf0\x9f\x98\x80", "plain \xe2\x82\xac \xf0\x9f\x98\x80"},
+        {"<a href=\"x\">&'\\", "&lt;a href=&quot;x&quot;&gt;&amp;&#39;\\", "\\u003ca href=\\\"x\\\"\\u003e\\u0026'\\\\",
+         "<a href=\"\"x\"\">&'\\"},
+        {"a\x01"
+         "b\nc\x7f",
+         "a\xe2\x90\x81"
+         "b\xe2\x90\x8a"
+         "c\xe2\x90\xa1",
+         "a\xe2\x90\x81"
+         "b\xe2\x90\x8a"
+         "c\xe2\x90\xa1",
+         "a\xe2\x90\x81"
+         "b\xe2\x90\x8a"
+         "c\xe2\x90\xa1"},
+        {"\xe2\x82(", "\xef\xbf\xbd(", "\xef\xbf\xbd(", "\xef\xbf\xbd("},
+        {"\xff\xfe", "\xef\xbf\xbd\xef\xbf\xbd", "\xef\xbf\xbd\xef\xbf\xbd", "\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xc0\xaf|\xed\xa0\x80|\xf4\x90\x80\x80",
+         "\xef\xbf\xbd\xef\xbf\xbd|\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd|"
+         "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd",
+         "\xef\xbf\xbd\xef\xbf\xbd|\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd|"
+         "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd",
+         "\xef\xbf\xbd\xef\xbf\xbd|\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd|"
+         "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xc2\x85\xef\xbf\xbe\xe2\x80\xa8", "\xef\xbf\xbd\xef\xbf\xbd\xe2\x80\xa8", "\xef\xbf\xbd\xef\xbf\xbd\\u2028",
+         "\xef\xbf\xbd\xef\xbf\xbd\xe2\x80\xa8"},
+        {"end\xe2", "end\xef\xbf\xbd", "end\xef\xbf\xbd", "end\xef\xbf\xbd"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int syn = 0; syn < 3; syn++) {
+            const char *want = syn == 0 ? cases[i].xml : syn == 1 ? cases[i].json : cases[i].csv;
+            char *got = text_of(cases[i].in, (attn_viz_syntax)syn);
+            CHECK(!strcmp(got, want), "text case %zu, syntax %d: got '%s', want '%s'", i, syn, got, want);
+            free(got);
+        }
+    char *e = text_of(NULL, ATTN_VIZ_CSV);
+    CHECK(!strcmp(e, ""), "NULL text");
+    free(e);
+    CHECK_STATUS(attn_viz_write_text(NULL, "x", ATTN_VIZ_XML), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_viz_write_text(stdout, "x", (attn_viz_syntax)7), ATTN_ERR_INVALID_ARGUMENT);
+}
+
 int main(void) {
+    test_text();
     const float w[2 * 3] = {0.1f, 0.7f, 0.2f, 1.0f, 0.0f, NAN};
     const char *rows[2] = {"query <a>", "b & c"};
     const char *cols[3] = {"k0", "\"k1\"", "k<2>"};
@@ -82,9 +144,12 @@ int main(void) {
     CHECK(strstr(s, "weights of &lt;layer 1&gt; &amp; head 0") && strstr(s, ">query</text>") &&
               strstr(s, ">key</text>") && strstr(s, ">mean over heads</text>"),
           "title, axis names or caption missing");
+    /* a NaN cell in a colour outside the ramp, "NaN" in its tooltip and a legend entry: never a zero */
     CHECK(strstr(s, "fill=\"rgb(8,48,107)\"") && strstr(s, "fill=\"rgb(255,255,255)\"") &&
-              strstr(s, "fill=\"rgb(190,190,190)\""),
-          "colours of vmax, vmin and NaN");
+              count(s, "fill=\"rgb(214,39,40)\"") == 2,
+          "colours of vmax, vmin and NaN (cell and legend)");
+    CHECK(strstr(s, "<title>b &amp; c -&gt; k&lt;2&gt;: NaN</title>") && strstr(s, ">NaN</text>"),
+          "NaN cell's tooltip and legend");
     CHECK(strstr(s, "<title>b &amp; c -&gt; k0: 1.000</title>") != NULL, "cell tooltip");
     free(s);
 

@@ -388,3 +388,48 @@ if(NOT s3_rc EQUAL 0 OR NOT s3_out STREQUAL s4_out OR NOT s3_out MATCHES "^${lon
 else()
   message(STATUS "ok: seeded top-k sample repeats")
 endif()
+
+# ---- issue #28: one run per checkpoint (its lock), stale temporaries, SIGTERM inside a long step ----
+if(SH)
+  # a writer SIGKILLed before its rename left a temporary: the next save removes it (its pid is
+  # dead), and keeps a file whose name proves nothing
+  execute_process(COMMAND ${SH} -c "echo $$" OUTPUT_VARIABLE deadpid OUTPUT_STRIP_TRAILING_WHITESPACE)
+  file(WRITE ${WORK}/lk.safetensors.tmp-${deadpid}-0123456789abcdef "junk")
+  file(WRITE ${WORK}/lk.safetensors.tmp-other "junk")
+  run(lk train gpt --data fox.txt ${tiny} --steps 2 --checkpoint lk.safetensors)
+  if(NOT lk_rc EQUAL 0 OR EXISTS ${WORK}/lk.safetensors.tmp-${deadpid}-0123456789abcdef
+     OR NOT EXISTS ${WORK}/lk.safetensors.tmp-other OR EXISTS ${WORK}/lk.safetensors.lock)
+    message(SEND_ERROR "stale temporary: exit ${lk_rc}, the dead writer's file or the lock file left:\n${lk}")
+  else()
+    message(STATUS "ok: a dead writer's temporary removed, the lock file removed at the end")
+  endif()
+  # two --resume on one checkpoint: the second is refused while the first runs; the first then
+  # stops on SIGTERM with its checkpoint, and the lock is free again
+  execute_process(COMMAND ${SH} -c "\"$0\" train gpt --data fox.txt $1 --steps 100000000 --checkpoint lk.safetensors \
+--resume --log-every 1000000 > lk1.out & pid=$!; n=0; until grep -q '^gpt: ' lk1.out 2>/dev/null || [ $n -ge 600 ]; do \
+sleep 0.1; n=$((n+1)); done; \"$0\" train gpt --data fox.txt --checkpoint lk.safetensors --resume --steps 100000000 \
+> lk2.out 2>&1; echo \"second: $?\"; cat lk2.out; kill -TERM $pid; wait $pid; echo \"first: $?\"; cat lk1.out"
+    ${ATTN} "--layers 1 --heads 2 --d-model 16 --context 8 --batch 4 --threads 2"
+    WORKING_DIRECTORY ${WORK} OUTPUT_VARIABLE lkout ERROR_VARIABLE lkerr TIMEOUT 90)
+  if(NOT lkout MATCHES "second: 1\nattn: train gpt: 'lk.safetensors' is in use: another process \\(pid [0-9]+\\) holds its lock 'lk.safetensors.lock'"
+     OR NOT lkout MATCHES "first: 130\n" OR NOT lkout MATCHES "interrupted after step")
+    message(SEND_ERROR "two runs on one checkpoint:\n${lkout}${lkerr}")
+  else()
+    message(STATUS "ok: a second run on a checkpoint in use refused")
+  endif()
+  string(REGEX MATCH "interrupted after step ([0-9]+)" _ "${lkout}")
+  math(EXPR lk_to "${CMAKE_MATCH_1} + 1")
+  expect(0 "resuming from lk.safetensors at step ${CMAKE_MATCH_1}" train gpt --data fox.txt --checkpoint lk.safetensors
+    --resume --threads 2 --stop-at ${lk_to})
+  # SIGTERM inside a step of 512 micro-batches: it stops between two of them, not after the step
+  execute_process(COMMAND ${SH} -c "\"$0\" train gpt --data fox.txt --layers 2 --heads 2 --d-model 64 --context 256 \
+--batch 512 --micro-batch 1 --val-fraction 0 --threads 1 --steps 10 --checkpoint term.safetensors > term.out & pid=$!; n=0; \
+until grep -q '^gpt: ' term.out 2>/dev/null || [ $n -ge 600 ]; do sleep 0.1; n=$((n+1)); done; sleep 0.5; \
+kill -TERM $pid; wait $pid; rc=$?; cat term.out; exit $rc"
+    ${ATTN} WORKING_DIRECTORY ${WORK} RESULT_VARIABLE trc OUTPUT_VARIABLE tout ERROR_VARIABLE terr TIMEOUT 90)
+  if(NOT trc EQUAL 130 OR NOT tout MATCHES "interrupted after step 0 of 10: checkpoint written to term.safetensors")
+    message(SEND_ERROR "SIGTERM inside a step: exit ${trc} (want 130, after step 0), output:\n${tout}${terr}")
+  else()
+    message(STATUS "ok: SIGTERM inside a step -> 130 after step 0")
+  endif()
+endif()

@@ -124,3 +124,49 @@ kill -INT $pid; wait $pid; rc=$?; cat int.out; exit $rc"
 else()
   message(STATUS "skipped: no sh to send SIGINT")
 endif()
+
+# ---- issue #28: the data, too few images, sizes that cannot fit, SIGTERM inside a long step ----
+if(SH)
+  # one label byte changed (0 -> 9, still 10 classes), and one pixel changed: other data
+  execute_process(COMMAND ${SH} -c "set -e; for d in lab pix; do mkdir -p $d; cp \"$0\"/images.u8 \"$0\"/labels.u8 $d/; \
+done; printf '\\011' | dd of=lab/labels.u8 bs=1 seek=0 conv=notrunc 2>/dev/null; \
+printf '\\021' | dd of=pix/images.u8 bs=1 seek=100 conv=notrunc 2>/dev/null; \
+mkdir -p five; head -c 320 \"$0\"/images.u8 > five/images.u8; head -c 5 \"$0\"/labels.u8 > five/labels.u8; \
+mkdir -p big; yes abcdefgh | head -c 2097152 > big/images.u8; printf '\\000\\001' > big/labels.u8; \
+mkdir -p long; yes abcdefgh | head -c 8192 > long/images.u8; printf '\\000\\001' > long/labels.u8"
+    ${DATA} WORKING_DIRECTORY ${WORK} RESULT_VARIABLE drc)
+  run(h train vit ${tiny} --steps 2 --checkpoint hash.safetensors)
+  expect_one_line_error(1 "--resume: --data 'lab' is not the data hash.safetensors was trained on \\(its contents differ\\)"
+    train vit --data lab --checkpoint hash.safetensors --resume --steps 4)
+  expect_one_line_error(1 "--resume: --data 'pix' is not the data hash.safetensors was trained on"
+    train vit --data pix --checkpoint hash.safetensors --resume --steps 4)
+  expect(0 "resuming from hash.safetensors at step 2" train vit --data ${DATA} --checkpoint hash.safetensors --resume
+    --steps 3)
+  # 5 images: none held out (i % 6 == 5), said so, no NaN
+  run(f train vit --data five --layers 1 --heads 2 --hidden 16 --batch 4 --steps 2 --eval-every 1
+    --checkpoint five.safetensors)
+  if(NOT f_rc EQUAL 0 OR f MATCHES "nan" OR NOT f MATCHES "5 training / 0 held-out"
+     OR NOT f MATCHES "step +1  held-out accuracy: none \\(no held-out images\\)"
+     OR NOT f MATCHES "held-out accuracy: none \\(no held-out images: 5 images, and i % 6 == 5 is held out\\)")
+    message(SEND_ERROR "5 images: exit ${f_rc}:\n${f}")
+  else()
+    message(STATUS "ok: 5 images: no held-out accuracy, no NaN")
+  endif()
+  # 1024 x 1024 at patch 2: refused at once, naming the bound and a --patch that fits
+  expect_one_line_error(1 "1024x1024 images at --patch 2 make 262145 tokens per image, over the bound of 4097 .*--patch 16"
+    train vit --data big --checkpoint big.safetensors)
+  # a batch whose activations cannot fit in memory: refused before they are allocated
+  expect_one_line_error(1 "the run needs [0-9.]+ GB .*for --batch 65536\\), over this machine's [0-9.]+ GB of memory"
+    train vit --data ${DATA} --patch 1 --hidden 1024 --mlp 4096 --layers 2 --batch 65536 --checkpoint mem.safetensors)
+  # SIGTERM during a long step (4097 tokens): it stops after the forward pass, not after the step
+  execute_process(COMMAND ${SH} -c "\"$0\" train vit --data long --patch 1 --layers 1 --heads 2 --hidden 16 --batch 32 \
+--threads 1 --steps 100 --checkpoint term.safetensors > term.out & pid=$!; n=0; \
+until grep -q '^vit: ' term.out 2>/dev/null || [ $n -ge 600 ]; do sleep 0.1; n=$((n+1)); done; sleep 0.5; \
+kill -TERM $pid; wait $pid; rc=$?; cat term.out; exit $rc"
+    ${ATTN} WORKING_DIRECTORY ${WORK} RESULT_VARIABLE trc OUTPUT_VARIABLE tout ERROR_VARIABLE terr TIMEOUT 90)
+  if(NOT trc EQUAL 130 OR NOT tout MATCHES "interrupted after step 0 of 100: checkpoint written to term.safetensors")
+    message(SEND_ERROR "SIGTERM inside a step: exit ${trc} (want 130, after step 0), output:\n${tout}${terr}")
+  else()
+    message(STATUS "ok: SIGTERM inside a step -> 130 after step 0")
+  endif()
+endif()

@@ -97,7 +97,7 @@ expect_error(2 "--layer" viz --checkpoint gpt.safetensors --text abc --layer -1 
 
 # safe output: never an input, never a device, never (without --force) a file of another kind
 file(SHA256 ${WORK}/gpt.safetensors gpt_sum)
-expect_error(1 "output 'gpt.safetensors' is the same file as the input 'gpt.safetensors'" viz
+expect_error(1 "--html 'gpt.safetensors' is the same file as the input 'gpt.safetensors'" viz
   --checkpoint gpt.safetensors --text abc --html gpt.safetensors --force)
 execute_process(COMMAND mkfifo ${WORK}/out.fifo)
 expect_error(1 "is a FIFO; only a regular file is replaced" viz --checkpoint gpt.safetensors --text abc

@@ -556,9 +556,10 @@ int cmd_demo(int argc, char **argv) {
     snprintf(r.html_path, sizeof r.html_path, "%s/cross_attention.html", o->out);
     if (o->svg) snprintf(r.svg_path, sizeof r.svg_path, "%s", o->svg);
     safe_set_inputs(NULL, 0, o->force);
-    if (safe_out_check("demo", "--svg", r.svg_path, NULL, 0, SAFE_KIND_SVG, o->force) ||
-        safe_out_check("demo", "--out", r.html_path, NULL, 0, SAFE_KIND_HTML, o->force))
-        return 1;
+    /* the folder first, so that the check finds it writable (or fails now, not after training) */
+    if (!make_dirs(o->out)) return cli_fail("demo: cannot create directory '%s': %s", o->out, strerror(errno));
+    const safe_out outs[2] = {{"--svg", r.svg_path, SAFE_KIND_SVG}, {"--out", r.html_path, SAFE_KIND_HTML}};
+    if (safe_outs_check("demo", outs, 2, NULL, 0, o->force)) return 1;
     int rc = demo_setup(&r);
     if (!rc) {
         printf("attn %s demo: teaching a Transformer to reverse digit sequences\n", ATTN_VERSION_STRING);

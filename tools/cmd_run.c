@@ -221,8 +221,8 @@ int cmd_run(int argc, char **argv) {
                                                                           : !out     ? "--out"
                                                                                      : "--inputs or --image");
     if (threads) attn_set_num_threads(threads);
-    const char *const ins[3] = {config, weights, inputs};
-    if (safe_out_check("run", "--out", out, ins, 3, SAFE_KIND_SAFETENSORS, force)) return 1;
+    const char *const ins[4] = {config, weights, inputs, image};
+    if (safe_out_check("run", "--out", out, ins, 4, SAFE_KIND_SAFETENSORS, force)) return 1;
 
     model_in mi;
     memset(&mi, 0, sizeof mi);

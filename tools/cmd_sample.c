@@ -24,10 +24,35 @@ static void usage(FILE *f) {
                "  --threads T         threads (default: all)\n");
 }
 
+/* 0 when every weight of the model is finite; otherwise the tensors holding NaN / Inf are named
+ * (the logits would be NaN: nothing to sample from, as torch.multinomial says) and 1 returned. */
+static int check_weights(const char *path, const attn_params *ps) {
+    char names[512] = "";
+    size_t used = 0, bad = 0;
+    for (size_t i = 0; i < attn_params_count(ps); i++) {
+        const attn_param *p = attn_params_get(ps, i);
+        size_t nan = 0, inf = 0;
+        for (size_t k = 0; k < p->numel; k++) nan += isnan(p->data[k]) != 0, inf += isinf(p->data[k]) != 0;
+        if (!nan && !inf) continue;
+        if (bad++ < 4) {
+            const int n = snprintf(names + used, sizeof names - used, "%s'%s' (%zu NaN, %zu Inf)", used ? ", " : "",
+                                   p->name, nan, inf);
+            if (n > 0 && (size_t)n < sizeof names - used) used += (size_t)n;
+        }
+    }
+    if (!bad) return 0;
+    return cli_fail("sample: %s: %zu weight tensor%s not finite: %s%s; the logits would be NaN, nothing to sample "
+                    "from",
+                    path, bad, bad == 1 ? " is" : "s are", names, bad > 4 ? ", ..." : "");
+}
+
 /* Pick the next byte from logits [V]. Greedy (T = 0): the first maximum. Otherwise softmax of
- * logits / T restricted to the K largest (ties by index), drawn with the uniform u. */
+ * logits / T restricted to the K largest (ties by index), drawn with the uniform u. -1 - v when
+ * logits[v] is the first NaN / Inf (finite weights can still overflow). */
 static int64_t pick(const float *logits, int64_t V, double temperature, int64_t top_k, float u, double *prob,
                     int64_t *idx) {
+    for (int64_t v = 0; v < V; v++)
+        if (!isfinite(logits[v])) return -1 - v;
     int64_t best = 0;
     for (int64_t v = 1; v < V; v++)
         if (logits[v] > logits[best]) best = v;
@@ -89,7 +114,7 @@ int cmd_sample(int argc, char **argv) {
     int64_t *ctx = NULL, *idx = NULL;
     double *prob = NULL;
     int rc = 1;
-    if (gpt_open_model("sample", path, &shape, &g)) goto done;
+    if (gpt_open_model("sample", path, &shape, &g) || check_weights(path, attn_gpt_params(g))) goto done;
     const int64_t C = shape.context, V = shape.vocab, plen = (int64_t)strlen(prompt);
     const size_t cb = attn_gpt_cache_size(g, 1, C), wb = attn_gpt_step_workspace_size(g, 1, C, C);
     cbuf = malloc(cb);
@@ -121,6 +146,12 @@ int cmd_sample(int argc, char **argv) {
     for (int64_t i = 0; i < tokens; i++) {
         const float u = attn_philox_uniform((uint64_t)seed, 0, (uint64_t)i);
         const int64_t next = pick(last, V, temperature, top_k, u, prob, idx);
+        if (next < 0) {
+            fputc('\n', stdout);
+            cli_fail("sample: the logits of byte %lld are not finite (logit %lld is %g); nothing to sample from",
+                     (long long)i, (long long)(-1 - next), (double)last[-1 - next]);
+            goto done;
+        }
         fputc((int)next, stdout);
         fflush(stdout);
         if (i + 1 == tokens) break;

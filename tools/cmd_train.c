@@ -78,21 +78,27 @@ static void usage_gpt(FILE *f) {
                "                     (continue later with --resume)\n"
                "  --force            start afresh over an existing checkpoint, or replace a file at\n"
                "                     --checkpoint that is not a checkpoint (refused without it)\n"
+               "  --timeout S        under MPI, seconds a rank waits for the others in each collective\n"
+               "                     before the job ends naming the silent ranks (default 0: none)\n"
                "  --log-every N      print a line every N steps (default 10)\n\n"
                "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
                "tokens/s), `step N/S  val loss X` every --eval-interval steps, and `final loss: X`\n"
                "and `final val loss: X` (the mean cross-entropy over the held-out windows) at the end.\n"
                "The validation neither uses the training data nor changes the weights, the optimizer\n"
-               "or the data order: a run is bitwise the same with any --eval-interval. Ctrl-C\n"
-               "finishes the current step, writes the checkpoint and exits with status 130 (a second\n"
-               "Ctrl-C stops at once; the last checkpoint stays intact). `attn sample PATH` generates\n"
-               "text from a checkpoint.\n\n"
+               "or the data order: a run is bitwise the same with any --eval-interval. Ctrl-C or\n"
+               "SIGTERM stops the current step between two micro-batches, writes the checkpoint of the\n"
+               "last whole step and exits with status 130 (a second signal stops at once; the last\n"
+               "checkpoint stays intact). `attn sample PATH` generates text from a checkpoint.\n\n"
                "Data-parallel: `mpirun -np N attn train gpt ...` (a build with MPI) gives each rank B/N\n"
                "windows of every step and adds the micro-batch gradients in one fixed order\n"
                "(include/attn/dist.h), so the weights are bitwise those of one process with the same\n"
                "--batch and --micro-batch; rank 0 alone prints and writes checkpoints. --resume may use\n"
                "another N. Ranks that disagree on the options, the data or the weights stop at the start\n"
-               "with a message; a rank that fails or dies ends the whole job.\n");
+               "with a message; a rank that fails or dies ends the whole job. --timeout S (default 0:\n"
+               "none) bounds each wait for the other ranks: a rank stopped (SIGSTOP), hung or lost ends\n"
+               "the job after S seconds with a message naming it; a waiting rank sleeps between polls\n"
+               "instead of spinning. One run per checkpoint: a second is refused while CHECKPOINT.lock\n"
+               "is held.\n");
 }
 
 typedef struct gpt_opts {
@@ -103,7 +109,7 @@ typedef struct gpt_opts {
     int64_t steps, batch, warmup, every, log_every, threads, seed, stop_at, micro;
     int given_attention, given_val, given_precision;
     int64_t eval_interval, eval_batches;
-    double lr, val_fraction;
+    double lr, val_fraction, timeout;
     attn_precision precision;
     int resume, force;
     char data_hash[17]; /* of the --data contents, kept in the checkpoint */
@@ -177,6 +183,7 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
         CLI_FLAG("--force", &o->force),
         CLI_DOUBLE_ABOVE("--lr", &o->lr, 0.0, 10.0),
         CLI_DOUBLE("--val-fraction", &o->val_fraction, 0.0, 0.9),
+        CLI_DOUBLE("--timeout", &o->timeout, 0.0, 1e9),
         CLI_INT("--eval-interval", &o->eval_interval, 0, 1 << 30),
         CLI_INT("--eval-batches", &o->eval_batches, 1, 1 << 20),
         CLI_INT("--layers", &o->shape.layers, 1, 256),
@@ -241,7 +248,7 @@ static void fill_meta(train_meta *m, const gpt_opts *o) {
     train_meta_add(m, "train.micro_batch", "%lld", (long long)o->micro);
     train_meta_add(m, "train.warmup", "%lld", (long long)o->warmup);
     train_meta_add(m, "train.lr", "%.17g", o->lr);
-    train_meta_add(m, "train.data_hash", "%s", o->data_hash);
+    train_meta_add(m, TRAIN_DATA_HASH_KEY, "%s", o->data_hash);
     /* the split point: a resumed run must train on the same bytes */
     train_meta_add(m, "train.val_fraction", "%.17g", o->val_fraction);
     train_meta_add(m, "train.precision", "%s", attn_precision_name(o->precision));
@@ -371,8 +378,7 @@ static int resume_meta(gpt_run *r) {
         attn_safetensors_close(st);
         return 1;
     }
-    const char *dh = attn_safetensors_metadata_find(st, "train.data_hash"); /* absent in older checkpoints */
-    const int other_data = dh && strcmp(dh, o->data_hash) != 0;
+    const int other_data = train_data_differs(st, o->data_hash);
     attn_safetensors_close(st);
     if (bad) return cli_fail("train gpt: --resume: %s: %s", o->checkpoint, err);
     if (other_val) {
@@ -383,10 +389,7 @@ static int resume_meta(gpt_run *r) {
                         "hence the training data, would change)",
                         o->val_fraction, ckpt_val);
     }
-    if (other_data)
-        return cli_fail("train gpt: --resume: --data '%s' is not the data %s was trained on (its contents differ); "
-                        "resume with the same file, or start afresh with --force",
-                        o->data, o->checkpoint);
+    if (other_data) return train_data_refuse("train gpt", o->data, o->checkpoint);
     if (resume_shape_check(o, &s)) return 1;
     o->shape = s;
     return 0;
@@ -530,6 +533,8 @@ static attn_status micro_grads(gpt_run *r) {
     attn_cross_entropy_config ce = attn_cross_entropy_config_default();
     attn_status s;
     for (int64_t k = 0; k < r->L; k++) {
+        /* a long step stops between its micro-batches (under attn dist the ranks agree between steps) */
+        if (k > 0 && !r->dist && trainer_stop_requested()) return TRAINER_STOPPED;
         r->a.tokens = r->x + k * m * C;
         if ((s = attn_params_zero_grad(r->ps)) != ATTN_OK ||
             (s = attn_gpt_forward(r->g, &r->a, r->logits, r->saved, r->sb, r->ws, r->wb)) != ATTN_OK ||
@@ -661,6 +666,8 @@ static int train_gpt_run(int argc, char **argv, attn_dist **distp) {
     if (train_dist_start("train gpt", distp)) return 1;
     r.dist = *distp;
     r.rank = attn_dist_rank(r.dist), r.nranks = attn_dist_size(r.dist);
+    if (r.dist && attn_dist_set_timeout(r.dist, o->timeout) != ATTN_OK)
+        return cli_fail("train gpt: --timeout: %s", attn_last_error());
     r.val = NAN;
     r.val_step = -1;
     rc = gpt_prepare(&r);

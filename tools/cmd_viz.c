@@ -646,12 +646,35 @@ static int build_maps(viz_set *set, label_cache *lc, const viz_run *r, const viz
     return 0;
 }
 
+/* Every output, checked before any work and again, with the files the SVG maps really go to, before
+ * the first is written (safe_outs_check: never an input, no two the same, folders writable).
+ * set NULL: the paths as given. 0, or 1 (printed). */
+static int check_outputs(const viz_set *set, const viz_opts *o) {
+    const char *const ins[5] = {o->checkpoint, o->config, o->weights, o->inputs, o->image};
+    const int nsvg = set && o->svg ? set->count : o->svg ? 1 : 0;
+    safe_out *outs = calloc((size_t)nsvg + 3, sizeof *outs);
+    char(*files)[4096] = calloc((size_t)nsvg + 1, sizeof *files);
+    if (!outs || !files) {
+        free(outs), free(files);
+        return cli_fail("viz: out of memory");
+    }
+    outs[0] = (safe_out){"--html", o->html, SAFE_KIND_HTML};
+    outs[1] = (safe_out){"--csv", o->csv, SAFE_KIND_CSV};
+    outs[2] = (safe_out){"--overlay", o->overlay, SAFE_KIND_IMAGE};
+    for (int i = 0; i < nsvg; i++)
+        outs[3 + i] =
+            (safe_out){"--svg", set ? viz_svg_file(set, i, o->svg, files[i], sizeof files[i]) : o->svg, SAFE_KIND_SVG};
+    const int rc = safe_outs_check("viz", outs, (size_t)nsvg + 3, ins, 5, o->force);
+    free(outs), free(files);
+    return rc;
+}
+
 /* The chosen outputs (never over an input). 0, or 1 (printed). */
 static int write_all(const viz_set *set, const viz_run *r, const viz_opts *o, const attn_capture_record *recs,
                      const float *roll) {
     const char *const ins[5] = {o->checkpoint, o->config, o->weights, o->inputs, o->image};
     safe_set_inputs(ins, 5, o->force);
-    if (o->overlay && safe_out_check("viz", "--overlay", o->overlay, ins, 5, SAFE_KIND_IMAGE, o->force)) return 1;
+    if (check_outputs(set, o)) return 1;
     char err[4200];
     if ((o->svg && viz_write_svgs(set, o->svg, stdout, err, sizeof err)) ||
         (o->html && viz_write_html(set, o->html, err, sizeof err)) ||
@@ -698,7 +721,8 @@ int cmd_viz(int argc, char **argv) {
     attn_capture_record *recs = NULL;
     size_t count = 0;
     char deftitle[256];
-    int rc = open_and_run(&r, &o);
+    int rc = check_outputs(NULL, &o);
+    if (!rc) rc = open_and_run(&r, &o);
     if (!rc && o.overlay && !r.vit) rc = cli_fail("viz: --overlay is for Vision Transformers");
     if (!rc) rc = take_records(&r, &o, &recs, &count, &roll);
     if (!rc) rc = build_maps(&set, &lc, &r, &o, recs, roll, deftitle, sizeof deftitle);

@@ -1,8 +1,12 @@
 /* Safe input and output for the attn tool: see safe_io.h (the work is the library's attn/io.h). */
 #define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 
 #include "safe_io.h"
 
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "cli.h"
@@ -10,6 +14,44 @@
 int safe_out_check(const char *cmd, const char *opt, const char *out, const char *const *inputs, size_t n,
                    safe_kind kind, int force) {
     if (attn_io_check_output(opt, out, inputs, n, kind, force)) return cli_fail("%s: %s", cmd, attn_last_error());
+    attn_io_out o; /* the folder takes a new file: what writing it will need */
+    if (attn_io_out_begin(&o, out)) return cli_fail("%s: %s: %s", cmd, opt, attn_last_error());
+    attn_io_out_abort(&o);
+    return 0;
+}
+
+/* path's folder resolved (realpath) joined with its last component into buf: one spelling per
+ * file, existing or not; the path itself when its folder cannot be resolved. */
+static void canonical(const char *path, char *buf, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX], real[PATH_MAX];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    const char *base = slash ? slash + 1 : path;
+    if (realpath(dir, real))
+        snprintf(buf, cap, "%s/%s", real, base);
+    else
+        snprintf(buf, cap, "%s", path);
+}
+
+int safe_outs_check(const char *cmd, const safe_out *outs, size_t n, const char *const *inputs, size_t nin, int force) {
+    for (size_t i = 0; i < n; i++) {
+        if (!outs[i].path) continue;
+        char a[2 * PATH_MAX + 2];
+        canonical(outs[i].path, a, sizeof a);
+        for (size_t j = 0; j < i; j++) {
+            if (!outs[j].path) continue;
+            char b[2 * PATH_MAX + 2];
+            canonical(outs[j].path, b, sizeof b);
+            if (!strcmp(a, b) || attn_io_same_file(outs[i].path, outs[j].path))
+                return cli_fail("%s: %s and %s name the same file '%s': each output needs a path of its own", cmd,
+                                outs[j].opt, outs[i].opt, outs[i].path);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        if (outs[i].path && safe_out_check(cmd, outs[i].opt, outs[i].path, inputs, nin, outs[i].kind, force)) return 1;
     return 0;
 }
 

@@ -32,9 +32,22 @@ typedef attn_io_kind safe_kind;
 
 /* 0 when `out` may be written; otherwise prints "attn: CMD: ..." and returns 1. inputs[0..n) are
  * the command's input paths (NULL entries skipped); `opt` names the output option in messages
- * ("--out", "--checkpoint"). */
+ * ("--out", "--checkpoint"). Besides attn_io_check_output's checks, a temporary file is created
+ * and removed next to out, so that a missing or unwritable folder fails before any work. */
 int safe_out_check(const char *cmd, const char *opt, const char *out, const char *const *inputs, size_t n,
                    safe_kind kind, int force);
+
+/* One output of a command, for safe_outs_check (path NULL: not asked for). */
+typedef struct safe_out {
+    const char *opt, *path;
+    safe_kind kind;
+} safe_out;
+
+/* Every output of a command at once, before any work (so that nothing is written when one of them
+ * would fail): each as safe_out_check, and no two the same file, under the same name or another
+ * ("a/x" and "./a/../a/x"; an existing file under a link: by device and inode). 0, or 1 with the
+ * message printed ("attn: CMD: --svg and --html name the same file 'X'"). */
+int safe_outs_check(const char *cmd, const safe_out *outs, size_t n, const char *const *inputs, size_t nin, int force);
 
 /* The checks before training writes a checkpoint at `path` (0, or 1 with the message printed):
  * safe_out_check's, then an existing checkpoint is refused without --resume (unless --force, which

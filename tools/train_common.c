@@ -229,6 +229,17 @@ int train_dist_end(attn_dist *d, int exit_code) {
     return exit_code;
 }
 
+int train_data_differs(const attn_safetensors *st, const char *hash) {
+    const char *dh = attn_safetensors_metadata_find(st, TRAIN_DATA_HASH_KEY);
+    return dh && strcmp(dh, hash) != 0;
+}
+
+int train_data_refuse(const char *cmd, const char *data, const char *checkpoint) {
+    return cli_fail("%s: --resume: --data '%s' is not the data %s was trained on (its contents differ); "
+                    "resume with the same data, or start afresh with --force",
+                    cmd, data, checkpoint);
+}
+
 uint64_t train_hash(uint64_t h, const void *data, size_t n) {
     const unsigned char *p = data;
     for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;

@@ -82,9 +82,17 @@ int train_dist_end(attn_dist *d, int exit_code);
 #define TRAIN_HASH_SEED 0xcbf29ce484222325ull
 uint64_t train_hash(uint64_t h, const void *data, size_t n);
 
+/* The data a checkpoint was trained on: its "train.data_hash" (hex FNV-1a 64 of the data, written
+ * by every `attn train`). train_data_differs: 1 when st holds a hash other than `hash` (absent, in
+ * older checkpoints: 0). train_data_refuse prints "attn: CMD: --resume: --data 'DATA' is not the
+ * data CKPT was trained on (its contents differ); ..." and returns 1. */
+#define TRAIN_DATA_HASH_KEY "train.data_hash"
+int train_data_differs(const attn_safetensors *st, const char *hash);
+int train_data_refuse(const char *cmd, const char *data, const char *checkpoint);
+
 /* Ctrl-C / SIGTERM while training: the handler only sets a flag that the loop reads between steps
- * (it then writes a checkpoint); the first signal restores the default action, so a second one
- * stops at once (checkpoint writes are atomic). catch installs the handler and clears the flag,
+ * and long steps read between their parts (it then writes a checkpoint); the first signal
+ * restores the default action, so a second one stops at once (checkpoint writes are atomic). catch installs the handler and clears the flag,
  * release puts the previous handlers back. One training loop per process. */
 void train_signals_catch(void);
 int train_signals_caught(void);

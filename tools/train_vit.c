@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cli_opts.h"
@@ -21,13 +22,14 @@ static void usage_vit(FILE *f) {
                "bytes, classes 0..K-1). Default DIR: data/digits (from the source tree's root), the 1797\n"
                "8x8 handwritten digits of scikit-learn (UCI), values 0..16. Pixels are scaled by the\n"
                "largest value to [0, 1] and normalised to [-1, 1]. Held out: every image i with\n"
-               "i %% 6 == 5 (299 of the digits), never trained on. Each step draws --batch training\n"
-               "images at random (from --seed and the step, so a resumed run sees the same data), each\n"
-               "shifted by up to --shift pixels (zero fill). AdamW (weight decay 0.05 on matrices),\n"
+               "i %% 6 == 5 (299 of the digits; none with fewer than 6 images, and then no accuracy),\n"
+               "never trained on. Each step draws --batch training images at random (from --seed and\n"
+               "the step, so a resumed run sees the same data), each shifted by up to --shift pixels\n"
+               "(zero fill). AdamW (weight decay 0.05 on matrices),\n"
                "linear warmup then cosine decay to lr/10, gradient clipping at norm 1.\n\n"
                "options:\n"
                "  --data DIR         images.u8 and labels.u8 (default data/digits)\n"
-               "  --patch P          patch side, divides S (default 2)\n"
+               "  --patch P          patch side, divides S (default 2); at most 4097 tokens, (S/P)^2 + 1\n"
                "  --layers L         encoder layers (default 2)\n"
                "  --heads H          attention heads (default 4)\n"
                "  --hidden D         hidden size, a multiple of H (default 32)\n"
@@ -62,8 +64,12 @@ static void usage_vit(FILE *f) {
                "                     --checkpoint that is not a checkpoint (refused without it)\n"
                "  --log-every N      print a line every N steps (default 500)\n\n"
                "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
-               "images/s), `final loss: X` and `held-out accuracy: P%% (k/n)` at the end. Ctrl-C\n"
-               "finishes the current step, writes the checkpoint and exits with status 130.\n");
+               "images/s), `final loss: X` and `held-out accuracy: P%% (k/n)` at the end. Ctrl-C or\n"
+               "SIGTERM stops the current step (between its forward and backward passes), writes the\n"
+               "checkpoint of the last whole step and exits with status 130. A run that would not fit\n"
+               "in the machine's memory is refused at the start with the figures. The checkpoint keeps\n"
+               "a hash of the data: --resume on other data is refused. One run per checkpoint: a\n"
+               "second is refused while CHECKPOINT.lock is held.\n");
 }
 
 typedef struct vit_opts {
@@ -72,7 +78,8 @@ typedef struct vit_opts {
         stop_at;
     double lr;
     int resume, force;
-    int given[8]; /* patch, layers, heads, hidden, mlp, seed, and the schedule below */
+    char data_hash[17]; /* of the labels and images, kept in the checkpoint */
+    int given[8];       /* patch, layers, heads, hidden, mlp, seed, and the schedule below */
     int given_steps, given_batch, given_lr, given_warmup, given_shift, given_precision;
     attn_precision precision;
 } vit_opts;
@@ -198,6 +205,15 @@ static void fill_meta(train_meta *m, const vit_opts *o, const attn_vit_config *c
     train_meta_add(m, "train.lr", "%.17g", o->lr);
     train_meta_add(m, "train.shift", "%lld", (long long)o->shift);
     train_meta_add(m, "train.precision", "%s", attn_precision_name(o->precision));
+    train_meta_add(m, TRAIN_DATA_HASH_KEY, "%s", o->data_hash);
+}
+
+/* The hash of the data (train_data_differs): the count, the labels and the images. */
+static void hash_data(const vit_data *d, char out[17]) {
+    uint64_t h = train_hash(TRAIN_HASH_SEED, &d->n, sizeof d->n);
+    h = train_hash(h, d->labels, (size_t)d->n);
+    h = train_hash(h, d->images, (size_t)(d->n * d->side * d->side));
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
 /* The checkpoint's model shape and schedule into o (a shape given again must agree); 0 or 1. */
@@ -248,8 +264,9 @@ static int resume_meta(vit_opts *o) {
     if (!o->given_lr && v && !cli_parse_double(v, 0.0, 10.0, &dv) && dv > 0) o->lr = dv;
     /* absent in older checkpoints: fp32 */
     const int bad = train_resume_precision("train vit", st, o->checkpoint, o->given_precision, &o->precision);
+    const int other_data = !bad && train_data_differs(st, o->data_hash);
     attn_safetensors_close(st);
-    return bad;
+    return bad ? bad : other_data ? train_data_refuse("train vit", o->data, o->checkpoint) : 0;
 }
 
 /* The options' defaults, then the command line: 0, or the exit status (CLI_HELP: the usage,
@@ -324,11 +341,49 @@ typedef struct vit_run {
     size_t sb, wb;
 } vit_run;
 
+/* The bound on tokens per image, (S / P)^2 + 1: attention's cost grows with their square, so a
+ * step of more could not end (nor be stopped) in reasonable time: 64 x 64 patches. */
+#define VIT_MAX_TOKENS 4097
+
+/* 0, or 1 with "too many tokens" printed, naming the options. */
+static int vit_tokens_check(const vit_opts *o, int64_t side) {
+    const int64_t g = side / o->patch, tokens = g * g + 1;
+    if (tokens <= VIT_MAX_TOKENS) return 0;
+    int64_t p = o->patch;
+    while (p < side && (side % p || (side / p) * (side / p) + 1 > VIT_MAX_TOKENS)) p++;
+    return cli_fail("train vit: %lldx%lld images at --patch %lld make %lld tokens per image, over the bound of %d "
+                    "(64 x 64 patches; attention's cost grows with their square): use --patch %lld or more, or "
+                    "smaller images in --data",
+                    (long long)side, (long long)side, (long long)o->patch, (long long)tokens, VIT_MAX_TOKENS,
+                    (long long)p);
+}
+
+/* What a run holds at once against the machine's memory (sysconf): the weights, their gradients
+ * and AdamW's two moments (16 bytes a parameter), the activations kept for the backward pass and
+ * the workspace (act bytes). 0, or 1 with the figures printed, naming the options. */
+static int vit_memory_check(const vit_opts *o, double params, double act) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return 0; /* unknown: nothing to compare with */
+    const double ram = (double)pages * (double)page, need = 16.0 * params + act;
+    if (need <= ram) return 0;
+    return cli_fail("train vit: the run needs %.1f GB (%.1f GB for %.0f parameters with their gradients and AdamW "
+                    "state, %.1f GB of activations and workspace for --batch %lld), over this machine's %.1f GB of "
+                    "memory: use a smaller --batch, --hidden, --mlp or --layers, or a larger --patch",
+                    need / 1e9, 16.0 * params / 1e9, params, act / 1e9, (long long)o->batch, ram / 1e9);
+}
+
+/* The parameters of the model before it is built (torchvision's layout; for vit_memory_check). */
+static double vit_param_estimate(const vit_opts *o, int64_t side, int64_t classes) {
+    const double D = (double)o->hidden, M = (double)(o->mlp ? o->mlp : 2 * o->hidden), g = (double)(side / o->patch);
+    const double layer = 4 * D * D + 4 * D + 2 * D * M + M + D + 4 * D;
+    return D * (double)(o->patch * o->patch) + D + D + (g * g + 1) * D + (double)o->layers * layer + 2 * D +
+           (double)classes * (D + 1);
+}
+
 /* The data, the checkpoint's place, the model and its AdamW (no weight decay on biases, norms,
  * positions and the class token): 0, or 1 (message printed). */
 static int vit_prepare(vit_run *r) {
     const vit_opts *o = &r->o;
-    if (load_data(o->data, &r->d)) return 1;
     char lpath[1200], ipath[1200];
     snprintf(lpath, sizeof lpath, "%s/labels.u8", o->data);
     snprintf(ipath, sizeof ipath, "%s/images.u8", o->data);
@@ -337,10 +392,19 @@ static int vit_prepare(vit_run *r) {
     if (r->d.side % o->patch)
         return cli_fail("train vit: --patch %lld does not divide the %lld x %lld images", (long long)o->patch,
                         (long long)r->d.side, (long long)r->d.side);
+    if (vit_tokens_check(o, r->d.side) || vit_memory_check(o, vit_param_estimate(o, r->d.side, r->d.classes), 0))
+        return 1; /* before the weights are allocated */
     r->cfg = attn_vit_config_default(r->d.side, o->patch, o->layers, o->heads, o->hidden, o->mlp, r->d.classes);
     r->cfg.in_channels = 1;
     r->cfg.precision = o->precision;
     if (attn_vit_create(&r->cfg, &r->v) != ATTN_OK) return cli_fail("train vit: %s", attn_last_error());
+    static float no_images; /* the sizes read the batch only */
+    attn_vit_args a;
+    memset(&a, 0, sizeof a);
+    a.batch = o->batch, a.training = 1, a.images = &no_images;
+    const double act = (double)attn_vit_saved_size(r->v, &a) + (double)attn_vit_workspace_size(r->v, &a) +
+                       (double)sizeof(float) * (double)(o->batch * (r->d.side * r->d.side + r->d.classes));
+    if (vit_memory_check(o, (double)attn_params_numel(attn_vit_params(r->v)), act)) return 1;
     const attn_params *ps = r->ps = attn_vit_params(r->v);
     attn_adamw_config ac = attn_adamw_config_default();
     ac.weight_decay = 0.05;
@@ -399,9 +463,10 @@ static attn_status vit_step(void *ctx, int64_t step, float *loss, double *units)
     attn_status s;
     if ((s = attn_params_zero_grad(r->ps)) != ATTN_OK ||
         (s = attn_vit_forward(r->v, &r->a, r->logits, r->saved, r->sb, r->ws, r->wb)) != ATTN_OK ||
-        (s = attn_cross_entropy_forward(r->logits, r->y, B, r->d.classes, &ce, loss, r->logits)) != ATTN_OK ||
-        (s = attn_vit_backward(r->v, &r->a, r->logits, NULL, r->saved, r->sb, r->ws, r->wb)) != ATTN_OK)
+        (s = attn_cross_entropy_forward(r->logits, r->y, B, r->d.classes, &ce, loss, r->logits)) != ATTN_OK)
         return s;
+    if (trainer_stop_requested()) return TRAINER_STOPPED; /* between the forward and backward passes */
+    if ((s = attn_vit_backward(r->v, &r->a, r->logits, NULL, r->saved, r->sb, r->ws, r->wb)) != ATTN_OK) return s;
     *units = (double)B;
     return ATTN_OK;
 }
@@ -412,7 +477,12 @@ static attn_status vit_evaluate(void *ctx, int64_t step, int final) {
     int64_t n = 0, c = 0;
     attn_status s = evaluate(r->v, &r->d, &c, &n);
     if (s != ATTN_OK) return s;
-    if (final)
+    if (n == 0 && final) /* under 6 images: training still means something, an accuracy would not */
+        printf("held-out accuracy: none (no held-out images: %lld images, and i %% 6 == 5 is held out)\n",
+               (long long)r->d.n);
+    else if (n == 0)
+        printf("step %6lld  held-out accuracy: none (no held-out images)\n", (long long)step);
+    else if (final)
         printf("held-out accuracy: %.2f%% (%lld/%lld)\n", 100.0 * (double)c / (double)n, (long long)c, (long long)n);
     else
         printf("step %6lld  held-out accuracy %.2f%% (%lld/%lld)\n", (long long)step, 100.0 * (double)c / (double)n,
@@ -437,13 +507,20 @@ int train_vit(int argc, char **argv) {
     if (rc) return rc;
     vit_opts *o = &r.o;
     attn_set_num_threads((int)o->threads);
-    if (o->resume && resume_meta(o)) return 1;
+    if (load_data(o->data, &r.d)) {
+        free(r.d.images), free(r.d.labels);
+        return 1;
+    }
+    hash_data(&r.d, o->data_hash);
+    if (o->resume && resume_meta(o)) {
+        free(r.d.images), free(r.d.labels);
+        return 1;
+    }
     if (!o->mlp) o->mlp = 2 * o->hidden;
     if (o->warmup < 0) o->warmup = o->steps / 20;
-    if (o->warmup > o->steps)
-        return cli_usage_error("train vit: --warmup %lld exceeds --steps %lld", (long long)o->warmup,
-                               (long long)o->steps);
-    rc = vit_prepare(&r);
+    rc = o->warmup > o->steps ? cli_usage_error("train vit: --warmup %lld exceeds --steps %lld", (long long)o->warmup,
+                                                (long long)o->steps)
+                              : vit_prepare(&r);
     if (!rc) {
         trainer_config c = trainer_config_default("train vit");
         c.ps = r.ps, c.opt = r.opt;

@@ -38,6 +38,8 @@ typedef struct run {
 
 static int caught(const run *r) { return r->c->catch_signals && train_signals_caught(); }
 
+int trainer_stop_requested(void) { return train_signals_caught(); }
+
 static attn_status save(const run *r) {
     train_meta meta;
     r->h->metadata(r->h->ctx, &meta);
@@ -98,6 +100,11 @@ static int one_step(run *r) {
     double lr = 0, gn = 0, units = 0;
     float loss = 0;
     attn_status s = r->h->step(r->h->ctx, step, &loss, &units);
+    if (s == TRAINER_STOPPED && caught(r)) {
+        /* stopped inside the step: the optimizer has not run, the state is the last step's */
+        attn_clear_error();
+        return 0;
+    }
     if (s == ATTN_OK) s = attn_lr_warmup_cosine(&c->sched, step, &lr);
     if (s == ATTN_OK) {
         s = c->skip_nonfinite_loss && !isfinite(loss) ? ATTN_ERR_NUMERIC
@@ -164,6 +171,7 @@ static void steps(run *r) {
             r->failed = 1;
             break;
         }
+        if (!dist && caught(r)) break; /* a step stopped halfway (TRAINER_STOPPED) */
         if (after_step(r)) break;
     }
 }
@@ -180,6 +188,8 @@ static int finish(run *r) {
     return 0;
 }
 
+static int trainer_run_locked(run *rp, trainer_result *result);
+
 int trainer_run(const trainer_config *c, const trainer_hooks *h, trainer_result *result) {
     run r;
     memset(&r, 0, sizeof r);
@@ -187,6 +197,20 @@ int trainer_run(const trainer_config *c, const trainer_hooks *h, trainer_result 
     r.h = h;
     r.state.rng_seed = c->seed;
     r.rank = attn_dist_rank(c->dist);
+    /* one run per checkpoint: a second run would write over the first's steps (README, "Files
+     * and signals"); held until the process ends */
+    attn_io_lock lock = {-1, NULL};
+    if (r.rank == 0 && c->checkpoint && attn_io_lock_acquire(&lock, c->checkpoint) != ATTN_OK)
+        return cli_fail("%s: %s", c->cmd, attn_last_error());
+    const int rc = trainer_run_locked(&r, result);
+    attn_io_lock_release(&lock);
+    return rc;
+}
+
+static int trainer_run_locked(run *rp, trainer_result *result) {
+    run r = *rp;
+    const trainer_config *c = r.c;
+    const trainer_hooks *h = r.h;
     if (c->resume && resume(&r)) return 1;
     int rc = h->start ? h->start(h->ctx, &r.state) : 0;
     if (rc) return rc;

@@ -10,8 +10,11 @@
  *                  hook), timing
  *   evaluation     every eval_every steps and at the end (the evaluate hook prints its lines)
  *   checkpoints    every `every` steps and at the end, rank 0 only (with attn dist)
- *   Ctrl-C         SIGINT / SIGTERM stop between steps (train_signals_*; with attn dist, the ranks
- *                  agree on stopping), the checkpoint is written, exit status 130
+ *   Ctrl-C         SIGINT / SIGTERM stop between steps, or inside a long one (TRAINER_STOPPED;
+ *                  train_signals_*; with attn dist, the ranks agree on stopping), the checkpoint
+ *                  is written, exit status 130
+ *   lock           the checkpoint's advisory lock (attn_io_lock, rank 0) for the whole run: a
+ *                  second run on it is refused
  *   messages       "CMD: step N: ...", "CMD: cannot write checkpoint: ...", "final loss: X",
  *                  "checkpoint: PATH (step N)", "interrupted after step N of S: ..."
  * Where the commands' words differ (the rate's unit, the evaluation's lines, the demo's progress
@@ -99,6 +102,14 @@ typedef struct trainer_result {
     double units;            /* units trained on */
     int interrupted;         /* stopped by a signal */
 } trainer_result;
+
+/* What a step hook returns when it stopped halfway because trainer_stop_requested() said so (a
+ * long step checks between its micro-batches or phases): the step is not counted, the optimizer
+ * does not run, and the loop ends as on a signal between steps (the checkpoint of the last whole
+ * step, exit status 130). Not under attn dist, where the ranks agree on stopping between steps. */
+#define TRAINER_STOPPED ((attn_status)1000)
+/* Whether SIGINT / SIGTERM asked the running loop to stop. */
+int trainer_stop_requested(void);
 
 /* The configuration's defaults: clip 1, accum 1, "tok/s" of width 9, eval_name "evaluation",
  * signals caught, log every 10 steps; the rest zero. */

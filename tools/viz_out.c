@@ -46,20 +46,27 @@ static double map_max(const viz_map *m) {
     return v;
 }
 
+const char *viz_svg_file(const viz_set *s, int i, const char *path, char *buf, size_t cap) {
+    const viz_map *m = &s->maps[i];
+    char tag[64];
+    if (m->head == VIZ_HEAD_ROLLOUT)
+        snprintf(tag, sizeof tag, "rollout");
+    else if (m->head == VIZ_HEAD_MEAN)
+        snprintf(tag, sizeof tag, "L%d-mean", m->layer);
+    else
+        snprintf(tag, sizeof tag, "L%d-h%d", m->layer, m->head);
+    if (s->count == 1)
+        snprintf(buf, cap, "%s", path);
+    else
+        tagged(path, tag, buf, cap);
+    return buf;
+}
+
 int viz_write_svgs(const viz_set *s, const char *path, FILE *out, char *err, size_t errsz) {
     for (int i = 0; i < s->count; i++) {
         const viz_map *m = &s->maps[i];
-        char file[4096], tag[64], head[64], title[1024], caption[512];
-        if (m->head == VIZ_HEAD_ROLLOUT)
-            snprintf(tag, sizeof tag, "rollout");
-        else if (m->head == VIZ_HEAD_MEAN)
-            snprintf(tag, sizeof tag, "L%d-mean", m->layer);
-        else
-            snprintf(tag, sizeof tag, "L%d-h%d", m->layer, m->head);
-        if (s->count == 1)
-            snprintf(file, sizeof file, "%s", path);
-        else
-            tagged(path, tag, file, sizeof file);
+        char file[4096], head[64], title[1024], caption[512];
+        viz_svg_file(s, i, path, file, sizeof file);
         snprintf(title, sizeof title, "%s: %s, %s", s->title, m->module, viz_head_name(m, head, sizeof head));
         const double vmax = map_max(m);
         int cn = snprintf(caption, sizeof caption, "%s", s->model);
@@ -97,22 +104,22 @@ int viz_write_svgs(const viz_set *s, const char *path, FILE *out, char *err, siz
     return 0;
 }
 
-/* A JSON string: quotes, backslashes, control characters and <, >, & escaped (safe in <script>). */
+/* A JavaScript string of text, as attn_viz_write_text makes every text of the outputs (valid
+ * UTF-8, control characters visible, <, >, & escaped: safe in <script>). */
 static void json_str(FILE *f, const char *s) {
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20 || *p == '<' || *p == '>' || *p == '&')
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
+    attn_viz_write_text(f, s, ATTN_VIZ_JSON);
     fputc('"', f);
 }
 
+/* A weight in the page's data (a JavaScript literal: NaN and the infinities are kept, never drawn
+ * as zeros). */
 static void json_num(FILE *f, double v) {
-    if (!isfinite(v) || fabs(v) < 5e-7)
+    if (isnan(v))
+        fputs("NaN", f);
+    else if (isinf(v))
+        fputs(v > 0 ? "Infinity" : "-Infinity", f);
+    else if (fabs(v) < 5e-7)
         fputc('0', f);
     else
         fprintf(f, "%.4g", v);
@@ -144,7 +151,8 @@ static const char *const page_js[] = {
     "var cur = null;\n",
     "function esc(s) { return String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')"
     ".replace(/\"/g, '&quot;'); }\n",
-    "function colour(t) { t = t < 0 ? 0 : t > 1 ? 1 : t; return 'rgb(' + Math.round(255 - 247 * t) + ',' +"
+    "function colour(t) { if (isNaN(t)) return '#d62728'; if (!isFinite(t)) return '#ff7f0e';"
+    " t = t < 0 ? 0 : t > 1 ? 1 : t; return 'rgb(' + Math.round(255 - 247 * t) + ',' +"
     " Math.round(255 - 207 * t) + ',' + Math.round(255 - 148 * t) + ')'; }\n"
     "D.layers.forEach(function (L, i) { var o = document.createElement('option'); o.value = String(i);"
     " o.textContent = L.name; layerSel.appendChild(o); });\n",
@@ -210,7 +218,7 @@ static const char *const page_js[] = {
     "    if (focus >= 0 && i !== focus) continue;\n"
     "    for (j = 0; j < C; j++) {\n"
     "      var v = cur.M.w[i * C + j] / cur.vmax;\n"
-    "      if (v < 0.02) continue;\n"
+    "      if (!(v >= 0.02) || !isFinite(v)) continue;\n"
     "      parts.push('<line x1=\"' + (x1 + 4) + '\" y1=\"' + (12 + i * step) + '\" x2=\"' + (x2 - 4) + '\" y2=\"' +"
     " (12 + j * step) + '\" stroke=\"#2171b5\" stroke-width=\"2\" stroke-opacity=\"' + v.toFixed(3) + '\"/>');\n"
     "    }\n"
@@ -244,7 +252,8 @@ static const char *const page_js[] = {
     "    var want = D.layers[li].name + ' / ' + D.layers[li].maps[hi].head;\n"
     "    if (curEl.textContent !== want) errors.push('shows \"' + curEl.textContent + '\" for \"' + want + '\"');\n"
     "    if (inked() === 0) errors.push('blank heat map for ' + want);\n"
-    "    if (lines.getElementsByTagName('line').length === 0) errors.push('no lines for ' + want);\n"
+    "    var drawable = D.layers[li].maps[hi].w.some(function (x) { return x > 0 && isFinite(x); });\n"
+    "    if (drawable && lines.getElementsByTagName('line').length === 0) errors.push('no lines for ' + want);\n"
     "    sums[curEl.getAttribute('data-sum')] = 1;\n"
     "  }\n"
     "  var distinct = Object.keys(sums).length;\n"
@@ -348,11 +357,18 @@ int viz_write_html(const viz_set *s, const char *path, char *err, size_t errsz) 
 
 static void csv_field(FILE *f, const char *s) {
     fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', f);
-        fputc(*s, f);
-    }
+    attn_viz_write_text(f, s, ATTN_VIZ_CSV);
     fputc('"', f);
+}
+
+/* A weight: %.6g, with NaN and the infinities spelt as pandas and numpy read them. */
+static void csv_num(FILE *f, double v) {
+    if (isnan(v))
+        fputs("NaN", f);
+    else if (isinf(v))
+        fputs(v > 0 ? "inf" : "-inf", f);
+    else
+        fprintf(f, "%.6g", v);
 }
 
 int viz_write_csv(const viz_set *s, const char *path, char *err, size_t errsz) {
@@ -377,7 +393,9 @@ int viz_write_csv(const viz_set *s, const char *path, char *err, size_t errsz) {
                 csv_field(f, m->qlabels[m->r0 + r]);
                 fputc(',', f);
                 csv_field(f, m->klabels[m->c0 + c]);
-                fprintf(f, ",%.6g\n", (double)m->w[r * m->cols + c]);
+                fputc(',', f);
+                csv_num(f, (double)m->w[r * m->cols + c]);
+                fputc('\n', f);
             }
     }
     if (safe_fclose(&sf, f)) return fail(err, errsz, "%s: write failed: %s", path, attn_last_error());

@@ -40,6 +40,8 @@ const char *viz_head_name(const viz_map *m, char *buf, size_t cap);
 /* SVG: one file per map; with several maps, path gets "-L<layer>-h<head>" / "-mean" / "-rollout"
  * before its extension. The paths written are printed on out (nullable). */
 int viz_write_svgs(const viz_set *s, const char *path, FILE *out, char *err, size_t errsz);
+/* The file viz_write_svgs writes map i to, into buf. */
+const char *viz_svg_file(const viz_set *s, int i, const char *path, char *buf, size_t cap);
 /* A self-contained HTML page (inline CSS and JS, no network): a layer and head selector, the heat
  * map (a canvas) with hover values, and a head view (lines from each query token to the keys it
  * attends to, opacity by weight). Opened with the fragment #selftest, it switches through every

@@ -95,6 +95,14 @@ ATTN_API attn_status attn_dist_check_same(attn_dist *d, uint64_t value, const ch
 /* Seconds spent in attn_dist_allreduce_grads since the context was made (its wall time). */
 ATTN_API double attn_dist_reduce_seconds(const attn_dist *d);
 
+/* A limit on how long each collective of d may wait for the other ranks (0, the default: none).
+ * Waiting tests the collective and sleeps between tests (a little longer each time, up to 5 ms),
+ * so a rank waiting for a slow or stopped one does not burn a core. After `seconds`, the call
+ * pings the other ranks for up to 2 s and returns ATTN_ERR_IO naming those that did not answer
+ * ("... no answer from rank(s) 1: stopped, hung or lost"); the collective is then still pending
+ * on its buffers, so the caller must end the job (attn_dist_abort) rather than go on. */
+ATTN_API attn_status attn_dist_set_timeout(attn_dist *d, double seconds);
+
 /* MPI_Abort on the context's communicator: ends every rank of the job with exit status code. */
 ATTN_API void attn_dist_abort(attn_dist *d, int code);
 

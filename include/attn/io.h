@@ -10,7 +10,9 @@
  * folder as the target, created under an unpredictable name that must not exist yet (so two
  * writers never share it and a planted link is never followed), flushed to disk, then renamed
  * over the target, and the folder is flushed so that the rename survives a crash. Until the
- * rename the old file is untouched; a failure removes the temporary file. The target itself must
+ * rename the old file is untouched; a failure removes the temporary file. The temporary's name is
+ * PATH.tmp-PID-RANDOM: the next output to PATH removes those whose process no longer exists (a
+ * writer killed before its rename), and nothing else. The target itself must
  * be missing or a regular file: a device, a FIFO, a folder or a symbolic link there is refused.
  * attn_io_check_output adds the checks of a program's outputs: never one of its inputs, and an
  * existing file of another kind is not replaced unless asked.
@@ -98,6 +100,21 @@ ATTN_API void attn_io_out_abort(attn_io_out *o);
  * either way. */
 ATTN_API FILE *attn_io_out_fopen(attn_io_out *o, const char *path);
 ATTN_API attn_status attn_io_out_fclose(attn_io_out *o, FILE *f);
+
+/* An advisory lock on a file, held by one process at a time: flock on the sibling file PATH.lock
+ * (PATH itself is replaced by every atomic write, so a lock on it would not last). The lock file
+ * holds the holder's pid (for the message) and is removed on release; the lock ends with the
+ * process too (exit, crash, SIGKILL), so it is never stale. Advisory: it keeps out only programs
+ * that ask for it (every `attn train` does, for its checkpoint). attn_io_lock_acquire does not
+ * wait: when another process holds it, ATTN_ERR_IO "'PATH' is in use: another process (pid N)
+ * holds its lock 'PATH.lock'; ...". On failure l->fd is -1 and nothing is held. */
+typedef struct attn_io_lock {
+    int fd;
+    char *path; /* PATH.lock */
+} attn_io_lock;
+ATTN_API attn_status attn_io_lock_acquire(attn_io_lock *l, const char *path);
+/* Release and remove the lock file (safe on a failed acquire; NULL: nothing). */
+ATTN_API void attn_io_lock_release(attn_io_lock *l);
 
 #ifdef __cplusplus
 }

@@ -51,14 +51,21 @@ ATTN_API attn_status attn_embedding_positions_backward(attn_embedding *e, const 
  *   (x_a, x_b) -> (x_a cos - x_b sin,  x_b cos + x_a sin)
  * with pairs (i, i + rotary_dim/2) in the NeoX layout (rotate_half, Hugging Face's Llama/NeoX) or
  * (2i, 2i + 1) in the interleaved GPT-J layout. Scaling: none (base' = base, factor' = 1),
- * linear / position interpolation (factor' = factor), or NTK-aware
- * (base' = base * factor^(rotary_dim / (rotary_dim - 2)), factor' = 1). The backward is the
- * inverse rotation of the gradient, also in place. */
+ * linear / position interpolation (factor' = factor), NTK-aware
+ * (base' = base * factor^(rotary_dim / (rotary_dim - 2)), factor' = 1), or Llama 3's
+ * frequency-dependent scaling (transformers' _compute_llama3_parameters; base' = base, factor' = 1,
+ * theta_i replaced by theta'_i): with L = original_max_positions, wavelength w = 2 pi / theta_i,
+ *   w < L / high_freq_factor:  theta'_i = theta_i                    (high frequencies kept)
+ *   w > L / low_freq_factor:   theta'_i = theta_i / factor           (low frequencies interpolated)
+ *   otherwise, s = (L / w - low_freq_factor) / (high_freq_factor - low_freq_factor):
+ *                              theta'_i = (1 - s) theta_i / factor + s theta_i
+ * The backward is the inverse rotation of the gradient, also in place. */
 typedef enum attn_rope_layout { ATTN_ROPE_NEOX = 0, ATTN_ROPE_INTERLEAVED = 1 } attn_rope_layout;
 typedef enum attn_rope_scaling {
     ATTN_ROPE_SCALING_NONE = 0,
     ATTN_ROPE_SCALING_LINEAR = 1,
-    ATTN_ROPE_SCALING_NTK = 2
+    ATTN_ROPE_SCALING_NTK = 2,
+    ATTN_ROPE_SCALING_LLAMA3 = 3
 } attn_rope_scaling;
 typedef struct attn_rope_config {
     int64_t head_dim;
@@ -66,7 +73,11 @@ typedef struct attn_rope_config {
     double base;        /* default 10000 */
     attn_rope_layout layout;
     attn_rope_scaling scaling;
-    double factor; /* > 0 for linear / NTK scaling (default 1) */
+    double factor; /* > 0 for linear / NTK / Llama 3 scaling (default 1) */
+    /* Llama 3 scaling only: 0 < low_freq_factor < high_freq_factor (defaults 1 and 4), and
+     * original_max_positions >= 1 (default 8192), the context length trained before scaling */
+    double low_freq_factor, high_freq_factor;
+    int64_t original_max_positions;
 } attn_rope_config;
 ATTN_API attn_rope_config attn_rope_config_default(int64_t head_dim);
 /* positions (nullable) [N]: explicit positions, else pos0 + n. */

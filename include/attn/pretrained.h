@@ -32,6 +32,24 @@
  *           scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn, add_cross_attention false.
  *           A causal LM: attn_pretrained_logits and attn_pretrained_generate; hidden_states and
  *           embed are ATTN_ERR_UNSUPPORTED (and generate is on "bert").
+ *   "llama", "mistral", "qwen2"  model_type "llama" / "mistral" / "qwen2": LlamaForCausalLM,
+ *           MistralForCausalLM, Qwen2ForCausalLM (src/models/llama.c, one code): weights under
+ *           "model." (embed_tokens, layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
+ *           post_attention_layernorm, mlp.{gate,up,down}_proj}, norm) and lm_head.weight, which
+ *           tie_word_embeddings true (default false) replaces by embed_tokens (a stored one is then
+ *           ignored, as are old rotary_emb.inv_freq buffers). Grouped-query attention
+ *           (num_key_value_heads divides num_attention_heads; head_dim, else hidden_size / heads);
+ *           RMSNorm (rms_norm_eps); hidden_act silu; RoPE (NeoX layout) from rope_parameters
+ *           (transformers 5) or rope_theta + rope_scaling (older): rope_type default, linear
+ *           (factor) or llama3 (factor, low_freq_factor, high_freq_factor,
+ *           original_max_position_embeddings), any other ATTN_ERR_UNSUPPORTED naming it. Biases:
+ *           llama's attention_bias (q, k, v, o) and mlp_bias; qwen2's q, k, v always; mistral none.
+ *           Sliding window: mistral's sliding_window (null: none; absent: 4096), qwen2's when
+ *           use_sliding_window, on the layers layer_types marks "sliding_attention" (else those
+ *           >= max_window_layers): query i sees keys i - sliding_window + 1 .. i, in the full
+ *           forward and in cached steps. A causal LM as "gpt2"; max_position_embeddings bounds
+ *           prompt + new tokens; the key/value cache (Hkv heads per layer) grows as generation
+ *           needs. eos_token_id may be a list (attn_pretrained_eos_ids).
  *   "vit"   model_type "vit": ViTModel / ViTForImageClassification (the image block below).
  * Weights: F32, F16, BF16 or F64 tensors, converted to float32; every tensor the model needs must
  * be present with the shape config.json implies, and every other tensor is an error ("missing" and
@@ -64,7 +82,7 @@ ATTN_API const char *attn_pretrained_family_name(size_t i);
 ATTN_API attn_status attn_pretrained_open(const char *dir, attn_pretrained **out);
 ATTN_API void attn_pretrained_free(attn_pretrained *m);
 
-ATTN_API const char *attn_pretrained_family(const attn_pretrained *m); /* "bert", "gpt2" */
+ATTN_API const char *attn_pretrained_family(const attn_pretrained *m); /* "bert", "gpt2", "llama", ... */
 ATTN_API int64_t attn_pretrained_hidden_size(const attn_pretrained *m);
 /* Width of attn_pretrained_embed's rows. */
 ATTN_API int64_t attn_pretrained_embedding_size(const attn_pretrained *m);
@@ -90,25 +108,32 @@ ATTN_API attn_status attn_pretrained_hidden_states(attn_pretrained *m, const int
 ATTN_API attn_status attn_pretrained_embed(attn_pretrained *m, const int32_t *ids, const int64_t *lengths,
                                            int64_t batch, int64_t seq, float *out);
 
-/* ---- causal language models ("gpt2") ---- */
+/* ---- causal language models ("gpt2", "llama", "mistral", "qwen2") ---- */
 
-/* A causal LM's next-token logits, as GPT2LMHeadModel(ids).logits in eval: out [batch, seq, vocab].
+/* A causal LM's next-token logits, as GPT2LMHeadModel(ids).logits (LlamaForCausalLM's, ...) in
+ * eval: out [batch, seq, vocab].
  * Row b's real tokens are its first lengths[b] (right padding: the causal mask keeps it from the
  * real positions); padded positions of out are set to 0. */
 ATTN_API attn_status attn_pretrained_logits(attn_pretrained *m, const int32_t *ids, const int64_t *lengths,
                                             int64_t batch, int64_t seq, float *out);
 
-/* config.json's eos_token_id (-1 when it has none; an id >= vocab_size is never produced). */
+/* config.json's eos_token_id (-1 when it has none; an id >= vocab_size is never produced); when
+ * it is a list (Llama 3: [128001, 128008, 128009]), the first of the list. */
 ATTN_API int32_t attn_pretrained_eos_id(const attn_pretrained *m);
+/* All of config.json's eos ids (an int or a list, at most 16): the first min(count, cap) are
+ * written to ids (nullable); returns the count (0 when none). */
+ATTN_API size_t attn_pretrained_eos_ids(const attn_pretrained *m, int32_t *ids, size_t cap);
 
 typedef struct attn_generate_options {
-    int64_t max_new_tokens; /* >= 0; prompt + max_new_tokens <= the model's n_positions */
+    int64_t max_new_tokens; /* >= 0; prompt + max_new_tokens <= the model's n_positions
+                               (Llama & co: max_position_embeddings) */
     double temperature;     /* 0: greedy (the first maximum of the logits, as argmax); else logits / T */
     int64_t top_k;          /* > 0: sample among the top_k largest logits (ties by lower id); 0: all */
     double top_p;           /* in (0, 1]: then the fewest most likely tokens whose probability sums
                                to >= top_p (nucleus sampling); 1: all */
     uint64_t seed;          /* token i is drawn with attn_philox_uniform(seed, 0, i): deterministic */
-    int32_t eos_id;         /* generation stops after producing it; -1: none */
+    int32_t eos_id;         /* generation stops after producing it; -1: none. When it is the model's
+                               attn_pretrained_eos_id, any id of attn_pretrained_eos_ids stops */
 } attn_generate_options;
 
 /* max_new_tokens 32, temperature 0 (greedy), top_k 0, top_p 1, seed 0, eos_id -1. */
@@ -120,7 +145,8 @@ typedef int (*attn_generate_callback)(int32_t id, void *user);
 /* Continue prompt[0..n) (n >= 1): the prompt fills the model's key/value cache in one pass, then
  * each new token costs one cached step. Sampling is over softmax(logits / temperature) restricted by
  * top_k then top_p, with Philox draws (so a seed gives the same tokens on every machine and thread
- * count). *produced (nullable) gets how many ids were passed to on_token (nullable). */
+ * count). *produced (nullable) gets how many ids were passed to on_token (nullable). Logits holding
+ * a NaN or an infinity stop it with ATTN_ERR_NUMERIC naming the step and the logit. */
 ATTN_API attn_status attn_pretrained_generate(attn_pretrained *m, const int32_t *prompt, size_t n,
                                               const attn_generate_options *o, attn_generate_callback on_token,
                                               void *user, size_t *produced);

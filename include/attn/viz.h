@@ -48,8 +48,23 @@ ATTN_API attn_status attn_viz_write_svg(FILE *f, const attn_viz_heatmap *h);
 ATTN_API attn_status attn_viz_write_html(FILE *f, const attn_viz_heatmap *h, const char *page_title,
                                          const char *before_html, const char *after_html);
 
-/* text with &, <, >, " and ' escaped for XML / HTML. ATTN_ERR_IO when writing fails. */
+/* text with &, <, >, " and ' escaped for XML / HTML (attn_viz_write_text's ATTN_VIZ_XML).
+ * ATTN_ERR_IO when writing fails. */
 ATTN_API attn_status attn_viz_write_escaped(FILE *f, const char *text);
+
+/* Where a text goes: XML / HTML character data or an attribute value (&, <, >, ", ' as
+ * entities); the body of a JSON / JavaScript string ("\"", "\\"; <, >, &, U+2028, U+2029 as \u
+ * escapes, so it never ends a <script>); the body of a quoted CSV field (" doubled). */
+typedef enum attn_viz_syntax { ATTN_VIZ_XML = 0, ATTN_VIZ_JSON = 1, ATTN_VIZ_CSV = 2 } attn_viz_syntax;
+
+/* text (NULL: "") written to f as valid UTF-8 in that syntax: bytes that are not valid UTF-8
+ * (stray or truncated, overlong, surrogate, past U+10FFFF) become U+FFFD, one per maximal subpart
+ * (Unicode's practice, as Python's errors="replace"); C0 control characters and DEL become their
+ * visible Control Pictures (U+2400 + c, U+2421), C1 controls and U+FFFE / U+FFFF become U+FFFD;
+ * so a title, a file name or a label of any bytes keeps an SVG / HTML file well-formed and a CSV
+ * row on one line. ATTN_ERR_INVALID_ARGUMENT for a NULL f or an unknown syntax, ATTN_ERR_IO when
+ * writing fails. */
+ATTN_API attn_status attn_viz_write_text(FILE *f, const char *text, attn_viz_syntax syntax);
 
 /* ---- attention rollout (Abnar & Zuidema, "Quantifying Attention Flow in Transformers", 2020) --
  * How much each output position draws on each input token through a stack of self-attentions,

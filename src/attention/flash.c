@@ -1248,9 +1248,13 @@ attn_status attn_flash_weights(const attn_tensor *q, const attn_tensor *k, const
         /* the row's own log-sum-exp, online, then the probabilities (logits computed twice rather
          * than kept, so no row buffer is needed) */
         double mx = -INFINITY, sum = 0;
+        int poisoned = 0;
         for (int64_t j = 0; j < c.nk; j++) {
             const double s = exact_logit(&c, q, k, b, h, i, j);
             if (s == -INFINITY) continue;
+            /* as torch.softmax: a NaN or +Inf logit makes the whole row NaN (exp(inf - inf)), which a
+             * row of NaN logits would otherwise skip as if masked, giving zeros */
+            poisoned |= isnan(s) || s == INFINITY;
             if (s > mx) {
                 sum = sum * exp(mx - s) + 1.0;
                 mx = s;
@@ -1260,6 +1264,10 @@ attn_status attn_flash_weights(const attn_tensor *q, const attn_tensor *k, const
         }
         const double lse = mx == -INFINITY ? -INFINITY : mx + log(sum);
         for (int64_t j = 0; j < c.nk; j++) {
+            if (poisoned) {
+                weights[r * c.nk + j] = NAN;
+                continue;
+            }
             const double s = lse == -INFINITY ? -INFINITY : exact_logit(&c, q, k, b, h, i, j);
             double p = s == -INFINITY ? 0.0 : exp(s - lse);
             if (apply_dropout_ && p != 0) p *= attn_ctx_keep(&c, b, h, i, j);

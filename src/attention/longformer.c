@@ -504,9 +504,11 @@ attn_status attn_longformer_weights(const attn_tensor *q, const attn_tensor *k, 
         /* the row's log-sum-exp over the keys it sees, online, then the probabilities (logits
          * computed twice rather than kept, so no row buffer is needed) */
         double mx = -INFINITY, sum = 0;
+        int poisoned = 0;
         for (int64_t j = 0; j < pl.N; j++) {
             if (!sees(&pl, b, i, j)) continue;
             const double s = exact_logit(&pl, c.scale, qi, q->stride[3], kh + j * k->stride[2], k->stride[3]);
+            poisoned |= isnan(s) || s == INFINITY; /* the softmax over the keys seen is NaN (torch.softmax) */
             if (s > mx) {
                 sum = sum * exp(mx - s) + 1.0;
                 mx = s;
@@ -517,7 +519,9 @@ attn_status attn_longformer_weights(const attn_tensor *q, const attn_tensor *k, 
         const double l = mx == -INFINITY ? -INFINITY : mx + log(sum);
         for (int64_t j = 0; j < pl.N; j++)
             wr[j] =
-                l != -INFINITY && sees(&pl, b, i, j)
+                !sees(&pl, b, i, j) ? 0.0f /* outside the band: no logit at all */
+                : poisoned          ? NAN
+                : l != -INFINITY
                     ? (float)exp(exact_logit(&pl, c.scale, qi, q->stride[3], kh + j * k->stride[2], k->stride[3]) - l)
                     : 0.0f;
     }

@@ -1,5 +1,6 @@
 /* attn dist: data-parallel training over MPI (see include/attn/dist.h). Compiled in every build;
  * without MPI (ATTN_HAVE_MPI 0) the functions that need it answer ATTN_ERR_UNSUPPORTED. */
+#define _POSIX_C_SOURCE 200809L
 #include "core/alloc.h"
 #include "attn/dist.h"
 
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/internal.h"
 
@@ -45,6 +47,8 @@ struct attn_dist {
     float *flat;    /* the flattened gradient (kept: fresh pages every step cost page faults) */
     size_t flat_cap;
     double reduce_seconds;
+    double timeout; /* seconds a collective may wait (0: no limit), attn_dist_set_timeout */
+    int agree[2];   /* attn_dist_agree's operands: a timed-out collective may still write them */
 };
 
 static attn_status mpi_fail(int rc, const char *what) {
@@ -55,6 +59,98 @@ static attn_status mpi_fail(int rc, const char *what) {
 }
 
 int attn_dist_available(void) { return 1; }
+
+static void nap(long ns) {
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
+/* After a timeout: which ranks answer a ping within a grace period. Every rank that timed out in
+ * the same collective pings the others, so a live rank answers; a stopped, hung or lost one does
+ * not. Their list goes to buf; returns their count. */
+#define PING_TAG 7331
+static int silent_ranks(attn_dist *d, char *buf, size_t cap) {
+    const int n = d->size;
+    MPI_Request *rq = attn__malloc(sizeof(MPI_Request) * 2 * (size_t)n);
+    char *got = attn__calloc((size_t)n, 1);
+    static const int one = 1; /* read by sends that may outlive the call */
+    int *in = attn__malloc(sizeof(int) * (size_t)n), listed = -1;
+    snprintf(buf, cap, "? (out of memory)");
+    if (!rq || !got || !in) goto out;
+    listed = 0;
+    for (int j = 0; j < n; j++) {
+        rq[j] = rq[n + j] = MPI_REQUEST_NULL;
+        if (j == d->rank) continue;
+        MPI_Irecv(&in[j], 1, MPI_INT, j, PING_TAG, d->comm, &rq[j]);
+        MPI_Isend(&one, 1, MPI_INT, j, PING_TAG, d->comm, &rq[n + j]);
+    }
+    const double grace = d->timeout < 2.0 ? d->timeout : 2.0, t0 = MPI_Wtime();
+    for (int missing = n - 1; missing > 0 && MPI_Wtime() - t0 < grace; nap(1000000)) {
+        missing = 0;
+        for (int j = 0; j < n; j++) {
+            int flag = 0;
+            if (j != d->rank && !got[j] && rq[j] != MPI_REQUEST_NULL) MPI_Test(&rq[j], &flag, MPI_STATUS_IGNORE);
+            got[j] |= (char)flag;
+            missing += j != d->rank && !got[j];
+        }
+    }
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int j = 0; j < n && used < cap; j++) {
+        if (j == d->rank || got[j]) continue;
+        if (rq[j] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&rq[j]);
+            MPI_Request_free(&rq[j]);
+        }
+        used += (size_t)snprintf(buf + used, cap - used, "%s%d", listed++ ? ", " : "", j);
+    }
+    for (int j = 0; j < n; j++)
+        if (rq[n + j] != MPI_REQUEST_NULL) MPI_Request_free(&rq[n + j]);
+    if (listed) in = NULL; /* a cancelled receive might still land: its buffer stays until the abort */
+out:
+    attn__free(rq), attn__free(got), attn__free(in);
+    return listed;
+}
+
+/* Waits for a collective begun without blocking: tests it, and between tests sleeps a little
+ * longer each time (up to 5 ms) so that waiting for a slow rank does not burn a core; after
+ * d->timeout seconds (when set), an error naming the ranks that did not answer. */
+static attn_status wait_for(attn_dist *d, int rc, MPI_Request *req, const char *what) {
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, what);
+    const double t0 = MPI_Wtime();
+    long sleep_ns = 0;
+    for (int spins = 0;; spins++) {
+        int flag = 0;
+        rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(rc, what);
+        if (flag) return ATTN_OK;
+        const double waited = MPI_Wtime() - t0;
+        if (d->timeout > 0 && waited > d->timeout) {
+            char list[256];
+            if (silent_ranks(d, list, sizeof list) == 0)
+                return attn_error(ATTN_ERR_IO,
+                                  "%s: rank %d of %d waited %.0f s (the timeout) for the others, yet every rank "
+                                  "answered a ping: one is slower than the timeout allows",
+                                  what, d->rank, d->size, waited);
+            return attn_error(ATTN_ERR_IO,
+                              "%s: rank %d of %d waited %.0f s (the timeout) for the others; no answer from "
+                              "rank(s) %s: stopped, hung or lost",
+                              what, d->rank, d->size, waited, list);
+        }
+        if (spins < 1000) continue; /* a collective that is about to end: no sleep */
+        sleep_ns = sleep_ns < 5000000 ? sleep_ns + 20000 : 5000000;
+        nap(sleep_ns);
+    }
+}
+
+attn_status attn_dist_set_timeout(attn_dist *d, double seconds) {
+    ATTN_CHECK_NOT_NULL("attn_dist_set_timeout", d);
+    if (!(seconds >= 0) || seconds > 1e9)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_dist_set_timeout: %g seconds (want 0 .. 1e9; 0: none)",
+                          seconds);
+    d->timeout = seconds;
+    return ATTN_OK;
+}
 
 attn_status attn_dist_init_comm(const void *comm, attn_dist **out) {
     ATTN_CHECK_NOT_NULL("attn_dist_init_comm", comm);
@@ -145,9 +241,13 @@ attn_status attn_dist_reduce_flat(attn_dist *d, const float *local, int64_t n_lo
                           (long long)L, (long long)p);
     /* every rank must agree on L (the micro-batches per rank): a mismatch would garble the slices */
     int64_t lmin = L, lmax = L;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, &lmin, 1, MPI_INT64_T, MPI_MIN, d->comm);
-    if (rc == MPI_SUCCESS) rc = MPI_Allreduce(MPI_IN_PLACE, &lmax, 1, MPI_INT64_T, MPI_MAX, d->comm);
-    if (rc != MPI_SUCCESS) return mpi_fail(rc, "attn_dist_allreduce_grads: MPI_Allreduce");
+    MPI_Request req;
+    attn_status ws = wait_for(d, MPI_Iallreduce(MPI_IN_PLACE, &lmin, 1, MPI_INT64_T, MPI_MIN, d->comm, &req), &req,
+                              "attn_dist_allreduce_grads: MPI_Allreduce");
+    if (ws == ATTN_OK)
+        ws = wait_for(d, MPI_Iallreduce(MPI_IN_PLACE, &lmax, 1, MPI_INT64_T, MPI_MAX, d->comm, &req), &req,
+                      "attn_dist_allreduce_grads: MPI_Allreduce");
+    if (ws != ATTN_OK) return ws;
     if (lmin != lmax)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                           "attn_dist_allreduce_grads: ranks pass between %lld and %lld micro-batches; every rank "
@@ -184,12 +284,10 @@ attn_status attn_dist_reduce_flat(attn_dist *d, const float *local, int64_t n_lo
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_dist_allreduce_grads: out of memory");
     }
     float *recv = d->buf;
-    rc = MPI_Alltoallv(send, scount, sdispl, MPI_FLOAT, recv, rcount, rdispl, MPI_FLOAT, d->comm);
+    ws = wait_for(d, MPI_Ialltoallv(send, scount, sdispl, MPI_FLOAT, recv, rcount, rdispl, MPI_FLOAT, d->comm, &req),
+                  &req, "attn_dist_allreduce_grads: MPI_Alltoallv");
+    if (ws != ATTN_OK) return ws; /* the buffers stay: MPI may still use them until the abort */
     if (L > 1) attn__free(send);
-    if (rc != MPI_SUCCESS) {
-        attn__free(scount);
-        return mpi_fail(rc, "attn_dist_allreduce_grads: MPI_Alltoallv");
-    }
     /* the fold, in global micro-batch order: rank 0's L, then rank 1's, ... (threads split the
      * elements, never an element's sum) */
     float *acc = out + mine_lo;
@@ -208,10 +306,10 @@ attn_status attn_dist_reduce_flat(attn_dist *d, const float *local, int64_t n_lo
         rcount[j] = (int)(slice_lo(p, n, j + 1) - lo);
         rdispl[j] = (int)lo;
     }
-    rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, rcount, rdispl, MPI_FLOAT, d->comm);
-    attn__free(scount);
-    if (rc != MPI_SUCCESS) return mpi_fail(rc, "attn_dist_allreduce_grads: MPI_Allgatherv");
-    return ATTN_OK;
+    ws = wait_for(d, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, rcount, rdispl, MPI_FLOAT, d->comm, &req),
+                  &req, "attn_dist_allreduce_grads: MPI_Allgatherv");
+    if (ws == ATTN_OK) attn__free(scount); /* else it stays, as above */
+    return ws;
 }
 
 attn_status attn_dist_allreduce_grads(attn_dist *d, const attn_params *ps, const float *local, int64_t n_local) {
@@ -253,8 +351,10 @@ attn_status attn_dist_broadcast_params(attn_dist *d, const attn_params *ps) {
         const attn_param *q = attn_params_get(ps, i);
         for (size_t off = 0; off < q->numel;) {
             const size_t c = q->numel - off < (size_t)1 << 30 ? q->numel - off : (size_t)1 << 30;
-            int rc = MPI_Bcast(q->data + off, (int)c, MPI_FLOAT, 0, d->comm);
-            if (rc != MPI_SUCCESS) return mpi_fail(rc, "attn_dist_broadcast_params: MPI_Bcast");
+            MPI_Request req;
+            attn_status s = wait_for(d, MPI_Ibcast(q->data + off, (int)c, MPI_FLOAT, 0, d->comm, &req), &req,
+                                     "attn_dist_broadcast_params: MPI_Bcast");
+            if (s != ATTN_OK) return s;
             off += c;
         }
     }
@@ -266,26 +366,30 @@ attn_status attn_dist_allgather_f32(attn_dist *d, const float *mine, int64_t n, 
     ATTN_CHECK_NOT_NULL("attn_dist_allgather_f32", all);
     if (n < 0 || n > INT32_MAX || (n > 0 && !mine))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_dist_allgather_f32: %lld floats", (long long)n);
-    int rc = MPI_Allgather(mine, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, d->comm);
-    return rc == MPI_SUCCESS ? ATTN_OK : mpi_fail(rc, "attn_dist_allgather_f32: MPI_Allgather");
+    MPI_Request req;
+    return wait_for(d, MPI_Iallgather(mine, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, d->comm, &req), &req,
+                    "attn_dist_allgather_f32: MPI_Allgather");
 }
 
 attn_status attn_dist_agree(attn_dist *d, int flags, int *all) {
     ATTN_CHECK_NOT_NULL("attn_dist_agree", d);
     ATTN_CHECK_NOT_NULL("attn_dist_agree", all);
-    int rc = MPI_Allreduce(&flags, all, 1, MPI_INT, MPI_BOR, d->comm);
-    return rc == MPI_SUCCESS ? ATTN_OK : mpi_fail(rc, "attn_dist_agree: MPI_Allreduce");
+    MPI_Request req;
+    d->agree[0] = flags;
+    attn_status s = wait_for(d, MPI_Iallreduce(&d->agree[0], &d->agree[1], 1, MPI_INT, MPI_BOR, d->comm, &req), &req,
+                             "attn_dist_agree: MPI_Allreduce");
+    if (s == ATTN_OK) *all = d->agree[1];
+    return s;
 }
 
 attn_status attn_dist_check_same(attn_dist *d, uint64_t value, const char *what) {
     ATTN_CHECK_NOT_NULL("attn_dist_check_same", d);
     uint64_t *v = attn__malloc(sizeof(uint64_t) * (size_t)d->size);
     if (!v) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_dist_check_same: out of memory");
-    int rc = MPI_Allgather(&value, 1, MPI_UINT64_T, v, 1, MPI_UINT64_T, d->comm);
-    if (rc != MPI_SUCCESS) {
-        attn__free(v);
-        return mpi_fail(rc, "attn_dist_check_same: MPI_Allgather");
-    }
+    MPI_Request req;
+    attn_status s = wait_for(d, MPI_Iallgather(&value, 1, MPI_UINT64_T, v, 1, MPI_UINT64_T, d->comm, &req), &req,
+                             "attn_dist_check_same: MPI_Allgather");
+    if (s != ATTN_OK) return s; /* v stays: MPI may still write it until the abort */
     char list[256] = "";
     size_t used = 0;
     int differ = 0;
@@ -308,6 +412,10 @@ attn_status attn_dist_check_same(attn_dist *d, uint64_t value, const char *what)
 #define NO_MPI(fn) attn_error(ATTN_ERR_UNSUPPORTED, "%s: this build has no MPI (configure with MPI installed)", fn)
 
 int attn_dist_available(void) { return 0; }
+attn_status attn_dist_set_timeout(attn_dist *d, double seconds) {
+    (void)d, (void)seconds;
+    return NO_MPI("attn_dist_set_timeout");
+}
 attn_status attn_dist_init(attn_dist **out) {
     if (out) *out = NULL;
     return NO_MPI("attn_dist_init");

@@ -118,17 +118,57 @@ static attn_status decode_pnm(const char *fn, const uint8_t *p, size_t len, attn
 
 /* ---- PNG ---- */
 
+#if ATTN_HAVE_PNG
+/* A palette image's indices, read as they are (libpng's colormap format keeps the file's palette
+ * and passes every index through), all below the palette's size: libpng itself maps an index past
+ * the palette to black without a word. im has been begun and is finished (or freed) here. */
+static attn_status check_palette(const char *fn, png_image *im) {
+    const uint32_t entries = im->colormap_entries;
+    const size_t n = (size_t)im->width * im->height;
+    uint8_t *idx = attn__malloc(n), *cmap = attn__malloc(256 * 4); /* the largest colormap */
+    if (!idx || !cmap) {
+        attn__free(idx), attn__free(cmap);
+        png_image_free(im);
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes", fn, n);
+    }
+    im->format = PNG_FORMAT_RGB_COLORMAP;
+    attn_status st = ATTN_OK;
+    if (!png_image_finish_read(im, NULL, idx, 0, cmap)) {
+        st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: PNG: %s", fn, im->message);
+        png_image_free(im);
+    }
+    for (size_t i = 0; !st && i < n; i++)
+        if (idx[i] >= entries)
+            st = attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                            "%s: PNG palette index %d at pixel (row %zu, column %zu) is past the palette's %u "
+                            "entries",
+                            fn, idx[i], i / im->width, i % im->width, (unsigned)entries);
+    attn__free(idx), attn__free(cmap);
+    return st;
+}
+
+static attn_status png_begin(const char *fn, const uint8_t *p, size_t len, png_image *im) {
+    memset(im, 0, sizeof *im);
+    im->version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(im, p, len))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: PNG: %s", fn, im->message);
+    /* 16-bit samples without gAMA / sRGB are sRGB-encoded as 8-bit ones are (what every other
+     * reader assumes), not the linear light libpng's simplified API takes by default: 0x8080 is
+     * read as 128, the 8-bit twin's value, rather than 186 */
+    im->flags |= PNG_IMAGE_FLAG_16BIT_sRGB;
+    attn_status st = check_dims(fn, "PNG", (int64_t)im->width, (int64_t)im->height);
+    if (st) png_image_free(im);
+    return st;
+}
+#endif
+
 static attn_status decode_png(const char *fn, const uint8_t *p, size_t len, attn_image *out) {
 #if ATTN_HAVE_PNG
     png_image im;
-    memset(&im, 0, sizeof im);
-    im.version = PNG_IMAGE_VERSION;
-    if (!png_image_begin_read_from_memory(&im, p, len))
-        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: PNG: %s", fn, im.message);
-    attn_status st = check_dims(fn, "PNG", (int64_t)im.width, (int64_t)im.height);
-    if (st) {
-        png_image_free(&im);
-        return st;
+    attn_status st = png_begin(fn, p, len, &im);
+    if (st) return st;
+    if (im.format & PNG_FORMAT_FLAG_COLORMAP) { /* a palette file: check its indices, then read it afresh */
+        if ((st = check_palette(fn, &im)) || (st = png_begin(fn, p, len, &im))) return st;
     }
     const int ch = (im.format & PNG_FORMAT_FLAG_COLOR) ? 3 : 1;
     im.format = ch == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;

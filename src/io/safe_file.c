@@ -5,11 +5,14 @@
 #include "core/alloc.h"
 #include "io/safe_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -171,6 +174,39 @@ static char *dir_of(const char *path) {
     return d;
 }
 
+/* The pid in a temporary's name "BASE.tmp-PID-HEX16" (the scheme of attn_io_out_begin), or 0 when
+ * name is not one of path's temporaries. */
+static long temporary_pid(const char *name, const char *base) {
+    const size_t bl = strlen(base);
+    if (strncmp(name, base, bl) || strncmp(name + bl, ".tmp-", 5)) return 0;
+    const char *p = name + bl + 5;
+    long pid = 0;
+    for (; *p >= '0' && *p <= '9' && pid < 100000000; p++) pid = pid * 10 + (*p - '0');
+    if (*p != '-' || p == name + bl + 5) return 0;
+    size_t hex = 0;
+    for (p++; (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'); p++) hex++;
+    return hex == 16 && *p == '\0' ? pid : 0;
+}
+
+/* Remove what writers of path that died before their rename left (SIGKILL, power loss): only
+ * files its naming scheme proves are temporaries of path, whose process no longer exists (a
+ * live or unknown process, or this one, keeps its file). Best effort: errors are ignored. */
+static void remove_stale_temporaries(const char *path, const char *dir) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    const int dfd = dirfd(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const long pid = temporary_pid(e->d_name, base);
+        if (pid <= 0 || pid == (long)getpid()) continue;
+        struct stat sb;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+        if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) unlinkat(dfd, e->d_name, 0);
+    }
+    closedir(d);
+}
+
 attn_status attn_io_out_begin(attn_io_out *o, const char *path) {
     ATTN_CHECK_NOT_NULL("attn_io_out_begin", o);
     o->fd = -1;
@@ -180,13 +216,17 @@ attn_status attn_io_out_begin(attn_io_out *o, const char *path) {
     if (s) return s;
     const size_t pl = strlen(path);
     o->path = attn__strdup(path);
-    o->tmp = attn__malloc(pl + 32);
+    o->tmp = attn__malloc(pl + 48);
     if (!o->path || !o->tmp) {
         attn_io_out_abort(o);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory");
     }
+    char *dir = dir_of(path);
+    if (dir) remove_stale_temporaries(path, dir);
+    attn__free(dir);
     for (int tries = 0; tries < 64; tries++) {
-        snprintf(o->tmp, pl + 32, "%s.tmp-%016llx", path, (unsigned long long)random_bits());
+        /* the pid proves whose it is (remove_stale_temporaries), the random part keeps it unguessable */
+        snprintf(o->tmp, pl + 48, "%s.tmp-%ld-%016llx", path, (long)getpid(), (unsigned long long)random_bits());
         o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (o->fd >= 0) return ATTN_OK;
         if (errno != EEXIST) break;
@@ -278,4 +318,74 @@ char *attn_io_path_join(const char *dir, const char *name) {
 int attn_io_is_regular(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* ---- advisory locks ---- */
+
+/* The pid written in the lock file (0 when unreadable). */
+static long lock_holder(int fd) {
+    char buf[32];
+    const ssize_t r = pread(fd, buf, sizeof buf - 1, 0);
+    if (r <= 0) return 0;
+    buf[r] = '\0';
+    return strtol(buf, NULL, 10);
+}
+
+attn_status attn_io_lock_acquire(attn_io_lock *l, const char *path) {
+    ATTN_CHECK_NOT_NULL("attn_io_lock_acquire", l);
+    l->fd = -1;
+    l->path = NULL;
+    ATTN_CHECK_NOT_NULL("attn_io_lock_acquire", path);
+    const size_t pl = strlen(path);
+    if (!(l->path = attn__malloc(pl + 6))) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory");
+    memcpy(l->path, path, pl);
+    memcpy(l->path + pl, ".lock", 6);
+    /* a holder unlinks the file when it releases: a lock taken on a file no longer at the path
+     * proves nothing, so it is taken again on the new one */
+    for (int tries = 0; tries < 16; tries++) {
+        const int fd = open(l->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            attn_status s = attn_error(ATTN_ERR_IO, "cannot create the lock file '%s': %s", l->path, errtext(errno));
+            attn_io_lock_release(l);
+            return s;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int e = errno;
+            const long pid = lock_holder(fd);
+            close(fd);
+            attn_status s =
+                e == EWOULDBLOCK
+                    ? attn_error(ATTN_ERR_IO,
+                                 "'%s' is in use: another process (pid %ld) holds its lock '%s'; wait for it to end, "
+                                 "or stop it (its checkpoint is written on SIGTERM)",
+                                 path, pid, l->path)
+                    : attn_error(ATTN_ERR_IO, "cannot lock '%s': %s", l->path, errtext(e));
+            attn_io_lock_release(l);
+            return s;
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(l->path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+            char pid[32];
+            const int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+            if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) { /* the pid is a courtesy */
+            }
+            l->fd = fd;
+            return ATTN_OK;
+        }
+        close(fd);
+    }
+    attn_status s = attn_error(ATTN_ERR_IO, "cannot lock '%s': it keeps being replaced", l->path);
+    attn_io_lock_release(l);
+    return s;
+}
+
+void attn_io_lock_release(attn_io_lock *l) {
+    if (!l) return;
+    if (l->fd >= 0) {
+        unlink(l->path); /* before the unlock: a waiter that then locks this file sees it gone */
+        close(l->fd);
+    }
+    l->fd = -1;
+    attn__free(l->path);
+    l->path = NULL;
 }

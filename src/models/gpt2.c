@@ -19,7 +19,7 @@
 #include "models_internal.h"
 
 typedef struct gpt2_config {
-    int64_t vocab, hidden, layers, heads, inter, positions, eos;
+    int64_t vocab, hidden, layers, heads, inter, positions;
     double eps;
 } gpt2_config;
 
@@ -77,7 +77,6 @@ static attn_status read_config(const hf_folder *f, gpt2_config *c) {
     if (!st) st = attn_hf_config_int(f, "n_head", 1, 0, 1, c->hidden, &c->heads);
     if (!st) st = attn_hf_config_int(f, "n_inner", 0, 4 * c->hidden, 1, big, &c->inter);
     if (!st) st = attn_hf_config_int(f, "n_positions", 1, 0, 1, big, &c->positions);
-    if (!st) st = attn_hf_config_int(f, "eos_token_id", 0, -1, -1, INT32_MAX, &c->eos);
     if (!st) st = attn_hf_config_number(f, "layer_norm_epsilon", 1e-5, &c->eps);
     if (!st && !(c->eps > 0 && c->eps < 1))
         st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: key 'layer_norm_epsilon' must be in (0, 1) (got %g)",
@@ -329,7 +328,6 @@ attn_status attn_hf_gpt2_open(const hf_folder *f, attn_pretrained *m) {
     m->step = gpt2_step;
     m->capture_slot = &g->capture;
     m->free_impl = gpt2_free;
-    m->eos_id = (int32_t)c.eos;
     m->hidden = c.hidden;
     m->vocab = c.vocab;
     m->max_positions = c.positions;

@@ -105,6 +105,30 @@ attn_status attn_hf_config_string(const hf_folder *f, const char *key, const cha
     return ATTN_OK;
 }
 
+attn_status attn_hf_config_eos(const hf_folder *f, int32_t *ids, size_t cap, size_t *n) {
+    const char *key = "eos_token_id";
+    const attn_json *v = attn_json_get(f->config, key);
+    *n = 0;
+    if (v && v->type == ATTN_JSON_ARRAY) {
+        if (attn_json_count(v) > cap)
+            return attn_error(ATTN_ERR_UNSUPPORTED, "%s: key '%s' lists %zu ids (attn takes at most %zu)",
+                              f->config_path, key, attn_json_count(v), cap);
+        for (size_t i = 0; i < attn_json_count(v); i++) {
+            int64_t x = -1;
+            if (!attn_json_as_i64(attn_json_at(v, i), &x) || x < 0 || x > INT32_MAX)
+                return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                                  "%s: key '%s' element %zu must be an integer in [0, 2147483647]", f->config_path, key,
+                                  i);
+            ids[(*n)++] = (int32_t)x;
+        }
+        return ATTN_OK;
+    }
+    int64_t x = -1;
+    attn_status st = attn_hf_config_int(f, key, 0, -1, -1, INT32_MAX, &x);
+    if (!st && x >= 0 && cap > 0) ids[(*n)++] = (int32_t)x;
+    return st;
+}
+
 /* ---- weights ---- */
 
 /* The index of the open shard named file, or n_shards. */

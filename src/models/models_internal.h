@@ -76,7 +76,12 @@ void attn_hf_needs_free(hf_need *needs, size_t n);
 attn_status attn_hf_check_layer_count(const hf_folder *f, const char *prefix, const char *stack, const char *last,
                                       const char *key, int64_t layers);
 
+/* config.json's eos_token_id: null / absent / -1 (none), an integer, or a list of at most cap
+ * integers (Llama 3); *n gets how many ids went to ids. Errors name the file and the key. */
+attn_status attn_hf_config_eos(const hf_folder *f, int32_t *ids, size_t cap, size_t *n);
+
 /* ---- the model behind attn_pretrained ---- */
+#define ATTN_HF_MAX_EOS 16
 typedef attn_status (*hf_hidden_fn)(void *impl, const int32_t *ids, const int32_t *token_type_ids,
                                     const int64_t *lengths, int64_t batch, int64_t seq, float *out);
 
@@ -95,10 +100,12 @@ typedef attn_status (*hf_image_fn)(void *impl, const float *pixels, int64_t batc
 struct attn_pretrained {
     const char *family;
     void *impl;
-    hf_hidden_fn hidden_states; /* NULL: the family has no hidden states / embeddings call */
-    hf_logits_fn logits;        /* NULL: not a causal LM */
-    hf_step_fn step;            /* NULL: no generation */
-    int32_t eos_id;             /* config.json's eos_token_id, -1 when none */
+    hf_hidden_fn hidden_states;       /* NULL: the family has no hidden states / embeddings call */
+    hf_logits_fn logits;              /* NULL: not a causal LM */
+    hf_step_fn step;                  /* NULL: no generation */
+    int32_t eos_id;                   /* config.json's eos_token_id (the first of a list), -1 when none */
+    int32_t eos_ids[ATTN_HF_MAX_EOS]; /* all of config.json's eos_token_id (an int or a list) */
+    size_t n_eos;
     void (*free_impl)(void *impl);
     int64_t hidden, vocab, max_positions, type_vocab;
     int64_t max_length;
@@ -129,6 +136,11 @@ attn_status attn_hf_family_find(const hf_folder *f, const hf_family **out);
 
 attn_status attn_hf_bert_open(const hf_folder *f, attn_pretrained *m);
 attn_status attn_hf_gpt2_open(const hf_folder *f, attn_pretrained *m);
+/* llama.c: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (one code, three configs) */
+attn_status attn_hf_llama_open(const hf_folder *f, attn_pretrained *m);
+attn_status attn_hf_mistral_open(const hf_folder *f, attn_pretrained *m);
+attn_status attn_hf_qwen2_open(const hf_folder *f, attn_pretrained *m);
+
 attn_status attn_hf_vit_open(const hf_folder *f, attn_pretrained *m);
 
 /* ---- an image processor's preprocessor_config.json (image_prep.c) ---- */

@@ -201,6 +201,8 @@ attn_status attn_pretrained_open(const char *dir, attn_pretrained **out) {
         m->eos_id = -1;
         st = fam->open(&f, m);
     }
+    if (!st && m->step) st = attn_hf_config_eos(&f, m->eos_ids, ATTN_HF_MAX_EOS, &m->n_eos);
+    if (!st && m->n_eos) m->eos_id = m->eos_ids[0];
     if (!st && mods.pooling_dir) st = read_pooling(mods.pooling_dir, m);
     if (!st) st = read_max_length(mdir, m);
     if (!st) m->normalize = mods.normalize;
@@ -330,6 +332,22 @@ attn_status attn_pretrained_logits(attn_pretrained *m, const int32_t *ids, const
 
 int32_t attn_pretrained_eos_id(const attn_pretrained *m) { return m ? m->eos_id : -1; }
 
+size_t attn_pretrained_eos_ids(const attn_pretrained *m, int32_t *ids, size_t cap) {
+    if (!m) return 0;
+    for (size_t i = 0; ids && i < m->n_eos && i < cap; i++) ids[i] = m->eos_ids[i];
+    return m->n_eos;
+}
+
+/* Whether generation stops after id: o's eos id, or, when that is the model's own
+ * (attn_pretrained_eos_id), any id of the model's eos list. */
+static int stops(const attn_pretrained *m, const attn_generate_options *o, int32_t id) {
+    if (o->eos_id < 0) return 0;
+    if (id == o->eos_id) return 1;
+    for (size_t i = 0; o->eos_id == m->eos_id && i < m->n_eos; i++)
+        if (id == m->eos_ids[i]) return 1;
+    return 0;
+}
+
 attn_generate_options attn_generate_options_default(void) {
     attn_generate_options o;
     memset(&o, 0, sizeof o);
@@ -353,8 +371,12 @@ static int by_logit(const void *a, const void *b) {
 }
 
 /* The next id from logits [V]: greedy, or drawn with u in [0, 1) from softmax(logits / T) over the
- * top_k largest, then the fewest whose probabilities sum to >= top_p. c [V], p [V] scratch. */
+ * top_k largest, then the fewest whose probabilities sum to >= top_p. c [V], p [V] scratch. -1 - v
+ * when logits[v] is the first NaN / Inf: no distribution to draw from (torch.multinomial raises),
+ * and greedy's maximum would be whichever id a comparison with NaN happens to leave. */
 static int32_t pick(const float *logits, int64_t V, const attn_generate_options *o, float u, cand *c, double *p) {
+    for (int64_t v = 0; v < V; v++)
+        if (!isfinite(logits[v])) return (int32_t)(-1 - v);
     int64_t best = 0;
     for (int64_t v = 1; v < V; v++)
         if (logits[v] > logits[best]) best = v;
@@ -418,8 +440,15 @@ attn_status attn_pretrained_generate(attn_pretrained *m, const int32_t *prompt, 
     if (!st) st = m->step(m->impl, 1, prompt, (int64_t)n, last);
     for (int64_t i = 0; !st && i < o->max_new_tokens; i++) {
         const int32_t id = pick(last, (int64_t)V, o, attn_philox_uniform(o->seed, 0, (uint64_t)i), c, p);
+        if (id < 0) {
+            st = attn_error(ATTN_ERR_NUMERIC,
+                            "%s: the logits of new token %lld are not finite (logit %d is %g): the weights or the "
+                            "activations hold NaN / Inf; nothing to sample from",
+                            fn, (long long)i, (int)(-1 - id), (double)last[-1 - id]);
+            break;
+        }
         if (produced) (*produced)++;
-        if ((on_token && on_token(id, user)) || id == o->eos_id || i + 1 == o->max_new_tokens) break;
+        if ((on_token && on_token(id, user)) || stops(m, o, id) || i + 1 == o->max_new_tokens) break;
         st = m->step(m->impl, 0, &id, 1, last);
     }
     attn__free(last);

@@ -165,7 +165,21 @@ attn_rope_config attn_rope_config_default(int64_t head_dim) {
     c.layout = ATTN_ROPE_NEOX;
     c.scaling = ATTN_ROPE_SCALING_NONE;
     c.factor = 1.0;
+    c.low_freq_factor = 1.0;
+    c.high_freq_factor = 4.0;
+    c.original_max_positions = 8192;
     return c;
+}
+
+/* theta_i of pair i, with Llama 3's frequency-dependent scaling (positions.h) when configured. */
+static double rope_theta(const attn_rope_config *c, double base, int64_t i, int64_t rd) {
+    const double theta = pow(base, -2.0 * (double)i / (double)rd);
+    if (c->scaling != ATTN_ROPE_SCALING_LLAMA3) return theta;
+    const double L = (double)c->original_max_positions, w = 2.0 * 3.14159265358979323846 / theta;
+    if (w < L / c->high_freq_factor) return theta;
+    if (w > L / c->low_freq_factor) return theta / c->factor;
+    const double s = (L / w - c->low_freq_factor) / (c->high_freq_factor - c->low_freq_factor);
+    return (1.0 - s) * theta / c->factor + s * theta;
 }
 
 static attn_status rope_apply(const char *fn, const attn_rope_config *c, attn_tensor *x, int64_t pos0,
@@ -181,7 +195,7 @@ static attn_status rope_apply(const char *fn, const attn_rope_config *c, attn_te
     if (!(c->base > 1) || !isfinite(c->base))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: base must be finite and > 1 (got %g)", fn, c->base);
     if ((int)c->layout < 0 || c->layout > ATTN_ROPE_INTERLEAVED || (int)c->scaling < 0 ||
-        c->scaling > ATTN_ROPE_SCALING_NTK)
+        c->scaling > ATTN_ROPE_SCALING_LLAMA3)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: unknown layout %d or scaling %d", fn, (int)c->layout,
                           (int)c->scaling);
     if (c->scaling == ATTN_ROPE_SCALING_NTK && rd <= 2)
@@ -190,6 +204,13 @@ static attn_status rope_apply(const char *fn, const attn_rope_config *c, attn_te
     if (c->scaling != ATTN_ROPE_SCALING_NONE && (!(c->factor > 0) || !isfinite(c->factor)))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: scaling factor must be finite and > 0 (got %g)", fn,
                           c->factor);
+    if (c->scaling == ATTN_ROPE_SCALING_LLAMA3 &&
+        (!(c->low_freq_factor > 0) || !(c->high_freq_factor > c->low_freq_factor) || !isfinite(c->high_freq_factor) ||
+         c->original_max_positions < 1))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: Llama 3 scaling needs 0 < low_freq_factor (%g) < high_freq_factor (%g) and "
+                          "original_max_positions (%lld) >= 1",
+                          fn, c->low_freq_factor, c->high_freq_factor, (long long)c->original_max_positions);
     if (x->rank != 4 || x->shape[3] != c->head_dim)
         return attn_error(ATTN_ERR_SHAPE, "%s: x must be [B, H, N, head_dim = %lld], got rank %d, last dim %lld", fn,
                           (long long)c->head_dim, x->rank, x->rank >= 1 ? (long long)x->shape[x->rank - 1] : 0LL);
@@ -209,7 +230,7 @@ static attn_status rope_apply(const char *fn, const attn_rope_config *c, attn_te
     for (int64_t n = 0; n < N; n++) {
         const double p = (double)(positions ? positions[n] : pos0 + n) * scale;
         for (int64_t i = 0; i < half; i++) {
-            const double a = p * pow(base, -2.0 * (double)i / (double)rd);
+            const double a = p * rope_theta(c, base, i, rd);
             const float cs = (float)cos(a), sn = (float)(sign * sin(a));
             const int64_t ia = c->layout == ATTN_ROPE_NEOX ? i : 2 * i;
             const int64_t ib = c->layout == ATTN_ROPE_NEOX ? i + half : 2 * i + 1;

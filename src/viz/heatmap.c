@@ -14,21 +14,6 @@ attn_viz_heatmap attn_viz_heatmap_default(void) {
     return h;
 }
 
-attn_status attn_viz_write_escaped(FILE *f, const char *text) {
-    ATTN_CHECK_NOT_NULL("attn_viz_write_escaped", f);
-    for (const char *p = text ? text : ""; *p; p++) {
-        switch (*p) {
-        case '&': fputs("&amp;", f); break;
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '"': fputs("&quot;", f); break;
-        case '\'': fputs("&#39;", f); break;
-        default: fputc(*p, f);
-        }
-    }
-    return ferror(f) ? attn_error(ATTN_ERR_IO, "attn_viz_write_escaped: write failed") : ATTN_OK;
-}
-
 /* Characters of a UTF-8 string (continuation bytes not counted): a width estimate. */
 static int64_t text_len(const char *s) {
     int64_t n = 0;
@@ -43,9 +28,13 @@ static const char *label(const char *const *labels, int64_t i, char *buf, size_t
     return buf;
 }
 
+/* Non-finite weights in a colour of their own, outside the white-to-blue ramp, so that a NaN cell
+ * never reads as a zero: NaN red, +-Inf orange. */
+static const int nan_rgb[3] = {214, 39, 40}, inf_rgb[3] = {255, 127, 14};
+
 static void colour(double v, double vmin, double vmax, int rgb[3]) {
     if (!isfinite(v)) {
-        rgb[0] = rgb[1] = rgb[2] = 190;
+        memcpy(rgb, isnan(v) ? nan_rgb : inf_rgb, sizeof nan_rgb);
         return;
     }
     double t = (v - vmin) / (vmax - vmin);
@@ -96,7 +85,13 @@ static attn_status write_svg(const char *fn, FILE *f, const attn_viz_heatmap *h)
     int64_t width = left + mw + 110, height = top + mh + (h->caption ? 50 : 30);
     const int64_t bar_end =
         bx + 22 + (int64_t)(7.2 * (double)(strlen(vmin_s) > strlen(vmax_s) ? strlen(vmin_s) : strlen(vmax_s))) + 10;
+    int has_nan = 0, has_inf = 0;
+    for (int64_t k = 0; k < R * C; k++) {
+        has_nan |= isnan(h->weights[k]) != 0;
+        has_inf |= isinf(h->weights[k]) != 0;
+    }
     if (bar_end > width) width = bar_end;
+    if (has_inf && bx + 44 + 40 > width) width = bx + 44 + 40; /* room for the Inf legend entry */
     if (h->title && 20 + (int64_t)(8.5 * (double)text_len(h->title)) > width)
         width = 20 + (int64_t)(8.5 * (double)text_len(h->title));
     if (h->caption && 20 + (int64_t)(7.0 * (double)text_len(h->caption)) > width)
@@ -160,7 +155,10 @@ static attn_status write_svg(const char *fn, FILE *f, const attn_viz_heatmap *h)
             attn_viz_write_escaped(f, label(h->row_labels, i, rb, sizeof rb));
             fputs(" -&gt; ", f);
             attn_viz_write_escaped(f, label(h->col_labels, j, cb, sizeof cb));
-            fprintf(f, ": %.3f</title></rect>\n", v);
+            if (isfinite(v))
+                fprintf(f, ": %.3f</title></rect>\n", v);
+            else
+                fprintf(f, ": %s</title></rect>\n", isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf");
         }
     /* colour bar: 20 bands from vmax (top) to vmin (bottom); no gradients, for simple renderers */
     for (int k = 0; k < 20; k++) {
@@ -177,6 +175,14 @@ static attn_status write_svg(const char *fn, FILE *f, const attn_viz_heatmap *h)
             vmax_s);
     fprintf(f, "<text x=\"%lld\" y=\"%lld\" font-size=\"12\">%s</text>\n", (long long)(bx + 22), (long long)(top + mh),
             vmin_s);
+    for (int k = 0; k < 2; k++) /* a legend entry for each non-finite colour the map uses */
+        if (k ? has_inf : has_nan)
+            fprintf(f,
+                    "<rect x=\"%lld\" y=\"%lld\" width=\"16\" height=\"10\" fill=\"rgb(%d,%d,%d)\"/><text x=\"%lld\" "
+                    "y=\"%lld\" font-size=\"11\">%s</text>\n",
+                    (long long)(bx + 44 * k), (long long)(top + mh + 6), k ? inf_rgb[0] : nan_rgb[0],
+                    k ? inf_rgb[1] : nan_rgb[1], k ? inf_rgb[2] : nan_rgb[2], (long long)(bx + 44 * k + 19),
+                    (long long)(top + mh + 15), k ? "Inf" : "NaN");
     if (h->caption) {
         fprintf(f, "<text x=\"10\" y=\"%lld\" font-size=\"12\" fill=\"#666\">", (long long)(top + mh + 30));
         attn_viz_write_escaped(f, h->caption);
