@@ -70,6 +70,8 @@ static const cli_command commands[] = {
      "attn generate --model DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] "
      "[--ids]",
      cmd_generate, NULL},
+    {"classify", "the top labels of images with a Hugging Face image classifier (ViT)",
+     "attn classify --model DIR (--image FILE)... [--input LIST] [--top K]", cmd_classify, NULL},
 };
 enum { NCOMMANDS = (int)(sizeof commands / sizeof commands[0]) };
 

@@ -18,6 +18,7 @@ int cmd_viz(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_classify(int argc, char **argv);
 /* `attn train vit` (tools/train_vit.c), dispatched by cmd_train. */
 int train_vit(int argc, char **argv);
 

@@ -21,6 +21,7 @@
 #include "model_open.h"
 #include "safe_io.h"
 #include "train_common.h"
+#include "viz_model.h"
 #include "viz_out.h"
 
 #define VIZ_MAX_LIST 256
@@ -33,6 +34,8 @@ static void usage(FILE *f) {
                "  --checkpoint FILE    a checkpoint of `attn train gpt`\n"
                "  --checkpoint FILE    a checkpoint of `attn train vit` (a Vision Transformer)\n"
                "  --config M.json --weights W.safetensors   an `attn run` model (see attn run --help);\n"
+               "  --model DIR          a Hugging Face folder (BERT, GPT-2: --text, tokenised by its tokenizer;\n"
+               "                       ViT: --image, preprocessed as its preprocessor_config.json says)\n"
                "                       --weights-prefix P: its tensors named P + state_dict name\n"
                "INPUT:\n"
                "  --text TEXT          text for a GPT checkpoint (bytes; at most its context)\n"
@@ -112,6 +115,7 @@ typedef struct viz_run {
     const attn_vit_config *vit; /* NULL for the other models */
     int64_t vit_t;              /* class (and distillation) tokens before the patches */
     image_in img;               /* a checkpoint's input (a --config model's is run.img) */
+    viz_model pre;              /* --model: a Hugging Face folder (viz_model.c) */
 } viz_run;
 
 /* Labels cls (dist), pROW,COL; returns the predicted class of the logits, or -1 (printed). */
@@ -377,6 +381,7 @@ typedef struct viz_opts {
     const char *checkpoint, *config, *weights, *text, *tokens, *inputs;
     const char *pattern, *head_s, *title, *svg, *html, *csv;
     const char *image, *mean_s, *std_s, *overlay, *wprefix;
+    const char *model; /* --model DIR (viz_model.c) */
     int64_t layers_sel[VIZ_MAX_LIST], overlay_size;
     int nlayers_sel, rollout, nearest, force;
     double overlay_alpha;
@@ -387,7 +392,13 @@ typedef struct viz_opts {
 
 /* The combinations of options that do not go together. 0, or 2 (printed). */
 static int check_opts(const viz_opts *o, int alpha_seen) {
-    if (!o->checkpoint && !o->config)
+    const char *const others[] = {o->checkpoint, o->config, o->weights, o->wprefix,
+                                  o->tokens,     o->inputs, o->mean_s,  o->std_s};
+    static const char *const names[] = {"--checkpoint", "--config", "--weights", "--weights-prefix",
+                                        "--tokens",     "--inputs", "--mean",    "--std"};
+    int mrc = o->model ? viz_model_check(others, names, 8, o->text, o->image) : 0;
+    if (mrc) return mrc;
+    if (!o->model && !o->checkpoint && !o->config)
         return cli_usage_error(
             "viz: missing the model: --checkpoint, or --config and --weights (try 'attn viz --help')");
     if (o->checkpoint && (o->config || o->weights))
@@ -407,7 +418,7 @@ static int check_opts(const viz_opts *o, int alpha_seen) {
         if (!o->text == !o->tokens)
             return cli_usage_error(
                 "viz: a GPT checkpoint needs one of --text and --tokens (a ViT checkpoint: --image)");
-    } else if (!o->checkpoint) {
+    } else if (!o->checkpoint && !o->model) {
         if (o->text || o->tokens)
             return cli_usage_error("viz: --text / --tokens are for GPT checkpoints; a --config model takes --inputs");
         if (!o->inputs && !o->image)
@@ -455,6 +466,7 @@ static int parse_opts(viz_opts *o, int argc, char **argv) {
     o->pattern = "*", o->head_s = "all", o->overlay_alpha = 0.5, o->max_tokens = 64;
     cli_opt opts[] = {
         CLI_STRING_NONEMPTY("--checkpoint", &o->checkpoint),
+        CLI_STRING_NONEMPTY("--model", &o->model),
         CLI_STRING_NONEMPTY("--config", &o->config),
         CLI_STRING_NONEMPTY("--weights", &o->weights),
         CLI_STRING("--text", &o->text),
@@ -491,6 +503,12 @@ static int parse_opts(viz_opts *o, int argc, char **argv) {
 
 /* Run the model of the command line on its input into r. 0, or 1 (printed). */
 static int open_and_run(viz_run *r, const viz_opts *o) {
+    if (o->model) {
+        const int mrc = viz_model_run(&r->pre, o->model, o->text, o->image, o->pattern, &r->cap, &r->ntok,
+                                      &r->tok_labels, r->model, sizeof r->model, &r->img.img);
+        if (!mrc && o->image) r->vit = &r->pre.vit, r->vit_t = 1;
+        return mrc;
+    }
     if (!o->checkpoint)
         return run_model(r, o->config, o->weights, o->wprefix, o->inputs, o->image, o->mean_s, o->std_s, o->pattern);
     /* a ViT checkpoint says so in its metadata (model = vit); anything else is read as a GPT's */
@@ -613,7 +631,10 @@ static int build_maps(viz_set *set, label_cache *lc, const viz_run *r, const viz
     if (!set->maps) return cli_fail("viz: out of memory");
     set->title = o->title;
     if (!set->title) {
-        const char *base = o->checkpoint ? o->checkpoint : o->config, *slash = strrchr(base, '/');
+        const char *base = o->checkpoint ? o->checkpoint
+                           : o->config   ? o->config
+                                         : o->model,
+                   *slash = strrchr(base, '/');
         snprintf(deftitle, deftitle_cap, "attention of %s", slash ? slash + 1 : base);
         set->title = deftitle;
     }
@@ -677,6 +698,7 @@ static void viz_run_free(viz_run *r) {
     model_close(&r->run);
     attn_vit_free(r->vit_own);
     image_in_free(&r->img);
+    viz_model_free(&r->pre);
 }
 
 int cmd_viz(int argc, char **argv) {

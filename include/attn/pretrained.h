@@ -50,6 +50,7 @@
  *           forward and in cached steps. A causal LM as "gpt2"; max_position_embeddings bounds
  *           prompt + new tokens; the key/value cache (Hkv heads per layer) grows as generation
  *           needs. eos_token_id may be a list (attn_pretrained_eos_ids).
+ *   "vit"   model_type "vit": ViTModel / ViTForImageClassification (the image block below).
  * Weights: F32, F16, BF16 or F64 tensors, converted to float32; every tensor the model needs must
  * be present with the shape config.json implies, and every other tensor is an error ("missing" and
  * "unexpected" names listed in the message). Every file is read as hostile: sizes are checked
@@ -65,7 +66,9 @@
 #ifndef ATTN_PRETRAINED_H
 #define ATTN_PRETRAINED_H
 
+#include "capture.h"
 #include "core.h"
+#include "image.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -147,6 +150,66 @@ typedef int (*attn_generate_callback)(int32_t id, void *user);
 ATTN_API attn_status attn_pretrained_generate(attn_pretrained *m, const int32_t *prompt, size_t n,
                                               const attn_generate_options *o, attn_generate_callback on_token,
                                               void *user, size_t *produced);
+
+/* ---- image classification ("vit") ----
+ * "vit"   model_type "vit": ViTModel / ViTForImageClassification as transformers 5.25 computes them
+ *         in eval: patch embedding (Conv2d, kernel = stride = patch_size), the CLS token, learned
+ *         position embeddings (the image must be config's image_size: no interpolation), pre-norm
+ *         layers (layernorm_before / layernorm_after, layer_norm_eps), the final layernorm, and
+ *         ViTForImageClassification's classifier on the CLS token (num_labels rows = id2label's
+ *         size). Weights named as transformers 5 saves them (layers.N.attention.{q,k,v,o}_proj,
+ *         layers.N.mlp.fc1 / fc2) or as 4.x did (encoder.layer.N.attention.attention.{query,key,value},
+ *         attention.output.dense, intermediate.dense, output.dense), with or without the "vit."
+ *         prefix; classifier.* outside it. Ignored as transformers ignores them in a plain forward:
+ *         ViTModel's pooler (pooler.dense.*) and the mask token (embeddings.mask_token). hidden_act
+ *         gelu (erf), gelu_new / gelu_pytorch_tanh (tanh form) or relu; qkv_bias true or false;
+ *         image_size and patch_size an integer or [height, width]; num_channels any.
+ *         attn_pretrained_hidden_states / logits / embed / generate are ATTN_ERR_UNSUPPORTED; the
+ *         image calls below are ATTN_ERR_UNSUPPORTED on the text families.
+ * Preprocessing (attn_pretrained_image_input) follows the folder's preprocessor_config.json as
+ * transformers 5.25's default ViTImageProcessor (its torchvision backend) computes it:
+ *   do_convert_rgb   a gray image is replicated to RGB (a gray image without it is an error when the
+ *                    model takes 3 channels; PNG alpha is dropped by attn_image_load, not blended)
+ *   do_resize, size {"height", "width"}, resample 2 (bilinear): torch's antialiased bilinear resize
+ *                    of the 8-bit image (F.interpolate(uint8, antialias=True), the integer-weight
+ *                    path torchvision takes on the CPU), bit for bit; a copy at the same size
+ *   do_rescale, rescale_factor; do_normalize, image_mean, image_std (a number or one per channel):
+ *                    (x - mean / factor) / (std / factor) in float32, as the processor fuses them
+ * Without the file: ViTImageProcessor's defaults (resize to image_size, 1/255, mean = std = 0.5).
+ * Keys that would change the result and that attn does not apply (do_center_crop, do_pad true,
+ * size "shortest_edge", resample other than 2, unknown keys) are errors naming the key. */
+
+/* The classifier's rows (0 for a model without one, and for the text families). */
+ATTN_API int64_t attn_pretrained_num_labels(const attn_pretrained *m);
+/* config.json's id2label[i] ("LABEL_i" when it has none); NULL outside [0, num_labels). */
+ATTN_API const char *attn_pretrained_label(const attn_pretrained *m, int64_t i);
+/* The model's input image: channels, height, width (0s for the text families). */
+ATTN_API void attn_pretrained_image_size(const attn_pretrained *m, int64_t *channels, int64_t *height, int64_t *width);
+/* Tokens of a ViT's sequence: 1 + the patches (0 for the text families). */
+ATTN_API int64_t attn_pretrained_image_tokens(const attn_pretrained *m);
+/* The patch grid: rows x cols patches (token 1 + r cols + c is patch (r, c); 0s for text). */
+ATTN_API void attn_pretrained_image_grid(const attn_pretrained *m, int64_t *rows, int64_t *cols);
+
+/* img preprocessed as above into out [channels, height, width] (attn_pretrained_image_size). */
+ATTN_API attn_status attn_pretrained_image_input(const attn_pretrained *m, const attn_image *img, float *out);
+
+/* ViTForImageClassification(pixels).logits: pixels [batch, channels, height, width] (preprocessed),
+ * logits [batch, num_labels]. height x width other than the model's is ATTN_ERR_SHAPE naming both;
+ * a model without a classifier is ATTN_ERR_UNSUPPORTED. */
+ATTN_API attn_status attn_pretrained_classify(attn_pretrained *m, const float *pixels, int64_t batch, int64_t height,
+                                              int64_t width, float *logits);
+/* ViTModel(pixels).last_hidden_state: out [batch, image_tokens, hidden] (the final layernorm applied). */
+ATTN_API attn_status attn_pretrained_image_hidden_states(attn_pretrained *m, const float *pixels, int64_t batch,
+                                                         int64_t height, int64_t width, float *out);
+
+/* ---- attention capture, any family ----
+ * One forward of the model on one input with cap (capture.h) recording the attention modules it
+ * asks for: ids[0..n) (the whole sequence real; bert: token types 0) for the text families, pixels
+ * [1, channels, height, width] for "vit" (the other argument NULL). Every family names its layers'
+ * attention "layers.N.self_attn"; a record holds what transformers returns for that layer with
+ * output_attentions=True (softmax weights [1, heads, n, n]). */
+ATTN_API attn_status attn_pretrained_capture(attn_pretrained *m, const int32_t *ids, int64_t n, const float *pixels,
+                                             int64_t height, int64_t width, attn_capture *cap);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,7 @@ typedef struct bert {
     attn_encoder *enc;
     void *ws; /* x [B, n, H], the key padding mask [B, n], the encoder's workspace */
     size_t ws_bytes;
+    attn_capture *capture; /* attn_pretrained_capture's, for one hidden-states call */
 } bert;
 
 static attn_status read_act(const hf_folder *f, attn_activation *act) {
@@ -274,6 +275,7 @@ static attn_status bert_hidden(void *impl, const int32_t *ids, const int32_t *ty
     if (st) return st;
     a.x = x;
     a.self_masks.key_padding_mask = mask;
+    a.capture = b->capture;
     st = attn_encoder_forward(b->enc, &a, out, NULL, 0, (char *)b->ws + xs + ms, need - xs - ms);
     if (st) return st;
     for (int64_t r = 0; r < B; r++)
@@ -303,6 +305,7 @@ attn_status attn_hf_bert_open(const hf_folder *f, attn_pretrained *m) {
     }
     m->impl = b;
     m->hidden_states = bert_hidden;
+    m->capture_slot = &b->capture;
     m->free_impl = bert_free;
     m->hidden = c.hidden;
     m->vocab = c.vocab;

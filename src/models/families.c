@@ -10,7 +10,7 @@
 static const hf_family FAMILIES[] = {
     {"bert", "bert", attn_hf_bert_open},    {"gpt2", "gpt2", attn_hf_gpt2_open},
     {"llama", "llama", attn_hf_llama_open}, {"mistral", "mistral", attn_hf_mistral_open},
-    {"qwen2", "qwen2", attn_hf_qwen2_open},
+    {"qwen2", "qwen2", attn_hf_qwen2_open}, {"vit", "vit", attn_hf_vit_open},
 };
 
 #define N_FAMILIES (sizeof FAMILIES / sizeof FAMILIES[0])

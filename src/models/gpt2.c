@@ -32,7 +32,8 @@ typedef struct gpt2 {
     size_t tok_cap;
     void *cache_buf; /* generation: one sequence of capacity n_positions */
     attn_gpt_cache *cache;
-    float *chunk; /* a prompt chunk's logits [GPT2_CHUNK, vocab] */
+    float *chunk;          /* a prompt chunk's logits [GPT2_CHUNK, vocab] */
+    attn_capture *capture; /* attn_pretrained_capture's, for one logits call */
 } gpt2;
 
 #define GPT2_CHUNK 32 /* prompt tokens per cached step */
@@ -274,6 +275,7 @@ static attn_status gpt2_logits(void *impl, const int32_t *ids, const int64_t *le
     for (int64_t r = 0; r < B; r++)
         for (int64_t t = 0; t < n; t++) m->tok[r * n + t] = t < lengths[r] ? ids[r * n + t] : 0;
     a.tokens = m->tok;
+    a.capture = m->capture;
     st = attn_gpt_forward(m->g, &a, out, NULL, 0, m->ws, m->ws_bytes);
     if (st) return st;
     const int64_t V = m->c.vocab;
@@ -324,6 +326,7 @@ attn_status attn_hf_gpt2_open(const hf_folder *f, attn_pretrained *m) {
     m->impl = g;
     m->logits = gpt2_logits;
     m->step = gpt2_step;
+    m->capture_slot = &g->capture;
     m->free_impl = gpt2_free;
     m->hidden = c.hidden;
     m->vocab = c.vocab;

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attn/capture.h"
+#include "attn/image.h"
 #include "attn/pretrained.h"
 #include "attn/safetensors.h"
 #include "io/json.h"
@@ -52,7 +54,7 @@ const attn_safetensors_tensor *attn_hf_tensor_at(const hf_folder *f, size_t i, s
 typedef struct hf_need {
     char *name;
     int rank;
-    int64_t shape[2];
+    int64_t shape[4]; /* rank <= 4 (a ViT's patch projection is [D, C, p, p]) */
     const char *keys; /* e.g. "vocab_size x hidden_size" */
     float *dst;
     int transpose; /* rank 2: dst gets the [shape[1], shape[0]] transpose (Conv1D's [in, out]) */
@@ -90,6 +92,11 @@ typedef attn_status (*hf_logits_fn)(void *impl, const int32_t *ids, const int64_
  * are appended and the logits of the last one written to last [vocab]. */
 typedef attn_status (*hf_step_fn)(void *impl, int reset, const int32_t *ids, int64_t n, float *last);
 
+/* An image model's forward: pixels [batch, channels, image_h, image_w] -> hidden [batch, tokens,
+ * hidden] (nullable) and logits [batch, num_labels] (nullable), recording into cap (nullable). */
+typedef attn_status (*hf_image_fn)(void *impl, const float *pixels, int64_t batch, float *hidden, float *logits,
+                                   attn_capture *cap);
+
 struct attn_pretrained {
     const char *family;
     void *impl;
@@ -106,6 +113,13 @@ struct attn_pretrained {
     int normalize;
     float *buf; /* embed's hidden states */
     size_t buf_floats;
+    /* attn_pretrained_capture: where the family's forward reads its capture (NULL: none) */
+    attn_capture **capture_slot;
+    /* image models ("vit"); NULL / 0 for the text families */
+    hf_image_fn image;
+    int64_t channels, image_h, image_w, image_tokens, grid_h, grid_w, num_labels;
+    char *const *labels;              /* [num_labels], owned by impl */
+    const struct hf_image_prep *prep; /* owned by impl */
 };
 
 /* ---- the family table (families.c) ---- */
@@ -126,5 +140,25 @@ attn_status attn_hf_gpt2_open(const hf_folder *f, attn_pretrained *m);
 attn_status attn_hf_llama_open(const hf_folder *f, attn_pretrained *m);
 attn_status attn_hf_mistral_open(const hf_folder *f, attn_pretrained *m);
 attn_status attn_hf_qwen2_open(const hf_folder *f, attn_pretrained *m);
+
+attn_status attn_hf_vit_open(const hf_folder *f, attn_pretrained *m);
+
+/* ---- an image processor's preprocessor_config.json (image_prep.c) ---- */
+typedef struct hf_image_prep {
+    int resize;            /* do_resize: to height x width, torch's antialiased bilinear on 8 bits */
+    int64_t height, width; /* size */
+    int rescale;           /* do_rescale: x rescale_factor */
+    double factor;
+    int normalize; /* do_normalize: (x - mean) / std per channel */
+    double mean[3], std[3];
+    int convert_rgb; /* do_convert_rgb: gray replicated to RGB */
+} hf_image_prep;
+
+/* dir/preprocessor_config.json for a model of `channels` channels (1 or 3 for images); absent:
+ * ViTImageProcessor's defaults with size def_h x def_w. Errors name the file and the key. */
+attn_status attn_hf_image_prep_read(const char *dir, int64_t channels, int64_t def_h, int64_t def_w, hf_image_prep *p);
+/* img into out [channels, p->height, p->width] (or the image's size without resize: h, w). */
+attn_status attn_hf_image_prep_apply(const hf_image_prep *p, int64_t channels, const attn_image *img, int64_t h,
+                                     int64_t w, float *out);
 
 #endif

@@ -238,6 +238,9 @@ static attn_status check_call(const char *fn, const attn_pretrained *m, const in
     ATTN_CHECK_NOT_NULL(fn, ids);
     ATTN_CHECK_NOT_NULL(fn, lengths);
     ATTN_CHECK_NOT_NULL(fn, out);
+    if (m->image)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: the \"%s\" family takes images (attn_pretrained_classify)", fn,
+                          m->family);
     if (batch < 1 || seq < 1 || batch > INT64_MAX / seq ||
         batch * seq > (int64_t)(SIZE_MAX / sizeof(float)) / m->hidden)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch %lld x seq %lld must be >= 1 and not overflow", fn,
@@ -264,6 +267,7 @@ static attn_status check_call(const char *fn, const attn_pretrained *m, const in
 static attn_status no_call(const char *fn, const attn_pretrained *m, const char *what) {
     return attn_error(ATTN_ERR_UNSUPPORTED, "%s: the \"%s\" family has no %s (%s)", fn, m->family, what,
                       m->hidden_states ? "an encoder: hidden states and embeddings only"
+                      : m->image       ? "an image model: attn_pretrained_classify and image_hidden_states"
                                        : "a causal language model: logits and generation only");
 }
 
