@@ -20,7 +20,13 @@ points. So this script asks the installed `tokenizers` itself, one code point at
              \\s, \\p{L}, \\p{N}); a char of none of these is \\s;
   - lower  : BertNormalizer(lowercase) of the char (char::to_lowercase, may expand);
   - NFD    : tokenizers' NFD normalizer of the char (full canonical decomposition), Hangul
-             syllables excepted (the C code decomposes them algorithmically).
+             syllables excepted (the C code decomposes them algorithmically);
+  - NFKD   : tokenizers' NFKD of the chars where it differs from their NFD (the full
+             compatibility decomposition, one flat array of chars with an index);
+  - compose: the canonical compositions NFC makes, as pairs (starter, char) -> composite: each
+             char whose NFD differs and whose NFC is itself (a primary composite: exclusions and
+             singletons fail this), paired from NFC of its NFD less the last char (Hangul
+             excepted: the C code composes them algorithmically).
 The canonical combining classes (for the canonical ordering of NFD) are probed too, as tokenizers'
 NFD orders pairs of chars (its table is older than Python's: U+07FD, U+0C3C, ... have class 0
 there): for each char whose NFD is itself, whether it moves across reference marks of each class
@@ -86,6 +92,7 @@ def main():
                                        lowercase=False)
     marks = normalizers.StripAccents()
     nfd = normalizers.NFD()
+    nfkd, nfc = normalizers.NFKD(), normalizers.NFC()
     pt = pre_tokenizers.BertPreTokenizer()
     bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     refs = reference_marks(nfd)
@@ -93,6 +100,8 @@ def main():
     lower = []
     decomp = []
     ccc = []
+    compat = []
+    compose = []
     for c in range(MAXCP):
         if is_surrogate(c):
             continue
@@ -122,6 +131,13 @@ def main():
             lower.append((c, [ord(x) for x in lo]))
         if d != ch and not (0xAC00 <= c <= 0xD7A3):
             decomp.append((c, [ord(x) for x in d]))
+            if nfc.normalize_str(ch) == ch:
+                first = nfc.normalize_str(d[:-1])
+                if len(first) == 1 and nfc.normalize_str(first + d[-1]) == ch:
+                    compose.append((ord(first), ord(d[-1]), c))
+        kd = nfkd.normalize_str(ch)
+        if kd != d:
+            compat.append((c, [ord(x) for x in kd]))
         if d == ch:
             k = probe_ccc(nfd, ch, refs)
             if k:
@@ -164,6 +180,24 @@ def main():
     out.write("const uint32_t attn_text_ccc[][3] = {\n")
     write_list(out, ["{0x%x,0x%x,%d}" % r for r in crun])
     out.write("};\nconst size_t attn_text_nccc = %d;\n" % len(crun))
+    out.write("\n/* Compatibility decompositions where NFKD differs from NFD: code point, (offset << 8) | length\n"
+              " * into attn_text_compat_chars. */\n")
+    out.write("const uint32_t attn_text_compat[][2] = {\n")
+    flat, rows = [], []
+    for c, v in compat:
+        assert len(v) < 256
+        rows.append("{0x%x,0x%x}" % (c, (len(flat) << 8) | len(v)))
+        flat += v
+    write_list(out, rows)
+    out.write("};\nconst size_t attn_text_ncompat = %d;\n" % len(compat))
+    out.write("const uint32_t attn_text_compat_chars[] = {\n")
+    write_list(out, ["0x%x" % x for x in flat])
+    out.write("};\n\n")
+    compose.sort()
+    out.write("/* Canonical compositions (Hangul excepted): starter, char, composite; sorted. */\n")
+    out.write("const uint32_t attn_text_compose[][3] = {\n")
+    write_list(out, ["{0x%x,0x%x,0x%x}" % r for r in compose])
+    out.write("};\nconst size_t attn_text_ncompose = %d;\n" % len(compose))
     out.write("/* clang-format on */\n")
 
 

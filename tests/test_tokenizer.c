@@ -302,6 +302,74 @@ static void expect_bad_json(const char *what, const char *json, attn_status want
     if (st == ATTN_OK) attn_tokenizer_free(t);
 }
 
+/* BASE with its pre-tokenizer, normalizer or decoder replaced: status want, a message holding key. */
+static void expect_bad_step(const char *what, const char *pre, const char *norm, const char *dec, attn_status want,
+                            const char *key) {
+    const char *s = json_with(norm, NULL, NULL, NULL, NULL, NULL);
+    if (pre) s = replace(s, "{\"type\":\"BertPreTokenizer\"}", pre);
+    if (dec) s = replace(s, "{\"type\":\"WordPiece\",\"prefix\":\"##\",\"cleanup\":true}", dec);
+    expect_bad_json(what, s, want, key);
+}
+
+/* The pre-tokenizers, normalizers, decoders and post-processors of Llama / Mistral / Qwen files,
+ * given wrong values: each an error naming the key. */
+static void test_hostile_steps(void) {
+    const attn_status INV = ATTN_ERR_INVALID_ARGUMENT, UNS = ATTN_ERR_UNSUPPORTED;
+    expect_bad_step("Split with another regex",
+                    "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\w+|[^\\\\w\\\\s]+\"},\"behavior\":\"Isolated\","
+                    "\"invert\":false}",
+                    NULL, NULL, UNS,
+                    "bad.json: pre_tokenizer.pattern.Regex: unsupported: the regex \"\\w+|[^\\w\\s]+\"");
+    expect_bad_step("Split's regex a number",
+                    "{\"type\":\"Split\",\"pattern\":{\"Regex\":7},\"behavior\":\"Isolated\",\"invert\":false}", NULL,
+                    NULL, INV, "pre_tokenizer.pattern.Regex: expected a string, got number");
+    expect_bad_step("Split's pattern a number", "{\"type\":\"Split\",\"pattern\":7,\"behavior\":\"Isolated\"}", NULL,
+                    NULL, INV, "pre_tokenizer.pattern: expected an object");
+    expect_bad_step("Split's behavior unknown",
+                    "{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},\"behavior\":\"Sideways\"}", NULL, NULL, INV,
+                    "pre_tokenizer.behavior: unknown: Sideways");
+    expect_bad_step("Split without behavior", "{\"type\":\"Split\",\"pattern\":{\"String\":\" \"}}", NULL, NULL, INV,
+                    "pre_tokenizer.behavior: missing");
+    expect_bad_step("Split's empty string",
+                    "{\"type\":\"Split\",\"pattern\":{\"String\":\"\"},\"behavior\":\"Removed\"}", NULL, NULL, UNS,
+                    "pre_tokenizer.pattern.String: unsupported: an empty pattern");
+    expect_bad_step("Metaspace's replacement two chars",
+                    "{\"type\":\"Metaspace\",\"replacement\":\"ab\",\"prepend_scheme\":\"always\",\"split\":true}",
+                    NULL, NULL, INV, "pre_tokenizer.replacement: not one char");
+    expect_bad_step("Metaspace's prepend_scheme unknown",
+                    "{\"type\":\"Metaspace\",\"replacement\":\"_\",\"prepend_scheme\":\"sometimes\"}", NULL, NULL, INV,
+                    "pre_tokenizer.prepend_scheme: unknown: sometimes");
+    expect_bad_step("Digits' flag a string",
+                    "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\",\"individual_digits\":\"y\"}]}",
+                    NULL, NULL, INV, "pre_tokenizer.pretokenizers[0].individual_digits: expected a boolean");
+    expect_bad_step("Replace with a regex", NULL,
+                    "{\"type\":\"Replace\",\"pattern\":{\"Regex\":\" {2,}\"},\"content\":\" \"}", NULL, UNS,
+                    "normalizer.pattern: unsupported: the regex \" {2,}\"");
+    expect_bad_step("Replace without content", NULL, "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"}}", NULL, INV,
+                    "normalizer.content: missing");
+    expect_bad_step("Prepend a number", NULL, "{\"type\":\"Prepend\",\"prepend\":1}", NULL, INV,
+                    "normalizer.prepend: expected a string");
+    expect_bad_step("Strip's flag a number", NULL, "{\"type\":\"Strip\",\"strip_left\":1}", NULL, INV,
+                    "normalizer.strip_left: expected a boolean");
+    expect_bad_step("Strip decoder's content two chars", NULL, NULL,
+                    "{\"type\":\"Strip\",\"content\":\"ab\",\"start\":1,\"stop\":0}", INV,
+                    "decoder.content: not one char");
+    expect_bad_step("Strip decoder's start negative", NULL, NULL,
+                    "{\"type\":\"Strip\",\"content\":\" \",\"start\":-1,\"stop\":0}", INV, "decoder.start");
+    expect_bad_step("decoders not an array", NULL, NULL, "{\"type\":\"Sequence\",\"decoders\":\"x\"}", INV,
+                    "decoder.decoders: expected an array");
+    expect_bad_step("unknown decoder in a sequence", NULL, NULL,
+                    "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"BPEDecoder\"}]}", UNS,
+                    "decoder.decoders[1].type = BPEDecoder");
+    char post[2048];
+    snprintf(post, sizeof post, "{\"type\":\"Sequence\",\"processors\":[%s,%s]}", POST, POST);
+    expect_bad_json("two templates", json_with(NULL, NULL, NULL, post, NULL, NULL), UNS,
+                    "post_processor: unsupported: two processors adding tokens");
+    expect_bad_json("processors an object",
+                    json_with(NULL, NULL, NULL, "{\"type\":\"Sequence\",\"processors\":{}}", NULL, NULL), INV,
+                    "post_processor.processors: expected an array");
+}
+
 /* BPE with from replaced by to: status want, a message holding key. */
 static void expect_bad_json_bpe(const char *what, const char *from, const char *to, attn_status want, const char *key);
 
@@ -329,17 +397,18 @@ static void test_hostile(void) {
                     UNS, "unsupported: normalizer.type = Precompiled");
     expect_bad_json(
         "unsupported in a sequence",
-        json_with("{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFKC\"}]}", NULL, NULL, NULL, NULL, NULL), UNS,
-        "normalizer.normalizers[0].type = NFKC");
+        json_with("{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Nmt\"}]}", NULL, NULL, NULL, NULL, NULL), UNS,
+        "normalizer.normalizers[0].type = Nmt");
     expect_bad_json("lowercase a string",
                     json_with("{\"type\":\"BertNormalizer\",\"lowercase\":\"yes\"}", NULL, NULL, NULL, NULL, NULL), INV,
                     "normalizer.lowercase: expected a boolean");
     expect_bad_json("unsupported pre-tokenizer",
-                    replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "BertPreTokenizer", "Metaspace"), UNS,
-                    "pre_tokenizer.type = Metaspace");
-    expect_bad_json("ByteLevel with WordPiece",
-                    replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "BertPreTokenizer", "ByteLevel"), UNS,
-                    "the ByteLevel pre-tokenizer without a BPE model");
+                    replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "BertPreTokenizer", "UnicodeScripts"), UNS,
+                    "pre_tokenizer.type = UnicodeScripts");
+    expect_bad_json("Metaspace without its replacement",
+                    replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "BertPreTokenizer", "Metaspace"), INV,
+                    "bad.json: pre_tokenizer.replacement: missing");
+    test_hostile_steps();
     expect_bad_json("added_tokens an object", json_with(NULL, NULL, "{}", NULL, NULL, NULL), INV,
                     "added_tokens: expected an array");
     expect_bad_json("added token id huge",
@@ -368,8 +437,8 @@ static void test_hostile(void) {
                     UNS, "post_processor.type = RobertaProcessing");
     expect_bad_json(
         "Metaspace decoder",
-        replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "\"WordPiece\",\"prefix\"", "\"Metaspace\",\"prefix\""),
-        UNS, "decoder.type = Metaspace");
+        replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "\"WordPiece\",\"prefix\"", "\"CTC\",\"prefix\""), UNS,
+        "decoder.type = CTC");
     expect_bad_json("invalid UTF-8", "{\"model\": \"\xc3\x28\"}", INV, "bad.json");
     char deep[3000];
     memset(deep, '[', 2999);
@@ -456,13 +525,12 @@ static void test_bpe(void) {
                         "model.merges: [0] is neither");
     expect_bad_json_bpe("dropout", "\"dropout\":null", "\"dropout\":0.1", ATTN_ERR_UNSUPPORTED,
                         "model.dropout: unsupported");
-    expect_bad_json_bpe("byte fallback", "\"byte_fallback\":false", "\"byte_fallback\":true", ATTN_ERR_UNSUPPORTED,
-                        "model.byte_fallback");
     expect_bad_json_bpe("suffix", "\"end_of_word_suffix\":\"\"", "\"end_of_word_suffix\":\"</w>\"",
                         ATTN_ERR_UNSUPPORTED, "model.end_of_word_suffix: unsupported");
-    expect_bad_json_bpe("BPE with BertPreTokenizer", "{\"type\":\"ByteLevel\",\"add_prefix_space\":false",
-                        "{\"type\":\"BertPreTokenizer\",\"add_prefix_space\":false", ATTN_ERR_UNSUPPORTED,
-                        "a BPE model without the ByteLevel pre-tokenizer");
+    expect_bad_json_bpe("byte_fallback a string", "\"byte_fallback\":false", "\"byte_fallback\":\"yes\"",
+                        ATTN_ERR_INVALID_ARGUMENT, "model.byte_fallback: expected a boolean");
+    expect_bad_json_bpe("merge of a token and an unknown concatenation", "[\"h\",\"e\"]", "[\"e\",\"h\"]",
+                        ATTN_ERR_INVALID_ARGUMENT, "model.merges: [0]: 'eh' is not in the vocabulary");
 }
 
 static void expect_bad_json_bpe(const char *what, const char *from, const char *to, attn_status want, const char *key) {

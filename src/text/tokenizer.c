@@ -89,6 +89,18 @@ attn_status attn_tok_set_token(attn_tokenizer *t, int32_t id, const char *s, siz
     return ATTN_OK;
 }
 
+void attn_tok_free_steps(attn_tokenizer *t) {
+    for (int i = 0; i < t->nnorm; i++) {
+        attn__free(t->norm[i].str);
+        attn__free(t->norm[i].to);
+    }
+    for (int i = 0; i < t->npre_ops; i++) attn__free(t->pre[i].str);
+    for (int i = 0; i < t->ndec; i++) {
+        attn__free(t->dec[i].a);
+        attn__free(t->dec[i].b);
+    }
+}
+
 void attn_tokenizer_free(attn_tokenizer *t) {
     if (!t) return;
     for (int64_t i = 0; t->tokens && i < t->ntokens; i++) attn__free(t->tokens[i]);
@@ -105,7 +117,7 @@ void attn_tokenizer_free(attn_tokenizer *t) {
     attn__free(t->unk);
     attn__free(t->pre_ids);
     attn__free(t->post_ids);
-    attn__free(t->dec_prefix);
+    attn_tok_free_steps(t);
     attn__free(t);
 }
 

@@ -27,6 +27,11 @@ extern const uint32_t attn_text_decomp[][5];
 extern const size_t attn_text_ndecomp;
 extern const uint32_t attn_text_ccc[][3];
 extern const size_t attn_text_nccc;
+extern const uint32_t attn_text_compat[][2];
+extern const size_t attn_text_ncompat;
+extern const uint32_t attn_text_compat_chars[];
+extern const uint32_t attn_text_compose[][3];
+extern const size_t attn_text_ncompose;
 
 unsigned attn_u_props(uint32_t c);
 /* BertNormalizer's CJK ranges (handle_chinese_chars). */
@@ -37,6 +42,11 @@ int attn_u_lower(uint32_t c, uint32_t out[3]);
 int attn_u_decompose(uint32_t c, uint32_t out[4]);
 /* The canonical combining class of c, as tokenizers' NFD orders marks (probed, not Python's). */
 int attn_u_ccc(uint32_t c);
+
+/* NFKD of c where it differs from its NFD: *out points to its chars, their count returned; 0: none. */
+size_t attn_u_compat(uint32_t c, const uint32_t **out);
+/* The canonical composite of starter a and char b (Hangul included), 0 when none. */
+uint32_t attn_u_compose(uint32_t a, uint32_t b);
 
 /* Decode one UTF-8 char of s[0..len) (len >= 1): its code point in *c, its length returned, or 0
  * when the bytes are not valid UTF-8 (RFC 3629). */
