@@ -370,6 +370,54 @@ static void test_hostile_steps(void) {
                     "post_processor.processors: expected an array");
 }
 
+/* A SentencePiece-style BPE (Llama-2 / Mistral): "\u2581" for spaces, byte_fallback over <0xNN>
+ * tokens, <s> before the text; NORMALIZER / PRETOK replaced by the variant under test. */
+static const char SP[] =
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\","
+    "\"special\":true},{\"id\":1,\"content\":\"<s>\",\"special\":true}],\"normalizer\":NORMALIZER,"
+    "\"pre_tokenizer\":PRETOK,\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":"
+    "{\"id\":\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[],\"special_tokens\":"
+    "{\"<s>\":{\"id\":\"<s>\",\"ids\":[1],\"tokens\":[\"<s>\"]}}},\"decoder\":{\"type\":\"Sequence\",\"decoders\":"
+    "[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\\u2581\"},\"content\":\" \"},{\"type\":\"ByteFallback\"},"
+    "{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]},\"model\":{\"type\":\"BPE\","
+    "\"dropout\":null,\"unk_token\":\"<unk>\",\"fuse_unk\":true,\"byte_fallback\":true,\"ignore_merges\":false,"
+    "\"vocab\":{\"<unk>\":0,\"<s>\":1,\"<0xC3>\":2,\"<0xA9>\":3,\"<0x0A>\":4,\"\\u2581\":5,\"h\":6,\"e\":7,\"l\":8,"
+    "\"o\":9,\"he\":10,\"ll\":11,\"llo\":12,\"hello\":13,\"\\u2581hello\":14,\"w\":15,\"\\u2581w\":16,\"x\":17},"
+    "\"merges\":[\"h e\",\"l l\",\"ll o\",\"he llo\",\"\\u2581 hello\",\"\\u2581 w\"]}}";
+static const char SP_NORM[] = "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\\u2581\"},"
+                              "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\\u2581\"}]}";
+
+static void test_sentencepiece(void) {
+    for (int v = 0; v < 3; v++) { /* Prepend + Replace; Metaspace first; Metaspace always */
+        const char *s = replace(SP, "NORMALIZER", v ? "null" : SP_NORM);
+        s = replace(s, "PRETOK",
+                    !v       ? "null"
+                    : v == 1 ? "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\","
+                               "\"split\":true}"
+                             : "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"always\","
+                               "\"split\":false}");
+        attn_tokenizer *t = open_json(s);
+        if (!t) continue;
+        EXPECT(t, "merges over the \u2581 words", "hello wx", 1, 14, 16, 17);
+        EXPECT(t, "byte fallback for a char outside the vocabulary", "h\xc3\xa9", 1, 5, 6, 2, 3);
+        EXPECT(t, "unknown chars without byte tokens: one fused <unk>", "qz", 1, 5, 0);
+        if (v == 1) /* prepend_scheme first: not after the <s> typed at the start */
+            EXPECT(t, "Metaspace first after an added token", "<s>hello", 1, 1, 13);
+        else /* every segment gets its \u2581 (Prepend; Metaspace always) */
+            EXPECT(t, "prepended after an added token", "<s>hello", 1, 1, 14);
+        const int32_t a[] = {1, 14, 16, 17}, b[] = {5, 6, 2, 3}, c[] = {2, 6}, d[] = {1, 13, 4};
+        expect_text(t, "decode: \u2581 to spaces, the first stripped", a, 4, 1, "hello wx");
+        expect_text(t, "decode: bytes joined into UTF-8", b, 4, 1, "h\xc3\xa9");
+        expect_text(t, "decode: a lone byte is U+FFFD", c, 2, 1, "\xef\xbf\xbdh");
+        expect_text(t, "decode: special kept", d, 3, 0, "<s>hello\n");
+        attn_tokenizer_free(t);
+    }
+}
+
+/* Llama-3's pre-tokenizer (Split with its regex, then ByteLevel without regex) over the GPT-2 BPE
+ * below: contractions in any case, digits by threes, whitespace runs before letters and newlines. */
+static void test_llama3_split(void);
+
 /* BPE with from replaced by to: status want, a message holding key. */
 static void expect_bad_json_bpe(const char *what, const char *from, const char *to, attn_status want, const char *key);
 
@@ -537,6 +585,30 @@ static void expect_bad_json_bpe(const char *what, const char *from, const char *
     expect_bad_json(what, replace(BPE, from, to), want, key);
 }
 
+static void test_llama3_split(void) {
+    static const char pre[] =
+        "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(?i:'s|'t|'re|'ve|'m|"
+        "'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*["
+        "\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\","
+        "\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":false}]}";
+    char json[sizeof BPE + sizeof pre + 64];
+    const char *s = replace(BPE,
+                            "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
+                            "\"use_regex\":true}",
+                            pre);
+    s = replace(s, "\"x\":22,", "\"x\":22,\"'x\":24,\"S\":25,\"'S\":26,"); /* merges of ' with letters */
+    snprintf(json, sizeof json, "%s", replace(s, "\"merges\":[", "\"merges\":[[\"'\",\"x\"],[\"'\",\"S\"],"));
+    attn_tokenizer *t = open_json(json);
+    if (!t) return;
+    EXPECT(t, "Llama-3: words, a space joins the next", "hello world!", 14, 15, 4, 7, 3, 8, 20);
+    EXPECT(t, "Llama-3: 's a contraction", "he's", 11, 16);
+    EXPECT(t, "Llama-3: 'S too (case-insensitive; GPT-2's regex gives ' S: 11 9 25)", "he'S", 11, 26);
+    EXPECT(t, "Llama-3: ' joins the letters after it (GPT-2's regex: 9 22)", "'x", 24);
+    EXPECT(t, "Llama-3: a space run less its last space", "  hello", 5, 5, 14);
+    EXPECT(t, "Llama-3: a newline run ends at its last newline", " \n hello", 5, 21, 5, 14);
+    attn_tokenizer_free(t);
+}
+
 /* Every allocation of open, encode and decode failing in turn (src/core/alloc.c's hook): each call
  * answers ATTN_ERR_OUT_OF_MEMORY or succeeds, and nothing leaks (LeakSanitizer under make asan). */
 static void alloc_sweep(const char *what, const char *json_text, const char *text) {
@@ -585,6 +657,8 @@ int main(void) {
     test_vocab_txt();
     test_hostile();
     test_bpe();
+    test_sentencepiece();
+    test_llama3_split();
     test_alloc_fail();
     unlink(write_text("tokenizer.json", ""));
     rmdir(dir);

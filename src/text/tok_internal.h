@@ -193,6 +193,10 @@ attn_status attn_tok_normalize(const attn_tokenizer *t, const char *s, size_t le
 
 /* Readers: fill t (allocated, zeroed, pad_id -1) from a file; messages name `name`. */
 attn_status attn_tok_load_json(attn_tokenizer *t, const char *path, const char *name);
+attn_status attn_tok_load_json_text(attn_tokenizer *t, const char *text, size_t len, const char *name);
+/* A tokenizer from tokenizer.json's bytes (the fuzz harness's entry point: attn_tokenizer_open's
+ * parse without the file). */
+attn_status attn_tok_open_memory(const char *text, size_t len, const char *name, attn_tokenizer **out);
 attn_status attn_tok_load_vocab_txt(attn_tokenizer *t, const char *path, const char *name, const char *config_path);
 /* tokenizer_config.json's model_max_length as t's truncation (when t has none; absent file: nothing). */
 attn_status attn_tok_load_config_max_length(attn_tokenizer *t, const char *config_path);

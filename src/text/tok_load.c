@@ -802,20 +802,39 @@ static attn_status read_tokenizer_json(const jctx *c, const attn_json *root) {
     return ATTN_OK;
 }
 
+/* text[0..len) parsed (duplicate keys refused); messages name `name`. */
+static attn_status parse_text(const char *text, size_t len, const char *name, attn_json_doc **doc) {
+    attn_json_error jerr;
+    const attn_json_options jopt = {0, 1};
+    attn_json_status js = attn_json_parse(text, len, &jopt, doc, &jerr);
+    if (js != ATTN_JSON_OK)
+        return attn_error(js == ATTN_JSON_ERR_NOMEM ? ATTN_ERR_OUT_OF_MEMORY : ATTN_ERR_INVALID_ARGUMENT, "%s: %s",
+                          name, jerr.message);
+    return ATTN_OK;
+}
+
 /* The file at path, parsed (duplicate keys refused); messages name `name`. */
 static attn_status parse_file(const char *path, const char *name, attn_json_doc **doc) {
     char *text = NULL;
     size_t len = 0;
     attn_status st = attn_io_read_input(path, "tokenizer", ATTN_TOKENIZER_FILE_CAP, &text, &len);
     if (st) return st;
-    attn_json_error jerr;
-    const attn_json_options jopt = {0, 1};
-    attn_json_status js = attn_json_parse(text, len, &jopt, doc, &jerr);
+    st = parse_text(text, len, name, doc);
     attn__free(text);
-    if (js != ATTN_JSON_OK)
-        return attn_error(js == ATTN_JSON_ERR_NOMEM ? ATTN_ERR_OUT_OF_MEMORY : ATTN_ERR_INVALID_ARGUMENT, "%s: %s",
-                          name, jerr.message);
-    return ATTN_OK;
+    return st;
+}
+
+attn_status attn_tok_load_json_text(attn_tokenizer *t, const char *text, size_t len, const char *name) {
+    attn_json_doc *doc = NULL;
+    if (len > ATTN_TOKENIZER_FILE_CAP)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %zu bytes, above the cap of %llu", name, len,
+                          (unsigned long long)ATTN_TOKENIZER_FILE_CAP);
+    attn_status st = parse_text(text, len, name, &doc);
+    if (st) return st;
+    jctx c = {t, name};
+    st = read_tokenizer_json(&c, attn_json_root(doc));
+    attn_json_free(doc);
+    return st;
 }
 
 attn_status attn_tok_load_json(attn_tokenizer *t, const char *path, const char *name) {

@@ -148,6 +148,18 @@ static attn_status open_folder(attn_tokenizer *t, const char *dir) {
     return st;
 }
 
+/* After a load: the longest token, and t in *out (or freed on an error st). */
+static attn_status finish_open(attn_tokenizer *t, attn_status st, attn_tokenizer **out) {
+    for (size_t i = 0; i < t->nslots; i++)
+        if (t->slots[i].s && t->slots[i].len > t->max_token) t->max_token = t->slots[i].len;
+    if (st != ATTN_OK) {
+        attn_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return ATTN_OK;
+}
+
 attn_status attn_tokenizer_open(const char *path, attn_tokenizer **out) {
     ATTN_CHECK_NOT_NULL("attn_tokenizer_open", out);
     *out = NULL;
@@ -166,14 +178,17 @@ attn_status attn_tokenizer_open(const char *path, attn_tokenizer **out) {
         const char *slash = strrchr(path, '/');
         st = attn_tok_load_vocab_txt(t, path, slash ? slash + 1 : path, NULL);
     }
-    for (size_t i = 0; i < t->nslots; i++)
-        if (t->slots[i].s && t->slots[i].len > t->max_token) t->max_token = t->slots[i].len;
-    if (st != ATTN_OK) {
-        attn_tokenizer_free(t);
-        return st;
-    }
-    *out = t;
-    return ATTN_OK;
+    return finish_open(t, st, out);
+}
+
+attn_status attn_tok_open_memory(const char *text, size_t len, const char *name, attn_tokenizer **out) {
+    ATTN_CHECK_NOT_NULL("attn_tok_open_memory", out);
+    *out = NULL;
+    if (!text && len) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_tok_open_memory: text is NULL");
+    attn_tokenizer *t = attn__calloc(1, sizeof *t);
+    if (!t) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_tok_open_memory: out of memory");
+    t->pad_id = -1;
+    return finish_open(t, attn_tok_load_json_text(t, text ? text : "", len, name), out);
 }
 
 int64_t attn_tokenizer_vocab_size(const attn_tokenizer *t) { return t ? t->ntokens : 0; }
