@@ -286,6 +286,19 @@ static attn_status encode_normalized(enc *e, const uint32_t *p, size_t n, int at
     return st;
 }
 
+static int is_word(uint32_t c) { return (attn_u_props(c) & ATTN_U_WORD) != 0; }
+
+/* Whether s[i..e) stands alone: no word char just before or after it (single_word). */
+static int single_word_at(const char *s, size_t len, size_t i, size_t e) {
+    uint32_t c;
+    if (i) {
+        size_t b = i - 1;
+        while (b > 0 && ((unsigned char)s[b] & 0xC0) == 0x80) b--;
+        if (attn_u_decode((const unsigned char *)s + b, i - b, &c) && is_word(c)) return 0;
+    }
+    return !(e < len && attn_u_decode((const unsigned char *)s + e, len - e, &c) && is_word(c));
+}
+
 /* The leftmost-longest normalized added token in p[from..n) (code points): its span with lstrip /
  * rstrip whitespace (never before from) in *ms, *me; returns its index or -1. */
 static long find_normalized(const attn_tokenizer *t, const uint32_t *p, size_t n, size_t from, size_t *ms, size_t *me) {
@@ -299,6 +312,10 @@ static long find_normalized(const attn_tokenizer *t, const uint32_t *p, size_t n
         }
         if (best < 0) continue;
         const tok_added *a = &t->added[best];
+        if (a->single_word && ((i && is_word(p[i - 1])) || (i + a->nncp < n && is_word(p[i + a->nncp])))) {
+            i += a->nncp - 1; /* discarded, its text not searched again (tokenizers' non-overlapping matches) */
+            continue;
+        }
         size_t start = i, stop = i + a->nncp;
         while (a->lstrip && start > from && (attn_u_props(p[start - 1]) & ATTN_U_WS)) start--;
         while (a->rstrip && stop < n && (attn_u_props(p[stop]) & ATTN_U_WS)) stop++;
@@ -342,6 +359,10 @@ static long find_added(const attn_tokenizer *t, const char *s, size_t len, size_
         }
         if (best < 0) continue;
         const tok_added *a = &t->added[best];
+        if (a->single_word && !single_word_at(s, len, i, i + a->len)) {
+            i += a->len - 1; /* discarded, its text not searched again (tokenizers' non-overlapping matches) */
+            continue;
+        }
         size_t start = i, stop = i + a->len;
         if (a->lstrip) {
             while (start > floor) {

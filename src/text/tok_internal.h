@@ -96,7 +96,8 @@ typedef struct tok_added {
     size_t len;
     int32_t id;
     int special, lstrip, rstrip;
-    int normalized; /* matched in the normalized text, as its own normalized form ncp[0..nncp) */
+    int single_word; /* not matched with a word char (ATTN_U_WORD) just before or after it */
+    int normalized;  /* matched in the normalized text, as its own normalized form ncp[0..nncp) */
     uint32_t *ncp;
     size_t nncp;
 } tok_added;

@@ -455,7 +455,6 @@ static attn_status read_added_token(const jctx *c, const attn_json *a, size_t i,
     char k[96];
     attn_status st;
     int64_t id = -1;
-    int single = 0;
     snprintf(k, sizeof k, "added_tokens[%zu]", i);
     if (a->type != ATTN_JSON_OBJECT) return type_fail(c, k, "an object", a);
     snprintf(k, sizeof k, "added_tokens[%zu].id", i);
@@ -470,12 +469,11 @@ static attn_status read_added_token(const jctx *c, const attn_json *a, size_t i,
     if ((st = get_string(c, a, "content", k, "", &out->content))) return st;
     out->len = content->len;
     const char *names[] = {"special", "lstrip", "rstrip", "single_word", "normalized"};
-    int *dst[] = {&out->special, &out->lstrip, &out->rstrip, &single, &out->normalized};
+    int *dst[] = {&out->special, &out->lstrip, &out->rstrip, &out->single_word, &out->normalized};
     for (int f = 0; f < 5; f++) {
         snprintf(k, sizeof k, "added_tokens[%zu].%s", i, names[f]);
         if ((st = get_bool(c, a, names[f], k, dst[f]))) return st;
     }
-    if (single) return jfail(c, ATTN_ERR_UNSUPPORTED, "added_tokens", "unsupported: [%zu].single_word = true", i);
     return ATTN_OK;
 }
 

@@ -181,36 +181,36 @@ static int split_piece(const tok_pre *st, const uint32_t *p, size_t n, int at0, 
     return 0;
 }
 
-/* ByteLevel: a space before the piece (add_prefix_space), the GPT-2 regex (use_regex), then each
- * piece's UTF-8 bytes as the byte alphabet's chars. */
-static int byte_level(const tok_pre *st, const uint32_t *p, size_t n, int at0, span *sp, uint32_t *tmp, pout *o) {
+/* Append chars p[0..n) as one piece of their UTF-8 bytes, each byte as the byte alphabet's char. */
+static int put_bytes(pout *o, const uint32_t *p, size_t n, int at0) {
+    if (reserve((void **)&o->c, &o->ccap, o->nc + 4 * n, sizeof(uint32_t)) ||
+        reserve((void **)&o->pc, &o->pcap, o->np + 1, sizeof(tok_piece)))
+        return -1;
+    size_t s = o->nc;
+    for (size_t i = 0; i < n; i++) {
+        char u[4];
+        size_t nb = attn_u_encode(p[i], u);
+        for (size_t b = 0; b < nb; b++) o->c[o->nc++] = attn_tok_byte_char((unsigned char)u[b]);
+    }
+    if (o->nc > s) o->pc[o->np++] = (tok_piece){s, o->nc, at0};
+    return 0;
+}
+
+/* ByteLevel: a space before the piece (add_prefix_space), the GPT-2 regex (use_regex, into the
+ * scratch w), then each piece's UTF-8 bytes as the byte alphabet's chars. */
+static int byte_level(const tok_pre *st, const uint32_t *p, size_t n, int at0, span *sp, uint32_t *tmp, pout *w,
+                      pout *o) {
     const uint32_t *q = p;
     if (st->flag && p[0] != ' ') {
         tmp[0] = ' ';
         memcpy(tmp + 1, p, n * sizeof(uint32_t));
         q = tmp, n++;
     }
-    size_t first = o->np;
-    if (st->use_regex ? split_piece(st, q, n, at0, sp, o) : put_piece(o, q, n, at0)) return -1;
-    for (size_t k = first; k < o->np; k++) { /* rewrite the new pieces at the end of o->c */
-        size_t s = o->pc[k].s, e = o->pc[k].e, bytes = 0;
-        for (size_t i = s; i < e; i++) {
-            char u[4];
-            bytes += attn_u_encode(o->c[i], u);
-        }
-        size_t grow = bytes - (e - s);
-        if (reserve((void **)&o->c, &o->ccap, o->nc + grow, sizeof(uint32_t))) return -1;
-        memmove(o->c + e + grow, o->c + e, (o->nc - e) * sizeof(uint32_t));
-        o->nc += grow;
-        for (size_t j = k + 1; j < o->np; j++) o->pc[j].s += grow, o->pc[j].e += grow;
-        size_t w = s + bytes;
-        for (size_t i = e; i-- > s;) { /* back to front: the bytes overwrite only chars already read */
-            char u[4];
-            size_t nb = attn_u_encode(o->c[i], u);
-            for (size_t b = nb; b-- > 0;) o->c[--w] = attn_tok_byte_char((unsigned char)u[b]);
-        }
-        o->pc[k].e = s + bytes;
-    }
+    if (!st->use_regex) return put_bytes(o, q, n, at0);
+    w->nc = w->np = 0;
+    if (split_piece(st, q, n, at0, sp, w)) return -1;
+    for (size_t k = 0; k < w->np; k++)
+        if (put_bytes(o, w->c + w->pc[k].s, w->pc[k].e - w->pc[k].s, w->pc[k].at0)) return -1;
     return 0;
 }
 
@@ -230,7 +230,7 @@ static int metaspace(const tok_pre *st, const uint32_t *p, size_t n, int at0, sp
 
 attn_status attn_tok_pretokenize(const attn_tokenizer *t, const uint32_t *p, size_t n, int at0, uint32_t **out,
                                  size_t *ncap, tok_piece **pieces, size_t *pcap, size_t *npieces) {
-    pout a = {*out, 0, *ncap, *pieces, 0, *pcap}, b = {0};
+    pout a = {*out, 0, *ncap, *pieces, 0, *pcap}, b = {0}, w = {0};
     span *sp = NULL;
     uint32_t *tmp = NULL;
     size_t spcap = 0, tmpcap = 0;
@@ -241,23 +241,21 @@ attn_status attn_tok_pretokenize(const attn_tokenizer *t, const uint32_t *p, siz
         for (size_t k = 0; !bad && k < a.np; k++) {
             const uint32_t *q = a.c + a.pc[k].s;
             size_t m = a.pc[k].e - a.pc[k].s;
-            if (reserve((void **)&sp, &spcap, 2 * m + 2, sizeof(span)) ||
+            if (reserve((void **)&sp, &spcap, 2 * m + 4, sizeof(span)) || /* 2 n + 1 spans of n <= m + 1 chars */
                 reserve((void **)&tmp, &tmpcap, m + 2, sizeof(uint32_t))) {
                 bad = 1;
                 break;
             }
             if (st->op == TOK_PRE_BYTELEVEL)
-                bad = byte_level(st, q, m, a.pc[k].at0, sp, tmp, &b);
+                bad = byte_level(st, q, m, a.pc[k].at0, sp, tmp, &w, &b);
             else if (st->op == TOK_PRE_METASPACE)
                 bad = metaspace(st, q, m, a.pc[k].at0, sp, tmp, &b);
             else if (st->op == TOK_PRE_BERT) { /* whitespace removed, then punctuation isolated */
-                pout w = {0};
                 tok_pre punct = {.op = TOK_PRE_PUNCT, .behavior = TOK_B_ISOLATED};
+                w.nc = w.np = 0;
                 bad = split_piece(st, q, m, a.pc[k].at0, sp, &w);
                 for (size_t j = 0; !bad && j < w.np; j++)
                     bad = split_piece(&punct, w.c + w.pc[j].s, w.pc[j].e - w.pc[j].s, w.pc[j].at0, sp, &b);
-                attn__free(w.c);
-                attn__free(w.pc);
             } else
                 bad = split_piece(st, q, m, a.pc[k].at0, sp, &b);
         }
@@ -268,6 +266,8 @@ attn_status attn_tok_pretokenize(const attn_tokenizer *t, const uint32_t *p, siz
     attn__free(tmp);
     attn__free(b.c);
     attn__free(b.pc);
+    attn__free(w.c);
+    attn__free(w.pc);
     *out = a.c, *ncap = a.ccap, *pieces = a.pc, *pcap = a.pcap, *npieces = a.np;
     return bad ? attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_tokenizer_encode: out of memory") : ATTN_OK;
 }

@@ -16,7 +16,7 @@ with its regex, ByteLevel without regex, ignore_merges, a BOS template in a proc
 Qwen2: NFC and its regex; Llama-2 / Mistral: byte_fallback BPE with <0x00>..<0xFF>, Prepend +
 Replace or Metaspace with each prepend_scheme, the Replace / ByteFallback / Fuse / Strip /
 Metaspace decoders; NFKC, NFKD, NFD and NFC with Digits, Punctuation, Strip and each of Split's
-behaviors, inverted too), compares the ids of
+behaviors, inverted too; single_word added tokens, raw and normalized), compares the ids of
 `attn tokenize --input FILE` (one process per configuration) with Tokenizer.encode, and the text
 of `attn tokenize --decode` with Tokenizer.decode (with and without the special tokens).
 ATTN_BINARY_OR_LIB is the attn tool, or libattn.so (then through ctypes). Ends with the line
@@ -265,6 +265,8 @@ def llm_configs(corpus):
         t2.normalizer = None
         t2.pre_tokenizer = pre_tokenizers.Sequence([split(rx), pre_tokenizers.ByteLevel(add_prefix_space=True,
                                                                                           use_regex=False)])
+        t2.add_tokens([AddedToken("new", single_word=True, normalized=False),  # not inside a word
+                       AddedToken("ab", single_word=True, normalized=True)])
         out.append((name, t2))
     # SentencePiece-style BPE: trained on Metaspace words, then the byte tokens added to the vocabulary
     sp = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True))
@@ -286,6 +288,7 @@ def llm_configs(corpus):
     t.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
     t.decoder, t.post_processor = sp_dec, template
     t.enable_truncation(40, direction="left")
+    t.add_tokens([AddedToken("es", single_word=True, normalized=True, lstrip=True)])
     out.append(("llama2_normalizer", t))
     for scheme, dec in (("first", decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace("\u2581", "first")])),
                         ("always", sp_dec), ("never", decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(),
