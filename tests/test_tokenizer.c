@@ -641,6 +641,15 @@ static void test_alloc_fail(void) {
         json_with(NULL, "null", "[{\"id\":23,\"content\":\"[N\xc3\x89W]\",\"normalized\":true}]", "null", NULL, NULL),
         "a [NEW] b");
     alloc_sweep("BPE", BPE, "hello world! he's  x\xc3\xa9<|endoftext|>");
+    const char *sp = replace(replace(SP, "NORMALIZER", SP_NORM), "PRETOK", "null");
+    alloc_sweep("SentencePiece, Prepend + Replace", sp, "hello wx h\xc3\xa9 qz<s>hello");
+    sp = replace(
+        replace(SP, "NORMALIZER", "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFKC\"},{\"type\":\"Strip\"}]}"),
+        "PRETOK",
+        "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\"},{\"type\":\"Metaspace\","
+        "\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\"},{\"type\":\"Split\",\"pattern\":"
+        "{\"String\":\"l\"},\"behavior\":\"MergedWithNext\"}]}");
+    alloc_sweep("SentencePiece, NFKC, Digits, Metaspace, Split", sp, " hello w12x \xef\xac\x81 h\xc3\xa9 <s>hello ");
 }
 
 int main(void) {
