@@ -575,6 +575,23 @@ static void test_bpe(void) {
                         "model.dropout: unsupported");
     expect_bad_json_bpe("suffix", "\"end_of_word_suffix\":\"\"", "\"end_of_word_suffix\":\"</w>\"",
                         ATTN_ERR_UNSUPPORTED, "model.end_of_word_suffix: unsupported");
+    expect_bad_json_bpe("Strip decoder's start absurd", "\"decoder\":{\"type\":\"ByteLevel\",",
+                        "\"decoder\":{\"type\":\"Strip\",\"content\":\" \",\"start\":99999999999,\"stop\":0,",
+                        ATTN_ERR_INVALID_ARGUMENT, "decoder.start: 99999999999 is above 2147483647");
+    char seq[1024] = "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Sequence\",\"pretokenizers\":[";
+    for (int i = 0; i < 17; i++) strcat(seq, i ? ",{\"type\":\"Digits\"}" : "{\"type\":\"Digits\"}");
+    strcat(seq, "]}]}");
+    expect_bad_json_bpe("more than 16 pre-tokenizer steps",
+                        "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true}",
+                        seq, ATTN_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[0].pretokenizers[16]: more than 16");
+    /* a merge of a token with the empty token gives the token itself, repeated merges: no loop, the
+     * merges that make sense still apply */
+    attn_tokenizer *u = open_json(replace(replace(BPE, "\"x\":22,", "\"x\":22,\"\":24,"), "\"merges\":[",
+                                          "\"merges\":[\"h \",[\"h\",\"\"],[\"he\",\"llo\"],"));
+    if (u) {
+        EXPECT(u, "self-merges are inert", "hello", 14);
+        attn_tokenizer_free(u);
+    }
     expect_bad_json_bpe("byte_fallback a string", "\"byte_fallback\":false", "\"byte_fallback\":\"yes\"",
                         ATTN_ERR_INVALID_ARGUMENT, "model.byte_fallback: expected a boolean");
     expect_bad_json_bpe("merge of a token and an unknown concatenation", "[\"h\",\"e\"]", "[\"e\",\"h\"]",

@@ -1,7 +1,7 @@
 /* attn internal: the tokenizer's parts (include/attn/tokenizer.h says what is supported).
  * tokenizer.c: the vocabulary, open / free, lookups; tok_load.c: tokenizer.json and vocab.txt;
- * tok_encode.c: normalizer, pre-tokenizer, WordPiece, added tokens, truncation, post-processor;
- * tok_decode.c: the decoders. */
+ * tok_encode.c: normalizers, WordPiece, added tokens, truncation, post-processor; tok_pretok.c: the
+ * pre-tokenizers (Split's regexes matched by hand); tok_bpe.c: BPE; tok_decode.c: the decoders. */
 #ifndef ATTN_TEXT_TOK_INTERNAL_H
 #define ATTN_TEXT_TOK_INTERNAL_H
 
