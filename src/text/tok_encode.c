@@ -351,6 +351,7 @@ static long find_added(const attn_tokenizer *t, const char *s, size_t len, size_
                        size_t *me) {
     for (size_t i = from; i < len; i++) {
         long best = -1;
+        if (!t->added_first[(unsigned char)s[i]]) continue;
         for (size_t k = 0; k < t->nadded; k++) {
             const tok_added *a = &t->added[k];
             if (!a->normalized && a->len <= len - i && (best < 0 || a->len > t->added[best].len) &&

@@ -125,6 +125,7 @@ struct attn_tokenizer {
     tok_added *added;
     size_t nadded;
     int any_normalized; /* some added token is matched in the normalized text */
+    unsigned char added_first[256]; /* 1: a raw-matched added token starts with this byte */
     tok_norm norm[TOK_MAX_NORM_OPS];
     int nnorm;
     tok_pre pre[TOK_MAX_PRE_OPS];

@@ -152,6 +152,8 @@ static attn_status open_folder(attn_tokenizer *t, const char *dir) {
 static attn_status finish_open(attn_tokenizer *t, attn_status st, attn_tokenizer **out) {
     for (size_t i = 0; i < t->nslots; i++)
         if (t->slots[i].s && t->slots[i].len > t->max_token) t->max_token = t->slots[i].len;
+    for (size_t i = 0; st == ATTN_OK && i < t->nadded; i++) /* the match's first-byte filter */
+        if (!t->added[i].normalized) t->added_first[(unsigned char)t->added[i].content[0]] = 1;
     if (st != ATTN_OK) {
         attn_tokenizer_free(t);
         return st;

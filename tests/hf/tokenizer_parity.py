@@ -341,6 +341,20 @@ class AttnCli:
         return r.stdout.decode("utf-8").split("\n")[:-1]
 
 
+    def encode_one(self, model, text):  # --text: line breaks allowed
+        r = subprocess.run([self.path, "tokenize", "--model", model, "--text", text], capture_output=True)
+        if r.returncode:
+            raise RuntimeError("attn tokenize failed: %s" % r.stderr.decode("utf-8", "replace"))
+        return [int(x) for x in r.stdout.split()]
+
+    def decode_one(self, model, ids, skip):
+        r = subprocess.run([self.path, "tokenize", "--model", model, "--decode", "--text", " ".join(map(str, ids))] +
+                           (["--no-special"] if skip else []), capture_output=True)
+        if r.returncode:
+            raise RuntimeError("attn tokenize --decode failed: %s" % r.stderr.decode("utf-8", "replace"))
+        return r.stdout.decode("utf-8")[:-1]
+
+
 class AttnLib:
     def __init__(self, path):
         self.lib = ctypes.CDLL(path)
@@ -372,6 +386,22 @@ class AttnLib:
             out.append(list(ids[: n.value]))
         self.lib.attn_tokenizer_free(t)
         return out
+
+    def encode_one(self, model, text):
+        t = self._open(model)
+        line = text.encode()
+        n = ctypes.c_size_t()
+        ids = (ctypes.c_int32 * (4 * len(line) + 16))()
+        if self.lib.attn_tokenizer_encode(t, line, len(line), 1, 0, ids, len(ids), ctypes.byref(n)):
+            raise RuntimeError(self.lib.attn_last_error().decode())
+        self.lib.attn_tokenizer_free(t)
+        return list(ids[: n.value])
+
+    def decode_one(self, model, ids, skip):
+        infile = model + ".one"
+        with open(infile, "w") as f:
+            f.write(" ".join(map(str, ids)) + "\n")
+        return self.decode(model, infile, skip)[0]
 
     def decode(self, model, infile, skip):
         t = self._open(model)
@@ -476,6 +506,23 @@ def main():
             gtext = attn.decode(model, idfile, skip)
             for ids, g_t, w_t in zip(want, gtext, wtext):
                 check(g_t == w_t, "%s: decode (skip_special_tokens=%s)" % (name, skip), w_t, repr(g_t), repr(w_t))
+    # texts with line breaks (\n, \r\n, runs; after punctuation and spaces): one process each, the
+    # line-break cases of the Llama-3 / Qwen2 regexes and the byte tokens of \n
+    breaks = ["\n", "\r\n", "\n\n", " \n ", "!\n", "\r\n\r\n", "\t\n", " \n\n  ", "?!\r\n", "\n\r", "  \n\t x"]
+    multi = [g.line()[:80] + g.r.choice(breaks) + g.line()[:80] + g.r.choice(breaks) for _ in range(12)]
+    multi += [b + "it's A\n" + b for b in breaks]
+    nmulti = 0
+    for name, tok, model in runs:
+        if name not in ("llama3", "qwen2", "gpt2_split", "llama2_normalizer", "mistral_metaspace_first"):
+            continue
+        for text in multi:
+            want = tok.encode(text).ids
+            got = attn.encode_one(model, text)
+            check(got == want, "%s: encode with line breaks" % name, text, got, want)
+            skip = len(want) % 2 == 0
+            w_t, g_t = tok.decode(want, skip_special_tokens=skip), attn.decode_one(model, want, skip)
+            check(g_t == w_t, "%s: decode with line breaks" % name, w_t, repr(g_t), repr(w_t))
+            nmulti += 1
     tok, marks = nfd_order_case(g, a.lines)  # NFD's canonical ordering, on lines of its own
     marks_file, model = os.path.join(a.outdir, "marks.txt"), os.path.join(a.outdir, "nfd_marks.json")
     with open(marks_file, "w", encoding="utf-8", newline="\n") as f:
@@ -483,8 +530,8 @@ def main():
     tok.save(model)
     for text, g_ids, w_ids in zip(marks, attn.encode(model, marks_file), [e.ids for e in tok.encode_batch(marks)]):
         check(g_ids == w_ids, "nfd_marks: encode", text, g_ids, w_ids)
-    print("compared %d lines x %d tokenizers (encode, decode, decode skipping special tokens), and %d lines of "
-          "stacked marks through NFD" % (len(lines), len(runs), len(marks)))
+    print("compared %d lines x %d tokenizers (encode, decode, decode skipping special tokens), %d texts with line "
+          "breaks, and %d lines of stacked marks through NFD" % (len(lines), len(runs), nmulti, len(marks)))
     print("tokenizer parity: %d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
