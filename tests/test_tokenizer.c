@@ -359,8 +359,8 @@ static void test_hostile_steps(void) {
     expect_bad_step("decoders not an array", NULL, NULL, "{\"type\":\"Sequence\",\"decoders\":\"x\"}", INV,
                     "decoder.decoders: expected an array");
     expect_bad_step("unknown decoder in a sequence", NULL, NULL,
-                    "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"BPEDecoder\"}]}", UNS,
-                    "decoder.decoders[1].type = BPEDecoder");
+                    "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"CTC\"}]}", UNS,
+                    "decoder.decoders[1].type = CTC");
     char post[2048];
     snprintf(post, sizeof post, "{\"type\":\"Sequence\",\"processors\":[%s,%s]}", POST, POST);
     expect_bad_json("two templates", json_with(NULL, NULL, NULL, post, NULL, NULL), UNS,
@@ -573,8 +573,13 @@ static void test_bpe(void) {
                         "model.merges: [0] is neither");
     expect_bad_json_bpe("dropout", "\"dropout\":null", "\"dropout\":0.1", ATTN_ERR_UNSUPPORTED,
                         "model.dropout: unsupported");
-    expect_bad_json_bpe("suffix", "\"end_of_word_suffix\":\"\"", "\"end_of_word_suffix\":\"</w>\"",
-                        ATTN_ERR_UNSUPPORTED, "model.end_of_word_suffix: unsupported");
+    expect_bad_json_bpe(
+        "suffix past 64 bytes", "\"end_of_word_suffix\":\"\"",
+        "\"end_of_word_suffix\":\"<---------------------------------------------------------------------->\"",
+        ATTN_ERR_UNSUPPORTED, "model.end_of_word_suffix: unsupported: longer than 64 bytes");
+    expect_bad_json_bpe("merge's right part shorter than the prefix", "\"continuing_subword_prefix\":\"\"",
+                        "\"continuing_subword_prefix\":\"##\"", ATTN_ERR_INVALID_ARGUMENT,
+                        "model.merges: [0]: 'e' is shorter than the continuing_subword_prefix");
     expect_bad_json_bpe("Strip decoder's start absurd", "\"decoder\":{\"type\":\"ByteLevel\",",
                         "\"decoder\":{\"type\":\"Strip\",\"content\":\" \",\"start\":99999999999,\"stop\":0,",
                         ATTN_ERR_INVALID_ARGUMENT, "decoder.start: 99999999999 is above 2147483647");

@@ -17,14 +17,14 @@
  *                   these, null;
  *   model           WordPiece {vocab, unk_token, continuing_subword_prefix, max_input_chars_per_word};
  *                   BPE {vocab, merges ("a b" or ["a", "b"]), unk_token, fuse_unk, ignore_merges
- *                   (a pre-token in the vocabulary is taken whole), byte_fallback (<0xNN> tokens);
- *                   no dropout, continuing_subword_prefix or end_of_word_suffix};
+ *                   (a pre-token in the vocabulary is taken whole), byte_fallback (<0xNN> tokens),
+ *                   continuing_subword_prefix, end_of_word_suffix (at most 64 bytes); no dropout};
  *   post_processor  TemplateProcessing (single: special tokens around $A), BertProcessing,
  *                   ByteLevel (offsets only: no ids), a Sequence of these (one adding tokens), null;
  *   decoder         WordPiece {prefix, cleanup}, ByteLevel (bytes back, invalid UTF-8 as U+FFFD
  *                   the way Rust's from_utf8_lossy does), ByteFallback, Fuse, Strip {content, start,
- *                   stop}, Replace {pattern {"String"}, content}, Metaspace, a Sequence of these,
- *                   null (tokens joined by spaces);
+ *                   stop}, Replace {pattern {"String"}, content}, Metaspace, BPEDecoder {suffix}, a
+ *                   Sequence of these, null (tokens joined by spaces);
  *   added_tokens    leftmost-longest, in the raw text before normalization (normalized false) or
  *                   in the normalized text as their own normalized form (normalized true; their
  *                   id then gives back that form, as tokenizers does); lstrip / rstrip honoured;

@@ -144,6 +144,18 @@ static void add_sym(sym *out, size_t *n, int32_t id) {
     (*n)++;
 }
 
+/* The id of one char (s[0..k)) of a word: continuing_subword_prefix before it unless first,
+ * end_of_word_suffix after it when last (each at most 64 bytes, checked at load); -1: none. */
+static int32_t char_id(const attn_tokenizer *t, const char *s, size_t k, int first, int last) {
+    if (!t->prefix && !t->suffix) return attn_tok_vocab_find(t, s, k);
+    char key[4 + 64 + 64];
+    size_t n = 0, pl = t->prefix && !first ? strlen(t->prefix) : 0, sl = t->suffix && last ? strlen(t->suffix) : 0;
+    if (pl) memcpy(key, t->prefix, pl), n += pl;
+    memcpy(key + n, s, k), n += k;
+    if (sl) memcpy(key + n, t->suffix, sl), n += sl;
+    return attn_tok_vocab_find(t, key, n);
+}
+
 /* The initial symbols, as tokenizers' BPE::merge_word: one per char in the vocabulary; a char
  * outside it as its bytes' <0xNN> tokens (byte_fallback, when all are there), else the unk token
  * (one per run of unknown chars when fuse_unk; pending until the next known char, as tokenizers
@@ -156,9 +168,9 @@ static attn_status bpe_symbols(const attn_tokenizer *t, const char *s, size_t le
         uint32_t c;
         size_t k = attn_u_decode((const unsigned char *)s + i, len - i, &c);
         if (!k) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_tokenizer_encode: invalid UTF-8");
-        int32_t id = attn_tok_vocab_find(t, s + i, k);
         size_t at = i;
         i += k;
+        int32_t id = char_id(t, s + at, k, at == 0, i == len);
         if (id >= 0) {
             if (pending) add_sym(out, n, unk), pending = 0;
             add_sym(out, n, id);

@@ -221,6 +221,14 @@ static int dec_step(const tok_dec *d, const tlist *in, tlist *out, tok_buf *tmp)
                 j += hit ? al : 1;
             }
             break;
+        case TOK_DEC_BPE: /* the suffix as a space, or nothing in the last token */
+            r = tl_new(out);
+            for (size_t j = 0; !r && j < len;) {
+                int hit = al && len - j >= al && !memcmp(s + j, d->a, al);
+                r = tl_add(out, hit ? " " : s + j, hit ? (i + 1 < in->n) : 1);
+                j += hit ? al : 1;
+            }
+            break;
         case TOK_DEC_METASPACE:
             r = tl_new(out);
             for (size_t j = 0; !r && j < len;) {

@@ -79,12 +79,13 @@ typedef enum tok_dec_op {
     TOK_DEC_FUSE,
     TOK_DEC_STRIP,
     TOK_DEC_REPLACE,
-    TOK_DEC_METASPACE
+    TOK_DEC_METASPACE,
+    TOK_DEC_BPE /* BPEDecoder: the suffix as a space, removed from the last token */
 } tok_dec_op;
 
 typedef struct tok_dec {
     tok_dec_op op;
-    char *a, *b;         /* WordPiece: prefix; Replace: pattern, content; Metaspace: replacement (UTF-8) */
+    char *a, *b;         /* WordPiece: prefix; Replace: pattern, content; Metaspace: replacement; BPEDecoder: suffix */
     uint32_t content;    /* Strip's char */
     int64_t start, stop; /* Strip's counts */
     int flag;            /* WordPiece: cleanup; Metaspace: prepend_scheme is not never */
@@ -124,14 +125,15 @@ struct attn_tokenizer {
     size_t max_token; /* the longest token of the vocabulary, in bytes */
     tok_added *added;
     size_t nadded;
-    int any_normalized; /* some added token is matched in the normalized text */
+    int any_normalized;             /* some added token is matched in the normalized text */
     unsigned char added_first[256]; /* 1: a raw-matched added token starts with this byte */
     tok_norm norm[TOK_MAX_NORM_OPS];
     int nnorm;
     tok_pre pre[TOK_MAX_PRE_OPS];
     int npre_ops;
     int model;         /* 0: WordPiece; 1: BPE */
-    char *prefix;      /* WordPiece's continuing_subword_prefix */
+    char *prefix;      /* WordPiece's continuing_subword_prefix; BPE's (NULL: none) */
+    char *suffix;      /* BPE's end_of_word_suffix (NULL: none) */
     char *unk;         /* the model's unk_token (BPE: NULL when none) */
     tok_merge *merges; /* BPE */
     size_t nmerge_slots;

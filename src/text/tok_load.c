@@ -368,8 +368,8 @@ static attn_status read_vocab(const jctx *c, const attn_json *vocab) {
     return ATTN_OK;
 }
 
-/* BPE's options: unk_token (null: none), fuse_unk, ignore_merges, byte_fallback; no dropout,
- * prefix or suffix. The vocabulary and merges are read after the added tokens (read_merges). */
+/* BPE's options: unk_token (null: none), fuse_unk, ignore_merges, byte_fallback,
+ * continuing_subword_prefix, end_of_word_suffix; no dropout. The vocabulary and merges are read after the added tokens (read_merges). */
 static attn_status read_bpe(const jctx *c, const attn_json *m) {
     attn_tokenizer *t = c->t;
     attn_status st;
@@ -380,11 +380,15 @@ static attn_status read_bpe(const jctx *c, const attn_json *m) {
     if ((st = get_bool(c, m, "fuse_unk", "model.fuse_unk", &t->fuse_unk)) ||
         (st = get_bool(c, m, "ignore_merges", "model.ignore_merges", &t->ignore_merges)))
         return st;
-    const char *empty[] = {"continuing_subword_prefix", "end_of_word_suffix"};
-    for (int i = 0; i < 2; i++) {
-        const attn_json *v = attn_json_get(m, empty[i]);
-        if (v && !attn_json_is_null(v) && !(v->type == ATTN_JSON_STRING && v->len == 0))
-            return attn_error(ATTN_ERR_UNSUPPORTED, "%s: model.%s: unsupported: a BPE %s", c->file, empty[i], empty[i]);
+    const char *names[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    char **dst[] = {&t->prefix, &t->suffix};
+    for (int i = 0; i < 2; i++) { /* null or "": none */
+        const attn_json *v = attn_json_get(m, names[i]);
+        char k[64];
+        snprintf(k, sizeof k, "model.%s", names[i]);
+        if (!v || attn_json_is_null(v) || (v->type == ATTN_JSON_STRING && v->len == 0)) continue;
+        if ((st = get_string(c, m, names[i], k, "", dst[i]))) return st;
+        if (v->len > 64) return jfail(c, ATTN_ERR_UNSUPPORTED, k, "unsupported: longer than 64 bytes");
     }
     const attn_json *drop = attn_json_get(m, "dropout");
     double d;
@@ -407,8 +411,12 @@ static attn_status read_merge(const jctx *c, const attn_json *v, size_t i, tok_b
     } else {
         return jfail(c, ATTN_ERR_INVALID_ARGUMENT, "model.merges", "[%zu] is neither \"A B\" nor [\"A\", \"B\"]", i);
     }
+    size_t pl = t->prefix ? strlen(t->prefix) : 0; /* the merge drops b's first pl bytes, as tokenizers */
+    if (bl < pl || (bl > pl && ((unsigned char)b[pl] & 0xC0) == 0x80))
+        return jfail(c, ATTN_ERR_INVALID_ARGUMENT, "model.merges",
+                     "[%zu]: '%.40s' is shorter than the continuing_subword_prefix or cut inside a char", i, b);
     cat->len = 0;
-    if (attn_tok_buf_put(cat, a, al) || attn_tok_buf_put(cat, b, bl))
+    if (attn_tok_buf_put(cat, a, al) || attn_tok_buf_put(cat, b + pl, bl - pl))
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", c->file);
     int32_t l = attn_tok_vocab_find(t, a, al), r = attn_tok_vocab_find(t, b, bl),
             id = attn_tok_vocab_find(t, cat->p, cat->len);
@@ -683,11 +691,11 @@ static attn_status strip_dec(const jctx *c, const attn_json *v, const char *key,
 
 static attn_status decoder_step(const jctx *c, const attn_json *v, const char *key, const char *type) {
     static const char *const names[] = {"WordPiece", "ByteLevel", "ByteFallback", "Fuse",
-                                        "Strip",     "Replace",   "Metaspace"};
+                                        "Strip",     "Replace",   "Metaspace",    "BPEDecoder"};
     tok_dec *d = NULL;
     attn_status st;
     int op = -1;
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
         if (!strcmp(type, names[i])) op = i;
     if (op < 0) return unsupported(c, key, type);
     if ((st = add_dec(c, key, (tok_dec_op)op, &d))) return st;
@@ -698,6 +706,7 @@ static attn_status decoder_step(const jctx *c, const attn_json *v, const char *k
         snprintf(k, sizeof k, "%s.cleanup", key);
         return (st = dec_string(c, v, key, "prefix", "##", &d->a)) ? st : get_bool(c, v, "cleanup", k, &d->flag);
     case TOK_DEC_STRIP: return strip_dec(c, v, key, d);
+    case TOK_DEC_BPE: return dec_string(c, v, key, "suffix", "</w>", &d->a);
     case TOK_DEC_REPLACE: {
         uint32_t *cp = NULL;
         size_t n = 0;

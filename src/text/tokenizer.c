@@ -114,6 +114,7 @@ void attn_tokenizer_free(attn_tokenizer *t) {
     }
     attn__free(t->added);
     attn__free(t->prefix);
+    attn__free(t->suffix);
     attn__free(t->unk);
     attn__free(t->pre_ids);
     attn__free(t->post_ids);

@@ -16,7 +16,8 @@ with its regex, ByteLevel without regex, ignore_merges, a BOS template in a proc
 Qwen2: NFC and its regex; Llama-2 / Mistral: byte_fallback BPE with <0x00>..<0xFF>, Prepend +
 Replace or Metaspace with each prepend_scheme, the Replace / ByteFallback / Fuse / Strip /
 Metaspace decoders; NFKC, NFKD, NFD and NFC with Digits, Punctuation, Strip and each of Split's
-behaviors, inverted too; single_word added tokens, raw and normalized), compares the ids of
+behaviors, inverted too; single_word added tokens, raw and normalized; BPE with
+continuing_subword_prefix and end_of_word_suffix and the BPEDecoder), compares the ids of
 `attn tokenize --input FILE` (one process per configuration) with Tokenizer.encode, and the text
 of `attn tokenize --decode` with Tokenizer.decode (with and without the special tokens).
 ATTN_BINARY_OR_LIB is the attn tool, or libattn.so (then through ctypes). Ends with the line
@@ -298,6 +299,15 @@ def llm_configs(corpus):
         t.decoder, t.post_processor = dec, template
         t.add_tokens([AddedToken("[NEW]", normalized=False, lstrip=True, rstrip=True)])
         out.append(("mistral_metaspace_" + scheme, t))
+    # BPE with continuing_subword_prefix and end_of_word_suffix (CLIP-like), the BPEDecoder
+    t = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##", end_of_word_suffix="</w>"))
+    t.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
+    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    t.train_from_iterator(llm_corpus(corpus), trainers.BpeTrainer(
+        vocab_size=3000, special_tokens=["[UNK]", "<|startoftext|>"], continuing_subword_prefix="##",
+        end_of_word_suffix="</w>", limit_alphabet=200, show_progress=False))
+    t.decoder = decoders.BPEDecoder(suffix="</w>")
+    out.append(("bpe_prefix_suffix", t))
     variants = [
         ("nfkc_digits_punct", normalizers.Sequence([normalizers.NFKC(), normalizers.Strip(), normalizers.Lowercase()]),
          pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Digits(individual_digits=True),
@@ -511,6 +521,7 @@ def main():
     breaks = ["\n", "\r\n", "\n\n", " \n ", "!\n", "\r\n\r\n", "\t\n", " \n\n  ", "?!\r\n", "\n\r", "  \n\t x"]
     multi = [g.line()[:80] + g.r.choice(breaks) + g.line()[:80] + g.r.choice(breaks) for _ in range(12)]
     multi += [b + "it's A\n" + b for b in breaks]
+    multi = [m.replace("\0", "") for m in multi]  # argv has no NUL
     nmulti = 0
     for name, tok, model in runs:
         if name not in ("llama3", "qwen2", "gpt2_split", "llama2_normalizer", "mistral_metaspace_first"):
