@@ -20,6 +20,7 @@ points. So this script asks the installed `tokenizers` itself, one code point at
              \\s, \\p{L}, \\p{N}); a char of none of these is \\s;
   - WORD   : an added token with single_word set is not matched after the char (the regex
              crate's \\w, which tokenizers' AddedVocabulary tests on the chars around the token);
+  - OWORD  : the Whitespace pre-tokenizer's \\w (Oniguruma's): "a<c>" is one piece;
   - lower  : BertNormalizer(lowercase) of the char (char::to_lowercase, may expand);
   - NFD    : tokenizers' NFD normalizer of the char (full canonical decomposition), Hangul
              syllables excepted (the C code decomposes them algorithmically);
@@ -43,7 +44,7 @@ try:
 except ImportError:
     sys.exit("gen_unicode_tables.py needs Hugging Face tokenizers (pip install tokenizers)")
 
-OTHER, MN, PUNCT, WS, MARK, LETTER, NUMBER, SPACE, WORD = 1, 2, 4, 8, 16, 32, 64, 128, 256
+OTHER, MN, PUNCT, WS, MARK, LETTER, NUMBER, SPACE, WORD, OWORD = 1, 2, 4, 8, 16, 32, 64, 128, 256, 512
 MAXCP = 0x110000
 
 
@@ -97,6 +98,7 @@ def main():
     nfkd, nfc = normalizers.NFKD(), normalizers.NFC()
     pt = pre_tokenizers.BertPreTokenizer()
     bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    wsp = pre_tokenizers.Whitespace()
     refs = reference_marks(nfd)
     from tokenizers import AddedToken, Tokenizer, models
     word = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
@@ -127,6 +129,8 @@ def main():
             p |= MARK
         if probe_id not in word.encode(ch + "\u2042", add_special_tokens=False).ids:
             p |= WORD
+        if [w for w, _ in wsp.pre_tokenize_str("a" + ch)] == ["a" + ch]:
+            p |= OWORD
         if len(bl.pre_tokenize_str("a" + ch)) == 1:
             p |= LETTER
         elif len(bl.pre_tokenize_str("1" + ch)) == 1:
@@ -172,9 +176,9 @@ def main():
     out.write('const char attn_text_unicode_source[] = "tokenizers %s, unicodedata %s";\n\n'
               % (tokenizers.__version__, unicodedata.unidata_version))
     out.write("/* clang-format off */\n")
-    out.write("/* Runs of equal properties: (first code point << 9) | flags, ascending. */\n")
+    out.write("/* Runs of equal properties: (first code point << 10) | flags, ascending. */\n")
     out.write("const uint32_t attn_text_prop_runs[] = {\n")
-    write_list(out, ["0x%x" % ((c << 9) | p) for c, p in runs])
+    write_list(out, ["0x%x" % ((c << 10) | p) for c, p in runs])
     out.write("};\nconst size_t attn_text_prop_nruns = %d;\n\n" % len(runs))
     out.write("/* Lowercase mappings that differ from the char: code point, then up to 3 chars (0-padded). */\n")
     out.write("const uint32_t attn_text_lower[][4] = {\n")

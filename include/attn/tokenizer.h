@@ -7,7 +7,7 @@
  *                   lowercase), lowercase}, NFD, NFC, NFKD, NFKC, Lowercase, StripAccents, Strip
  *                   {strip_left, strip_right}, Prepend {prepend}, Replace {pattern {"String"},
  *                   content}, a Sequence of these, null;
- *   pre_tokenizer   BertPreTokenizer, WhitespaceSplit, ByteLevel {add_prefix_space, use_regex}
+ *   pre_tokenizer   BertPreTokenizer, WhitespaceSplit, Whitespace, ByteLevel {add_prefix_space, use_regex}
  *                   (GPT-2's regex and byte alphabet), Split {pattern, behavior (Removed, Isolated,
  *                   MergedWithPrevious, MergedWithNext, Contiguous), invert} with a {"String"}
  *                   pattern or one of the regexes models ship (GPT-2's, Llama-3's, Qwen2's: matched

@@ -43,7 +43,8 @@ typedef enum tok_pre_op {
     TOK_PRE_SPLIT,     /* Split: a pattern, a behavior, invert */
     TOK_PRE_METASPACE, /* Metaspace: spaces as the replacement char, prepend, split */
     TOK_PRE_DIGITS,    /* Digits: individual or contiguous */
-    TOK_PRE_PUNCT      /* Punctuation: a behavior */
+    TOK_PRE_PUNCT,     /* Punctuation: a behavior */
+    TOK_PRE_WHITESPACE /* Whitespace: \w+|[^\w\s]+ kept, the rest removed */
 } tok_pre_op;
 
 /* Split patterns: the regexes models ship (tok_pretok.c) and plain strings. */

@@ -308,6 +308,7 @@ static attn_status simple_pre(const jctx *c, const attn_json *v, const char *key
     attn_status st;
     if (!strcmp(type, "BertPreTokenizer")) return add_pre(c, key, TOK_PRE_BERT, &p);
     if (!strcmp(type, "WhitespaceSplit")) return add_pre(c, key, TOK_PRE_WS_SPLIT, &p);
+    if (!strcmp(type, "Whitespace")) return add_pre(c, key, TOK_PRE_WHITESPACE, &p);
     if (!strcmp(type, "Digits")) {
         snprintf(k, sizeof k, "%s.individual_digits", key);
         return (st = add_pre(c, key, TOK_PRE_DIGITS, &p)) ? st : get_bool(c, v, "individual_digits", k, &p->flag);
@@ -330,8 +331,8 @@ static attn_status read_pre_tokenizer(const jctx *c, const attn_json *v, const c
     attn_status st;
     if (attn_json_is_null(v)) return ATTN_OK;
     if ((st = get_type(c, v, key, &type))) return st;
-    if (!strcmp(type, "BertPreTokenizer") || !strcmp(type, "WhitespaceSplit") || !strcmp(type, "Digits") ||
-        !strcmp(type, "Punctuation") || !strcmp(type, "ByteLevel"))
+    if (!strcmp(type, "BertPreTokenizer") || !strcmp(type, "WhitespaceSplit") || !strcmp(type, "Whitespace") ||
+        !strcmp(type, "Digits") || !strcmp(type, "Punctuation") || !strcmp(type, "ByteLevel"))
         return simple_pre(c, v, key, type);
     if (!strcmp(type, "Split")) return split_pre(c, v, key);
     if (!strcmp(type, "Metaspace")) return metaspace_pre(c, v, key);

@@ -78,6 +78,13 @@ static int char_match(const tok_pre *st, uint32_t c) {
 /* The end of the match starting exactly at p[i], or 0 when none starts there. */
 static size_t match_at(const tok_pre *st, const uint32_t *p, size_t n, size_t i) {
     if (st->op == TOK_PRE_BYTELEVEL) return attn_tok_gpt2_match(p, n, i);
+    if (st->op == TOK_PRE_WHITESPACE) { /* \w+|[^\w\s]+ */
+        unsigned w = attn_u_props(p[i]) & ATTN_U_OWORD;
+        if (!w && is_s(p[i])) return 0;
+        size_t e = i + 1;
+        while (e < n && (attn_u_props(p[e]) & ATTN_U_OWORD) == w && (w || !is_s(p[e]))) e++;
+        return e;
+    }
     if (st->op != TOK_PRE_SPLIT) return char_match(st, p[i]) ? i + 1 : 0;
     switch (st->pattern) {
     case TOK_PAT_GPT2: return attn_tok_gpt2_match(p, n, i);
@@ -175,7 +182,8 @@ static int split_piece(const tok_pre *st, const uint32_t *p, size_t n, int at0, 
                      : st->op == TOK_PRE_DIGITS                         ? (st->flag ? TOK_B_ISOLATED : TOK_B_CONTIGUOUS)
                      : st->op == TOK_PRE_BYTELEVEL                      ? TOK_B_ISOLATED
                                                                         : TOK_B_REMOVED;
-    size_t k = apply_behavior(b, st->op == TOK_PRE_SPLIT && st->invert, sp, find_matches(st, p, n, sp));
+    int invert = (st->op == TOK_PRE_SPLIT && st->invert) || st->op == TOK_PRE_WHITESPACE; /* keep the matches */
+    size_t k = apply_behavior(b, invert, sp, find_matches(st, p, n, sp));
     for (size_t i = 0; i < k; i++)
         if (!sp[i].match && put_piece(o, p + sp[i].s, sp[i].e - sp[i].s, at0 && sp[i].s == 0)) return -1;
     return 0;

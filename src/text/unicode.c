@@ -5,12 +5,12 @@ unsigned attn_u_props(uint32_t c) {
     size_t lo = 0, hi = attn_text_prop_nruns; /* the last run starting at or before c */
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
-        if ((attn_text_prop_runs[mid] >> 9) <= c)
+        if ((attn_text_prop_runs[mid] >> 10) <= c)
             lo = mid;
         else
             hi = mid;
     }
-    return attn_text_prop_runs[lo] & 0x1ffu;
+    return attn_text_prop_runs[lo] & 0x3ffu;
 }
 
 int attn_u_is_chinese(uint32_t c) {

@@ -17,7 +17,8 @@
 #define ATTN_U_LETTER 32
 #define ATTN_U_NUMBER 64
 #define ATTN_U_SPACE 128
-#define ATTN_U_WORD 256 /* the regex crate's \w (an added token's single_word looks at the chars around it) */
+#define ATTN_U_OWORD 512 /* the Whitespace pre-tokenizer's \w (Oniguruma's) */
+#define ATTN_U_WORD 256  /* the regex crate's \w (an added token's single_word looks at the chars around it) */
 
 extern const char attn_text_unicode_source[];
 extern const uint32_t attn_text_prop_runs[];

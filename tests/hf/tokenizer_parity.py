@@ -15,7 +15,7 @@ without add_prefix_space, ignore_merges and truncation), and the tokenizers of L
 with its regex, ByteLevel without regex, ignore_merges, a BOS template in a processor Sequence;
 Qwen2: NFC and its regex; Llama-2 / Mistral: byte_fallback BPE with <0x00>..<0xFF>, Prepend +
 Replace or Metaspace with each prepend_scheme, the Replace / ByteFallback / Fuse / Strip /
-Metaspace decoders; NFKC, NFKD, NFD and NFC with Digits, Punctuation, Strip and each of Split's
+Metaspace decoders; NFKC, NFKD, NFD and NFC with Digits, Punctuation, Whitespace, Strip and each of Split's
 behaviors, inverted too; single_word added tokens, raw and normalized; BPE with
 continuing_subword_prefix and end_of_word_suffix and the BPEDecoder), compares the ids of
 `attn tokenize --input FILE` (one process per configuration) with Tokenizer.encode, and the text
@@ -321,6 +321,8 @@ def llm_configs(corpus):
                                   pre_tokenizers.Split("e", behavior="removed", invert=True),
                                   pre_tokenizers.Punctuation(behavior="contiguous"),
                                   pre_tokenizers.Split("a", behavior="merged_with_previous")])),
+        ("whitespace_lower", normalizers.Lowercase(),
+         pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=False)])),
         ("nfc_metaspace_never", normalizers.NFC(),
          pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(LLAMA3), behavior="merged_with_next", invert=True),
                                   pre_tokenizers.Metaspace(prepend_scheme="never", split=False)])),
