@@ -59,8 +59,7 @@ static size_t llama3_match(const uint32_t *p, size_t n, size_t i, size_t maxdig)
     return (run < n && run - i >= 2) ? run - 1 : run; /* \s+(?!\S), else \s+ */
 }
 
-/* The matches of step's pattern in p[0..n): spans[k] = {start, end, is_match} covering p in order
- * (tokenizers' Pattern::find_matches), *nspans of them (room for 2 n + 1 given). */
+/* A run of chars [s, e) of a piece: a match of the pattern or not (after apply_behavior: removed). */
 typedef struct span {
     size_t s, e;
     int match;
@@ -95,6 +94,9 @@ static size_t match_at(const tok_pre *st, const uint32_t *p, size_t n, size_t i)
     }
 }
 
+/* The matches of st's pattern in p[0..n) and the runs between them, covering p in order
+ * (tokenizers' Pattern::find_matches; an empty p is one empty run): their count (sp has room for
+ * 2 n + 1). */
 static size_t find_matches(const tok_pre *st, const uint32_t *p, size_t n, span *sp) {
     size_t k = 0, prev = 0;
     for (size_t i = 0; i < n;) {
@@ -111,7 +113,8 @@ static size_t find_matches(const tok_pre *st, const uint32_t *p, size_t n, span 
     return k;
 }
 
-/* tokenizers' NormalizedString::split: the spans merged as the behavior says; *removed per span. */
+/* tokenizers' NormalizedString::split: the spans merged as the behavior says, in place; each
+ * span's match field then says whether it is removed (Removed only). Returns their count. */
 static size_t apply_behavior(tok_behavior b, int invert, span *sp, size_t k) {
     size_t o = 0;
     int prev = 0;
