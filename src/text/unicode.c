@@ -2,6 +2,7 @@
 #include "text/unicode.h"
 
 unsigned attn_u_props(uint32_t c) {
+    if (c < 128) return attn_text_ascii_props[c];
     size_t lo = 0, hi = attn_text_prop_nruns; /* the last run starting at or before c */
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;

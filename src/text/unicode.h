@@ -23,6 +23,7 @@
 extern const char attn_text_unicode_source[];
 extern const uint32_t attn_text_prop_runs[];
 extern const size_t attn_text_prop_nruns;
+extern const uint16_t attn_text_ascii_props[128];
 extern const uint32_t attn_text_lower[][4];
 extern const size_t attn_text_nlower;
 extern const uint32_t attn_text_decomp[][5];
