@@ -18,9 +18,18 @@ points. So this script asks the installed `tokenizers` itself, one code point at
   - LETTER, NUMBER, SPACE: the classes of the ByteLevel pre-tokenizer's GPT-2 regex (\\p{L}, \\p{N},
              \\s): "a<c>", "1<c>", "!<c>" are one piece for a letter, a number, anything else (not
              \\s, \\p{L}, \\p{N}); a char of none of these is \\s;
+  - WORD   : an added token with single_word set is not matched after the char (the regex
+             crate's \\w, which tokenizers' AddedVocabulary tests on the chars around the token);
+  - OWORD  : the Whitespace pre-tokenizer's \\w (Oniguruma's): "a<c>" is one piece;
   - lower  : BertNormalizer(lowercase) of the char (char::to_lowercase, may expand);
   - NFD    : tokenizers' NFD normalizer of the char (full canonical decomposition), Hangul
-             syllables excepted (the C code decomposes them algorithmically).
+             syllables excepted (the C code decomposes them algorithmically);
+  - NFKD   : tokenizers' NFKD of the chars where it differs from their NFD (the full
+             compatibility decomposition, one flat array of chars with an index);
+  - compose: the canonical compositions NFC makes, as pairs (starter, char) -> composite: each
+             char whose NFD differs and whose NFC is itself (a primary composite: exclusions and
+             singletons fail this), paired from NFC of its NFD less the last char (Hangul
+             excepted: the C code composes them algorithmically).
 The canonical combining classes (for the canonical ordering of NFD) are probed too, as tokenizers'
 NFD orders pairs of chars (its table is older than Python's: U+07FD, U+0C3C, ... have class 0
 there): for each char whose NFD is itself, whether it moves across reference marks of each class
@@ -35,7 +44,7 @@ try:
 except ImportError:
     sys.exit("gen_unicode_tables.py needs Hugging Face tokenizers (pip install tokenizers)")
 
-OTHER, MN, PUNCT, WS, MARK, LETTER, NUMBER, SPACE = 1, 2, 4, 8, 16, 32, 64, 128
+OTHER, MN, PUNCT, WS, MARK, LETTER, NUMBER, SPACE, WORD, OWORD = 1, 2, 4, 8, 16, 32, 64, 128, 256, 512
 MAXCP = 0x110000
 
 
@@ -86,13 +95,21 @@ def main():
                                        lowercase=False)
     marks = normalizers.StripAccents()
     nfd = normalizers.NFD()
+    nfkd, nfc = normalizers.NFKD(), normalizers.NFC()
     pt = pre_tokenizers.BertPreTokenizer()
     bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    wsp = pre_tokenizers.Whitespace()
     refs = reference_marks(nfd)
+    from tokenizers import AddedToken, Tokenizer, models
+    word = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    word.add_tokens([AddedToken("\u2042", single_word=True, normalized=False)])
+    probe_id = word.token_to_id("\u2042")
     props = [0] * MAXCP
     lower = []
     decomp = []
     ccc = []
+    compat = []
+    compose = []
     for c in range(MAXCP):
         if is_surrogate(c):
             continue
@@ -110,6 +127,10 @@ def main():
             p |= MN
         if d == ch and marks.normalize_str(ch) == "":
             p |= MARK
+        if probe_id not in word.encode(ch + "\u2042", add_special_tokens=False).ids:
+            p |= WORD
+        if [w for w, _ in wsp.pre_tokenize_str("a" + ch)] == ["a" + ch]:
+            p |= OWORD
         if len(bl.pre_tokenize_str("a" + ch)) == 1:
             p |= LETTER
         elif len(bl.pre_tokenize_str("1" + ch)) == 1:
@@ -122,6 +143,13 @@ def main():
             lower.append((c, [ord(x) for x in lo]))
         if d != ch and not (0xAC00 <= c <= 0xD7A3):
             decomp.append((c, [ord(x) for x in d]))
+            if nfc.normalize_str(ch) == ch:
+                first = nfc.normalize_str(d[:-1])
+                if len(first) == 1 and nfc.normalize_str(first + d[-1]) == ch:
+                    compose.append((ord(first), ord(d[-1]), c))
+        kd = nfkd.normalize_str(ch)
+        if kd != d:
+            compat.append((c, [ord(x) for x in kd]))
         if d == ch:
             k = probe_ccc(nfd, ch, refs)
             if k:
@@ -148,10 +176,14 @@ def main():
     out.write('const char attn_text_unicode_source[] = "tokenizers %s, unicodedata %s";\n\n'
               % (tokenizers.__version__, unicodedata.unidata_version))
     out.write("/* clang-format off */\n")
-    out.write("/* Runs of equal properties: (first code point << 8) | flags, ascending. */\n")
+    out.write("/* Runs of equal properties: (first code point << 10) | flags, ascending. */\n")
     out.write("const uint32_t attn_text_prop_runs[] = {\n")
-    write_list(out, ["0x%x" % ((c << 8) | p) for c, p in runs])
+    write_list(out, ["0x%x" % ((c << 10) | p) for c, p in runs])
     out.write("};\nconst size_t attn_text_prop_nruns = %d;\n\n" % len(runs))
+    out.write("/* The flags of U+0000..U+007F (the common case, without the search). */\n")
+    out.write("const uint16_t attn_text_ascii_props[128] = {\n")
+    write_list(out, ["0x%x" % props[c] for c in range(128)])
+    out.write("};\n\n")
     out.write("/* Lowercase mappings that differ from the char: code point, then up to 3 chars (0-padded). */\n")
     out.write("const uint32_t attn_text_lower[][4] = {\n")
     write_list(out, ["{0x%x,%s}" % (c, ",".join("0x%x" % x for x in (v + [0, 0, 0])[:3])) for c, v in lower])
@@ -164,6 +196,24 @@ def main():
     out.write("const uint32_t attn_text_ccc[][3] = {\n")
     write_list(out, ["{0x%x,0x%x,%d}" % r for r in crun])
     out.write("};\nconst size_t attn_text_nccc = %d;\n" % len(crun))
+    out.write("\n/* Compatibility decompositions where NFKD differs from NFD: code point, (offset << 8) | length\n"
+              " * into attn_text_compat_chars. */\n")
+    out.write("const uint32_t attn_text_compat[][2] = {\n")
+    flat, rows = [], []
+    for c, v in compat:
+        assert len(v) < 256
+        rows.append("{0x%x,0x%x}" % (c, (len(flat) << 8) | len(v)))
+        flat += v
+    write_list(out, rows)
+    out.write("};\nconst size_t attn_text_ncompat = %d;\n" % len(compat))
+    out.write("const uint32_t attn_text_compat_chars[] = {\n")
+    write_list(out, ["0x%x" % x for x in flat])
+    out.write("};\n\n")
+    compose.sort()
+    out.write("/* Canonical compositions (Hangul excepted): starter, char, composite; sorted. */\n")
+    out.write("const uint32_t attn_text_compose[][3] = {\n")
+    write_list(out, ["{0x%x,0x%x,0x%x}" % r for r in compose])
+    out.write("};\nconst size_t attn_text_ncompose = %d;\n" % len(compose))
     out.write("/* clang-format on */\n")
 
 

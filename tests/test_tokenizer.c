@@ -302,6 +302,122 @@ static void expect_bad_json(const char *what, const char *json, attn_status want
     if (st == ATTN_OK) attn_tokenizer_free(t);
 }
 
+/* BASE with its pre-tokenizer, normalizer or decoder replaced: status want, a message holding key. */
+static void expect_bad_step(const char *what, const char *pre, const char *norm, const char *dec, attn_status want,
+                            const char *key) {
+    const char *s = json_with(norm, NULL, NULL, NULL, NULL, NULL);
+    if (pre) s = replace(s, "{\"type\":\"BertPreTokenizer\"}", pre);
+    if (dec) s = replace(s, "{\"type\":\"WordPiece\",\"prefix\":\"##\",\"cleanup\":true}", dec);
+    expect_bad_json(what, s, want, key);
+}
+
+/* The pre-tokenizers, normalizers, decoders and post-processors of Llama / Mistral / Qwen files,
+ * given wrong values: each an error naming the key. */
+static void test_hostile_steps(void) {
+    const attn_status INV = ATTN_ERR_INVALID_ARGUMENT, UNS = ATTN_ERR_UNSUPPORTED;
+    expect_bad_step("Split with another regex",
+                    "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\w+|[^\\\\w\\\\s]+\"},\"behavior\":\"Isolated\","
+                    "\"invert\":false}",
+                    NULL, NULL, UNS,
+                    "bad.json: pre_tokenizer.pattern.Regex: unsupported: the regex \"\\w+|[^\\w\\s]+\"");
+    expect_bad_step("Split's regex a number",
+                    "{\"type\":\"Split\",\"pattern\":{\"Regex\":7},\"behavior\":\"Isolated\",\"invert\":false}", NULL,
+                    NULL, INV, "pre_tokenizer.pattern.Regex: expected a string, got number");
+    expect_bad_step("Split's pattern a number", "{\"type\":\"Split\",\"pattern\":7,\"behavior\":\"Isolated\"}", NULL,
+                    NULL, INV, "pre_tokenizer.pattern: expected an object");
+    expect_bad_step("Split's behavior unknown",
+                    "{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},\"behavior\":\"Sideways\"}", NULL, NULL, INV,
+                    "pre_tokenizer.behavior: unknown: Sideways");
+    expect_bad_step("Split without behavior", "{\"type\":\"Split\",\"pattern\":{\"String\":\" \"}}", NULL, NULL, INV,
+                    "pre_tokenizer.behavior: missing");
+    expect_bad_step("Split's empty string",
+                    "{\"type\":\"Split\",\"pattern\":{\"String\":\"\"},\"behavior\":\"Removed\"}", NULL, NULL, UNS,
+                    "pre_tokenizer.pattern.String: unsupported: an empty pattern");
+    expect_bad_step("Metaspace's replacement two chars",
+                    "{\"type\":\"Metaspace\",\"replacement\":\"ab\",\"prepend_scheme\":\"always\",\"split\":true}",
+                    NULL, NULL, INV, "pre_tokenizer.replacement: not one char");
+    expect_bad_step("Metaspace's prepend_scheme unknown",
+                    "{\"type\":\"Metaspace\",\"replacement\":\"_\",\"prepend_scheme\":\"sometimes\"}", NULL, NULL, INV,
+                    "pre_tokenizer.prepend_scheme: unknown: sometimes");
+    expect_bad_step("Digits' flag a string",
+                    "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\",\"individual_digits\":\"y\"}]}",
+                    NULL, NULL, INV, "pre_tokenizer.pretokenizers[0].individual_digits: expected a boolean");
+    expect_bad_step("Replace with a regex", NULL,
+                    "{\"type\":\"Replace\",\"pattern\":{\"Regex\":\" {2,}\"},\"content\":\" \"}", NULL, UNS,
+                    "normalizer.pattern: unsupported: the regex \" {2,}\"");
+    expect_bad_step("Replace without content", NULL, "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"}}", NULL, INV,
+                    "normalizer.content: missing");
+    expect_bad_step("Prepend a number", NULL, "{\"type\":\"Prepend\",\"prepend\":1}", NULL, INV,
+                    "normalizer.prepend: expected a string");
+    expect_bad_step("Strip's flag a number", NULL, "{\"type\":\"Strip\",\"strip_left\":1}", NULL, INV,
+                    "normalizer.strip_left: expected a boolean");
+    expect_bad_step("Strip decoder's content two chars", NULL, NULL,
+                    "{\"type\":\"Strip\",\"content\":\"ab\",\"start\":1,\"stop\":0}", INV,
+                    "decoder.content: not one char");
+    expect_bad_step("Strip decoder's start negative", NULL, NULL,
+                    "{\"type\":\"Strip\",\"content\":\" \",\"start\":-1,\"stop\":0}", INV, "decoder.start");
+    expect_bad_step("decoders not an array", NULL, NULL, "{\"type\":\"Sequence\",\"decoders\":\"x\"}", INV,
+                    "decoder.decoders: expected an array");
+    expect_bad_step("unknown decoder in a sequence", NULL, NULL,
+                    "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"CTC\"}]}", UNS,
+                    "decoder.decoders[1].type = CTC");
+    char post[2048];
+    snprintf(post, sizeof post, "{\"type\":\"Sequence\",\"processors\":[%s,%s]}", POST, POST);
+    expect_bad_json("two templates", json_with(NULL, NULL, NULL, post, NULL, NULL), UNS,
+                    "post_processor: unsupported: two processors adding tokens");
+    expect_bad_json("processors an object",
+                    json_with(NULL, NULL, NULL, "{\"type\":\"Sequence\",\"processors\":{}}", NULL, NULL), INV,
+                    "post_processor.processors: expected an array");
+}
+
+/* A SentencePiece-style BPE (Llama-2 / Mistral): "\u2581" for spaces, byte_fallback over <0xNN>
+ * tokens, <s> before the text; NORMALIZER / PRETOK replaced by the variant under test. */
+static const char SP[] =
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\","
+    "\"special\":true},{\"id\":1,\"content\":\"<s>\",\"special\":true}],\"normalizer\":NORMALIZER,"
+    "\"pre_tokenizer\":PRETOK,\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":"
+    "{\"id\":\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[],\"special_tokens\":"
+    "{\"<s>\":{\"id\":\"<s>\",\"ids\":[1],\"tokens\":[\"<s>\"]}}},\"decoder\":{\"type\":\"Sequence\",\"decoders\":"
+    "[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\\u2581\"},\"content\":\" \"},{\"type\":\"ByteFallback\"},"
+    "{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]},\"model\":{\"type\":\"BPE\","
+    "\"dropout\":null,\"unk_token\":\"<unk>\",\"fuse_unk\":true,\"byte_fallback\":true,\"ignore_merges\":false,"
+    "\"vocab\":{\"<unk>\":0,\"<s>\":1,\"<0xC3>\":2,\"<0xA9>\":3,\"<0x0A>\":4,\"\\u2581\":5,\"h\":6,\"e\":7,\"l\":8,"
+    "\"o\":9,\"he\":10,\"ll\":11,\"llo\":12,\"hello\":13,\"\\u2581hello\":14,\"w\":15,\"\\u2581w\":16,\"x\":17},"
+    "\"merges\":[\"h e\",\"l l\",\"ll o\",\"he llo\",\"\\u2581 hello\",\"\\u2581 w\"]}}";
+static const char SP_NORM[] = "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\\u2581\"},"
+                              "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\\u2581\"}]}";
+
+static void test_sentencepiece(void) {
+    for (int v = 0; v < 3; v++) { /* Prepend + Replace; Metaspace first; Metaspace always */
+        const char *s = replace(SP, "NORMALIZER", v ? "null" : SP_NORM);
+        s = replace(s, "PRETOK",
+                    !v       ? "null"
+                    : v == 1 ? "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\","
+                               "\"split\":true}"
+                             : "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"always\","
+                               "\"split\":false}");
+        attn_tokenizer *t = open_json(s);
+        if (!t) continue;
+        EXPECT(t, "merges over the \u2581 words", "hello wx", 1, 14, 16, 17);
+        EXPECT(t, "byte fallback for a char outside the vocabulary", "h\xc3\xa9", 1, 5, 6, 2, 3);
+        EXPECT(t, "unknown chars without byte tokens: one fused <unk>", "qz", 1, 5, 0);
+        if (v == 1) /* prepend_scheme first: not after the <s> typed at the start */
+            EXPECT(t, "Metaspace first after an added token", "<s>hello", 1, 1, 13);
+        else /* every segment gets its \u2581 (Prepend; Metaspace always) */
+            EXPECT(t, "prepended after an added token", "<s>hello", 1, 1, 14);
+        const int32_t a[] = {1, 14, 16, 17}, b[] = {5, 6, 2, 3}, c[] = {2, 6}, d[] = {1, 13, 4};
+        expect_text(t, "decode: \u2581 to spaces, the first stripped", a, 4, 1, "hello wx");
+        expect_text(t, "decode: bytes joined into UTF-8", b, 4, 1, "h\xc3\xa9");
+        expect_text(t, "decode: a lone byte is U+FFFD", c, 2, 1, "\xef\xbf\xbdh");
+        expect_text(t, "decode: special kept", d, 3, 0, "<s>hello\n");
+        attn_tokenizer_free(t);
+    }
+}
+
+/* Llama-3's pre-tokenizer (Split with its regex, then ByteLevel without regex) over the GPT-2 BPE
+ * below: contractions in any case, digits by threes, whitespace runs before letters and newlines. */
+static void test_llama3_split(void);
+
 /* BPE with from replaced by to: status want, a message holding key. */
 static void expect_bad_json_bpe(const char *what, const char *from, const char *to, attn_status want, const char *key);
 
@@ -329,17 +445,18 @@ static void test_hostile(void) {
                     UNS, "unsupported: normalizer.type = Precompiled");
     expect_bad_json(
         "unsupported in a sequence",
-        json_with("{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFKC\"}]}", NULL, NULL, NULL, NULL, NULL), UNS,
-        "normalizer.normalizers[0].type = NFKC");
+        json_with("{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Nmt\"}]}", NULL, NULL, NULL, NULL, NULL), UNS,
+        "normalizer.normalizers[0].type = Nmt");
     expect_bad_json("lowercase a string",
                     json_with("{\"type\":\"BertNormalizer\",\"lowercase\":\"yes\"}", NULL, NULL, NULL, NULL, NULL), INV,
                     "normalizer.lowercase: expected a boolean");
     expect_bad_json("unsupported pre-tokenizer",
-                    replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "BertPreTokenizer", "Metaspace"), UNS,
-                    "pre_tokenizer.type = Metaspace");
-    expect_bad_json("ByteLevel with WordPiece",
-                    replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "BertPreTokenizer", "ByteLevel"), UNS,
-                    "the ByteLevel pre-tokenizer without a BPE model");
+                    replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "BertPreTokenizer", "UnicodeScripts"), UNS,
+                    "pre_tokenizer.type = UnicodeScripts");
+    expect_bad_json("Metaspace without its replacement",
+                    replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "BertPreTokenizer", "Metaspace"), INV,
+                    "bad.json: pre_tokenizer.replacement: missing");
+    test_hostile_steps();
     expect_bad_json("added_tokens an object", json_with(NULL, NULL, "{}", NULL, NULL, NULL), INV,
                     "added_tokens: expected an array");
     expect_bad_json("added token id huge",
@@ -368,8 +485,8 @@ static void test_hostile(void) {
                     UNS, "post_processor.type = RobertaProcessing");
     expect_bad_json(
         "Metaspace decoder",
-        replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "\"WordPiece\",\"prefix\"", "\"Metaspace\",\"prefix\""),
-        UNS, "decoder.type = Metaspace");
+        replace(json_with(NULL, NULL, NULL, NULL, NULL, NULL), "\"WordPiece\",\"prefix\"", "\"CTC\",\"prefix\""), UNS,
+        "decoder.type = CTC");
     expect_bad_json("invalid UTF-8", "{\"model\": \"\xc3\x28\"}", INV, "bad.json");
     char deep[3000];
     memset(deep, '[', 2999);
@@ -456,17 +573,62 @@ static void test_bpe(void) {
                         "model.merges: [0] is neither");
     expect_bad_json_bpe("dropout", "\"dropout\":null", "\"dropout\":0.1", ATTN_ERR_UNSUPPORTED,
                         "model.dropout: unsupported");
-    expect_bad_json_bpe("byte fallback", "\"byte_fallback\":false", "\"byte_fallback\":true", ATTN_ERR_UNSUPPORTED,
-                        "model.byte_fallback");
-    expect_bad_json_bpe("suffix", "\"end_of_word_suffix\":\"\"", "\"end_of_word_suffix\":\"</w>\"",
-                        ATTN_ERR_UNSUPPORTED, "model.end_of_word_suffix: unsupported");
-    expect_bad_json_bpe("BPE with BertPreTokenizer", "{\"type\":\"ByteLevel\",\"add_prefix_space\":false",
-                        "{\"type\":\"BertPreTokenizer\",\"add_prefix_space\":false", ATTN_ERR_UNSUPPORTED,
-                        "a BPE model without the ByteLevel pre-tokenizer");
+    expect_bad_json_bpe(
+        "suffix past 64 bytes", "\"end_of_word_suffix\":\"\"",
+        "\"end_of_word_suffix\":\"<---------------------------------------------------------------------->\"",
+        ATTN_ERR_UNSUPPORTED, "model.end_of_word_suffix: unsupported: longer than 64 bytes");
+    expect_bad_json_bpe("merge's right part shorter than the prefix", "\"continuing_subword_prefix\":\"\"",
+                        "\"continuing_subword_prefix\":\"##\"", ATTN_ERR_INVALID_ARGUMENT,
+                        "model.merges: [0]: 'e' is shorter than the continuing_subword_prefix");
+    expect_bad_json_bpe("Strip decoder's start absurd", "\"decoder\":{\"type\":\"ByteLevel\",",
+                        "\"decoder\":{\"type\":\"Strip\",\"content\":\" \",\"start\":99999999999,\"stop\":0,",
+                        ATTN_ERR_INVALID_ARGUMENT, "decoder.start: 99999999999 is above 2147483647");
+    char seq[1024] = "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Sequence\",\"pretokenizers\":[";
+    for (int i = 0; i < 17; i++) strcat(seq, i ? ",{\"type\":\"Digits\"}" : "{\"type\":\"Digits\"}");
+    strcat(seq, "]}]}");
+    expect_bad_json_bpe("more than 16 pre-tokenizer steps",
+                        "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true}",
+                        seq, ATTN_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[0].pretokenizers[16]: more than 16");
+    /* a merge of a token with the empty token gives the token itself, repeated merges: no loop, the
+     * merges that make sense still apply */
+    attn_tokenizer *u = open_json(replace(replace(BPE, "\"x\":22,", "\"x\":22,\"\":24,"), "\"merges\":[",
+                                          "\"merges\":[\"h \",[\"h\",\"\"],[\"he\",\"llo\"],"));
+    if (u) {
+        EXPECT(u, "self-merges are inert", "hello", 14);
+        attn_tokenizer_free(u);
+    }
+    expect_bad_json_bpe("byte_fallback a string", "\"byte_fallback\":false", "\"byte_fallback\":\"yes\"",
+                        ATTN_ERR_INVALID_ARGUMENT, "model.byte_fallback: expected a boolean");
+    expect_bad_json_bpe("merge of a token and an unknown concatenation", "[\"h\",\"e\"]", "[\"e\",\"h\"]",
+                        ATTN_ERR_INVALID_ARGUMENT, "model.merges: [0]: 'eh' is not in the vocabulary");
 }
 
 static void expect_bad_json_bpe(const char *what, const char *from, const char *to, attn_status want, const char *key) {
     expect_bad_json(what, replace(BPE, from, to), want, key);
+}
+
+static void test_llama3_split(void) {
+    static const char pre[] =
+        "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(?i:'s|'t|'re|'ve|'m|"
+        "'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*["
+        "\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\","
+        "\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":false}]}";
+    char json[sizeof BPE + sizeof pre + 64];
+    const char *s = replace(BPE,
+                            "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
+                            "\"use_regex\":true}",
+                            pre);
+    s = replace(s, "\"x\":22,", "\"x\":22,\"'x\":24,\"S\":25,\"'S\":26,"); /* merges of ' with letters */
+    snprintf(json, sizeof json, "%s", replace(s, "\"merges\":[", "\"merges\":[[\"'\",\"x\"],[\"'\",\"S\"],"));
+    attn_tokenizer *t = open_json(json);
+    if (!t) return;
+    EXPECT(t, "Llama-3: words, a space joins the next", "hello world!", 14, 15, 4, 7, 3, 8, 20);
+    EXPECT(t, "Llama-3: 's a contraction", "he's", 11, 16);
+    EXPECT(t, "Llama-3: 'S too (case-insensitive; GPT-2's regex gives ' S: 11 9 25)", "he'S", 11, 26);
+    EXPECT(t, "Llama-3: ' joins the letters after it (GPT-2's regex: 9 22)", "'x", 24);
+    EXPECT(t, "Llama-3: a space run less its last space", "  hello", 5, 5, 14);
+    EXPECT(t, "Llama-3: a newline run ends at its last newline", " \n hello", 5, 21, 5, 14);
+    attn_tokenizer_free(t);
 }
 
 /* Every allocation of open, encode and decode failing in turn (src/core/alloc.c's hook): each call
@@ -501,6 +663,15 @@ static void test_alloc_fail(void) {
         json_with(NULL, "null", "[{\"id\":23,\"content\":\"[N\xc3\x89W]\",\"normalized\":true}]", "null", NULL, NULL),
         "a [NEW] b");
     alloc_sweep("BPE", BPE, "hello world! he's  x\xc3\xa9<|endoftext|>");
+    const char *sp = replace(replace(SP, "NORMALIZER", SP_NORM), "PRETOK", "null");
+    alloc_sweep("SentencePiece, Prepend + Replace", sp, "hello wx h\xc3\xa9 qz<s>hello");
+    sp = replace(
+        replace(SP, "NORMALIZER", "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFKC\"},{\"type\":\"Strip\"}]}"),
+        "PRETOK",
+        "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\"},{\"type\":\"Metaspace\","
+        "\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\"},{\"type\":\"Split\",\"pattern\":"
+        "{\"String\":\"l\"},\"behavior\":\"MergedWithNext\"}]}");
+    alloc_sweep("SentencePiece, NFKC, Digits, Metaspace, Split", sp, " hello w12x \xef\xac\x81 h\xc3\xa9 <s>hello ");
 }
 
 int main(void) {
@@ -517,6 +688,8 @@ int main(void) {
     test_vocab_txt();
     test_hostile();
     test_bpe();
+    test_sentencepiece();
+    test_llama3_split();
     test_alloc_fail();
     unlink(write_text("tokenizer.json", ""));
     rmdir(dir);

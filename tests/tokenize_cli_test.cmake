@@ -1,5 +1,5 @@
 # attn tokenize: ids of a BERT vocab.txt for --text, --input FILE and standard input, --decode,
-# --max-length, --no-special, --help, and its usage errors and failures (one line, exit 2 / 1).
+# --max-length, --no-special, --max-line-bytes, --help, and its usage errors and failures (one line, exit 2 / 1).
 # Hugging Face parity itself is the tokenizer_parity test's (tests/hf/tokenizer_parity.py).
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
@@ -52,3 +52,12 @@ string(ASCII 255 ff)
 file(WRITE ${WORK}/bad_utf8.txt "hello\nab${ff}\n")
 check(1 "^2 5 3\nattn: tokenize: line 2: attn_tokenizer_encode: the text is not valid UTF-8" --model ${V}
   --input ${WORK}/bad_utf8.txt)
+# --max-line-bytes: a line at the cap is encoded, a longer one refused naming the cap (memory stays
+# bounded: the line is not read past it; the default, 64 MiB, is the same code with a larger cap)
+file(WRITE ${WORK}/long.txt "hello\nhello world hello\nworld\n")
+check(0 "^2 5 3\n2 5 6 5 3\n2 6 3\n$" --model ${V} --input ${WORK}/long.txt --max-line-bytes 17)
+check(1 "^2 5 3\nattn: tokenize: .*long.txt: line 2 is longer than --max-line-bytes 16\n$" --model ${V}
+  --input ${WORK}/long.txt --max-line-bytes 16)
+check(1 "^attn: tokenize: standard input: line 1 is longer than --max-line-bytes 4\n$" INPUT ${WORK}/long.txt
+  --model ${V} --input - --max-line-bytes 4)
+check(2 "^attn: tokenize: --max-line-bytes" --model ${V} --text x --max-line-bytes 0)

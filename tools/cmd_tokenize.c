@@ -11,7 +11,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attn tokenize --model DIR|FILE (--text T | --input FILE) [--decode] [--max-length L]\n"
-            "                     [--no-special]\n\n"
+            "                     [--no-special] [--max-line-bytes B]\n\n"
             "Token ids of text, equal to Hugging Face tokenizers' (tokenizer(text, truncation=True)[\"input_ids\"]).\n"
             "  --model DIR|FILE  a tokenizer.json, a BERT vocab.txt, or a model folder (its tokenizer.json, else its\n"
             "                    vocab.txt with tokenizer_config.json)\n"
@@ -20,14 +20,20 @@ static void usage(FILE *f) {
             "  --decode          the input lines are ids (space-separated): print their text\n"
             "  --max-length L    at most L ids, special tokens included (default: the tokenizer's truncation)\n"
             "  --no-special      no special tokens ([CLS], [SEP]); with --decode, skip them\n"
-            "Supported: WordPiece (the BERT family) and byte-level BPE (GPT-2); a file asking for anything else\n"
-            "is refused with a message naming its key.\n");
+            "  --max-line-bytes B  the longest input line read (default 67108864, 64 MiB): a longer line is\n"
+            "                    refused (exit 1) without reading it into memory\n"
+            "Supported: WordPiece (BERT), byte-level BPE (GPT-2, Llama-3, Qwen2) and SentencePiece-style BPE\n"
+            "(Llama-2, Mistral); a file asking for anything else is refused with a message naming its key.\n");
 }
+
+/* The default cap on one input line (--max-line-bytes): memory stays bounded on any input. */
+#define TOK_MAX_LINE_BYTES ((long long)64 << 20)
 
 typedef struct tok_run {
     attn_tokenizer *t;
     int decode, special;
     int64_t max_length;
+    long long max_line;
     int32_t *ids;
     size_t cap;
     char *text;
@@ -83,15 +89,42 @@ static int decode_line(tok_run *r, const char *s, size_t line) {
     return 0;
 }
 
+/* One line of f (its \n dropped, a NUL after it) into *line: 1 one read, 0 the end of the input,
+ * -1 longer than max bytes (read no further), -2 out of memory. */
+static int read_line(FILE *f, char **line, size_t *cap, size_t *len, size_t max) {
+    int c = EOF;
+    *len = 0;
+    while ((c = getc(f)) != EOF && c != '\n') {
+        if (*len >= max) return -1;
+        if (*len + 2 > *cap) {
+            size_t n = *cap ? 2 * *cap : 256;
+            if (n > max + 2) n = max + 2;
+            char *p = realloc(*line, n);
+            if (!p) return -2;
+            *line = p, *cap = n;
+        }
+        (*line)[(*len)++] = (char)c;
+    }
+    if (c == EOF && !*len) return 0;
+    if (!*line && !(*line = malloc(*cap = 1))) return -2;
+    (*line)[*len] = '\0';
+    return 1;
+}
+
 static int run_lines(tok_run *r, FILE *in, const char *name) {
     char *line = NULL;
-    size_t lcap = 0, no = 0;
-    ssize_t got;
-    int rc = 0;
-    while (!rc && (got = getline(&line, &lcap, in)) >= 0) {
-        size_t len = (size_t)got;
+    size_t lcap = 0, no = 0, len = 0;
+    int got, rc = 0;
+    while (!rc && (got = read_line(in, &line, &lcap, &len, (size_t)r->max_line)) != 0) {
         no++;
-        if (len && line[len - 1] == '\n') line[--len] = '\0';
+        if (got == -2) {
+            rc = cli_fail("tokenize: out of memory");
+            break;
+        }
+        if (got == -1) {
+            rc = cli_fail("tokenize: %s: line %zu is longer than --max-line-bytes %lld", name, no, r->max_line);
+            break;
+        }
         if (r->decode && memchr(line, '\0', len)) rc = cli_fail("tokenize: %s: line %zu holds a NUL byte", name, no);
         if (!rc) rc = r->decode ? decode_line(r, line, no) : encode_line(r, line, len, no);
     }
@@ -116,6 +149,7 @@ int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *input = NULL;
     int decode = 0, no_special = 0;
     int64_t max_length = 0;
+    long long max_line = TOK_MAX_LINE_BYTES;
     cli_opt opts[] = {
         CLI_STRING_NONEMPTY("--model", &model),
         CLI_STRING("--text", &text),
@@ -123,6 +157,7 @@ int cmd_tokenize(int argc, char **argv) {
         CLI_FLAG("--decode", &decode),
         CLI_INT("--max-length", &max_length, 1, INT32_MAX),
         CLI_FLAG("--no-special", &no_special),
+        CLI_INT("--max-line-bytes", &max_line, 1, (long long)1 << 40),
         CLI_END,
     };
     int parsed = cli_parse("tokenize", opts, argc, argv, NULL, 0);
@@ -134,7 +169,7 @@ int cmd_tokenize(int argc, char **argv) {
     if (!model) return cli_usage_error("tokenize: missing --model (try 'attn tokenize --help')");
     if (!text == !input)
         return cli_usage_error("tokenize: give one of --text and --input (try 'attn tokenize --help')");
-    tok_run r = {NULL, decode, !no_special, max_length, NULL, 0, NULL, 0};
+    tok_run r = {NULL, decode, !no_special, max_length, max_line, NULL, 0, NULL, 0};
     if (attn_tokenizer_open(model, &r.t)) return cli_fail("tokenize: %s", attn_last_error());
     int rc;
     if (text && decode)

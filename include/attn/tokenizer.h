@@ -1,24 +1,34 @@
 /* attn tokenizer: text to token ids and back, with the ids Hugging Face `tokenizers` gives, bit for
- * bit, for the tokenizers a Hugging Face model folder holds: WordPiece (the BERT family) and
- * byte-level BPE (GPT-2).
+ * bit, for the tokenizers a Hugging Face model folder holds: WordPiece (the BERT family), byte-level
+ * BPE (GPT-2, Llama-3, Qwen2) and SentencePiece-style BPE with byte fallback (Llama-2, Mistral).
  *
  * Supported (anything else in a tokenizer.json is refused, ATTN_ERR_UNSUPPORTED, naming the key):
  *   normalizer      BertNormalizer {clean_text, handle_chinese_chars, strip_accents (null: follows
- *                   lowercase), lowercase}, NFD, Lowercase, StripAccents, a Sequence of these, null;
- *   pre_tokenizer   BertPreTokenizer (whitespace splits, each punctuation char its own piece),
- *                   WhitespaceSplit, a Sequence of these, null; ByteLevel {add_prefix_space,
- *                   use_regex} (GPT-2's regex and byte alphabet), alone and with a BPE model only;
+ *                   lowercase), lowercase}, NFD, NFC, NFKD, NFKC, Lowercase, StripAccents, Strip
+ *                   {strip_left, strip_right}, Prepend {prepend}, Replace {pattern {"String"},
+ *                   content}, a Sequence of these, null;
+ *   pre_tokenizer   BertPreTokenizer, WhitespaceSplit, Whitespace, ByteLevel {add_prefix_space, use_regex}
+ *                   (GPT-2's regex and byte alphabet), Split {pattern, behavior (Removed, Isolated,
+ *                   MergedWithPrevious, MergedWithNext, Contiguous), invert} with a {"String"}
+ *                   pattern or one of the regexes models ship (GPT-2's, Llama-3's, Qwen2's: matched
+ *                   by hand, no regex engine; another regex is refused, quoted), Metaspace
+ *                   {replacement, prepend_scheme always / first / never (or add_prefix_space),
+ *                   split}, Digits {individual_digits}, Punctuation {behavior}, a Sequence of
+ *                   these, null;
  *   model           WordPiece {vocab, unk_token, continuing_subword_prefix, max_input_chars_per_word};
- *                   BPE {vocab, merges ("a b" or ["a", "b"]), unk_token, fuse_unk, ignore_merges;
- *                   no dropout, byte_fallback, continuing_subword_prefix or end_of_word_suffix};
+ *                   BPE {vocab, merges ("a b" or ["a", "b"]), unk_token, fuse_unk, ignore_merges
+ *                   (a pre-token in the vocabulary is taken whole), byte_fallback (<0xNN> tokens),
+ *                   continuing_subword_prefix, end_of_word_suffix (at most 64 bytes); no dropout};
  *   post_processor  TemplateProcessing (single: special tokens around $A), BertProcessing,
- *                   ByteLevel (offsets only: no ids), null;
+ *                   ByteLevel (offsets only: no ids), a Sequence of these (one adding tokens), null;
  *   decoder         WordPiece {prefix, cleanup}, ByteLevel (bytes back, invalid UTF-8 as U+FFFD
- *                   the way Rust's from_utf8_lossy does), null (tokens joined by spaces);
+ *                   the way Rust's from_utf8_lossy does), ByteFallback, Fuse, Strip {content, start,
+ *                   stop}, Replace {pattern {"String"}, content}, Metaspace, BPEDecoder {suffix}, a
+ *                   Sequence of these, null (tokens joined by spaces);
  *   added_tokens    leftmost-longest, in the raw text before normalization (normalized false) or
  *                   in the normalized text as their own normalized form (normalized true; their
  *                   id then gives back that form, as tokenizers does); lstrip / rstrip honoured;
- *                   single_word false only;
+ *                   single_word (not next to a word char, the regex crate's \w);
  *   truncation      {max_length, strategy LongestFirst / OnlyFirst, direction Right / Left}.
  * The Unicode properties are those of the `tokenizers` release named by
  * attn_tokenizer_unicode_source() (src/text/unicode_tables.c, scripts/gen_unicode_tables.py).

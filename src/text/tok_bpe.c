@@ -139,25 +139,59 @@ static void push_pair(const attn_tokenizer *t, const sym *s, long a, qitem *q, s
     if (rank >= 0) q_push(q, nq, (qitem){rank, id, (size_t)a});
 }
 
-/* The initial symbols: one per char, unknown chars as the unk token (fused when fuse_unk) or dropped. */
+static void add_sym(sym *out, size_t *n, int32_t id) {
+    out[*n] = (sym){id, (long)*n - 1, (long)*n + 1, 0};
+    (*n)++;
+}
+
+/* The id of one char (s[0..k)) of a word: continuing_subword_prefix before it unless first,
+ * end_of_word_suffix after it when last (each at most 64 bytes, checked at load); -1: none. */
+static int32_t char_id(const attn_tokenizer *t, const char *s, size_t k, int first, int last) {
+    if (!t->prefix && !t->suffix) return attn_tok_vocab_find(t, s, k);
+    char key[4 + 64 + 64];
+    size_t n = 0, pl = t->prefix && !first ? strlen(t->prefix) : 0, sl = t->suffix && last ? strlen(t->suffix) : 0;
+    if (pl) memcpy(key, t->prefix, pl), n += pl;
+    memcpy(key + n, s, k), n += k;
+    if (sl) memcpy(key + n, t->suffix, sl), n += sl;
+    return attn_tok_vocab_find(t, key, n);
+}
+
+/* The initial symbols, as tokenizers' BPE::merge_word: one per char in the vocabulary; a char
+ * outside it as its bytes' <0xNN> tokens (byte_fallback, when all are there), else the unk token
+ * (one per run of unknown chars when fuse_unk; pending until the next known char, as tokenizers
+ * adds it) or nothing (no unk_token). out has room for len symbols (one a byte at most). */
 static attn_status bpe_symbols(const attn_tokenizer *t, const char *s, size_t len, sym *out, size_t *n) {
     int32_t unk = t->unk ? attn_tok_vocab_find(t, t->unk, strlen(t->unk)) : -1;
-    int last_unk = 0;
+    int pending = 0;
     *n = 0;
     for (size_t i = 0; i < len;) {
         uint32_t c;
         size_t k = attn_u_decode((const unsigned char *)s + i, len - i, &c);
         if (!k) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_tokenizer_encode: invalid UTF-8");
-        int32_t id = attn_tok_vocab_find(t, s + i, k);
+        size_t at = i;
         i += k;
-        if (id < 0 && t->unk && unk < 0)
+        int32_t id = char_id(t, s + at, k, at == 0, i == len);
+        if (id >= 0) {
+            if (pending) add_sym(out, n, unk), pending = 0;
+            add_sym(out, n, id);
+            continue;
+        }
+        if (t->byte_fallback) {
+            size_t b = 0;
+            while (b < k && t->byte_ids[(unsigned char)s[at + b]] >= 0) b++;
+            if (b == k) {
+                for (b = 0; b < k; b++) add_sym(out, n, t->byte_ids[(unsigned char)s[at + b]]);
+                continue;
+            }
+        }
+        if (!t->unk) continue;
+        if (unk < 0)
             return attn_error(ATTN_ERR_NOT_FOUND,
                               "attn_tokenizer_encode: BPE's unk_token '%s' is not in the vocabulary", t->unk);
-        if (id < 0 && (!t->unk || (t->fuse_unk && last_unk))) continue;
-        last_unk = id < 0;
-        out[*n] = (sym){id < 0 ? unk : id, (long)*n - 1, (long)*n + 1, 0};
-        (*n)++;
+        if (pending && !t->fuse_unk) add_sym(out, n, unk);
+        pending = 1;
     }
+    if (pending) add_sym(out, n, unk);
     if (*n) out[*n - 1].next = -1;
     return ATTN_OK;
 }
@@ -168,7 +202,7 @@ attn_status attn_tok_bpe_word(const attn_tokenizer *t, const char *s, size_t len
         return attn_tok_buf_put(ids, &whole, sizeof whole)
                    ? attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_tokenizer_encode: out of memory")
                    : ATTN_OK;
-    sym *sy = attn__malloc((len + 1) * sizeof(sym));
+    sym *sy = attn__malloc((len + 1) * sizeof(sym));        /* one per byte at most (byte_fallback) */
     qitem *q = attn__malloc((3 * len + 1) * sizeof(qitem)); /* n - 1 pairs, then 2 per merge */
     size_t n = 0, nq = 0;
     attn_status st = (!sy || !q) ? attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_tokenizer_encode: out of memory")

@@ -52,9 +52,61 @@ static int nfd(const cpbuf *in, cpbuf *out) {
     return 0;
 }
 
+/* NFKD of in into out: compatibility decompositions where they differ, else canonical ones. */
+static int nfkd(const cpbuf *in, cpbuf *out) {
+    cpbuf d = {0};
+    for (size_t i = 0; i < in->n; i++) {
+        const uint32_t *k;
+        size_t m = attn_u_compat(in->p[i], &k);
+        if (!m) k = &in->p[i], m = 1;
+        if (cp_reserve(&d, m)) {
+            attn__free(d.p);
+            return -1;
+        }
+        memcpy(d.p + d.n, k, m * sizeof(uint32_t));
+        d.n += m;
+    }
+    int r = nfd(&d, out); /* canonical decomposition of the rest, and the ordering */
+    attn__free(d.p);
+    return r;
+}
+
+/* Prepend, Replace, Strip: the steps with strings or ends. */
+static int norm_text_step(const tok_norm *op, const cpbuf *in, cpbuf *out) {
+    size_t s = 0, e = in->n;
+    if (op->op == TOK_NORM_PREPEND) {
+        if (!in->n) return 0;
+        if (cp_reserve(out, op->nstr)) return -1;
+        memcpy(out->p, op->str, op->nstr * sizeof(uint32_t));
+        out->n = op->nstr;
+    } else if (op->op == TOK_NORM_STRIP) {
+        while (op->left && s < e && (attn_u_props(in->p[s]) & ATTN_U_WS)) s++;
+        while (op->right && e > s && (attn_u_props(in->p[e - 1]) & ATTN_U_WS)) e--;
+    }
+    for (size_t i = s; i < e;) {
+        if (op->op == TOK_NORM_REPLACE && op->nstr && op->nstr <= e - i &&
+            !memcmp(in->p + i, op->str, op->nstr * sizeof(uint32_t))) {
+            if (cp_reserve(out, op->nto)) return -1;
+            memcpy(out->p + out->n, op->to, op->nto * sizeof(uint32_t));
+            out->n += op->nto, i += op->nstr;
+            continue;
+        }
+        if (cp_reserve(out, 1)) return -1;
+        out->p[out->n++] = in->p[i++];
+    }
+    return 0;
+}
+
 /* One normalizer step from in into out (out empty on entry). */
-static int norm_step(tok_norm_op op, const cpbuf *in, cpbuf *out) {
+static int norm_step(const tok_norm *step, const cpbuf *in, cpbuf *out) {
+    tok_norm_op op = step->op;
     if (op == TOK_NORM_NFD) return nfd(in, out);
+    if (op == TOK_NORM_NFC || op == TOK_NORM_NFKC || op == TOK_NORM_NFKD) {
+        if (op == TOK_NORM_NFC ? nfd(in, out) : nfkd(in, out)) return -1;
+        if (op != TOK_NORM_NFKD) attn_tok_compose(out->p, &out->n);
+        return 0;
+    }
+    if (op == TOK_NORM_PREPEND || op == TOK_NORM_REPLACE || op == TOK_NORM_STRIP) return norm_text_step(step, in, out);
     for (size_t i = 0; i < in->n; i++) {
         uint32_t c = in->p[i], l[3];
         if (cp_reserve(out, 3)) return -1;
@@ -86,6 +138,27 @@ static int norm_step(tok_norm_op op, const cpbuf *in, cpbuf *out) {
     return 0;
 }
 
+/* The canonical composition algorithm (UAX #15): each char joins the last starter unless blocked
+ * by a char between them of class 0 or of a class not below its own. */
+void attn_tok_compose(uint32_t *p, size_t *n) {
+    if (!*n) return;
+    size_t starter = 0, o = 1;
+    int last = attn_u_ccc(p[0]) ? 256 : 0, first_is_starter = !attn_u_ccc(p[0]);
+    for (size_t i = 1; i < *n; i++) {
+        uint32_t c = p[i];
+        int k = attn_u_ccc(c);
+        uint32_t comp = first_is_starter ? attn_u_compose(p[starter], c) : 0;
+        if (comp && (last < k || last == 0)) {
+            p[starter] = comp;
+            continue;
+        }
+        if (!k) starter = o, first_is_starter = 1;
+        last = k;
+        p[o++] = c;
+    }
+    *n = o;
+}
+
 /* Scratch of one encode call. */
 typedef struct enc {
     const attn_tokenizer *t;
@@ -93,6 +166,9 @@ typedef struct enc {
     cpbuf a, b;  /* normalized text */
     tok_buf word;
     size_t *offs, noffs; /* byte offset of each char of the word, then its length */
+    uint32_t *pc;        /* pre-tokenized chars and pieces */
+    size_t pccap, piececap;
+    tok_piece *pieces;
 } enc;
 
 static attn_status oom(void) { return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_tokenizer_encode: out of memory"); }
@@ -153,34 +229,6 @@ static attn_status wordpiece(enc *e, const uint32_t *w, size_t n) {
     return push_id(e, unk);
 }
 
-/* The ByteLevel pre-tokenizer and BPE over normalized chars p[0..n) (n > 0). */
-static attn_status byte_level(enc *e, const uint32_t *p, size_t n) {
-    const attn_tokenizer *t = e->t;
-    if (t->add_prefix_space && p[0] != ' ') { /* the text with a space before it, in e->b */
-        e->b.n = 0;
-        if (cp_reserve(&e->b, n + 1)) return oom();
-        e->b.p[0] = ' ';
-        memcpy(e->b.p + 1, p, n * sizeof(uint32_t));
-        e->b.n = n + 1;
-        p = e->b.p, n = n + 1;
-    }
-    for (size_t i = 0; i < n;) {
-        size_t end = t->use_regex ? attn_tok_gpt2_match(p, n, i) : n;
-        e->word.len = 0;
-        for (size_t k = i; k < end; k++) {
-            char b[4], u[4];
-            size_t nb = attn_u_encode(p[k], b);
-            for (size_t j = 0; j < nb; j++)
-                if (attn_tok_buf_put(&e->word, u, attn_u_encode(attn_tok_byte_char((unsigned char)b[j]), u)))
-                    return oom();
-        }
-        attn_status st = attn_tok_bpe_word(t, e->word.p, e->word.len, &e->ids);
-        if (st) return st;
-        i = end;
-    }
-    return ATTN_OK;
-}
-
 /* text[0..len) decoded and normalized by t's steps into a (b: scratch). 0, -1: out of memory, -2:
  * invalid UTF-8. */
 static int normalize(const attn_tokenizer *t, const char *text, size_t len, cpbuf *a, cpbuf *b) {
@@ -195,7 +243,7 @@ static int normalize(const attn_tokenizer *t, const char *text, size_t len, cpbu
     }
     for (int s = 0; s < t->nnorm; s++) {
         b->n = 0;
-        if (norm_step(t->norm[s], a, b)) return -1;
+        if (norm_step(&t->norm[s], a, b)) return -1;
         cpbuf tmp = *a;
         *a = *b, *b = tmp;
     }
@@ -215,25 +263,40 @@ attn_status attn_tok_normalize(const attn_tokenizer *t, const char *s, size_t le
     return ATTN_OK;
 }
 
-/* Pre-tokenize and run the model over normalized chars p[0..n). */
-static attn_status encode_normalized(enc *e, const uint32_t *p, size_t n) {
+/* Pre-tokenize and run the model over normalized chars p[0..n) (at0: they start the input). */
+static attn_status encode_normalized(enc *e, const uint32_t *p, size_t n, int at0) {
     const attn_tokenizer *t = e->t;
-    if (t->pretok == 3) return n ? byte_level(e, p, n) : ATTN_OK;
-    if (!t->pretok) return wordpiece(e, p, n);
-    for (size_t i = 0; i < n;) {
-        unsigned pr = attn_u_props(p[i]);
-        if (pr & ATTN_U_WS) {
-            i++;
+    if (!n) return ATTN_OK;
+    size_t np = 0;
+    attn_status st = attn_tok_pretokenize(t, p, n, at0, &e->pc, &e->pccap, &e->pieces, &e->piececap, &np);
+    for (size_t k = 0; !st && k < np; k++) {
+        const uint32_t *q = e->pc + e->pieces[k].s;
+        size_t m = e->pieces[k].e - e->pieces[k].s;
+        if (t->model == 0) {
+            st = wordpiece(e, q, m);
             continue;
         }
-        size_t j = i + 1;
-        if (!(t->pretok == 2 && (pr & ATTN_U_PUNCT))) /* a punctuation char is a word of its own */
-            while (j < n && !(attn_u_props(p[j]) & (ATTN_U_WS | (t->pretok == 2 ? ATTN_U_PUNCT : 0)))) j++;
-        attn_status st = wordpiece(e, p + i, j - i);
-        if (st) return st;
-        i = j;
+        e->word.len = 0;
+        for (size_t i = 0; i < m; i++) {
+            char u[4];
+            if (attn_tok_buf_put(&e->word, u, attn_u_encode(q[i], u))) return oom();
+        }
+        st = attn_tok_bpe_word(t, e->word.p, e->word.len, &e->ids);
     }
-    return ATTN_OK;
+    return st;
+}
+
+static int is_word(uint32_t c) { return (attn_u_props(c) & ATTN_U_WORD) != 0; }
+
+/* Whether s[i..e) stands alone: no word char just before or after it (single_word). */
+static int single_word_at(const char *s, size_t len, size_t i, size_t e) {
+    uint32_t c;
+    if (i) {
+        size_t b = i - 1;
+        while (b > 0 && ((unsigned char)s[b] & 0xC0) == 0x80) b--;
+        if (attn_u_decode((const unsigned char *)s + b, i - b, &c) && is_word(c)) return 0;
+    }
+    return !(e < len && attn_u_decode((const unsigned char *)s + e, len - e, &c) && is_word(c));
 }
 
 /* The leftmost-longest normalized added token in p[from..n) (code points): its span with lstrip /
@@ -249,6 +312,10 @@ static long find_normalized(const attn_tokenizer *t, const uint32_t *p, size_t n
         }
         if (best < 0) continue;
         const tok_added *a = &t->added[best];
+        if (a->single_word && ((i && is_word(p[i - 1])) || (i + a->nncp < n && is_word(p[i + a->nncp])))) {
+            i += a->nncp - 1; /* discarded, its text not searched again (tokenizers' non-overlapping matches) */
+            continue;
+        }
         size_t start = i, stop = i + a->nncp;
         while (a->lstrip && start > from && (attn_u_props(p[start - 1]) & ATTN_U_WS)) start--;
         while (a->rstrip && stop < n && (attn_u_props(p[stop]) & ATTN_U_WS)) stop++;
@@ -260,17 +327,17 @@ static long find_normalized(const attn_tokenizer *t, const uint32_t *p, size_t n
 
 /* Normalize text[0..len) (valid UTF-8, no raw-matched added token in it), split it on the
  * normalized added tokens, pre-tokenize and run the model over the rest. */
-static attn_status encode_text(enc *e, const char *text, size_t len) {
+static attn_status encode_text(enc *e, const char *text, size_t len, int at0) {
     const attn_tokenizer *t = e->t;
     int r = normalize(t, text, len, &e->a, &e->b);
     if (r) return r == -1 ? oom() : attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_tokenizer_encode: invalid UTF-8");
     const uint32_t *p = e->a.p;
     size_t n = e->a.n;
-    if (!t->any_normalized) return encode_normalized(e, p, n);
+    if (!t->any_normalized) return encode_normalized(e, p, n, at0);
     for (size_t pos = 0; pos < n;) {
         size_t ms = n, me = n;
         long k = find_normalized(t, p, n, pos, &ms, &me);
-        attn_status st = ms > pos ? encode_normalized(e, p + pos, ms - pos) : ATTN_OK;
+        attn_status st = ms > pos ? encode_normalized(e, p + pos, ms - pos, at0 && pos == 0) : ATTN_OK;
         if (!st && k >= 0) st = push_id(e, t->added[k].id);
         if (st) return st;
         pos = me;
@@ -284,6 +351,7 @@ static long find_added(const attn_tokenizer *t, const char *s, size_t len, size_
                        size_t *me) {
     for (size_t i = from; i < len; i++) {
         long best = -1;
+        if (!t->added_first[(unsigned char)s[i]]) continue;
         for (size_t k = 0; k < t->nadded; k++) {
             const tok_added *a = &t->added[k];
             if (!a->normalized && a->len <= len - i && (best < 0 || a->len > t->added[best].len) &&
@@ -292,6 +360,10 @@ static long find_added(const attn_tokenizer *t, const char *s, size_t len, size_
         }
         if (best < 0) continue;
         const tok_added *a = &t->added[best];
+        if (a->single_word && !single_word_at(s, len, i, i + a->len)) {
+            i += a->len - 1; /* discarded, its text not searched again (tokenizers' non-overlapping matches) */
+            continue;
+        }
         size_t start = i, stop = i + a->len;
         if (a->lstrip) {
             while (start > floor) {
@@ -322,7 +394,7 @@ static attn_status encode_body(enc *e, const char *text, size_t len) {
     while (pos < len) {
         size_t ms = len, me = len;
         long k = t->nadded ? find_added(t, text, len, pos, pos, &ms, &me) : -1;
-        attn_status st = encode_text(e, text + pos, (k < 0 ? len : ms) - pos);
+        attn_status st = encode_text(e, text + pos, (k < 0 ? len : ms) - pos, pos == 0);
         if (st) return st;
         if (k < 0) break;
         if ((st = push_id(e, t->added[k].id))) return st;
@@ -373,5 +445,7 @@ attn_status attn_tokenizer_encode(const attn_tokenizer *t, const char *text, siz
     attn__free(e.b.p);
     attn__free(e.word.p);
     attn__free(e.offs);
+    attn__free(e.pc);
+    attn__free(e.pieces);
     return st;
 }

@@ -99,8 +99,73 @@ static attn_status add_norm(const jctx *c, const char *key, tok_norm_op op) {
     attn_tokenizer *t = c->t;
     if (t->nnorm >= TOK_MAX_NORM_OPS)
         return jfail(c, ATTN_ERR_UNSUPPORTED, key, "more than %d normalizer steps", TOK_MAX_NORM_OPS);
-    t->norm[t->nnorm++] = op;
+    t->norm[t->nnorm++] = (tok_norm){.op = op};
     return ATTN_OK;
+}
+
+/* A string member as code points (a copy in *out, its length in *n); absent: an error naming key. */
+static attn_status get_cps(const jctx *c, const attn_json *obj, const char *name, const char *key, uint32_t **out,
+                           size_t *n) {
+    const attn_json *v = attn_json_get(obj, name);
+    if (!v) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, key, "missing");
+    if (v->type != ATTN_JSON_STRING) return type_fail(c, key, "a string", v);
+    uint32_t *p = attn__malloc((v->len + 1) * sizeof(uint32_t));
+    if (!p) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", c->file);
+    size_t m = 0;
+    for (size_t i = 0; i < v->len;) {
+        size_t k = attn_u_decode((const unsigned char *)v->str + i, v->len - i, &p[m]);
+        if (!k) {
+            attn__free(p);
+            return jfail(c, ATTN_ERR_INVALID_ARGUMENT, key, "invalid UTF-8");
+        }
+        i += k, m++;
+    }
+    attn__free(*out);
+    *out = p, *n = m;
+    return ATTN_OK;
+}
+
+/* A Replace's pattern: {"String": s} (a regex is refused, quoted); the code points in *out. */
+static attn_status get_pattern_string(const jctx *c, const attn_json *v, const char *key, uint32_t **out, size_t *n) {
+    char k[128];
+    const attn_json *pat = attn_json_get(v, "pattern");
+    snprintf(k, sizeof k, "%s.pattern", key);
+    if (!pat) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, k, "missing");
+    if (pat->type != ATTN_JSON_OBJECT) return type_fail(c, k, "an object", pat);
+    const attn_json *re = attn_json_get(pat, "Regex");
+    if (re && re->type == ATTN_JSON_STRING)
+        return jfail(c, ATTN_ERR_UNSUPPORTED, k, "unsupported: the regex \"%.60s%s\"", re->str,
+                     re->len > 60 ? "..." : "");
+    snprintf(k, sizeof k, "%s.pattern.String", key);
+    attn_status st = get_cps(c, pat, "String", k, out, n);
+    if (!st && !*n) return jfail(c, ATTN_ERR_UNSUPPORTED, k, "unsupported: an empty pattern");
+    return st;
+}
+
+/* Prepend {prepend}, Replace {pattern, content}, Strip {strip_left, strip_right}. */
+static attn_status text_normalizer(const jctx *c, const attn_json *v, const char *key, const char *type) {
+    attn_tokenizer *t = c->t;
+    char k[128];
+    tok_norm_op op = !strcmp(type, "Prepend")   ? TOK_NORM_PREPEND
+                     : !strcmp(type, "Replace") ? TOK_NORM_REPLACE
+                                                : TOK_NORM_STRIP;
+    attn_status st = add_norm(c, key, op);
+    if (st) return st;
+    tok_norm *n = &t->norm[t->nnorm - 1];
+    if (op == TOK_NORM_PREPEND) {
+        snprintf(k, sizeof k, "%s.prepend", key);
+        return get_cps(c, v, "prepend", k, &n->str, &n->nstr);
+    }
+    if (op == TOK_NORM_REPLACE) {
+        snprintf(k, sizeof k, "%s.content", key);
+        if ((st = get_pattern_string(c, v, key, &n->str, &n->nstr))) return st;
+        return get_cps(c, v, "content", k, &n->to, &n->nto);
+    }
+    n->left = n->right = 1;
+    snprintf(k, sizeof k, "%s.strip_left", key);
+    if ((st = get_bool(c, v, "strip_left", k, &n->left))) return st;
+    snprintf(k, sizeof k, "%s.strip_right", key);
+    return get_bool(c, v, "strip_right", k, &n->right);
 }
 
 static attn_status bert_normalizer(const jctx *c, const attn_json *v, const char *key) {
@@ -132,6 +197,11 @@ static attn_status read_normalizer(const jctx *c, const attn_json *v, const char
     if (!strcmp(type, "NFD")) return add_norm(c, key, TOK_NORM_NFD);
     if (!strcmp(type, "Lowercase")) return add_norm(c, key, TOK_NORM_LOWER);
     if (!strcmp(type, "StripAccents")) return add_norm(c, key, TOK_NORM_STRIP_MARKS);
+    if (!strcmp(type, "NFC")) return add_norm(c, key, TOK_NORM_NFC);
+    if (!strcmp(type, "NFKC")) return add_norm(c, key, TOK_NORM_NFKC);
+    if (!strcmp(type, "NFKD")) return add_norm(c, key, TOK_NORM_NFKD);
+    if (!strcmp(type, "Prepend") || !strcmp(type, "Replace") || !strcmp(type, "Strip"))
+        return text_normalizer(c, v, key, type);
     if (strcmp(type, "Sequence") || depth > 4) return unsupported(c, key, type);
     const attn_json *list = attn_json_get(v, "normalizers");
     char k[96];
@@ -145,30 +215,127 @@ static attn_status read_normalizer(const jctx *c, const attn_json *v, const char
     return ATTN_OK;
 }
 
+static attn_status add_pre(const jctx *c, const char *key, tok_pre_op op, tok_pre **out) {
+    attn_tokenizer *t = c->t;
+    if (t->npre_ops >= TOK_MAX_PRE_OPS)
+        return jfail(c, ATTN_ERR_UNSUPPORTED, key, "more than %d pre-tokenizer steps", TOK_MAX_PRE_OPS);
+    *out = &t->pre[t->npre_ops++];
+    **out = (tok_pre){.op = op};
+    return ATTN_OK;
+}
+
+/* A behavior member (SplitDelimiterBehavior's names). */
+static attn_status get_behavior(const jctx *c, const attn_json *v, const char *key, tok_behavior *out) {
+    static const char *const names[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
+    char k[128];
+    snprintf(k, sizeof k, "%s.behavior", key);
+    const attn_json *b = attn_json_get(v, "behavior");
+    if (!b) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, k, "missing");
+    if (b->type != ATTN_JSON_STRING) return type_fail(c, k, "a string", b);
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(b->str, names[i])) {
+            *out = (tok_behavior)i;
+            return ATTN_OK;
+        }
+    return jfail(c, ATTN_ERR_INVALID_ARGUMENT, k, "unknown: %.40s", b->str);
+}
+
+/* The regexes matched by hand (tok_pretok.c), as tokenizer.json writes them. */
+static const char *const known_regex[] = {
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+",
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+"};
+
+/* Split {pattern: {"String": s} or {"Regex": one of known_regex}, behavior, invert}. */
+static attn_status split_pre(const jctx *c, const attn_json *v, const char *key) {
+    tok_pre *p = NULL;
+    char k[128];
+    attn_status st = add_pre(c, key, TOK_PRE_SPLIT, &p);
+    if (st || (st = get_behavior(c, v, key, &p->behavior))) return st;
+    snprintf(k, sizeof k, "%s.invert", key);
+    if ((st = get_bool(c, v, "invert", k, &p->invert))) return st;
+    const attn_json *pat = attn_json_get(v, "pattern"), *re = pat ? attn_json_get(pat, "Regex") : NULL;
+    snprintf(k, sizeof k, "%s.pattern.Regex", key);
+    if (re && re->type != ATTN_JSON_STRING) return type_fail(c, k, "a string", re);
+    if (!re) {
+        p->pattern = TOK_PAT_STRING;
+        return get_pattern_string(c, v, key, &p->str, &p->nstr);
+    }
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(re->str, known_regex[i]) && strlen(known_regex[i]) == re->len) {
+            p->pattern = (tok_pattern)(TOK_PAT_GPT2 + i);
+            return ATTN_OK;
+        }
+    return jfail(c, ATTN_ERR_UNSUPPORTED, k,
+                 "unsupported: the regex \"%.60s%s\" (attn matches GPT-2's, Llama-3's and Qwen2's patterns only)",
+                 re->str, re->len > 60 ? "..." : "");
+}
+
+/* Metaspace {replacement, prepend_scheme (or the older add_prefix_space), split}. */
+static attn_status metaspace_pre(const jctx *c, const attn_json *v, const char *key) {
+    tok_pre *p = NULL;
+    char k[128];
+    uint32_t *rep = NULL;
+    size_t nrep = 0;
+    attn_status st = add_pre(c, key, TOK_PRE_METASPACE, &p);
+    snprintf(k, sizeof k, "%s.replacement", key);
+    if (st || (st = get_cps(c, v, "replacement", k, &rep, &nrep))) return st;
+    p->replacement = nrep ? rep[0] : 0;
+    attn__free(rep);
+    if (nrep != 1) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, k, "not one char");
+    p->flag = 1, p->prepend = 2;
+    int add = 1;
+    snprintf(k, sizeof k, "%s.split", key);
+    if ((st = get_bool(c, v, "split", k, &p->flag))) return st;
+    snprintf(k, sizeof k, "%s.add_prefix_space", key);
+    if ((st = get_bool(c, v, "add_prefix_space", k, &add))) return st;
+    p->prepend = add ? 2 : 0;
+    const attn_json *ps = attn_json_get(v, "prepend_scheme");
+    snprintf(k, sizeof k, "%s.prepend_scheme", key);
+    if (!ps || attn_json_is_null(ps)) return ATTN_OK;
+    if (ps->type != ATTN_JSON_STRING) return type_fail(c, k, "a string", ps);
+    p->prepend = !strcmp(ps->str, "never") ? 0 : !strcmp(ps->str, "first") ? 1 : !strcmp(ps->str, "always") ? 2 : -1;
+    if (p->prepend < 0) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, k, "unknown: %.40s", ps->str);
+    return ATTN_OK;
+}
+
+static attn_status simple_pre(const jctx *c, const attn_json *v, const char *key, const char *type) {
+    tok_pre *p = NULL;
+    char k[128];
+    attn_status st;
+    if (!strcmp(type, "BertPreTokenizer")) return add_pre(c, key, TOK_PRE_BERT, &p);
+    if (!strcmp(type, "WhitespaceSplit")) return add_pre(c, key, TOK_PRE_WS_SPLIT, &p);
+    if (!strcmp(type, "Whitespace")) return add_pre(c, key, TOK_PRE_WHITESPACE, &p);
+    if (!strcmp(type, "Digits")) {
+        snprintf(k, sizeof k, "%s.individual_digits", key);
+        return (st = add_pre(c, key, TOK_PRE_DIGITS, &p)) ? st : get_bool(c, v, "individual_digits", k, &p->flag);
+    }
+    if (!strcmp(type, "Punctuation")) {
+        if ((st = add_pre(c, key, TOK_PRE_PUNCT, &p))) return st;
+        p->behavior = TOK_B_ISOLATED;
+        return attn_json_get(v, "behavior") ? get_behavior(c, v, key, &p->behavior) : ATTN_OK;
+    }
+    if ((st = add_pre(c, key, TOK_PRE_BYTELEVEL, &p))) return st; /* ByteLevel */
+    p->use_regex = 1;
+    snprintf(k, sizeof k, "%s.add_prefix_space", key);
+    if ((st = get_bool(c, v, "add_prefix_space", k, &p->flag))) return st;
+    snprintf(k, sizeof k, "%s.use_regex", key);
+    return get_bool(c, v, "use_regex", k, &p->use_regex);
+}
+
 static attn_status read_pre_tokenizer(const jctx *c, const attn_json *v, const char *key, int depth) {
     const char *type;
     attn_status st;
     if (attn_json_is_null(v)) return ATTN_OK;
     if ((st = get_type(c, v, key, &type))) return st;
-    if (c->t->pretok == 3 || (!strcmp(type, "ByteLevel") && c->t->pretok))
-        return jfail(c, ATTN_ERR_UNSUPPORTED, key, "unsupported: ByteLevel with other pre-tokenizers");
-    if (!strcmp(type, "BertPreTokenizer")) {
-        c->t->pretok = 2;
-        return ATTN_OK;
-    }
-    if (!strcmp(type, "WhitespaceSplit")) {
-        if (c->t->pretok < 1) c->t->pretok = 1;
-        return ATTN_OK;
-    }
-    if (!strcmp(type, "ByteLevel")) {
-        char k[96];
-        c->t->pretok = 3;
-        c->t->use_regex = 1;
-        snprintf(k, sizeof k, "%s.add_prefix_space", key);
-        if ((st = get_bool(c, v, "add_prefix_space", k, &c->t->add_prefix_space))) return st;
-        snprintf(k, sizeof k, "%s.use_regex", key);
-        return get_bool(c, v, "use_regex", k, &c->t->use_regex);
-    }
+    if (!strcmp(type, "BertPreTokenizer") || !strcmp(type, "WhitespaceSplit") || !strcmp(type, "Whitespace") ||
+        !strcmp(type, "Digits") || !strcmp(type, "Punctuation") || !strcmp(type, "ByteLevel"))
+        return simple_pre(c, v, key, type);
+    if (!strcmp(type, "Split")) return split_pre(c, v, key);
+    if (!strcmp(type, "Metaspace")) return metaspace_pre(c, v, key);
     if (strcmp(type, "Sequence") || depth > 4) return unsupported(c, key, type);
     const attn_json *list = attn_json_get(v, "pretokenizers");
     char k[96];
@@ -202,8 +369,8 @@ static attn_status read_vocab(const jctx *c, const attn_json *vocab) {
     return ATTN_OK;
 }
 
-/* BPE's options: unk_token (null: none), fuse_unk, ignore_merges; no dropout, prefix, suffix or
- * byte fallback. The vocabulary and merges are read after the added tokens (read_merges). */
+/* BPE's options: unk_token (null: none), fuse_unk, ignore_merges, byte_fallback,
+ * continuing_subword_prefix, end_of_word_suffix; no dropout. The vocabulary and merges are read after the added tokens (read_merges). */
 static attn_status read_bpe(const jctx *c, const attn_json *m) {
     attn_tokenizer *t = c->t;
     attn_status st;
@@ -214,20 +381,21 @@ static attn_status read_bpe(const jctx *c, const attn_json *m) {
     if ((st = get_bool(c, m, "fuse_unk", "model.fuse_unk", &t->fuse_unk)) ||
         (st = get_bool(c, m, "ignore_merges", "model.ignore_merges", &t->ignore_merges)))
         return st;
-    const char *empty[] = {"continuing_subword_prefix", "end_of_word_suffix"};
-    for (int i = 0; i < 2; i++) {
-        const attn_json *v = attn_json_get(m, empty[i]);
-        if (v && !attn_json_is_null(v) && !(v->type == ATTN_JSON_STRING && v->len == 0))
-            return attn_error(ATTN_ERR_UNSUPPORTED, "%s: model.%s: unsupported: a BPE %s", c->file, empty[i], empty[i]);
+    const char *names[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    char **dst[] = {&t->prefix, &t->suffix};
+    for (int i = 0; i < 2; i++) { /* null or "": none */
+        const attn_json *v = attn_json_get(m, names[i]);
+        char k[64];
+        snprintf(k, sizeof k, "model.%s", names[i]);
+        if (!v || attn_json_is_null(v) || (v->type == ATTN_JSON_STRING && v->len == 0)) continue;
+        if ((st = get_string(c, m, names[i], k, "", dst[i]))) return st;
+        if (v->len > 64) return jfail(c, ATTN_ERR_UNSUPPORTED, k, "unsupported: longer than 64 bytes");
     }
     const attn_json *drop = attn_json_get(m, "dropout");
     double d;
     if (drop && !attn_json_is_null(drop) && !(attn_json_as_double(drop, &d) && d == 0))
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: model.dropout: unsupported: BPE dropout", c->file);
-    int fallback = 0;
-    if ((st = get_bool(c, m, "byte_fallback", "model.byte_fallback", &fallback))) return st;
-    if (fallback) return attn_error(ATTN_ERR_UNSUPPORTED, "%s: model.byte_fallback: unsupported: true", c->file);
-    return ATTN_OK;
+    return get_bool(c, m, "byte_fallback", "model.byte_fallback", &t->byte_fallback);
 }
 
 /* One merge "a b" or ["a", "b"]: both tokens and their concatenation in the vocabulary. */
@@ -244,8 +412,12 @@ static attn_status read_merge(const jctx *c, const attn_json *v, size_t i, tok_b
     } else {
         return jfail(c, ATTN_ERR_INVALID_ARGUMENT, "model.merges", "[%zu] is neither \"A B\" nor [\"A\", \"B\"]", i);
     }
+    size_t pl = t->prefix ? strlen(t->prefix) : 0; /* the merge drops b's first pl bytes, as tokenizers */
+    if (bl < pl || (bl > pl && ((unsigned char)b[pl] & 0xC0) == 0x80))
+        return jfail(c, ATTN_ERR_INVALID_ARGUMENT, "model.merges",
+                     "[%zu]: '%.40s' is shorter than the continuing_subword_prefix or cut inside a char", i, b);
     cat->len = 0;
-    if (attn_tok_buf_put(cat, a, al) || attn_tok_buf_put(cat, b, bl))
+    if (attn_tok_buf_put(cat, a, al) || attn_tok_buf_put(cat, b + pl, bl - pl))
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", c->file);
     int32_t l = attn_tok_vocab_find(t, a, al), r = attn_tok_vocab_find(t, b, bl),
             id = attn_tok_vocab_find(t, cat->p, cat->len);
@@ -292,7 +464,6 @@ static attn_status read_added_token(const jctx *c, const attn_json *a, size_t i,
     char k[96];
     attn_status st;
     int64_t id = -1;
-    int single = 0;
     snprintf(k, sizeof k, "added_tokens[%zu]", i);
     if (a->type != ATTN_JSON_OBJECT) return type_fail(c, k, "an object", a);
     snprintf(k, sizeof k, "added_tokens[%zu].id", i);
@@ -307,12 +478,11 @@ static attn_status read_added_token(const jctx *c, const attn_json *a, size_t i,
     if ((st = get_string(c, a, "content", k, "", &out->content))) return st;
     out->len = content->len;
     const char *names[] = {"special", "lstrip", "rstrip", "single_word", "normalized"};
-    int *dst[] = {&out->special, &out->lstrip, &out->rstrip, &single, &out->normalized};
+    int *dst[] = {&out->special, &out->lstrip, &out->rstrip, &out->single_word, &out->normalized};
     for (int f = 0; f < 5; f++) {
         snprintf(k, sizeof k, "added_tokens[%zu].%s", i, names[f]);
         if ((st = get_bool(c, a, names[f], k, dst[f]))) return st;
     }
-    if (single) return jfail(c, ATTN_ERR_UNSUPPORTED, "added_tokens", "unsupported: [%zu].single_word = true", i);
     return ATTN_OK;
 }
 
@@ -445,15 +615,24 @@ static attn_status bert_processing(const jctx *c, const attn_json *v) {
     return ATTN_OK;
 }
 
-static attn_status read_post_processor(const jctx *c, const attn_json *v) {
+static attn_status read_post_processor(const jctx *c, const attn_json *v, int depth) {
     const char *type;
     attn_status st;
     if (!v || attn_json_is_null(v)) return ATTN_OK;
     if ((st = get_type(c, v, "post_processor", &type))) return st;
-    if (!strcmp(type, "TemplateProcessing")) return template_processing(c, v);
-    if (!strcmp(type, "BertProcessing")) return bert_processing(c, v);
+    if (!strcmp(type, "TemplateProcessing") || !strcmp(type, "BertProcessing")) {
+        if (c->t->npre || c->t->npost)
+            return jfail(c, ATTN_ERR_UNSUPPORTED, "post_processor", "unsupported: two processors adding tokens");
+        return !strcmp(type, "BertProcessing") ? bert_processing(c, v) : template_processing(c, v);
+    }
     if (!strcmp(type, "ByteLevel")) return ATTN_OK; /* offsets only: no ids */
-    return unsupported(c, "post_processor", type);
+    if (strcmp(type, "Sequence") || depth) return unsupported(c, "post_processor", type);
+    const attn_json *list = attn_json_get(v, "processors");
+    if (!list) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, "post_processor.processors", "missing");
+    if (list->type != ATTN_JSON_ARRAY) return type_fail(c, "post_processor.processors", "an array", list);
+    for (size_t i = 0; i < list->len; i++)
+        if ((st = read_post_processor(c, &list->items[i], depth + 1))) return st;
+    return ATTN_OK;
 }
 
 static attn_status read_truncation(const jctx *c, const attn_json *v) {
@@ -476,22 +655,101 @@ static attn_status read_truncation(const jctx *c, const attn_json *v) {
     return ATTN_OK;
 }
 
-static attn_status read_decoder(const jctx *c, const attn_json *v) {
+static attn_status add_dec(const jctx *c, const char *key, tok_dec_op op, tok_dec **out) {
     attn_tokenizer *t = c->t;
+    if (t->ndec >= TOK_MAX_DEC_OPS)
+        return jfail(c, ATTN_ERR_UNSUPPORTED, key, "more than %d decoder steps", TOK_MAX_DEC_OPS);
+    *out = &t->dec[t->ndec++];
+    **out = (tok_dec){.op = op};
+    return ATTN_OK;
+}
+
+/* A string member as UTF-8 (get_string) with the key built from key and name. */
+static attn_status dec_string(const jctx *c, const attn_json *v, const char *key, const char *name, const char *def,
+                              char **out) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", key, name);
+    if (!def && !attn_json_get(v, name)) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, k, "missing");
+    return get_string(c, v, name, k, def ? def : "", out);
+}
+
+/* Strip {content (one char), start, stop}. */
+static attn_status strip_dec(const jctx *c, const attn_json *v, const char *key, tok_dec *d) {
+    char k[128];
+    uint32_t *cp = NULL;
+    size_t n = 0;
+    snprintf(k, sizeof k, "%s.content", key);
+    attn_status st = get_cps(c, v, "content", k, &cp, &n);
+    if (st) return st;
+    d->content = n ? cp[0] : 0;
+    attn__free(cp);
+    if (n != 1) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, k, "not one char");
+    snprintf(k, sizeof k, "%s.start", key);
+    if ((st = get_uint(c, v, "start", k, INT32_MAX, &d->start))) return st;
+    snprintf(k, sizeof k, "%s.stop", key);
+    return get_uint(c, v, "stop", k, INT32_MAX, &d->stop);
+}
+
+static attn_status decoder_step(const jctx *c, const attn_json *v, const char *key, const char *type) {
+    static const char *const names[] = {"WordPiece", "ByteLevel", "ByteFallback", "Fuse",
+                                        "Strip",     "Replace",   "Metaspace",    "BPEDecoder"};
+    tok_dec *d = NULL;
+    attn_status st;
+    int op = -1;
+    for (int i = 0; i < 8; i++)
+        if (!strcmp(type, names[i])) op = i;
+    if (op < 0) return unsupported(c, key, type);
+    if ((st = add_dec(c, key, (tok_dec_op)op, &d))) return st;
+    char k[128];
+    switch (d->op) {
+    case TOK_DEC_WORDPIECE:
+        d->flag = 1;
+        snprintf(k, sizeof k, "%s.cleanup", key);
+        return (st = dec_string(c, v, key, "prefix", "##", &d->a)) ? st : get_bool(c, v, "cleanup", k, &d->flag);
+    case TOK_DEC_STRIP: return strip_dec(c, v, key, d);
+    case TOK_DEC_BPE: return dec_string(c, v, key, "suffix", "</w>", &d->a);
+    case TOK_DEC_REPLACE: {
+        uint32_t *cp = NULL;
+        size_t n = 0;
+        st = get_pattern_string(c, v, key, &cp, &n);
+        tok_buf b = {0};
+        for (size_t i = 0; !st && i < n; i++) {
+            char u[4];
+            if (attn_tok_buf_put(&b, u, attn_u_encode(cp[i], u)))
+                st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", c->file);
+        }
+        attn__free(cp);
+        d->a = b.p;
+        return st ? st : dec_string(c, v, key, "content", NULL, &d->b);
+    }
+    case TOK_DEC_METASPACE: {
+        const attn_json *ps = attn_json_get(v, "prepend_scheme");
+        int add = 1;
+        snprintf(k, sizeof k, "%s.add_prefix_space", key);
+        if ((st = get_bool(c, v, "add_prefix_space", k, &add))) return st;
+        d->flag = ps && ps->type == ATTN_JSON_STRING ? strcmp(ps->str, "never") != 0 : add;
+        return dec_string(c, v, key, "replacement", "\xe2\x96\x81", &d->a);
+    }
+    default: return ATTN_OK;
+    }
+}
+
+static attn_status read_decoder(const jctx *c, const attn_json *v, const char *key, int depth) {
     const char *type;
     attn_status st;
     if (!v || attn_json_is_null(v)) return ATTN_OK;
-    if ((st = get_type(c, v, "decoder", &type))) return st;
-    if (!strcmp(type, "ByteLevel")) {
-        t->decoder = 2;
-        return ATTN_OK;
+    if ((st = get_type(c, v, key, &type))) return st;
+    if (strcmp(type, "Sequence")) return decoder_step(c, v, key, type);
+    if (depth > 4) return unsupported(c, key, type);
+    const attn_json *list = attn_json_get(v, "decoders");
+    char k[96];
+    snprintf(k, sizeof k, "%s.decoders", key);
+    if (!list) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, k, "missing");
+    if (list->type != ATTN_JSON_ARRAY) return type_fail(c, k, "an array", list);
+    for (size_t i = 0; i < list->len; i++) {
+        snprintf(k, sizeof k, "%s.decoders[%zu]", key, i);
+        if ((st = read_decoder(c, &list->items[i], k, depth + 1))) return st;
     }
-    if (strcmp(type, "WordPiece")) return unsupported(c, "decoder", type);
-    t->decoder = 1;
-    t->dec_cleanup = 1;
-    if ((st = get_string(c, v, "prefix", "decoder.prefix", "##", &t->dec_prefix)) ||
-        (st = get_bool(c, v, "cleanup", "decoder.cleanup", &t->dec_cleanup)))
-        return st;
     return ATTN_OK;
 }
 
@@ -536,18 +794,30 @@ static attn_status read_tokenizer_json(const jctx *c, const attn_json *root) {
     const attn_json *norm = attn_json_get(root, "normalizer"), *pre = attn_json_get(root, "pre_tokenizer");
     if ((norm && (st = read_normalizer(c, norm, "normalizer", 0))) ||
         (pre && (st = read_pre_tokenizer(c, pre, "pre_tokenizer", 0))) ||
-        (st = read_post_processor(c, attn_json_get(root, "post_processor"))) ||
+        (st = read_post_processor(c, attn_json_get(root, "post_processor"), 0)) ||
         (st = read_truncation(c, attn_json_get(root, "truncation"))) ||
-        (st = read_decoder(c, attn_json_get(root, "decoder"))) ||
+        (st = read_decoder(c, attn_json_get(root, "decoder"), "decoder", 0)) ||
         (st = read_padding(c, attn_json_get(root, "padding"))))
         return st;
     if (t->pad_id < 0) t->pad_id = attn_tok_lookup(t, "[PAD]", 5);
     for (size_t i = 0; i < t->nadded; i++) /* normalized tokens: their own normalized form */
         if (t->added[i].normalized && (st = normalized_added(c, &t->added[i]))) return st;
-    if ((t->model == 1) != (t->pretok == 3))
-        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: unsupported: %s", c->file,
-                          t->model == 1 ? "a BPE model without the ByteLevel pre-tokenizer"
-                                        : "the ByteLevel pre-tokenizer without a BPE model");
+    for (int b = 0; b < 256; b++) { /* byte_fallback's tokens */
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        t->byte_ids[b] = attn_tok_vocab_find(t, name, 6);
+    }
+    return ATTN_OK;
+}
+
+/* text[0..len) parsed (duplicate keys refused); messages name `name`. */
+static attn_status parse_text(const char *text, size_t len, const char *name, attn_json_doc **doc) {
+    attn_json_error jerr;
+    const attn_json_options jopt = {0, 1};
+    attn_json_status js = attn_json_parse(text, len, &jopt, doc, &jerr);
+    if (js != ATTN_JSON_OK)
+        return attn_error(js == ATTN_JSON_ERR_NOMEM ? ATTN_ERR_OUT_OF_MEMORY : ATTN_ERR_INVALID_ARGUMENT, "%s: %s",
+                          name, jerr.message);
     return ATTN_OK;
 }
 
@@ -557,14 +827,22 @@ static attn_status parse_file(const char *path, const char *name, attn_json_doc 
     size_t len = 0;
     attn_status st = attn_io_read_input(path, "tokenizer", ATTN_TOKENIZER_FILE_CAP, &text, &len);
     if (st) return st;
-    attn_json_error jerr;
-    const attn_json_options jopt = {0, 1};
-    attn_json_status js = attn_json_parse(text, len, &jopt, doc, &jerr);
+    st = parse_text(text, len, name, doc);
     attn__free(text);
-    if (js != ATTN_JSON_OK)
-        return attn_error(js == ATTN_JSON_ERR_NOMEM ? ATTN_ERR_OUT_OF_MEMORY : ATTN_ERR_INVALID_ARGUMENT, "%s: %s",
-                          name, jerr.message);
-    return ATTN_OK;
+    return st;
+}
+
+attn_status attn_tok_load_json_text(attn_tokenizer *t, const char *text, size_t len, const char *name) {
+    attn_json_doc *doc = NULL;
+    if (len > ATTN_TOKENIZER_FILE_CAP)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %zu bytes, above the cap of %llu", name, len,
+                          (unsigned long long)ATTN_TOKENIZER_FILE_CAP);
+    attn_status st = parse_text(text, len, name, &doc);
+    if (st) return st;
+    jctx c = {t, name};
+    st = read_tokenizer_json(&c, attn_json_root(doc));
+    attn_json_free(doc);
+    return st;
 }
 
 attn_status attn_tok_load_json(attn_tokenizer *t, const char *path, const char *name) {
@@ -665,12 +943,11 @@ static attn_status bert_from_vocab(const jctx *c, bert_config *cfg) {
         (cfg->strip && ((st = add_norm(c, "", TOK_NORM_NFD)) || (st = add_norm(c, "", TOK_NORM_STRIP_MN)))) ||
         (cfg->lower && (st = add_norm(c, "", TOK_NORM_LOWER))))
         return st;
-    t->pretok = 2;
+    t->pre[t->npre_ops++] = (tok_pre){.op = TOK_PRE_BERT};
     t->max_chars = 100;
-    t->decoder = 1;
-    t->dec_cleanup = 1;
+    t->dec[t->ndec++] = (tok_dec){.op = TOK_DEC_WORDPIECE, .flag = 1};
     if ((st = get_string(c, NULL, "", "", "##", &t->prefix)) ||
-        (st = get_string(c, NULL, "", "", "##", &t->dec_prefix)) ||
+        (st = get_string(c, NULL, "", "", "##", &t->dec[0].a)) ||
         (st = get_string(c, NULL, "", "", t->tokens[ids[0]], &t->unk)) || (st = push_ids(c, 0, &ids[3], 1)) ||
         (st = push_ids(c, 1, &ids[1], 1)))
         return st;

@@ -89,6 +89,18 @@ attn_status attn_tok_set_token(attn_tokenizer *t, int32_t id, const char *s, siz
     return ATTN_OK;
 }
 
+void attn_tok_free_steps(attn_tokenizer *t) {
+    for (int i = 0; i < t->nnorm; i++) {
+        attn__free(t->norm[i].str);
+        attn__free(t->norm[i].to);
+    }
+    for (int i = 0; i < t->npre_ops; i++) attn__free(t->pre[i].str);
+    for (int i = 0; i < t->ndec; i++) {
+        attn__free(t->dec[i].a);
+        attn__free(t->dec[i].b);
+    }
+}
+
 void attn_tokenizer_free(attn_tokenizer *t) {
     if (!t) return;
     for (int64_t i = 0; t->tokens && i < t->ntokens; i++) attn__free(t->tokens[i]);
@@ -102,10 +114,11 @@ void attn_tokenizer_free(attn_tokenizer *t) {
     }
     attn__free(t->added);
     attn__free(t->prefix);
+    attn__free(t->suffix);
     attn__free(t->unk);
     attn__free(t->pre_ids);
     attn__free(t->post_ids);
-    attn__free(t->dec_prefix);
+    attn_tok_free_steps(t);
     attn__free(t);
 }
 
@@ -136,6 +149,20 @@ static attn_status open_folder(attn_tokenizer *t, const char *dir) {
     return st;
 }
 
+/* After a load: the longest token, and t in *out (or freed on an error st). */
+static attn_status finish_open(attn_tokenizer *t, attn_status st, attn_tokenizer **out) {
+    for (size_t i = 0; i < t->nslots; i++)
+        if (t->slots[i].s && t->slots[i].len > t->max_token) t->max_token = t->slots[i].len;
+    for (size_t i = 0; st == ATTN_OK && i < t->nadded; i++) /* the match's first-byte filter */
+        if (!t->added[i].normalized) t->added_first[(unsigned char)t->added[i].content[0]] = 1;
+    if (st != ATTN_OK) {
+        attn_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return ATTN_OK;
+}
+
 attn_status attn_tokenizer_open(const char *path, attn_tokenizer **out) {
     ATTN_CHECK_NOT_NULL("attn_tokenizer_open", out);
     *out = NULL;
@@ -154,14 +181,17 @@ attn_status attn_tokenizer_open(const char *path, attn_tokenizer **out) {
         const char *slash = strrchr(path, '/');
         st = attn_tok_load_vocab_txt(t, path, slash ? slash + 1 : path, NULL);
     }
-    for (size_t i = 0; i < t->nslots; i++)
-        if (t->slots[i].s && t->slots[i].len > t->max_token) t->max_token = t->slots[i].len;
-    if (st != ATTN_OK) {
-        attn_tokenizer_free(t);
-        return st;
-    }
-    *out = t;
-    return ATTN_OK;
+    return finish_open(t, st, out);
+}
+
+attn_status attn_tok_open_memory(const char *text, size_t len, const char *name, attn_tokenizer **out) {
+    ATTN_CHECK_NOT_NULL("attn_tok_open_memory", out);
+    *out = NULL;
+    if (!text && len) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_tok_open_memory: text is NULL");
+    attn_tokenizer *t = attn__calloc(1, sizeof *t);
+    if (!t) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_tok_open_memory: out of memory");
+    t->pad_id = -1;
+    return finish_open(t, attn_tok_load_json_text(t, text ? text : "", len, name), out);
 }
 
 int64_t attn_tokenizer_vocab_size(const attn_tokenizer *t) { return t ? t->ntokens : 0; }

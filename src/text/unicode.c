@@ -2,15 +2,16 @@
 #include "text/unicode.h"
 
 unsigned attn_u_props(uint32_t c) {
+    if (c < 128) return attn_text_ascii_props[c];
     size_t lo = 0, hi = attn_text_prop_nruns; /* the last run starting at or before c */
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
-        if ((attn_text_prop_runs[mid] >> 8) <= c)
+        if ((attn_text_prop_runs[mid] >> 10) <= c)
             lo = mid;
         else
             hi = mid;
     }
-    return attn_text_prop_runs[lo] & 0xffu;
+    return attn_text_prop_runs[lo] & 0x3ffu;
 }
 
 int attn_u_is_chinese(uint32_t c) {
@@ -79,6 +80,31 @@ int attn_u_ccc(uint32_t c) {
             lo = mid + 1;
         else
             return (int)attn_text_ccc[mid][2];
+    }
+    return 0;
+}
+
+size_t attn_u_compat(uint32_t c, const uint32_t **out) {
+    long r = c < 0xA0 ? -1 : find_row(&attn_text_compat[0][0], attn_text_ncompat, 2, c);
+    if (r < 0) return 0;
+    *out = attn_text_compat_chars + (attn_text_compat[r][1] >> 8);
+    return attn_text_compat[r][1] & 0xffu;
+}
+
+uint32_t attn_u_compose(uint32_t a, uint32_t b) {
+    if (a >= 0x1100 && a < 0x1100 + 19 && b >= 0x1161 && b < 0x1161 + 21) /* Hangul L V */
+        return 0xAC00 + ((a - 0x1100) * 21 + (b - 0x1161)) * 28;
+    if (a >= 0xAC00 && a <= 0xD7A3 && (a - 0xAC00) % 28 == 0 && b > 0x11A7 && b < 0x11A7 + 28) /* LV T */
+        return a + (b - 0x11A7);
+    size_t lo = 0, hi = attn_text_ncompose;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const uint32_t *r = attn_text_compose[mid];
+        if (r[0] == a && r[1] == b) return r[2];
+        if (r[0] < a || (r[0] == a && r[1] < b))
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return 0;
 }

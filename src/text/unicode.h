@@ -17,16 +17,24 @@
 #define ATTN_U_LETTER 32
 #define ATTN_U_NUMBER 64
 #define ATTN_U_SPACE 128
+#define ATTN_U_OWORD 512 /* the Whitespace pre-tokenizer's \w (Oniguruma's) */
+#define ATTN_U_WORD 256  /* the regex crate's \w (an added token's single_word looks at the chars around it) */
 
 extern const char attn_text_unicode_source[];
 extern const uint32_t attn_text_prop_runs[];
 extern const size_t attn_text_prop_nruns;
+extern const uint16_t attn_text_ascii_props[128];
 extern const uint32_t attn_text_lower[][4];
 extern const size_t attn_text_nlower;
 extern const uint32_t attn_text_decomp[][5];
 extern const size_t attn_text_ndecomp;
 extern const uint32_t attn_text_ccc[][3];
 extern const size_t attn_text_nccc;
+extern const uint32_t attn_text_compat[][2];
+extern const size_t attn_text_ncompat;
+extern const uint32_t attn_text_compat_chars[];
+extern const uint32_t attn_text_compose[][3];
+extern const size_t attn_text_ncompose;
 
 unsigned attn_u_props(uint32_t c);
 /* BertNormalizer's CJK ranges (handle_chinese_chars). */
@@ -37,6 +45,11 @@ int attn_u_lower(uint32_t c, uint32_t out[3]);
 int attn_u_decompose(uint32_t c, uint32_t out[4]);
 /* The canonical combining class of c, as tokenizers' NFD orders marks (probed, not Python's). */
 int attn_u_ccc(uint32_t c);
+
+/* NFKD of c where it differs from its NFD: *out points to its chars, their count returned; 0: none. */
+size_t attn_u_compat(uint32_t c, const uint32_t **out);
+/* The canonical composite of starter a and char b (Hangul included), 0 when none. */
+uint32_t attn_u_compose(uint32_t a, uint32_t b);
 
 /* Decode one UTF-8 char of s[0..len) (len >= 1): its code point in *c, its length returned, or 0
  * when the bytes are not valid UTF-8 (RFC 3629). */

@@ -4,6 +4,7 @@
  * files every run, so regenerating shows no diff unless the formats change. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,9 +234,93 @@ static void image_corpus(void) {
     rmdir(dir);
 }
 
+/* tokenizer.json seeds: one per family of pipeline (BERT, GPT-2, Llama-3, Llama-2 with Prepend +
+ * Replace, Mistral with Metaspace, NFKC with Digits / Punctuation / Split), small vocabularies. */
+#define TOK_WP_MODEL                                                                                                   \
+    "{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"continuing_subword_prefix\":\"##\","                            \
+    "\"max_input_chars_per_word\":100,\"vocab\":{\"[UNK]\":0,\"[CLS]\":1,\"[SEP]\":2,\"hello\":3,\"##s\":4,"           \
+    "\"world\":5,\"!\":6,\"1\":7,\"caf\":8,\"##e\":9}}"
+#define TOK_BL_MODEL                                                                                                   \
+    "{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"fuse_unk\":false,\"byte_fallback\":false,"                \
+    "\"ignore_merges\":true,\"vocab\":{\"h\":0,\"e\":1,\"l\":2,\"o\":3,\"\\u0120\":4,\"w\":5,\"he\":6,\"ll\":7,"       \
+    "\"hell\":8,\"hello\":9,\"\\u0120w\":10,\"<|begin_of_text|>\":11,\"'\":12,\"s\":13,\"1\":14,\"2\":15},"            \
+    "\"merges\":[\"h e\",\"l l\",\"he ll\",\"hell o\",\"\\u0120 w\"]}"
+#define TOK_SP_MODEL                                                                                                   \
+    "{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"fuse_unk\":true,\"byte_fallback\":true,\"vocab\":{\"<unk>\":0,"       \
+    "\"<s>\":1,\"\\u2581\":2,\"h\":3,\"e\":4,\"l\":5,\"o\":6,\"he\":7,\"ll\":8,\"\\u2581he\":9,\"<0x41>\":10,"         \
+    "\"<0xC3>\":11,\"<0xA9>\":12,\"<0x0A>\":13,\"1\":14},\"merges\":[[\"h\",\"e\"],[\"l\",\"l\"],[\"\\u2581\",\"he\"]" \
+    "]}"
+#define TOK_LLAMA3_RE                                                                                                  \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+"   \
+    "[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+"
+#define TOK_SP_DECODER                                                                                                 \
+    "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\\u2581\"},\"content\":"     \
+    "\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,"        \
+    "\"stop\":0}]}"
+#define TOK_SP_POST                                                                                                    \
+    "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},{\"Sequence\":"    \
+    "{\"id\":\"A\",\"type_id\":0}}],\"pair\":[],\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[1],"              \
+    "\"tokens\":[\"<s>\"]}}}"
+static const char *const tok_seeds[][6] = {
+    /* name, added_tokens, normalizer, pre_tokenizer, post_processor, decoder; the model follows */
+    {"bert", "[{\"id\":1,\"content\":\"[CLS]\",\"special\":true},{\"id\":2,\"content\":\"[SEP]\",\"special\":true}]",
+     "{\"type\":\"BertNormalizer\",\"clean_text\":true,\"handle_chinese_chars\":true,\"strip_accents\":null,"
+     "\"lowercase\":true}",
+     "{\"type\":\"BertPreTokenizer\"}", "{\"type\":\"BertProcessing\",\"sep\":[\"[SEP]\",2],\"cls\":[\"[CLS]\",1]}",
+     "{\"type\":\"WordPiece\",\"prefix\":\"##\",\"cleanup\":true}"},
+    {"gpt2", "[]", "null", "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}",
+     "{\"type\":\"ByteLevel\",\"trim_offsets\":true}", "{\"type\":\"ByteLevel\"}"},
+    {"llama3", "[{\"id\":11,\"content\":\"<|begin_of_text|>\",\"special\":true}]", "null",
+     "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"" TOK_LLAMA3_RE "\"},"
+     "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+     "\"use_regex\":false}]}",
+     "{\"type\":\"Sequence\",\"processors\":[{\"type\":\"ByteLevel\"},{\"type\":\"TemplateProcessing\",\"single\":"
+     "[{\"SpecialToken\":{\"id\":\"<|begin_of_text|>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],"
+     "\"special_tokens\":{\"<|begin_of_text|>\":{\"id\":\"<|begin_of_text|>\",\"ids\":[11]}}}]}",
+     "{\"type\":\"ByteLevel\"}"},
+    {"llama2", "[{\"id\":1,\"content\":\"<s>\",\"special\":true}]",
+     "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\\u2581\"},{\"type\":\"Replace\","
+     "\"pattern\":{\"String\":\" \"},\"content\":\"\\u2581\"}]}",
+     "null", TOK_SP_POST, TOK_SP_DECODER},
+    {"mistral", "[{\"id\":1,\"content\":\"<s>\",\"special\":true,\"lstrip\":true,\"rstrip\":true}]", "null",
+     "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\",\"split\":true}", TOK_SP_POST,
+     "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},{\"type\":\"Metaspace\",\"replacement\":"
+     "\"\\u2581\",\"prepend_scheme\":\"first\"}]}"},
+    {"nfkc", "[]",
+     "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFKC\"},{\"type\":\"Strip\",\"strip_left\":true,"
+     "\"strip_right\":true},{\"type\":\"Lowercase\"},{\"type\":\"NFKD\"},{\"type\":\"NFC\"}]}",
+     "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"WhitespaceSplit\"},{\"type\":\"Digits\","
+     "\"individual_digits\":true},{\"type\":\"Punctuation\",\"behavior\":\"Contiguous\"},{\"type\":\"Split\","
+     "\"pattern\":{\"String\":\"e\"},\"behavior\":\"MergedWithNext\",\"invert\":true}]}",
+     "null", TOK_SP_DECODER},
+};
+
+static void tokenizer_corpus(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tokenizer", root);
+    mkdir(dir, 0755);
+    for (size_t i = 0; i < sizeof tok_seeds / sizeof tok_seeds[0]; i++) {
+        const char *const *p = tok_seeds[i];
+        const char *model = !strcmp(p[0], "bert")                              ? TOK_WP_MODEL
+                            : !strcmp(p[0], "gpt2") || !strcmp(p[0], "llama3") ? TOK_BL_MODEL
+                                                                               : TOK_SP_MODEL;
+        char json[8192], name[80];
+        int n =
+            snprintf(json, sizeof json,
+                     "{\"version\":\"1.0\",\"truncation\":%s,\"padding\":null,\"added_tokens\":%s,\"normalizer\":%s,"
+                     "\"pre_tokenizer\":%s,\"post_processor\":%s,\"decoder\":%s,\"model\":%s}",
+                     i == 1 ? "{\"max_length\":6,\"strategy\":\"LongestFirst\",\"direction\":\"Left\"}" : "null", p[1],
+                     p[2], p[3], p[4], p[5], model);
+        snprintf(name, sizeof name, "%s.json", p[0]);
+        put("tokenizer", name, json, (size_t)n);
+        snprintf(name, sizeof name, "%s_half.json", p[0]); /* cut: the reader's errors */
+        put("tokenizer", name, json, (size_t)n / 2);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: corpus_gen DIR (writes DIR/{safetensors,json,config,checkpoint,image}/)\n");
+        fprintf(stderr, "usage: corpus_gen DIR (writes DIR/{safetensors,json,config,checkpoint,image,tokenizer}/)\n");
         return 2;
     }
     root = argv[1];
@@ -252,5 +337,6 @@ int main(int argc, char **argv) {
     }
     checkpoint_corpus();
     image_corpus();
+    tokenizer_corpus();
     return 0;
 }

@@ -11,7 +11,13 @@ OUTDIR, and also a model folder with vocab.txt + tokenizer_config.json. Then, fo
 generated lines (every Unicode general category, accents and stacked combining marks in any order,
 CJK, Hangul, emoji and ZWJ sequences, whitespace runs, tabs, control characters, special tokens
 typed in the text, very long words, texts past the truncation length), the same for byte-level BPE (GPT-2's ByteLevel pre-tokenizer and decoder, with and
-without add_prefix_space, ignore_merges and truncation), compares the ids of
+without add_prefix_space, ignore_merges and truncation), and the tokenizers of LLMs (Llama-3: Split
+with its regex, ByteLevel without regex, ignore_merges, a BOS template in a processor Sequence;
+Qwen2: NFC and its regex; Llama-2 / Mistral: byte_fallback BPE with <0x00>..<0xFF>, Prepend +
+Replace or Metaspace with each prepend_scheme, the Replace / ByteFallback / Fuse / Strip /
+Metaspace decoders; NFKC, NFKD, NFD and NFC with Digits, Punctuation, Whitespace, Strip and each of Split's
+behaviors, inverted too; single_word added tokens, raw and normalized; BPE with
+continuing_subword_prefix and end_of_word_suffix and the BPEDecoder), compares the ids of
 `attn tokenize --input FILE` (one process per configuration) with Tokenizer.encode, and the text
 of `attn tokenize --decode` with Tokenizer.decode (with and without the special tokens).
 ATTN_BINARY_OR_LIB is the attn tool, or libattn.so (then through ctypes). Ends with the line
@@ -28,7 +34,7 @@ import sys
 import unicodedata
 
 try:
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 except ImportError as e:  # the notice, and success: nothing to compare against
     print("tokenizer parity: SKIP: Hugging Face tokenizers cannot be imported (%s)" % e)
     sys.exit(0)
@@ -205,6 +211,130 @@ def bpe_configs(corpus):
     return out
 
 
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+          r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+
+
+def llm_corpus(corpus):
+    """The corpus with contractions in any case, digit runs and line breaks, for the merges to use them."""
+    extra = ["it's we're they've I'm you'll he'd 'tis IT'S WE'RE THEY'VE I'M YOU'LL HE'D It'S wE'Re",
+             "1234567 3.14159 2024-01-01 000 42", "a\r\nb\n\nc \r\n\t d"]
+    return corpus + extra * 20
+
+
+def byte_level_bpe(corpus, specials, pre, norm=None):
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = norm
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(llm_corpus(corpus), trainer)
+    return tok
+
+
+def with_model(tok, **model):
+    j = json.loads(tok.to_str())
+    j["model"].update(model)
+    return Tokenizer.from_str(json.dumps(j))
+
+
+def llm_configs(corpus):
+    """Llama-3 (Split with its regex, ByteLevel without regex, ignore_merges, <|begin_of_text|> $A),
+    Qwen2 (NFC, its regex, <|im_start|> added), Llama-2 / Mistral (byte_fallback BPE with <0x00>..<0xFF>,
+    Prepend + Replace normalizers or the Metaspace pre-tokenizer, their decoders), NFKC / NFKD with
+    Digits, Punctuation, Strip and Split's behaviors."""
+    out = []
+    split = lambda rx: pre_tokenizers.Split(Regex(rx), behavior="isolated", invert=False)
+    bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok = byte_level_bpe(corpus, ["<|begin_of_text|>", "<|end_of_text|>"], pre_tokenizers.Sequence([split(LLAMA3), bl]))
+    tok = with_model(tok, ignore_merges=True)
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=False), processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|>:1 $B:1",
+        special_tokens=[("<|begin_of_text|>", bos)])])
+    tok.add_special_tokens([AddedToken("<|reserved_special_token_0|>", normalized=False, special=True)])
+    tok.enable_truncation(60)
+    out.append(("llama3", tok))
+    tok = byte_level_bpe(corpus, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                         pre_tokenizers.Sequence([split(QWEN2), bl]), normalizers.NFC())
+    out.append(("qwen2", tok))
+    for name, rx in (("gpt2_split", GPT2), ("llama3_regex_only", LLAMA3)):
+        t2 = Tokenizer.from_str(tok.to_str())
+        t2.normalizer = None
+        t2.pre_tokenizer = pre_tokenizers.Sequence([split(rx), pre_tokenizers.ByteLevel(add_prefix_space=True,
+                                                                                          use_regex=False)])
+        t2.add_tokens([AddedToken("new", single_word=True, normalized=False),  # not inside a word
+                       AddedToken("ab", single_word=True, normalized=True)])
+        out.append((name, t2))
+    # SentencePiece-style BPE: trained on Metaspace words, then the byte tokens added to the vocabulary
+    sp = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True))
+    sp.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+    sp.train_from_iterator(llm_corpus(corpus), trainers.BpeTrainer(vocab_size=2500, special_tokens=["<unk>", "<s>", "</s>"],
+                                                                   show_progress=False))
+    j = json.loads(sp.to_str())
+    vocab = j["model"]["vocab"]
+    for b in range(256):
+        vocab.setdefault("<0x%02X>" % b, len(vocab))
+    j["model"].update(byte_fallback=True, fuse_unk=True, unk_token="<unk>")
+    base = json.dumps(j)
+    sp_dec = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                decoders.Strip(" ", 1, 0)])
+    bos = vocab["<s>"]
+    template = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s>:1 $B:1", special_tokens=[("<s>", bos)])
+    t = Tokenizer.from_str(base)
+    t.pre_tokenizer = None
+    t.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    t.decoder, t.post_processor = sp_dec, template
+    t.enable_truncation(40, direction="left")
+    t.add_tokens([AddedToken("es", single_word=True, normalized=True, lstrip=True)])
+    out.append(("llama2_normalizer", t))
+    for scheme, dec in (("first", decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace("\u2581", "first")])),
+                        ("always", sp_dec), ("never", decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(),
+                                                                          decoders.Metaspace("\u2581", "never")]))):
+        t = Tokenizer.from_str(base)
+        t.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme, split=scheme != "always")
+        t.decoder, t.post_processor = dec, template
+        t.add_tokens([AddedToken("[NEW]", normalized=False, lstrip=True, rstrip=True)])
+        out.append(("mistral_metaspace_" + scheme, t))
+    # BPE with continuing_subword_prefix and end_of_word_suffix (CLIP-like), the BPEDecoder
+    t = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##", end_of_word_suffix="</w>"))
+    t.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
+    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    t.train_from_iterator(llm_corpus(corpus), trainers.BpeTrainer(
+        vocab_size=3000, special_tokens=["[UNK]", "<|startoftext|>"], continuing_subword_prefix="##",
+        end_of_word_suffix="</w>", limit_alphabet=200, show_progress=False))
+    t.decoder = decoders.BPEDecoder(suffix="</w>")
+    out.append(("bpe_prefix_suffix", t))
+    variants = [
+        ("nfkc_digits_punct", normalizers.Sequence([normalizers.NFKC(), normalizers.Strip(), normalizers.Lowercase()]),
+         pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Digits(individual_digits=True),
+                                  pre_tokenizers.Punctuation()])),
+        ("nfkd_digits_runs", normalizers.Sequence([normalizers.NFKD(), normalizers.Strip(left=False, right=True)]),
+         pre_tokenizers.Sequence([pre_tokenizers.Split(" ", behavior="merged_with_next"),
+                                  pre_tokenizers.Digits(individual_digits=False),
+                                  pre_tokenizers.Punctuation(behavior="merged_with_previous")])),
+        ("nfd_split_behaviors", normalizers.NFD(),
+         pre_tokenizers.Sequence([pre_tokenizers.Split(" ", behavior="contiguous"),
+                                  pre_tokenizers.Split("e", behavior="removed", invert=True),
+                                  pre_tokenizers.Punctuation(behavior="contiguous"),
+                                  pre_tokenizers.Split("a", behavior="merged_with_previous")])),
+        ("whitespace_lower", normalizers.Lowercase(),
+         pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=False)])),
+        ("nfc_metaspace_never", normalizers.NFC(),
+         pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(LLAMA3), behavior="merged_with_next", invert=True),
+                                  pre_tokenizers.Metaspace(prepend_scheme="never", split=False)])),
+    ]
+    for name, norm, pre in variants:
+        t = Tokenizer.from_str(base)
+        t.normalizer, t.pre_tokenizer = norm, pre
+        t.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(), decoders.Replace("\u2581", "_")])
+        out.append((name, t))
+    return out
+
+
 class AttnCli:
     def __init__(self, path):
         self.path = path
@@ -221,6 +351,20 @@ class AttnCli:
         if r.returncode:
             raise RuntimeError("attn tokenize --decode failed: %s" % r.stderr.decode("utf-8", "replace"))
         return r.stdout.decode("utf-8").split("\n")[:-1]
+
+
+    def encode_one(self, model, text):  # --text: line breaks allowed
+        r = subprocess.run([self.path, "tokenize", "--model", model, "--text", text], capture_output=True)
+        if r.returncode:
+            raise RuntimeError("attn tokenize failed: %s" % r.stderr.decode("utf-8", "replace"))
+        return [int(x) for x in r.stdout.split()]
+
+    def decode_one(self, model, ids, skip):
+        r = subprocess.run([self.path, "tokenize", "--model", model, "--decode", "--text", " ".join(map(str, ids))] +
+                           (["--no-special"] if skip else []), capture_output=True)
+        if r.returncode:
+            raise RuntimeError("attn tokenize --decode failed: %s" % r.stderr.decode("utf-8", "replace"))
+        return r.stdout.decode("utf-8")[:-1]
 
 
 class AttnLib:
@@ -254,6 +398,22 @@ class AttnLib:
             out.append(list(ids[: n.value]))
         self.lib.attn_tokenizer_free(t)
         return out
+
+    def encode_one(self, model, text):
+        t = self._open(model)
+        line = text.encode()
+        n = ctypes.c_size_t()
+        ids = (ctypes.c_int32 * (4 * len(line) + 16))()
+        if self.lib.attn_tokenizer_encode(t, line, len(line), 1, 0, ids, len(ids), ctypes.byref(n)):
+            raise RuntimeError(self.lib.attn_last_error().decode())
+        self.lib.attn_tokenizer_free(t)
+        return list(ids[: n.value])
+
+    def decode_one(self, model, ids, skip):
+        infile = model + ".one"
+        with open(infile, "w") as f:
+            f.write(" ".join(map(str, ids)) + "\n")
+        return self.decode(model, infile, skip)[0]
 
     def decode(self, model, infile, skip):
         t = self._open(model)
@@ -323,7 +483,7 @@ def main():
             shown += 1
             print("MISMATCH %s\n  text: %s\n  attn: %s\n  hf:   %s" % (what, show(text), got, want))
 
-    cases = configs(corpus) + bpe_configs(corpus)
+    cases = configs(corpus) + bpe_configs(corpus) + llm_configs(corpus)
     folder = os.path.join(a.outdir, "bert_folder")
     os.makedirs(folder, exist_ok=True)
     lower = cases[0][1]
@@ -358,6 +518,24 @@ def main():
             gtext = attn.decode(model, idfile, skip)
             for ids, g_t, w_t in zip(want, gtext, wtext):
                 check(g_t == w_t, "%s: decode (skip_special_tokens=%s)" % (name, skip), w_t, repr(g_t), repr(w_t))
+    # texts with line breaks (\n, \r\n, runs; after punctuation and spaces): one process each, the
+    # line-break cases of the Llama-3 / Qwen2 regexes and the byte tokens of \n
+    breaks = ["\n", "\r\n", "\n\n", " \n ", "!\n", "\r\n\r\n", "\t\n", " \n\n  ", "?!\r\n", "\n\r", "  \n\t x"]
+    multi = [g.line()[:80] + g.r.choice(breaks) + g.line()[:80] + g.r.choice(breaks) for _ in range(12)]
+    multi += [b + "it's A\n" + b for b in breaks]
+    multi = [m.replace("\0", "") for m in multi]  # argv has no NUL
+    nmulti = 0
+    for name, tok, model in runs:
+        if name not in ("llama3", "qwen2", "gpt2_split", "llama2_normalizer", "mistral_metaspace_first"):
+            continue
+        for text in multi:
+            want = tok.encode(text).ids
+            got = attn.encode_one(model, text)
+            check(got == want, "%s: encode with line breaks" % name, text, got, want)
+            skip = len(want) % 2 == 0
+            w_t, g_t = tok.decode(want, skip_special_tokens=skip), attn.decode_one(model, want, skip)
+            check(g_t == w_t, "%s: decode with line breaks" % name, w_t, repr(g_t), repr(w_t))
+            nmulti += 1
     tok, marks = nfd_order_case(g, a.lines)  # NFD's canonical ordering, on lines of its own
     marks_file, model = os.path.join(a.outdir, "marks.txt"), os.path.join(a.outdir, "nfd_marks.json")
     with open(marks_file, "w", encoding="utf-8", newline="\n") as f:
@@ -365,8 +543,8 @@ def main():
     tok.save(model)
     for text, g_ids, w_ids in zip(marks, attn.encode(model, marks_file), [e.ids for e in tok.encode_batch(marks)]):
         check(g_ids == w_ids, "nfd_marks: encode", text, g_ids, w_ids)
-    print("compared %d lines x %d tokenizers (encode, decode, decode skipping special tokens), and %d lines of "
-          "stacked marks through NFD" % (len(lines), len(runs), len(marks)))
+    print("compared %d lines x %d tokenizers (encode, decode, decode skipping special tokens), %d texts with line "
+          "breaks, and %d lines of stacked marks through NFD" % (len(lines), len(runs), nmulti, len(marks)))
     print("tokenizer parity: %d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
