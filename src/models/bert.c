@@ -16,6 +16,7 @@
 #include "core/alloc.h"
 #include "core/internal.h"
 #include "models_internal.h"
+#include "nn/nn_internal.h"
 
 typedef struct bert_config {
     int64_t vocab, hidden, layers, heads, inter, positions, types;
@@ -29,6 +30,7 @@ typedef struct bert {
     attn_encoder *enc;
     void *ws; /* x [B, n, H], the key padding mask [B, n], the encoder's workspace */
     size_t ws_bytes;
+    attn_precision precision; /* of the encoder's products (attn_pretrained_set_precision) */
 } bert;
 
 static attn_status read_act(const hf_folder *f, attn_activation *act) {
@@ -252,9 +254,8 @@ static attn_status embed(const bert *b, const int32_t *ids, const int32_t *types
     return attn_layernorm_forward(x, b->ln_w, b->ln_b, x, NULL, NULL, B * n, H, (float)b->c.eps);
 }
 
-static attn_status bert_hidden(void *impl, const int32_t *ids, const int32_t *types, const int64_t *lengths, int64_t B,
-                               int64_t n, float *out) {
-    bert *b = impl;
+static attn_status bert_hidden_run(bert *b, const int32_t *ids, const int32_t *types, const int64_t *lengths, int64_t B,
+                                   int64_t n, float *out) {
     size_t xs = (size_t)(B * n) * (size_t)b->c.hidden * sizeof(float), ms = ((size_t)(B * n) + 63) & ~(size_t)63;
     attn_layer_args a = attn_layer_args_default();
     a.batch = B;
@@ -281,6 +282,30 @@ static attn_status bert_hidden(void *impl, const int32_t *ids, const int32_t *ty
     return ATTN_OK;
 }
 
+/* The encoder runs in the model's precision (attn_nn_precision, its workspace query included:
+ * bf16 needs room for the rounded operands), restored after. */
+static attn_status bert_hidden(void *impl, const int32_t *ids, const int32_t *types, const int64_t *lengths, int64_t B,
+                               int64_t n, float *out) {
+    bert *b = impl;
+    const attn_precision prev = attn_nn_precision_set(b->precision);
+    const attn_status st = bert_hidden_run(b, ids, types, lengths, B, n, out);
+    attn_nn_precision_set(prev);
+    return st;
+}
+
+static attn_status bert_set_precision(void *impl, attn_precision p) {
+    ((bert *)impl)->precision = p;
+    return ATTN_OK;
+}
+
+/* Per layer and token: Q, K, V and the output projection (4 H^2 multiply-adds), the feed-forward
+ * (2 H I), and attention's scores and weighted sum over the row's n keys (2 n H). */
+static double bert_flops(const void *impl, int64_t B, int64_t n, int64_t past) {
+    const bert_config *c = &((const bert *)impl)->c;
+    const double H = (double)c->hidden, I = (double)c->inter, keys = (double)(n + past);
+    return 2.0 * (double)c->layers * (double)B * (double)n * (4 * H * H + 2 * H * I + 2 * keys * H);
+}
+
 attn_status attn_hf_bert_open(const hf_folder *f, attn_pretrained *m) {
     bert_config c;
     attn_status st = read_config(f, &c);
@@ -304,6 +329,8 @@ attn_status attn_hf_bert_open(const hf_folder *f, attn_pretrained *m) {
     m->impl = b;
     m->hidden_states = bert_hidden;
     m->free_impl = bert_free;
+    m->set_precision = bert_set_precision;
+    m->flops = bert_flops;
     m->hidden = c.hidden;
     m->vocab = c.vocab;
     m->max_positions = c.positions;

@@ -99,6 +99,11 @@ struct attn_pretrained {
     int normalize;
     float *buf; /* embed's hidden states */
     size_t buf_floats;
+    /* attn_pretrained_set_precision: the family's (NULL: fp32 only); flops: attn_pretrained_flops's
+     * count (NULL: 0). */
+    attn_status (*set_precision)(void *impl, attn_precision p);
+    double (*flops)(const void *impl, int64_t batch, int64_t seq, int64_t past);
+    attn_precision precision;
 };
 
 /* ---- the family table (families.c) ---- */

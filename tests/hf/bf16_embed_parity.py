@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""`attn embed --precision bf16` against float64 and against PyTorch's own bf16 autocast.
+
+    python bf16_embed_parity.py LIBATTN_SO OUTDIR
+
+Builds the folders of embed_parity.py (a random BERT, initializer_range 0.3; mean pooling +
+Normalize, and CLS pooling without it), encodes the same texts with SentenceTransformer in float64
+(the reference), and in float32 under torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's bf16:
+its linear layers and attention on bf16 operands), and runs `attn embed --precision bf16` and
+`--precision fp32`. Passes when attn's bf16 relative error ||out - ref|| / ||ref|| is within 2x
+PyTorch's bf16 error (all rows together, and the worst row within 2x PyTorch's worst row), every
+row's cosine to the float64 embedding is > 0.999, the output is finite, and the bf16 output differs
+from fp32's (the option took effect) while fp32 stays within 1e-5. An unknown --precision is a usage
+error (exit 2). The last line is "bf16 embed parity: N passed, M failed"; exit 1 on a failure (a
+notice and 0 when torch, transformers, tokenizers or sentence_transformers cannot be imported)."""
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+passed = failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL: {what}")
+
+
+def row_stats(got, ref):
+    import numpy as np
+    from embed_parity import rel
+    worst = max(rel(got[i], ref[i]) for i in range(len(ref)))
+    cos = [float(np.dot(got[i], ref[i]) / max(np.linalg.norm(got[i]) * np.linalg.norm(ref[i]), 1e-300))
+           for i in range(len(ref))]
+    return rel(got, ref), worst, min(cos)
+
+
+def run_attn(attn, d, inp, out, precision):
+    from embed_parity import load
+    p = subprocess.run([attn, "embed", "--model", d, "--input", inp, "--out", out, "--batch", "16", "--precision",
+                        precision], capture_output=True, text=True)
+    check(p.returncode == 0, f"attn embed --precision {precision} exit {p.returncode}: {p.stderr.strip()}")
+    return load(out).astype("float64") if p.returncode == 0 else None
+
+
+def one_folder(attn, name, d, texts, inp, outdir):
+    import numpy as np
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from embed_parity import rel
+    ref = SentenceTransformer(d, device="cpu").double().encode(texts, batch_size=16, convert_to_numpy=True)
+    ref = ref.astype(np.float64)
+    st = SentenceTransformer(d, device="cpu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        tb = st.encode(texts, batch_size=16, convert_to_tensor=True)
+    tb = tb.float().numpy().astype(np.float64)
+    t_err, t_worst, t_cos = row_stats(tb, ref)
+    got = run_attn(attn, d, inp, os.path.join(outdir, f"{name}_bf16.npy"), "bf16")
+    f32 = run_attn(attn, d, inp, os.path.join(outdir, f"{name}_fp32.npy"), "fp32")
+    if got is None or f32 is None:
+        return
+    a_err, a_worst, a_cos = row_stats(got, ref)
+    f_err = rel(f32, ref)
+    print(f"  {name}: vs float64: attn bf16 rel err {a_err:.2e} (worst row {a_worst:.2e}, min cosine {a_cos:.6f}); "
+          f"torch bf16 autocast {t_err:.2e} (worst row {t_worst:.2e}, min cosine {t_cos:.6f}); attn fp32 {f_err:.2e}")
+    check(np.isfinite(got).all(), f"{name}: attn bf16 output not finite")
+    check(a_err <= 2 * t_err, f"{name}: attn bf16 rel err {a_err:.3g} > 2 x torch's {t_err:.3g}")
+    check(a_worst <= 2 * t_worst, f"{name}: attn bf16 worst row {a_worst:.3g} > 2 x torch's {t_worst:.3g}")
+    check(a_cos > 0.999, f"{name}: attn bf16 min cosine {a_cos:.6f} <= 0.999")
+    check(f_err <= 1e-5, f"{name}: attn fp32 rel err {f_err:.3g} > 1e-5")
+    check(rel(got, f32) > 1e-6, f"{name}: bf16 output equals fp32's (rel diff {rel(got, f32):.3g}): bf16 did not run")
+
+
+def main():
+    if len(sys.argv) != 3:
+        print("usage: bf16_embed_parity.py LIBATTN_SO OUTDIR", file=sys.stderr)
+        return 2
+    try:
+        import numpy  # noqa: F401
+        import sentence_transformers  # noqa: F401
+        import tokenizers  # noqa: F401
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        print(f"bf16 embed parity: SKIP (cannot import {e.name}: needs torch, transformers, tokenizers, "
+              "sentence_transformers)")
+        return 0
+    from embed_parity import build, corpus
+    attn = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "attn")
+    outdir = sys.argv[2]
+    shutil.rmtree(outdir, ignore_errors=True)
+    os.makedirs(outdir)
+    seed = int(os.environ.get("ATTN_TEST_SEED", "20261203"))
+    rng = random.Random(seed)
+    print(f"bf16 embed parity: seed {seed}")
+    folders = build(outdir, rng)
+    texts = corpus(rng, 200) + ["A", "Ünïcödé ÀÉÎ", " ".join(["long"] * 100)]
+    inp = os.path.join(outdir, "texts.txt")
+    with open(inp, "w", encoding="utf-8") as f:
+        f.write("\n".join(texts) + "\n")
+    for name, d in folders.items():
+        one_folder(attn, name, d, texts, inp, outdir)
+    p = subprocess.run([attn, "embed", "--model", folders["cls"], "--input", inp, "--out",
+                        os.path.join(outdir, "x.npy"), "--precision", "fp16"], capture_output=True, text=True)
+    check(p.returncode == 2 and "fp16" in p.stderr, f"--precision fp16: exit {p.returncode}, {p.stderr.strip()}")
+    print(f"bf16 embed parity: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
