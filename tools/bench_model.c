@@ -60,6 +60,7 @@ typedef struct model_run {
     float *out;
     double t_first, t_last; /* decode: when the first and the last new token came */
     int64_t got;
+    int causal; /* the family has logits (prefill, decode), else embeddings */
 } model_run;
 
 static int on_token(int32_t id, void *user) {
@@ -140,10 +141,15 @@ static int setup(model_run *r) {
     r->ids = malloc((size_t)n * sizeof *r->ids);
     r->prompt = malloc((size_t)r->P * sizeof *r->prompt);
     r->len = malloc((size_t)r->B * sizeof *r->len);
-    /* embed's rows are hidden-size wide, logits' vocab-size: room for the larger */
-    const int64_t w = V > attn_pretrained_hidden_size(r->m) ? V : attn_pretrained_hidden_size(r->m);
-    r->out = malloc((size_t)n * (size_t)w * sizeof *r->out);
-    if (!r->ids || !r->prompt || !r->len || !r->out)
+    /* a family without logits answers ATTN_ERR_UNSUPPORTED: an encoder, whose rows are hidden-size
+     * wide (the probe's one row of logits is vocab-size) */
+    const int64_t one = 1, H = attn_pretrained_hidden_size(r->m);
+    const int32_t id0 = 0;
+    r->out = malloc((size_t)(V > H ? V : H) * sizeof *r->out);
+    r->causal = r->out && attn_pretrained_logits(r->m, &id0, &one, 1, 1, r->out) != ATTN_ERR_UNSUPPORTED;
+    float *o = r->out ? realloc(r->out, (size_t)n * (size_t)(r->causal ? V : H) * sizeof *r->out) : NULL;
+    if (o) r->out = o;
+    if (!r->ids || !r->prompt || !r->len || !o)
         return cli_fail("bench model: out of memory for %lld x %lld tokens", (long long)r->B, (long long)r->N);
     uint64_t s = 0x9e3779b97f4a7c15u;
     for (int64_t i = 0; i < n; i++) {
@@ -165,10 +171,7 @@ static void teardown(model_run *r) {
 
 /* The configurations: per thread count, per precision, the ops the family has. */
 static int make_cfgs(const model_run *r, const int *threads, int nthreads, int prec[2], model_cfg **out) {
-    const int64_t one = 1;
-    const int32_t id0 = 0;
-    /* a family without logits answers ATTN_ERR_UNSUPPORTED: an encoder */
-    const int causal = attn_pretrained_logits(r->m, &id0, &one, 1, 1, r->out) != ATTN_ERR_UNSUPPORTED;
+    const int causal = r->causal;
     if (prec[1] && attn_pretrained_set_precision(r->m, ATTN_PRECISION_BF16)) {
         fprintf(stderr, "bench model: no bf16 rows: %s\n", attn_last_error());
         prec[1] = 0;

@@ -260,8 +260,11 @@ static attn_status bert_hidden_run(bert *b, const int32_t *ids, const int32_t *t
     attn_layer_args a = attn_layer_args_default();
     a.batch = B;
     a.n = n;
+    /* Rows without padding need no mask: attention then skips the mask's reads and tests. */
+    int padded = 0;
+    for (int64_t r = 0; r < B; r++) padded |= lengths[r] < n;
     static const uint8_t some_mask = 0;
-    a.self_masks.key_padding_mask = &some_mask; /* the size query sees that a mask is used */
+    a.self_masks.key_padding_mask = padded ? &some_mask : NULL; /* the size query sees whether a mask is used */
     size_t need = xs + ms + attn_encoder_workspace_size(b->enc, &a);
     if (need > b->ws_bytes) {
         void *w = attn__realloc(b->ws, need);
@@ -274,7 +277,7 @@ static attn_status bert_hidden_run(bert *b, const int32_t *ids, const int32_t *t
     attn_status st = embed(b, ids, types, lengths, B, n, x, mask);
     if (st) return st;
     a.x = x;
-    a.self_masks.key_padding_mask = mask;
+    if (padded) a.self_masks.key_padding_mask = mask;
     st = attn_encoder_forward(b->enc, &a, out, NULL, 0, (char *)b->ws + xs + ms, need - xs - ms);
     if (st) return st;
     for (int64_t r = 0; r < B; r++)
