@@ -11,7 +11,8 @@ its linear layers and attention on bf16 operands), and runs `attn embed --precis
 PyTorch's bf16 error (all rows together, and the worst row within 2x PyTorch's worst row), every
 row's cosine to the float64 embedding is > 0.999, the output is finite, and the bf16 output differs
 from fp32's (the option took effect) while fp32 stays within 1e-5. An unknown --precision is a usage
-error (exit 2). The last line is "bf16 embed parity: N passed, M failed"; exit 1 on a failure (a
+error (exit 2); attn_pretrained_flops against torch's FlopCounterMode, and the precision call's
+refusals (see api()). The last line is "bf16 embed parity: N passed, M failed"; exit 1 on a failure (a
 notice and 0 when torch, transformers, tokenizers or sentence_transformers cannot be imported)."""
 import os
 import random
@@ -81,6 +82,51 @@ def one_folder(attn, name, d, texts, inp, outdir):
     check(rel(got, f32) > 1e-6, f"{name}: bf16 output equals fp32's (rel diff {rel(got, f32):.3g}): bf16 did not run")
 
 
+def api(lib_path, outdir, bert_dir):
+    """attn_pretrained_set_precision / _precision / _flops through ctypes: the flops of a BERT forward
+    against torch's FlopCounterMode on BertModel (the same matrix products and attention); a
+    precision outside the enum is ATTN_ERR_INVALID_ARGUMENT (1); GPT-2's bf16 ATTN_ERR_UNSUPPORTED (7)
+    with its model unchanged; the causal count by hand."""
+    import ctypes
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import BertModel, GPT2Config, GPT2LMHeadModel
+    lib = ctypes.CDLL(lib_path)
+    lib.attn_pretrained_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.attn_pretrained_set_precision.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.attn_pretrained_precision.argtypes = [ctypes.c_void_p]
+    lib.attn_pretrained_flops.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+    lib.attn_pretrained_flops.restype = ctypes.c_double
+    lib.attn_pretrained_free.argtypes = [ctypes.c_void_p]
+    gdir = os.path.join(outdir, "gpt2")
+    gcfg = GPT2Config(vocab_size=300, n_positions=64, n_embd=32, n_layer=2, n_head=4, initializer_range=0.3)
+    GPT2LMHeadModel(gcfg).save_pretrained(gdir, safe_serialization=True)
+    for d in (bert_dir, gdir):
+        m = ctypes.c_void_p()
+        check(lib.attn_pretrained_open(d.encode(), ctypes.byref(m)) == 0, f"open {d}")
+        if not m:
+            continue
+        check(lib.attn_pretrained_set_precision(m, 2) == 1, "precision 2: not ATTN_ERR_INVALID_ARGUMENT")
+        check(lib.attn_pretrained_flops(m, 2, 5, -1) == 0, "flops with past -1 is not 0")
+        if d == bert_dir:
+            check(lib.attn_pretrained_set_precision(m, 1) == 0 and lib.attn_pretrained_precision(m) == 1, "bert: bf16")
+            model = BertModel.from_pretrained(d, add_pooling_layer=False).eval()
+            ids = torch.randint(0, model.config.vocab_size, (3, 17))
+            with FlopCounterMode(display=False) as fc, torch.no_grad():
+                model(input_ids=ids)
+            got, want = lib.attn_pretrained_flops(m, 3, 17, 0), fc.get_total_flops()
+        else:
+            st = lib.attn_pretrained_set_precision(m, 1)
+            check(st == 7 and lib.attn_pretrained_precision(m) == 0, f"gpt2 bf16: status {st}, not UNSUPPORTED")
+            L, H, V, B, n, past = 2, 32, 300, 3, 5, 7
+            keys = n * past + n * (n + 1) // 2
+            want = 2 * B * (L * (n * (4 * H * H + 2 * H * 4 * H) + 2 * keys * H) + n * V * H)
+            got = lib.attn_pretrained_flops(m, B, n, past)
+        print(f"  flops {os.path.basename(d)}: attn {got:.0f}, reference {want:.0f}")
+        check(got == want, f"{d}: attn_pretrained_flops {got} != {want}")
+        lib.attn_pretrained_free(m)
+
+
 def main():
     if len(sys.argv) != 3:
         print("usage: bf16_embed_parity.py LIBATTN_SO OUTDIR", file=sys.stderr)
@@ -110,6 +156,7 @@ def main():
         f.write("\n".join(texts) + "\n")
     for name, d in folders.items():
         one_folder(attn, name, d, texts, inp, outdir)
+    api(os.path.abspath(sys.argv[1]), outdir, os.path.join(outdir, "bert"))
     p = subprocess.run([attn, "embed", "--model", folders["cls"], "--input", inp, "--out",
                         os.path.join(outdir, "x.npy"), "--precision", "fp16"], capture_output=True, text=True)
     check(p.returncode == 2 and "fp16" in p.stderr, f"--precision fp16: exit {p.returncode}, {p.stderr.strip()}")
