@@ -30,7 +30,9 @@ static void usage(FILE *f) {
                "and attention (attn_pretrained_flops); 'peak' is its fraction of the FMA peak measured\n"
                "as `attn bench peak` does (bf16 rows: of the bf16 kernels' peak). One warm-up call per\n"
                "configuration, then R rounds, each running every configuration once in turn; median\n"
-               "and [min, max] of the rounds.\n\n"
+               "and [min, max] of the rounds. On a machine with more runnable threads than cores, run\n"
+               "with OMP_WAIT_POLICY=passive: OpenMP's spinning waits otherwise take the cores from the\n"
+               "threads that have work (docs/performance.md, Real models).\n\n"
                "  --model DIR      the folder (required)\n"
                "  --batch B        rows (default 32)\n"
                "  --seq N          tokens per row (default 128)\n"
@@ -258,6 +260,7 @@ int bench_model_cmd(int argc, char **argv) {
     model_cfg *cfgs = NULL;
     int rc = setup(&r), n = 0;
     if (!rc && (n = make_cfgs(&r, o.threads, o.nthreads, prec, &cfgs)) < 0) rc = cli_fail("bench model: out of memory");
+    if (!rc && n == 0) rc = cli_fail("bench model: nothing to run (the precisions asked for are not the family's)");
     if (!rc) rc = run_rounds(&r, cfgs, n, rounds);
     if (!rc && !o.json)
         printf("model %s (%s), %lld x %lld tokens, rounds %d\n%-8s %-5s %-22s %7s %10s %23s %11s %9s %7s\n", dir,

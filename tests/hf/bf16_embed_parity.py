@@ -12,7 +12,8 @@ PyTorch's bf16 error (all rows together, and the worst row within 2x PyTorch's w
 row's cosine to the float64 embedding is > 0.999, the output is finite, and the bf16 output differs
 from fp32's (the option took effect) while fp32 stays within 1e-5. An unknown --precision is a usage
 error (exit 2); attn_pretrained_flops against torch's FlopCounterMode, and the precision call's
-refusals (see api()). The last line is "bf16 embed parity: N passed, M failed"; exit 1 on a failure (a
+refusals (see api()); `attn bench model --json` on both families (bench_model()). The last line
+is "bf16 embed parity: N passed, M failed"; exit 1 on a failure (a
 notice and 0 when torch, transformers, tokenizers or sentence_transformers cannot be imported)."""
 import os
 import random
@@ -101,6 +102,7 @@ def api(lib_path, outdir, bert_dir):
     gdir = os.path.join(outdir, "gpt2")
     gcfg = GPT2Config(vocab_size=300, n_positions=64, n_embd=32, n_layer=2, n_head=4, initializer_range=0.3)
     GPT2LMHeadModel(gcfg).save_pretrained(gdir, safe_serialization=True)
+    bert_flops = None
     for d in (bert_dir, gdir):
         m = ctypes.c_void_p()
         check(lib.attn_pretrained_open(d.encode(), ctypes.byref(m)) == 0, f"open {d}")
@@ -122,9 +124,37 @@ def api(lib_path, outdir, bert_dir):
             keys = n * past + n * (n + 1) // 2
             want = 2 * B * (L * (n * (4 * H * H + 2 * H * 4 * H) + 2 * keys * H) + n * V * H)
             got = lib.attn_pretrained_flops(m, B, n, past)
+        if d == bert_dir:
+            bert_flops = want
         print(f"  flops {os.path.basename(d)}: attn {got:.0f}, reference {want:.0f}")
         check(got == want, f"{d}: attn_pretrained_flops {got} != {want}")
         lib.attn_pretrained_free(m)
+    return gdir, bert_flops
+
+
+def bench_model(attn, bert_dir, gpt2_dir, bert_flops):
+    """`attn bench model --json`: the rows each family has, their figures consistent (GFLOP/s x ms =
+    the flop count checked above), bf16 refused on GPT-2 with a message."""
+    import json
+    def rows(d, *extra, ok=True):
+        p = subprocess.run([attn, "bench", "model", "--model", d, "--batch", "3", "--seq", "17", "--prompt", "5",
+                            "--new", "4", "--rounds", "2", "--threads", "1", "--json", *extra],
+                           capture_output=True, text=True)
+        if ok:
+            check(p.returncode == 0, f"bench model {d} {extra}: exit {p.returncode}: {p.stderr.strip()}")
+        return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")], p
+    got, _ = rows(bert_dir, "--precision", "fp32,bf16")
+    check([(r["op"], r["precision"]) for r in got] == [("model_embed", "fp32"), ("model_embed", "bf16")],
+          f"bench model bert rows {[(r['op'], r['precision']) for r in got]}")
+    for r in got:
+        flops = r["gflops"] * r["ms"] * 1e6
+        check(abs(flops - bert_flops) <= 1e-3 * bert_flops and r["tokens_per_s"] > 0 and r["rounds"] == 2,
+              f"bench model bert {r}: flops {flops:.0f}, want {bert_flops}")
+    got, _ = rows(gpt2_dir)
+    check([r["op"] for r in got] == ["model_prefill", "model_decode"] and all(r["tokens_per_s"] > 0 for r in got),
+          f"bench model gpt2 rows {got}")
+    _, p = rows(gpt2_dir, "--precision", "bf16", ok=False)
+    check(p.returncode == 1 and "gpt2" in p.stderr, f"bench model gpt2 bf16: exit {p.returncode}, {p.stderr.strip()}")
 
 
 def main():
@@ -156,7 +186,9 @@ def main():
         f.write("\n".join(texts) + "\n")
     for name, d in folders.items():
         one_folder(attn, name, d, texts, inp, outdir)
-    api(os.path.abspath(sys.argv[1]), outdir, os.path.join(outdir, "bert"))
+    gdir, bert_flops = api(os.path.abspath(sys.argv[1]), outdir, os.path.join(outdir, "bert"))
+    if bert_flops:
+        bench_model(attn, os.path.join(outdir, "bert"), gdir, bert_flops)
     p = subprocess.run([attn, "embed", "--model", folders["cls"], "--input", inp, "--out",
                         os.path.join(outdir, "x.npy"), "--precision", "fp16"], capture_output=True, text=True)
     check(p.returncode == 2 and "fp16" in p.stderr, f"--precision fp16: exit {p.returncode}, {p.stderr.strip()}")
