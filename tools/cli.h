@@ -30,6 +30,7 @@ int bench_decode_cmd(int argc, char **argv);
 int bench_train_cmd(int argc, char **argv);
 int bench_allreduce_cmd(int argc, char **argv);
 int bench_scaling_cmd(int argc, char **argv);
+int bench_model_cmd(int argc, char **argv);
 
 /* The tool's command table (attn.c) and the kinds under `attn bench` (cmd_bench.c) and `attn
  * train`: the dispatch and every list of names in the help come from these. */

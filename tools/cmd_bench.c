@@ -24,6 +24,10 @@ const cli_sub cli_bench_kinds[] = {
      "time and extra memory of the attention variants (flash, window,\n"
      "             local+global, linear, Performer) as N grows; log-log SVG plot",
      bench_scaling_cmd},
+    {"model",
+     "tokens/s of a Hugging Face folder: embeddings, or prefill and decode\n"
+     "             (bench/hf_model_bench.py: the same in PyTorch and ONNX Runtime)",
+     bench_model_cmd},
     {NULL, NULL, NULL},
 };
 

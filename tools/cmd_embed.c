@@ -14,7 +14,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: attn embed --model DIR --input FILE --out OUT [--batch B] [--threads T] [--max-length L]\n"
-               "                  [--force]\n\n"
+               "                  [--precision fp32|bf16] [--force]\n\n"
                "One embedding per line of FILE ('-': standard input), as sentence-transformers'\n"
                "SentenceTransformer(DIR).encode(lines) computes it: the folder's tokenizer (tokenizer.json or\n"
                "vocab.txt), its model (config.json, model.safetensors or a sharded index), its pooling\n"
@@ -27,6 +27,9 @@ static void usage(FILE *f) {
                "  --batch B         lines per batch (default 32), formed by length\n"
                "  --threads T       threads (default: all)\n"
                "  --max-length L    truncate to L tokens (default: the model's max_seq_length)\n"
+               "  --precision P     fp32 (default) or bf16: the encoder's matrix products on bf16-rounded\n"
+               "                    operands with float32 sums, as PyTorch's bf16 autocast (docs/performance.md:\n"
+               "                    its accuracy and speed)\n"
                "  --force           replace an existing OUT of another kind\n"
                "Progress goes to standard error on inputs of more than 1000 lines.\n");
 }
@@ -204,7 +207,7 @@ static int write_out(const char *out, out_format fmt, const float *e, size_t lin
 }
 
 int cmd_embed(int argc, char **argv) {
-    const char *model = NULL, *input = NULL, *out = NULL;
+    const char *model = NULL, *input = NULL, *out = NULL, *precision = "fp32";
     int64_t batch = 32, threads = 0, max_length = 0;
     int force = 0;
     cli_opt opts[] = {
@@ -215,6 +218,7 @@ int cmd_embed(int argc, char **argv) {
         CLI_INT("--threads", &threads, 1, ATTN_MAX_THREADS),
         CLI_INT("--max-length", &max_length, 1, INT32_MAX),
         CLI_FLAG("--force", &force),
+        CLI_STRING_NONEMPTY("--precision", &precision),
         CLI_END,
     };
     int parsed = cli_parse("embed", opts, argc, argv, NULL, 0);
@@ -229,6 +233,8 @@ int cmd_embed(int argc, char **argv) {
                            : ends_with(out, ".npy")       ? OUT_NPY
                            : ends_with(out, ".jsonl")     ? OUT_JSONL
                                                           : (out_format)-1;
+    if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
+        return cli_usage_error("embed: --precision '%s' is not fp32 or bf16", precision);
     if ((int)fmt < 0) return cli_usage_error("embed: --out '%s' is not .safetensors, .npy or .jsonl", out);
     const char *ins[] = {input};
     static const safe_kind kinds[] = {SAFE_KIND_SAFETENSORS, SAFE_KIND_NPY, SAFE_KIND_JSONL};
@@ -242,6 +248,8 @@ int cmd_embed(int argc, char **argv) {
     int rc = 0;
     if (attn_pretrained_open(model, &m) || attn_tokenizer_open(model, &tok))
         rc = cli_fail("embed: %s", attn_last_error());
+    if (!rc && attn_pretrained_set_precision(m, strcmp(precision, "bf16") ? ATTN_PRECISION_FP32 : ATTN_PRECISION_BF16))
+        rc = cli_fail("embed: --precision %s: %s", precision, attn_last_error());
     const int64_t limit = max_length ? max_length : rc ? 0 : attn_pretrained_max_length(m);
     if (!rc) rc = read_texts(&t, tok, input, limit);
     const int64_t dim = rc ? 0 : attn_pretrained_embedding_size(m);

@@ -69,6 +69,7 @@
 #include "capture.h"
 #include "core.h"
 #include "image.h"
+#include "precision.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -210,6 +211,22 @@ ATTN_API attn_status attn_pretrained_image_hidden_states(attn_pretrained *m, con
  * output_attentions=True (softmax weights [1, heads, n, n]). */
 ATTN_API attn_status attn_pretrained_capture(attn_pretrained *m, const int32_t *ids, int64_t n, const float *pixels,
                                              int64_t height, int64_t width, attn_capture *cap);
+/* ---- precision and cost ---- */
+
+/* The compute precision of the model's calls (precision.h; default ATTN_PRECISION_FP32). bf16: the
+ * matrix products of every linear layer and of attention take bf16-rounded operands and accumulate
+ * in float32 (as PyTorch's CPU autocast to bfloat16); embeddings, layer norms, softmax statistics,
+ * activations, residuals and pooling stay float32, as do the weights. Families: "bert" (its hidden
+ * states and embeddings); another family's bf16 is ATTN_ERR_UNSUPPORTED naming it. */
+ATTN_API attn_status attn_pretrained_set_precision(attn_pretrained *m, attn_precision p);
+ATTN_API attn_precision attn_pretrained_precision(const attn_pretrained *m);
+
+/* The floating-point operations (2 per multiply-add) of the matrix products and attention of one
+ * forward over `seq` new tokens in each of `batch` rows, after `past` cached tokens (0 but for a
+ * causal LM's cached steps): hidden_states / embed for an encoder, logits (its LM head included)
+ * for a causal LM, whose attention counts only the keys the causal mask lets through. Layer norms,
+ * activations and softmax are not counted. 0 when the family does not say or an argument is < 0. */
+ATTN_API double attn_pretrained_flops(const attn_pretrained *m, int64_t batch, int64_t seq, int64_t past);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include "core/alloc.h"
 #include "core/internal.h"
 #include "models_internal.h"
+#include "nn/nn_internal.h"
 
 typedef struct bert_config {
     int64_t vocab, hidden, layers, heads, inter, positions, types;
@@ -30,6 +31,7 @@ typedef struct bert {
     void *ws; /* x [B, n, H], the key padding mask [B, n], the encoder's workspace */
     size_t ws_bytes;
     attn_capture *capture; /* attn_pretrained_capture's, for one hidden-states call */
+    attn_precision precision; /* of the encoder's products (attn_pretrained_set_precision) */
 } bert;
 
 static attn_status read_act(const hf_folder *f, attn_activation *act) {
@@ -253,15 +255,17 @@ static attn_status embed(const bert *b, const int32_t *ids, const int32_t *types
     return attn_layernorm_forward(x, b->ln_w, b->ln_b, x, NULL, NULL, B * n, H, (float)b->c.eps);
 }
 
-static attn_status bert_hidden(void *impl, const int32_t *ids, const int32_t *types, const int64_t *lengths, int64_t B,
-                               int64_t n, float *out) {
-    bert *b = impl;
+static attn_status bert_hidden_run(bert *b, const int32_t *ids, const int32_t *types, const int64_t *lengths, int64_t B,
+                                   int64_t n, float *out) {
     size_t xs = (size_t)(B * n) * (size_t)b->c.hidden * sizeof(float), ms = ((size_t)(B * n) + 63) & ~(size_t)63;
     attn_layer_args a = attn_layer_args_default();
     a.batch = B;
     a.n = n;
+    /* Rows without padding need no mask: attention then skips the mask's reads and tests. */
+    int padded = 0;
+    for (int64_t r = 0; r < B; r++) padded |= lengths[r] < n;
     static const uint8_t some_mask = 0;
-    a.self_masks.key_padding_mask = &some_mask; /* the size query sees that a mask is used */
+    a.self_masks.key_padding_mask = padded ? &some_mask : NULL; /* the size query sees whether a mask is used */
     size_t need = xs + ms + attn_encoder_workspace_size(b->enc, &a);
     if (need > b->ws_bytes) {
         void *w = attn__realloc(b->ws, need);
@@ -274,13 +278,37 @@ static attn_status bert_hidden(void *impl, const int32_t *ids, const int32_t *ty
     attn_status st = embed(b, ids, types, lengths, B, n, x, mask);
     if (st) return st;
     a.x = x;
-    a.self_masks.key_padding_mask = mask;
+    if (padded) a.self_masks.key_padding_mask = mask;
     a.capture = b->capture;
     st = attn_encoder_forward(b->enc, &a, out, NULL, 0, (char *)b->ws + xs + ms, need - xs - ms);
     if (st) return st;
     for (int64_t r = 0; r < B; r++)
         memset(out + (r * n + lengths[r]) * b->c.hidden, 0, (size_t)((n - lengths[r]) * b->c.hidden) * sizeof(float));
     return ATTN_OK;
+}
+
+/* The encoder runs in the model's precision (attn_nn_precision, its workspace query included:
+ * bf16 needs room for the rounded operands), restored after. */
+static attn_status bert_hidden(void *impl, const int32_t *ids, const int32_t *types, const int64_t *lengths, int64_t B,
+                               int64_t n, float *out) {
+    bert *b = impl;
+    const attn_precision prev = attn_nn_precision_set(b->precision);
+    const attn_status st = bert_hidden_run(b, ids, types, lengths, B, n, out);
+    attn_nn_precision_set(prev);
+    return st;
+}
+
+static attn_status bert_set_precision(void *impl, attn_precision p) {
+    ((bert *)impl)->precision = p;
+    return ATTN_OK;
+}
+
+/* Per layer and token: Q, K, V and the output projection (4 H^2 multiply-adds), the feed-forward
+ * (2 H I), and attention's scores and weighted sum over the row's n keys (2 n H). */
+static double bert_flops(const void *impl, int64_t B, int64_t n, int64_t past) {
+    const bert_config *c = &((const bert *)impl)->c;
+    const double H = (double)c->hidden, I = (double)c->inter, keys = (double)(n + past);
+    return 2.0 * (double)c->layers * (double)B * (double)n * (4 * H * H + 2 * H * I + 2 * keys * H);
 }
 
 attn_status attn_hf_bert_open(const hf_folder *f, attn_pretrained *m) {
@@ -307,6 +335,8 @@ attn_status attn_hf_bert_open(const hf_folder *f, attn_pretrained *m) {
     m->hidden_states = bert_hidden;
     m->capture_slot = &b->capture;
     m->free_impl = bert_free;
+    m->set_precision = bert_set_precision;
+    m->flops = bert_flops;
     m->hidden = c.hidden;
     m->vocab = c.vocab;
     m->max_positions = c.positions;

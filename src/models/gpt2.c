@@ -304,6 +304,17 @@ static attn_status gpt2_step(void *impl, int reset, const int32_t *ids, int64_t 
     return st;
 }
 
+/* Per layer and token: Q, K, V and the output projection (4 H^2 multiply-adds), the MLP (2 H I),
+ * attention over the keys the causal mask lets through (token t of the new ones sees past + t + 1:
+ * 2 H multiply-adds each); then the tied LM head (V H) for every position, as logits computes. */
+static double gpt2_flops(const void *impl, int64_t B, int64_t n, int64_t past) {
+    const gpt2_config *c = &((const gpt2 *)impl)->c;
+    const double H = (double)c->hidden, I = (double)c->inter, N = (double)n;
+    const double keys = N * (double)past + N * (N + 1) / 2; /* summed over the n new tokens */
+    const double layer = N * (4 * H * H + 2 * H * I) + 2 * keys * H;
+    return 2.0 * (double)B * ((double)c->layers * layer + N * (double)c->vocab * H);
+}
+
 attn_status attn_hf_gpt2_open(const hf_folder *f, attn_pretrained *m) {
     gpt2_config c;
     attn_status st = read_config(f, &c);
@@ -328,6 +339,7 @@ attn_status attn_hf_gpt2_open(const hf_folder *f, attn_pretrained *m) {
     m->step = gpt2_step;
     m->capture_slot = &g->capture;
     m->free_impl = gpt2_free;
+    m->flops = gpt2_flops;
     m->hidden = c.hidden;
     m->vocab = c.vocab;
     m->max_positions = c.positions;

@@ -120,6 +120,11 @@ struct attn_pretrained {
     int64_t channels, image_h, image_w, image_tokens, grid_h, grid_w, num_labels;
     char *const *labels;              /* [num_labels], owned by impl */
     const struct hf_image_prep *prep; /* owned by impl */
+    /* attn_pretrained_set_precision: the family's (NULL: fp32 only); flops: attn_pretrained_flops's
+     * count (NULL: 0). */
+    attn_status (*set_precision)(void *impl, attn_precision p);
+    double (*flops)(const void *impl, int64_t batch, int64_t seq, int64_t past);
+    attn_precision precision;
 };
 
 /* ---- the family table (families.c) ---- */

@@ -456,3 +456,22 @@ attn_status attn_pretrained_generate(attn_pretrained *m, const int32_t *prompt, 
     attn__free(p);
     return st;
 }
+
+attn_status attn_pretrained_set_precision(attn_pretrained *m, attn_precision p) {
+    const char *fn = "attn_pretrained_set_precision";
+    ATTN_CHECK_NOT_NULL(fn, m);
+    if (!attn_precision_name(p))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: precision = %d is neither fp32 nor bf16", fn, (int)p);
+    if (p != ATTN_PRECISION_FP32 && !m->set_precision)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: the \"%s\" family runs only fp32 (bf16: bert)", fn, m->family);
+    attn_status st = m->set_precision ? m->set_precision(m->impl, p) : ATTN_OK;
+    if (!st) m->precision = p;
+    return st;
+}
+
+attn_precision attn_pretrained_precision(const attn_pretrained *m) { return m ? m->precision : ATTN_PRECISION_FP32; }
+
+double attn_pretrained_flops(const attn_pretrained *m, int64_t batch, int64_t seq, int64_t past) {
+    if (!m || !m->flops || batch < 0 || seq < 0 || past < 0) return 0;
+    return m->flops(m->impl, batch, seq, past);
+}
