@@ -30,7 +30,7 @@ typedef struct bert {
     attn_encoder *enc;
     void *ws; /* x [B, n, H], the key padding mask [B, n], the encoder's workspace */
     size_t ws_bytes;
-    attn_capture *capture; /* attn_pretrained_capture's, for one hidden-states call */
+    attn_capture *capture;    /* attn_pretrained_capture's, for one hidden-states call */
     attn_precision precision; /* of the encoder's products (attn_pretrained_set_precision) */
 } bert;
 
