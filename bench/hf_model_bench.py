@@ -20,12 +20,13 @@ and attn's speed-up over each peer.
 Usage (the venv with torch, transformers, onnx, onnxruntime):
   /work/hfvenv/bin/python bench/hf_model_bench.py --make-folders /tmp/hfm
   /work/hfvenv/bin/python bench/hf_model_bench.py --folders /tmp/hfm [--attn build/attn]
-      [--models bert-base,minilm,gpt2] [--threads 1,2] [--rounds 5] [--batch 32] [--seq 128]
+      [--models bert-base,minilm,gpt2,llama] [--threads 1,2] [--rounds 5] [--batch 32] [--seq 128]
       [--prompt 128] [--new 64] [--peers torch,torch_bf16,ort] [--no-bf16] [--json]
 
 --make-folders builds random-weight folders (initializer_range 0.02, as trained models' scale) from
 configs: bert-base (12 x 768, 12 heads, 3072), minilm (6 x 384, 12 heads, 1536), gpt2 (12 x 768, 12
-heads, vocab 50257, 1024 positions), each with model.safetensors and config.json, and model.onnx
+heads, vocab 50257, 1024 positions), llama (8 x 1024, 16 query / 4 key-value heads, SwiGLU 2816,
+vocab 32000, untied), each with model.safetensors and config.json, and model.onnx
 (the exported forward) for ONNX Runtime."""
 import argparse
 import json
@@ -40,7 +41,11 @@ SHAPES = {
     "bert-base": ("bert", dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)),
     "minilm": ("bert", dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)),
     "gpt2": ("gpt2", dict(n_embd=768, n_layer=12, n_head=12)),
+    # a Llama-shaped decoder small enough for two cores: GQA 16 / 4 heads, SwiGLU, untied head
+    "llama": ("llama", dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
+                            intermediate_size=2816, tie_word_embeddings=False)),
 }
+CAUSAL = ("gpt2", "llama", "mistral", "qwen2")
 
 
 def forward_module():
@@ -72,12 +77,15 @@ def onnx_error(model, path, names, out):
     return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
 
 
-def make_folders(root):
+def make_folders(root, names):
     import torch
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
     Forward = forward_module()
     torch.manual_seed(0)
-    for name, (family, kw) in SHAPES.items():
+    for name in names:
+        if name not in SHAPES:
+            raise SystemExit(f"hf_model_bench: unknown model {name!r} (known: {', '.join(SHAPES)})")
+        family, kw = SHAPES[name]
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
         if family == "bert":
@@ -86,14 +94,17 @@ def make_folders(root):
             args, names = (ids, torch.ones_like(ids)), ["input_ids", "attention_mask"]
             outs = ["last_hidden_state"]
         else:
-            m = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=1024, **kw))
+            if family == "gpt2":
+                m = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=1024, **kw))
+            else:
+                m = LlamaForCausalLM(LlamaConfig(vocab_size=32000, max_position_embeddings=2048, **kw))
             ids = torch.zeros(2, 16, dtype=torch.long)
             args, names, outs = (ids, torch.ones_like(ids)), ["input_ids", "attention_mask"], ["logits"]
         m.eval().save_pretrained(d, safe_serialization=True)
         # the TorchScript exporter (the dynamo one needs onnxscript) traces the eager attention
         # correctly; transformers 5's SDPA mask path comes out wrong at other shapes
         m = type(m).from_pretrained(d, attn_implementation="eager").eval()
-        if family == "gpt2":
+        if family in CAUSAL:
             m.config.use_cache = False
         dyn = {n: {0: "batch", 1: "seq"} for n in names + outs}
         path = os.path.join(d, "model.onnx")
@@ -117,13 +128,13 @@ class Peers:
     def __init__(self, folder, a):
         import numpy as np
         import torch
-        from transformers import AutoConfig, AutoModel, GPT2LMHeadModel
+        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
         self.a, self.torch, self.np = a, torch, np
         cfg = AutoConfig.from_pretrained(folder)
-        self.causal = cfg.model_type == "gpt2"
+        self.causal = cfg.model_type in CAUSAL
         # the encoder as attn runs it: no pooler (BertModel's pooler is not part of the embeddings)
         kw = {} if self.causal else {"add_pooling_layer": False}
-        self.model = (GPT2LMHeadModel if self.causal else AutoModel).from_pretrained(folder, **kw).eval()
+        self.model = (AutoModelForCausalLM if self.causal else AutoModel).from_pretrained(folder, **kw).eval()
         g = torch.Generator().manual_seed(1)
         # a causal LM's prefill is a prompt's: batch 1 x --prompt tokens
         self.batch, self.seq = (1, a.prompt) if self.causal else (a.batch, a.seq)
@@ -267,7 +278,7 @@ def main():
     ap.add_argument("--make-folders", metavar="DIR", help="build the random-weight folders in DIR and exit")
     ap.add_argument("--folders", metavar="DIR", help="the folders --make-folders built")
     ap.add_argument("--attn", default=os.path.join(HERE, "..", "build", "attn"))
-    ap.add_argument("--models", default="bert-base,minilm,gpt2")
+    ap.add_argument("--models", default="bert-base,minilm,gpt2,llama")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch", type=int, default=32)
@@ -279,7 +290,7 @@ def main():
     ap.add_argument("--json", action="store_true", help="one JSON object per cell as it is measured")
     a = ap.parse_args()
     if a.make_folders:
-        make_folders(a.make_folders)
+        make_folders(a.make_folders, a.models.split(","))
         return 0
     if not a.folders:
         raise SystemExit("hf_model_bench: --folders DIR (or --make-folders DIR) is required")
