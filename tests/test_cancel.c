@@ -119,8 +119,8 @@ int main(void) {
         int l = -1;
         if (at) sscanf(at, "layer %d", &l);
         const int first = pass ? LAYERS - 1 : 0; /* the backward runs from the last layer */
-        CHECK(l >= 0 && l < LAYERS && l != first, "%s: not stopped inside the call: '%s'", pass ? "backward" : "forward",
-              attn_last_error());
+        CHECK(l >= 0 && l < LAYERS && l != first, "%s: not stopped inside the call: '%s'",
+              pass ? "backward" : "forward", attn_last_error());
         CHECK(took < 0.9 * full, "%s cancelled at %.3f s took %.3f s of a full %.3f s", pass ? "backward" : "forward",
               full / 4, took, full);
         printf("%s: cancelled at %.3f s, returned after %.3f s (%s)\n", pass ? "backward" : "forward", full / 4, took,
