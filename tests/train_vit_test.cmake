@@ -185,11 +185,13 @@ echo \"step_ms $(( (t1 - t0) / 1000000 )) stop_ms $(( (t3 - t2) / 1000000 ))\"; 
     set(step_ms ${CMAKE_MATCH_1})
     set(stop_ms ${CMAKE_MATCH_2})
   endif()
-  math(EXPR bound "${step_ms} / 8")
+  # the bound is loose (the machine's load varies); the message says where the pass stopped
+  math(EXPR bound "${step_ms} / 4")
   if(NOT crc EQUAL 130 OR NOT cout MATCHES "interrupted after step 0 of 100: checkpoint written to cut.safetensors"
+     OR NOT cout MATCHES "step 1 stopped: attn_vit_forward: cancelled \\(attn_cancel_request\\) before the forward of layer ([1-9]|1[0-9]|2[0-3]) of 24"
      OR NOT stop_ms LESS bound)
-    message(SEND_ERROR "SIGTERM inside a forward pass: exit ${crc} (want 130), stopped in ${stop_ms} ms (want under "
-                       "${bound}, 1/8 of a ${step_ms} ms step), output:\n${cout}${cerr}")
+    message(SEND_ERROR "SIGTERM inside a forward pass: exit ${crc} (want 130, stopped inside the forward), stopped in "
+                       "${stop_ms} ms (want under ${bound}, 1/4 of a ${step_ms} ms step), output:\n${cout}${cerr}")
   else()
     message(STATUS "ok: SIGTERM inside a forward pass -> 130 in ${stop_ms} ms (a step: ${step_ms} ms)")
   endif()

@@ -103,6 +103,7 @@ static int one_step(run *r) {
     if ((s == TRAINER_STOPPED || s == ATTN_ERR_CANCELLED) && caught(r)) {
         /* stopped inside the step (between micro-batches, or inside a forward / backward by
          * attn_cancel_request): the optimizer has not run, the state is the last step's */
+        if (s == ATTN_ERR_CANCELLED) printf("step %lld stopped: %s\n", (long long)step + 1, attn_last_error());
         attn_clear_error();
         return 0;
     }
