@@ -18,7 +18,8 @@
  *   lock           the checkpoint's advisory lock (attn_io_lock, rank 0) for the whole run: a
  *                  second run on it is refused
  *   messages       "CMD: step N: ...", "CMD: cannot write checkpoint: ...", "final loss: X",
- *                  "checkpoint: PATH (step N)", "interrupted after step N of S: ..."
+ *                  "checkpoint: PATH (step N)", "step N stopped: <where the pass stopped>",
+ *                  "interrupted after step N of S: ..."
  * Where the commands' words differ (the rate's unit, the evaluation's lines, the demo's progress
  * bar and messages) the configuration and the hooks supply them. */
 #ifndef ATTN_TRAINER_H
