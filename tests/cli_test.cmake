@@ -361,3 +361,44 @@ if(READELF)
     message(SEND_ERROR "attn's dynamic section (want no libopenblas):\n${dyn}")
   endif()
 endif()
+
+# ---- issue #28: attn embed never writes over a file of its --model folder (refused before the
+# model is opened, so a folder of placeholder files serves), whatever the spelling; --force does not
+# allow it; a new file there is not refused for that reason ----
+file(MAKE_DIRECTORY ${WORK}/emodel/1_Pooling)
+file(WRITE ${WORK}/emodel/config.json "{}")
+file(WRITE ${WORK}/emodel/model.safetensors "weights")
+file(WRITE ${WORK}/emodel/1_Pooling/out.npy "pooling")
+file(WRITE ${WORK}/etexts.txt "hello\n")
+foreach(o emodel/model.safetensors emodel/../emodel/./model.safetensors emodel/1_Pooling/out.npy)
+  execute_process(COMMAND ${ATTN} embed --model emodel --input etexts.txt --out ${o} --force WORKING_DIRECTORY ${WORK}
+    RESULT_VARIABLE got OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  file(READ ${WORK}/emodel/model.safetensors w)
+  file(READ ${WORK}/emodel/1_Pooling/out.npy pl)
+  if(NOT got EQUAL 1 OR NOT err MATCHES "^attn: embed: --out '[^']+' is a file of the model folder 'emodel' \\(--model\\)"
+     OR NOT w STREQUAL "weights" OR NOT pl STREQUAL "pooling")
+    message(SEND_ERROR "attn embed --out ${o} inside --model: exit ${got} (want 1, refused, files kept):\n${err}")
+  else()
+    message(STATUS "ok: attn embed --out ${o} inside --model -> ${got}: ${err}")
+  endif()
+endforeach()
+execute_process(COMMAND ${ATTN} embed --model emodel --input etexts.txt --out emodel/new.npy WORKING_DIRECTORY ${WORK}
+  RESULT_VARIABLE got ERROR_VARIABLE err)
+if(err MATCHES "model folder" OR got EQUAL 0)
+  message(SEND_ERROR "attn embed --out emodel/new.npy (a new file): exit ${got}, want the model's own error:\n${err}")
+else()
+  message(STATUS "ok: a new file in the model folder is not refused as one of its files: ${err}")
+endif()
+# attn viz --model likewise, for each of its outputs (checked before the model is run)
+foreach(o "--html;emodel/config.json" "--svg;emodel/1_Pooling/out.npy" "--csv;emodel/./config.json")
+  execute_process(COMMAND ${ATTN} viz --model emodel --text hi ${o} --force WORKING_DIRECTORY ${WORK}
+    RESULT_VARIABLE got OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  file(READ ${WORK}/emodel/config.json c)
+  file(READ ${WORK}/emodel/1_Pooling/out.npy pl)
+  if(NOT got EQUAL 1 OR NOT err MATCHES "^attn: viz: --[a-z]+ '[^']+' is a file of the model folder 'emodel' \\(--model\\)"
+     OR NOT c STREQUAL "{}" OR NOT pl STREQUAL "pooling")
+    message(SEND_ERROR "attn viz ${o} inside --model: exit ${got} (want 1, refused, files kept):\n${err}")
+  else()
+    message(STATUS "ok: attn viz ${o} inside --model -> ${got}: ${err}")
+  endif()
+endforeach()

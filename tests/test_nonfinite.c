@@ -842,6 +842,88 @@ static void test_kernelised(void) {
     free(q), free(k), free(v), free(out), free(dout), free(dv), free(dq), free(dk);
 }
 
+/* ---- Performer's causal forms with one non-finite key (README, "Non-finite values") ----
+ * A NaN, +Inf or -Inf key j in causal Performer attention, in the parallel
+ * form and the recurrent one (attn_performer_step, one token or a chunk of 4 per step):
+ *  - no query before j changes, bit for bit: the key stabiliser (one maximum over the keys, or the
+ *    state's running maximum) skips such a key, since its row's logits H - |x'|^2 / 2 are NaN or
+ *    -Inf (|x'|^2 is +Inf), never above a finite one;
+ *  - the parallel form and a step that holds the key with finite ones: the key's features are NaN,
+ *    so query j and every later one are non-finite (all their entries);
+ *  - one key per step: that step has no finite stabiliser, so the key's features are 0 and it
+ *    adds nothing to the state: query j and the later ones stay finite (it is dropped). */
+enum { PN = 24, PD = 16, PDV = 8, PJ = 12 };
+
+static void performer_run(float *q, float *k, float *v, const float *w, int m, int chunk, float *out) {
+    const attn_tensor tw = attn_tensor_3d((float *)w, 1, m, PD);
+    if (!chunk) {
+        attn_tensor tq = attn_tensor_4d(q, 1, 1, PN, PD), tk = attn_tensor_4d(k, 1, 1, PN, PD),
+                    tv = attn_tensor_4d(v, 1, 1, PN, PDV), to = attn_tensor_4d(out, 1, 1, PN, PDV);
+        const size_t ws = attn_performer_workspace_size(&tq, &tk, &tv, &tw);
+        void *p = xmalloc(ws);
+        CHECK_OK(attn_performer_forward(&tq, &tk, &tv, &tw, ATTN_CAUSAL_TOP_LEFT, NULL, &to, p, ws));
+        free(p);
+        return;
+    }
+    float *state = xmalloc(sizeof(float) * attn_performer_state_floats(m, PDV));
+    memset(state, 0, sizeof(float) * attn_performer_state_floats(m, PDV));
+    for (int i = 0; i < PN; i += chunk) {
+        attn_tensor tq = attn_tensor_4d(q + i * PD, 1, 1, chunk, PD), tk = attn_tensor_4d(k + i * PD, 1, 1, chunk, PD),
+                    tv = attn_tensor_4d(v + i * PDV, 1, 1, chunk, PDV),
+                    to = attn_tensor_4d(out + i * PDV, 1, 1, chunk, PDV);
+        const size_t ws = attn_performer_step_workspace_size(&tq, &tk, &tv, &tw);
+        void *p = xmalloc(ws);
+        CHECK_OK(attn_performer_step(&tq, &tk, &tv, &tw, 1, NULL, state, &to, p, ws));
+        free(p);
+    }
+    free(state);
+}
+
+static void test_performer_key(void) {
+    test_rng g = rng_seeded(29);
+    static float q[PN * PD], k[PN * PD], v[PN * PDV], clean[PN * PDV], out[PN * PDV];
+    static const float special[] = {NAN, INFINITY, -INFINITY};
+    static const int feats[] = {8, 20, 40}, chunks[] = {0, 1, 4};
+    fill_normal(&g, q, PN * PD, 1);
+    fill_normal(&g, k, PN * PD, 1);
+    fill_normal(&g, v, PN * PDV, 1);
+    FOR_EACH_ISA(isa) {
+        CHECK_OK(attn_force_isa((attn_isa)isa));
+        for (int fi = 0; fi < 3; fi++) {
+            const int m = feats[fi];
+            float *w = xmalloc(sizeof(float) * (size_t)m * PD);
+            CHECK_OK(attn_orf_draw(w, m, PD, 3));
+            for (int ci = 0; ci < 3; ci++)
+                for (int sp = 0; sp < 3; sp++) {
+                    const int chunk = chunks[ci];
+                    performer_run(q, k, v, w, m, chunk, clean);
+                    const float keep = k[PJ * PD + 5];
+                    k[PJ * PD + 5] = special[sp];
+                    performer_run(q, k, v, w, m, chunk, out);
+                    k[PJ * PD + 5] = keep;
+                    size_t before = 0, later_nonfinite = 0;
+                    for (int i = 0; i < PN; i++)
+                        for (int c = 0; c < PDV; c++) {
+                            const float a = out[i * PDV + c];
+                            if (i < PJ)
+                                before += memcmp(&a, &clean[i * PDV + c], sizeof a) != 0;
+                            else
+                                later_nonfinite += !isfinite(a);
+                        }
+                    const size_t later = (size_t)(PN - PJ) * PDV, want = chunk == 1 ? 0 : later;
+                    CHECK(before == 0 && later_nonfinite == want,
+                          "performer [%s] m %d, %s, key %d holds %g: %zu earlier outputs changed (want 0), %zu of "
+                          "%zu later ones non-finite (want %zu)",
+                          attn_isa_name((attn_isa)isa), m,
+                          chunk ? (chunk == 1 ? "one token a step" : "4 a step") : "parallel", PJ, (double)special[sp],
+                          before, later_nonfinite, later, want);
+                }
+            free(w);
+        }
+    }
+    attn_force_isa(attn_detected_isa());
+}
+
 /* The bf16 GEMM (A and B bf16 or rounded from float, float accumulation) with a NaN or an infinity
  * in A or B, against the float64 product of the rounded operands: the same non-finite positions
  * (IEEE: a NaN reaches its whole row / column of C; an infinity gives +-Inf there, NaN where it
@@ -1023,6 +1105,7 @@ int main(int argc, char **argv) {
     printf("longformer: %zu non-finite reference entries, at the same positions\n", lf_nonfinite);
     test_linear();
     test_kernelised();
+    test_performer_key();
     test_gemm_bf16();
     printf("linear / performer forward and backward: %zu non-finite reference entries, at the same positions\n",
            kern_nonfinite);

@@ -433,3 +433,13 @@ kill -TERM $pid; wait $pid; rc=$?; cat term.out; exit $rc"
     message(STATUS "ok: SIGTERM inside a step -> 130 after step 0")
   endif()
 endif()
+
+# ---- issue #28: a run that cannot fit in memory is refused at the start, with the figures ----
+# the weights (an estimate, before they are allocated), then the activations of a micro-batch
+expect_one_line_error(1 "train gpt: the run needs [0-9.]+ GB \\([0-9.]+ GB for [0-9]+ parameters .*for --micro-batch 16\\), over this machine's [0-9.]+ GB of memory"
+  train gpt --data fox.txt --d-model 65536 --layers 256 --checkpoint huge.safetensors)
+expect_one_line_error(1 "train gpt: the run needs [0-9.]+ GB .*[0-9.]+ GB of activations and workspace for --micro-batch 1048576\\), over this machine's"
+  train gpt --data fox.txt --context 64 --batch 1048576 --checkpoint wide.safetensors)
+if(EXISTS ${WORK}/huge.safetensors OR EXISTS ${WORK}/wide.safetensors)
+  message(SEND_ERROR "a refused run wrote a checkpoint")
+endif()

@@ -238,7 +238,10 @@ int cmd_embed(int argc, char **argv) {
     if ((int)fmt < 0) return cli_usage_error("embed: --out '%s' is not .safetensors, .npy or .jsonl", out);
     const char *ins[] = {input};
     static const safe_kind kinds[] = {SAFE_KIND_SAFETENSORS, SAFE_KIND_NPY, SAFE_KIND_JSONL};
-    if (safe_out_check("embed", "--out", out, ins, 1, kinds[fmt], force)) return 1;
+    const safe_out outs[1] = {{"--out", out, kinds[fmt]}};
+    if (safe_out_check("embed", "--out", out, ins, 1, kinds[fmt], force) ||
+        safe_outs_outside("embed", outs, 1, model, "--model"))
+        return 1;
     safe_set_inputs(ins, 1, force);
     if (threads) attn_set_num_threads((int)threads);
     attn_pretrained *m = NULL;

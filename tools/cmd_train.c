@@ -86,9 +86,11 @@ static void usage_gpt(FILE *f) {
                "and `final val loss: X` (the mean cross-entropy over the held-out windows) at the end.\n"
                "The validation neither uses the training data nor changes the weights, the optimizer\n"
                "or the data order: a run is bitwise the same with any --eval-interval. Ctrl-C or\n"
-               "SIGTERM stops the current step between two micro-batches, writes the checkpoint of the\n"
-               "last whole step and exits with status 130 (a second signal stops at once; the last\n"
-               "checkpoint stays intact). `attn sample PATH` generates text from a checkpoint.\n\n"
+               "SIGTERM stops the current step before its next layer (between micro-batches under\n"
+               "attn dist), writes the checkpoint of the last whole step and exits with status 130 (a\n"
+               "second signal stops at once; the last checkpoint stays intact). A run that would not\n"
+               "fit in the machine's memory is refused at the start with the figures. `attn sample\n"
+               "PATH` generates text from a checkpoint.\n\n"
                "Data-parallel: `mpirun -np N attn train gpt ...` (a build with MPI) gives each rank B/N\n"
                "windows of every step and adds the micro-batch gradients in one fixed order\n"
                "(include/attn/dist.h), so the weights are bitwise those of one process with the same\n"
@@ -431,6 +433,20 @@ static int plan(gpt_run *r) {
     return 0;
 }
 
+/* The parameters of the model before it is built (train_gpt_config's layout: learned positions,
+ * an untied head without bias; for train_memory_check). */
+static double gpt_param_estimate(const train_gpt_shape *s) {
+    const double D = (double)s->d_model, F = (double)s->ff, V = (double)s->vocab, C = (double)s->context;
+    const double layer = 4 * D * D + 4 * D + 2 * D * F + F + D + 4 * D;
+    return V * D + C * D + (double)s->layers * layer + 2 * D + D * V;
+}
+
+/* train_memory_check for train gpt's options (act: bytes besides the weights' 16 a parameter). */
+static int gpt_memory_check(const gpt_run *r, double params, double act) {
+    return train_memory_check("train gpt", params, act, "--micro-batch", r->m,
+                              "use a smaller --micro-batch (or --batch), --context, --d-model or --layers");
+}
+
 /* The model and its AdamW (no weight decay on biases and norms): 0, or 1 (message printed). */
 static int build(gpt_run *r) {
     attn_gpt_config cfg = train_gpt_config(&r->o.shape);
@@ -477,12 +493,15 @@ static int alloc_scratch(gpt_run *r, const attn_train_state *state) {
     r->a.tokens = r->x;
     r->sb = attn_gpt_saved_size(r->g, &r->a), r->wb = attn_gpt_workspace_size(r->g, &r->a);
     r->P = attn_params_numel(r->ps);
+    /* the micro-batch gradients: this rank's L for the reduction (N > 1), or the running fold (N = 1) */
+    const size_t ngrads = M == 1 ? 0 : r->dist && r->nranks > 1 ? (L > 1 ? (size_t)L * r->P : 0) : r->P;
+    const double act = (double)r->sb + (double)r->wb + 4.0 * (double)(m * C * r->V) + 4.0 * (double)ngrads +
+                       16.0 * (double)(r->count * C) + 4.0 * (double)(M + L);
+    if (gpt_memory_check(r, (double)r->P, act)) return 1; /* before the activations are allocated */
     r->saved = malloc(r->sb ? r->sb : 1);
     r->ws = malloc(r->wb ? r->wb : 1);
     r->logits = malloc(sizeof(float) * (size_t)(m * C * r->V));
     r->losses = malloc(sizeof(float) * (size_t)(M + L));
-    /* the micro-batch gradients: this rank's L for the reduction (N > 1), or the running fold (N = 1) */
-    const size_t ngrads = M == 1 ? 0 : r->dist && r->nranks > 1 ? (L > 1 ? (size_t)L * r->P : 0) : r->P;
     if (ngrads) r->grads = malloc(sizeof(float) * ngrads);
     if (!r->x || !r->y || !r->saved || !r->ws || !r->logits || !r->losses || (ngrads && !r->grads))
         return cli_fail("train gpt: out of memory (%zu MB of activations)", (r->sb + r->wb) >> 20);
@@ -649,7 +668,8 @@ static int gpt_prepare(gpt_run *r) {
     } else {
         o->shape.ff = 4 * o->shape.d_model;
     }
-    return plan(r) || build(r);
+    /* the weights' estimate before they are allocated; the activations' once the model sizes them */
+    return plan(r) || gpt_memory_check(r, gpt_param_estimate(&o->shape), 0) || build(r);
 }
 
 static int train_gpt_run(int argc, char **argv, attn_dist **distp) {

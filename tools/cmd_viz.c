@@ -664,7 +664,8 @@ static int check_outputs(const viz_set *set, const viz_opts *o) {
     for (int i = 0; i < nsvg; i++)
         outs[3 + i] =
             (safe_out){"--svg", set ? viz_svg_file(set, i, o->svg, files[i], sizeof files[i]) : o->svg, SAFE_KIND_SVG};
-    const int rc = safe_outs_check("viz", outs, (size_t)nsvg + 3, ins, 5, o->force);
+    const int rc = safe_outs_check("viz", outs, (size_t)nsvg + 3, ins, 5, o->force) ||
+                   safe_outs_outside("viz", outs, (size_t)nsvg + 3, o->model, "--model");
     free(outs), free(files);
     return rc;
 }

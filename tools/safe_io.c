@@ -20,6 +20,21 @@ int safe_out_check(const char *cmd, const char *opt, const char *out, const char
     return 0;
 }
 
+int safe_outs_outside(const char *cmd, const safe_out *outs, size_t n, const char *folder, const char *folder_opt) {
+    char root[PATH_MAX], real[PATH_MAX];
+    if (!folder || !realpath(folder, root)) return 0;
+    const size_t len = strlen(root);
+    for (size_t i = 0; i < n; i++) {
+        /* realpath resolves an existing file only: a new name cannot be a file the model reads */
+        if (!outs[i].path || !realpath(outs[i].path, real)) continue;
+        if (!strncmp(real, root, len) && (real[len] == '/' || (len == 1 && root[0] == '/')))
+            return cli_fail("%s: %s '%s' is a file of the model folder '%s' (%s): writing it could replace the "
+                            "model's weights, config or tokenizer; write outside the folder",
+                            cmd, outs[i].opt, outs[i].path, folder, folder_opt);
+    }
+    return 0;
+}
+
 /* path's folder resolved (realpath) joined with its last component into buf: one spelling per
  * file, existing or not; the path itself when its folder cannot be resolved. */
 static void canonical(const char *path, char *buf, size_t cap) {

@@ -49,6 +49,14 @@ typedef struct safe_out {
  * message printed ("attn: CMD: --svg and --html name the same file 'X'"). */
 int safe_outs_check(const char *cmd, const safe_out *outs, size_t n, const char *const *inputs, size_t nin, int force);
 
+/* Outputs of a command that reads a model folder (`--model DIR`): an output that names an existing
+ * file inside the folder, at any depth and under any spelling or link, is refused (writing it could
+ * replace the model's weights, config or tokenizer, which --force does not allow); a new file there
+ * is not one the model reads. 0, or 1 with the message printed ("attn: CMD: --out 'X' is a file of
+ * the model folder 'DIR' (--model): ..."). A folder that cannot be resolved is left to the command
+ * (it fails to open it). */
+int safe_outs_outside(const char *cmd, const safe_out *outs, size_t n, const char *folder, const char *folder_opt);
+
 /* The checks before training writes a checkpoint at `path` (0, or 1 with the message printed):
  * safe_out_check's, then an existing checkpoint is refused without --resume (unless --force, which
  * replaces it), then a temporary file is created and removed next to path, so that a missing or

@@ -7,19 +7,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cli_opts.h"
 
-static volatile sig_atomic_t g_interrupted;
+static volatile sig_atomic_t g_interrupted, g_cancel_library;
 static struct sigaction g_old_int, g_old_term;
 
 static void on_signal(int sig) {
     (void)sig;
-    g_interrupted = 1; /* the only thing done here: the loop checks it between steps */
+    g_interrupted = 1;                           /* the loop checks it between steps */
+    if (g_cancel_library) attn_cancel_request(); /* an atomic store: async-signal-safe */
 }
 
-void train_signals_catch(void) {
+void train_signals_catch(int cancel_library) {
+    attn_cancel_clear();
+    g_cancel_library = cancel_library != 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -35,6 +39,19 @@ int train_signals_caught(void) { return g_interrupted != 0; }
 void train_signals_release(void) {
     sigaction(SIGINT, &g_old_int, NULL);
     sigaction(SIGTERM, &g_old_term, NULL);
+    attn_cancel_clear();
+}
+
+int train_memory_check(const char *cmd, double params, double act, const char *batch_opt, int64_t batch,
+                       const char *advice) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return 0; /* unknown: nothing to compare with */
+    const double ram = (double)pages * (double)page, need = 16.0 * params + act;
+    if (need <= ram) return 0;
+    return cli_fail("%s: the run needs %.1f GB (%.1f GB for %.0f parameters with their gradients and AdamW state, "
+                    "%.1f GB of activations and workspace for %s %lld), over this machine's %.1f GB of memory: %s",
+                    cmd, need / 1e9, 16.0 * params / 1e9, params, act / 1e9, batch_opt, (long long)batch, ram / 1e9,
+                    advice);
 }
 
 attn_gpt_config train_gpt_config(const train_gpt_shape *s) {

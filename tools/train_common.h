@@ -90,11 +90,21 @@ uint64_t train_hash(uint64_t h, const void *data, size_t n);
 int train_data_differs(const attn_safetensors *st, const char *hash);
 int train_data_refuse(const char *cmd, const char *data, const char *checkpoint);
 
+/* What a training run holds at once against the machine's memory (sysconf): the weights, their
+ * gradients and AdamW's two moments (16 bytes a parameter) and `act` bytes of activations,
+ * workspace and batches (0 before the model is built: the weights alone are checked then, before
+ * they are allocated). 0, or 1 with the figures printed: "CMD: the run needs X GB (... for
+ * BATCH_OPT N), over this machine's Y GB of memory: ADVICE". */
+int train_memory_check(const char *cmd, double params, double act, const char *batch_opt, int64_t batch,
+                       const char *advice);
+
 /* Ctrl-C / SIGTERM while training: the handler only sets a flag that the loop reads between steps
  * and long steps read between their parts (it then writes a checkpoint); the first signal
  * restores the default action, so a second one stops at once (checkpoint writes are atomic). catch installs the handler and clears the flag,
- * release puts the previous handlers back. One training loop per process. */
-void train_signals_catch(void);
+ * release puts the previous handlers back. One training loop per process.
+ * cancel_library: the handler also calls attn_cancel_request, so that a forward or backward in
+ * progress stops before its next layer (ATTN_ERR_CANCELLED); catch and release clear it. */
+void train_signals_catch(int cancel_library);
 int train_signals_caught(void);
 void train_signals_release(void);
 

@@ -65,7 +65,7 @@ static void usage_vit(FILE *f) {
                "  --log-every N      print a line every N steps (default 500)\n\n"
                "Prints one line per --log-every steps (step, loss, learning rate, gradient norm,\n"
                "images/s), `final loss: X` and `held-out accuracy: P%% (k/n)` at the end. Ctrl-C or\n"
-               "SIGTERM stops the current step (between its forward and backward passes), writes the\n"
+               "SIGTERM stops the current step (before its next layer, forward or backward), writes the\n"
                "checkpoint of the last whole step and exits with status 130. A run that would not fit\n"
                "in the machine's memory is refused at the start with the figures. The checkpoint keeps\n"
                "a hash of the data: --resume on other data is refused. One run per checkpoint: a\n"
@@ -358,18 +358,10 @@ static int vit_tokens_check(const vit_opts *o, int64_t side) {
                     (long long)p);
 }
 
-/* What a run holds at once against the machine's memory (sysconf): the weights, their gradients
- * and AdamW's two moments (16 bytes a parameter), the activations kept for the backward pass and
- * the workspace (act bytes). 0, or 1 with the figures printed, naming the options. */
+/* train_memory_check for train vit's options. */
 static int vit_memory_check(const vit_opts *o, double params, double act) {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages <= 0 || page <= 0) return 0; /* unknown: nothing to compare with */
-    const double ram = (double)pages * (double)page, need = 16.0 * params + act;
-    if (need <= ram) return 0;
-    return cli_fail("train vit: the run needs %.1f GB (%.1f GB for %.0f parameters with their gradients and AdamW "
-                    "state, %.1f GB of activations and workspace for --batch %lld), over this machine's %.1f GB of "
-                    "memory: use a smaller --batch, --hidden, --mlp or --layers, or a larger --patch",
-                    need / 1e9, 16.0 * params / 1e9, params, act / 1e9, (long long)o->batch, ram / 1e9);
+    return train_memory_check("train vit", params, act, "--batch", o->batch,
+                              "use a smaller --batch, --hidden, --mlp or --layers, or a larger --patch");
 }
 
 /* The parameters of the model before it is built (torchvision's layout; for vit_memory_check). */

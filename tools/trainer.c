@@ -100,8 +100,10 @@ static int one_step(run *r) {
     double lr = 0, gn = 0, units = 0;
     float loss = 0;
     attn_status s = r->h->step(r->h->ctx, step, &loss, &units);
-    if (s == TRAINER_STOPPED && caught(r)) {
-        /* stopped inside the step: the optimizer has not run, the state is the last step's */
+    if ((s == TRAINER_STOPPED || s == ATTN_ERR_CANCELLED) && caught(r)) {
+        /* stopped inside the step (between micro-batches, or inside a forward / backward by
+         * attn_cancel_request): the optimizer has not run, the state is the last step's */
+        if (s == ATTN_ERR_CANCELLED) printf("step %lld stopped: %s\n", (long long)step + 1, attn_last_error());
         attn_clear_error();
         return 0;
     }
@@ -141,6 +143,10 @@ static int after_step(run *r) {
     if (r->rank == 0 && r->h->evaluate && c->eval_every > 0 && done % c->eval_every == 0 &&
         (c->eval_at_stop || done < r->stop)) {
         attn_status s = r->h->evaluate(r->h->ctx, done, 0);
+        if (s == ATTN_ERR_CANCELLED && caught(r)) { /* a signal inside the evaluation: step `done` is whole */
+            attn_clear_error();
+            return 1;
+        }
         if (s != ATTN_OK) {
             r->failed = 1;
             r->failed_status = s;
@@ -214,7 +220,8 @@ static int trainer_run_locked(run *rp, trainer_result *result) {
     if (c->resume && resume(&r)) return 1;
     int rc = h->start ? h->start(h->ctx, &r.state) : 0;
     if (rc) return rc;
-    if (c->catch_signals) train_signals_catch();
+    /* under attn dist the ranks agree on stopping between steps: a rank's forward is never cut */
+    if (c->catch_signals) train_signals_catch(c->dist == NULL);
     r.step0 = r.state.step;
     r.stop = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
     r.last_loss = NAN;

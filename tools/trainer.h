@@ -11,12 +11,15 @@
  *   evaluation     every eval_every steps and at the end (the evaluate hook prints its lines)
  *   checkpoints    every `every` steps and at the end, rank 0 only (with attn dist)
  *   Ctrl-C         SIGINT / SIGTERM stop between steps, or inside a long one (TRAINER_STOPPED;
- *                  train_signals_*; with attn dist, the ranks agree on stopping), the checkpoint
+ *                  inside a forward / backward, before its next layer: attn_cancel_request,
+ *                  ATTN_ERR_CANCELLED; train_signals_*; with attn dist, the ranks agree on
+ *                  stopping between steps), the checkpoint
  *                  is written, exit status 130
  *   lock           the checkpoint's advisory lock (attn_io_lock, rank 0) for the whole run: a
  *                  second run on it is refused
  *   messages       "CMD: step N: ...", "CMD: cannot write checkpoint: ...", "final loss: X",
- *                  "checkpoint: PATH (step N)", "interrupted after step N of S: ..."
+ *                  "checkpoint: PATH (step N)", "step N stopped: <where the pass stopped>",
+ *                  "interrupted after step N of S: ..."
  * Where the commands' words differ (the rate's unit, the evaluation's lines, the demo's progress
  * bar and messages) the configuration and the hooks supply them. */
 #ifndef ATTN_TRAINER_H

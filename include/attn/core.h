@@ -33,6 +33,7 @@ typedef enum attn_status {
     ATTN_ERR_UNSUPPORTED = 7, /* a valid request this build cannot serve */
     ATTN_ERR_NOT_FOUND = 8,   /* a named item is absent */
     ATTN_ERR_NUMERIC = 9,     /* a non-finite value where a finite one is required */
+    ATTN_ERR_CANCELLED = 10,  /* attn_cancel_request() stopped the call (attn_cancel_clear) */
 
     /* 20 .. 39: the safetensors codes, one per problem a file can have (ATTN_ERR_ST_*, 20 .. 34 so
      * far), declared in safetensors.h as attn_status values; attn_status_str describes them too.
@@ -48,6 +49,20 @@ ATTN_API const char *attn_status_str(attn_status s);
  * argument and the shapes involved. Empty string when no error happened on this thread. */
 ATTN_API const char *attn_last_error(void);
 ATTN_API void attn_clear_error(void);
+
+/* ---- cancellation ------------------------------------------------------------------------
+ * One process-wide flag that asks the library's long calls to stop: the forward and backward of
+ * the encoder / decoder stacks and of every model built on them (Transformer, GPT, ViT, seq2seq)
+ * check it before each layer and answer ATTN_ERR_CANCELLED (the message names the function and
+ * the layer). The flag stays set, so every later checked call stops too, until attn_cancel_clear.
+ * A cancelled call's outputs (and a backward's gradients, partly accumulated) are undefined: use
+ * none of them. attn_cancel_request is async-signal-safe (a lock-free atomic store): a SIGINT /
+ * SIGTERM handler or another thread may call it. A call that checks no flag is never cut short,
+ * so a single layer (or an optimizer step) always completes. */
+ATTN_API void attn_cancel_request(void);
+ATTN_API void attn_cancel_clear(void);
+/* Nonzero while a cancellation is requested. */
+ATTN_API int attn_cancel_requested(void);
 
 /* ---- tensor views ----------------------------------------------------------------------
  * A view does not own memory. Shapes and strides are in elements; a stride of 0 broadcasts.

@@ -1,4 +1,5 @@
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@ const char *attn_status_str(attn_status s) {
     case ATTN_ERR_UNSUPPORTED: return "unsupported";
     case ATTN_ERR_NOT_FOUND: return "not found";
     case ATTN_ERR_NUMERIC: return "non-finite value";
+    case ATTN_ERR_CANCELLED: return "cancelled";
     case ATTN_ERR_ST_HEADER_TOO_SMALL: return "safetensors: file too small for a header";
     case ATTN_ERR_ST_HEADER_TOO_LARGE: return "safetensors: header too large";
     case ATTN_ERR_ST_HEADER_TRUNCATED: return "safetensors: header runs past the end of the file";
@@ -39,6 +41,16 @@ const char *attn_status_str(attn_status s) {
     }
     return "unknown status";
 }
+
+/* A signal handler may store it only if the store cannot take a lock. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "attn_cancel_request must be async-signal-safe");
+static atomic_int cancel_flag;
+
+void attn_cancel_request(void) { atomic_store(&cancel_flag, 1); }
+
+void attn_cancel_clear(void) { atomic_store(&cancel_flag, 0); }
+
+int attn_cancel_requested(void) { return atomic_load_explicit(&cancel_flag, memory_order_relaxed); }
 
 const char *attn_last_error(void) { return last_error; }
 

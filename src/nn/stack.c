@@ -101,6 +101,13 @@ static attn_layer_args layer_args(const attn_layer_args *a, const float *x, int6
     return la;
 }
 
+/* attn_cancel_request's check before layer l of L: a stop takes at most one layer's time. */
+static attn_status cancelled(const char *fn, const char *pass, int64_t l, int64_t L) {
+    if (!attn_cancel_requested()) return ATTN_OK;
+    return attn_error(ATTN_ERR_CANCELLED, "%s: cancelled (attn_cancel_request) before the %s of layer %lld of %lld", fn,
+                      pass, (long long)l, (long long)L);
+}
+
 /* base: index of the first layer in the model (its dropout streams follow from it). */
 attn_status attn_nn_stack_fwd(const char *fn, nn_stack *S, const attn_layer_args *a, int64_t base, float *out,
                               void *saved, size_t saved_bytes, void *workspace, size_t workspace_bytes) {
@@ -117,6 +124,7 @@ attn_status attn_nn_stack_fwd(const char *fn, nn_stack *S, const attn_layer_args
     void *lws = nn_rest(&ws, &lwb);
     const float *x = a->x;
     for (int64_t l = 0; l < S->cfg.num_layers; l++) {
+        if ((st = cancelled(fn, "forward", l, S->cfg.num_layers))) return st;
         void *ls = saved ? attn_nn_take(&sv, lsb) : NULL;
         float *y = saved ? nn_takef(&sv, n) : pp[l & 1];
         attn_layer_args la = layer_args(a, x, base + l);
@@ -174,6 +182,7 @@ attn_status attn_nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args
         cur = 1;
     }
     for (int64_t l = L - 1; l >= 0 && !st; l--) {
+        if ((st = cancelled(fn, "backward", l, L))) break;
         float *next = l == 0 && dx ? dx : pp[cur];
         if (l) layer_saved_at(sv, l - 1, lsb, n, &ls, &xprev);
         layer_saved_at(sv, l, lsb, n, &ls, &xs);
