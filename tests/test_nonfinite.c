@@ -848,10 +848,9 @@ static void test_kernelised(void) {
  *  - no query before j changes, bit for bit: the key stabiliser (one maximum over the keys, or the
  *    state's running maximum) skips such a key, since its row's logits H - |x'|^2 / 2 are NaN or
  *    -Inf (|x'|^2 is +Inf), never above a finite one;
- *  - the parallel form and a step that holds the key with finite ones: the key's features are NaN,
- *    so query j and every later one are non-finite (all their entries);
- *  - one key per step: that step has no finite stabiliser, so the key's features are 0 and it
- *    adds nothing to the state: query j and the later ones stay finite (it is dropped). */
+ *  - in every form the key's features are NaN (beside finite keys, or alone in a one-token step,
+ *    where no finite stabiliser exists and it is taken as 0), so query j and every later one are
+ *    non-finite (all their entries): one key per step does not drop it. */
 enum { PN = 24, PD = 16, PDV = 8, PJ = 12 };
 
 static void performer_run(float *q, float *k, float *v, const float *w, int m, int chunk, float *out) {
@@ -910,7 +909,7 @@ static void test_performer_key(void) {
                             else
                                 later_nonfinite += !isfinite(a);
                         }
-                    const size_t later = (size_t)(PN - PJ) * PDV, want = chunk == 1 ? 0 : later;
+                    const size_t later = (size_t)(PN - PJ) * PDV, want = later;
                     CHECK(before == 0 && later_nonfinite == want,
                           "performer [%s] m %d, %s, key %d holds %g: %zu earlier outputs changed (want 0), %zu of "
                           "%zu later ones non-finite (want %zu)",

@@ -177,10 +177,14 @@ void attn_lin_features(const lin_map *mp, int64_t h, int64_t d, const float *x, 
     }
     if (is_query) return;
     if (kmax) *kmax = m;
+    /* A kept key whose logits hold no finite maximum (a NaN / Inf in it) keeps its non-finite
+     * features (stabiliser 0: exp(NaN) = NaN, exp(-Inf) = 0) as it would beside finite keys, so
+     * one such key alone in a step propagates as in the parallel form instead of vanishing. */
+    const float stab = m > -INFINITY ? m : 0.0f;
     for (int64_t i = 0; i < n; i++) {
         float *f = F + i * p;
-        if ((!keep || keep[i * ks]) && m > -INFINITY)
-            vk->expsc(f, p, m, inv);
+        if (!keep || keep[i * ks])
+            vk->expsc(f, p, stab, inv);
         else
             memset(f, 0, sizeof(float) * (size_t)p);
     }
