@@ -115,8 +115,8 @@ static void run_varlen(const packed *P, const attn_sdpa_params *p, int bf, resul
 static void gather(const void *x, size_t esz, int64_t start, int64_t n, int64_t H, int64_t W, void *dst) {
     for (int64_t h = 0; h < H; h++)
         for (int64_t i = 0; i < n; i++)
-            memcpy((char *)dst + ((h * n + i) * W) * (int64_t)esz, (const char *)x + (((start + i) * H + h) * W) * (int64_t)esz,
-                   esz * (size_t)W);
+            memcpy((char *)dst + ((h * n + i) * W) * (int64_t)esz,
+                   (const char *)x + (((start + i) * H + h) * W) * (int64_t)esz, esz * (size_t)W);
 }
 
 static int same_rows(const float *packed_x, int64_t start, int64_t n, int64_t H, int64_t W, const float *alone) {
@@ -226,8 +226,8 @@ static void check_reference(const packed *P, const vcase *c, const result *R, co
     const double eo = rel_err_fd(R->o, out, tq * HQ * DV);
     int lse_ok = 1;
     for (size_t i = 0; i < tq * HQ; i++)
-        lse_ok &= isinf(lse[i]) ? (isinf(R->lse[i]) && R->lse[i] < 0)
-                                : fabs(R->lse[i] - lse[i]) <= 1e-5 * (1 + fabs(lse[i]));
+        lse_ok &=
+            isinf(lse[i]) ? (isinf(R->lse[i]) && R->lse[i] < 0) : fabs(R->lse[i] - lse[i]) <= 1e-5 * (1 + fabs(lse[i]));
     CHECK(eo <= 1e-5 && lse_ok, "%s [%s]: varlen forward rel err %.3g vs float64, lse %s", c->name, isa, eo,
           lse_ok ? "ok" : "off");
     free(q), free(k), free(v), free(out), free(lse);
@@ -343,11 +343,11 @@ static void check_errors(const packed *P) {
         CHECK(strstr(attn_last_error(), "cu_seqlens_q") != NULL, "message names cu_seqlens_q: %s", attn_last_error()); \
         CHECK(attn_flash_varlen_workspace_size(&q, &k, &v, bad, P->ck, n) == 0, "workspace size of bad cu_seqlens");   \
     } while (0)
-    BAD_Q(bad[3] = bad[2] - 1);       /* decreasing */
-    BAD_Q(bad[n] = tq - 1);           /* last != total */
-    BAD_Q(bad[0] = -1);               /* negative first */
-    BAD_Q(bad[2] = -5);               /* negative inside */
-    BAD_Q(bad[1] = tq + 100);         /* past the end */
+    BAD_Q(bad[3] = bad[2] - 1); /* decreasing */
+    BAD_Q(bad[n] = tq - 1);     /* last != total */
+    BAD_Q(bad[0] = -1);         /* negative first */
+    BAD_Q(bad[2] = -5);         /* negative inside */
+    BAD_Q(bad[1] = tq + 100);   /* past the end */
 #undef BAD_Q
     memcpy(bad, P->ck, sizeof(int64_t) * (size_t)(n + 1));
     bad[n] = tk + 1;

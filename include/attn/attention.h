@@ -154,14 +154,14 @@ ATTN_API size_t attn_flash_varlen_workspace_size(const attn_tensor *q, const att
 
 /* O = varlen attention; lse [Hq, total_q] nullable unless a backward follows. */
 ATTN_API attn_status attn_flash_varlen_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                               const int64_t *cu_seqlens_q, const int64_t *cu_seqlens_k,
-                                               int64_t batch, const attn_sdpa_params *params, attn_tensor *out,
-                                               attn_tensor *lse, void *workspace, size_t workspace_bytes);
+                                               const int64_t *cu_seqlens_q, const int64_t *cu_seqlens_k, int64_t batch,
+                                               const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse,
+                                               void *workspace, size_t workspace_bytes);
 
 /* dQ (nullable), dK, dV [packed as q, k, v] from the forward's out and lse. */
 ATTN_API attn_status attn_flash_varlen_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                                const int64_t *cu_seqlens_q, const int64_t *cu_seqlens_k,
-                                                int64_t batch, const attn_sdpa_params *params, const attn_tensor *out,
+                                                const int64_t *cu_seqlens_q, const int64_t *cu_seqlens_k, int64_t batch,
+                                                const attn_sdpa_params *params, const attn_tensor *out,
                                                 const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
                                                 attn_tensor *dk, attn_tensor *dv, void *workspace,
                                                 size_t workspace_bytes);

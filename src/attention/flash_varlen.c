@@ -50,8 +50,8 @@ static attn_status check_cu(const char *fn, const char *name, const int64_t *cu,
             return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                               "%s: %s[%lld] = %lld after %s[%lld] = %lld: must be nondecreasing and at most %lld "
                               "(%s rows)",
-                              fn, name, (long long)(s + 1), (long long)cu[s + 1], name, (long long)s,
-                              (long long)cu[s], (long long)total, total_of);
+                              fn, name, (long long)(s + 1), (long long)cu[s + 1], name, (long long)s, (long long)cu[s],
+                              (long long)total, total_of);
     if (cu[batch] != total)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: %s[%lld] = %lld, must equal %s's %lld rows", fn, name,
                           (long long)batch, (long long)cu[batch], total_of, (long long)total);
