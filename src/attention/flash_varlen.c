@@ -4,16 +4,21 @@
  *   Q_s = q[cu_q[s] .. cu_q[s + 1]) as [1, Hq, Nq_s, d] (the packed row stride becomes the
  *   sequence stride, the head stride stays), K_s, V_s likewise from cu_k, O_s from out, and
  *   lse_s [1, Hq, Nq_s] from lse [Hq, total_q].
- * Each sequence runs through attn_flash_forward / attn_flash_backward itself, so its results are
- * those of running it alone bit for bit by construction (the same tile kernels, block order,
- * decode path for a one-token query and dropout rule), every thread works on the sequence's
- * (head, query block) tasks (forward) or (key/value head, key run) tasks (backward), and no tile
- * of padding is ever formed. */
+ * Forward: every sequence's (head, query block) tasks go into one parallel loop
+ * (attn_flash_forward_seqs), longest sequences first, each task run by the block function
+ * attn_flash_forward's own loop runs; a one-token sequence that attn_flash_forward would send
+ * down its decode path goes there, through attn_flash_forward itself. Backward: sequence by
+ * sequence through attn_flash_backward, whose (key/value head, key run) tasks and ordered dQ
+ * reduction keep every thread busy even on one head. Either way each sequence's results are its
+ * batch-1 run's bit for bit by construction, and no tile of padding is formed. */
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "attention_common.h"
 #include "core/internal.h"
+#include "flash_internal.h"
 
 /* The per-sequence option set: the padded batch's masks have no meaning for a packed batch. */
 static attn_status check_params(const char *fn, const attn_sdpa_params *params) {
@@ -149,20 +154,62 @@ static attn_sdpa_params seq_params(const attn_sdpa_params *params, int64_t s) {
     return p;
 }
 
-size_t attn_flash_varlen_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                        const int64_t *cu_seqlens_q, const int64_t *cu_seqlens_k, int64_t batch) {
-    static const char *fn = "attn_flash_varlen_workspace_size";
-    if (check_common(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, batch, NULL)) return 0;
+/* The largest workspace any one sequence's batch-1 call needs (what the backward and the
+ * forward's decode sequences are given; it holds the forward loop's per-thread buffers too). */
+static size_t per_seq_need(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v, const int64_t *cu_q,
+                           const int64_t *cu_k, int64_t batch) {
     size_t need = 0;
     for (int64_t s = 0; s < batch; s++) {
-        const int64_t nq = cu_seqlens_q[s + 1] - cu_seqlens_q[s], nk = cu_seqlens_k[s + 1] - cu_seqlens_k[s];
-        const attn_tensor qs = seq_view(q, cu_seqlens_q[s], nq), ks = seq_view(k, cu_seqlens_k[s], nk),
-                          vs = seq_view(v, cu_seqlens_k[s], nk);
+        const int64_t nq = cu_q[s + 1] - cu_q[s], nk = cu_k[s + 1] - cu_k[s];
+        const attn_tensor qs = seq_view(q, cu_q[s], nq), ks = seq_view(k, cu_k[s], nk), vs = seq_view(v, cu_k[s], nk);
         const size_t n = attn_flash_workspace_size(&qs, &ks, &vs);
         if (n == SIZE_MAX) return SIZE_MAX;
         if (n > need) need = n;
     }
     return need;
+}
+
+/* Bytes: the per-sequence need, then (64-byte aligned) the forward's table of sequences. */
+static size_t varlen_need(size_t per_seq, int64_t batch) {
+    size_t table, total;
+    if (per_seq == SIZE_MAX || attn_mul_overflow((size_t)batch, sizeof(attn_flash_seq), &table) ||
+        attn_add_overflow(per_seq, table, &total) || attn_add_overflow(total, 128, &total))
+        return SIZE_MAX;
+    return total;
+}
+
+size_t attn_flash_varlen_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                        const int64_t *cu_seqlens_q, const int64_t *cu_seqlens_k, int64_t batch) {
+    static const char *fn = "attn_flash_varlen_workspace_size";
+    if (check_common(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, batch, NULL)) return 0;
+    return varlen_need(per_seq_need(q, k, v, cu_seqlens_q, cu_seqlens_k, batch), batch);
+}
+
+/* Longest first (work Nq Nk), so the short sequences' tasks even out the threads' finish. */
+static int by_work(const void *a_, const void *b_) {
+    const attn_flash_seq *a = a_, *b = b_;
+    const double wa = (double)a->c.nq * (double)(a->c.nk + 1), wb = (double)b->c.nq * (double)(b->c.nk + 1);
+    return wa < wb ? 1 : wa > wb ? -1 : 0;
+}
+
+/* Sequence s's checked problem into *e (the checks of attn_flash_forward). */
+static attn_status seq_problem(const char *fn, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                               const int64_t *cq, const int64_t *ck, int64_t s, const attn_sdpa_params *ps,
+                               attn_tensor *out, attn_tensor *lse, attn_flash_seq *e) {
+    const int64_t nq = cq[s + 1] - cq[s], nk = ck[s + 1] - ck[s];
+    const unsigned in_types = ATTN_TYPES(ATTN_TYPE_F32) | ATTN_TYPES(ATTN_TYPE_BF16);
+    const unsigned out_types = q->dtype == ATTN_TYPE_BF16 ? in_types : ATTN_TYPES(ATTN_TYPE_F32);
+    attn_status st;
+    e->q = seq_view(q, cq[s], nq);
+    e->k = seq_view(k, ck[s], nk);
+    e->v = seq_view(v, ck[s], nk);
+    e->out = seq_view(out, cq[s], nq);
+    e->has_lse = lse != NULL;
+    if (lse) e->lse = lse_view(lse, cq[s], nq);
+    if ((st = attn_ctx_init_typed(&e->c, fn, &e->q, &e->k, &e->v, ps, &e->out, "out", in_types, out_types)) ||
+        (st = attn_ctx_check_rows(&e->c, fn, lse ? &e->lse : NULL, "lse", 0)))
+        return seq_error(fn, st, s, cq, ck);
+    return ATTN_OK;
 }
 
 attn_status attn_flash_varlen_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
@@ -175,14 +222,36 @@ attn_status attn_flash_varlen_forward(const attn_tensor *q, const attn_tensor *k
     if ((st = check_common(fn, q, k, v, cq, ck, batch, params)) ||
         (st = check_rows_of(fn, "out", out, q->shape[0], "q")) || (lse && (st = check_lse(fn, lse, q))))
         return st;
+    const size_t per_seq = per_seq_need(q, k, v, cq, ck, batch);
+    void *aligned;
+    if ((st = attn_ctx_workspace(fn, workspace, workspace_bytes, varlen_need(per_seq, batch), &aligned))) return st;
+    /* the table after the per-sequence part, which the decode sequences' calls may use */
+    attn_flash_seq *table = (attn_flash_seq *)(void *)(((uintptr_t)aligned + per_seq + 63) & ~(uintptr_t)63);
+    int64_t n = 0, tasks = 0, ndecode = 0;
     for (int64_t s = 0; s < batch; s++) {
-        const int64_t nq = cq[s + 1] - cq[s], nk = ck[s + 1] - ck[s];
-        const attn_tensor qs = seq_view(q, cq[s], nq), ks = seq_view(k, ck[s], nk), vs = seq_view(v, ck[s], nk);
-        attn_tensor os = seq_view(out, cq[s], nq), ls;
-        if (lse) ls = lse_view(lse, cq[s], nq);
         const attn_sdpa_params ps = seq_params(params, s);
-        if ((st = attn_flash_forward(&qs, &ks, &vs, &ps, &os, lse ? &ls : NULL, workspace, workspace_bytes)))
+        if ((st = seq_problem(fn, q, k, v, cq, ck, s, &ps, out, lse, &table[n]))) return st;
+        if (table[n].c.nq == 0) continue;
+        if (attn_flash_takes_decode(&table[n].c, &table[n].k, &table[n].v)) {
+            ndecode++;
+            continue;
+        }
+        n++;
+    }
+    qsort(table, (size_t)n, sizeof *table, by_work);
+    for (int64_t i = 0; i < n; i++) {
+        table[i].task0 = tasks;
+        tasks += attn_flash_seq_tasks(&table[i].c);
+    }
+    attn_flash_forward_seqs(table, n, tasks, aligned);
+    for (int64_t s = 0; s < batch && ndecode > 0; s++) {
+        const attn_sdpa_params ps = seq_params(params, s);
+        attn_flash_seq e;
+        if ((st = seq_problem(fn, q, k, v, cq, ck, s, &ps, out, lse, &e))) return st;
+        if (e.c.nq == 0 || !attn_flash_takes_decode(&e.c, &e.k, &e.v)) continue;
+        if ((st = attn_flash_forward(&e.q, &e.k, &e.v, &ps, &e.out, lse ? &e.lse : NULL, workspace, workspace_bytes)))
             return seq_error(fn, st, s, cq, ck);
+        ndecode--;
     }
     return ATTN_OK;
 }
