@@ -358,6 +358,10 @@ static void check_errors(const packed *P) {
                  ATTN_ERR_INVALID_ARGUMENT); /* batch 0 */
     CHECK_STATUS(attn_flash_varlen_forward(&q, &k, &v, NULL, P->ck, n, &p, &to, NULL, ws, wsb),
                  ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_flash_varlen_forward(&q, &k, &v, P->cq, P->ck, n, NULL, &to, NULL, ws, wsb),
+                 ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_flash_varlen_forward(NULL, &k, &v, P->cq, P->ck, n, &p, &to, NULL, ws, wsb),
+                 ATTN_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(attn_flash_varlen_forward(&q, &k, &v, P->cq, P->ck, n, &p, &to, NULL, ws, wsb - 64),
                  ATTN_ERR_WORKSPACE);
     attn_tensor wrong = view3(o, ATTN_TYPE_F32, tq, HQ, DV - 1);

@@ -143,11 +143,13 @@ ATTN_API attn_status attn_flash_weights(const attn_tensor *q, const attn_tensor 
  * dropout_offset), with the same distribution. bool_mask, add_mask and key_mask are padded-batch
  * shapes and are refused (ATTN_ERR_UNSUPPORTED): the packing itself is the key mask.
  * Element types as attn_flash_*: all f32, or bf16 q, k, v (and dout) with f32 or bf16 out.
- * No work is spent on padding; results are identical for any thread count. */
+ * No work is spent on padding: the forward runs every sequence's (head, query block) tiles in one
+ * parallel loop, longest sequences first; the backward runs sequence by sequence, each on every
+ * thread. Results are identical for any thread count. */
 
 /* Workspace bytes of the varlen forward and backward for these views and lengths (the largest
- * any one sequence needs); 0 for invalid arguments (attn_last_error() says which), SIZE_MAX on
- * overflow. */
+ * any one sequence needs, plus the forward's table of sequences, about 1 KB each); 0 for invalid
+ * arguments (attn_last_error() says which), SIZE_MAX on overflow. */
 ATTN_API size_t attn_flash_varlen_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                                  const int64_t *cu_seqlens_q, const int64_t *cu_seqlens_k,
                                                  int64_t batch);

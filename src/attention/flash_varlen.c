@@ -65,8 +65,8 @@ static attn_status check_cu(const char *fn, const char *name, const int64_t *cu,
 
 /* Everything the calls share: params, the packed views' ranks and the lengths. */
 static attn_status check_common(const char *fn, const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
-                                const int64_t *cu_q, const int64_t *cu_k, int64_t batch,
-                                const attn_sdpa_params *params) {
+                                const int64_t *cu_q, const int64_t *cu_k, int64_t batch, const attn_sdpa_params *params,
+                                int params_too) {
     attn_status st;
     if ((st = check_packed(fn, "q", q, 3)) || (st = check_packed(fn, "k", k, 3)) || (st = check_packed(fn, "v", v, 3)))
         return st;
@@ -79,7 +79,7 @@ static attn_status check_common(const char *fn, const attn_tensor *q, const attn
     if ((st = check_cu(fn, "cu_seqlens_q", cu_q, batch, q->shape[0], "q")) ||
         (st = check_cu(fn, "cu_seqlens_k", cu_k, batch, k->shape[0], "k")))
         return st;
-    return params ? check_params(fn, params) : ATTN_OK;
+    return params_too ? check_params(fn, params) : ATTN_OK;
 }
 
 /* Rows [start, start + n) of packed x [total, H, D] as the batch-1 view [1, H, n, D]. */
@@ -181,7 +181,7 @@ static size_t varlen_need(size_t per_seq, int64_t batch) {
 size_t attn_flash_varlen_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
                                         const int64_t *cu_seqlens_q, const int64_t *cu_seqlens_k, int64_t batch) {
     static const char *fn = "attn_flash_varlen_workspace_size";
-    if (check_common(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, batch, NULL)) return 0;
+    if (check_common(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, batch, NULL, 0)) return 0;
     return varlen_need(per_seq_need(q, k, v, cu_seqlens_q, cu_seqlens_k, batch), batch);
 }
 
@@ -219,7 +219,7 @@ attn_status attn_flash_varlen_forward(const attn_tensor *q, const attn_tensor *k
     static const char *fn = "attn_flash_varlen_forward";
     attn_status st;
     const int64_t *cq = cu_seqlens_q, *ck = cu_seqlens_k;
-    if ((st = check_common(fn, q, k, v, cq, ck, batch, params)) ||
+    if ((st = check_common(fn, q, k, v, cq, ck, batch, params, 1)) ||
         (st = check_rows_of(fn, "out", out, q->shape[0], "q")) || (lse && (st = check_lse(fn, lse, q))))
         return st;
     const size_t per_seq = per_seq_need(q, k, v, cq, ck, batch);
@@ -264,7 +264,7 @@ attn_status attn_flash_varlen_backward(const attn_tensor *q, const attn_tensor *
     static const char *fn = "attn_flash_varlen_backward";
     attn_status st;
     const int64_t *cq = cu_seqlens_q, *ck = cu_seqlens_k;
-    if ((st = check_common(fn, q, k, v, cq, ck, batch, params))) return st;
+    if ((st = check_common(fn, q, k, v, cq, ck, batch, params, 1))) return st;
     if (!out || !dout || !lse || !dk || !dv)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT,
                           "%s: out, dout, lse, dk and dv are required (out %p, dout %p, lse %p, dk %p, dv %p)", fn,
