@@ -299,16 +299,18 @@ static void check_batch(const packed *P, const char *label) {
     }
 }
 
-/* Bitwise identical for 1, 2 and 3 threads. */
-static void check_threads(const packed *P) {
-    const attn_sdpa_params p = params_of(&cases[7]);
+/* Bitwise identical for 1, 2, 3, 5 and 8 threads, f32 and bf16 (a vcase with dropout). */
+static void check_threads(const packed *P, const vcase *c, int bf) {
+    const attn_sdpa_params p = params_of(c);
     const size_t tq = (size_t)P->cq[P->batch], tk = (size_t)P->ck[P->batch];
     result first;
     memset(&first, 0, sizeof first);
-    for (int t = 1; t <= 3; t++) {
+    static const int counts[] = {1, 2, 3, 5, 8};
+    for (int ti = 0; ti < 5; ti++) {
+        const int t = counts[ti];
         attn_set_num_threads(t);
         result R;
-        run_varlen(P, &p, 0, &R);
+        run_varlen(P, &p, bf, &R);
         if (t == 1) {
             first = R;
             continue;
@@ -316,7 +318,7 @@ static void check_threads(const packed *P) {
         CHECK(!memcmp(R.o, first.o, 4 * tq * HQ * DV) && !memcmp(R.lse, first.lse, 4 * tq * HQ) &&
                   !memcmp(R.dq, first.dq, 4 * tq * HQ * D) && !memcmp(R.dk, first.dk, 4 * tk * HK * D) &&
                   !memcmp(R.dv, first.dv, 4 * tk * HK * DV),
-              "varlen results differ bitwise between 1 and %d threads", t);
+              "varlen %s [%s] differs bitwise between 1 and %d threads", c->name, bf ? "bf16" : "f32", t);
         free_result(&R);
     }
     free_result(&first);
@@ -388,7 +390,10 @@ int main(void) {
     make(&cross, &r, (int64_t)(sizeof cross_q / sizeof cross_q[0]), cross_q, cross_k);
     check_batch(&self, "self");
     check_batch(&cross, "cross");
-    check_threads(&self);
+    for (int bf = 0; bf <= 1; bf++) {
+        check_threads(&self, &cases[7], bf);
+        check_threads(&cross, &cases[5], bf);
+    }
     check_errors(&self);
     /* the backward by finite differences of the float64 reference, on a small batch */
     static const int64_t sq[] = {3, 0, 5, 1}, sk[] = {4, 2, 5, 1};
