@@ -368,6 +368,9 @@ static void check_errors(const packed *P) {
                  ATTN_ERR_WORKSPACE);
     attn_tensor wrong = view3(o, ATTN_TYPE_F32, tq, HQ, DV - 1);
     CHECK_STATUS(attn_flash_varlen_forward(&q, &k, &v, P->cq, P->ck, n, &p, &wrong, NULL, ws, wsb), ATTN_ERR_SHAPE);
+    attn_tensor q0 = view3(P->q, ATTN_TYPE_F32, tq, HQ, 0);
+    CHECK(attn_flash_varlen_workspace_size(&q0, &k, &v, P->cq, P->ck, n) == 0, "workspace size with head_dim 0");
+    CHECK_STATUS(attn_flash_varlen_forward(&q0, &k, &v, P->cq, P->ck, n, &p, &to, NULL, ws, wsb), ATTN_ERR_SHAPE);
     attn_tensor q4 = attn_tensor_4d(P->q, 1, tq, HQ, D);
     CHECK_STATUS(attn_flash_varlen_forward(&q4, &k, &v, P->cq, P->ck, n, &p, &to, NULL, ws, wsb), ATTN_ERR_SHAPE);
     attn_sdpa_params pm = p;

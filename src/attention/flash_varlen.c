@@ -73,6 +73,11 @@ static attn_status check_common(const char *fn, const attn_tensor *q, const attn
     if (batch < 1)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch = %lld, need at least one sequence", fn,
                           (long long)batch);
+    if (q->shape[1] < 1 || k->shape[1] < 1 || q->shape[2] < 1 || v->shape[2] < 1)
+        return attn_error(ATTN_ERR_SHAPE,
+                          "%s: heads and head dimensions must be >= 1 (q [%lld, %lld, %lld], v [%lld, %lld, %lld])", fn,
+                          (long long)q->shape[0], (long long)q->shape[1], (long long)q->shape[2],
+                          (long long)v->shape[0], (long long)v->shape[1], (long long)v->shape[2]);
     if (v->shape[0] != k->shape[0])
         return attn_error(ATTN_ERR_SHAPE, "%s: v has %lld rows, k has %lld (both total_k)", fn, (long long)v->shape[0],
                           (long long)k->shape[0]);
