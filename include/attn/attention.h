@@ -122,6 +122,52 @@ ATTN_API attn_status attn_flash_weights(const attn_tensor *q, const attn_tensor 
                                         int64_t b, int64_t h, int64_t row0, int64_t rows, int apply_dropout,
                                         float *weights);
 
+/* ---- variable-length (packed) flash attention ---------------------------------------------
+ * FlashAttention's varlen API: a batch of sequences of different lengths packed without padding.
+ *   Q [total_q, Hq, d], K [total_k, Hk, d], V [total_k, Hk, dv], O [total_q, Hq, dv], any strides
+ *   (dk, dv of the backward with unit innermost stride); Hq a multiple of Hk as above.
+ *   cu_seqlens_q / cu_seqlens_k: int64 [batch + 1], 0 first, nondecreasing, total_q / total_k last;
+ *   sequence s owns query rows [cu_q[s], cu_q[s + 1]) and key rows [cu_k[s], cu_k[s + 1]).
+ *   O_s = attention(Q_s, K_s, V_s): sequence s attends only to its own keys, with Nq = Nk = 0
+ *   allowed (a sequence with no keys gets output 0 and lse -inf, as a fully masked row).
+ *   lse [Hq, total_q] (FlashAttention's layout), natural log.
+ * Each sequence is exactly attn_flash_forward / attn_flash_backward run on it alone with batch 1
+ * (bit for bit: output, lse, dq, dk, dv), so every per-sequence option of attn_sdpa_params means
+ * what it means there, with that sequence's Nq and Nk: scale, causal (ATTN_CAUSAL_BOTTOM_RIGHT is
+ * FlashAttention >= 2.1's varlen causality, aligned per sequence; ATTN_CAUSAL_TOP_LEFT is
+ * PyTorch's is_causal), window_left / window_right, alibi_slopes [Hq], softcap. Dropout: sequence
+ * s draws exactly what its batch-1 run with Philox offset dropout_offset + s draws (element
+ * (h, i, j) at stream index (h Nq_s + i) Nk_s + j), so sequences never share draws; a caller
+ * making several calls with one seed advances the offset by at least batch between them. The
+ * draws differ from those of the padded batch (index ((b Hq + h) Nq + i) Nk + j at offset
+ * dropout_offset), with the same distribution. bool_mask, add_mask and key_mask are padded-batch
+ * shapes and are refused (ATTN_ERR_UNSUPPORTED): the packing itself is the key mask.
+ * Element types as attn_flash_*: all f32, or bf16 q, k, v (and dout) with f32 or bf16 out.
+ * No work is spent on padding: the forward runs every sequence's (head, query block) tiles in one
+ * parallel loop, longest sequences first; the backward runs sequence by sequence, each on every
+ * thread. Results are identical for any thread count. */
+
+/* Workspace bytes of the varlen forward and backward for these views and lengths (the largest
+ * any one sequence needs, plus the forward's table of sequences, about 1 KB each); 0 for invalid
+ * arguments (attn_last_error() says which), SIZE_MAX on overflow. */
+ATTN_API size_t attn_flash_varlen_workspace_size(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                                 const int64_t *cu_seqlens_q, const int64_t *cu_seqlens_k,
+                                                 int64_t batch);
+
+/* O = varlen attention; lse [Hq, total_q] nullable unless a backward follows. */
+ATTN_API attn_status attn_flash_varlen_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                               const int64_t *cu_seqlens_q, const int64_t *cu_seqlens_k, int64_t batch,
+                                               const attn_sdpa_params *params, attn_tensor *out, attn_tensor *lse,
+                                               void *workspace, size_t workspace_bytes);
+
+/* dQ (nullable), dK, dV [packed as q, k, v] from the forward's out and lse. */
+ATTN_API attn_status attn_flash_varlen_backward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,
+                                                const int64_t *cu_seqlens_q, const int64_t *cu_seqlens_k, int64_t batch,
+                                                const attn_sdpa_params *params, const attn_tensor *out,
+                                                const attn_tensor *dout, const attn_tensor *lse, attn_tensor *dq,
+                                                attn_tensor *dk, attn_tensor *dv, void *workspace,
+                                                size_t workspace_bytes);
+
 /* ---- attention kinds ---------------------------------------------------------------------
  * The attention an attn_mha computes (and so every layer, stack and model that holds one) is an
  * entry of one table: each kind supplies its forward, backward, exact weights (where it has them)

@@ -91,6 +91,11 @@ _SIGNATURES = {
     "attn_flash_workspace_size": (c_size_t, [_T, _T, _T]),
     "attn_flash_forward": (c_int, [_T, _T, _T, _P, _T, _T, c_void_p, c_size_t]),
     "attn_flash_backward": (c_int, [_T, _T, _T, _P, _T, _T, _T, _T, _T, _T, c_void_p, c_size_t]),
+    "attn_flash_varlen_workspace_size": (c_size_t, [_T, _T, _T, c_void_p, c_void_p, c_int64]),
+    "attn_flash_varlen_forward": (c_int, [_T, _T, _T, c_void_p, c_void_p, c_int64, _P, _T, _T, c_void_p,
+                                          c_size_t]),
+    "attn_flash_varlen_backward": (c_int, [_T, _T, _T, c_void_p, c_void_p, c_int64, _P, _T, _T, _T, _T, _T,
+                                           _T, c_void_p, c_size_t]),
     # models (attn/model.h)
     "attn_model_known": (c_char_p, [c_size_t]),
     "attn_model_create_json": (c_int, [c_char_p, c_size_t, POINTER(c_void_p)]),

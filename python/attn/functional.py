@@ -293,3 +293,105 @@ def scaled_dot_product_attention_backward(grad_out, query, key, value, attn_mask
     ws, wsb = _lib.workspace(lib.attn_flash_workspace_size(c.tq, c.tk, c.tv))
     check(lib.attn_flash_backward(c.tq, c.tk, c.tv, c.p, to, tgo, tl, tdq, tdk, tdv, ws, wsb))
     return _from4(dq, c.ndim), _from4(dk, c.ndim), _from4(dv, c.ndim)
+
+
+# ---- variable-length (packed) batches ---------------------------------------------------------
+
+def _cu(name: str, x, fn: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise ValueError(f"{fn}: {name} must be a 1-D integer array [batch + 1], got shape {a.shape} "
+                         f"dtype {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+class _Varlen:
+    """The checked arguments of one packed call: [total, H, E] float32 views, the int64
+    cu_seqlens and the attn_sdpa_params (validated as _Call does, on one-token stand-ins)."""
+
+    def __init__(self, q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p, scale, causal, window, alibi_slopes,
+                 softcap, dropout_seed, dropout_offset, fn):
+        q, k, v = (_lib.as_f32(_array(n, x)) for n, x in (("q", q), ("k", k), ("v", v)))
+        for n, x in (("q", q), ("k", k), ("v", v)):
+            if x.ndim != 3:
+                raise ValueError(f"{fn}: {n} must be packed [total, heads, head_dim], got shape {x.shape}")
+        self.cq, self.ck = _cu("cu_seqlens_q", cu_seqlens_q, fn), _cu("cu_seqlens_k", cu_seqlens_k, fn)
+        if self.cq.shape != self.ck.shape:
+            raise ValueError(f"{fn}: cu_seqlens_q has {self.cq.shape[0]} entries, cu_seqlens_k "
+                             f"{self.ck.shape[0]} (both batch + 1)")
+        self.batch = self.cq.shape[0] - 1
+        if causal is True or causal is False or causal in (0, 1):
+            causal = "bottom_right" if causal else "none"  # FlashAttention's flash_attn_varlen_func
+        Hq, Hk, E, Ev = q.shape[1], k.shape[1], q.shape[2], v.shape[2]
+        stand = _Call(np.zeros((1, max(Hq, 1), 1, max(E, 1)), np.float32),
+                      np.zeros((1, max(Hk, 1), 1, max(k.shape[2], 1)), np.float32),
+                      np.zeros((1, max(Hk, 1), 1, max(Ev, 1)), np.float32), None, dropout_p, causal, scale,
+                      True, window, alibi_slopes, softcap, dropout_seed, dropout_offset, fn)
+        self.p, self.keep = stand.p, stand.keep
+        self.q, self.k, self.v = q, k, v
+        self.tq, self.tk, self.tv = _lib.tensor(q), _lib.tensor(k), _lib.tensor(v)
+        self.Hq, self.Ev = Hq, Ev
+
+    def lens(self):
+        return (self.tq, self.tk, self.tv, self.cq.ctypes.data, self.ck.ctypes.data, self.batch)
+
+    def workspace(self):
+        return _lib.workspace(lib.attn_flash_varlen_workspace_size(*self.lens()))
+
+    def forward(self):
+        out = np.empty((self.q.shape[0], self.Hq, self.Ev), dtype=np.float32)
+        lse = np.empty((self.Hq, self.q.shape[0]), dtype=np.float32)
+        ws, wsb = self.workspace()
+        check(lib.attn_flash_varlen_forward(*self.lens(), self.p, _lib.tensor(out), _lib.tensor(lse), ws, wsb))
+        return out, lse
+
+
+def flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p: float = 0.0, scale: Optional[float] = None,
+                      causal: CausalArg = False, *, window: WindowArg = None,
+                      alibi_slopes: Optional[Sequence[float]] = None, softcap: float = 0.0, return_lse: bool = False,
+                      dropout_seed: Optional[int] = None, dropout_offset: int = 0):
+    r"""Attention over a packed batch of sequences of different lengths, without padding
+    (FlashAttention's ``flash_attn_varlen_func``; attn_flash_varlen_forward).
+
+    Sequence s owns query rows ``cu_seqlens_q[s] .. cu_seqlens_q[s + 1]`` of ``q`` and key rows
+    ``cu_seqlens_k[s] .. cu_seqlens_k[s + 1]`` of ``k`` / ``v``, and attends only to its own keys
+    (the module docstring's formula per sequence); lengths may be 0 (a sequence without keys gets
+    output 0). Its output equals, bit for bit, :func:`scaled_dot_product_attention` on it alone.
+
+    Args:
+        q: ``[total_q, Hq, E]``; k: ``[total_k, Hk, E]``; v: ``[total_k, Hk, Ev]`` (Hq a multiple of Hk).
+        cu_seqlens_q, cu_seqlens_k: int ``[batch + 1]``: 0 first, nondecreasing, the totals last.
+        causal: True / ``"bottom_right"`` (FlashAttention's convention: the last query of a sequence
+            sees its last key, j <= i + Nk - Nq) or ``"top_left"`` (PyTorch's is_causal, j <= i).
+        window, alibi_slopes, softcap, scale: as :func:`scaled_dot_product_attention`, per sequence.
+        dropout_p, dropout_seed, dropout_offset: sequence s draws what its run alone draws with
+            offset ``dropout_offset + s``.
+        return_lse: also return the log-sum-exp ``[Hq, total_q]`` (FlashAttention's layout).
+
+    Returns:
+        ``out`` ``[total_q, Hq, Ev]`` float32, or ``(out, lse)``.
+    """
+    c = _Varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p, scale, causal, window, alibi_slopes, softcap,
+                dropout_seed, dropout_offset, "flash_attn_varlen")
+    out, lse = c.forward()
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_varlen_backward(grad_out, q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p: float = 0.0,
+                               scale: Optional[float] = None, causal: CausalArg = False, *,
+                               window: WindowArg = None, alibi_slopes: Optional[Sequence[float]] = None,
+                               softcap: float = 0.0, dropout_seed: Optional[int] = None, dropout_offset: int = 0):
+    r"""Gradients ``(dq, dk, dv)`` (packed as q, k, v) of :func:`flash_attn_varlen` for the upstream
+    gradient ``grad_out`` ``[total_q, Hq, Ev]``, with the forward's arguments."""
+    fn = "flash_attn_varlen_backward"
+    c = _Varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p, scale, causal, window, alibi_slopes, softcap,
+                dropout_seed, dropout_offset, fn)
+    go = _lib.as_f32(_array("grad_out", grad_out))
+    if go.shape != (c.q.shape[0], c.Hq, c.Ev):
+        raise ValueError(f"{fn}: grad_out has shape {go.shape}, the output's is {(c.q.shape[0], c.Hq, c.Ev)}")
+    out, lse = c.forward()
+    dq, dk, dv = (np.empty(x.shape, dtype=np.float32) for x in (c.q, c.k, c.v))
+    ws, wsb = c.workspace()
+    check(lib.attn_flash_varlen_backward(*c.lens(), c.p, _lib.tensor(out), _lib.tensor(go), _lib.tensor(lse),
+                                         _lib.tensor(dq), _lib.tensor(dk), _lib.tensor(dv), ws, wsb))
+    return dq, dk, dv

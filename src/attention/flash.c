@@ -529,25 +529,93 @@ static void block_finish(const flash_bufs *w, attn_tensor *lse, int64_t b, int64
             w->l[r] != 0 ? (float)(((double)w->sh[r] + w->m[r] + log2((double)w->l[r])) * LN2) : -INFINITY;
 }
 
+/* One bf16 forward task: query block qb of head h of batch b (the f32 path's task, on pair words).
+ * vpairs: V's pairs made once per call (vpairs_base), or NULL to pair each tile's rows here; the
+ * words, and so the results, are the same either way. */
+static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_kernels *hk, const attn_ctx *cp,
+                               const attn_tensor *q, const attn_tensor *k, const attn_tensor *v, attn_tensor *out,
+                               attn_tensor *lse, const flash_bufs *wp, const uint32_t *vpairs, int64_t b, int64_t h,
+                               int64_t qb) {
+    const attn_ctx c = *cp;
+    const flash_bufs w = *wp;
+    const int general = needs_general_epilogue(&c);
+    const float qscale = (float)(general ? c.scale : c.scale * LOG2E);
+    const int dp = (int)((c.d + 1) / 2); /* pair words per q / k row */
+    /* K rows are read in place as pair words when they are: unit stride, even length and row
+     * stride, 4-byte aligned */
+    const int k_words = rows_are_words(k), q_words = rows_are_words(q);
+    /* softmax and P's rounding in one pass, where the bf16 kernels have it for these tile
+     * kernels; dropout scales P between the two */
+    const int fused = hk->softmax_pairs && bf16_fuses(hk, kr) && c.p == 0;
+    const int64_t nkp = (c.nk + 1) / 2, g = h / c.group;
+    uint32_t *qp = (uint32_t *)(void *)w.qt, *kp = (uint32_t *)(void *)w.kp, *pw = (uint32_t *)(void *)w.dp;
+    const int64_t i0 = qb * BR;
+    const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
+    const uint16_t *qi = q->data16 + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
+    const uint16_t *kh = k->data16 + b * k->stride[0] + g * k->stride[1];
+    words_rows_t(kr, q_words, qi, q->stride[2], q->stride[3], bi, c.d, qp); /* Q^T as pair words */
+    row_shifts(&c, general, b, h, i0, bi, w.sh);
+    block_start(&w, bi, c.dv);
+    int64_t jlo, jhi;
+    key_range(&c, i0, i0 + bi, &jlo, &jhi);
+    for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
+        const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
+        const uint16_t *kj = kh + j0 * k->stride[2];
+        const uint32_t *ka = kp;
+        int64_t ars = dp;
+        if (k_words) {
+            ka = (const uint32_t *)(const void *)kj;
+            ars = k->stride[2] / 2;
+        } else {
+            for (int r = 0; r < bj; r++)
+                for (int p = 0; p < dp; p++)
+                    kp[r * dp + p] = attn_pair(kj[r * k->stride[2] + 2 * p * k->stride[3]],
+                                               2 * p + 1 < c.d ? kj[r * k->stride[2] + (2 * p + 1) * k->stride[3]] : 0);
+        }
+        hk->gemm_pairs(bj, bi, dp, ka, ars, 1, qp, BR, w.s, BR, 0, NULL, qscale);
+        epilogue(&c, general, b, h, i0, bi, j0, bj, w.sh, w.s, NULL);
+        /* P^T rows paired: pw[p * BR + q] = (P[q][2p], P[q][2p + 1]); V's pairs made above */
+        if (fused) {
+            hk->softmax_pairs(bj, bi, w.s, BR, w.m, w.l, w.alpha, pw, BR);
+        } else {
+            kr->softmax_update_bf16(bj, bi, w.s, BR, w.m, w.l, w.alpha, NULL);
+            if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
+            hk->pair_rows_f32(bj, bi, w.s, BR, pw, BR);
+        }
+        const uint32_t *vp = (const uint32_t *)(void *)w.vp;
+        if (vpairs)
+            vp = vpairs + ((b * c.hk + g) * nkp + j0 / 2) * c.dv;
+        else
+            pair_v_rows(hk, v, b, g, j0, bj, c.dv, (uint32_t *)(void *)w.vp);
+        hk->gemm_pairs(bi, (int)c.dv, (bj + 1) / 2, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
+    }
+    block_finish(&w, lse, b, h, i0, bi);
+    if (out->dtype == ATTN_TYPE_BF16) {
+        uint16_t *oi = out->data16 + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
+        for (int r = 0; r < bi; r++) {
+            if (out->stride[3] == 1) {
+                hk->round_row((int)c.dv, w.acc + r * c.dv, w.alpha + r, oi + r * out->stride[2]);
+                continue;
+            }
+            for (int64_t x = 0; x < c.dv; x++)
+                oi[r * out->stride[2] + x * out->stride[3]] = attn_bf16_rne_daz(w.acc[r * c.dv + x] * w.alpha[r]);
+        }
+    } else {
+        float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
+        store_rows(kr, w.acc, bi, c.dv, w.alpha, oi, out->stride[2], out->stride[3]);
+    }
+}
+
 static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, const attn_tensor *k,
                                       const attn_tensor *v, attn_tensor *out, attn_tensor *lse, float *base) {
     const attn_ctx c = *cp;
     const attn_flash_kernels *kr = flash_kernels();
     const attn_bf16_kernels *hk = attn_bf16_kernels_active();
-    const int general = needs_general_epilogue(&c);
-    const float qscale = (float)(general ? c.scale : c.scale * LOG2E);
     const int64_t nqb = ceil_div(c.nq, BR), tasks = c.b * c.hq * nqb;
-    const int dp = (int)((c.d + 1) / 2); /* pair words per q / k row */
-    /* K rows are read in place as pair words when they are: unit stride, even length and row
-     * stride, 4-byte aligned */
-    const int k_words = rows_are_words(k), q_words = rows_are_words(q);
     /* V paired by rows (rows 2p and 2p + 1 of a head; tiles start at even keys, so a tile's pairs
      * are the head's): once per call when tiles serve several query blocks, else tile by tile */
     const int prepaired = prepair_v(1, c.nq);
     uint32_t *vpairs = prepaired ? vpairs_base(&c, base) : NULL;
-    /* softmax and P's rounding in one pass, where the bf16 kernels have it for these tile
-     * kernels; dropout scales P between the two */
-    const int fused = hk->softmax_pairs && bf16_fuses(hk, kr) && c.p == 0;
     const int64_t nkp = (c.nk + 1) / 2, vchunks = ceil_div(c.nk, BC), vtasks = prepaired ? c.b * c.hk * vchunks : 0;
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(vtasks))
     for (int64_t t = 0; t < vtasks; t++) {
@@ -558,83 +626,71 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
 #pragma omp parallel num_threads(attn_threads_for(tasks))
     {
         flash_bufs w = thread_bufs(&c, base);
-        uint32_t *qp = (uint32_t *)(void *)w.qt, *kp = (uint32_t *)(void *)w.kp, *pw = (uint32_t *)(void *)w.dp;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; t++) {
             const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb;
-            const int64_t h = bh % c.hq, b = bh / c.hq, g = h / c.group;
-            const int64_t i0 = qb * BR;
-            const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
-            const uint16_t *qi = q->data16 + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
-            const uint16_t *kh = k->data16 + b * k->stride[0] + g * k->stride[1];
-            words_rows_t(kr, q_words, qi, q->stride[2], q->stride[3], bi, c.d, qp); /* Q^T as pair words */
-            row_shifts(&c, general, b, h, i0, bi, w.sh);
-            block_start(&w, bi, c.dv);
-            int64_t jlo, jhi;
-            key_range(&c, i0, i0 + bi, &jlo, &jhi);
-            for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
-                const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
-                const uint16_t *kj = kh + j0 * k->stride[2];
-                const uint32_t *ka = kp;
-                int64_t ars = dp;
-                if (k_words) {
-                    ka = (const uint32_t *)(const void *)kj;
-                    ars = k->stride[2] / 2;
-                } else {
-                    for (int r = 0; r < bj; r++)
-                        for (int p = 0; p < dp; p++)
-                            kp[r * dp + p] =
-                                attn_pair(kj[r * k->stride[2] + 2 * p * k->stride[3]],
-                                          2 * p + 1 < c.d ? kj[r * k->stride[2] + (2 * p + 1) * k->stride[3]] : 0);
-                }
-                hk->gemm_pairs(bj, bi, dp, ka, ars, 1, qp, BR, w.s, BR, 0, NULL, qscale);
-                epilogue(&c, general, b, h, i0, bi, j0, bj, w.sh, w.s, NULL);
-                /* P^T rows paired: pw[p * BR + q] = (P[q][2p], P[q][2p + 1]); V's pairs made above */
-                if (fused) {
-                    hk->softmax_pairs(bj, bi, w.s, BR, w.m, w.l, w.alpha, pw, BR);
-                } else {
-                    kr->softmax_update_bf16(bj, bi, w.s, BR, w.m, w.l, w.alpha, NULL);
-                    if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
-                    hk->pair_rows_f32(bj, bi, w.s, BR, pw, BR);
-                }
-                const uint32_t *vp = (const uint32_t *)(void *)w.vp;
-                if (prepaired)
-                    vp = vpairs + ((b * c.hk + g) * nkp + j0 / 2) * c.dv;
-                else
-                    pair_v_rows(hk, v, b, g, j0, bj, c.dv, (uint32_t *)(void *)w.vp);
-                hk->gemm_pairs(bi, (int)c.dv, (bj + 1) / 2, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
-            }
-            block_finish(&w, lse, b, h, i0, bi);
-            if (out->dtype == ATTN_TYPE_BF16) {
-                uint16_t *oi = out->data16 + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
-                for (int r = 0; r < bi; r++) {
-                    if (out->stride[3] == 1) {
-                        hk->round_row((int)c.dv, w.acc + r * c.dv, w.alpha + r, oi + r * out->stride[2]);
-                        continue;
-                    }
-                    for (int64_t x = 0; x < c.dv; x++)
-                        oi[r * out->stride[2] + x * out->stride[3]] =
-                            attn_bf16_rne_daz(w.acc[r * c.dv + x] * w.alpha[r]);
-                }
-            } else {
-                float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
-                store_rows(kr, w.acc, bi, c.dv, w.alpha, oi, out->stride[2], out->stride[3]);
-            }
+            forward_block_bf16(kr, hk, &c, q, k, v, out, lse, &w, vpairs, bh / c.hq, bh % c.hq, qb);
         }
     }
     return ATTN_OK;
 }
 
-/* The fp32 forward: one task per (batch, query head, query block), the online softmax over the
- * block's key tiles, P V accumulated in registers' order. */
+/* One fp32 forward task: query block qb of head h of batch b, the online softmax over the block's
+ * key tiles, P V accumulated in registers' order. */
+static void forward_block_f32(const attn_flash_kernels *kr, const attn_ctx *cp, const attn_tensor *q,
+                              const attn_tensor *k, const attn_tensor *v, attn_tensor *out, attn_tensor *lse,
+                              const flash_bufs *wp, int64_t b, int64_t h, int64_t qb) {
+    const attn_ctx c = *cp;
+    const flash_bufs w = *wp;
+    const int general = needs_general_epilogue(&c);
+    const float qscale = (float)(general ? c.scale : c.scale * LOG2E);
+    const int v_inplace = v->stride[3] == 1;
+    const int64_t g = h / c.group, i0 = qb * BR;
+    const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
+    const float *qi = q->data + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
+    const float *kh = k->data + b * k->stride[0] + g * k->stride[1];
+    const float *vh = v->data + b * v->stride[0] + g * v->stride[1];
+    pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
+    row_shifts(&c, general, b, h, i0, bi, w.sh);
+    block_start(&w, bi, c.dv);
+    int64_t jlo, jhi;
+    key_range(&c, i0, i0 + bi, &jlo, &jhi);
+    for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
+        const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
+        int banded;
+        scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, w.tmax, &banded, w.kp, w.dp);
+        kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha, isnan(w.tmax[0]) ? NULL : w.tmax);
+        if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
+        const float *vb = vh + j0 * v->stride[2];
+        int64_t ldv = v->stride[2];
+        if (!v_inplace) {
+            pack_rows(kr, vb, v->stride[2], v->stride[3], bj, c.dv, w.vp);
+            vb = w.vp;
+            ldv = c.dv;
+        }
+        if (banded) {
+            for (int q0 = 0; q0 < bi; q0 += 4) {
+                const int cols = bi - q0 < 4 ? bi - q0 : 4;
+                int ra, rb;
+                band_rows(&c, i0, q0, cols, j0, bj, &ra, &rb);
+                kr->gemm(cols, (int)c.dv, rb - ra, w.s + ra * BR + q0, 1, BR, vb + ra * ldv, ldv, w.acc + q0 * c.dv,
+                         c.dv, 1, w.alpha + q0, NULL);
+            }
+        } else {
+            kr->gemm(bi, (int)c.dv, bj, w.s, 1, BR, vb, ldv, w.acc, c.dv, 1, w.alpha, NULL);
+        }
+    }
+    float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
+    block_finish(&w, lse, b, h, i0, bi);
+    store_rows(kr, w.acc, bi, c.dv, w.alpha, oi, out->stride[2], out->stride[3]);
+}
+
+/* The fp32 forward: one task per (batch, query head, query block). */
 static attn_status flash_forward_f32(const attn_ctx *cp, const attn_tensor *q, const attn_tensor *k,
                                      const attn_tensor *v, attn_tensor *out, attn_tensor *lse, float *base) {
     const attn_ctx c = *cp;
     const attn_flash_kernels *kr = flash_kernels();
-    const int general = needs_general_epilogue(&c);
-    const float qscale = (float)(general ? c.scale : c.scale * LOG2E);
     const int64_t nqb = (c.nq + BR - 1) / BR, tasks = c.b * c.hq * nqb;
-    const int v_inplace = v->stride[3] == 1;
 #pragma omp parallel num_threads(attn_threads_for(tasks))
     {
         flash_bufs w = thread_bufs(&c, base);
@@ -645,49 +701,49 @@ static attn_status flash_forward_f32(const attn_ctx *cp, const attn_tensor *q, c
              * causality they are the largest, so the small ones come last and even out the
              * threads' finish (longest processing time first). */
             const int64_t bh = t / nqb, qb = nqb - 1 - t % nqb;
-            const int64_t h = bh % c.hq, b = bh / c.hq, g = h / c.group;
-            const int64_t i0 = qb * BR;
-            const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
-            const float *qi = q->data + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
-            const float *kh = k->data + b * k->stride[0] + g * k->stride[1];
-            const float *vh = v->data + b * v->stride[0] + g * v->stride[1];
-            pack_transposed(kr, qi, q->stride[2], q->stride[3], bi, c.d, qscale, w.qt);
-            row_shifts(&c, general, b, h, i0, bi, w.sh);
-            block_start(&w, bi, c.dv);
-            int64_t jlo, jhi;
-            key_range(&c, i0, i0 + bi, &jlo, &jhi);
-            for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
-                const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
-                int banded;
-                scores_tile(kr, &c, general, kh, k, b, h, i0, bi, j0, bj, w.qt, w.sh, w.s, NULL, w.tmax, &banded, w.kp,
-                            w.dp);
-                kr->softmax_update(bj, bi, w.s, BR, w.m, w.l, w.alpha, isnan(w.tmax[0]) ? NULL : w.tmax);
-                if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
-                const float *vb = vh + j0 * v->stride[2];
-                int64_t ldv = v->stride[2];
-                if (!v_inplace) {
-                    pack_rows(kr, vb, v->stride[2], v->stride[3], bj, c.dv, w.vp);
-                    vb = w.vp;
-                    ldv = c.dv;
-                }
-                if (banded) {
-                    for (int q0 = 0; q0 < bi; q0 += 4) {
-                        const int cols = bi - q0 < 4 ? bi - q0 : 4;
-                        int ra, rb;
-                        band_rows(&c, i0, q0, cols, j0, bj, &ra, &rb);
-                        kr->gemm(cols, (int)c.dv, rb - ra, w.s + ra * BR + q0, 1, BR, vb + ra * ldv, ldv,
-                                 w.acc + q0 * c.dv, c.dv, 1, w.alpha + q0, NULL);
-                    }
-                } else {
-                    kr->gemm(bi, (int)c.dv, bj, w.s, 1, BR, vb, ldv, w.acc, c.dv, 1, w.alpha, NULL);
-                }
-            }
-            float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
-            block_finish(&w, lse, b, h, i0, bi);
-            store_rows(kr, w.acc, bi, c.dv, w.alpha, oi, out->stride[2], out->stride[3]);
+            forward_block_f32(kr, &c, q, k, v, out, lse, &w, bh / c.hq, bh % c.hq, qb);
         }
     }
     return ATTN_OK;
+}
+
+int attn_flash_takes_decode(const attn_ctx *c, const attn_tensor *k, const attn_tensor *v) {
+    return attn_flash_decode_applies(c, k, v, needs_general_epilogue(c));
+}
+
+int64_t attn_flash_seq_tasks(const attn_ctx *c) { return c->b * c->hq * ceil_div(c->nq, BR); }
+
+/* One parallel loop over the tasks of every problem: task t belongs to the last problem whose
+ * task0 <= t, and within it is the task attn_flash_forward's loop numbers t - task0, computed by
+ * the same block function with V paired tile by tile (the same words as the once-per-call pairs). */
+void attn_flash_forward_seqs(const attn_flash_seq *seqs, int64_t n, int64_t tasks, float *base) {
+    if (n <= 0 || tasks <= 0) return;
+    const attn_flash_kernels *kr = flash_kernels();
+    const attn_bf16_kernels *hk = attn_bf16_kernels_active();
+#pragma omp parallel num_threads(attn_threads_for(tasks))
+    {
+        const flash_bufs w = thread_bufs(&seqs[0].c, base);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tasks; t++) {
+            int64_t lo = 0, hi = n - 1;
+            while (lo < hi) {
+                const int64_t mid = (lo + hi + 1) / 2;
+                if (seqs[mid].task0 <= t)
+                    lo = mid;
+                else
+                    hi = mid - 1;
+            }
+            const attn_flash_seq *e = &seqs[lo];
+            const int64_t nqb = ceil_div(e->c.nq, BR), local = t - e->task0;
+            const int64_t bh = local / nqb, qb = nqb - 1 - local % nqb, b = bh / e->c.hq, h = bh % e->c.hq;
+            attn_tensor out = e->out, lse = e->lse;
+            attn_tensor *lp = e->has_lse ? &lse : NULL;
+            if (e->q.dtype == ATTN_TYPE_BF16)
+                forward_block_bf16(kr, hk, &e->c, &e->q, &e->k, &e->v, &out, lp, &w, NULL, b, h, qb);
+            else
+                forward_block_f32(kr, &e->c, &e->q, &e->k, &e->v, &out, lp, &w, b, h, qb);
+        }
+    }
 }
 
 attn_status attn_flash_forward(const attn_tensor *q, const attn_tensor *k, const attn_tensor *v,

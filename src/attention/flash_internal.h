@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "attention_common.h"
 #include "attn/attention.h"
 #include "kernels/flash_kernels.h"
 
@@ -27,5 +28,25 @@ attn_status attn_flash_backward_part(const char *fn, const attn_tensor *q, const
 int64_t attn_flash_key_run_blocks(int64_t d, int64_t dv, int kv_bytes, int64_t l2);
 /* Tests: a run length to use instead of the derived one (0: derived). */
 void attn__flash_key_run_force(int64_t blocks);
+
+/* One problem of a packed batch (attn_flash_varlen_forward): its context (attn_ctx_init_typed)
+ * and views, whether lse is wanted, and its first task in the common loop. */
+typedef struct attn_flash_seq {
+    attn_ctx c;
+    attn_tensor q, k, v, out, lse;
+    int has_lse;
+    int64_t task0;
+} attn_flash_seq;
+
+/* Does attn_flash_forward take the one-token decode path for this (checked) problem? */
+int attn_flash_takes_decode(const attn_ctx *c, const attn_tensor *k, const attn_tensor *v);
+/* Tasks of the tile forward for this problem: B Hq ceil(Nq / BR). */
+int64_t attn_flash_seq_tasks(const attn_ctx *c);
+/* The tile forward of n checked problems sharing d, dv and the element types (none taking the
+ * decode path, none without tasks), as one parallel loop over all their (problem, head, query
+ * block) tasks: seqs[s].task0 increasing, `tasks` in all. Each task computes what
+ * attn_flash_forward's task computes, bit for bit. base: 64-byte aligned room for the per-thread
+ * tile buffers (any one problem's attn_flash_workspace_size holds them). */
+void attn_flash_forward_seqs(const attn_flash_seq *seqs, int64_t n, int64_t tasks, float *base);
 
 #endif
