@@ -496,6 +496,7 @@ static attn_status capture_weights(llama *m, int64_t l, int64_t window, const at
     if (st || !cs.w) return st;
     const double scale = 1.0 / sqrt((double)hd);
     const int64_t tasks = cs.batch * cs.heads * cs.rows;
+#pragma omp parallel for schedule(dynamic, 8) num_threads(attn_threads_for(tasks)) if (tasks * N * hd > 65536)
     for (int64_t t = 0; t < tasks; t++) {
         const int64_t i = cs.row0 + t % cs.rows, h = cs.head0 + (t / cs.rows) % cs.heads, r = t / (cs.rows * cs.heads);
         const float *qi = q->data;
