@@ -2,7 +2,8 @@
 ``attn.from_pretrained(dir)`` opens a folder as transformers / sentence-transformers save it
 (config.json, safetensors weights, tokenizer.json or vocab.txt, sentence-transformers' modules) and
 computes what they compute, in float32: token ids, sentence embeddings, hidden states, a causal
-LM's logits and generation.
+LM's logits and generation (GPT-2, Llama, Mistral, Qwen2), and for a ViT folder image
+classification and the image's hidden states.
 
 Ids go in as a list of sequences (ragged, padded here) or as a 2-D integer array with ``lengths``
 (row b's real tokens are its first lengths[b]; the rest is padding, not read).
@@ -132,6 +133,34 @@ class Tokenizer:
             self._t = None
 
 
+class _Image(ctypes.Structure):
+    """attn_image (attn/image.h)."""
+    _fields_ = [("width", ctypes.c_int64), ("height", ctypes.c_int64), ("channels", ctypes.c_int),
+                ("pixels", ctypes.c_void_p)]
+
+
+def _declare():
+    """The image calls' signatures (declared here, beside their only user)."""
+    P, I64 = ctypes.c_void_p, ctypes.c_int64
+    sigs = {
+        "attn_pretrained_num_labels": (I64, [P]),
+        "attn_pretrained_label": (ctypes.c_char_p, [P, I64]),
+        "attn_pretrained_image_size": (None, [P, P, P, P]),
+        "attn_pretrained_image_tokens": (I64, [P]),
+        "attn_pretrained_image_input": (ctypes.c_int, [P, ctypes.POINTER(_Image), P]),
+        "attn_pretrained_classify": (ctypes.c_int, [P, P, I64, I64, I64, P]),
+        "attn_pretrained_image_hidden_states": (ctypes.c_int, [P, P, I64, I64, I64, P]),
+        "attn_image_load": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_Image)]),
+        "attn_image_free": (None, [ctypes.POINTER(_Image)]),
+    }
+    for name, (res, args) in sigs.items():
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+
+
+_declare()
+
+
 class Generation(NamedTuple):
     """What :meth:`Pretrained.generate` produced: the new ids (the eos id included when it stopped
     there) and their text (None without a tokenizer)."""
@@ -181,8 +210,9 @@ def _rows(ids, lengths, what: str):
 
 class Pretrained:
     """An opened Hugging Face folder (use :func:`from_pretrained`). Properties: ``family``
-    ("bert", "gpt2"), ``hidden_size``, ``embedding_size``, ``max_length``, ``vocab_size``,
-    ``pooling``, ``normalize``, ``eos_token_id``; ``tokenizer`` (None when the folder has no
+    ("bert", "gpt2", "llama", "mistral", "qwen2", "vit"), ``hidden_size``, ``embedding_size``,
+    ``max_length``, ``vocab_size``, ``pooling``, ``normalize``, ``eos_token_id``; for "vit"
+    ``image_size``, ``num_labels``, ``labels``; ``tokenizer`` (None when the folder has no
     tokenizer.json / vocab.txt).
 
     Thread-safe: calls on one object take turns (the model keeps its workspace in itself); the
@@ -228,7 +258,7 @@ class Pretrained:
 
     @property
     def family(self) -> str:
-        """The family's name: "bert", "gpt2"."""
+        """The family's name: "bert", "gpt2", "llama", "mistral", "qwen2" or "vit"."""
         return self._get("family")
 
     @property
@@ -326,7 +356,8 @@ class Pretrained:
         return out[0] if one else out
 
     def logits(self, ids, lengths=None) -> np.ndarray:
-        """A causal LM's logits (GPT2LMHeadModel(ids).logits) [B, n, vocab]; padded positions are 0."""
+        """A causal LM's logits (GPT2LMHeadModel / LlamaForCausalLM(ids).logits) [B, n, vocab];
+        padded positions are 0."""
         a, lens = _rows(ids, lengths, "logits")
         B, n = a.shape
         with self._lock:
@@ -390,6 +421,99 @@ class Pretrained:
         text = self.tokenizer.decode(got) if self.tokenizer is not None else None
         return Generation(got, text)
 
+    # ---- images ("vit") ----
+    @property
+    def num_labels(self) -> int:
+        """The classifier's rows (0: no classifier, or a text family)."""
+        return int(lib.attn_pretrained_num_labels(self._h()))
+
+    @property
+    def labels(self) -> List[str]:
+        """config.json's id2label in order ("LABEL_i" where it has none)."""
+        h = self._h()
+        return [lib.attn_pretrained_label(h, i).decode("utf-8", "replace") for i in range(self.num_labels)]
+
+    @property
+    def image_size(self) -> tuple:
+        """(channels, height, width) of the model's input image ((0, 0, 0) for a text family)."""
+        c, hh, w = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+        lib.attn_pretrained_image_size(self._h(), ctypes.byref(c), ctypes.byref(hh), ctypes.byref(w))
+        return (c.value, hh.value, w.value)
+
+    def image_input(self, path: PathLike) -> np.ndarray:
+        """An image file (PPM / PGM, PNG when libpng was found) preprocessed as the folder's
+        preprocessor_config.json says (ViTImageProcessor): float32 [channels, height, width]."""
+        C, H, W = self.image_size
+        if not C:
+            raise ValueError(f"image_input: {self.path!r} is a {self.family!r} model, not an image model")
+        img = _Image()
+        check(lib.attn_image_load(_lib.c_path(path, "image_input"), ctypes.byref(img)))
+        try:
+            out = np.empty((C, H, W), dtype=np.float32)
+            with self._lock:
+                check(lib.attn_pretrained_image_input(self._h(), ctypes.byref(img), out.ctypes.data))
+        finally:
+            lib.attn_image_free(ctypes.byref(img))
+        return out
+
+    def _pixels(self, images, what: str):
+        """(pixels [B, C, H, W] float32 C-contiguous, whether one image was given)."""
+        C, H, W = self.image_size
+        if not C:
+            raise ValueError(f"{what}: {self.path!r} is a {self.family!r} model, not an image model")
+        one = isinstance(images, (str, bytes, os.PathLike)) or (isinstance(images, np.ndarray) and images.ndim == 3)
+        items = [images] if one else images
+        if isinstance(items, np.ndarray):
+            a = items
+        else:
+            items = list(items)
+            if not items:
+                raise ValueError(f"{what}: no images")
+            a = np.stack([self.image_input(x) if isinstance(x, (str, bytes, os.PathLike)) else np.asarray(x)
+                          for x in items])
+        if a.ndim == 3:
+            a = a[None]
+        if a.ndim != 4 or a.shape[1:] != (C, H, W) or a.dtype.kind not in "fiu":
+            raise ValueError(f"{what}: images must be file paths or float arrays [B, {C}, {H}, {W}] (preprocessed), "
+                             f"got shape {a.shape} dtype {a.dtype}")
+        return np.ascontiguousarray(a, dtype=np.float32), one
+
+    def classify(self, images, top_k: Optional[int] = 5):
+        """ViTForImageClassification: images are a file path, a float array [C, H, W], or a list of
+        them, or an array [B, C, H, W] (arrays already preprocessed, as :meth:`image_input` gives).
+        top_k an int: per image the top_k (label, probability) by softmax, most likely first (ties by
+        lower index); top_k None: the logits, float32 [B, num_labels]. One image gives one result."""
+        a, one = self._pixels(images, "classify")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
+            raise ValueError(f"classify: top_k must be an int >= 1 or None, got {top_k!r}")
+        with self._lock:
+            nl = int(lib.attn_pretrained_num_labels(self._h()))
+            logits = np.empty((a.shape[0], max(nl, 1)), dtype=np.float32)
+            check(lib.attn_pretrained_classify(self._h(), a.ctypes.data, a.shape[0], a.shape[2], a.shape[3],
+                                               logits.ctypes.data))
+        if top_k is None:
+            return logits[0] if one else logits
+        names = self.labels
+        z = logits.astype(np.float64)
+        p = np.exp(z - z.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        res = []
+        for row in p:
+            order = np.argsort(-row, kind="stable")[:int(top_k)]
+            res.append([(names[i], float(row[i])) for i in order])
+        return res[0] if one else res
+
+    def image_hidden_states(self, images) -> np.ndarray:
+        """ViTModel(pixels).last_hidden_state: float32 [B, tokens, hidden] (tokens = 1 + the
+        patches; images as for :meth:`classify`; one image gives [tokens, hidden])."""
+        a, one = self._pixels(images, "image_hidden_states")
+        with self._lock:
+            tokens = int(lib.attn_pretrained_image_tokens(self._h()))
+            out = np.empty((a.shape[0], tokens, self.hidden_size), dtype=np.float32)
+            check(lib.attn_pretrained_image_hidden_states(self._h(), a.ctypes.data, a.shape[0], a.shape[2],
+                                                          a.shape[3], out.ctypes.data))
+        return out[0] if one else out
+
     # ---- lifetime ----
     def close(self) -> None:
         """Free the model now (later calls raise ValueError); waits for a call in progress."""
@@ -419,7 +543,8 @@ class Pretrained:
 
 
 def from_pretrained(path: PathLike, tokenizer: Optional[bool] = None) -> Pretrained:
-    """Open a Hugging Face model folder (BERT / sentence-transformers, GPT-2; attn/pretrained.h)
+    """Open a Hugging Face model folder (BERT / sentence-transformers, GPT-2, Llama, Mistral, Qwen2,
+    ViT; attn/pretrained.h)
     and its tokenizer (tokenizer=None: when the folder has tokenizer.json or vocab.txt; True: it must
     open; False: none). Errors raise AttnError carrying the library's message, which names the file
     and the key."""

@@ -8,7 +8,8 @@
  * causal, optionally within a sliding window of the last `sliding_window` keys (Mistral; Qwen2's
  * sliding layers). q, k and v run as one GEMM over concatenated weights, as do gate and up; the
  * attention is attn_flash_forward on strided views of that GEMM's output (its decode path for one
- * query row); generation keeps per layer a key/value cache of Hkv heads, grown as tokens come. */
+ * query row); generation keeps per layer a key/value cache of Hkv heads, grown as tokens come.
+ * attn_pretrained_capture records layer l's weights as "layers.l.self_attn", [1, Hq, N, N]. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "core/alloc.h"
 #include "core/internal.h"
 #include "models_internal.h"
+#include "nn/nn_internal.h"
 
 enum { FAM_LLAMA = 0, FAM_MISTRAL = 1, FAM_QWEN2 = 2 };
 
@@ -50,6 +52,7 @@ typedef struct llama {
     void *ws; /* activations and the GEMM / flash workspaces */
     size_t ws_bytes;
     int64_t cache_len, cache_cap;
+    attn_capture *capture; /* attn_pretrained_capture's, for one logits call */
 } llama;
 
 #define LLAMA_CHUNK 64 /* prompt tokens per cached step */
@@ -479,6 +482,44 @@ static attn_status reserve(llama *m, int64_t T, int64_t out_rows, size_t flash_b
     return ATTN_OK;
 }
 
+/* The capture of layer l: softmax(q k^T / sqrt(hd)) per query head (key head h / (Hq / Hkv)),
+ * causal and within the layer's window, recomputed from the roped q, k only for the heads and rows
+ * the capture asks (the flash path never forms the weights). */
+static attn_status capture_weights(llama *m, int64_t l, int64_t window, const attn_tensor *q, const attn_tensor *k,
+                                   int64_t B, int64_t N) {
+    const llama_config *c = &m->c;
+    const int64_t hd = c->head_dim, group = c->heads / c->kv_heads;
+    const size_t mark = attn_nn_capture_push(m->capture, "layers.%lld.self_attn", (long long)l);
+    nn_capture_slot cs;
+    attn_status st = attn_nn_capture_begin(m->capture, "attn_pretrained_capture", B, c->heads, N, N, &cs);
+    attn_nn_capture_pop(m->capture, mark);
+    if (st || !cs.w) return st;
+    const double scale = 1.0 / sqrt((double)hd);
+    const int64_t tasks = cs.batch * cs.heads * cs.rows;
+#pragma omp parallel for schedule(dynamic, 8) num_threads(attn_threads_for(tasks)) if (tasks * N * hd > 65536)
+    for (int64_t t = 0; t < tasks; t++) {
+        const int64_t i = cs.row0 + t % cs.rows, h = cs.head0 + (t / cs.rows) % cs.heads, r = t / (cs.rows * cs.heads);
+        const float *qi = q->data;
+        qi += r * q->stride[0] + h * q->stride[1] + i * q->stride[2];
+        float *w = cs.w + t * cs.nk;
+        const int64_t j0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < N; j++) {
+            w[j] = 0;
+            if (j < j0 || j > i) continue;
+            const float *kj = k->data;
+            kj += r * k->stride[0] + (h / group) * k->stride[1] + j * k->stride[2];
+            double s = 0;
+            for (int64_t d = 0; d < hd; d++) s += (double)qi[d] * kj[d];
+            w[j] = (float)(s * scale);
+            if (w[j] > mx) mx = w[j];
+        }
+        for (int64_t j = j0; j <= i; j++) sum += exp(w[j] - mx);
+        for (int64_t j = j0; j <= i; j++) w[j] = (float)(exp(w[j] - mx) / sum);
+    }
+    return ATTN_OK;
+}
+
 /* The attention of one layer over B x N rows: q, k, v are views into b->qkv (RoPE applied here
  * from pos0), keys either the same rows (cache NULL) or the layer's cache holding pos0 + N rows. */
 typedef struct attn_call {
@@ -503,6 +544,10 @@ static attn_status attention(llama *m, llama_layer *L, const attn_call *a, llama
         const int64_t nk = a->pos0 + a->N;
         k = head_view(L->kc, 1, c->kv_heads, nk, hd, K, m->cache_cap * K);
         v = head_view(L->vc, 1, c->kv_heads, nk, hd, K, m->cache_cap * K);
+    }
+    if (m->capture && !a->cached) {
+        st = capture_weights(m, (int64_t)(L - m->l), L->window, &q, &k, a->B, a->N);
+        if (st) return st;
     }
     attn_tensor o = head_view(b->att, a->B, c->heads, a->N, hd, Q, a->N * Q);
     attn_sdpa_params p = attn_sdpa_params_default();
@@ -640,6 +685,7 @@ static attn_status llama_open(const hf_folder *f, attn_pretrained *m, int family
     m->logits = llama_logits;
     m->step = llama_step;
     m->free_impl = llama_free;
+    m->capture_slot = &g->capture;
     m->hidden = c.hidden;
     m->vocab = c.vocab;
     m->max_positions = c.positions;

@@ -318,9 +318,72 @@ static void tokenizer_corpus(void) {
     }
 }
 
+/* hf_config seeds (fuzz_hf_config.c): one config.json per family matching the harness's fixed
+ * weights (hidden 8, 2 heads, one layer, vocab 16), a few variants (RoPE scaling, Qwen2's sliding
+ * layers, a 2^40 vocabulary), and ViT's with its preprocessor_config.json after a NUL. */
+static const char *const hf_seeds[][2] = {
+    {"bert", "{\"model_type\":\"bert\",\"vocab_size\":16,\"hidden_size\":8,\"num_hidden_layers\":1,"
+             "\"num_attention_heads\":2,\"intermediate_size\":16,\"max_position_embeddings\":16,"
+             "\"type_vocab_size\":2,\"hidden_act\":\"gelu\",\"layer_norm_eps\":1e-12,\"pad_token_id\":0}"},
+    {"gpt2", "{\"model_type\":\"gpt2\",\"vocab_size\":16,\"n_embd\":8,\"n_layer\":1,\"n_head\":2,\"n_positions\":16,"
+             "\"n_inner\":null,\"activation_function\":\"gelu_new\",\"layer_norm_epsilon\":1e-05,"
+             "\"eos_token_id\":3,\"tie_word_embeddings\":true}"},
+    {"llama", "{\"model_type\":\"llama\",\"vocab_size\":16,\"hidden_size\":8,\"intermediate_size\":16,"
+              "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":4,"
+              "\"max_position_embeddings\":16,\"rms_norm_eps\":1e-06,\"hidden_act\":\"silu\","
+              "\"tie_word_embeddings\":false,\"eos_token_id\":[2,5],"
+              "\"rope_parameters\":{\"rope_theta\":10000.0,\"rope_type\":\"default\"}}"},
+    {"llama3_rope", "{\"model_type\":\"llama\",\"vocab_size\":16,\"hidden_size\":8,\"intermediate_size\":16,"
+                    "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+                    "\"max_position_embeddings\":64,\"rope_theta\":500000.0,\"rope_scaling\":{\"rope_type\":"
+                    "\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,"
+                    "\"original_max_position_embeddings\":8}}"},
+    {"mistral", "{\"model_type\":\"mistral\",\"vocab_size\":16,\"hidden_size\":8,\"intermediate_size\":16,"
+                "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":4,"
+                "\"max_position_embeddings\":32,\"sliding_window\":3,\"rope_theta\":10000.0}"},
+    {"qwen2", "{\"model_type\":\"qwen2\",\"vocab_size\":16,\"hidden_size\":8,\"intermediate_size\":16,"
+              "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+              "\"max_position_embeddings\":32,\"use_sliding_window\":true,\"sliding_window\":2,"
+              "\"max_window_layers\":0,\"layer_types\":[\"sliding_attention\"],\"tie_word_embeddings\":false}"},
+    {"huge_vocab", "{\"model_type\":\"llama\",\"vocab_size\":1099511627776,\"hidden_size\":8,"
+                   "\"intermediate_size\":16,\"num_hidden_layers\":1,\"num_attention_heads\":2,"
+                   "\"num_key_value_heads\":1}"},
+    {"big_vocab", "{\"model_type\":\"mistral\",\"vocab_size\":2147483647,\"hidden_size\":8,"
+                  "\"intermediate_size\":16,\"num_hidden_layers\":1,\"num_attention_heads\":2,"
+                  "\"num_key_value_heads\":1}"},
+    {"huge_layers", "{\"model_type\":\"bert\",\"vocab_size\":16,\"hidden_size\":8,\"num_hidden_layers\":16777216,"
+                    "\"num_attention_heads\":2,\"intermediate_size\":16,\"max_position_embeddings\":16}"},
+    {"vit", "{\"model_type\":\"vit\",\"image_size\":8,\"patch_size\":4,\"num_channels\":3,\"hidden_size\":8,"
+            "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"intermediate_size\":16,\"hidden_act\":\"gelu\","
+            "\"layer_norm_eps\":1e-12,\"qkv_bias\":true,\"id2label\":{\"0\":\"cat\",\"1\":\"dog\"}}"},
+};
+
+#define HF_VIT (sizeof hf_seeds / sizeof hf_seeds[0] - 1) /* the last row */
+
+static void hf_config_corpus(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/hf_config", root);
+    mkdir(dir, 0755);
+    static const char prep[] = "{\"do_resize\":true,\"size\":{\"height\":8,\"width\":8},\"resample\":2,"
+                               "\"do_rescale\":true,\"rescale_factor\":0.00392156862745098,\"do_normalize\":true,"
+                               "\"image_mean\":[0.5,0.5,0.5],\"image_std\":0.25,\"do_convert_rgb\":true}";
+    for (size_t i = 0; i < sizeof hf_seeds / sizeof hf_seeds[0]; i++) {
+        char name[80];
+        snprintf(name, sizeof name, "%s.json", hf_seeds[i][0]);
+        put_str("hf_config", name, hf_seeds[i][1]);
+    }
+    char buf[2048]; /* ViT's config.json, a NUL, its preprocessor_config.json */
+    const size_t a = strlen(hf_seeds[HF_VIT][1]), b = sizeof prep - 1;
+    memcpy(buf, hf_seeds[HF_VIT][1], a);
+    buf[a] = 0;
+    memcpy(buf + a + 1, prep, b);
+    put("hf_config", "vit_preprocessor.bin", buf, a + 1 + b);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: corpus_gen DIR (writes DIR/{safetensors,json,config,checkpoint,image,tokenizer}/)\n");
+        fprintf(stderr,
+                "usage: corpus_gen DIR (writes DIR/{safetensors,json,config,checkpoint,image,tokenizer,hf_config}/)\n");
         return 2;
     }
     root = argv[1];
@@ -338,5 +401,6 @@ int main(int argc, char **argv) {
     checkpoint_corpus();
     image_corpus();
     tokenizer_corpus();
+    hf_config_corpus();
     return 0;
 }

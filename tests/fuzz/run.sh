@@ -15,7 +15,8 @@ if [ ${#targets[@]} -eq 0 ]; then
   for f in "$here"/fuzz_*.c; do targets+=("$(basename "$f" .c | sed 's/^fuzz_//')"); done
 fi
 declare -A dict=([json]=json.dict [config]=json.dict [safetensors]=safetensors.dict
-                 [checkpoint]=safetensors.dict [image]=image.dict [tokenizer]=tokenizer.dict)
+                 [checkpoint]=safetensors.dict [image]=image.dict [tokenizer]=tokenizer.dict
+                 [hf_config]=hf_config.dict)
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/attn_fuzz.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}

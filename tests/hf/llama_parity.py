@@ -22,6 +22,10 @@ and checks, against the model loaded by transformers from the same folder in flo
     to model.generate(do_sample=False); a 250-token prompt on mistral (the cache regrown);
   - eos_token_id as a list: generation stops at the first id of the list produced, as transformers';
   - `attn generate --ids` on llama3 (tokenizer.json in the folder) = model.generate;
+  - attn_pretrained_capture (every layer "layers.N.self_attn", every head) = output_attentions of
+    the eager model within 1e-5: GQA (llama3), multi-query (tied), sliding windows (mistral, qwen2),
+    and a head / row subset; `attn viz --model` on llama3 --text writing its CSV (= the same weights),
+    HTML and SVG;
   - hostile configs (rope_type yarn, hidden_act gelu, heads not a multiple of key/value heads, a
     missing tensor) refused naming the key or tensor.
 The last line is "llama parity: N passed, M failed"; exit status 1 on a failure (0 and a notice when
@@ -104,6 +108,13 @@ class Tester:
         L.attn_pretrained_generate.argtypes = [P, P, ctypes.c_size_t, ctypes.POINTER(GenOptions), CALLBACK, P,
                                                ctypes.POINTER(ctypes.c_size_t)]
         L.attn_pretrained_generate.restype = ctypes.c_int
+        L.attn_pretrained_capture.argtypes = [P, P, I64, P, I64, I64, P]
+        L.attn_pretrained_capture.restype = ctypes.c_int
+        L.attn_capture_create.argtypes = [ctypes.POINTER(P)]
+        L.attn_capture_free.argtypes = [P]
+        L.attn_capture_free.restype = None
+        L.attn_capture_add.argtypes = [P, ctypes.c_char_p, I64, I64, I64, I64]
+        L.attn_capture_find.argtypes = [P, ctypes.c_char_p, P]
         self.L = L
 
     def check(self, ok, what):
@@ -362,6 +373,96 @@ class Tester:
         self.hostile(d, "missing tensor", drop="model.layers.1.self_attn.k_proj.weight",
                      want=("missing", "model.layers.1.self_attn.k_proj.weight"))
 
+    # ---- attention capture ----
+    def capture(self, h, ids, pattern=b"*", heads=(0, 0), rows=(0, 0), layers=2):
+        np = self.np
+
+        class Rec(ctypes.Structure):
+            _fields_ = [("module", ctypes.c_char_p)] + [(k, ctypes.c_int64) for k in (
+                "batch", "heads", "rows", "nk", "head0", "row0", "num_heads", "nq")] + [
+                ("weights", ctypes.POINTER(ctypes.c_float))]
+        cap = ctypes.c_void_p()
+        self.L.attn_capture_create(ctypes.byref(cap))
+        self.L.attn_capture_add(cap, pattern, heads[0], heads[1], rows[0], rows[1])
+        try:
+            a = np.ascontiguousarray(ids, np.int32)
+            if self.L.attn_pretrained_capture(h, a.ctypes.data, len(a), None, 0, 0, cap):
+                return None, self.L.attn_last_error().decode()
+            out = []
+            for layer in range(layers):
+                r = Rec()
+                if self.L.attn_capture_find(cap, f"layers.{layer}.self_attn".encode(), ctypes.byref(r)):
+                    return None, self.L.attn_last_error().decode()
+                n = r.batch * r.heads * r.rows * r.nk
+                out.append(np.ctypeslib.as_array(r.weights, (n,)).reshape(r.heads, r.rows, r.nk).copy())
+            return out, ""
+        finally:
+            self.L.attn_capture_free(cap)
+
+    def rel(self, a, b):
+        np = self.np
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        if a.shape != b.shape or not np.isfinite(a).all():
+            return float("inf")
+        return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+    def ref_attentions(self, d, ids):
+        with self.torch.no_grad():
+            out = self.ref(d)(self.torch.tensor([ids]), output_attentions=True)
+        return [a[0].numpy() for a in out.attentions]
+
+    def check_capture(self, name, d, n=20):
+        h, msg = self.open(d)
+        if not h:
+            self.check(False, f"{name}: open: {msg}")
+            return
+        try:
+            rng = random.Random(7)
+            ids = [rng.randrange(300) for _ in range(n)]
+            ref = self.ref_attentions(d, ids)
+            recs, msg = self.capture(h, ids)
+            errs = [self.rel(a, b) for a, b in zip(recs, ref)] if recs else [float("inf")]
+            ok = recs is not None and len(recs) == len(ref) and all(e <= TOL for e in errs)
+            self.check(ok, f"{name}: capture of every layer and head ({n} tokens) = output_attentions, rel errs "
+                       f"{['%.1e' % e for e in errs]} {msg}")
+            # layer 0 is not asked for: its find must fail
+            sub, msg = self.capture(h, ids, b"layers.1.*", layers=2)
+            self.check(sub is None and "layers.0.self_attn" in msg, f"{name}: capture of layers.1 only: {msg}")
+            cap1, msg = self.capture(h, ids, b"layers.*.self_attn", heads=(1, 2), rows=(5, 9), layers=1)
+            e = self.rel(cap1[0], ref[0][1:3, 5:14]) if cap1 else float("inf")
+            self.check(e <= TOL, f"{name}: capture of heads 1-2, rows 5-13: rel err {e:.1e} {msg}")
+            bad, msg = self.capture(h, ids, b"*", heads=(3, 5), layers=1)
+            self.check(bad is None and "heads" in msg, f"{name}: capture past the heads refused: {msg}")
+        finally:
+            self.L.attn_pretrained_free(h)
+
+    def check_viz(self, d):
+        import csv
+        text = "the cat sat on café 日本語"
+        ids = self.tok(text)["input_ids"]
+        ref = self.ref_attentions(d, ids)
+        base = os.path.join(self.out, "viz_llama3")
+        p = subprocess.run([self.attn, "viz", "--model", d, "--text", text, "--csv", base + ".csv", "--html",
+                            base + ".html", "--svg", base + ".svg"], capture_output=True, text=True)
+        self.check(p.returncode == 0, f"viz --model llama3: exit {p.returncode}: {p.stderr.strip()}")
+        written = [q for q in (base + ".csv", base + ".html", base + "-L0-h0.svg")
+                   if os.path.isfile(q) and os.path.getsize(q) > 0]
+        self.check(len(written) == 3, f"viz --model llama3: outputs written: {written}")
+        got = [self.np.zeros_like(r) for r in ref]
+        seen = [self.np.zeros(r.shape, bool) for r in ref]
+        if os.path.isfile(base + ".csv"):
+            with open(base + ".csv") as f:
+                for row in csv.DictReader(f):
+                    if not row["head"].isdigit() or not row["layer"].lstrip("-").isdigit() or int(row["layer"]) < 0:
+                        continue
+                    L, hd, q, k = int(row["layer"]), int(row["head"]), int(row["query"]), int(row["key"])
+                    got[L][hd, q, k] = float(row["weight"])
+                    seen[L][hd, q, k] = True
+        errs = [self.rel(a, b) for a, b in zip(got, ref)]
+        self.check(all(s.all() for s in seen) and all(e <= TOL for e in errs),
+                   f"viz --model llama3 ({len(ids)} tokens): CSV = output_attentions, rel errs "
+                   f"{['%.1e' % e for e in errs]}")
+
     def run(self):
         folders = self.build()
         for name, (d, _) in folders.items():
@@ -372,6 +473,9 @@ class Tester:
         self.check_eos_list(folders["llama3"][0])
         self.check_cli(folders["llama3"][0])
         self.check_hostile(folders["llama3"][0])
+        for name in ("llama3", "tied", "mistral", "qwen2"):
+            self.check_capture(name, folders[name][0])
+        self.check_viz(folders["llama3"][0])
 
 
 if __name__ == "__main__":

@@ -19,7 +19,12 @@ gpt2_parity.py do), then checks:
     callback streams the same ids and stops when it returns True; sampling reproducible per seed;
   - 8 threads sharing one object give the single-threaded results bit for bit;
   - errors: a missing folder (AttnError naming it), hidden_states on GPT-2, generate on BERT,
-    a closed object, a callback's exception raised again.
+    a closed object, a callback's exception raised again;
+  - a random ViTForImageClassification folder (32 x 32 images, 10 labels, a preprocessor_config.json):
+    .image_input(file) = (x / 255 - mean) / std; .classify(arrays, top_k=None) = model(pixels).logits
+    and .image_hidden_states = model.vit(pixels).last_hidden_state in float64 (<= 1e-5); top-k
+    (label, probability) = softmax of the reference; file paths = their image_input arrays; errors
+    (a text model, a wrong shape, top_k 0) raise ValueError naming them.
 The last line is "python parity: N passed, M failed"; exit 1 on a failure, 0 otherwise (a notice
 and 0 when torch, transformers, tokenizers or sentence_transformers cannot be imported)."""
 import os
@@ -341,6 +346,92 @@ def check_errors(attn, outdir):
     check("no_such_model" in msg, f"a missing folder: AttnError naming it: {msg}")
 
 
+VIT_MEAN, VIT_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def build_vit(outdir):
+    import json
+    import numpy as np
+    import torch
+    import transformers as tf
+    cfg = tf.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=48, initializer_range=0.3, layer_norm_eps=1e-6,
+                       id2label={i: f"label {i}" for i in range(10)}, attn_implementation="eager")
+    torch.manual_seed(41)
+    m = tf.ViTForImageClassification(cfg)
+    with torch.no_grad():  # LayerNorms away from (1, 0), biases, CLS and positions nonzero
+        for name, p in m.named_parameters():
+            if name.endswith("bias") or "layernorm" in name or "token" in name or "position" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    m.eval()
+    d = os.path.join(outdir, "vit")
+    m.save_pretrained(d, safe_serialization=True)
+    with open(os.path.join(d, "preprocessor_config.json"), "w") as f:
+        json.dump(dict(image_processor_type="ViTImageProcessor", do_resize=True, size={"height": 32, "width": 32},
+                       resample=2, do_rescale=True, rescale_factor=1 / 255, do_normalize=True, image_mean=VIT_MEAN,
+                       image_std=VIT_STD, do_convert_rgb=True), f)
+    rng = np.random.default_rng(5)
+    paths, raw = [], []
+    for i in range(3):  # the model's size: the resize is a copy
+        a = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+        path = os.path.join(outdir, f"im{i}.ppm")
+        with open(path, "wb") as f:
+            f.write(b"P6\n32 32\n255\n" + a.tobytes())
+        paths.append(path)
+        raw.append(a)
+    return d, m.to(torch.float64), paths, raw
+
+
+def check_vit(attn, d, model, paths, raw, bert_dir):
+    import numpy as np
+    import torch
+    p = attn.from_pretrained(d)
+    check(p.family == "vit" and p.image_size == (3, 32, 32) and p.num_labels == 10 and p.labels[3] == "label 3",
+          f"vit: family {p.family}, image_size {p.image_size}, {p.num_labels} labels {p.labels[:2]}")
+    mean, std = np.array(VIT_MEAN)[:, None, None], np.array(VIT_STD)[:, None, None]
+    want = np.stack([(a.transpose(2, 0, 1) / 255.0 - mean) / std for a in raw])
+    got = np.stack([p.image_input(x) for x in paths])
+    e = rel(got, want)
+    check(got.dtype == np.float32 and e <= 1e-6, f"vit: image_input(file) = (x / 255 - mean) / std: rel err {e:.1e}")
+    x = got
+    with torch.no_grad():
+        ref = model(torch.from_numpy(x.astype(np.float64)))
+        ref_h = model.vit(torch.from_numpy(x.astype(np.float64))).last_hidden_state.numpy()
+    ref_l = ref.logits.numpy()
+    lg = p.classify(x, top_k=None)
+    e = rel(lg, ref_l)
+    check(lg.shape == (3, 10) and e <= TOL,
+          f"vit: classify(arrays [3, 3, 32, 32], top_k=None) = logits: rel err {e:.1e}")
+    hs = p.image_hidden_states(x)
+    e = rel(hs, ref_h)
+    check(hs.shape == (3, 17, 32) and e <= TOL, f"vit: image_hidden_states = last_hidden_state {hs.shape}: "
+          f"rel err {e:.1e}")
+    top = p.classify(list(x), top_k=3)
+    probs = np.exp(ref_l - ref_l.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    ok = len(top) == 3
+    for b in range(3):
+        order = np.argsort(-probs[b], kind="stable")[:3]
+        ok = ok and [lab for lab, _ in top[b]] == [f"label {i}" for i in order]
+        ok = ok and all(abs(pr - probs[b, i]) <= 1e-5 for (_, pr), i in zip(top[b], order))
+    check(ok, f"vit: classify(top_k=3) = softmax of the reference: {top[0]}")
+    one = p.classify(paths[1], top_k=3)
+    from_files = p.classify(paths, top_k=None)
+    check(one == top[1] and np.array_equal(from_files, lg), f"vit: classify(file paths) = classify(image_input): {one}")
+    errs = []
+    for what, call in (("top_k", lambda: p.classify(x, top_k=0)),
+                       ("got shape", lambda: p.classify(np.zeros((2, 3, 16, 16), np.float32))),
+                       ("not an image model", lambda: attn.from_pretrained(bert_dir).classify(x))):
+        try:
+            call()
+            errs.append(f"{what}: accepted")
+        except ValueError as ex:
+            if what not in str(ex):
+                errs.append(f"{what}: {ex}")
+    check(not errs, f"vit: errors raise ValueError naming them {errs}")
+    p.close()
+
+
 def main():
     if len(sys.argv) != 3:
         print("usage: python_parity.py LIBATTN_SO OUTDIR", file=sys.stderr)
@@ -371,6 +462,7 @@ def main():
     check_bert(attn, *bert, texts)
     check_gpt2(attn, *build_gpt2(outdir))
     check_errors(attn, outdir)
+    check_vit(attn, *build_vit(outdir), bert[0])
     print(f"python parity: {passed} passed, {failed} failed")
     return 1 if failed else 0
 
