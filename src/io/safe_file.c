@@ -222,7 +222,11 @@ attn_status attn_io_out_begin(attn_io_out *o, const char *path) {
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory");
     }
     char *dir = dir_of(path);
-    if (dir) remove_stale_temporaries(path, dir);
+    if (!dir) { /* an allocation that fails fails the call, as every other one does */
+        attn_io_out_abort(o);
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    remove_stale_temporaries(path, dir);
     attn__free(dir);
     for (int tries = 0; tries < 64; tries++) {
         /* the pid proves whose it is (remove_stale_temporaries), the random part keeps it unguessable */
