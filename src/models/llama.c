@@ -663,6 +663,26 @@ static attn_status llama_step(void *impl, int reset, const int32_t *ids, int64_t
 
 /* ---- open ---- */
 
+/* attn_pretrained_flops: per layer and new token the q, k, v, o projections and the gate, up and
+ * down matrices, then 2 (QK^T and PV) x the keys a query sees x Hq hd, the sliding window's cap
+ * applied per layer; the LM head once per token. */
+static double llama_flops(const void *impl, int64_t B, int64_t n, int64_t past) {
+    const llama *g = impl;
+    const llama_config *c = &g->c;
+    const double H = (double)c->hidden, q = (double)(c->heads * c->head_dim), kv = (double)(c->kv_heads * c->head_dim);
+    const double proj = 2 * H * q + 2 * H * kv + 3 * H * (double)c->inter;
+    double total = (double)n * (double)c->vocab * H;
+    for (int64_t l = 0; l < c->layers; l++) {
+        double keys = 0; /* summed over the new tokens at positions past .. past + n - 1 */
+        for (int64_t t = past; t < past + n; t++) {
+            const int64_t w = g->l[l].window;
+            keys += (double)(w > 0 && t + 1 > w ? w : t + 1);
+        }
+        total += (double)n * proj + 2 * keys * q;
+    }
+    return 2.0 * (double)B * total;
+}
+
 static attn_status llama_open(const hf_folder *f, attn_pretrained *m, int family) {
     llama_config c;
     attn_status st = read_config(f, family, &c);
@@ -684,6 +704,7 @@ static attn_status llama_open(const hf_folder *f, attn_pretrained *m, int family
     m->impl = g;
     m->logits = llama_logits;
     m->step = llama_step;
+    m->flops = llama_flops;
     m->free_impl = llama_free;
     m->capture_slot = &g->capture;
     m->hidden = c.hidden;
