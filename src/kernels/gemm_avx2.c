@@ -241,7 +241,7 @@ static inline __attribute__((always_inline)) void rows_t_body(const int R, const
 static void ukr_rows_t_avx2(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, float alpha,
                             float beta, int mr, int64_t n) {
     switch (mr) {
-    case 1: rows_t_body(1, 4, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
+    case 1: rows_t_body(1, 2, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
     case 2: rows_t_body(2, 2, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
     case 3: rows_t_body(3, 2, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
     default: rows_t_body(4, 2, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
