@@ -190,6 +190,69 @@ static void test_isa(void) {
     }
 }
 
+/* op(B) = B^T with m = 1..5 rows: the few-row kernel for B^T (m <= rows_max) must give bitwise
+ * what the packed path gives. The packed path is forced by embedding the m rows in a 16-row call
+ * (16 > rows_max and > MR): per-row results never depend on m. Threads 1, 2, 3 bitwise equal too;
+ * the float64 reference through run_case. */
+static void rows_t_case(int64_t m, int64_t n, int64_t k, float alpha, float beta) {
+    const int64_t M = 16;
+    const int ta = (int)(rng_next(&rng) & 1);
+    const int64_t lda = pad_ld(ta ? M : k), ldb = pad_ld(k), ldc = pad_ld(n);
+    const size_t asz = (size_t)(ta ? (k - 1) * lda + M : (M - 1) * lda + k), bsz = (size_t)((n - 1) * ldb + k);
+    const size_t csz = (size_t)((M - 1) * ldc + n);
+    float *a = xmalloc(asz * sizeof(float)), *b = xmalloc(bsz * sizeof(float));
+    float *c0 = xmalloc(csz * sizeof(float)), *big = xmalloc(csz * sizeof(float)), *c = xmalloc(csz * sizeof(float));
+    fill_normal(&rng, a, asz, 1.0);
+    fill_normal(&rng, b, bsz, 1.0);
+    fill_normal(&rng, c0, csz, 1.0);
+    const attn_transpose tra = ta ? ATTN_TRANS : ATTN_NO_TRANS;
+    int saved = attn_get_num_threads();
+    attn_set_num_threads(3);
+    size_t wsb = attn_sgemm_workspace_size(M, n, k);
+    void *ws = xmalloc(wsb);
+    memcpy(big, c0, csz * sizeof(float));
+    CHECK_OK(attn_sgemm(tra, ATTN_TRANS, M, n, k, alpha, a, lda, b, ldb, beta, big, ldc, ws, wsb));
+    for (int t = 1; t <= 3; t++) {
+        attn_set_num_threads(t);
+        memcpy(c, c0, csz * sizeof(float));
+        CHECK_OK(attn_sgemm(tra, ATTN_TRANS, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ws, wsb));
+        int same = 1;
+        for (int64_t i = 0; i < m; i++) same &= !memcmp(c + i * ldc, big + i * ldc, (size_t)n * sizeof(float));
+        /* rows past m and the padding between rows untouched */
+        same &= !memcmp(c + m * ldc, c0 + m * ldc, (csz - (size_t)(m * ldc)) * sizeof(float));
+        for (int64_t i = 0; i + 1 < m; i++)
+            same &= !memcmp(c + i * ldc + n, c0 + i * ldc + n, (size_t)(ldc - n) * sizeof(float));
+        CHECK(same,
+              "[%s] B^T few rows: m=%lld n=%lld k=%lld trans=%cT ld=%lld,%lld,%lld alpha=%g beta=%g, %d threads: "
+              "not bitwise equal to the packed path",
+              attn_isa_name(attn_active_isa()), (long long)m, (long long)n, (long long)k, ta ? 'T' : 'N',
+              (long long)lda, (long long)ldb, (long long)ldc, alpha, beta, t);
+    }
+    attn_set_num_threads(saved);
+    gcase g = {ta, 1, m, n, k, pad_ld(ta ? m : k), pad_ld(k), pad_ld(n), alpha, beta, beta == 0.0f};
+    run_case(&g, "B^T few rows");
+    free(a);
+    free(b);
+    free(c0);
+    free(big);
+    free(c);
+    free(ws);
+}
+
+static void test_rows_t(void) {
+    const attn_gemm_arch *ar = attn_gemm_arch_active();
+    const int64_t NR = ar->nr, KC = ar->kc;
+    const int64_t shapes[][2] = {
+        {1, 1},   {17, 33},       {NR * 3 + 5, KC + 7}, {300, 2 * KC + 5}, {64, 256},
+        {97, 15}, {1000, KC - 1}, {33, 3 * KC},         {777, 768},        {5, 2 * KC},
+    };
+    static const float alphas[] = {1.0f, -1.0f, 0.5f, 1.75f};
+    static const float betas[] = {0.0f, 1.0f, -0.5f, 2.0f};
+    for (int64_t m = 1; m <= 5; m++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            rows_t_case(m, shapes[s][0], shapes[s][1], alphas[rng_next(&rng) % 4], betas[(m + (int64_t)s) % 4]);
+}
+
 /* Same inputs, threads 1..4: results must be bitwise identical. kdiv shrinks k for the slow
  * portable kernel (the sanitizer build runs it unoptimised). */
 static void test_threads(int kdiv) {
@@ -331,6 +394,7 @@ int main(void) {
                ar->kc, ar->mc, ar->nc);
         test_isa();
         test_threads(isa == ATTN_ISA_REF ? 4 : 1);
+        test_rows_t();
     }
     CHECK_OK(attn_force_isa(attn_detected_isa()));
     test_ref();

@@ -21,15 +21,18 @@
  *       for each column block (NC of op(B))      pack op(B) into KC x NR micro-panels (B~, L2)
  *         for each A~ micro-panel (MR x KC)      stays in L1 across the next loop
  *           for each B~ micro-panel (KC x NR)    streamed from L2: micro-kernel, MR x NR of C
- * Packing makes every micro-kernel load contiguous and aligned and zero-pads the edges. Two
- * exceptions, both for op(B) = B (not transposed) and both chosen from the shape alone:
+ * Packing makes every micro-kernel load contiguous and aligned and zero-pads the edges. Three
+ * exceptions, all chosen from the shape alone:
  *  - m <= MR: B~ would serve one micro-kernel call per panel, so full panels are read in place
  *    (row stride ldb) and only a partial last panel is packed: B is read once instead of three
  *    times (read, write B~, read B~). With more rows a second pass over B in place would miss
  *    the caches (rows ldb apart map to few cache sets), so packing wins again.
- *  - m <= rows_max (4; GEMV-like decode shapes): the few-row kernel keeps up to 4 rows x 96..256
- *    columns of C in registers and streams B contiguously, row by row, once.
- * Both perform exactly the per-element operations above.
+ *  - m <= rows_max (4; GEMV-like decode shapes), op(B) = B: the few-row kernel keeps up to 4 rows
+ *    x 96..256 columns of C in registers and streams B contiguously, row by row, once.
+ *  - m <= rows_max, op(B) = B^T (linear layers with [out, in] weights at decode): the few-row
+ *    kernel for B^T reads B's rows (contiguous along k) in place, once, and transposes blocks of
+ *    them in registers; packing B~ (the whole weight matrix, every decode step) is skipped.
+ * All perform exactly the per-element operations above; threads split n only (m <= MR).
  *
  * Workspace (attn_sgemm_workspace_size). Per thread, 64-byte aligned:
  *   A~: roundup(min(m, MC), MR) * min(k, KC) floats,   B~: min(k, KC) * roundup(min(n, NC), NR)
@@ -246,7 +249,7 @@ typedef struct gemm_job {
     int64_t lda, ldb, ldc;
     float *c;
     int direct_b;  /* read full op(B) panels in place */
-    int rows_path; /* the few-row kernel (m <= rows_max, op(B) = B) */
+    int rows_path; /* a few-row kernel (m <= rows_max): ukr_rows (op(B) = B) or ukr_rows_t (B^T) */
 } gemm_job;
 
 static const float *op_a(const gemm_job *g, int64_t i, int64_t p) {
@@ -283,8 +286,8 @@ static void gemm_rect(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int
         float beta = p0 == 0 ? g->beta : 1.0f;
         if (g->rows_path) {
             pack_a(g, r0, p0, r1 - r0, kc, abuf);
-            ar->ukr_rows(kc, abuf, op_b(g, p0, c0), g->ldb, g->c + r0 * g->ldc + c0, g->ldc, g->alpha, beta,
-                         (int)(r1 - r0), c1 - c0);
+            (g->transb ? ar->ukr_rows_t : ar->ukr_rows)(kc, abuf, op_b(g, p0, c0), g->ldb, g->c + r0 * g->ldc + c0,
+                                                        g->ldc, g->alpha, beta, (int)(r1 - r0), c1 - c0);
             continue;
         }
         for (int64_t i0 = r0; i0 < r1; i0 += mb) {
@@ -387,7 +390,7 @@ attn_status attn_sgemm(attn_transpose transa, attn_transpose transb, int64_t m, 
     }
     gemm_job g = {ar, transa == ATTN_TRANS, transb == ATTN_TRANS, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, 0, 0};
     g.direct_b = !g.transb && m <= ar->mr;
-    g.rows_path = !g.transb && ar->ukr_rows && m <= ar->rows_max;
+    g.rows_path = (g.transb ? ar->ukr_rows_t != NULL : ar->ukr_rows != NULL) && m <= ar->rows_max;
 
     int threads = threads_wanted(ar, m, n, k);
     size_t fit = workspace_bytes / per_thread;

@@ -1,5 +1,6 @@
 /* AVX2 + FMA SGEMM micro-kernel: 6 x 16 register tile (12 ymm accumulators, 2 for B, 1 for the
- * broadcast A element: 15 of the 16 ymm registers), plus the AVX2 FMA-peak loop. */
+ * broadcast A element: 15 of the 16 ymm registers), the few-row kernels (op(B) = B and B^T),
+ * plus the AVX2 FMA-peak loop. */
 #include <immintrin.h>
 
 #include "gemm_internal.h"
@@ -155,6 +156,98 @@ static void ukr_rows_avx2(int64_t kc, const float *a, const float *b, int64_t ld
     }
 }
 
+/* In-register transpose of 8 rows of 8 floats: afterwards r[j] holds column j. */
+static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
+    __m256 t[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
+        t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) r[i] = t[i];
+}
+
+/* R (1..4) rows of C from op(B) = B^T read in place (B stored n x k, b[j * ldb + p]), once,
+ * without packing: NG groups of 8 columns; each 8 columns x 8 k block of B is loaded row by row
+ * (contiguous along k) and transposed in registers into 8 vectors of 8 columns, which feed the
+ * same per-element FMA chain, in increasing p, as ukr_body, then the same alpha / beta step.
+ * R * NG independent chains hide the FMA latency. Columns past n load as zero, never stored. */
+static inline __attribute__((always_inline)) void rows_t_body(const int R, const int NG, int64_t kc, const float *a,
+                                                              const float *b, int64_t ldb, float *c, int64_t ldc,
+                                                              float alpha, float beta, int64_t n) {
+    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    for (int64_t j0 = 0; j0 < n; j0 += 8 * NG) {
+        const int64_t w = n - j0 < 8 * NG ? n - j0 : 8 * NG;
+        __m256 acc[4][4];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) acc[i][g] = _mm256_setzero_ps();
+        for (int64_t p = 0; p < kc; p += 8) {
+            const int np = kc - p < 8 ? (int)(kc - p) : 8;
+            const __m256i km = lane_mask(np);
+            const float *ap = a + p * MR;
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) {
+                const int64_t jn = w - 8 * g;
+                if (jn <= 0) break;
+                const float *bg = b + (j0 + 8 * g) * ldb + p;
+                __m256 v[8];
+                if (jn >= 8 && np == 8) {
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++) v[j] = _mm256_loadu_ps(bg + j * ldb);
+                } else {
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++)
+                        v[j] = j < jn ? _mm256_maskload_ps(bg + j * ldb, km) : _mm256_setzero_ps();
+                }
+                transpose8(v);
+#pragma GCC unroll 8
+                for (int q = 0; q < 8; q++) {
+                    if (q >= np) break;
+#pragma GCC unroll 4
+                    for (int i = 0; i < R; i++)
+                        acc[i][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(ap + q * MR + i), v[q], acc[i][g]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) {
+                const __m256i mk = lane_mask((int)(w - 8 * g < 8 ? w - 8 * g : 8));
+                float *cg = c + i * ldc + j0 + 8 * g;
+                __m256 o = _mm256_mul_ps(acc[i][g], va);
+                if (beta != 0.0f) o = _mm256_fmadd_ps(acc[i][g], va, _mm256_mul_ps(_mm256_maskload_ps(cg, mk), vb));
+                _mm256_maskstore_ps(cg, mk, o);
+            }
+        }
+    }
+}
+
+static void ukr_rows_t_avx2(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, float alpha,
+                            float beta, int mr, int64_t n) {
+    switch (mr) {
+    case 1: rows_t_body(1, 2, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
+    case 2: rows_t_body(2, 2, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
+    case 3: rows_t_body(3, 2, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
+    default: rows_t_body(4, 2, kc, a, b, ldb, c, ldc, alpha, beta, n); break;
+    }
+}
+
 static const attn_gemm_arch arch_avx2 = {
     .name = "avx2",
     .mr = MR,
@@ -166,6 +259,7 @@ static const attn_gemm_arch arch_avx2 = {
     .pack_a = 0,
     .pack_b = 0,
     .ukr_rows = ukr_rows_avx2,
+    .ukr_rows_t = ukr_rows_t_avx2,
     .rows_max = 4,
 };
 

@@ -39,6 +39,9 @@ typedef void (*attn_gemm_pack_b_fn)(int trans, const float *b, int64_t ldb, int6
  * accumulators read B contiguously and exactly once: the GEMV-like shapes (m = 1..4). */
 typedef void (*attn_gemm_rows_fn)(int64_t kc, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
                                   float alpha, float beta, int mr, int64_t n);
+/* ukr_rows_t, the same for op(B) = B^T: B stored n x k, read in place (b[j * ldb + p], rows
+ * contiguous along k), never packed; the same per-element operations. Linear layers with
+ * PyTorch's [out, in] weights at decode (m = 1..4) take it. */
 
 /* One ISA's kernel and blocking. In the kernels' tables kc, mc and nc are the values tuned on
  * the reference caches (ATTN_GEMM_REF_L2, ATTN_GEMM_REF_L3, an L1d of at least 32 KiB); the
@@ -54,6 +57,7 @@ typedef struct attn_gemm_arch {
     attn_gemm_pack_b_fn pack_b;
     attn_gemm_rows_fn ukr_rows; /* NULL: none */
     int rows_max;
+    attn_gemm_rows_fn ukr_rows_t; /* op(B) = B^T, m <= rows_max; NULL: none */
 } attn_gemm_arch;
 
 const attn_gemm_arch *attn_gemm_arch_ref(void);
