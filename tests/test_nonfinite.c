@@ -34,8 +34,10 @@ static size_t lenient_nan;
 
 /* Same non-finite positions and kinds, finite entries within TOL; returns the finite rel err (INFINITY
  * on a position mismatch). *nonfinite receives the reference's count of non-finite entries.
- * lenient 1: a NaN may stand for a finite reference value (counted in lenient_nan); 2: also any
- * non-finite kind for a non-finite one. */
+ * lenient 1: a NaN may stand for a finite or an infinite reference value (counted in lenient_nan:
+ * a kernel that multiplies a masked key's value row by P = 0 inside a tile it computes, or whose
+ * float32 P underflows to 0 where float64's does not, adds 0 * Inf = NaN to whatever that row
+ * had); 2: also any non-finite kind for a non-finite one. */
 static double compare_nf_tol(const char *ctx, const float *got, const double *ref, size_t n, size_t *nonfinite,
                              int lenient, double tol) {
     double num = 0, den = 0;
@@ -44,7 +46,7 @@ static double compare_nf_tol(const char *ctx, const float *got, const double *re
         int kg = kind_of(got[i]), kr = kind_of(ref[i]);
         if (lenient == 2 && kg && kr) kg = kr; /* non-finite of any kind for non-finite */
         nf += kr != 0;
-        if (lenient && kg == 1 && kr == 0) {
+        if (lenient && kg == 1 && kr != 1) {
             lenient_nan++;
             continue;
         }
@@ -845,9 +847,10 @@ static void test_kernelised(void) {
 /* ---- Performer's causal forms with one non-finite key (README, "Non-finite values") ----
  * A NaN, +Inf or -Inf key j in causal Performer attention, in the parallel
  * form and the recurrent one (attn_performer_step, one token or a chunk of 4 per step):
- *  - no query before j changes, bit for bit: the key stabiliser (one maximum over the keys, or the
- *    state's running maximum) skips such a key, since its row's logits H - |x'|^2 / 2 are NaN or
- *    -Inf (|x'|^2 is +Inf), never above a finite one;
+ *  - no query before j changes beyond rounding: the key stabiliser (one maximum over the keys, or
+ *    the state's running maximum) skips such a key, since its row's logits H - |x'|^2 / 2 are NaN
+ *    or -Inf (|x'|^2 is +Inf), never above a finite one (the outputs are bitwise the clean run's
+ *    unless key j held the maximum there: the stabiliser then moves, and cancels);
  *  - in every form the key's features are NaN (beside finite keys, or alone in a one-token step,
  *    where no finite stabiliser exists and it is taken as 0), so query j and every later one are
  *    non-finite (all their entries): one key per step does not drop it. */
@@ -900,18 +903,26 @@ static void test_performer_key(void) {
                     k[PJ * PD + 5] = special[sp];
                     performer_run(q, k, v, w, m, chunk, out);
                     k[PJ * PD + 5] = keep;
+                    /* earlier outputs: finite and equal to the clean run's up to rounding (bitwise
+                     * unless key j held the keys' maximum: the stabiliser then moves, and cancels) */
                     size_t before = 0, later_nonfinite = 0;
+                    double num = 0, den = 0;
                     for (int i = 0; i < PN; i++)
                         for (int c = 0; c < PDV; c++) {
                             const float a = out[i * PDV + c];
-                            if (i < PJ)
-                                before += memcmp(&a, &clean[i * PDV + c], sizeof a) != 0;
-                            else
+                            if (i < PJ) {
+                                before += !isfinite(a);
+                                num += ((double)a - clean[i * PDV + c]) * ((double)a - clean[i * PDV + c]);
+                                den += (double)clean[i * PDV + c] * clean[i * PDV + c];
+                            } else {
                                 later_nonfinite += !isfinite(a);
+                            }
                         }
+                    if (!(num <= 1e-10 * den)) before += (size_t)PJ * PDV; /* NaN-safe: rel err > 1e-5 */
                     const size_t later = (size_t)(PN - PJ) * PDV, want = later;
                     CHECK(before == 0 && later_nonfinite == want,
-                          "performer [%s] m %d, %s, key %d holds %g: %zu earlier outputs changed (want 0), %zu of "
+                          "performer [%s] m %d, %s, key %d holds %g: %zu earlier outputs non-finite or off (want 0), "
+                          "%zu of "
                           "%zu later ones non-finite (want %zu)",
                           attn_isa_name((attn_isa)isa), m,
                           chunk ? (chunk == 1 ? "one token a step" : "4 a step") : "parallel", PJ, (double)special[sp],
