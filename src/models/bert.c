@@ -34,23 +34,6 @@ typedef struct bert {
     attn_precision precision; /* of the encoder's products (attn_pretrained_set_precision) */
 } bert;
 
-static attn_status read_act(const hf_folder *f, attn_activation *act) {
-    const char *s = NULL;
-    attn_status st = attn_hf_config_string(f, "hidden_act", "gelu", &s);
-    if (st) return st;
-    if (strcmp(s, "gelu") == 0)
-        *act = ATTN_ACTIVATION_GELU;
-    else if (strcmp(s, "gelu_new") == 0 || strcmp(s, "gelu_pytorch_tanh") == 0)
-        *act = ATTN_ACTIVATION_GELU_TANH;
-    else if (strcmp(s, "relu") == 0)
-        *act = ATTN_ACTIVATION_RELU;
-    else
-        return attn_error(ATTN_ERR_UNSUPPORTED,
-                          "%s: key 'hidden_act' is \"%.60s\" (attn runs gelu, gelu_new, gelu_pytorch_tanh, relu)",
-                          f->config_path, s);
-    return ATTN_OK;
-}
-
 /* Options attn does not run must hold their defaults. */
 static attn_status check_options(const hf_folder *f) {
     const char *pe = NULL;
@@ -88,7 +71,7 @@ static attn_status read_config(const hf_folder *f, bert_config *c) {
         st = attn_error(ATTN_ERR_INVALID_ARGUMENT,
                         "%s: key 'hidden_size' (%lld) is not a multiple of 'num_attention_heads' (%lld)",
                         f->config_path, (long long)c->hidden, (long long)c->heads);
-    if (!st) st = read_act(f, &c->act);
+    if (!st) st = attn_hf_config_activation(f, &c->act);
     if (!st) st = check_options(f);
     return st;
 }

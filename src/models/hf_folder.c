@@ -105,6 +105,24 @@ attn_status attn_hf_config_string(const hf_folder *f, const char *key, const cha
     return ATTN_OK;
 }
 
+/* hidden_act of the encoder families (BERT, ViT), as transformers' ACT2FN names them. */
+attn_status attn_hf_config_activation(const hf_folder *f, attn_activation *act) {
+    const char *s = NULL;
+    attn_status st = attn_hf_config_string(f, "hidden_act", "gelu", &s);
+    if (st) return st;
+    if (strcmp(s, "gelu") == 0)
+        *act = ATTN_ACTIVATION_GELU;
+    else if (strcmp(s, "gelu_new") == 0 || strcmp(s, "gelu_pytorch_tanh") == 0)
+        *act = ATTN_ACTIVATION_GELU_TANH;
+    else if (strcmp(s, "relu") == 0)
+        *act = ATTN_ACTIVATION_RELU;
+    else
+        return attn_error(ATTN_ERR_UNSUPPORTED,
+                          "%s: key 'hidden_act' is \"%.60s\" (attn runs gelu, gelu_new, gelu_pytorch_tanh, relu)",
+                          f->config_path, s);
+    return ATTN_OK;
+}
+
 attn_status attn_hf_config_eos(const hf_folder *f, int32_t *ids, size_t cap, size_t *n) {
     const char *key = "eos_token_id";
     const attn_json *v = attn_json_get(f->config, key);

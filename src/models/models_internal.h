@@ -11,6 +11,7 @@
 
 #include "attn/capture.h"
 #include "attn/image.h"
+#include "attn/layers.h"
 #include "attn/pretrained.h"
 #include "attn/safetensors.h"
 #include "io/json.h"
@@ -76,6 +77,9 @@ void attn_hf_needs_free(hf_need *needs, size_t n);
 attn_status attn_hf_check_layer_count(const hf_folder *f, const char *prefix, const char *stack, const char *last,
                                       const char *key, int64_t layers);
 
+/* config.json's hidden_act: "gelu" (the default; erf), "gelu_new" / "gelu_pytorch_tanh" (tanh
+ * form) or "relu"; another value is ATTN_ERR_UNSUPPORTED naming the key (BERT, ViT). */
+attn_status attn_hf_config_activation(const hf_folder *f, attn_activation *act);
 /* config.json's eos_token_id: null / absent / -1 (none), an integer, or a list of at most cap
  * integers (Llama 3); *n gets how many ids went to ids. Errors name the file and the key. */
 attn_status attn_hf_config_eos(const hf_folder *f, int32_t *ids, size_t cap, size_t *n);

@@ -38,23 +38,6 @@ typedef struct vit {
     size_t ws_bytes;
 } vit;
 
-static attn_status read_act(const hf_folder *f, attn_activation *act) {
-    const char *s = NULL;
-    attn_status st = attn_hf_config_string(f, "hidden_act", "gelu", &s);
-    if (st) return st;
-    if (strcmp(s, "gelu") == 0)
-        *act = ATTN_ACTIVATION_GELU;
-    else if (strcmp(s, "gelu_new") == 0 || strcmp(s, "gelu_pytorch_tanh") == 0)
-        *act = ATTN_ACTIVATION_GELU_TANH;
-    else if (strcmp(s, "relu") == 0)
-        *act = ATTN_ACTIVATION_RELU;
-    else
-        return attn_error(ATTN_ERR_UNSUPPORTED,
-                          "%s: key 'hidden_act' is \"%.60s\" (attn runs gelu, gelu_new, gelu_pytorch_tanh, relu)",
-                          f->config_path, s);
-    return ATTN_OK;
-}
-
 /* image_size / patch_size: an integer, or [height, width]. */
 static attn_status read_pair(const hf_folder *f, const char *key, int64_t def, int64_t hi, int64_t *h, int64_t *w) {
     const attn_json *v = attn_json_get(f->config, key);
@@ -118,7 +101,7 @@ static attn_status read_config(const hf_folder *f, vit_config *c) {
         st = attn_error(ATTN_ERR_INVALID_ARGUMENT,
                         "%s: key 'hidden_size' (%lld) is not a multiple of 'num_attention_heads' (%lld)",
                         f->config_path, (long long)c->hidden, (long long)c->heads);
-    if (!st) st = read_act(f, &c->act);
+    if (!st) st = attn_hf_config_activation(f, &c->act);
     if (!st) st = attn_hf_config_bool(f, "qkv_bias", 1, &c->qkv_bias);
     if (!st) st = read_labels(f, &c->labels);
     /* the grid Conv2d covers (a remainder of pixels past it is not read, as in the convolution) */
