@@ -64,9 +64,11 @@ static const cli_command commands[] = {
      "attn tokenize --model DIR|FILE (--text T | --input FILE) [--decode] [--max-length L] [--no-special]",
      cmd_tokenize, NULL},
     {"embed", "sentence embeddings of text lines with a Hugging Face / sentence-transformers folder",
-     "attn embed --model DIR --input FILE --out OUT.(safetensors|npy|jsonl) [--batch B] [--threads T]", cmd_embed,
-     NULL},
-    {"generate", "continue a prompt with a Hugging Face causal language model (GPT-2), streaming the text",
+     "attn embed --model DIR --input FILE --out OUT.(safetensors|npy|jsonl) [--batch B] [--threads T] [--precision "
+     "fp32|bf16]",
+     cmd_embed, NULL},
+    {"generate",
+     "continue a prompt with a Hugging Face causal language model (GPT-2, Llama, Mistral, Qwen2), streaming the text",
      "attn generate --model DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] "
      "[--ids]",
      cmd_generate, NULL},
