@@ -232,14 +232,14 @@ static int dec_step(const tok_dec *d, const tlist *in, tlist *out, tok_buf *tmp)
         case TOK_DEC_METASPACE:
             r = tl_new(out);
             for (size_t j = 0; !r && j < len;) {
-                int hit = len - j >= al && !memcmp(s + j, d->a, al);
+                int hit = al && len - j >= al && !memcmp(s + j, d->a, al);
                 if (!hit || !(i == 0 && d->flag)) r = tl_add(out, hit ? " " : s + j, 1);
                 j += hit ? al : 1;
             }
             break;
         default: { /* WordPiece */
             tok_buf piece = {0};
-            if (i && len >= al && !memcmp(s, d->a, al))
+            if (i && al && len >= al && !memcmp(s, d->a, al))
                 r = attn_tok_buf_put(&piece, s + al, len - al);
             else
                 r = (i && attn_tok_buf_put(&piece, " ", 1)) || attn_tok_buf_put(&piece, s, len);

@@ -77,7 +77,7 @@ static int norm_text_step(const tok_norm *op, const cpbuf *in, cpbuf *out) {
     if (op->op == TOK_NORM_PREPEND) {
         if (!in->n) return 0;
         if (cp_reserve(out, op->nstr)) return -1;
-        memcpy(out->p, op->str, op->nstr * sizeof(uint32_t));
+        if (op->nstr) memcpy(out->p, op->str, op->nstr * sizeof(uint32_t)); /* "" prepends nothing; str is NULL */
         out->n = op->nstr;
     } else if (op->op == TOK_NORM_STRIP) {
         while (op->left && s < e && (attn_u_props(in->p[s]) & ATTN_U_WS)) s++;
@@ -87,7 +87,7 @@ static int norm_text_step(const tok_norm *op, const cpbuf *in, cpbuf *out) {
         if (op->op == TOK_NORM_REPLACE && op->nstr && op->nstr <= e - i &&
             !memcmp(in->p + i, op->str, op->nstr * sizeof(uint32_t))) {
             if (cp_reserve(out, op->nto)) return -1;
-            memcpy(out->p + out->n, op->to, op->nto * sizeof(uint32_t));
+            if (op->nto) memcpy(out->p + out->n, op->to, op->nto * sizeof(uint32_t));
             out->n += op->nto, i += op->nstr;
             continue;
         }

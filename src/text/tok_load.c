@@ -539,7 +539,7 @@ static attn_status push_ids(const jctx *c, int after, const int32_t *ids, size_t
     if (*len + n > 4096) return jfail(c, ATTN_ERR_INVALID_ARGUMENT, "post_processor", "more than 4096 special ids");
     int32_t *p = attn__realloc(*list, (*len + n + 1) * sizeof(int32_t));
     if (!p) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory", c->file);
-    memcpy(p + *len, ids, n * sizeof(int32_t));
+    if (n) memcpy(p + *len, ids, n * sizeof(int32_t));
     *list = p;
     *len += n;
     return ATTN_OK;
