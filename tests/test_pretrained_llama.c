@@ -1,6 +1,6 @@
 /* attn_pretrained's Llama family (model_type llama, mistral, qwen2) on folders written here
  * (config.json and safetensors made with attn's writer; no Python): for each family, logits of a
- * right-padded batch equal to each row's alone, greedy generation equal to the argmax of the full
+ * right-padded batch equal to each row's alone (bitwise: the batch runs packed), greedy generation equal to the argmax of the full
  * forward's logits (the key/value cache, its chunks and the sliding window against the whole
  * sequence), bitwise the same logits on 1 and 3 threads; eos_token_id as a list (every id listed,
  * generation stopping at any); BF16 weights; hostile folders, each refused with a message naming the
