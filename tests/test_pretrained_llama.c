@@ -1,6 +1,6 @@
 /* attn_pretrained's Llama family (model_type llama, mistral, qwen2) on folders written here
  * (config.json and safetensors made with attn's writer; no Python): for each family, logits of a
- * right-padded batch equal to each row's alone, greedy generation equal to the argmax of the full
+ * right-padded batch equal to each row's alone (bitwise: the batch runs packed), greedy generation equal to the argmax of the full
  * forward's logits (the key/value cache, its chunks and the sliding window against the whole
  * sequence), bitwise the same logits on 1 and 3 threads; eos_token_id as a list (every id listed,
  * generation stopping at any); BF16 weights; hostile folders, each refused with a message naming the
@@ -209,6 +209,41 @@ static void check_batch(const char *what, attn_pretrained *m) {
     CHECK(memcmp(out, again, sizeof out) == 0, "%s: logits differ between 1 and 3 threads", what);
 }
 
+/* A right-padded batch runs packed (only real tokens through the layers): each row's logits are
+ * bitwise those of the row alone, for lengths 1, about the flash block (64) and the maximum (P), and
+ * random ones (ATTN_TEST_SEED); padded positions 0 (out starts as NaN: every value is written). */
+static void check_packed(const char *what, attn_pretrained *m) {
+    enum { B = 9, N = P };
+    test_rng r = rng_seeded(0x5eed11a3ull);
+    int64_t len[B] = {1, 63, 64, 65, P, 0, 0, 0, 0};
+    for (int b = 5; b < B; b++) len[b] = 1 + (int64_t)(rng_next(&r) % P);
+    for (int b = B - 1; b > 0; b--) { /* a seeded order of the rows */
+        const int j = (int)(rng_next(&r) % (uint64_t)(b + 1));
+        const int64_t t = len[b];
+        len[b] = len[j];
+        len[j] = t;
+    }
+    int32_t *ids = xmalloc(B * N * sizeof(int32_t));
+    for (int i = 0; i < B * N; i++) ids[i] = (int32_t)(rng_next(&r) % V);
+    for (int b = 0; b < B; b++)
+        for (int64_t t = len[b]; t < N; t++) ids[b * N + t] = -1; /* padding: never read */
+    float *out = xmalloc((size_t)B * N * V * sizeof(float)), *alone = xmalloc((size_t)N * V * sizeof(float));
+    for (size_t i = 0; i < (size_t)B * N * V; i++) out[i] = NAN;
+    CHECK_OK(attn_pretrained_logits(m, ids, len, B, N, out));
+    for (int b = 0; b < B; b++) {
+        CHECK_OK(attn_pretrained_logits(m, ids + b * N, &len[b], 1, len[b], alone));
+        const float *row = out + (size_t)b * N * V;
+        CHECK(memcmp(row, alone, (size_t)len[b] * V * sizeof(float)) == 0 && rel_err_ff(row, alone, len[b] * V) == 0,
+              "%s: packed row %d (length %lld) differs from the row alone", what, b, (long long)len[b]);
+        int zero = 1;
+        for (int64_t i = len[b] * V; i < N * V; i++) zero &= row[i] == 0;
+        CHECK(zero, "%s: row %d's padded logits are 0", what, b);
+    }
+    free(ids);
+    free(out);
+    free(alone);
+}
+
 static void test_families(void) {
     static const kv mistral[] = {{"model_type", "\"mistral\""}, {"sliding_window", "3"}};
     static const kv qwen2[] = {{"model_type", "\"qwen2\""},
@@ -233,6 +268,7 @@ static void test_families(void) {
                   attn_pretrained_hidden_size(m) == H,
               "%s: family %s", cases[i].name, attn_pretrained_family(m));
         check_batch(cases[i].name, m);
+        check_packed(cases[i].name, m);
         check_greedy(cases[i].name, m, 6, 10);
         check_greedy(cases[i].name, m, 70, 20); /* two prompt chunks, then single steps */
         attn_pretrained_free(m);
@@ -388,6 +424,9 @@ static attn_status run_all(const char *dir, attn_pretrained **m, float *logits, 
     memset(c, 0, sizeof *c);
     attn_status st = attn_pretrained_open(dir, m);
     if (!st) st = attn_pretrained_logits(*m, ids, &len, 1, 4, logits);
+    int64_t lens[2] = {4, 2}; /* a padded batch: the packed path */
+    int32_t pids[8] = {1, 2, 3, 4, 5, 6, 0, 0};
+    if (!st) st = attn_pretrained_logits(*m, pids, lens, 2, 4, logits + 4 * V);
     if (!st) st = attn_pretrained_generate(*m, ids, 4, &o, collect, c, NULL);
     return st;
 }
@@ -395,7 +434,7 @@ static attn_status run_all(const char *dir, attn_pretrained **m, float *logits, 
 static void test_alloc_fail(void) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/qwen2", root);
-    float want[4 * V], got[4 * V];
+    float want[12 * V], got[12 * V];
     collected cw, cg;
     attn_pretrained *m = NULL;
     CHECK_OK(run_all(dir, &m, want, &cw));

@@ -9,6 +9,7 @@
  * sliding layers). q, k and v run as one GEMM over concatenated weights, as do gate and up; the
  * attention is attn_flash_forward on strided views of that GEMM's output (its decode path for one
  * query row); generation keeps per layer a key/value cache of Hkv heads, grown as tokens come.
+ * A right-padded logits batch runs packed: only its real tokens, attention by attn_flash_varlen_forward.
  * attn_pretrained_capture records layer l's weights as "layers.l.self_attn", [1, Hq, N, N]. */
 #include <math.h>
 #include <stdio.h>
@@ -521,13 +522,46 @@ static attn_status capture_weights(llama *m, int64_t l, int64_t window, const at
 }
 
 /* The attention of one layer over B x N rows: q, k, v are views into b->qkv (RoPE applied here
- * from pos0), keys either the same rows (cache NULL) or the layer's cache holding pos0 + N rows. */
+ * from pos0), keys either the same rows (cache NULL) or the layer's cache holding pos0 + N rows.
+ * Packed (cu non-NULL): B = 1 and N = total rows of `seqs` sequences, sequence s owning rows
+ * [cu[s], cu[s + 1]) at positions pos[] (restarting at 0 per sequence). */
 typedef struct attn_call {
     int64_t B, N, pos0;
     int cached;
+    const int64_t *cu, *pos;
+    int64_t seqs;
 } attn_call;
 
+/* [total, heads, hd] over rows of width ld floats (varlen's packed layout). */
+static attn_tensor packed_view(float *base, int64_t total, int64_t heads, int64_t hd, int64_t ld) {
+    attn_tensor t = attn_tensor_3d(base, total, heads, hd);
+    t.stride[0] = ld;
+    t.stride[1] = hd;
+    t.stride[2] = 1;
+    return t;
+}
+
+/* The packed attention: each sequence causal on its own keys, as if run alone (varlen flash). */
+static attn_status attention_packed(llama *m, llama_layer *L, const attn_call *a, llama_bufs *b) {
+    const llama_config *c = &m->c;
+    const int64_t hd = c->head_dim, Q = c->heads * hd, K = c->kv_heads * hd, W = Q + 2 * K, T = a->N;
+    attn_tensor q = head_view(b->qkv, 1, c->heads, T, hd, W, T * W);
+    attn_tensor k = head_view(b->qkv + Q, 1, c->kv_heads, T, hd, W, T * W);
+    attn_status st = attn_rope_forward(&c->rope, &q, 0, a->pos);
+    if (!st) st = attn_rope_forward(&c->rope, &k, 0, a->pos);
+    if (st) return st;
+    const attn_tensor pq = packed_view(b->qkv, T, c->heads, hd, W), pk = packed_view(b->qkv + Q, T, c->kv_heads, hd, W),
+                      pv = packed_view(b->qkv + Q + K, T, c->kv_heads, hd, W);
+    attn_tensor o = packed_view(b->att, T, c->heads, hd, Q);
+    attn_sdpa_params p = attn_sdpa_params_default();
+    p.causal = ATTN_CAUSAL_TOP_LEFT;
+    p.window_left = L->window > 0 ? L->window - 1 : -1;
+    p.window_right = -1;
+    return attn_flash_varlen_forward(&pq, &pk, &pv, a->cu, a->cu, a->seqs, &p, &o, NULL, b->flash, b->flash_bytes);
+}
+
 static attn_status attention(llama *m, llama_layer *L, const attn_call *a, llama_bufs *b) {
+    if (a->cu) return attention_packed(m, L, a, b);
     const llama_config *c = &m->c;
     const int64_t hd = c->head_dim, Q = c->heads * hd, K = c->kv_heads * hd, W = Q + 2 * K;
     attn_tensor q = head_view(b->qkv, a->B, c->heads, a->N, hd, W, a->N * W);
@@ -598,23 +632,80 @@ static size_t flash_bytes(const llama *m, int64_t B, int64_t N, int64_t nk) {
     return attn_flash_workspace_size(&q, &k, &k);
 }
 
-/* Logits of every position; right padding (ids not read) cannot reach a real position through
- * the causal mask, and its rows of out are set to 0. */
-static attn_status llama_logits(void *impl, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t N,
-                                float *out) {
-    llama *m = impl;
+/* Logits of every position of an unpadded batch (or one whose attention is captured, [B, Hq, N,
+ * N]); right padding (ids not read) cannot reach a real position through the causal mask, and its
+ * rows of out are set to 0. */
+static attn_status logits_padded(llama *m, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t N,
+                                 float *out) {
     const int64_t T = B * N, H = m->c.hidden, V = m->c.vocab;
     llama_bufs b;
     attn_status st = reserve(m, T, T, flash_bytes(m, B, N, N), &b);
     if (st) return st;
     embed(m, ids, lengths, B, N, b.x);
-    const attn_call a = {B, N, 0, 0};
+    const attn_call a = {B, N, 0, 0, NULL, NULL, 0};
     st = layers_forward(m, &a, &b);
     if (st) return st;
     rms_norm(b.x, m->norm, b.nrm, T, H, m->c.eps);
     st = attn_linear_forward(b.nrm, m->lm_head, NULL, out, T, H, V, b.gemm, b.gemm_bytes);
     for (int64_t r = 0; !st && r < B; r++)
         memset(out + (r * N + lengths[r]) * V, 0, (size_t)((N - lengths[r]) * V) * sizeof(float));
+    return st;
+}
+
+/* A right-padded batch packed: only the `total` real tokens are embedded and run through every
+ * layer (attention by varlen flash, each sequence alone), so each row's logits are bitwise those
+ * of the row run alone (the GEMM's per-element sums do not depend on its row count). cu [B + 1]
+ * and pos [total] are idx's; the logits are computed packed into out's first total rows, then
+ * moved to their padded places, last sequence first (a destination never precedes its source). */
+static attn_status logits_packed(llama *m, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t N,
+                                 int64_t total, int64_t *idx, float *out) {
+    const int64_t H = m->c.hidden, V = m->c.vocab, hd = m->c.head_dim, Q = m->c.heads * hd, K = m->c.kv_heads * hd,
+                  W = Q + 2 * K;
+    int64_t *cu = idx, *pos = idx + B + 1;
+    cu[0] = 0;
+    for (int64_t r = 0; r < B; r++) {
+        cu[r + 1] = cu[r] + lengths[r];
+        for (int64_t t = 0; t < lengths[r]; t++) pos[cu[r] + t] = t;
+    }
+    llama_bufs b;
+    attn_status st = reserve(m, total, total, 0, &b); /* the views below need the activations' place */
+    if (st) return st;
+    const attn_tensor q = packed_view(b.qkv, total, m->c.heads, hd, W),
+                      k = packed_view(b.qkv + Q, total, m->c.kv_heads, hd, W),
+                      v = packed_view(b.qkv + Q + K, total, m->c.kv_heads, hd, W);
+    const size_t fb = attn_flash_varlen_workspace_size(&q, &k, &v, cu, cu, B);
+    if (fb == 0 || fb == SIZE_MAX) { /* 0: attn_last_error() says why */
+        char why[512];
+        snprintf(why, sizeof why, "%s", fb ? "its size overflows" : attn_last_error());
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_pretrained_logits: packed attention's workspace: %s", why);
+    }
+    if ((st = reserve(m, total, total, fb, &b))) return st;
+    for (int64_t r = 0; r < B; r++)
+        for (int64_t t = 0; t < lengths[r]; t++)
+            memcpy(b.x + (cu[r] + t) * H, m->embed + (int64_t)ids[r * N + t] * H, (size_t)H * sizeof(float));
+    const attn_call a = {1, total, 0, 0, cu, pos, B};
+    if ((st = layers_forward(m, &a, &b))) return st;
+    rms_norm(b.x, m->norm, b.nrm, total, H, m->c.eps);
+    if ((st = attn_linear_forward(b.nrm, m->lm_head, NULL, out, total, H, V, b.gemm, b.gemm_bytes))) return st;
+    for (int64_t r = B - 1; r >= 0; r--) {
+        memmove(out + r * N * V, out + cu[r] * V, (size_t)(lengths[r] * V) * sizeof(float));
+        memset(out + (r * N + lengths[r]) * V, 0, (size_t)((N - lengths[r]) * V) * sizeof(float));
+    }
+    return ATTN_OK;
+}
+
+static attn_status llama_logits(void *impl, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t N,
+                                float *out) {
+    llama *m = impl;
+    int64_t total = 0;
+    for (int64_t r = 0; r < B; r++) total += lengths[r];
+    if (total == B * N || m->capture) return logits_padded(m, ids, lengths, B, N, out);
+    int64_t *idx = attn__malloc((size_t)(B + 1 + total) * sizeof(int64_t));
+    if (!idx)
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_logits: out of memory (%lld sequence offsets)",
+                          (long long)(B + 1 + total));
+    const attn_status st = logits_packed(m, ids, lengths, B, N, total, idx, out);
+    attn__free(idx);
     return st;
 }
 
@@ -650,7 +741,7 @@ static attn_status llama_step(void *impl, int reset, const int32_t *ids, int64_t
         st = reserve(m, k, 1, flash_bytes(m, 1, k, m->cache_len + k), &b);
         if (st) break;
         embed(m, ids + i, NULL, 1, k, b.x);
-        const attn_call a = {1, k, m->cache_len, 1};
+        const attn_call a = {1, k, m->cache_len, 1, NULL, NULL, 0};
         st = layers_forward(m, &a, &b);
         if (st) break;
         m->cache_len += k;
