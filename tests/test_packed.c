@@ -28,7 +28,8 @@ static size_t ws_size(const mod *m, const attn_layer_args *a) {
     return m->dec ? attn_decoder_workspace_size(m->d, a) : attn_encoder_workspace_size(m->e, a);
 }
 static attn_status fwd(mod *m, const attn_layer_args *a, float *out, void *sv, size_t sb, void *ws, size_t wb) {
-    return m->dec ? attn_decoder_forward(m->d, a, out, sv, sb, ws, wb) : attn_encoder_forward(m->e, a, out, sv, sb, ws, wb);
+    return m->dec ? attn_decoder_forward(m->d, a, out, sv, sb, ws, wb)
+                  : attn_encoder_forward(m->e, a, out, sv, sb, ws, wb);
 }
 static attn_status bwd(mod *m, const attn_layer_args *a, const float *dout, float *dx, float *dmem, const void *sv,
                        size_t sb, void *ws, size_t wb) {
@@ -118,7 +119,8 @@ static void check_alone(mod *m, const batch *b, int causal, const char *what) {
     for (int64_t s = 0; s < b->B; s++) {
         const int64_t n = b->len[s], nm = b->mlen[s];
         if (n == 0) continue;
-        float *o1 = xmalloc((size_t)(n * D) * 4), *dx1 = xmalloc((size_t)(n * D) * 4), *dm1 = xmalloc((size_t)(nm * D + 1) * 4);
+        float *o1 = xmalloc((size_t)(n * D) * 4), *dx1 = xmalloc((size_t)(n * D) * 4),
+              *dm1 = xmalloc((size_t)(nm * D + 1) * 4);
         attn_layer_args s1 = attn_layer_args_default();
         s1.batch = 1;
         s1.n = n;
