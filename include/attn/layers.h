@@ -92,6 +92,20 @@ typedef struct attn_layer_args {
     int training;
     uint64_t seed, offset;
     attn_capture *capture; /* nullable: modules named self_attn, multihead_attn */
+    /* Packed (padding-free) batches (attn_mha_args' cu_seqlens_q, mha.h): cu_seqlens int64
+     * [batch + 1] (0 first, nondecreasing), NULL = the padded layout. When set, batch is the
+     * number of sequences and n = cu_seqlens[batch] the TOTAL rows: x, out, dx [n, d_model];
+     * every row-wise op (linear, norm, activation, residual) runs on the n real rows only and
+     * self-attention is per sequence (self_masks.is_causal: causal within each sequence; the
+     * other masks are refused, the packing is the key padding mask; so is capture). A decoder
+     * needs cu_seqlens_memory [batch + 1] too (memory, dmemory [n_memory = its last entry,
+     * d_model]): sequence s cross-attends to memory rows [cu_seqlens_memory[s],
+     * cu_seqlens_memory[s + 1]). Dropout streams of a packed call: site k of the layer (the list
+     * above) draws for sequence s from (seed, offset + batch k + s), the attention weights as the
+     * varlen kernel's offset + s rule; layer l of a stack from offset + 8 batch l. So a packed
+     * batch of one sequence draws exactly what the padded batch-1 call draws, and no two sites or
+     * sequences share a stream. */
+    const int64_t *cu_seqlens, *cu_seqlens_memory;
 } attn_layer_args;
 
 ATTN_API attn_layer_args attn_layer_args_default(void);

@@ -102,6 +102,22 @@ typedef struct attn_mha_args {
     /* Attention capture (see attn_capture): this module's weights are recorded when a request
      * matches its name (empty for a bare module; layers and models name theirs). NULL = none. */
     attn_capture *capture;
+    /* Packed (padding-free) batches, FlashAttention's varlen layout (attention.h): int64
+     * cu_seqlens_q [batch + 1] (0 first, nondecreasing), NULL = the padded layout above. When set,
+     * batch is the number of sequences, nq = cu_seqlens_q[batch] and nk = cu_seqlens_k[batch] are
+     * the TOTAL row counts (not the longest sequence), query is [nq, E], key [nk, kdim], value
+     * [nk, vdim], out / dquery [nq, E], dkey / dvalue as key / value; sequence s owns query rows
+     * [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and attends only to key rows [cu_seqlens_k[s],
+     * cu_seqlens_k[s + 1]) (empty sequences allowed: a query with no keys gets attention output 0).
+     * cu_seqlens_k NULL = cu_seqlens_q (self-attention). The projections run on the total rows
+     * only; attention is attn_flash_varlen_* (each sequence bitwise its batch-1 padded run), with
+     * is_causal top-left per sequence and dropout for sequence s drawn from (seed, offset + s), as
+     * the batch-1 call at offset + s draws: a caller making several packed calls with one seed
+     * advances offset by at least batch between them. bf16 precision applies as in the padded
+     * layout. Only the flash and window kinds; refused (ATTN_ERR_UNSUPPORTED, naming the field):
+     * attn_mask*, key_padding_mask*, global_attention_mask, need_weights, capture (also an ambient
+     * one), add_bias_kv / add_zero_attn, use_rope. */
+    const int64_t *cu_seqlens_q, *cu_seqlens_k;
 } attn_mha_args;
 
 /* Zero masks, no causality, no weights, eval mode; the caller fills the rest. */

@@ -238,15 +238,64 @@ static attn_status embed(const bert *b, const int32_t *ids, const int32_t *types
     return attn_layernorm_forward(x, b->ln_w, b->ln_b, x, NULL, NULL, B * n, H, (float)b->c.eps);
 }
 
+/* A right-padded batch packed (layers.h cu_seqlens): only its `total` real tokens are embedded
+ * (positions restarting at 0 per row) and run through the encoder, whose rows are each bitwise the
+ * row run alone; out's first total rows take them, then each row moves to its padded place, last
+ * first (a destination never precedes its source), padding zeroed. */
+static attn_status bert_hidden_packed(bert *b, const int32_t *ids, const int32_t *types, const int64_t *lengths,
+                                      int64_t B, int64_t n, int64_t total, float *out) {
+    const int64_t H = b->c.hidden;
+    int64_t *cu = attn__malloc((size_t)(B + 1) * sizeof(int64_t));
+    if (!cu) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_hidden_states: out of memory");
+    cu[0] = 0;
+    for (int64_t r = 0; r < B; r++) cu[r + 1] = cu[r] + lengths[r];
+    attn_layer_args a = attn_layer_args_default();
+    a.batch = B;
+    a.n = total;
+    a.cu_seqlens = cu;
+    const size_t xs = (size_t)total * (size_t)H * sizeof(float), wsz = attn_encoder_workspace_size(b->enc, &a);
+    attn_status st = ATTN_OK;
+    if (!wsz)
+        st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_pretrained_hidden_states: the packed encoder: %s",
+                        attn_last_error());
+    if (!st && xs + wsz > b->ws_bytes) {
+        void *w = attn__realloc(b->ws, xs + wsz);
+        if (!w)
+            st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_hidden_states: out of memory");
+        else
+            b->ws = w, b->ws_bytes = xs + wsz;
+    }
+    float *x = b->ws;
+    for (int64_t r = 0; !st && r < B; r++)
+        for (int64_t t = 0; t < lengths[r]; t++) {
+            const float *w = b->word + (int64_t)ids[r * n + t] * H, *p = b->pos + t * H;
+            const float *ty = b->type + (types ? (int64_t)types[r * n + t] : 0) * H;
+            float *y = x + (cu[r] + t) * H;
+            for (int64_t j = 0; j < H; j++) y[j] = w[j] + ty[j] + p[j];
+        }
+    if (!st) st = attn_layernorm_forward(x, b->ln_w, b->ln_b, x, NULL, NULL, total, H, (float)b->c.eps);
+    a.x = x;
+    if (!st) st = attn_encoder_forward(b->enc, &a, out, NULL, 0, (char *)b->ws + xs, b->ws_bytes - xs);
+    for (int64_t r = B - 1; !st && r >= 0; r--) {
+        memmove(out + r * n * H, out + cu[r] * H, (size_t)(lengths[r] * H) * sizeof(float));
+        memset(out + (r * n + lengths[r]) * H, 0, (size_t)((n - lengths[r]) * H) * sizeof(float));
+    }
+    attn__free(cu);
+    return st;
+}
+
 static attn_status bert_hidden_run(bert *b, const int32_t *ids, const int32_t *types, const int64_t *lengths, int64_t B,
                                    int64_t n, float *out) {
+    int64_t total = 0;
+    for (int64_t r = 0; r < B; r++) total += lengths[r];
+    /* Padding costs nothing packed; a capture records [B, H, n, n] maps, so it runs padded. */
+    if (total < B * n && !b->capture) return bert_hidden_packed(b, ids, types, lengths, B, n, total, out);
     size_t xs = (size_t)(B * n) * (size_t)b->c.hidden * sizeof(float), ms = ((size_t)(B * n) + 63) & ~(size_t)63;
     attn_layer_args a = attn_layer_args_default();
     a.batch = B;
     a.n = n;
     /* Rows without padding need no mask: attention then skips the mask's reads and tests. */
-    int padded = 0;
-    for (int64_t r = 0; r < B; r++) padded |= lengths[r] < n;
+    const int padded = total < B * n;
     static const uint8_t some_mask = 0;
     a.self_masks.key_padding_mask = padded ? &some_mask : NULL; /* the size query sees whether a mask is used */
     size_t need = xs + ms + attn_encoder_workspace_size(b->enc, &a);

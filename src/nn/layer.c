@@ -155,7 +155,8 @@ static const sub_sites layer_sites[2][3] = {
 
 static sub_sites sites_of(const nn_layer *L, int j) { return layer_sites[L->decoder ? 1 : 0][j]; }
 
-/* Attention k's (0 self, 1 cross) arguments: its masks and its weights' dropout site. */
+/* Attention k's (0 self, 1 cross) arguments: its masks and its weights' dropout site (packed:
+ * site k's block of batch streams, the varlen kernel adding the sequence). */
 static attn_mha_args mha_args(const nn_layer *L, const attn_layer_args *a, int k, const float *q, const float *kv) {
     attn_mha_args m = attn_mha_args_default();
     m.batch = a->batch;
@@ -164,7 +165,13 @@ static attn_mha_args mha_args(const nn_layer *L, const attn_layer_args *a, int k
     m.query = q;
     m.key = m.value = kv;
     nn_mha_set_masks(&m, k ? &a->memory_masks : &a->self_masks);
-    nn_mha_set_mode(&m, NN_MODE_OF(a), sites_of(L, k).inner);
+    nn_mode md = NN_MODE_OF(a);
+    md.offset += (uint64_t)sites_of(L, k).inner * attn_nn_layer_stream_unit(a);
+    NN_MODE_SET(&m, md);
+    if (a->cu_seqlens) {
+        m.cu_seqlens_q = a->cu_seqlens;
+        m.cu_seqlens_k = k ? a->cu_seqlens_memory : a->cu_seqlens;
+    }
     return m;
 }
 
@@ -182,7 +189,14 @@ typedef struct layer_saved {
     float *h;      /* the feed-forward's W1 z + b1 */
 } layer_saved;
 
-static size_t rows_of(const attn_layer_args *a) { return (size_t)a->batch * (size_t)a->n; }
+static size_t rows_of(const attn_layer_args *a) { return attn_nn_layer_rows(a, 0); }
+
+size_t attn_nn_layer_rows(const attn_layer_args *a, int memory) {
+    const int64_t n = memory ? a->n_memory : a->n;
+    return a->cu_seqlens ? (size_t)n : nn_mul((size_t)a->batch, (size_t)n);
+}
+
+uint64_t attn_nn_layer_stream_unit(const attn_layer_args *a) { return a->cu_seqlens ? (uint64_t)a->batch : 1; }
 
 /* Walk the saved layout: with ar == NULL only count bytes. Per attention: z, mean, rstd, its
  * block, its output; then the feed-forward's z, mean, rstd, h. */
@@ -238,7 +252,7 @@ static void take_tmp(const nn_layer *L, const attn_layer_args *a, nn_arena *ar, 
 }
 
 static size_t sub_ws_bytes(const nn_layer *L, const attn_layer_args *a) {
-    const int64_t R = a->batch * a->n, d = L->cfg.d_model, F = L->cfg.dim_feedforward;
+    const int64_t R = (int64_t)rows_of(a), d = L->cfg.d_model, F = L->cfg.dim_feedforward;
     size_t s = nn_max(attn_nn_linear_ws(R, d, F), attn_nn_linear_ws(R, F, d));
     for (int k = 0; k < ffn_sub(L); k++) {
         attn_mha_args m = mha_args(L, a, k, NULL, NULL);
@@ -251,6 +265,38 @@ size_t attn_nn_layer_ws_bytes(const nn_layer *L, const attn_layer_args *a) {
     if (!L || !a || a->batch < 1 || a->n < 1) return 0;
     /* the saved layout too: an inference forward (saved NULL) keeps it here */
     return nn_add(nn_add(NN_SLACK, saved_layout(L, a, NULL, NULL)), nn_add(tmp_bytes(L, a), sub_ws_bytes(L, a)));
+}
+
+/* A packed call's cu [batch + 1]: 0 first, nondecreasing, total last. */
+static attn_status check_cu(const char *fn, const char *name, const int64_t *cu, int64_t batch, int64_t total,
+                            const char *total_name) {
+    for (int64_t s = 0; s <= batch; s++) {
+        const int64_t prev = s ? cu[s - 1] : 0;
+        if ((s == 0 && cu[0] != 0) || cu[s] < prev || cu[s] > total || (s == batch && cu[s] != total))
+            return attn_error(
+                ATTN_ERR_SHAPE,
+                "%s: %s[%lld] = %lld (previous %lld): want %s[0] = 0, nondecreasing, and %s[batch = %lld] "
+                "= %s = %lld",
+                fn, name, (long long)s, (long long)cu[s], (long long)prev, name, name, (long long)batch, total_name,
+                (long long)total);
+    }
+    return ATTN_OK;
+}
+
+static attn_status check_packed(const char *fn, const nn_layer *L, const attn_layer_args *a) {
+    if (!a->cu_seqlens)
+        return a->cu_seqlens_memory ? attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                                                 "%s: cu_seqlens_memory is set but cu_seqlens is NULL (packed memory "
+                                                 "needs a packed x)",
+                                                 fn)
+                                    : ATTN_OK;
+    attn_status st = check_cu(fn, "cu_seqlens", a->cu_seqlens, a->batch, a->n, "n");
+    if (st || !L->decoder) return st;
+    if (!a->cu_seqlens_memory)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: a packed decoder call (cu_seqlens set) needs cu_seqlens_memory [batch + 1] for memory",
+                          fn);
+    return check_cu(fn, "cu_seqlens_memory", a->cu_seqlens_memory, a->batch, a->n_memory, "n_memory");
 }
 
 attn_status attn_nn_layer_check_args(const char *fn, const nn_layer *L, const attn_layer_args *a) {
@@ -267,10 +313,10 @@ attn_status attn_nn_layer_check_args(const char *fn, const nn_layer *L, const at
     const size_t big = (size_t)1 << 40;
     if (nn_mul(rows_of(a),
                (size_t)(L->cfg.dim_feedforward > L->cfg.d_model ? L->cfg.dim_feedforward : L->cfg.d_model)) > big ||
-        (L->decoder && nn_mul(nn_mul((size_t)a->batch, (size_t)a->n_memory), (size_t)L->cfg.d_model) > big))
+        (L->decoder && nn_mul(attn_nn_layer_rows(a, 1), (size_t)L->cfg.d_model) > big))
         return attn_error(ATTN_ERR_OVERFLOW, "%s: shapes too large (batch %lld, n %lld, n_memory %lld)", fn,
                           (long long)a->batch, (long long)a->n, (long long)a->n_memory);
-    return ATTN_OK;
+    return check_packed(fn, L, a);
 }
 
 /* ---- one call of a layer, as its sublayers see it ---- */
@@ -280,23 +326,47 @@ typedef struct layer_call {
     nn_layer *L;
     const attn_layer_args *a; /* NULL in an incremental step */
     nn_mode md;               /* the layer's dropout streams (off in a step) */
-    int64_t R, d, F;          /* rows B * n, d_model, dim_feedforward */
-    void *ws;                 /* the sub-calls' workspace: the arena's rest */
+    const int64_t *cu;        /* packed: the sequences' rows (dropout per sequence), else NULL */
+    int64_t nseq;
+    int64_t R, d, F; /* rows B * n, d_model, dim_feedforward */
+    void *ws;        /* the sub-calls' workspace: the arena's rest */
     size_t wsb;
 } layer_call;
 
-static layer_call call_of(const char *fn, nn_layer *L, const attn_layer_args *a, int64_t B, int64_t n,
-                          const nn_arena *ws) {
+static layer_call call_of(const char *fn, nn_layer *L, const attn_layer_args *a, int64_t R, const nn_arena *ws) {
     layer_call c;
     c.fn = fn;
     c.L = L;
     c.a = a;
     c.md = a ? NN_MODE_OF(a) : (nn_mode){0, 0, 0};
-    c.R = B * n;
+    c.cu = a ? a->cu_seqlens : NULL;
+    c.nseq = a ? a->batch : 0;
+    c.R = R;
     c.d = L->cfg.d_model;
     c.F = L->cfg.dim_feedforward;
     c.ws = nn_rest(ws, &c.wsb);
     return c;
+}
+
+/* Dropout at `site` on rows of `width` floats: one stream over all rows, or (packed) sequence s's
+ * rows from stream offset + batch site + s, as its batch-1 call would draw them there. */
+static attn_status site_dropout(const layer_call *c, float *x, int64_t width, unsigned site, int bwd) {
+    const float p = c->L->cfg.dropout;
+    attn_status st = ATTN_OK;
+    if (!c->cu) {
+        st = bwd ? nn_site_dropout_bwd(x, c->R * width, p, c->md, site)
+                 : nn_site_dropout_fwd(x, c->R * width, p, c->md, site);
+    } else {
+        const uint64_t base = c->md.offset + (uint64_t)site * (uint64_t)c->nseq;
+        for (int64_t s = 0; s < c->nseq && !st; s++) {
+            float *xs = x + c->cu[s] * width;
+            const int64_t n = (c->cu[s + 1] - c->cu[s]) * width;
+            if (n < 1) continue;
+            st = bwd ? nn_dropout_bwd(xs, n, p, c->md.training, c->md.seed, base + (uint64_t)s)
+                     : nn_dropout_fwd(xs, n, p, c->md.training, c->md.seed, base + (uint64_t)s);
+        }
+    }
+    return st ? attn_nn_wrap_error(st, c->fn) : ATTN_OK;
 }
 
 static attn_status add(const char *fn, const float *a, const float *b, float *y, int64_t n) {
@@ -338,8 +408,8 @@ static attn_status sub_enter(const layer_call *c, int j, const float *x, const s
 
 static attn_status sub_leave(const layer_call *c, int j, const float *x, float *f, float *y, const sub_saved *s) {
     const int64_t n = c->R * c->d;
-    attn_status st = nn_site_dropout_fwd(f, n, c->L->cfg.dropout, c->md, sites_of(c->L, j).out);
-    if (st) return attn_nn_wrap_error(st, c->fn);
+    attn_status st = site_dropout(c, f, c->d, sites_of(c->L, j).out, 0);
+    if (st) return st;
     if (c->L->cfg.norm_first) return add(c->fn, x, f, y, n);
     if ((st = add(c->fn, x, f, s->z, n))) return st;
     return norm_fwd(c, j, s->z, y, s);
@@ -357,8 +427,7 @@ static attn_status sub_back_enter(const layer_call *c, int j, const float *dy, f
     }
     memcpy(dx, top, bytes);
     memcpy(t2, top, bytes);
-    if ((st = nn_site_dropout_bwd(t2, c->R * c->d, c->L->cfg.dropout, c->md, sites_of(c->L, j).out)))
-        return attn_nn_wrap_error(st, c->fn);
+    if ((st = site_dropout(c, t2, c->d, sites_of(c->L, j).out, 1))) return st;
     *din = pre ? t1 : dx;
     *acc = !pre;
     return ATTN_OK;
@@ -432,8 +501,7 @@ static attn_status act_bwd(const layer_call *c, const float *h, float *dg, int64
 static attn_status ffn_act(const layer_call *c, const float *h, float *g) {
     const int64_t n = c->R * c->F;
     attn_status st = act_fwd(c, h, g, n);
-    if (!st && (st = nn_site_dropout_fwd(g, n, c->L->cfg.dropout, c->md, sites_of(c->L, ffn_sub(c->L)).inner)))
-        st = attn_nn_wrap_error(st, c->fn);
+    if (!st) st = site_dropout(c, g, c->F, sites_of(c->L, ffn_sub(c->L)).inner, 0);
     return st;
 }
 
@@ -469,8 +537,7 @@ static attn_status ffn_bwd(const layer_call *c, const float *x, const float *dy,
     if ((st = sub_back_enter(c, j, dy, dx, ss, t1, t2, &din, &acc)) || (st = ffn_act(c, s->h, g)) ||
         (st = attn_nn_linear_bwd(c->fn, g, L->w2, t2, dg, 0, L->gw2, L->gb2, R, F, d, c->ws, c->wsb)))
         return st;
-    if ((st = nn_site_dropout_bwd(dg, R * F, L->cfg.dropout, c->md, sites_of(L, j).inner)))
-        return attn_nn_wrap_error(st, c->fn);
+    if ((st = site_dropout(c, dg, F, sites_of(L, j).inner, 1))) return st;
     if ((st = act_bwd(c, s->h, dg, R * F)) || (st = attn_nn_linear_bwd(c->fn, sub_input(c, x, ss), L->w1, dg, din, acc,
                                                                        L->gw1, L->gb1, R, d, F, c->ws, c->wsb)))
         return st;
@@ -491,7 +558,7 @@ attn_status attn_nn_layer_fwd(const char *fn, nn_layer *L, const attn_layer_args
     saved_layout(L, a, saved ? &sv : &ws, &s); /* inference: the saved layout lives in the workspace */
     layer_tmp t;
     take_tmp(L, a, &ws, &t);
-    const layer_call c = call_of(fn, L, a, a->batch, a->n, &ws);
+    const layer_call c = call_of(fn, L, a, (int64_t)rows_of(a), &ws);
     const float *x = a->x;
     for (int k = 0; k < ffn_sub(L); k++) {
         if ((st = att_fwd(&c, k, x, s.out[k], &s, t.t[0]))) return st;
@@ -512,7 +579,7 @@ attn_status attn_nn_layer_bwd(const char *fn, nn_layer *L, const attn_layer_args
     saved_layout(L, a, &sv, &s);
     layer_tmp t;
     take_tmp(L, a, &ws, &t);
-    const layer_call c = call_of(fn, L, a, a->batch, a->n, &ws);
+    const layer_call c = call_of(fn, L, a, (int64_t)rows_of(a), &ws);
     /* gradients flow back through the sublayers; t[0] / t[1] carry them, t[2] / t[3] are scratch */
     const int na = ffn_sub(L);
     const float *xin[3] = {a->x, s.out[0], L->decoder ? s.out[1] : NULL};
@@ -672,7 +739,7 @@ attn_status attn_nn_layer_step(const char *fn, nn_layer *L, attn_kv_cache *self,
     float *a = nn_takef(&ws, (size_t)(R * d));
     float *xs[2] = {nn_takef(&ws, (size_t)(R * d)), nn_takef(&ws, (size_t)(R * d))};
     float *h = nn_takef(&ws, (size_t)(R * F));
-    const layer_call c = call_of(fn, L, NULL, B, n, &ws); /* mode off: no dropout */
+    const layer_call c = call_of(fn, L, NULL, B * n, &ws); /* mode off: no dropout */
     const float *in = x, *q;
     for (int k = 0; k < ffn_sub(L); k++) {
         if ((st = sub_enter(&c, k, in, &z, &q))) return st;

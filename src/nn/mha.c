@@ -210,12 +210,17 @@ typedef struct mha_dims {
     int64_t B, Nq, Nk, nx, Nk2, E, H, hd;
 } mha_dims;
 
+/* A packed call is one batch of total rows as far as the projections and buffers go (B = 1,
+ * Nq / Nk = the totals, no appended keys: refused there); only the attention call differs. */
+static int is_packed(const attn_mha_args *a) { return a->cu_seqlens_q != NULL || a->cu_seqlens_k != NULL; }
+
 static mha_dims dims_of(const attn_mha *m, const attn_mha_args *a) {
     mha_dims d;
-    d.B = a->batch;
+    const int pk = is_packed(a);
+    d.B = pk ? 1 : a->batch;
     d.Nq = a->nq;
     d.Nk = a->nk;
-    d.nx = (m->cfg.add_bias_kv ? 1 : 0) + (m->cfg.add_zero_attn ? 1 : 0);
+    d.nx = pk ? 0 : (m->cfg.add_bias_kv ? 1 : 0) + (m->cfg.add_zero_attn ? 1 : 0);
     d.Nk2 = d.Nk + d.nx;
     d.E = m->E;
     d.H = m->H;
@@ -355,6 +360,67 @@ static void build_masks(const mha_dims *d, const attn_mha_args *a, const mha_mas
 
 /* ---- validation and sizes ---- */
 
+/* cu [batch + 1]: 0 first, nondecreasing, total last (msg NULL: only the answer). */
+static int check_cu(const char *fn, const char *name, const int64_t *cu, int64_t batch, int64_t total,
+                    const char *total_name, attn_status *err) {
+    int64_t bad = -1;
+    if (cu[0] != 0) bad = 0;
+    for (int64_t s = 0; bad < 0 && s < batch; s++)
+        if (cu[s + 1] < cu[s] || cu[s + 1] > total) bad = s + 1;
+    if (bad < 0 && cu[batch] != total) bad = batch;
+    if (bad < 0) return 1;
+    if (err)
+        *err = attn_error(ATTN_ERR_SHAPE,
+                          "%s: %s[%lld] = %lld (previous %lld): want %s[0] = 0, nondecreasing, and %s[batch = %lld] = "
+                          "%s = %lld",
+                          fn, name, (long long)bad, (long long)cu[bad], (long long)(bad ? cu[bad - 1] : 0), name, name,
+                          (long long)batch, total_name, (long long)total);
+    return 0;
+}
+
+/* What a packed call refuses: the padded layout's masks and the options the varlen kernel lacks. */
+static attn_status check_packed(const char *fn, const attn_mha *m, const attn_mha_args *a) {
+    const char *field = NULL;
+    if (!a->cu_seqlens_q)
+        field = "cu_seqlens_k without cu_seqlens_q";
+    else if (a->attn_mask || a->attn_mask_float)
+        field = "attn_mask";
+    else if (a->key_padding_mask || a->key_padding_mask_float)
+        field = "key_padding_mask";
+    else if (a->global_attention_mask)
+        field = "global_attention_mask";
+    else if (a->need_weights)
+        field = "need_weights";
+    else if (attn_nn_capture_of(a->capture))
+        field = "capture";
+    else if (m->cfg.add_bias_kv || m->cfg.add_zero_attn)
+        field = "add_bias_kv / add_zero_attn";
+    else if (m->cfg.use_rope)
+        field = "use_rope";
+    else if (m->cfg.attention.kind != ATTN_ATTENTION_FLASH && m->cfg.attention.kind != ATTN_ATTENTION_WINDOW)
+        field = "attention.kind";
+    if (field)
+        return attn_error(ATTN_ERR_UNSUPPORTED,
+                          "%s: a packed batch (cu_seqlens_q / cu_seqlens_k set) does not take %s (attention '%s'): "
+                          "the packing is the mask; only the flash and window kinds run packed",
+                          fn, field, m->kind->name);
+    attn_status st = ATTN_OK;
+    if (!check_cu(fn, "cu_seqlens_q", a->cu_seqlens_q, a->batch, a->nq, "nq", &st)) return st;
+    if (a->cu_seqlens_k && !check_cu(fn, "cu_seqlens_k", a->cu_seqlens_k, a->batch, a->nk, "nk", &st)) return st;
+    if (!a->cu_seqlens_k && a->nk != a->nq)
+        return attn_error(ATTN_ERR_SHAPE, "%s: cu_seqlens_k is NULL (= cu_seqlens_q) but nk (%lld) != nq (%lld)", fn,
+                          (long long)a->nk, (long long)a->nq);
+    return ATTN_OK;
+}
+
+/* The size queries' silent form of the packed checks (0 bytes for a call that would be refused). */
+static int packed_ok(const attn_mha *m, const attn_mha_args *a) {
+    if (!is_packed(a)) return 1;
+    return a->cu_seqlens_q && check_cu(NULL, NULL, a->cu_seqlens_q, a->batch, a->nq, NULL, NULL) &&
+           (a->cu_seqlens_k ? check_cu(NULL, NULL, a->cu_seqlens_k, a->batch, a->nk, NULL, NULL) : a->nk == a->nq) &&
+           !(m->cfg.add_bias_kv || m->cfg.add_zero_attn);
+}
+
 static attn_status check_args(const char *fn, const attn_mha *m, const attn_mha_args *a) {
     ATTN_CHECK_NOT_NULL(fn, m);
     ATTN_CHECK_NOT_NULL(fn, a);
@@ -363,8 +429,10 @@ static attn_status check_args(const char *fn, const attn_mha *m, const attn_mha_
                           (long long)a->batch, (long long)a->nq, (long long)a->nk);
     const size_t big = (size_t)1 << 40;
     const int64_t widest = m->E > m->kdim ? (m->E > m->vdim ? m->E : m->vdim) : (m->kdim > m->vdim ? m->kdim : m->vdim);
-    if (nn_mul(nn_mul((size_t)a->batch, (size_t)(a->nq > a->nk + 2 ? a->nq : a->nk + 2)), (size_t)widest) > big ||
-        nn_mul(nn_mul((size_t)a->batch, (size_t)m->H), nn_mul((size_t)a->nq, (size_t)a->nk + 2)) > ((size_t)1 << 50))
+    const int pk = is_packed(a); /* nq, nk are then the totals, and no Nq x Nk weights exist */
+    const size_t eb = pk ? 1 : (size_t)a->batch;
+    if (nn_mul(nn_mul(eb, (size_t)(a->nq > a->nk + 2 ? a->nq : a->nk + 2)), (size_t)widest) > big ||
+        (!pk && nn_mul(nn_mul(eb, (size_t)m->H), nn_mul((size_t)a->nq, (size_t)a->nk + 2)) > ((size_t)1 << 50)))
         return attn_error(ATTN_ERR_OVERFLOW, "%s: shapes too large (batch %lld, nq %lld, nk %lld, embed_dim %lld)", fn,
                           (long long)a->batch, (long long)a->nq, (long long)a->nk, (long long)m->E);
     if (!a->query || !a->key || !a->value)
@@ -381,7 +449,7 @@ static attn_status check_args(const char *fn, const attn_mha *m, const attn_mha_
                           (long long)a->nq, (long long)a->nk);
     if (a->attn_mask && a->attn_mask_float)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: give attn_mask either as bool or as float, not both", fn);
-    return ATTN_OK;
+    return is_packed(a) ? check_packed(fn, m, a) : ATTN_OK;
 }
 
 /* Floats of the four activation buffers Q, K, V, O. */
@@ -399,6 +467,26 @@ static attn_tensor head_view(float *buf, int64_t B, int64_t H, int64_t N, int64_
     t.stride[2] = H * hd;
     t.stride[3] = 1;
     return t;
+}
+
+/* A packed buffer [total, E] as the varlen kernel's [total, H, hd]: float, or bf16 with bf16. */
+static attn_tensor packed_view(void *buf, int bf16, int64_t total, int64_t H, int64_t hd) {
+    attn_tensor t = attn_tensor_3d(bf16 ? NULL : buf, total, H, hd);
+    if (bf16) {
+        t.data16 = buf;
+        t.dtype = ATTN_TYPE_BF16;
+    }
+    return t;
+}
+
+/* The window kind's band on a packed call (what the kind's row adds for a padded one). */
+static attn_sdpa_params packed_params(const attn_mha *m, attn_sdpa_params p) {
+    if (m->cfg.attention.kind == ATTN_ATTENTION_WINDOW) {
+        const int64_t w = m->cfg.attention.window;
+        if (p.window_left < 0 || p.window_left > w) p.window_left = w;
+        if (p.window_right < 0 || p.window_right > w) p.window_right = w;
+    }
+    return p;
 }
 
 /* The kind's per-call extras (gm: storage for the global mask's view). */
@@ -441,7 +529,14 @@ static size_t scratch_bytes(const attn_mha *m, const mha_dims *d, const attn_mha
     s = nn_max(s, attn_nn_linear_ws(krows, m->vdim, d->E));
     attn_tensor q = head_view(NULL, d->B, d->H, d->Nq, d->hd), k = head_view(NULL, d->B, d->H, d->Nk2, d->hd);
     const attn_sdpa_params p = attn_sdpa_params_default();
-    if (bf16_attention(m)) {
+    if (is_packed(a)) {
+        const int b16 = bf16_attention(m);
+        q = packed_view(NULL, b16, d->Nq, d->H, d->hd);
+        k = packed_view(NULL, b16, d->Nk, d->H, d->hd);
+        const int64_t *cu_k = a->cu_seqlens_k ? a->cu_seqlens_k : a->cu_seqlens_q;
+        const size_t v = attn_flash_varlen_workspace_size(&q, &k, &k, a->cu_seqlens_q, cu_k, a->batch);
+        s = nn_max(s, b16 ? nn_add(bf16_copies_bytes(d), v) : v);
+    } else if (bf16_attention(m)) {
         q = head_view16(NULL, d->B, d->H, d->Nq, d->hd);
         k = head_view16(NULL, d->B, d->H, d->Nk2, d->hd);
         s = nn_max(s, nn_add(bf16_copies_bytes(d), m->kind->workspace_size(&m->cfg.attention, &q, &k, &k, &p, &x)));
@@ -454,14 +549,14 @@ static size_t scratch_bytes(const attn_mha *m, const mha_dims *d, const attn_mha
 }
 
 size_t attn_mha_saved_size(const attn_mha *m, const attn_mha_args *a) {
-    if (!m || !a || a->batch < 1 || a->nq < 1 || a->nk < 1) return 0;
+    if (!m || !a || a->batch < 1 || a->nq < 1 || a->nk < 1 || !packed_ok(m, a)) return 0;
     const mha_dims d = dims_of(m, a);
     const size_t stats = nn_mul(nn_mul((size_t)d.B, (size_t)d.H), nn_mul((size_t)d.Nq, (size_t)m->kind->stats_per_row));
     return nn_add(nn_add(NN_SLACK, acts_bytes(&d)), nn_fblock(stats));
 }
 
 size_t attn_mha_workspace_size(const attn_mha *m, const attn_mha_args *a) {
-    if (!m || !a || a->batch < 1 || a->nq < 1 || a->nk < 1) return 0;
+    if (!m || !a || a->batch < 1 || a->nq < 1 || a->nk < 1 || !packed_ok(m, a)) return 0;
     const mha_dims d = dims_of(m, a);
     const mha_masks k = mask_plan(&d, a);
     return nn_add(nn_add(NN_SLACK, acts_bytes(&d)), nn_add(masks_bytes(&k), scratch_bytes(m, &d, a)));
@@ -635,6 +730,31 @@ static attn_status attention_bwd(const char *fn, const attn_mha *m, const mha_di
                              h.rest_bytes);
 }
 
+/* A packed call's attention: attn_flash_varlen_* on [total, H, hd] views of the projection
+ * buffers (their bf16 copies in bf16 precision); lse [H, total_q]. dout NULL: the forward. */
+static attn_status packed_attention(const char *fn, const attn_mha *m, const mha_dims *d, const attn_mha_args *a,
+                                    const mha_acts *t, const mha_acts *g, const attn_sdpa_params *p0, void *scr,
+                                    size_t wsb) {
+    const attn_sdpa_params p = packed_params(m, *p0);
+    const int64_t *cu_q = a->cu_seqlens_q, *cu_k = a->cu_seqlens_k ? a->cu_seqlens_k : a->cu_seqlens_q;
+    const int64_t H = d->H, hd = d->hd, Nq = d->Nq, Nk = d->Nk;
+    const int b16 = bf16_attention(m);
+    mha_bf16 h = {NULL, NULL, NULL, NULL, scr, wsb};
+    attn_status st;
+    if (b16 && (st = round_acts(fn, d, scr, wsb, t, g ? g->O : NULL, &h))) return st;
+    attn_tensor q = packed_view(b16 ? (void *)h.Q : t->Q, b16, Nq, H, hd),
+                k = packed_view(b16 ? (void *)h.K : t->K, b16, Nk, H, hd),
+                v = packed_view(b16 ? (void *)h.V : t->V, b16, Nk, H, hd), o = packed_view(t->O, 0, Nq, H, hd);
+    attn_tensor lse = attn_tensor_2d(t->lse, H, Nq);
+    if (!g)
+        return attn_flash_varlen_forward(&q, &k, &v, cu_q, cu_k, a->batch, &p, &o, t->lse ? &lse : NULL, h.rest,
+                                         h.rest_bytes);
+    attn_tensor dout = packed_view(b16 ? (void *)h.O : g->O, b16, Nq, H, hd), dq = packed_view(g->Q, 0, Nq, H, hd),
+                dk = packed_view(g->K, 0, Nk, H, hd), dv = packed_view(g->V, 0, Nk, H, hd);
+    return attn_flash_varlen_backward(&q, &k, &v, cu_q, cu_k, a->batch, &p, &o, &dout, &lse, &dq, &dk, &dv, h.rest,
+                                      h.rest_bytes);
+}
+
 static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_args *a, float *out, float *weights,
                                     nn_arena *saved, nn_arena *ws) {
     const mha_dims d = dims_of(m, a);
@@ -658,7 +778,9 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     if (m->cfg.use_rope &&
         ((st = attn_rope_forward(&m->cfg.rope, &qv, 0, NULL)) || (st = attn_rope_forward(&m->cfg.rope, &kv, 0, NULL))))
         return attn_nn_wrap_error(st, fn);
-    if ((st = attention_fwd(fn, m, &d, &t, &qv, &kv, &vv, &p, &x, &ov, scr, wsb))) return attn_nn_wrap_error(st, fn);
+    st = is_packed(a) ? packed_attention(fn, m, &d, a, &t, NULL, &p, scr, wsb)
+                      : attention_fwd(fn, m, &d, &t, &qv, &kv, &vv, &p, &x, &ov, scr, wsb);
+    if (st) return attn_nn_wrap_error(st, fn);
     if ((st = attn_nn_linear_fwd(fn, t.O, m->wo, m->bo, out, d.B * d.Nq, d.E, d.E, scr, wsb))) return st;
     attn_capture *cap = attn_nn_capture_of(a->capture);
     if (cap && (st = mha_capture(fn, m, &d, cap, &qv, &kv, &p, &x, p.dropout_p > 0))) return st;
@@ -724,8 +846,9 @@ static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha
                 vv = head_view(t.V, d.B, d.H, d.Nk2, d.hd), ov = head_view(t.O, d.B, d.H, d.Nq, d.hd);
     attn_tensor dov = head_view(g.O, d.B, d.H, d.Nq, d.hd), dqv = head_view(g.Q, d.B, d.H, d.Nq, d.hd),
                 dkv = head_view(g.K, d.B, d.H, d.Nk2, d.hd), dvv = head_view(g.V, d.B, d.H, d.Nk2, d.hd);
-    if ((st = attention_bwd(fn, m, &d, &t, &g, &qv, &kv, &vv, &p, &x, &ov, &dov, &dqv, &dkv, &dvv, scr, wsb)))
-        return attn_nn_wrap_error(st, fn);
+    st = is_packed(a) ? packed_attention(fn, m, &d, a, &t, &g, &p, scr, wsb)
+                      : attention_bwd(fn, m, &d, &t, &g, &qv, &kv, &vv, &p, &x, &ov, &dov, &dqv, &dkv, &dvv, scr, wsb);
+    if (st) return attn_nn_wrap_error(st, fn);
     /* Q and K were rotated after the projection: rotate their gradients back */
     if (m->cfg.use_rope && ((st = attn_rope_backward(&m->cfg.rope, &dqv, 0, NULL)) ||
                             (st = attn_rope_backward(&m->cfg.rope, &dkv, 0, NULL))))

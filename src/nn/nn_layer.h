@@ -21,6 +21,10 @@ attn_status attn_nn_layer_init(nn_layer *L, const char *fn, const attn_layer_con
                                const attn_rope_config *rope);
 void attn_nn_layer_destroy(nn_layer *L);
 attn_status attn_nn_layer_check_args(const char *fn, const nn_layer *L, const attn_layer_args *a);
+/* Rows of x (memory: of memory): batch * n, or n itself for a packed call (cu_seqlens set). */
+size_t attn_nn_layer_rows(const attn_layer_args *a, int memory);
+/* Streams per dropout site: 1, or batch for a packed call (one per sequence, layers.h). */
+uint64_t attn_nn_layer_stream_unit(const attn_layer_args *a);
 size_t attn_nn_layer_saved_bytes(const nn_layer *L, const attn_layer_args *a);
 size_t attn_nn_layer_ws_bytes(const nn_layer *L, const attn_layer_args *a);
 /* saved NULL: inference (the layout goes into the workspace). */

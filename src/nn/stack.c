@@ -77,27 +77,27 @@ attn_status attn_nn_stack_init(nn_stack *S, const char *fn, const attn_stack_con
 }
 
 static size_t rows_d(const nn_stack *S, const attn_layer_args *a) {
-    return nn_mul(nn_mul((size_t)a->batch, (size_t)a->n), (size_t)S->cfg.layer.d_model);
+    return nn_mul(attn_nn_layer_rows(a, 0), (size_t)S->cfg.layer.d_model);
 }
 
 /* saved: per layer its saved block and its output x_{l+1}; the final norm's mean and rstd. */
 size_t attn_nn_stack_saved(const nn_stack *S, const attn_layer_args *a) {
     const size_t per = nn_add(nn_block(attn_nn_layer_saved_bytes(&S->layers[0], a)), nn_fblock(rows_d(S, a)));
     return nn_add(nn_add(NN_SLACK, nn_mul((size_t)S->cfg.num_layers, per)),
-                  nn_mul(2, nn_fblock(nn_mul((size_t)a->batch, (size_t)a->n))));
+                  nn_mul(2, nn_fblock(attn_nn_layer_rows(a, 0))));
 }
 
 size_t attn_nn_stack_ws(const nn_stack *S, const attn_layer_args *a) {
-    return nn_add(
-        nn_add(NN_SLACK, nn_mul(2, nn_fblock(rows_d(S, a)))),
-        nn_add(nn_mul(2, nn_fblock(nn_mul((size_t)a->batch, (size_t)a->n))), attn_nn_layer_ws_bytes(&S->layers[0], a)));
+    return nn_add(nn_add(NN_SLACK, nn_mul(2, nn_fblock(rows_d(S, a)))),
+                  nn_add(nn_mul(2, nn_fblock(attn_nn_layer_rows(a, 0))), attn_nn_layer_ws_bytes(&S->layers[0], a)));
 }
 
-/* Layer `index` of the model: input x, dropout streams from its slot (nn_mode_layer). */
+/* Layer `index` of the model: input x, dropout streams from its slot (nn_mode_layer; a packed
+ * call's slots are batch times wider, one stream per sequence, layers.h). */
 static attn_layer_args layer_args(const attn_layer_args *a, const float *x, int64_t index) {
     attn_layer_args la = *a;
     la.x = x;
-    NN_MODE_SET(&la, nn_mode_layer(NN_MODE_OF(a), index));
+    NN_MODE_SET(&la, nn_mode_layer(NN_MODE_OF(a), index * (int64_t)attn_nn_layer_stream_unit(a)));
     return la;
 }
 
@@ -117,7 +117,7 @@ attn_status attn_nn_stack_fwd(const char *fn, nn_stack *S, const attn_layer_args
     if ((saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_nn_stack_saved(S, a)))) ||
         (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_nn_stack_ws(S, a))))
         return st;
-    const size_t R = (size_t)(a->batch * a->n), n = rows_d(S, a), lsb = attn_nn_layer_saved_bytes(&S->layers[0], a);
+    const size_t R = attn_nn_layer_rows(a, 0), n = rows_d(S, a), lsb = attn_nn_layer_saved_bytes(&S->layers[0], a);
     float *pp[2] = {nn_takef(&ws, n), nn_takef(&ws, n)};
     float *mean = nn_takef(saved ? &sv : &ws, R), *rstd = nn_takef(saved ? &sv : &ws, R);
     size_t lwb;
@@ -162,7 +162,7 @@ attn_status attn_nn_stack_bwd(const char *fn, nn_stack *S, const attn_layer_args
         (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, attn_nn_stack_ws(S, a))))
         return st;
     const int64_t L = S->cfg.num_layers;
-    const size_t R = (size_t)(a->batch * a->n), n = rows_d(S, a), lsb = attn_nn_layer_saved_bytes(&S->layers[0], a);
+    const size_t R = attn_nn_layer_rows(a, 0), n = rows_d(S, a), lsb = attn_nn_layer_saved_bytes(&S->layers[0], a);
     float *pp[2] = {nn_takef(&ws, n), nn_takef(&ws, n)};
     const float *mean = nn_takef(&sv, R), *rstd = nn_takef(&sv, R);
     nn_takef(&ws, R);
