@@ -27,7 +27,29 @@ Usage (the venv with torch, transformers, onnx, onnxruntime):
 configs: bert-base (12 x 768, 12 heads, 3072), minilm (6 x 384, 12 heads, 1536), gpt2 (12 x 768, 12
 heads, vocab 50257, 1024 positions), llama (8 x 1024, 16 query / 4 key-value heads, SwiGLU 2816,
 vocab 32000, untied), each with model.safetensors and config.json, and model.onnx
-(the exported forward) for ONNX Runtime."""
+(the exported forward) for ONNX Runtime; a BERT folder also gets a WordPiece tokenizer (tokens "w5",
+"w6", ...) so that sentence-transformers can open it.
+
+--mixed N:MEAN:MAX:SEED (or --lengths L,...): the embeddings of one batch of sentences of mixed
+lengths, the same list for every implementation (printed), tokens/s counted on the real tokens:
+  attn          `attn bench model --lengths ...`: right-padded ids and the lengths, through
+                attn_pretrained_embed (the library decides how to run them)
+  torch         BertModel on the batch padded to its longest, attention_mask, masked mean pooling
+  torch_bf16    the same under torch.autocast("cpu", dtype=torch.bfloat16)
+  st_bS         sentence-transformers' encode as it batches: the sentences sorted by length
+  st_bf16_bS    (longest first), cut into sub-batches of S (--sub-batch; its default batch_size
+                is 32), each padded to its longest and run through SentenceTransformer's own
+                forward (Transformer + mean Pooling), the embeddings put back in order. The
+                tokenizer is left out (as it is for attn): encode is reproduced on pre-tokenized
+                features, and checked once against encode() on text that tokenizes to the same ids
+  ort           ONNX Runtime on the padded batch; ort_bS: on the length-sorted sub-batches of S
+                (S < N only: one sub-batch of all N is the padded batch)
+Before timing, every implementation's embeddings of the same ids are compared with transformers'
+fp32 ones (max over rows of |e - ref| / |ref|, printed): an fp32 one above 1e-4 stops the run.
+attn's come from libattn.so (next to --attn) through the Python package in python/.
+--mixed draws N lengths from a log-normal (sigma 0.6) clipped to [3, MAX], its location fitted so
+that the mean is MEAN, and the longest set to MAX (the batch pads to MAX, as the issue's), with
+numpy's RandomState(SEED)."""
 import argparse
 import json
 import os
@@ -77,6 +99,22 @@ def onnx_error(model, path, names, out):
     return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
 
 
+def write_tokenizer(d, vocab_size):
+    """A WordPiece tokenizer for a random BERT folder: [PAD] [UNK] [CLS] [SEP] [MASK], then "w5", "w6", ...
+    (one token per word), so that the text "w7 w8" is the ids [CLS] 7 8 [SEP]: sentence-transformers
+    can open the folder, and a list of ids can be written as text that tokenizes back to it."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(5, vocab_size)]
+    tk = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tk.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tk.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                      special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                            sep_token="[SEP]", mask_token="[MASK]", model_max_length=512).save_pretrained(d)
+
+
 def make_folders(root, names):
     import torch
     from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
@@ -90,6 +128,7 @@ def make_folders(root, names):
         os.makedirs(d, exist_ok=True)
         if family == "bert":
             m = BertModel(BertConfig(vocab_size=30522, max_position_embeddings=512, **kw), add_pooling_layer=False)
+            write_tokenizer(d, 30522)
             ids = torch.zeros(2, 16, dtype=torch.long)
             args, names = (ids, torch.ones_like(ids)), ["input_ids", "attention_mask"]
             outs = ["last_hidden_state"]
@@ -194,10 +233,238 @@ class Peers:
         return time.perf_counter() - t0
 
 
-def attn_cmd(a, peers, folder, op, threads, precision):
+def draw_lengths(spec):
+    """--mixed N:MEAN:MAX:SEED -> N lengths (see the module's help)."""
+    import math
+
+    import numpy as np
+    try:
+        n, mean, top, seed = (int(x) for x in spec.split(":"))
+    except ValueError:
+        raise SystemExit(f"hf_model_bench: --mixed wants N:MEAN:MAX:SEED (integers), got {spec!r}")
+    if not (1 <= n <= 4096 and 3 <= mean <= top and top <= 4096):
+        raise SystemExit(f"hf_model_bench: --mixed {spec}: wants 1 <= N <= 4096 and 3 <= MEAN <= MAX <= 4096")
+    z = np.random.RandomState(seed).standard_normal(n)
+
+    def lengths(mu):
+        v = np.clip(np.rint(np.exp(mu + 0.6 * z)), 3, top).astype(int)
+        v[np.argmax(v)] = top
+        return v
+
+    lo, hi = 0.0, math.log(top) + 6  # the mean grows with mu: bisect for MEAN
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if lengths(mid).mean() < mean else (lo, mid)
+    best = min((lengths(lo), lengths(hi)), key=lambda v: abs(v.mean() - mean))
+    return [int(x) for x in best]
+
+
+class Mixed:
+    """The peers of one mixed-length batch (--mixed): ids [B, max] right-padded, each call returns
+    the seconds of one batch; embeddings(impl) the [B, H] result, for the check."""
+
+    def __init__(self, folder, a, lengths):
+        import numpy as np
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+        self.a, self.np, self.torch, self.lengths, self.folder = a, np, torch, lengths, folder
+        self.model = AutoModel.from_pretrained(folder, add_pooling_layer=False).eval()
+        if self.model.config.model_type in CAUSAL:
+            raise SystemExit(f"hf_model_bench: --mixed is for encoders; {folder} is a causal LM")
+        B, N = len(lengths), max(lengths)
+        self.tok = None
+        try:
+            self.tok = AutoTokenizer.from_pretrained(folder)
+        except Exception as e:  # noqa: BLE001 - no tokenizer only drops sentence-transformers' text check
+            print(f"{folder}: no tokenizer ({type(e).__name__}): sentence-transformers is not run")
+        V = self.model.config.vocab_size
+        special = set(self.tok.all_special_ids) if self.tok else set()
+        pool = np.array([i for i in range(V) if i not in special])
+        rng = np.random.RandomState(1)
+        ids = np.zeros((B, N), dtype=np.int64)
+        for b, n in enumerate(lengths):
+            ids[b, :n] = pool[rng.randint(0, len(pool), n)]
+            if self.tok is not None and self.tok.cls_token_id is not None and n >= 2:
+                ids[b, 0], ids[b, n - 1] = self.tok.cls_token_id, self.tok.sep_token_id
+        self.ids = ids
+        self.mask = (np.arange(N)[None, :] < np.array(lengths)[:, None]).astype(np.int64)
+        # sentence-transformers' order: longest first (np.argsort of minus the lengths, as encode)
+        self.order = np.argsort([-n for n in lengths])
+        self.unorder = np.argsort(self.order)
+        self.st = self._sentence_transformer() if self.tok is not None else None
+        self.onnx = os.path.join(folder, "model.onnx")
+        self.sessions = {}
+
+    def _sentence_transformer(self):
+        import logging
+        from sentence_transformers import SentenceTransformer
+        logging.getLogger("sentence_transformers").setLevel(logging.ERROR)  # "creating mean pooling"
+        return SentenceTransformer(self.folder, device="cpu")
+
+    def sub_batches(self, S):
+        """The length-sorted sub-batches of S rows, each cut to its longest: (ids, mask) arrays."""
+        out = []
+        for i in range(0, len(self.order), S):
+            rows = self.order[i:i + S]
+            n = max(self.lengths[r] for r in rows)
+            out.append((self.ids[rows, :n], self.mask[rows, :n]))
+        return out
+
+    def impls(self):
+        names = []
+        for p in self.a.peers:
+            if p in ("torch", "torch_bf16"):
+                names.append(p)
+            elif p in ("st", "st_bf16") and self.st is not None:
+                names += [f"{p}_b{S}" for S in self.a.sub_batch]
+            elif p == "ort" and os.path.exists(self.onnx):
+                names += ["ort"] + [f"ort_b{S}" for S in self.a.sub_batch if S < len(self.lengths)]
+        return names
+
+    def embeddings(self, impl, threads):
+        """impl's [B, H] float64 embeddings of the batch (not timed)."""
+        self.torch.set_num_threads(threads)
+        if impl.startswith("ort"):
+            return self._ort(impl, threads)
+        bf16 = "bf16" in impl
+        ctx = self.torch.autocast("cpu", dtype=self.torch.bfloat16, enabled=bf16)
+        with self.torch.inference_mode(), ctx:
+            if impl.startswith("st"):
+                S = int(impl.rsplit("_b", 1)[1])
+                parts = []
+                for ids, mask in self.sub_batches(S):  # SentenceTransformer's forward, as encode calls it
+                    f = {"input_ids": self.torch.from_numpy(ids), "attention_mask": self.torch.from_numpy(mask)}
+                    parts.append(self.st(f)["sentence_embedding"])
+                e = self.torch.cat(parts)[self.torch.from_numpy(self.unorder)]
+            else:
+                ids, mask = self.torch.from_numpy(self.ids), self.torch.from_numpy(self.mask)
+                h = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+                m = mask.unsqueeze(-1).to(h.dtype)
+                e = (h * m).sum(1) / m.sum(1)
+        return e.float().numpy().astype(self.np.float64)
+
+    def run(self, impl, threads):
+        t0 = time.perf_counter()
+        self.embeddings(impl, threads)
+        return time.perf_counter() - t0
+
+    def _ort(self, impl, threads):
+        import onnxruntime as ort
+        np = self.np
+        s = self.sessions.get(threads)
+        if s is None:
+            o = ort.SessionOptions()
+            o.intra_op_num_threads = threads
+            o.inter_op_num_threads = 1
+            o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            s = self.sessions[threads] = ort.InferenceSession(self.onnx, o, providers=["CPUExecutionProvider"])
+        parts = [(self.ids, self.mask)] if impl == "ort" else self.sub_batches(int(impl.rsplit("_b", 1)[1]))
+        out = []
+        for ids, mask in parts:
+            h = s.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+            m = mask[:, :, None].astype(h.dtype)
+            out.append((h * m).sum(1) / m.sum(1))
+        e = np.concatenate(out)
+        return (e if impl == "ort" else e[self.unorder]).astype(np.float64)
+
+    def check_encode(self):
+        """sentence-transformers' encode() on text that tokenizes to these ids against the
+        sub-batch reproduction: max |difference| (None when the tokenizer does not give the ids back)."""
+        np = self.np
+        texts = [self.tok.convert_tokens_to_string(self.tok.convert_ids_to_tokens(self.ids[b, 1:n - 1].tolist()))
+                 for b, n in enumerate(self.lengths)]
+        back = self.tok(texts)["input_ids"]
+        if any(list(back[b]) != self.ids[b, :n].tolist() for b, n in enumerate(self.lengths)):
+            return None
+        S = self.a.sub_batch[0]
+        got = self.st.encode(texts, batch_size=S, convert_to_numpy=True).astype(np.float64)
+        return float(np.abs(got - self.embeddings(f"st_b{S}", 1)).max())
+
+
+def attn_embeddings(a, m, precision):
+    """attn's embeddings of m's batch through libattn.so next to --attn (the Python package)."""
+
+    import numpy as np
+    lib_path = os.path.join(os.path.dirname(os.path.abspath(a.attn)), "libattn.so")
+    if not os.path.exists(lib_path):
+        raise SystemExit(f"hf_model_bench: the check needs {lib_path} (build the shared library)")
+    os.environ["ATTN_LIBRARY"] = lib_path
+    sys.path.insert(0, os.path.join(HERE, "..", "python"))
+    import attn
+    model = attn.from_pretrained(m.folder)
+    if attn._lib.lib.attn_pretrained_set_precision(model._h(), 1 if precision == "bf16" else 0):
+        raise SystemExit(f"hf_model_bench: attn_pretrained_set_precision {precision} failed")
+    return model.embed(m.ids.astype(np.int32), np.array(m.lengths, dtype=np.int64)).astype(np.float64)
+
+
+def check_mixed(a, m, impls):
+    """Every implementation's embeddings against transformers' fp32 (float32) on the same ids."""
+    np = m.np
+    t = a.threads[0]
+    ref = m.embeddings("torch", t)
+
+    def err(e):
+        return float(np.max(np.linalg.norm(e - ref, axis=1) / np.linalg.norm(ref, axis=1)))
+
+    errs = {}
+    for impl in impls:
+        if impl.startswith("attn"):
+            e = attn_embeddings(a, m, "bf16" if impl == "attn_bf16" else "fp32")
+        else:
+            e = m.embeddings(impl, t)
+        errs[impl] = err(e) if np.all(np.isfinite(e)) else float("nan")
+    print("check against transformers fp32 (max over rows of |e - ref| / |ref|): " +
+          ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
+    if m.st is not None:
+        d = m.check_encode()
+        print("sentence-transformers encode() on text against its reproduction here: " +
+              ("not checked (the tokenizer does not give the ids back)" if d is None else f"max |diff| {d:.2e}"))
+        if d is not None and not d <= 1e-5:
+            raise SystemExit("hf_model_bench: the sub-batch reproduction of encode() is not encode()")
+    bad = [k for k, v in errs.items() if "bf16" not in k and not v <= 1e-4]
+    if bad:
+        raise SystemExit(f"hf_model_bench: fp32 embeddings off transformers' by more than 1e-4: {bad}")
+
+
+def bench_mixed(a, name, folder, lengths, results):
+    m = Mixed(folder, a, lengths)
+    impls = ["attn"] + (["attn_bf16"] if a.bf16 else []) + m.impls()
+    check_mixed(a, m, impls)
+    cmd_lengths = ",".join(str(n) for n in lengths)
+    for t in a.threads:
+        cells = {i: [] for i in impls}
+        tokens = flops = None
+        for impl in impls:
+            if not impl.startswith("attn"):
+                m.run(impl, t)
+        for rnd in range(a.rounds):
+            order = impls[rnd % len(impls):] + impls[:rnd % len(impls)]
+            for impl in order:
+                if impl.startswith("attn"):
+                    s, row = attn_cmd(a, None, folder, "embed", t, "bf16" if impl == "attn_bf16" else "fp32",
+                                      cmd_lengths)
+                    if row.get("lengths") != lengths:
+                        raise SystemExit(f"hf_model_bench: attn ran lengths {row.get('lengths')}, not {lengths}")
+                    flops, tokens = row["gflops"] * 1e9 * s, row["tokens_per_s"] * s
+                else:
+                    s = m.run(impl, t)
+                cells[impl].append(s)
+        f32_peak, bf16_peak = peak(a, t, True)
+        for impl in impls:
+            med = statistics.median(cells[impl])
+            bf = "bf16" in impl
+            results.append(dict(model=name, op="mixed", impl=impl, threads=t, rounds=len(cells[impl]),
+                                tokens_per_s=tokens / med, tokens_per_s_min=tokens / max(cells[impl]),
+                                tokens_per_s_max=tokens / min(cells[impl]), gflops=flops / med * 1e-9,
+                                peak_fraction=flops / med * 1e-9 / (bf16_peak if bf else f32_peak)))
+            if a.json:
+                print(json.dumps(results[-1]), flush=True)
+
+
+def attn_cmd(a, peers, folder, op, threads, precision, lengths=None):
     cmd = [a.attn, "bench", "model", "--model", folder, "--threads", str(threads), "--rounds", "1", "--json",
-           "--batch", str(peers.batch), "--seq", str(peers.seq), "--prompt", str(a.prompt), "--new", str(a.new),
-           "--precision", precision]
+           "--prompt", str(a.prompt), "--new", str(a.new), "--precision", precision]
+    cmd += ["--lengths", lengths] if lengths else ["--batch", str(peers.batch), "--seq", str(peers.seq)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"hf_model_bench: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr.strip()}")
@@ -261,16 +528,30 @@ def bench_folder(a, name, folder, results):
 
 def print_table(results):
     for r in results:  # every row against the best peak of the whole run
-        r["peak_fraction"] = r["gflops"] / PEAKS[r["threads"]][1 if r["impl"].endswith("bf16") else 0]
-    print(f"{'model':<10} {'op':<8} {'impl':<11} {'thr':>3} {'tokens/s':>10} {'[min':>10} {'max]':>9} "
-          f"{'GFLOP/s':>8} {'peak':>6} {'attn fp32 /':>11}")
-    for r in results:
-        base = next(x for x in results if (x["model"], x["op"], x["threads"]) == (r["model"], r["op"], r["threads"])
-                    and x["impl"] == "attn")
+        r["peak_fraction"] = r["gflops"] / PEAKS[r["threads"]][1 if "bf16" in r["impl"] else 0]
+    print(f"{'model':<10} {'op':<8} {'impl':<13} {'thr':>3} {'tokens/s':>10} {'[min':>10} {'max]':>9} "
+          f"{'GFLOP/s':>8} {'peak':>6} {'attn /':>8}")
+
+    def cell(r, impl):
+        return next((x for x in results if (x["model"], x["op"], x["threads"]) == (r["model"], r["op"], r["threads"])
+                     and x["impl"] == impl), None)
+
+    for r in results:  # a bf16 peer against attn bf16 where attn ran it, else against attn fp32
+        base = ("bf16" in r["impl"] and cell(r, "attn_bf16")) or cell(r, "attn")
         ratio = base["tokens_per_s"] / r["tokens_per_s"]
-        print(f"{r['model']:<10} {r['op']:<8} {r['impl']:<11} {r['threads']:>3} {r['tokens_per_s']:>10.1f} "
+        print(f"{r['model']:<10} {r['op']:<8} {r['impl']:<13} {r['threads']:>3} {r['tokens_per_s']:>10.1f} "
               f"{r['tokens_per_s_min']:>10.1f} {r['tokens_per_s_max']:>9.1f} {r['gflops']:>8.1f} "
-              f"{100 * r['peak_fraction']:>5.1f}% {ratio:>10.2f}x")
+              f"{100 * r['peak_fraction']:>5.1f}% {ratio:>7.2f}x")
+    for r in results:  # per cell: attn over the fastest peer, fp32 and bf16 (medians)
+        if r["impl"] not in ("attn", "attn_bf16"):
+            continue
+        bf = r["impl"] == "attn_bf16"
+        peers = [x for x in results if (x["model"], x["op"], x["threads"]) == (r["model"], r["op"], r["threads"])
+                 and not x["impl"].startswith("attn") and ("bf16" in x["impl"]) == bf]
+        if peers:
+            best = max(peers, key=lambda x: x["tokens_per_s"])
+            print(f"{r['model']} {r['op']} {r['threads']} thr: {r['impl']} / best {'bf16' if bf else 'fp32'} peer "
+                  f"({best['impl']}) = {r['tokens_per_s'] / best['tokens_per_s']:.2f}x")
 
 
 def main():
@@ -285,7 +566,10 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=64)
-    ap.add_argument("--peers", default="torch,torch_bf16,ort")
+    ap.add_argument("--peers", default=None, help="torch,torch_bf16,ort (--mixed: and st,st_bf16)")
+    ap.add_argument("--mixed", metavar="N:MEAN:MAX:SEED", help="one mixed-length embeddings batch (e.g. 32:40:128:0)")
+    ap.add_argument("--lengths", metavar="L,...", help="the mixed batch's lengths given, instead of --mixed")
+    ap.add_argument("--sub-batch", default="32,8", help="--mixed: sub-batch sizes of the length-sorted peers")
     ap.add_argument("--no-bf16", dest="bf16", action="store_false", help="no attn bf16 rows")
     ap.add_argument("--json", action="store_true", help="one JSON object per cell as it is measured")
     a = ap.parse_args()
@@ -295,14 +579,32 @@ def main():
     if not a.folders:
         raise SystemExit("hf_model_bench: --folders DIR (or --make-folders DIR) is required")
     a.threads = [int(t) for t in a.threads.split(",")]
-    a.peers = [p for p in a.peers.split(",") if p]
-    unknown = set(a.peers) - {"torch", "torch_bf16", "ort"}
+    mixed = a.mixed or a.lengths
+    a.peers = [p for p in (a.peers or ("torch,torch_bf16,st,st_bf16,ort" if mixed else "torch,torch_bf16,ort"))
+               .split(",") if p]
+    unknown = set(a.peers) - {"torch", "torch_bf16", "ort"} - ({"st", "st_bf16"} if mixed else set())
     if unknown or not 1 <= a.rounds <= 1000 or a.new < 2:
         raise SystemExit(f"hf_model_bench: bad --peers {sorted(unknown)}, --rounds or --new")
     results = []
-    for name in a.models.split(","):
-        bench_folder(a, name, os.path.join(a.folders, name), results)
-    if not a.json:
+    if mixed:
+        try:
+            lengths = draw_lengths(a.mixed) if a.mixed else [int(x) for x in a.lengths.split(",")]
+            a.sub_batch = [int(x) for x in a.sub_batch.split(",")]
+        except ValueError:
+            raise SystemExit(f"hf_model_bench: --lengths / --sub-batch want integers: {a.lengths!r}, {a.sub_batch!r}")
+        if not lengths or min(lengths) < 1 or not a.sub_batch or min(a.sub_batch) < 1:
+            raise SystemExit("hf_model_bench: --lengths and --sub-batch want integers >= 1")
+        print(f"lengths ({len(lengths)} sentences, {sum(lengths)} tokens, mean {sum(lengths) / len(lengths):.2f}, "
+              f"max {max(lengths)}): {','.join(map(str, lengths))}", flush=True)
+        for name in a.models.split(","):
+            bench_mixed(a, name, os.path.join(a.folders, name), lengths, results)
+    else:
+        for name in a.models.split(","):
+            bench_folder(a, name, os.path.join(a.folders, name), results)
+    if mixed and not a.json:
+        print(f"{a.rounds} rounds alternated; one batch of {len(lengths)} mixed lengths; tokens/s of real tokens")
+        print_table(results)
+    elif not a.json:
         print(f"{a.rounds} rounds alternated; batch {a.batch} x seq {a.seq}; decode: prompt {a.prompt}, "
               f"{a.new} new tokens, batch 1")
         print_table(results)

@@ -6,7 +6,9 @@
  * kernels that run, as `attn bench peak --dtype bf16` reports). A model call lasts up to seconds,
  * so each configuration is run once to warm up, then the rounds alternate the configurations
  * (one call each per round): a shared machine's load falls on all of them alike. Median, min
- * and max over the rounds. */
+ * and max over the rounds. --lengths gives a mixed-length batch (right-padded ids, one length per
+ * row) to embed and prefill; how it runs is the library's business, and only the real tokens (and
+ * their flops) are counted, so a padded or a packed run of it are compared on the same work. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -18,10 +20,12 @@
 
 #define MAX_ROUNDS 1000
 #define MAX_CFGS (2 * BENCH_MAX_LIST)
+#define MAX_LENGTHS 4096
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: attn bench model --model DIR [--batch B] [--seq N] [--prompt P] [--new T]\n"
-               "                        [--precision fp32,bf16] [--threads T,...] [--rounds R] [--json]\n\n"
+    fprintf(f, "usage: attn bench model --model DIR [--batch B] [--seq N | --lengths L,...] [--prompt P]\n"
+               "                        [--new T] [--precision fp32,bf16] [--threads T,...] [--rounds R]\n"
+               "                        [--json]\n\n"
                "Tokens/s of a Hugging Face folder (attn_pretrained_open): an encoder's embeddings of B x N\n"
                "tokens (attn_pretrained_embed, every row N real tokens); a causal LM's prefill (the logits\n"
                "of B x N tokens, attn_pretrained_logits) and decode (greedy generation after a P-token\n"
@@ -36,6 +40,9 @@ static void usage(FILE *f) {
                "  --model DIR      the folder (required)\n"
                "  --batch B        rows (default 32)\n"
                "  --seq N          tokens per row (default 128)\n"
+               "  --lengths L,...  a mixed-length batch for embed / prefill: row b has L_b real tokens\n"
+               "                   (right-padded to the longest; the batch is the count, at most 4096);\n"
+               "                   tokens/s and GFLOP/s count the real tokens only\n"
                "  --prompt P       decode: prompt tokens (default 128)\n"
                "  --new T          decode: new tokens (default 64, >= 2)\n"
                "  --precision L    fp32 and/or bf16 (default fp32; bf16 where the family runs it)\n"
@@ -59,6 +66,7 @@ typedef struct model_run {
     int64_t B, N, P, T;
     int32_t *ids, *prompt;
     int64_t *len;
+    const int64_t *lengths; /* --lengths (B of them), or NULL: every row N */
     float *out;
     double t_first, t_last; /* decode: when the first and the last new token came */
     int64_t got;
@@ -101,9 +109,15 @@ static void unit_cost(const model_run *r, model_op op, double *tokens, double *f
     if (op == OP_DECODE) {
         *tokens = 1;
         *flops = attn_pretrained_flops(r->m, 1, 1, r->P + r->T / 2);
-    } else {
+    } else if (!r->lengths) {
         *tokens = (double)(r->B * r->N);
         *flops = attn_pretrained_flops(r->m, r->B, r->N, 0);
+    } else { /* the real tokens only: what each row would cost alone */
+        *tokens = *flops = 0;
+        for (int64_t b = 0; b < r->B; b++) {
+            *tokens += (double)r->lengths[b];
+            *flops += attn_pretrained_flops(r->m, 1, r->lengths[b], 0);
+        }
     }
 }
 
@@ -123,16 +137,24 @@ static void print_cfg(const model_run *r, model_cfg *c, int rounds, int json) {
     if (c->op == OP_DECODE)
         snprintf(shape, sizeof shape, json ? "\"batch\":1,\"prompt\":%lld,\"new\":%lld" : "prompt=%lld new=%lld",
                  (long long)r->P, (long long)r->T);
+    else if (r->lengths && json)
+        snprintf(shape, sizeof shape, "\"batch\":%lld,\"seq\":%lld,\"tokens\":%.0f", (long long)r->B, (long long)r->N,
+                 tokens);
+    else if (r->lengths)
+        snprintf(shape, sizeof shape, "batch=%lld real=%.0f", (long long)r->B, tokens);
     else
         snprintf(shape, sizeof shape, json ? "\"batch\":%lld,\"seq\":%lld" : "batch=%lld seq=%lld", (long long)r->B,
                  (long long)r->N);
-    if (json)
-        printf("{\"op\":\"model_%s\",\"impl\":\"attn\",\"family\":\"%s\",\"precision\":\"%s\",\"shape\":{%s},"
-               "\"threads\":%d,\"rounds\":%d,\"ms\":%.6g,\"ms_min\":%.6g,\"ms_max\":%.6g,\"tokens_per_s\":%.6g,"
+    if (json) {
+        printf("{\"op\":\"model_%s\",\"impl\":\"attn\",\"family\":\"%s\",\"precision\":\"%s\",\"shape\":{%s},",
+               OP_NAMES[c->op], attn_pretrained_family(r->m), attn_precision_name(c->prec), shape);
+        /* the list itself, so that a driver can check that its peers ran the same batch */
+        for (int64_t b = 0; r->lengths && c->op != OP_DECODE && b < r->B; b++)
+            printf("%s%lld", b ? "," : "\"lengths\":[", (long long)r->lengths[b]);
+        printf("%s\"threads\":%d,\"rounds\":%d,\"ms\":%.6g,\"ms_min\":%.6g,\"ms_max\":%.6g,\"tokens_per_s\":%.6g,"
                "\"gflops\":%.6g,\"peak_fraction\":%.4f}\n",
-               OP_NAMES[c->op], attn_pretrained_family(r->m), attn_precision_name(c->prec), shape, c->threads, rounds,
-               ms, lo, hi, tps, gf, frac);
-    else
+               r->lengths && c->op != OP_DECODE ? "]," : "", c->threads, rounds, ms, lo, hi, tps, gf, frac);
+    } else
         printf("%-8s %-5s %-22s %7d %10.3f [%9.3f, %9.3f] %11.1f %9.1f %6.1f%%\n", OP_NAMES[c->op],
                attn_precision_name(c->prec), shape, c->threads, ms, lo, hi, tps, gf, 100 * frac);
     fflush(stdout);
@@ -159,8 +181,38 @@ static int setup(model_run *r) {
         r->ids[i] = (int32_t)((s >> 33) % (uint64_t)V);
     }
     for (int64_t i = 0; i < r->P; i++) r->prompt[i] = r->ids[i % n];
-    for (int64_t b = 0; b < r->B; b++) r->len[b] = r->N;
+    for (int64_t b = 0; b < r->B; b++) {
+        r->len[b] = r->lengths ? r->lengths[b] : r->N;
+        for (int64_t i = r->len[b]; i < r->N; i++) r->ids[b * r->N + i] = 0; /* padding: not read */
+    }
     return 0;
+}
+
+static void use_lengths(model_run *r, const int64_t *lengths, int n) {
+    r->lengths = lengths;
+    r->B = n;
+    r->N = 1;
+    for (int b = 0; b < n; b++) r->N = lengths[b] > r->N ? lengths[b] : r->N;
+}
+
+/* Before allocating: the library would refuse the call, but the tool can name the row. */
+static int check_lengths(const model_run *r) {
+    const int64_t max = attn_pretrained_max_length(r->m);
+    for (int64_t b = 0; r->lengths && b < r->B; b++)
+        if (r->lengths[b] > max)
+            return cli_usage_error("bench model: --lengths: row %lld has %lld tokens, above the model's %lld",
+                                   (long long)b, (long long)r->lengths[b], (long long)max);
+    return 0;
+}
+
+static void print_lengths(const model_run *r) {
+    if (!r->lengths) return;
+    int64_t sum = 0;
+    for (int64_t b = 0; b < r->B; b++) sum += r->lengths[b];
+    printf("lengths (%lld rows, %lld real tokens of %lld padded, mean %.1f):", (long long)r->B, (long long)sum,
+           (long long)(r->B * r->N), (double)sum / (double)r->B);
+    for (int64_t b = 0; b < r->B; b++) printf("%s%lld", b ? "," : " ", (long long)r->lengths[b]);
+    printf("\n");
 }
 
 static void teardown(model_run *r) {
@@ -230,6 +282,8 @@ int bench_model_cmd(int argc, char **argv) {
     bench_opts_init(&o);
     const char *dir = NULL, *precisions = "fp32";
     model_run r = {0};
+    int64_t lengths[MAX_LENGTHS];
+    int nlengths = 0;
     r.B = 32;
     r.N = 128;
     r.P = 128;
@@ -241,6 +295,7 @@ int bench_model_cmd(int argc, char **argv) {
         CLI_STRING_NONEMPTY("--model", &dir),
         CLI_INT("--batch", &r.B, 1, 65536),
         CLI_INT("--seq", &r.N, 1, 1 << 20),
+        CLI_LIST("--lengths", lengths, &nlengths, MAX_LENGTHS, 1, 1 << 20),
         CLI_INT("--prompt", &r.P, 1, 1 << 20),
         CLI_INT("--new", &r.T, 2, 1 << 20),
         CLI_STRING_NONEMPTY("--precision", &precisions),
@@ -256,16 +311,22 @@ int bench_model_cmd(int argc, char **argv) {
     if (!dir) return cli_usage_error("bench model: --model DIR is required (try 'attn bench model --help')");
     int prec[2];
     if ((parsed = parse_precisions(precisions, prec))) return parsed;
+    if (nlengths && (cli_seen(opts, "--batch") || cli_seen(opts, "--seq")))
+        return cli_usage_error("bench model: --lengths sets the batch (their count) and the padded width (the "
+                               "longest); drop --batch / --seq");
+    if (nlengths) use_lengths(&r, lengths, nlengths);
     if (attn_pretrained_open(dir, &r.m)) return cli_fail("bench model: %s", attn_last_error());
     model_cfg *cfgs = NULL;
-    int rc = setup(&r), n = 0;
+    int rc = check_lengths(&r), n = 0;
+    if (!rc) rc = setup(&r);
     if (!rc && (n = make_cfgs(&r, o.threads, o.nthreads, prec, &cfgs)) < 0) rc = cli_fail("bench model: out of memory");
     if (!rc && n == 0) rc = cli_fail("bench model: nothing to run (the precisions asked for are not the family's)");
     if (!rc) rc = run_rounds(&r, cfgs, n, rounds);
+    if (!rc && !o.json) print_lengths(&r);
     if (!rc && !o.json)
-        printf("model %s (%s), %lld x %lld tokens, rounds %d\n%-8s %-5s %-22s %7s %10s %23s %11s %9s %7s\n", dir,
-               attn_pretrained_family(r.m), (long long)r.B, (long long)r.N, rounds, "op", "prec", "shape", "threads",
-               "ms", "[min, max]", "tokens/s", "GFLOP/s", "peak");
+        printf("model %s (%s), %lld x %lld tokens%s, rounds %d\n%-8s %-5s %-22s %7s %10s %23s %11s %9s %7s\n", dir,
+               attn_pretrained_family(r.m), (long long)r.B, (long long)r.N, r.lengths ? " padded" : "", rounds, "op",
+               "prec", "shape", "threads", "ms", "[min, max]", "tokens/s", "GFLOP/s", "peak");
     for (int i = 0; !rc && i < n; i++) print_cfg(&r, &cfgs[i], rounds, o.json);
     free(cfgs);
     teardown(&r);
