@@ -158,10 +158,13 @@ mkdir -p long; yes abcdefgh | head -c 8192 > long/images.u8; printf '\\000\\001'
   # a batch whose activations cannot fit in memory: refused before they are allocated
   expect_one_line_error(1 "the run needs [0-9.]+ GB .*for --batch 65536\\), over this machine's [0-9.]+ GB of memory"
     train vit --data ${DATA} --patch 1 --hidden 1024 --mlp 4096 --layers 2 --batch 65536 --checkpoint mem.safetensors)
-  # SIGTERM during a long step (4097 tokens): it stops after the forward pass, not after the step
-  execute_process(COMMAND ${SH} -c "\"$0\" train vit --data long --patch 1 --layers 1 --heads 2 --hidden 16 --batch 32 \
+  # SIGTERM during a long step (4097 tokens): it stops after the forward pass, not after the step.
+  # The signal must land inside that forward pass: 128 images of 4097 tokens take about 2 s on the
+  # CPUs seen (17 ms an image on one core), and it comes 0.2-0.3 s after the header (a 32-image
+  # forward, about 0.55 s, once let a loaded CI machine finish it first and so the step)
+  execute_process(COMMAND ${SH} -c "\"$0\" train vit --data long --patch 1 --layers 1 --heads 2 --hidden 16 --batch 128 \
 --threads 1 --steps 100 --checkpoint term.safetensors > term.out & pid=$!; n=0; \
-until grep -q '^vit: ' term.out 2>/dev/null || [ $n -ge 600 ]; do sleep 0.1; n=$((n+1)); done; sleep 0.5; \
+until grep -q '^vit: ' term.out 2>/dev/null || [ $n -ge 600 ]; do sleep 0.1; n=$((n+1)); done; sleep 0.2; \
 kill -TERM $pid; wait $pid; rc=$?; cat term.out; exit $rc"
     ${ATTN} WORKING_DIRECTORY ${WORK} RESULT_VARIABLE trc OUTPUT_VARIABLE tout ERROR_VARIABLE terr TIMEOUT 90)
   if(NOT trc EQUAL 130 OR NOT tout MATCHES "interrupted after step 0 of 100: checkpoint written to term.safetensors")
