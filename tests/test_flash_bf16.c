@@ -204,6 +204,37 @@ static void check_emulated_table(const bcase *c, const char *cname) {
 #endif
 }
 
+/* The forward's O^T path (flash.c's v_across: O^T += V^T P^T where a table has
+ * gemm_pairs_colscale, AMX's) against its O += P V path on the same table, bit for bit: each
+ * element sums the same pair products in the same order. Where the table has no colscale (every
+ * CPU without AMX), one made of its gemm_pairs stands in, so that the driver's O^T path (V across
+ * in key blocks, O^T back to rows, edge tiles) runs on every machine. */
+static const attn_bf16_kernels *colscale_base;
+static void colscale_by_gemm(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b, int64_t ldb,
+                             float *c, int64_t ldc, const float *f) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) c[(int64_t)i * ldc + j] *= f[j];
+    colscale_base->gemm_pairs(m, n, kp, a, ars, 1, b, ldb, c, ldc, 1, NULL, 1.0f);
+}
+
+static void check_v_across(const bcase *c, const char *cname) {
+    const attn_bf16_kernels *act = attn_bf16_kernels_active();
+    attn_bf16_kernels rows = *act, across = *act;
+    rows.gemm_pairs_colscale = NULL;
+    colscale_base = act;
+    if (!across.gemm_pairs_colscale) across.gemm_pairs_colscale = colscale_by_gemm;
+    size_t n1, n2;
+    attn__bf16_force(&rows);
+    float *o = fwd_bwd_bf16(c, &n1);
+    attn__bf16_force(&across);
+    float *ot = fwd_bwd_bf16(c, &n2);
+    attn__bf16_force(NULL);
+    CHECK(n1 == n2 && !memcmp(o, ot, sizeof(float) * n1),
+          "%s: the bf16 forward's O^T path differs from its O path (%s)", cname, act->name);
+    free(o);
+    free(ot);
+}
+
 static void check_fixture(void) {
     char path[4096];
     snprintf(path, sizeof path, "%s/flash_bf16.safetensors", fixture_dir());
@@ -316,6 +347,7 @@ static void check_fixture(void) {
         attn_force_isa(attn_detected_isa());
         check_backward(&c, cname ? cname : "?", 1e-2);
         check_emulated_table(&c, cname ? cname : "?");
+        check_v_across(&c, cname ? cname : "?");
         if (ci == 0) { /* dropout: the same Philox stream as the reference */
             bcase cd = c;
             cd.p.dropout_p = 0.2f;

@@ -339,13 +339,13 @@ static size_t rows_layout(int64_t rows, int64_t nblk, float *base, flash_rows *r
  * with a GQA group would pay a copy of V for little). */
 static int prepair_v(int bf16, int64_t nq) { return bf16 && nq > BR; }
 
-/* Pair words of the bf16 forward's V paired once per call: B Hk ceil(Nk / 2) dv when
- * prepair_v, else none. SIZE_MAX on overflow. */
+/* Pair words of the bf16 forward's V paired once per call: B Hk ceil(Nk / BC) (BC / 2) dv (room
+ * for either layout, rows or v_across's blocks) when prepair_v, else none. SIZE_MAX on overflow. */
 static size_t vpair_words(int prepair, int64_t b, int64_t hk, int64_t nk, int64_t dv) {
     size_t w;
     if (!prepair || b <= 0 || hk <= 0 || nk <= 0 || dv <= 0) return 0;
-    if (attn_mul_overflow((size_t)b, (size_t)hk, &w) || attn_mul_overflow(w, (size_t)(nk / 2 + nk % 2), &w) ||
-        attn_mul_overflow(w, (size_t)dv, &w))
+    if (attn_mul_overflow((size_t)b, (size_t)hk, &w) ||
+        attn_mul_overflow(w, (size_t)((nk + BC - 1) / BC * (BC / 2)), &w) || attn_mul_overflow(w, (size_t)dv, &w))
         return SIZE_MAX;
     return w;
 }
@@ -529,6 +529,48 @@ static void block_finish(const flash_bufs *w, attn_tensor *lse, int64_t b, int64
             w->l[r] != 0 ? (float)(((double)w->sh[r] + w->m[r] + log2((double)w->l[r])) * LN2) : -INFINITY;
 }
 
+/* Does the bf16 forward hold O transposed, with V's pairs across (v_across_words)? Where the pair
+ * products run on AMX tiles: O^T += V^T P^T takes P's pair words as the softmax writes them (B
+ * tiles) and V^T's rows straight (A tiles), where O += P V would transpose P for every tile. */
+static int v_across(const attn_bf16_kernels *hk) { return hk->gemm_pairs_colscale != NULL; }
+
+/* The bf16 forward's S^T of one key tile against a query block (Q^T's pair words in qp) into sb,
+ * masked and shifted. */
+typedef struct fwd_scores_args {
+    const attn_bf16_kernels *hk;
+    const attn_ctx *c;
+    int general;
+    const attn_tensor *k;
+    const uint16_t *kh; /* head (b, g) of K */
+    int k_words, dp;    /* K's rows read in place as pair words; pair words per row */
+    uint32_t *kp;       /* else K's rows paired here */
+    const uint32_t *qp;
+    int64_t b, h, i0;
+    int bi;
+    float qscale;
+    const float *sh;
+} fwd_scores_args;
+
+static void fwd_scores(const fwd_scores_args *a, int64_t j0, float *sb) {
+    const attn_ctx *c = a->c;
+    const attn_tensor *k = a->k;
+    const int bj = (int)(c->nk - j0 < BC ? c->nk - j0 : BC), dp = a->dp;
+    const uint16_t *kj = a->kh + j0 * k->stride[2];
+    const uint32_t *ka = a->kp;
+    int64_t ars = dp;
+    if (a->k_words) {
+        ka = (const uint32_t *)(const void *)kj;
+        ars = k->stride[2] / 2;
+    } else {
+        for (int r = 0; r < bj; r++)
+            for (int p = 0; p < dp; p++)
+                a->kp[r * dp + p] = attn_pair(kj[r * k->stride[2] + 2 * p * k->stride[3]],
+                                              2 * p + 1 < c->d ? kj[r * k->stride[2] + (2 * p + 1) * k->stride[3]] : 0);
+    }
+    a->hk->gemm_pairs(bj, a->bi, dp, ka, ars, 1, a->qp, BR, sb, BR, 0, NULL, a->qscale);
+    epilogue(c, a->general, a->b, a->h, a->i0, a->bi, j0, bj, a->sh, sb, NULL);
+}
+
 /* One bf16 forward task: query block qb of head h of batch b (the f32 path's task, on pair words).
  * vpairs: V's pairs made once per call (vpairs_base), or NULL to pair each tile's rows here; the
  * words, and so the results, are the same either way. */
@@ -548,6 +590,11 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
      * kernels; dropout scales P between the two */
     const int fused = hk->softmax_pairs && bf16_fuses(hk, kr) && c.p == 0;
     const int64_t nkp = (c.nk + 1) / 2, g = h / c.group;
+    /* AMX with V paired once per call: O^T = V^T P^T (v_across), so that P's pair words are the
+     * B tiles as the softmax writes them and V^T's rows the A tiles, nothing transposed per tile;
+     * O^T's columns (query rows) scaled by alpha before each product */
+    const int ot = vpairs && v_across(hk);
+    float *acct = w.acc;
     uint32_t *qp = (uint32_t *)(void *)w.qt, *kp = (uint32_t *)(void *)w.kp, *pw = (uint32_t *)(void *)w.dp;
     const int64_t i0 = qb * BR;
     const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
@@ -556,31 +603,25 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
     words_rows_t(kr, q_words, qi, q->stride[2], q->stride[3], bi, c.d, qp); /* Q^T as pair words */
     row_shifts(&c, general, b, h, i0, bi, w.sh);
     block_start(&w, bi, c.dv);
+    if (ot) memset(acct, 0, sizeof(float) * (size_t)(c.dv * BR));
     int64_t jlo, jhi;
     key_range(&c, i0, i0 + bi, &jlo, &jhi);
+    const fwd_scores_args sa = {hk, &c, general, k, kh, k_words, dp, kp, qp, b, h, i0, bi, qscale, w.sh};
     for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
         const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
-        const uint16_t *kj = kh + j0 * k->stride[2];
-        const uint32_t *ka = kp;
-        int64_t ars = dp;
-        if (k_words) {
-            ka = (const uint32_t *)(const void *)kj;
-            ars = k->stride[2] / 2;
-        } else {
-            for (int r = 0; r < bj; r++)
-                for (int p = 0; p < dp; p++)
-                    kp[r * dp + p] = attn_pair(kj[r * k->stride[2] + 2 * p * k->stride[3]],
-                                               2 * p + 1 < c.d ? kj[r * k->stride[2] + (2 * p + 1) * k->stride[3]] : 0);
-        }
-        hk->gemm_pairs(bj, bi, dp, ka, ars, 1, qp, BR, w.s, BR, 0, NULL, qscale);
-        epilogue(&c, general, b, h, i0, bi, j0, bj, w.sh, w.s, NULL);
-        /* P^T rows paired: pw[p * BR + q] = (P[q][2p], P[q][2p + 1]); V's pairs made above */
+        fwd_scores(&sa, j0, w.s);
         if (fused) {
             hk->softmax_pairs(bj, bi, w.s, BR, w.m, w.l, w.alpha, pw, BR);
         } else {
             kr->softmax_update_bf16(bj, bi, w.s, BR, w.m, w.l, w.alpha, NULL);
             if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
             hk->pair_rows_f32(bj, bi, w.s, BR, pw, BR);
+        }
+        if (ot) {
+            hk->gemm_pairs_colscale((int)c.dv, bi, (bj + 1) / 2,
+                                    vpairs + ((b * c.hk + g) * ceil_div(c.nk, BC) + j0 / BC) * (BC / 2) * c.dv, BC / 2,
+                                    pw, BR, acct, BR, w.alpha);
+            continue;
         }
         const uint32_t *vp = (const uint32_t *)(void *)w.vp;
         if (vpairs)
@@ -590,19 +631,25 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
         hk->gemm_pairs(bi, (int)c.dv, (bj + 1) / 2, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
     }
     block_finish(&w, lse, b, h, i0, bi);
+    const float *acc = w.acc;
+    if (ot) { /* O^T back to rows (32-bit words moved exactly) */
+        attn_bf16_words_across((int)c.dv, bi, (const uint32_t *)(const void *)acct, BR, (uint32_t *)(void *)w.dot,
+                               c.dv);
+        acc = w.dot;
+    }
     if (out->dtype == ATTN_TYPE_BF16) {
         uint16_t *oi = out->data16 + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
         for (int r = 0; r < bi; r++) {
             if (out->stride[3] == 1) {
-                hk->round_row((int)c.dv, w.acc + r * c.dv, w.alpha + r, oi + r * out->stride[2]);
+                hk->round_row((int)c.dv, acc + r * c.dv, w.alpha + r, oi + r * out->stride[2]);
                 continue;
             }
             for (int64_t x = 0; x < c.dv; x++)
-                oi[r * out->stride[2] + x * out->stride[3]] = attn_bf16_rne_daz(w.acc[r * c.dv + x] * w.alpha[r]);
+                oi[r * out->stride[2] + x * out->stride[3]] = attn_bf16_rne_daz(acc[r * c.dv + x] * w.alpha[r]);
         }
     } else {
         float *oi = out->data + b * out->stride[0] + h * out->stride[1] + i0 * out->stride[2];
-        store_rows(kr, w.acc, bi, c.dv, w.alpha, oi, out->stride[2], out->stride[3]);
+        store_rows(kr, acc, bi, c.dv, w.alpha, oi, out->stride[2], out->stride[3]);
     }
 }
 
@@ -617,10 +664,24 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
     const int prepaired = prepair_v(1, c.nq);
     uint32_t *vpairs = prepaired ? vpairs_base(&c, base) : NULL;
     const int64_t nkp = (c.nk + 1) / 2, vchunks = ceil_div(c.nk, BC), vtasks = prepaired ? c.b * c.hk * vchunks : 0;
+    const int across = v_across(hk);
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(vtasks))
     for (int64_t t = 0; t < vtasks; t++) {
         const int64_t bg = t / vchunks, j0 = t % vchunks * BC, b = bg / c.hk, g = bg % c.hk;
         const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
+        if (across) { /* head (b, g), key block j0 / BC at ((b Hk + g) ceil(Nk / BC) + j0 / BC) (BC / 2) dv,
+                       * row x at x BC / 2: a tile's 16 rows 128 bytes apart, not a head's length */
+            uint32_t t[BC / 2 * 256];
+            const int64_t t0 = (bg * vchunks + j0 / BC) * c.dv;
+            for (int64_t x0 = 0; x0 < c.dv; x0 += 256) {
+                const int nx = (int)(c.dv - x0 < 256 ? c.dv - x0 : 256);
+                attn_tensor vx = *v;
+                vx.data16 += x0 * v->stride[3];
+                pair_v_rows(hk, &vx, b, g, j0, bj, nx, t);
+                attn_bf16_words_across((bj + 1) / 2, nx, t, nx, vpairs + (t0 + x0) * (BC / 2), BC / 2);
+            }
+            continue;
+        }
         pair_v_rows(hk, v, b, g, j0, bj, c.dv, vpairs + (bg * nkp + j0 / 2) * c.dv);
     }
 #pragma omp parallel num_threads(attn_threads_for(tasks))

@@ -283,6 +283,15 @@ void gemm_pairs_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_
 }
 
 #ifndef ATTN_AMX_EMULATE
+/* gemm_pairs_colscale: C's columns scaled in place (vectors: rows of C are contiguous), then
+ * the accumulating product. */
+static void gemm_pairs_colscale_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b,
+                                    int64_t ldb, float *restrict c, int64_t ldc, const float *restrict f) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) c[(int64_t)i * ldc + j] *= f[j];
+    gemm_pairs_amx(m, n, kp, a, ars, 1, b, ldb, c, ldc, 1, NULL, 1.0f);
+}
+
 /* AMX peak: 4 accumulator tiles fed by the same two A and two B tiles, as the GEMM's 2 x 2 block
  * uses them; each TDPBF16PS is 16 x 16 results of 16 pairs (4096 pair lanes of 4 flops). Call
  * only once attn_bf16_kernels_amx() has been granted the tile state. */
@@ -335,6 +344,7 @@ const attn_bf16_kernels *attn_bf16_kernels_amx(void) {
         t.name = "amx";
         t.unit = ATTN_BF16_UNIT_AMX;
         t.gemm_pairs = gemm_pairs_amx;
+        t.gemm_pairs_colscale = gemm_pairs_colscale_amx;
         k = t;
         atomic_store(&built, 1);
     }

@@ -38,6 +38,11 @@ typedef struct attn_bf16_kernels {
      * C(i, j) = c[i * ldc + j], f_i = rowscale[i] (1 when NULL). */
     void (*gemm_pairs)(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
                        int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale, float outscale);
+    /* C[m x n] = C diag(f) + sum_p A(i, p) . B(p, j), A(i, p) = a[i * ars + p]: gemm_pairs with
+     * accumulate and each column j of C scaled by f[j] first (the flash forward's O^T, whose
+     * columns are query rows: flash.c's v_across). NULL where a table has none (all but AMX's). */
+    void (*gemm_pairs_colscale)(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b, int64_t ldb,
+                                float *c, int64_t ldc, const float *f);
     /* dst[p * ldd + j] = pair(bf16(src[2p * lds + j]), bf16(src[(2p + 1) * lds + j])) for
      * p < ceil(rows / 2), j < cols; the missing row of an odd count reads 0. bf16() rounds to
      * nearest even with subnormal inputs flushed (vcvtneps2bf16). */
