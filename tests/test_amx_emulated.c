@@ -14,6 +14,8 @@
 void attn_bf16_gemm_pairs_amx_emulated(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs,
                                        const uint32_t *b, int64_t ldb, float *c, int64_t ldc, int accumulate,
                                        const float *rowscale, float outscale);
+void attn_bf16_gemm_panels_amx_emulated(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b,
+                                        float *c, int64_t ldc, int accumulate);
 
 /* over all random cases: vs float64 relative to its norm and to the terms' (sum |products|)
  * norm, vs bf16_ref in float roundings at the terms' scale */
@@ -138,6 +140,46 @@ static void check_nonfinite(test_rng *r) {
     free(cr);
 }
 
+/* gemm_panels (B in 16-column panels, b[(j / 16) kp 16 + p 16 + j % 16]: attn_gemm_bf16's
+ * packing for AMX) against gemm_pairs on the same B laid out by rows: bit for bit, whole 32 x 32
+ * blocks and every edge (rows, columns, a part chunk of k), accumulating or not. */
+static void check_panels(test_rng *r) {
+    static const int sz[] = {1, 15, 16, 17, 31, 32, 33, 48, 64, 100};
+    const int ns = (int)(sizeof sz / sizeof sz[0]);
+    int cases = 0;
+    for (int i = 0; i < ns; i++)
+        for (int j = 0; j < ns; j++)
+            for (int q = 0; q < ns; q += 3) {
+                const int m = sz[i], n = sz[j], kp = sz[(q + i) % ns], acc = (i + j + q) & 1;
+                const int64_t ars = kp + (q & 1 ? 3 : 0), ldc = n + (j & 1 ? 5 : 0), np = (n + 15) / 16 * 16;
+                uint32_t *a = xmalloc(4 * (size_t)((m - 1) * ars + kp)), *b = xmalloc(4 * (size_t)kp * n),
+                         *bp = xmalloc(4 * (size_t)(np * kp));
+                float *c0 = xmalloc(4 * (size_t)((m - 1) * ldc + n)), *c1 = xmalloc(4 * (size_t)((m - 1) * ldc + n)),
+                      *c2 = xmalloc(4 * (size_t)((m - 1) * ldc + n));
+                for (int64_t t = 0; t < (m - 1) * ars + kp; t++) a[t] = attn_pair(rand_bf16(r, 0), rand_bf16(r, 0));
+                for (int t = 0; t < kp * n; t++) b[t] = attn_pair(rand_bf16(r, 0), rand_bf16(r, 0));
+                memset(bp, 0, 4 * (size_t)(np * kp));
+                for (int p = 0; p < kp; p++)
+                    for (int x = 0; x < n; x++) bp[(int64_t)(x / 16) * kp * 16 + p * 16 + x % 16] = b[p * n + x];
+                for (int64_t t = 0; t < (m - 1) * ldc + n; t++) c0[t] = (float)rng_normal(r);
+                memcpy(c1, c0, 4 * (size_t)((m - 1) * ldc + n));
+                memcpy(c2, c0, 4 * (size_t)((m - 1) * ldc + n));
+                attn_bf16_gemm_pairs_amx_emulated(m, n, kp, a, ars, 1, b, n, c1, ldc, acc, NULL, 1.0f);
+                attn_bf16_gemm_panels_amx_emulated(m, n, kp, a, ars, bp, c2, ldc, acc);
+                CHECK(!memcmp(c1, c2, 4 * (size_t)((m - 1) * ldc + n)),
+                      "gemm_panels %dx%dx%d (ars %lld, ldc %lld, accumulate %d) differs from gemm_pairs", m, n, kp,
+                      (long long)ars, (long long)ldc, acc);
+                cases++;
+                free(a);
+                free(b);
+                free(bp);
+                free(c0);
+                free(c1);
+                free(c2);
+            }
+    printf("  gemm_panels: %d cases bitwise gemm_pairs\n", cases);
+}
+
 int main(void) {
     test_rng r = rng_seeded(0xa3c5);
     static const int sz[] = {1, 15, 16, 17, 31, 32, 33, 64, 100};
@@ -159,6 +201,7 @@ int main(void) {
             cases += 2;
         }
     check_nonfinite(&r);
+    check_panels(&r);
     printf("  %d cases: worst %.3g from float64 relative to the terms' norm (%.3g relative to C's norm), worst %.3g "
            "float roundings at the terms' scale from bf16_ref\n",
            cases, worst_terms, worst_norm, worst_ulps);

@@ -13,7 +13,7 @@
 #include "test_util.h"
 
 /* The fast bf16 kernel tables this CPU runs (vdpbf16ps, its AVX-512F and AVX2 emulations). */
-static const attn_bf16_kernels *fast[3];
+static const attn_bf16_kernels *fast[4];
 static int nfast;
 
 /* Floats that bf16 cannot hold (with a few subnormals and exact ties), and their roundings as
@@ -120,6 +120,60 @@ static void check_case(test_rng *r, attn_transpose ta, attn_transpose tb, int64_
     free(c0);
     free(cr);
     free(cf);
+}
+
+/* gemm_panels (B in 16-column panels, the packing attn_gemm_bf16 does for a table that has it:
+ * AMX's) stood in for by a table's own gemm_pairs, 16 columns at a time: each element the same
+ * chain, so a table with it must give the bits of the table without (checked against ref in
+ * check_case on every CPU, the panel packing of every operand layout included). */
+static const attn_bf16_kernels *panels_base;
+static attn_bf16_kernels panels_table;
+static void panels_by_pairs(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b, float *c,
+                            int64_t ldc, int accumulate) {
+    for (int j0 = 0; j0 < n; j0 += 16)
+        panels_base->gemm_pairs(m, n - j0 < 16 ? n - j0 : 16, kp, a, ars, 1, b + (int64_t)j0 * kp, 16, c + j0, ldc,
+                                accumulate, NULL, 1.0f);
+}
+
+/* On AMX hardware: attn_gemm_bf16 through AMX's gemm_panels against AMX without it (64-column
+ * panels and gemm_pairs), bit for bit. */
+static void check_amx_panels(test_rng *r) {
+    const attn_bf16_kernels *amx = attn_bf16_kernels_try_amx();
+    if (!amx) return;
+    attn_bf16_kernels rows = *amx;
+    rows.gemm_panels = NULL;
+    static const int64_t sz[][3] = {{1, 1, 1},       {32, 32, 32}, {67, 130, 31},  {130, 300, 128},
+                                    {64, 1536, 384}, {3, 513, 77}, {200, 70, 260}, {96, 48, 1000}};
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
+        for (int t = 0; t < 4; t++) {
+            const attn_transpose ta = (attn_transpose)(t & 1), tb = (attn_transpose)(t >> 1);
+            const int64_t m = sz[i][0], n = sz[i][1], k = sz[i][2], ldc = n + 5;
+            const int64_t lda = ta ? m + 1 : k + 3, ldb = tb ? k + 2 : n + 1;
+            const size_t na = (size_t)((ta ? k : m) * lda), nb = (size_t)((tb ? n : k) * ldb), nc = (size_t)(m * ldc);
+            attn_bf16 *a = xmalloc(2 * na + 2), *b = xmalloc(2 * nb + 2);
+            float *af = xmalloc(4 * na + 4), *bf = xmalloc(4 * nb + 4), *c0 = xmalloc(4 * nc + 4),
+                  *c1 = xmalloc(4 * nc + 4), *c2 = xmalloc(4 * nc + 4);
+            fill_f32_bf16(r, af, a, na);
+            fill_f32_bf16(r, bf, b, nb);
+            fill_normal(r, c0, nc, 1);
+            const int acc = (int)(i + (size_t)t) % 2;
+            attn__bf16_force(amx);
+            run(ta, tb, m, n, k, acc, a, b, c0, c1);
+            attn__bf16_force(&rows);
+            run(ta, tb, m, n, k, acc, a, b, c0, c2);
+            attn__bf16_force(NULL);
+            CHECK(!memcmp(c1, c2, sizeof(float) * nc),
+                  "bf16 gemm on AMX %lldx%lldx%lld ta%d tb%d: 16-column panels differ from 64-column ones",
+                  (long long)m, (long long)n, (long long)k, (int)ta, (int)tb);
+            free(a);
+            free(b);
+            free(af);
+            free(bf);
+            free(c0);
+            free(c1);
+            free(c2);
+        }
+    printf("  AMX gemm_panels: bitwise the 64-column panels' products\n");
 }
 
 /* Equal pair words, or halves that are both NaN where they differ (the payloads may). */
@@ -410,10 +464,17 @@ int main(void) {
         printf("  notice: no AVX2 on this CPU: its bf16 emulation is compiled, not tested\n");
 #endif
     if (!nfast) printf("  notice: no AVX2 or AVX-512 on this CPU: only the portable bf16 kernels are tested\n");
+    /* the 16-column panel packing on every CPU: a table with a gemm_panels made of its gemm_pairs */
+    panels_base = nfast ? fast[0] : attn_bf16_kernels_ref();
+    panels_table = *panels_base;
+    panels_table.name = "panels";
+    panels_table.gemm_panels = panels_by_pairs;
+    fast[nfast++] = &panels_table;
     for (int f = 0; f < nfast; f++) printf("  fast bf16 kernels tested against the portable ones: %s\n", fast[f]->name);
     check_amx_policy();
     check_vdpbf16ps_policy();
     check_amx(&r);
+    check_amx_panels(&r);
     static const int64_t sz[][3] = {{1, 1, 1},       {4, 64, 2},   {5, 17, 3},     {64, 64, 64}, {67, 130, 31},
                                     {130, 300, 128}, {3, 513, 77}, {200, 70, 260}, {33, 90, 301}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)

@@ -43,6 +43,12 @@ typedef struct attn_bf16_kernels {
      * columns are query rows: flash.c's v_across). NULL where a table has none (all but AMX's). */
     void (*gemm_pairs_colscale)(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b, int64_t ldb,
                                 float *c, int64_t ldc, const float *f);
+    /* C[m x n] = (accumulate ? C : 0) + sum_p A(i, p) . B(p, j), A(i, p) = a[i * ars + p], B in
+     * panels of 16 columns: B(p, j) = b[(j / 16) kp 16 + p 16 + j % 16] (gemm_bf16.c packs so
+     * where a table has this); each element the same chain as gemm_pairs's. NULL where a table
+     * has none (all but AMX's, whose B tiles are then 1 KB contiguous). */
+    void (*gemm_panels)(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b, float *c, int64_t ldc,
+                        int accumulate);
     /* dst[p * ldd + j] = pair(bf16(src[2p * lds + j]), bf16(src[(2p + 1) * lds + j])) for
      * p < ceil(rows / 2), j < cols; the missing row of an odd count reads 0. bf16() rounds to
      * nearest even with subnormal inputs flushed (vcvtneps2bf16). */

@@ -2,7 +2,8 @@
  * Both operands are packed into pair words (bf16_internal.h): A row by row, B in the VNNI layout
  * in panels of NP columns ([n / NP][k / 2][NP], so the kernel's walk down k stays within a few
  * pages: with full-width rows every step of k was a new page at n >= 1024, and the TLB misses cost
- * 15-25% of the rate); each task computes a block of C over the whole of k, so every element is
+ * 15-25% of the rate), or of 16 columns where the table takes panels (AMX: each B tile 1 KB
+ * contiguous, 1.1-1.3x the 64-column panels' strided tile rows); each task computes a block of C over the whole of k, so every element is
  * one chain in increasing k and results are bitwise identical for any thread count. */
 #include <string.h>
 
@@ -105,29 +106,29 @@ static void pack_a(const attn_bf16_kernels *kr, int ta, int64_t i0, int64_t i1, 
     }
 }
 
-/* Columns j0 .. j1 - 1 (within one panel) of the packed B, tb: B(p, j) = b[j ldb + p]:
- * bp[(j / NP) kp NP + p NP + j % NP] = B(2p, j) | B(2p + 1, j) << 16. */
-static void pack_bt(const attn_bf16_kernels *kr, int64_t j0, int64_t j1, int64_t k, const attn_bf16 *bh,
+/* Columns j0 .. j1 - 1 (within one panel of NPC columns) of the packed B, tb: B(p, j) = b[j ldb + p]:
+ * bp[(j / NPC) kp NPC + p NPC + j % NPC] = B(2p, j) | B(2p + 1, j) << 16. */
+static void pack_bt(const attn_bf16_kernels *kr, int NPC, int64_t j0, int64_t j1, int64_t k, const attn_bf16 *bh,
                     const float *bf, int64_t ldb, uint32_t *bp) {
     const int64_t kp = (k + 1) / 2, kf = k / 2;
-    uint32_t *panel = bp + j0 / NP * NP * kp + j0 % NP;
+    uint32_t *panel = bp + j0 / NPC * NPC * kp + j0 % NPC;
     if (bf) { /* each row rounded into PC words, then the words across */
         uint32_t t[PB * PC];
         for (int64_t p0 = 0; p0 < kp; p0 += PC) {
             const int len = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC), np = (len + 1) / 2;
             for (int64_t j = j0; j < j1; j++) round_pairs(kr, len, bf + j * ldb + 2 * p0, t + (j - j0) * PC);
-            attn_bf16_words_across((int)(j1 - j0), np, t, PC, panel + p0 * NP, NP);
+            attn_bf16_words_across((int)(j1 - j0), np, t, PC, panel + p0 * NPC, NPC);
         }
         return;
     }
     if (PAIRS_IN_MEMORY && ldb % 2 == 0 && (uintptr_t)bh % 4 == 0) /* the rows are rows of pair words */
         attn_bf16_words_across((int)(j1 - j0), (int)kf, (const uint32_t *)(const void *)(bh + j0 * ldb), ldb / 2, panel,
-                               NP);
+                               NPC);
     else
         for (int64_t p = 0; p < kf; p++)
-            for (int64_t j = j0; j < j1; j++) panel[p * NP + (j - j0)] = pair_word(bh + j * ldb + 2 * p);
+            for (int64_t j = j0; j < j1; j++) panel[p * NPC + (j - j0)] = pair_word(bh + j * ldb + 2 * p);
     if (kf < kp)
-        for (int64_t j = j0; j < j1; j++) panel[kf * NP + (j - j0)] = attn_pair(bh[j * ldb + 2 * kf], 0);
+        for (int64_t j = j0; j < j1; j++) panel[kf * NPC + (j - j0)] = attn_pair(bh[j * ldb + 2 * kf], 0);
 }
 
 /* One operand given as bf16 (h) or as float (f, rounded while packing): exactly one is set. */
@@ -150,6 +151,9 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
                           (long long)n, (long long)k);
     const attn_bf16_kernels *kr = attn_bf16_kernels_active();
     const int64_t kp = (k + 1) / 2;
+    /* B's panels: NP columns for the register-tile kernels; 16 where the table takes panels
+     * (AMX: a panel's 16 pair rows of 16 words are one B tile, 1 KB contiguous) */
+    const int NPC = kr->gemm_panels ? 16 : NP;
     uint32_t *ap = (uint32_t *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
     uint32_t *bp = ap + round_up((size_t)m * (size_t)kp);
     const int ta = transa == ATTN_TRANS, tb = transb == ATTN_TRANS;
@@ -162,23 +166,24 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
         const int64_t ib = ta ? TI : PB;
 #pragma omp for schedule(static)
         for (int64_t i0 = 0; i0 < m; i0 += ib) pack_a(kr, ta, i0, i0 + ib < m ? i0 + ib : m, k, ah, af, lda, ap);
-        /* B(p, j) pair word at bp[(j / NP) kp NP + p NP + j % NP] */
+        /* B(p, j) pair word at bp[(j / NPC) kp NPC + p NPC + j % NPC] */
         if (!tb) { /* one call per panel and PC pair words (one per pair of rows cost more in calls than
                     * in work: pair_rows_f32 5.6% of a bf16 training step, 3.1% so) */
-            const int64_t chunks = (kp + PC - 1) / PC, tasks = (n + NP - 1) / NP * chunks;
+            const int64_t chunks = (kp + PC - 1) / PC, tasks = (n + NPC - 1) / NPC * chunks;
 #pragma omp for schedule(static)
             for (int64_t t = 0; t < tasks; t++) {
-                const int64_t j0 = t / chunks * NP, p0 = t % chunks * PC;
-                const int rows = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC), w = (int)(n - j0 < NP ? n - j0 : NP);
-                uint32_t *dst = bp + j0 * kp + p0 * NP;
+                const int64_t j0 = t / chunks * NPC, p0 = t % chunks * PC;
+                const int rows = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC),
+                          w = (int)(n - j0 < NPC ? n - j0 : NPC);
+                uint32_t *dst = bp + j0 * kp + p0 * NPC;
                 if (bf)
-                    kr->pair_rows_f32(rows, w, bf + 2 * p0 * ldb + j0, ldb, dst, NP);
+                    kr->pair_rows_f32(rows, w, bf + 2 * p0 * ldb + j0, ldb, dst, NPC);
                 else
-                    kr->pair_rows_bf16(rows, w, bh + 2 * p0 * ldb + j0, ldb, dst, NP);
+                    kr->pair_rows_bf16(rows, w, bh + 2 * p0 * ldb + j0, ldb, dst, NPC);
             }
         } else {
 #pragma omp for schedule(static)
-            for (int64_t j0 = 0; j0 < n; j0 += PB) pack_bt(kr, j0, j0 + PB < n ? j0 + PB : n, k, bh, bf, ldb, bp);
+            for (int64_t j0 = 0; j0 < n; j0 += PB) pack_bt(kr, NPC, j0, j0 + PB < n ? j0 + PB : n, k, bh, bf, ldb, bp);
         }
     }
     const int64_t tm = (m + MB - 1) / MB, tn = (n + NB - 1) / NB, tasks = tm * tn;
@@ -186,11 +191,22 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
      * that B stays there and the 4x smaller A blocks stream; else they share an A block. B
      * streamed from the L3 for every task held AMX to 0.82-0.91x (1024 x 3072 x 768 and 2048^3, one
      * and two threads, Sapphire Rapids); vdpbf16ps there 1.03-1.08x. */
-    const int b_major = (int64_t)NB * kp * 4 <= attn_cpu_caches()->l2 / 2;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(attn_threads_for(tasks))
+    const size_t l2 = attn_cpu_caches()->l2;
+    int b_major = (size_t)NB * (size_t)kp * 4 <= l2 / 2;
+    /* With B's 16-column panels (AMX) on one thread, a B whole within 5/8 of the L2 stays there
+     * while each A block (64 rows, in the L1) meets all of it: 1.05-1.10x over B blocks at 4096 x
+     * 384 x 384-1536 and 4096 x 1536 x 384; larger B (1536 x 768, 3072 x 384-1536) keep the B
+     * blocks (A first measured 0.84-0.96x there), and so do two threads (0.77-0.90x) */
+    const int threads = attn_threads_for(tasks);
+    if (kr->gemm_panels && threads == 1 && (size_t)((n + 15) / 16 * 16) * (size_t)kp * 4 <= l2 / 8 * 5) b_major = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t t = 0; t < tasks; t++) {
         const int64_t i0 = (b_major ? t % tm : t / tn) * MB, j0 = (b_major ? t / tm : t % tn) * NB;
         const int mb = (int)(m - i0 < MB ? m - i0 : MB), nb = (int)(n - j0 < NB ? n - j0 : NB);
+        if (kr->gemm_panels) {
+            kr->gemm_panels(mb, nb, (int)kp, ap + i0 * kp, kp, bp + j0 * kp, c + i0 * ldc + j0, ldc, accumulate);
+            continue;
+        }
         for (int j = 0; j < nb; j += NP)
             kr->gemm_pairs(mb, nb - j < NP ? nb - j : NP, (int)kp, ap + i0 * kp, kp, 1, bp + (j0 + j) * kp, NP,
                            c + i0 * ldc + j0 + j, ldc, accumulate, NULL, 1.0f);
