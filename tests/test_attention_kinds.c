@@ -182,7 +182,7 @@ static void test_gpt_window_steps(void) {
     CHECK_OK(attn_params_reset(attn_gpt_params(g), 4));
     int64_t tok[14];
     for (int64_t i = 0; i < n; i++) tok[i] = (i * 7 + 3) % V;
-    attn_gpt_args a = {1, n, tok, NULL, 0, 0, 0, NULL};
+    attn_gpt_args a = {1, n, tok, NULL, 0, 0, 0, NULL, NULL};
     const size_t wb = attn_gpt_workspace_size(g, &a);
     void *ws = xmalloc(wb);
     float *full = xmalloc(sizeof(float) * (size_t)(n * V)), *step = xmalloc(sizeof(float) * (size_t)(n * V));

@@ -504,7 +504,7 @@ static void test_gpt_steps(void) {
     copy_params(attn_gpt_params(wg), attn_gpt_params(g));
     int64_t tok[14];
     for (int64_t i = 0; i < n; i++) tok[i] = (i * 7 + 3) % V;
-    attn_gpt_args a = {1, n, tok, NULL, 0, 0, 0, NULL};
+    attn_gpt_args a = {1, n, tok, NULL, 0, 0, 0, NULL, NULL};
     const size_t wb = attn_gpt_workspace_size(g, &a);
     void *ws = xmalloc(wb);
     float *full = xmalloc(sizeof(float) * (size_t)(n * V)), *win = xmalloc(sizeof(float) * (size_t)(n * V)),

@@ -69,7 +69,7 @@ static void parity_case(const attn_safetensors *st, int ci) {
     memcpy(tokens, tt->data, tt->nbytes);
     snprintf(key, sizeof key, "case%d.key_padding_mask", ci);
     const attn_safetensors_tensor *kt = attn_safetensors_find(st, key);
-    attn_gpt_args a = {B, N, tokens, kt ? (const uint8_t *)kt->data : NULL, 0, 0, 0, NULL};
+    attn_gpt_args a = {B, N, tokens, kt ? (const uint8_t *)kt->data : NULL, 0, 0, 0, NULL, NULL};
     size_t sb = attn_gpt_saved_size(g, &a), wb = attn_gpt_workspace_size(g, &a), n;
     void *saved = xmalloc(sb), *ws = xmalloc(wb);
     snprintf(key, sizeof key, "case%d.logits", ci);
@@ -117,7 +117,7 @@ static void test_determinism_and_errors(void) {
     enum { B = 2, N = 20, V = 40 };
     int64_t tokens[B * N];
     for (int i = 0; i < B * N; i++) tokens[i] = (int64_t)(rng_next(&r) % V);
-    attn_gpt_args a = {B, N, tokens, NULL, 1, 7, 0, NULL};
+    attn_gpt_args a = {B, N, tokens, NULL, 1, 7, 0, NULL, NULL};
     size_t sb = attn_gpt_saved_size(g, &a), wb = attn_gpt_workspace_size(g, &a);
     void *saved = xmalloc(sb), *ws = xmalloc(wb);
     static float l1[B * N * V], l2[B * N * V], dl[B * N * V];

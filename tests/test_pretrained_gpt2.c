@@ -159,16 +159,20 @@ static void test_valid(void) {
     CHECK(strcmp(attn_pretrained_family(m), "gpt2") == 0 && attn_pretrained_vocab_size(m) == V &&
               attn_pretrained_eos_id(m) == 10,
           "sizes");
-    /* a padded batch: row 1 (length 3) equal to itself alone */
-    int32_t ids[2 * 6] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 0};
-    int64_t len[2] = {6, 3}, one = 3;
-    float out[2 * 6 * V], alone[3 * V];
-    CHECK_OK(attn_pretrained_logits(m, ids, len, 2, 6, out));
-    CHECK_OK(attn_pretrained_logits(m, ids + 6, &one, 1, 3, alone));
-    CHECK(memcmp(out + 6 * V, alone, sizeof alone) == 0, "padding changes a row's logits");
-    int zero = 1;
-    for (int i = 9 * V; i < 12 * V; i++) zero &= out[i] == 0;
-    CHECK(zero, "padded logits are 0");
+    /* a right-padded batch (run packed: attn_gpt's cu_seqlens): each row bitwise itself alone,
+     * the padding's logits 0 */
+    int32_t ids[3 * 6] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 0, 4, 0, 0, 0, 0, 0};
+    int64_t len[3] = {6, 3, 1};
+    float out[3 * 6 * V], alone[6 * V];
+    CHECK_OK(attn_pretrained_logits(m, ids, len, 3, 6, out));
+    for (int r = 0; r < 3; r++) {
+        CHECK_OK(attn_pretrained_logits(m, ids + 6 * r, &len[r], 1, len[r], alone));
+        CHECK(memcmp(out + 6 * r * V, alone, sizeof(float) * (size_t)(len[r] * V)) == 0,
+              "padding changes row %d's logits (length %lld)", r, (long long)len[r]);
+        int zero = 1;
+        for (int64_t i = (6 * r + len[r]) * V; i < (6 * r + 6) * V; i++) zero &= out[i] == 0;
+        CHECK(zero, "row %d's padded logits are 0", r);
+    }
     /* greedy = the argmax of the full forward, token by token */
     attn_generate_options o = attn_generate_options_default();
     o.max_new_tokens = 8;
@@ -206,7 +210,7 @@ static void test_valid(void) {
     CHECK_STATUS(attn_pretrained_generate(m, ids, 4, &o, NULL, NULL, NULL), ATTN_ERR_INVALID_ARGUMENT);
     CHECK(strstr(attn_last_error(), "top_p") != NULL, "message: %s", attn_last_error());
     float emb[H];
-    CHECK_STATUS(attn_pretrained_embed(m, ids, &one, 1, 3, emb), ATTN_ERR_UNSUPPORTED);
+    CHECK_STATUS(attn_pretrained_embed(m, ids, &len[1], 1, 3, emb), ATTN_ERR_UNSUPPORTED);
     CHECK(strstr(attn_last_error(), "gpt2") != NULL, "message: %s", attn_last_error());
     attn_pretrained_free(m);
 }

@@ -22,7 +22,7 @@
 static float step_grads(attn_gpt *m, const int64_t *tokens, const int64_t *targets, int64_t B, int64_t N, float *g) {
     const attn_params *ps = attn_gpt_params(m);
     const int64_t V = attn_params_find(ps, "tok_emb.weight")->shape[0];
-    attn_gpt_args a = {B, N, tokens, NULL, 0, 0, 0, NULL};
+    attn_gpt_args a = {B, N, tokens, NULL, 0, 0, 0, NULL, NULL};
     const size_t sb = attn_gpt_saved_size(m, &a), wb = attn_gpt_workspace_size(m, &a);
     void *saved = xmalloc(sb), *ws = xmalloc(wb);
     float *logits = xmalloc(sizeof(float) * (size_t)(B * N * V)), loss = NAN;
@@ -193,7 +193,7 @@ static void other_paths(void) {
             float *gs[2] = {g32, g16}, ls[2];
             for (int k = 0; k < 2; k++) {
                 const attn_params *ps = attn_gpt_params(ms[k]);
-                attn_gpt_args a = {B, N, tok, NULL, 1, 5, 9, NULL};
+                attn_gpt_args a = {B, N, tok, NULL, 1, 5, 9, NULL, NULL};
                 const size_t sb = attn_gpt_saved_size(ms[k], &a), wb = attn_gpt_workspace_size(ms[k], &a);
                 void *saved = xmalloc(sb), *ws = xmalloc(wb);
                 float *logits = xmalloc(sizeof(float) * (size_t)(B * N * V));
@@ -277,7 +277,7 @@ static void batch_of(int64_t s, int64_t B, int64_t N, int64_t V, int64_t *x, int
 /* steps AdamW steps of r from its state.step on; the losses into losses[step] (nullable). */
 static void train(run *r, int64_t steps, int64_t B, int64_t N, int64_t V, float *losses) {
     const attn_params *ps = attn_gpt_params(r->m);
-    attn_gpt_args a = {B, N, NULL, NULL, 1, 3, 0, NULL};
+    attn_gpt_args a = {B, N, NULL, NULL, 1, 3, 0, NULL, NULL};
     int64_t *x = xmalloc(sizeof(int64_t) * (size_t)(B * N)), *y = xmalloc(sizeof(int64_t) * (size_t)(B * N));
     a.tokens = x;
     const size_t sb = attn_gpt_saved_size(r->m, &a), wb = attn_gpt_workspace_size(r->m, &a);

@@ -111,7 +111,7 @@ int bench_train_cmd(int argc, char **argv) {
                nranks, (long long)BL);
     for (int ti = 0; ti < o.nthreads && rc == 0; ti++) {
         bench_set_threads(o.threads[ti]);
-        attn_gpt_args a = {BL, C, x, NULL, 1, 1, 0, NULL};
+        attn_gpt_args a = {BL, C, x, NULL, 1, 1, 0, NULL, NULL};
         const size_t sb = attn_gpt_saved_size(g, &a), wb = attn_gpt_workspace_size(g, &a);
         void *saved = malloc(sb ? sb : 1), *ws = malloc(wb ? wb : 1);
         double *ms = malloc(sizeof(double) * (size_t)(3 * (steps + 1))), *rms = ms + steps + 1, *wms = rms + steps + 1;

@@ -487,7 +487,7 @@ static int dist_check(gpt_run *r, const attn_train_state *state) {
 /* The batches, activations and gradients of a step: 0, or 1 (message printed). */
 static int alloc_scratch(gpt_run *r, const attn_train_state *state) {
     const int64_t C = r->C, m = r->m, M = r->M, L = r->L;
-    r->a = (attn_gpt_args){m, C, NULL, NULL, 1, state->rng_seed, 0, NULL};
+    r->a = (attn_gpt_args){m, C, NULL, NULL, 1, state->rng_seed, 0, NULL, NULL};
     r->x = malloc(sizeof(int64_t) * (size_t)(r->count * C));
     r->y = malloc(sizeof(int64_t) * (size_t)(r->count * C));
     r->a.tokens = r->x;

@@ -8,7 +8,8 @@
  * ln_f -> norm, wte -> tok_emb, wpe -> pos_emb. Weights are named as GPT2Model saves them or under
  * "transformer." (GPT2LMHeadModel). A stored lm_head.weight must equal wte (checked after loading);
  * the attention's non-persistent buffers of old checkpoints (attn.bias, attn.masked_bias) are
- * ignored. Dropout is inactive (inference). */
+ * ignored. Dropout is inactive (inference). A right-padded logits batch runs packed (attn_gpt's
+ * cu_seqlens): its real tokens only, each row bitwise its row alone. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,9 +265,8 @@ static attn_status reserve(gpt2 *m, size_t ws_bytes, size_t ids) {
 
 /* Logits of every position; right padding (ids not read, as 0) cannot reach a real position
  * through the causal mask, and its rows of out are set to 0. */
-static attn_status gpt2_logits(void *impl, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t n,
-                               float *out) {
-    gpt2 *m = impl;
+static attn_status logits_padded(gpt2 *m, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t n,
+                                 float *out) {
     attn_gpt_args a = {0};
     a.batch = B;
     a.n = n;
@@ -282,6 +282,47 @@ static attn_status gpt2_logits(void *impl, const int32_t *ids, const int64_t *le
     for (int64_t r = 0; r < B; r++)
         memset(out + (r * n + lengths[r]) * V, 0, (size_t)((n - lengths[r]) * V) * sizeof(float));
     return ATTN_OK;
+}
+
+/* A right-padded batch packed (attn_gpt_args' cu_seqlens in cu [B + 1]): only the total real
+ * tokens run, each row bitwise its row alone; the logits are computed into out's first total
+ * rows, then moved to their padded places last sequence first (a destination never precedes its
+ * source) and the padding rows zeroed. */
+static attn_status logits_packed(gpt2 *m, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t n,
+                                 int64_t total, int64_t *cu, float *out) {
+    cu[0] = 0;
+    for (int64_t r = 0; r < B; r++) cu[r + 1] = cu[r] + lengths[r];
+    attn_gpt_args a = {0};
+    a.batch = B;
+    a.n = total;
+    a.cu_seqlens = cu;
+    attn_status st = reserve(m, attn_gpt_workspace_size(m->g, &a), (size_t)total);
+    if (st) return st;
+    for (int64_t r = 0; r < B; r++)
+        for (int64_t t = 0; t < lengths[r]; t++) m->tok[cu[r] + t] = ids[r * n + t];
+    a.tokens = m->tok;
+    if ((st = attn_gpt_forward(m->g, &a, out, NULL, 0, m->ws, m->ws_bytes))) return st;
+    const int64_t V = m->c.vocab;
+    for (int64_t r = B - 1; r >= 0; r--) {
+        memmove(out + r * n * V, out + cu[r] * V, (size_t)(lengths[r] * V) * sizeof(float));
+        memset(out + (r * n + lengths[r]) * V, 0, (size_t)((n - lengths[r]) * V) * sizeof(float));
+    }
+    return ATTN_OK;
+}
+
+static attn_status gpt2_logits(void *impl, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t n,
+                               float *out) {
+    gpt2 *m = impl;
+    int64_t total = 0;
+    for (int64_t r = 0; r < B; r++) total += lengths[r];
+    if (total == B * n || total == 0 || m->capture) return logits_padded(m, ids, lengths, B, n, out);
+    int64_t *cu = attn__malloc((size_t)(B + 1) * sizeof(int64_t));
+    if (!cu)
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_logits: out of memory (%lld sequence offsets)",
+                          (long long)(B + 1));
+    const attn_status st = logits_packed(m, ids, lengths, B, n, total, cu, out);
+    attn__free(cu);
+    return st;
 }
 
 /* Generation: a cache of n_positions; prompts go through in chunks of GPT2_CHUNK tokens. */

@@ -7,7 +7,9 @@
  * Backward:
  *   dW += dlogits^T h,  dh = dlogits W,  dx_0 = blocks'^T norm'^T dh,
  *   dE[t] += dx_0 (token order),  dP[p] += sum_b dx_0 (learned positions)
- * With RoPE the blocks' self-attention rotates Q and K instead of adding P. */
+ * With RoPE the blocks' self-attention rotates Q and K instead of adding P. A packed batch
+ * (cu_seqlens) runs the same on its real rows only: positions restart at each sequence, the
+ * blocks run packed (attn_layer_args' cu_seqlens), P's gradient is added sequence by sequence. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +125,7 @@ static attn_layer_args layer_args(const attn_gpt_args *a, const float *x) {
     la.self_masks.key_padding_mask = a->key_padding_mask;
     NN_MODE_SET(&la, NN_MODE_OF(a));
     la.capture = a->capture;
+    la.cu_seqlens = a->cu_seqlens;
     return la;
 }
 
@@ -130,8 +133,11 @@ static int args_ok(const attn_gpt *g, const attn_gpt_args *a) {
     return g && a && a->batch > 0 && a->n > 0 && a->batch <= ((int64_t)1 << 30) && a->n <= ((int64_t)1 << 30);
 }
 
+/* Rows of x and logits: B n, or n (the total) for a packed batch. */
+static int64_t rows_of(const attn_gpt_args *a) { return a->cu_seqlens ? a->n : a->batch * a->n; }
+
 static size_t rows_bytes(const attn_gpt *g, const attn_gpt_args *a) {
-    return nn_fblock(nn_mul(nn_mul((size_t)a->batch, (size_t)a->n), (size_t)g->cfg.layer.d_model));
+    return nn_fblock(nn_mul((size_t)rows_of(a), (size_t)g->cfg.layer.d_model));
 }
 
 size_t attn_gpt_saved_size(const attn_gpt *g, const attn_gpt_args *a) {
@@ -144,7 +150,7 @@ size_t attn_gpt_saved_size(const attn_gpt *g, const attn_gpt_args *a) {
 static size_t workspace_size(const attn_gpt *g, const attn_gpt_args *a) {
     if (!args_ok(g, a)) return 0;
     attn_layer_args la = layer_args(a, NULL);
-    const size_t lin = attn_nn_linear_ws(a->batch * a->n, g->cfg.layer.d_model, g->cfg.vocab_size);
+    const size_t lin = attn_nn_linear_ws(rows_of(a), g->cfg.layer.d_model, g->cfg.vocab_size);
     return nn_add(nn_add(NN_SLACK, nn_mul(2, rows_bytes(g, a))), nn_max(attn_nn_stack_ws(&g->S, &la), lin));
 }
 
@@ -162,8 +168,24 @@ static attn_status check_args(const char *fn, const attn_gpt *g, const attn_gpt_
     if (!args_ok(g, a) || !a->tokens)
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: need batch >= 1, n >= 1 and tokens (batch %lld, n %lld)", fn,
                           (long long)a->batch, (long long)a->n);
-    if (g->pos && a->n > g->cfg.max_positions)
-        return attn_error(ATTN_ERR_SHAPE, "%s: n = %lld exceeds max_positions = %lld", fn, (long long)a->n,
+    int64_t longest = a->n;
+    if (a->cu_seqlens) { /* checked here too: the embeddings read it before the layers would */
+        const int64_t *cu = a->cu_seqlens;
+        longest = 0;
+        for (int64_t s = 0; s <= a->batch; s++) {
+            const int64_t prev = s ? cu[s - 1] : 0;
+            if ((s == 0 && cu[0] != 0) || cu[s] < prev || cu[s] > a->n || (s == a->batch && cu[s] != a->n))
+                return attn_error(ATTN_ERR_SHAPE,
+                                  "%s: cu_seqlens[%lld] = %lld (previous %lld): want cu_seqlens[0] = 0, nondecreasing, "
+                                  "and cu_seqlens[batch = %lld] = n = %lld",
+                                  fn, (long long)s, (long long)cu[s], (long long)prev, (long long)a->batch,
+                                  (long long)a->n);
+            if (s && cu[s] - prev > longest) longest = cu[s] - prev;
+        }
+    }
+    if (g->pos && longest > g->cfg.max_positions)
+        return attn_error(ATTN_ERR_SHAPE, "%s: %s = %lld exceeds max_positions = %lld", fn,
+                          a->cu_seqlens ? "the longest sequence" : "n", (long long)longest,
                           (long long)g->cfg.max_positions);
     return ATTN_OK;
 }
@@ -176,6 +198,15 @@ static attn_status embed(const char *fn, const attn_gpt *g, const int64_t *token
     return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
+/* A packed batch's x [n, d] = E[tokens] (+ P[0 .. len_s) for each sequence s). */
+static attn_status embed_packed(const char *fn, const attn_gpt *g, const attn_gpt_args *a, float *x) {
+    const int64_t d = g->cfg.layer.d_model, *cu = a->cu_seqlens;
+    attn_status st = attn_embedding_forward(g->tok, a->tokens, a->n, x);
+    for (int64_t s = 0; s < a->batch && !st && g->pos; s++)
+        if (cu[s + 1] > cu[s]) st = attn_embedding_add_positions(g->pos, x + cu[s] * d, 1, cu[s + 1] - cu[s], 0);
+    return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
+}
+
 static attn_status gpt_forward(const char *fn, attn_gpt *g, const attn_gpt_args *a, float *logits, void *saved,
                                size_t saved_bytes, void *workspace, size_t workspace_bytes) {
     attn_status st = check_args(fn, g, a);
@@ -185,7 +216,7 @@ static attn_status gpt_forward(const char *fn, attn_gpt *g, const attn_gpt_args 
     if ((saved && (st = attn_nn_arena_init(&sv, fn, "saved", saved, saved_bytes, attn_gpt_saved_size(g, a)))) ||
         (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, workspace_size(g, a))))
         return st;
-    const int64_t R = a->batch * a->n, d = g->cfg.layer.d_model;
+    const int64_t R = rows_of(a), d = g->cfg.layer.d_model;
     attn_layer_args la = layer_args(a, NULL);
     const size_t ssb = attn_nn_stack_saved(&g->S, &la);
     nn_arena *keep = saved ? &sv : &ws;
@@ -193,7 +224,7 @@ static attn_status gpt_forward(const char *fn, attn_gpt *g, const attn_gpt_args 
     void *ss = saved ? attn_nn_take(&sv, ssb) : NULL;
     size_t wb;
     void *rest = nn_rest(&ws, &wb);
-    if ((st = embed(fn, g, a->tokens, a->batch, a->n, 0, x0))) return st;
+    if ((st = a->cu_seqlens ? embed_packed(fn, g, a, x0) : embed(fn, g, a->tokens, a->batch, a->n, 0, x0))) return st;
     la.x = x0;
     if ((st = attn_nn_stack_fwd(fn, &g->S, &la, 0, h, ss, ssb, rest, wb))) return st;
     return attn_nn_linear_fwd(fn, h, g->w_lm, NULL, logits, R, d, g->cfg.vocab_size, rest, wb);
@@ -209,7 +240,7 @@ static attn_status gpt_backward(const char *fn, attn_gpt *g, const attn_gpt_args
     if ((st = attn_nn_arena_init(&sv, fn, "saved", (void *)saved, saved_bytes, attn_gpt_saved_size(g, a))) ||
         (st = attn_nn_arena_init(&ws, fn, "workspace", workspace, workspace_bytes, workspace_size(g, a))))
         return st;
-    const int64_t R = a->batch * a->n, d = g->cfg.layer.d_model;
+    const int64_t R = rows_of(a), d = g->cfg.layer.d_model;
     attn_layer_args la = layer_args(a, NULL);
     const size_t ssb = attn_nn_stack_saved(&g->S, &la);
     float *x0 = nn_takef(&sv, (size_t)(R * d)), *h = nn_takef(&sv, (size_t)(R * d));
@@ -222,7 +253,11 @@ static attn_status gpt_backward(const char *fn, attn_gpt *g, const attn_gpt_args
     la.x = x0;
     if ((st = attn_nn_stack_bwd(fn, &g->S, &la, 0, dh, dx0, NULL, ss, ssb, rest, wb))) return st;
     st = attn_embedding_backward(g->tok, a->tokens, R, dx0);
-    if (!st && g->pos) st = attn_embedding_positions_backward(g->pos, dx0, a->batch, a->n, 0);
+    if (!st && g->pos && !a->cu_seqlens) st = attn_embedding_positions_backward(g->pos, dx0, a->batch, a->n, 0);
+    for (int64_t s = 0; s < a->batch && !st && g->pos && a->cu_seqlens; s++) {
+        const int64_t *cu = a->cu_seqlens;
+        if (cu[s + 1] > cu[s]) st = attn_embedding_positions_backward(g->pos, dx0 + cu[s] * d, 1, cu[s + 1] - cu[s], 0);
+    }
     return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
