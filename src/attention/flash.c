@@ -529,7 +529,7 @@ static void block_finish(const flash_bufs *w, attn_tensor *lse, int64_t b, int64
             w->l[r] != 0 ? (float)(((double)w->sh[r] + w->m[r] + log2((double)w->l[r])) * LN2) : -INFINITY;
 }
 
-/* Does the bf16 forward hold O transposed, with V's pairs across (v_across_words)? Where the pair
+/* Does the bf16 forward hold O transposed, with V^T paired across the keys? Where the pair
  * products run on AMX tiles: O^T += V^T P^T takes P's pair words as the softmax writes them (B
  * tiles) and V^T's rows straight (A tiles), where O += P V would transpose P for every tile. */
 static int v_across(const attn_bf16_kernels *hk) { return hk->gemm_pairs_colscale != NULL; }

@@ -3,8 +3,9 @@
  * in panels of NP columns ([n / NP][k / 2][NP], so the kernel's walk down k stays within a few
  * pages: with full-width rows every step of k was a new page at n >= 1024, and the TLB misses cost
  * 15-25% of the rate), or of 16 columns where the table takes panels (AMX: each B tile 1 KB
- * contiguous, 1.1-1.3x the 64-column panels' strided tile rows); each task computes a block of C over the whole of k, so every element is
- * one chain in increasing k and results are bitwise identical for any thread count. */
+ * contiguous, 1.0-1.4x the 64-column panels' strided tile rows); each task computes a block of C
+ * over the whole of k, so every element is one chain in increasing k and results are bitwise
+ * identical for any thread count. */
 #include <string.h>
 
 #include "attn/kernels.h"
