@@ -159,10 +159,10 @@ mkdir -p long; yes abcdefgh | head -c 8192 > long/images.u8; printf '\\000\\001'
   expect_one_line_error(1 "the run needs [0-9.]+ GB .*for --batch 65536\\), over this machine's [0-9.]+ GB of memory"
     train vit --data ${DATA} --patch 1 --hidden 1024 --mlp 4096 --layers 2 --batch 65536 --checkpoint mem.safetensors)
   # SIGTERM during a long step (4097 tokens): it stops after the forward pass, not after the step.
-  # The signal must land inside that forward pass: 128 images of 4097 tokens take about 2 s on the
-  # CPUs seen (17 ms an image on one core), and it comes 0.2-0.3 s after the header (a 32-image
-  # forward, about 0.55 s, once let a loaded CI machine finish it first and so the step)
-  execute_process(COMMAND ${SH} -c "\"$0\" train vit --data long --patch 1 --layers 1 --heads 2 --hidden 16 --batch 128 \
+  # The signal must land inside that forward pass: 64 images of 4097 tokens take about 1.1 s on the
+  # CPUs seen (17 ms an image on one core; 15x that under ASan), and it comes 0.2-0.3 s after the
+  # header (a 32-image forward, about 0.55 s, once let a loaded CI machine finish it first)
+  execute_process(COMMAND ${SH} -c "\"$0\" train vit --data long --patch 1 --layers 1 --heads 2 --hidden 16 --batch 64 \
 --threads 1 --steps 100 --checkpoint term.safetensors > term.out & pid=$!; n=0; \
 until grep -q '^vit: ' term.out 2>/dev/null || [ $n -ge 600 ]; do sleep 0.1; n=$((n+1)); done; sleep 0.2; \
 kill -TERM $pid; wait $pid; rc=$?; cat term.out; exit $rc"
@@ -172,10 +172,11 @@ kill -TERM $pid; wait $pid; rc=$?; cat term.out; exit $rc"
   else()
     message(STATUS "ok: SIGTERM inside a step -> 130 after step 0")
   endif()
-  # SIGTERM inside one long forward pass (24 layers of 4097 tokens): attn_cancel_request stops it
-  # before its next layer, so the exit comes within a small part of one step's time (measured
-  # first, without a signal: about 3 forward passes), not after the rest of the forward pass
-  execute_process(COMMAND ${SH} -c "a=\"train vit --data long --patch 1 --layers 24 --heads 2 --hidden 16 --batch 6 \
+  # SIGTERM inside one long forward pass (24 layers of 4097 tokens, 2 images: about 0.8 s; a step
+  # 15x that under ASan): attn_cancel_request stops it before its next layer, so the exit comes
+  # within a small part of one step's time (measured first, without a signal: about 3 forward
+  # passes), not after the rest of the forward pass
+  execute_process(COMMAND ${SH} -c "a=\"train vit --data long --patch 1 --layers 24 --heads 2 --hidden 16 --batch 2 \
 --threads 1 --checkpoint\"; t0=$(date +%s%N); \"$0\" $a one.safetensors --steps 1 > one.out || exit 3; \
 t1=$(date +%s%N); \"$0\" $a cut.safetensors --steps 100 > cut.out & pid=$!; n=0; \
 until grep -q '^vit: ' cut.out 2>/dev/null || [ $n -ge 600 ]; do sleep 0.05; n=$((n+1)); done; sleep 0.3; \
