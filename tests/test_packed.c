@@ -386,8 +386,8 @@ static void check_mha(test_rng *r) {
 }
 
 /* attn_gpt with cu_seqlens: each sequence's logits bitwise its batch-1 run's (learned positions
- * from 0 per sequence), parameter gradients (positions' included) the per-sequence ones summed;
- * in fp32 and bf16; and its refusals. */
+ * or RoPE from 0 per sequence), parameter gradients (positions' included) the per-sequence ones
+ * summed; in fp32 and bf16; and its refusals. */
 static attn_status gpt_run(attn_gpt *g, const attn_gpt_args *a, const float *dlogits, float *logits) {
     const size_t sb = attn_gpt_saved_size(g, a), wb = attn_gpt_workspace_size(g, a);
     if (!sb || !wb) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "test: gpt size query gave 0");
@@ -400,9 +400,10 @@ static attn_status gpt_run(attn_gpt *g, const attn_gpt_args *a, const float *dlo
     return st;
 }
 
-static void check_gpt_model(test_rng *r, attn_precision precision, int tied) {
+static void check_gpt_model(test_rng *r, attn_precision precision, int tied, int rope) {
     enum { V = 37, B = 6 };
     attn_gpt_config gc = attn_gpt_config_default(V, 80, D, NHEAD, 2);
+    if (rope) gc.positions = ATTN_POSITIONS_ROPE;
     gc.layer.dim_feedforward = FF;
     gc.layer.dropout = 0; /* training on: the backward's path; dropout streams are test_packed's dropout check's */
     gc.precision = precision;
@@ -443,8 +444,9 @@ static void check_gpt_model(test_rng *r, attn_precision precision, int tied) {
         bad += memcmp(l1, lp + cu[s] * V, (size_t)(lens[s] * V) * 4) != 0;
         free(l1);
     }
-    const char *what =
-        precision == ATTN_PRECISION_BF16 ? (tied ? "gpt bf16 tied" : "gpt bf16") : (tied ? "gpt tied" : "gpt");
+    char what[64];
+    snprintf(what, sizeof what, "gpt%s%s%s", precision == ATTN_PRECISION_BF16 ? " bf16" : "", tied ? " tied" : "",
+             rope ? " rope" : "");
     CHECK(bad == 0, "%s: %d sequences' packed logits differ from the sequence alone", what, bad);
     const double e = rel_err_dd(gp, gs, np);
     CHECK(e < 1e-5, "%s: parameter gradients vs the sum over sequences alone: rel err %.3g", what, e);
@@ -462,7 +464,7 @@ static void check_gpt_model(test_rng *r, attn_precision precision, int tied) {
     bad_a.cu_seqlens = cu2;
     CHECK(gpt_run(g, &bad_a, NULL, lp) == ATTN_ERR_SHAPE && strstr(attn_last_error(), "cu_seqlens[6]"),
           "%s: cu_seqlens[batch] != n: %s", what, attn_last_error());
-    int64_t cu3[3] = {0, 81, 81};
+    int64_t cu3[3] = {0, 81, 81}; /* past max_positions (learned positions only) */
     int64_t *tok3 = xmalloc(81 * sizeof(int64_t));
     memset(tok3, 0, 81 * sizeof(int64_t));
     attn_gpt_args a3 = {0};
@@ -471,8 +473,9 @@ static void check_gpt_model(test_rng *r, attn_precision precision, int tied) {
     a3.tokens = tok3;
     a3.cu_seqlens = cu3;
     float *l3 = xmalloc((size_t)(81 * V) * 4);
-    CHECK(gpt_run(g, &a3, NULL, l3) == ATTN_ERR_SHAPE && strstr(attn_last_error(), "longest sequence = 81"),
-          "%s: a sequence past max_positions: %s", what, attn_last_error());
+    if (!rope)
+        CHECK(gpt_run(g, &a3, NULL, l3) == ATTN_ERR_SHAPE && strstr(attn_last_error(), "longest sequence = 81"),
+              "%s: a sequence past max_positions: %s", what, attn_last_error());
     free(l3);
     free(tok3);
     free(lb);
@@ -485,24 +488,12 @@ static void check_gpt_model(test_rng *r, attn_precision precision, int tied) {
 }
 
 static void check_gpt(test_rng *r) {
-    check_gpt_model(r, ATTN_PRECISION_FP32, 0);
-    check_gpt_model(r, ATTN_PRECISION_FP32, 1);
-    check_gpt_model(r, ATTN_PRECISION_BF16, 0);
-    /* RoPE: the packed attention does not rotate (yet): refused by name */
-    attn_gpt_config gc = attn_gpt_config_default(11, 16, D, NHEAD, 1);
-    gc.positions = ATTN_POSITIONS_ROPE;
-    attn_gpt *g = NULL;
-    CHECK_OK(attn_gpt_create(&gc, &g));
-    int64_t cu[3] = {0, 2, 5}, tok[5] = {1, 2, 3, 4, 5};
-    attn_gpt_args a = {0};
-    a.batch = 2;
-    a.n = 5;
-    a.tokens = tok;
-    a.cu_seqlens = cu;
-    float l[5 * 11];
-    CHECK(gpt_run(g, &a, NULL, l) == ATTN_ERR_UNSUPPORTED && strstr(attn_last_error(), "use_rope"),
-          "gpt rope packed: %s", attn_last_error());
-    attn_gpt_free(g);
+    check_gpt_model(r, ATTN_PRECISION_FP32, 0, 0);
+    check_gpt_model(r, ATTN_PRECISION_FP32, 1, 0);
+    check_gpt_model(r, ATTN_PRECISION_BF16, 0, 0);
+    /* RoPE: each row rotated by its position within its sequence (MHA's packed positions) */
+    check_gpt_model(r, ATTN_PRECISION_FP32, 0, 1);
+    check_gpt_model(r, ATTN_PRECISION_BF16, 1, 1);
 }
 
 int main(void) {

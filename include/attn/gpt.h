@@ -52,9 +52,9 @@ typedef struct attn_gpt_args {
     /* Packed (padding-free) batches, as attn_layer_args' (layers.h): cu_seqlens int64 [batch + 1]
      * (0 first, nondecreasing), batch sequences of n = cu_seqlens[batch] tokens in all: tokens
      * [n], logits and dlogits [n, vocab_size]; sequence s is rows [cu_seqlens[s], cu_seqlens[s + 1])
-     * with its learned positions from 0, each row bitwise its batch-1 run's (parameter gradients:
-     * the per-sequence ones summed in sequence order). Not with key_padding_mask, capture or RoPE
-     * (ATTN_ERR_UNSUPPORTED); NULL = the [B, n] layout. */
+     * with its positions (learned or RoPE) from 0, each row bitwise its batch-1 run's (parameter
+     * gradients: the per-sequence ones summed in sequence order). Not with key_padding_mask or
+     * capture (ATTN_ERR_UNSUPPORTED); NULL = the [B, n] layout. */
     const int64_t *cu_seqlens;
 } attn_gpt_args;
 

@@ -114,9 +114,10 @@ typedef struct attn_mha_args {
      * is_causal top-left per sequence and dropout for sequence s drawn from (seed, offset + s), as
      * the batch-1 call at offset + s draws: a caller making several packed calls with one seed
      * advances offset by at least batch between them. bf16 precision applies as in the padded
-     * layout. Only the flash and window kinds; refused (ATTN_ERR_UNSUPPORTED, naming the field):
-     * attn_mask*, key_padding_mask*, global_attention_mask, need_weights, capture (also an ambient
-     * one), add_bias_kv / add_zero_attn, use_rope. */
+     * layout. RoPE (use_rope) rotates each row by its position within its sequence, from 0. Only
+     * the flash and window kinds; refused (ATTN_ERR_UNSUPPORTED, naming the field): attn_mask*,
+     * key_padding_mask*, global_attention_mask, need_weights, capture (also an ambient one),
+     * add_bias_kv / add_zero_attn. */
     const int64_t *cu_seqlens_q, *cu_seqlens_k;
 } attn_mha_args;
 

@@ -395,8 +395,6 @@ static attn_status check_packed(const char *fn, const attn_mha *m, const attn_mh
         field = "capture";
     else if (m->cfg.add_bias_kv || m->cfg.add_zero_attn)
         field = "add_bias_kv / add_zero_attn";
-    else if (m->cfg.use_rope)
-        field = "use_rope";
     else if (m->cfg.attention.kind != ATTN_ATTENTION_FLASH && m->cfg.attention.kind != ATTN_ATTENTION_WINDOW)
         field = "attention.kind";
     if (field)
@@ -555,11 +553,29 @@ size_t attn_mha_saved_size(const attn_mha *m, const attn_mha_args *a) {
     return nn_add(nn_add(NN_SLACK, acts_bytes(&d)), nn_fblock(stats));
 }
 
+/* A packed call with RoPE: each row's position within its sequence, for the queries and the keys. */
+static size_t rope_positions_bytes(const attn_mha *m, const attn_mha_args *a) {
+    if (!is_packed(a) || !m->cfg.use_rope) return 0;
+    return nn_add(nn_block(nn_mul((size_t)a->nq, sizeof(int64_t))), nn_block(nn_mul((size_t)a->nk, sizeof(int64_t))));
+}
+
+/* pos[r] = r - cu[s] for the rows r of sequence s: RoPE's positions restart at each sequence, as
+ * in its batch-1 call (NULL where the call is not packed or has no RoPE). */
+static int64_t *rope_positions(const attn_mha *m, const attn_mha_args *a, const int64_t *cu, int64_t total,
+                               nn_arena *ws) {
+    if (!is_packed(a) || !m->cfg.use_rope) return NULL;
+    int64_t *pos = attn_nn_take(ws, (size_t)total * sizeof(int64_t));
+    for (int64_t s = 0; s < a->batch; s++)
+        for (int64_t r = cu[s]; r < cu[s + 1]; r++) pos[r] = r - cu[s];
+    return pos;
+}
+
 size_t attn_mha_workspace_size(const attn_mha *m, const attn_mha_args *a) {
     if (!m || !a || a->batch < 1 || a->nq < 1 || a->nk < 1 || !packed_ok(m, a)) return 0;
     const mha_dims d = dims_of(m, a);
     const mha_masks k = mask_plan(&d, a);
-    return nn_add(nn_add(NN_SLACK, acts_bytes(&d)), nn_add(masks_bytes(&k), scratch_bytes(m, &d, a)));
+    return nn_add(nn_add(nn_add(NN_SLACK, acts_bytes(&d)), rope_positions_bytes(m, a)),
+                  nn_add(masks_bytes(&k), scratch_bytes(m, &d, a)));
 }
 
 /* ---- forward ---- */
@@ -766,6 +782,8 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     const attn_kind_extra x = kind_extra(&d, a, &gm);
     mha_mask_views mv;
     build_masks(&d, a, &mk, ws, &mv, &p);
+    const int64_t *pq = rope_positions(m, a, a->cu_seqlens_q, d.Nq, ws),
+                  *pk = rope_positions(m, a, a->cu_seqlens_k ? a->cu_seqlens_k : a->cu_seqlens_q, d.Nk, ws);
     size_t wsb;
     void *scr = nn_rest(ws, &wsb);
     attn_status st;
@@ -776,7 +794,7 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     attn_tensor qv = head_view(t.Q, d.B, d.H, d.Nq, d.hd), kv = head_view(t.K, d.B, d.H, d.Nk2, d.hd),
                 vv = head_view(t.V, d.B, d.H, d.Nk2, d.hd), ov = head_view(t.O, d.B, d.H, d.Nq, d.hd);
     if (m->cfg.use_rope &&
-        ((st = attn_rope_forward(&m->cfg.rope, &qv, 0, NULL)) || (st = attn_rope_forward(&m->cfg.rope, &kv, 0, NULL))))
+        ((st = attn_rope_forward(&m->cfg.rope, &qv, 0, pq)) || (st = attn_rope_forward(&m->cfg.rope, &kv, 0, pk))))
         return attn_nn_wrap_error(st, fn);
     st = is_packed(a) ? packed_attention(fn, m, &d, a, &t, NULL, &p, scr, wsb)
                       : attention_fwd(fn, m, &d, &t, &qv, &kv, &vv, &p, &x, &ov, scr, wsb);
@@ -837,6 +855,8 @@ static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha
     const attn_kind_extra x = kind_extra(&d, a, &gm);
     mha_mask_views mv;
     build_masks(&d, a, &mk, ws, &mv, &p);
+    const int64_t *pq = rope_positions(m, a, a->cu_seqlens_q, d.Nq, ws),
+                  *pk = rope_positions(m, a, a->cu_seqlens_k ? a->cu_seqlens_k : a->cu_seqlens_q, d.Nk, ws);
     size_t wsb;
     void *scr = nn_rest(ws, &wsb);
     attn_status st;
@@ -850,8 +870,8 @@ static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha
                       : attention_bwd(fn, m, &d, &t, &g, &qv, &kv, &vv, &p, &x, &ov, &dov, &dqv, &dkv, &dvv, scr, wsb);
     if (st) return attn_nn_wrap_error(st, fn);
     /* Q and K were rotated after the projection: rotate their gradients back */
-    if (m->cfg.use_rope && ((st = attn_rope_backward(&m->cfg.rope, &dqv, 0, NULL)) ||
-                            (st = attn_rope_backward(&m->cfg.rope, &dkv, 0, NULL))))
+    if (m->cfg.use_rope &&
+        ((st = attn_rope_backward(&m->cfg.rope, &dqv, 0, pq)) || (st = attn_rope_backward(&m->cfg.rope, &dkv, 0, pk))))
         return attn_nn_wrap_error(st, fn);
     if (m->cfg.add_bias_kv)
         for (int64_t b = 0; b < d.B; b++) /* batches in order: deterministic */
