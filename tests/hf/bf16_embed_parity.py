@@ -9,7 +9,8 @@ Normalize, and CLS pooling without it), encodes the same texts with SentenceTran
 its linear layers and attention on bf16 operands), and runs `attn embed --precision bf16` and
 `--precision fp32`. Passes when attn's bf16 relative error ||out - ref|| / ||ref|| is within 2x
 PyTorch's bf16 error (all rows together, and the worst row within 2x PyTorch's worst row), every
-row's cosine to the float64 embedding is > 0.999, the output is finite, and the bf16 output differs
+row's cosine to the float64 embedding is > 0.999 or its cosine distance within 2x that of PyTorch's
+worst row, the output is finite, and the bf16 output differs
 from fp32's (the option took effect) while fp32 stays within 1e-5. An unknown --precision is a usage
 error (exit 2); attn_pretrained_flops against torch's FlopCounterMode, and the precision call's
 refusals (see api()); `attn bench model --json` on both families (bench_model()). The last line
@@ -78,7 +79,10 @@ def one_folder(attn, name, d, texts, inp, outdir):
     check(np.isfinite(got).all(), f"{name}: attn bf16 output not finite")
     check(a_err <= 2 * t_err, f"{name}: attn bf16 rel err {a_err:.3g} > 2 x torch's {t_err:.3g}")
     check(a_worst <= 2 * t_worst, f"{name}: attn bf16 worst row {a_worst:.3g} > 2 x torch's {t_worst:.3g}")
-    check(a_cos > 0.999, f"{name}: attn bf16 min cosine {a_cos:.6f} <= 0.999")
+    # the worst row's cosine distance: under 1e-3, or within 2x PyTorch's own bf16 (CLS pooling of a
+    # random BERT puts PyTorch's worst row at 0.9975 for some seeds, attn's at 0.9986)
+    check(a_cos > 0.999 or 1 - a_cos <= 2 * (1 - t_cos),
+          f"{name}: attn bf16 min cosine {a_cos:.6f} <= 0.999 and its distance > 2 x torch's (min cosine {t_cos:.6f})")
     check(f_err <= 1e-5, f"{name}: attn fp32 rel err {f_err:.3g} > 1e-5")
     check(rel(got, f32) > 1e-6, f"{name}: bf16 output equals fp32's (rel diff {rel(got, f32):.3g}): bf16 did not run")
 
