@@ -104,14 +104,16 @@ static inline void dp(int t) {
     }
 }
 
-/* A block of C of 32 x 32 wholly inside C with A's pairs contiguous (acs 1), all kp pair words:
- * the accumulators start from zero (!accumulate) or C (the caller applied rowscale), and go back
- * to C times outscale. The loads are interleaved with the products (A0 B0 | B1 | A1 ...), so that
- * each load overlaps a product that does not read its tile (no renaming of tiles), and the next
- * chunk's B lines are prefetched (B's rows are a panel's, 4 lines apart). Ranges of k with the
- * partial sums stored between them (A and B in L1 across the call's blocks) measured slower. */
-static void block_full(int kp, const uint32_t *a, int64_t ars, const uint32_t *b, int64_t ldb, float *c, int64_t ldc,
-                       int accumulate, float outscale) {
+/* A block of C of 32 x 32 wholly inside C with A's pairs contiguous (acs 1), all kp pair words;
+ * B's columns 0-15 of the block at b0, 16-31 at b1, pair row p of each at + p ldb (gemm_pairs: b1
+ * = b0 + 16 in one row-major B; gemm_panels: two 16-column panels, ldb 16, so each B tile is 1 KB
+ * contiguous). The accumulators start from zero (!accumulate) or C (the caller applied rowscale),
+ * and go back to C times outscale. The loads are interleaved with the products (A0 B0 | B1 | A1
+ * ...), so that each load overlaps a product that does not read its tile (no renaming of tiles),
+ * and the next chunk's B lines are prefetched. Ranges of k with the partial sums stored between
+ * them (A and B in L1 across the call's blocks) measured slower. */
+static void block_full(int kp, const uint32_t *a, int64_t ars, const uint32_t *b0, const uint32_t *b1, int64_t ldb,
+                       float *c, int64_t ldc, int accumulate, float outscale) {
     if (!accumulate) {
         _tile_zero(0);
         _tile_zero(1);
@@ -126,19 +128,19 @@ static void block_full(int kp, const uint32_t *a, int64_t ars, const uint32_t *b
     const uint32_t *a1 = a + 16 * ars;
     const int full_hi = kp & ~15;
     for (int p0 = 0; p0 < full_hi; p0 += 16) {
-        const uint32_t *bp = b + (int64_t)p0 * ldb;
+        const int64_t bo = (int64_t)p0 * ldb;
         _tile_loadd(4, a + p0, ars * 4);
-        _tile_loadd(6, bp, ldb * 4);
+        _tile_loadd(6, b0 + bo, ldb * 4);
         _tile_dpbf16ps(0, 4, 6);
-        _tile_loadd(7, bp + 16, ldb * 4);
+        _tile_loadd(7, b1 + bo, ldb * 4);
         _tile_dpbf16ps(1, 4, 7);
         _tile_loadd(5, a1 + p0, ars * 4);
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
         if (p0 + 16 < full_hi)
             for (int q = 0; q < 16; q++) {
-                __builtin_prefetch(bp + (int64_t)(16 + q) * ldb, 0, 3);
-                __builtin_prefetch(bp + (int64_t)(16 + q) * ldb + 16, 0, 3);
+                __builtin_prefetch(b0 + bo + (int64_t)(16 + q) * ldb, 0, 3);
+                __builtin_prefetch(b1 + bo + (int64_t)(16 + q) * ldb, 0, 3);
             }
     }
     if (full_hi < kp) { /* the last pair words, zero-padded to a chunk */
@@ -149,8 +151,7 @@ static void block_full(int kp, const uint32_t *a, int64_t ars, const uint32_t *b
                 for (int q = 0; q < 16; q++)
                     ab[h][i * 16 + q] = q < pk ? a[(int64_t)(16 * h + i) * ars + full_hi + q] : 0;
             for (int q = 0; q < 16; q++)
-                for (int j = 0; j < 16; j++)
-                    bb[h][q * 16 + j] = q < pk ? b[(int64_t)(full_hi + q) * ldb + 16 * h + j] : 0;
+                for (int j = 0; j < 16; j++) bb[h][q * 16 + j] = q < pk ? (h ? b1 : b0)[(full_hi + q) * ldb + j] : 0;
         }
         _tile_loadd(4, ab[0], 64);
         _tile_loadd(5, ab[1], 64);
@@ -243,65 +244,6 @@ static void block_edge(int m, int n, int kp, int i0, int j0, const uint32_t *a, 
         }
 }
 
-/* block_full with B in 16-column panels (gemm_panels): B's tiles b0 / b1 (columns 0-15 / 16-31
- * of the block) are 1 KB contiguous per chunk of 16 pair words (rows 64 bytes apart), so each
- * tile load is 16 consecutive lines. Same chains as block_full. */
-static void block_panels(int kp, const uint32_t *a, int64_t ars, const uint32_t *b0, const uint32_t *b1, float *c,
-                         int64_t ldc, int accumulate) {
-    if (!accumulate) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-    } else {
-        _tile_loadd(0, c, ldc * 4);
-        _tile_loadd(1, c + 16, ldc * 4);
-        _tile_loadd(2, c + 16 * ldc, ldc * 4);
-        _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
-    }
-    const uint32_t *a1 = a + 16 * ars;
-    const int full_hi = kp & ~15;
-    for (int p0 = 0; p0 < full_hi; p0 += 16) {
-        _tile_loadd(4, a + p0, ars * 4);
-        _tile_loadd(6, b0 + (int64_t)p0 * 16, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_loadd(7, b1 + (int64_t)p0 * 16, 64);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_loadd(5, a1 + p0, ars * 4);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-        if (p0 + 16 < full_hi) /* the next chunk's B tiles (measured 1.0-1.15x) */
-            for (int l = 0; l < 16; l++) {
-                __builtin_prefetch(b0 + (int64_t)(p0 + 16) * 16 + l * 16, 0, 3);
-                __builtin_prefetch(b1 + (int64_t)(p0 + 16) * 16 + l * 16, 0, 3);
-            }
-    }
-    if (full_hi < kp) { /* the last pair words, zero-padded to a chunk */
-        const int pk = kp - full_hi;
-        uint32_t ab[2][16 * 16] __attribute__((aligned(64))), bb[2][16 * 16] __attribute__((aligned(64)));
-        for (int h = 0; h < 2; h++) {
-            const uint32_t *bh = (h ? b1 : b0) + (int64_t)full_hi * 16;
-            for (int i = 0; i < 16; i++)
-                for (int q = 0; q < 16; q++)
-                    ab[h][i * 16 + q] = q < pk ? a[(int64_t)(16 * h + i) * ars + full_hi + q] : 0;
-            for (int q = 0; q < 16; q++)
-                for (int j = 0; j < 16; j++) bb[h][q * 16 + j] = q < pk ? bh[q * 16 + j] : 0;
-        }
-        _tile_loadd(4, ab[0], 64);
-        _tile_loadd(5, ab[1], 64);
-        _tile_loadd(6, bb[0], 64);
-        _tile_loadd(7, bb[1], 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, c, ldc * 4);
-    _tile_stored(1, c + 16, ldc * 4);
-    _tile_stored(2, c + 16 * ldc, ldc * 4);
-    _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
-}
-
 #ifdef ATTN_AMX_EMULATE
 void attn_bf16_gemm_panels_amx_emulated(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b,
                                         float *c, int64_t ldc, int accumulate);
@@ -309,8 +251,8 @@ void attn_bf16_gemm_panels_amx_emulated(int m, int n, int kp, const uint32_t *a,
 #else
 static
 #endif
-/* gemm_panels: whole 32 x 32 blocks by block_panels (the columns of a panel pair, the rows 32 at
- * a time), the rest 16 columns at a time by block_edge on that panel. */
+/* gemm_panels: whole 32 x 32 blocks by block_full on a pair of panels (ldb 16), the rest 16
+ * columns at a time by block_edge on that panel. */
 void gemm_panels_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b, float *c, int64_t ldc,
                      int accumulate) {
     configure();
@@ -319,7 +261,8 @@ void gemm_panels_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, const
         const uint32_t *b0 = b + (int64_t)j0 * kp, *b1 = b0 + (int64_t)16 * kp;
         if (j0 + 32 <= n)
             for (int i0 = 0; i0 < mf; i0 += 32)
-                block_panels(kp, a + (int64_t)i0 * ars, ars, b0, b1, c + (int64_t)i0 * ldc + j0, ldc, accumulate);
+                block_full(kp, a + (int64_t)i0 * ars, ars, b0, b1, 16, c + (int64_t)i0 * ldc + j0, ldc, accumulate,
+                           1.0f);
         for (int jt = j0; jt < j0 + 32 && jt < n; jt += 16) {
             const int nt = n - jt < 16 ? n - jt : 16;
             for (int i0 = j0 + 32 <= n ? mf : 0; i0 < m; i0 += 32)
@@ -359,8 +302,8 @@ void gemm_pairs_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_
         }
     for (int i0 = 0; i0 < mf; i0 += 32)
         for (int j0 = 0; j0 < nf; j0 += 32)
-            block_full(kp, a + (int64_t)i0 * ars, ars, b + j0, ldb, c + (int64_t)i0 * ldc + j0, ldc, accumulate,
-                       outscale);
+            block_full(kp, a + (int64_t)i0 * ars, ars, b + j0, b + j0 + 16, ldb, c + (int64_t)i0 * ldc + j0, ldc,
+                       accumulate, outscale);
     for (int i0 = 0; i0 < m; i0 += 32)
         for (int j0 = 0; j0 < n; j0 += 32)
             if (i0 >= mf || j0 >= nf)

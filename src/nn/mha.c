@@ -553,21 +553,30 @@ size_t attn_mha_saved_size(const attn_mha *m, const attn_mha_args *a) {
     return nn_add(nn_add(NN_SLACK, acts_bytes(&d)), nn_fblock(stats));
 }
 
-/* A packed call with RoPE: each row's position within its sequence, for the queries and the keys. */
+/* A packed call with RoPE: each row's position within its sequence, for the queries and (with
+ * their own cu_seqlens_k) the keys; self-attention's keys share the queries'. */
 static size_t rope_positions_bytes(const attn_mha *m, const attn_mha_args *a) {
     if (!is_packed(a) || !m->cfg.use_rope) return 0;
-    return nn_add(nn_block(nn_mul((size_t)a->nq, sizeof(int64_t))), nn_block(nn_mul((size_t)a->nk, sizeof(int64_t))));
+    const size_t q = nn_block(nn_mul((size_t)a->nq, sizeof(int64_t)));
+    return a->cu_seqlens_k ? nn_add(q, nn_block(nn_mul((size_t)a->nk, sizeof(int64_t)))) : q;
 }
 
 /* pos[r] = r - cu[s] for the rows r of sequence s: RoPE's positions restart at each sequence, as
- * in its batch-1 call (NULL where the call is not packed or has no RoPE). */
-static int64_t *rope_positions(const attn_mha *m, const attn_mha_args *a, const int64_t *cu, int64_t total,
-                               nn_arena *ws) {
-    if (!is_packed(a) || !m->cfg.use_rope) return NULL;
+ * in its batch-1 call. */
+static int64_t *positions_of(const int64_t *cu, int64_t batch, int64_t total, nn_arena *ws) {
     int64_t *pos = attn_nn_take(ws, (size_t)total * sizeof(int64_t));
-    for (int64_t s = 0; s < a->batch; s++)
+    for (int64_t s = 0; s < batch; s++)
         for (int64_t r = cu[s]; r < cu[s + 1]; r++) pos[r] = r - cu[s];
     return pos;
+}
+
+/* The queries' and keys' positions of a packed call with RoPE (both NULL otherwise). */
+static void rope_positions(const attn_mha *m, const attn_mha_args *a, const mha_dims *d, nn_arena *ws,
+                           const int64_t **pq, const int64_t **pk) {
+    *pq = *pk = NULL;
+    if (!is_packed(a) || !m->cfg.use_rope) return;
+    *pq = positions_of(a->cu_seqlens_q, a->batch, d->Nq, ws);
+    *pk = a->cu_seqlens_k ? positions_of(a->cu_seqlens_k, a->batch, d->Nk, ws) : *pq;
 }
 
 size_t attn_mha_workspace_size(const attn_mha *m, const attn_mha_args *a) {
@@ -782,8 +791,8 @@ static attn_status mha_forward_impl(const char *fn, attn_mha *m, const attn_mha_
     const attn_kind_extra x = kind_extra(&d, a, &gm);
     mha_mask_views mv;
     build_masks(&d, a, &mk, ws, &mv, &p);
-    const int64_t *pq = rope_positions(m, a, a->cu_seqlens_q, d.Nq, ws),
-                  *pk = rope_positions(m, a, a->cu_seqlens_k ? a->cu_seqlens_k : a->cu_seqlens_q, d.Nk, ws);
+    const int64_t *pq, *pk;
+    rope_positions(m, a, &d, ws, &pq, &pk);
     size_t wsb;
     void *scr = nn_rest(ws, &wsb);
     attn_status st;
@@ -855,8 +864,8 @@ static attn_status mha_backward_impl(const char *fn, attn_mha *m, const attn_mha
     const attn_kind_extra x = kind_extra(&d, a, &gm);
     mha_mask_views mv;
     build_masks(&d, a, &mk, ws, &mv, &p);
-    const int64_t *pq = rope_positions(m, a, a->cu_seqlens_q, d.Nq, ws),
-                  *pk = rope_positions(m, a, a->cu_seqlens_k ? a->cu_seqlens_k : a->cu_seqlens_q, d.Nk, ws);
+    const int64_t *pq, *pk;
+    rope_positions(m, a, &d, ws, &pq, &pk);
     size_t wsb;
     void *scr = nn_rest(ws, &wsb);
     attn_status st;
