@@ -143,6 +143,34 @@ static void check_nonfinite(test_rng *r) {
 /* gemm_panels (B in 16-column panels, b[(j / 16) kp 16 + p 16 + j % 16]: attn_gemm_bf16's
  * packing for AMX) against gemm_pairs on the same B laid out by rows: bit for bit, whole 32 x 32
  * blocks and every edge (rows, columns, a part chunk of k), accumulating or not. */
+/* gemm_panels on one shape against gemm_pairs (A's row stride kp + apad, C's n + cpad): bitwise. */
+static void panels_case(test_rng *r, int m, int n, int kp, int apad, int cpad, int acc) {
+    const int64_t ars = kp + apad, ldc = n + cpad, np = (n + 15) / 16 * 16;
+    uint32_t *a = xmalloc(4 * (size_t)((m - 1) * ars + kp)), *b = xmalloc(4 * (size_t)kp * n),
+             *bp = xmalloc(4 * (size_t)(np * kp));
+    float *c0 = xmalloc(4 * (size_t)((m - 1) * ldc + n)), *c1 = xmalloc(4 * (size_t)((m - 1) * ldc + n)),
+          *c2 = xmalloc(4 * (size_t)((m - 1) * ldc + n));
+    for (int64_t t = 0; t < (m - 1) * ars + kp; t++) a[t] = attn_pair(rand_bf16(r, 0), rand_bf16(r, 0));
+    for (int t = 0; t < kp * n; t++) b[t] = attn_pair(rand_bf16(r, 0), rand_bf16(r, 0));
+    memset(bp, 0, 4 * (size_t)(np * kp));
+    for (int p = 0; p < kp; p++)
+        for (int x = 0; x < n; x++) bp[(int64_t)(x / 16) * kp * 16 + p * 16 + x % 16] = b[p * n + x];
+    for (int64_t t = 0; t < (m - 1) * ldc + n; t++) c0[t] = (float)rng_normal(r);
+    memcpy(c1, c0, 4 * (size_t)((m - 1) * ldc + n));
+    memcpy(c2, c0, 4 * (size_t)((m - 1) * ldc + n));
+    attn_bf16_gemm_pairs_amx_emulated(m, n, kp, a, ars, 1, b, n, c1, ldc, acc, NULL, 1.0f);
+    attn_bf16_gemm_panels_amx_emulated(m, n, kp, a, ars, bp, c2, ldc, acc);
+    CHECK(!memcmp(c1, c2, 4 * (size_t)((m - 1) * ldc + n)),
+          "gemm_panels %dx%dx%d (ars %lld, ldc %lld, accumulate %d) differs from gemm_pairs", m, n, kp, (long long)ars,
+          (long long)ldc, acc);
+    free(a);
+    free(b);
+    free(bp);
+    free(c0);
+    free(c1);
+    free(c2);
+}
+
 static void check_panels(test_rng *r) {
     static const int sz[] = {1, 15, 16, 17, 31, 32, 33, 48, 64, 100};
     const int ns = (int)(sizeof sz / sizeof sz[0]);
@@ -150,33 +178,17 @@ static void check_panels(test_rng *r) {
     for (int i = 0; i < ns; i++)
         for (int j = 0; j < ns; j++)
             for (int q = 0; q < ns; q += 3) {
-                const int m = sz[i], n = sz[j], kp = sz[(q + i) % ns], acc = (i + j + q) & 1;
-                const int64_t ars = kp + (q & 1 ? 3 : 0), ldc = n + (j & 1 ? 5 : 0), np = (n + 15) / 16 * 16;
-                uint32_t *a = xmalloc(4 * (size_t)((m - 1) * ars + kp)), *b = xmalloc(4 * (size_t)kp * n),
-                         *bp = xmalloc(4 * (size_t)(np * kp));
-                float *c0 = xmalloc(4 * (size_t)((m - 1) * ldc + n)), *c1 = xmalloc(4 * (size_t)((m - 1) * ldc + n)),
-                      *c2 = xmalloc(4 * (size_t)((m - 1) * ldc + n));
-                for (int64_t t = 0; t < (m - 1) * ars + kp; t++) a[t] = attn_pair(rand_bf16(r, 0), rand_bf16(r, 0));
-                for (int t = 0; t < kp * n; t++) b[t] = attn_pair(rand_bf16(r, 0), rand_bf16(r, 0));
-                memset(bp, 0, 4 * (size_t)(np * kp));
-                for (int p = 0; p < kp; p++)
-                    for (int x = 0; x < n; x++) bp[(int64_t)(x / 16) * kp * 16 + p * 16 + x % 16] = b[p * n + x];
-                for (int64_t t = 0; t < (m - 1) * ldc + n; t++) c0[t] = (float)rng_normal(r);
-                memcpy(c1, c0, 4 * (size_t)((m - 1) * ldc + n));
-                memcpy(c2, c0, 4 * (size_t)((m - 1) * ldc + n));
-                attn_bf16_gemm_pairs_amx_emulated(m, n, kp, a, ars, 1, b, n, c1, ldc, acc, NULL, 1.0f);
-                attn_bf16_gemm_panels_amx_emulated(m, n, kp, a, ars, bp, c2, ldc, acc);
-                CHECK(!memcmp(c1, c2, 4 * (size_t)((m - 1) * ldc + n)),
-                      "gemm_panels %dx%dx%d (ars %lld, ldc %lld, accumulate %d) differs from gemm_pairs", m, n, kp,
-                      (long long)ars, (long long)ldc, acc);
+                panels_case(r, sz[i], sz[j], sz[(q + i) % ns], q & 1 ? 3 : 0, j & 1 ? 5 : 0, (i + j + q) & 1);
                 cases++;
-                free(a);
-                free(b);
-                free(bp);
-                free(c0);
-                free(c1);
-                free(c2);
             }
+    /* k of 193-384 pair words runs in two halves, the partial sums through C: the same chains */
+    static const int kps[] = {193, 200, 250, 301, 384, 385};
+    for (int q = 0; q < (int)(sizeof kps / sizeof kps[0]); q++)
+        for (int i = 0; i < 3; i++) {
+            panels_case(r, (int[]){33, 64, 17}[i], (int[]){64, 48, 33}[i], kps[q], i == 1 ? 3 : 0, i == 2 ? 5 : 0,
+                        (q + i) & 1);
+            cases++;
+        }
     printf("  gemm_panels: %d cases bitwise gemm_pairs\n", cases);
 }
 

@@ -142,8 +142,8 @@ static void check_amx_panels(test_rng *r) {
     if (!amx) return;
     attn_bf16_kernels rows = *amx;
     rows.gemm_panels = NULL;
-    static const int64_t sz[][3] = {{1, 1, 1},       {32, 32, 32}, {67, 130, 31},  {130, 300, 128},
-                                    {64, 1536, 384}, {3, 513, 77}, {200, 70, 260}, {96, 48, 1000}};
+    static const int64_t sz[][3] = {{1, 1, 1},    {32, 32, 32},   {67, 130, 31},  {130, 300, 128}, {64, 1536, 384},
+                                    {3, 513, 77}, {200, 70, 260}, {96, 48, 1000}, {70, 100, 500},  {64, 96, 768}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
         for (int t = 0; t < 4; t++) {
             const attn_transpose ta = (attn_transpose)(t & 1), tb = (attn_transpose)(t >> 1);
@@ -174,6 +174,63 @@ static void check_amx_panels(test_rng *r) {
             free(c2);
         }
     printf("  AMX gemm_panels: bitwise the 64-column panels' products\n");
+}
+
+/* A given as bf16 rows of whole pairs on 64-byte lines (lda a multiple of 32, k even) is read in
+ * place instead of packed: against the same A at a stride that packs it, bit for bit, on every
+ * table (the portable one, the fast ones, AMX where granted), one and two threads. */
+static void check_a_in_place(test_rng *r) {
+    static const int64_t sz[][3] = {{5, 17, 32}, {33, 90, 64}, {64, 96, 768}, {70, 100, 500}, {96, 130, 384}};
+    const attn_bf16_kernels *tables[8] = {attn_bf16_kernels_ref()};
+    int nt = 1;
+    for (int f = 0; f < nfast; f++) tables[nt++] = fast[f];
+    if (attn_bf16_kernels_try_amx()) tables[nt++] = attn_bf16_kernels_try_amx();
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
+        for (int w = 0; w < 2; w++) {
+            const int64_t m = sz[i][0], n = sz[i][1], k = sz[i][2], ldc = n + 3, ldb = n + 1;
+            const int64_t lda = (k + 31) / 32 * 32 + 32 * w, ldp = k + 3; /* in place; packed */
+            attn_bf16 *a = aligned_alloc(64, (2 * (size_t)(m * lda) + 63) / 64 * 64),
+                      *ap = xmalloc(2 * (size_t)(m * ldp));
+            attn_bf16 *b = xmalloc(2 * (size_t)(k * ldb));
+            float *af = xmalloc(4 * (size_t)(m * lda)), *bf = xmalloc(4 * (size_t)(k * ldb));
+            float *c0 = xmalloc(4 * (size_t)(m * ldc)), *c1 = xmalloc(4 * (size_t)(m * ldc)),
+                  *c2 = xmalloc(4 * (size_t)(m * ldc));
+            fill_f32_bf16(r, af, a, (size_t)(m * lda));
+            fill_f32_bf16(r, bf, b, (size_t)(k * ldb));
+            fill_normal(r, c0, (size_t)(m * ldc), 1);
+            for (int64_t x = 0; x < m; x++) memcpy(ap + x * ldp, a + x * lda, 2 * (size_t)k);
+            const size_t wsb = attn_gemm_bf16_workspace_size(m, n, k);
+            void *ws = xmalloc(wsb);
+            for (int t = 0; t < nt; t++)
+                for (int th = 1; th <= 2; th++) {
+                    const int acc = (int)(i + (size_t)w + (size_t)th) % 2;
+                    attn__bf16_force(tables[t]);
+                    attn_set_num_threads(th);
+                    memcpy(c1, c0, 4 * (size_t)(m * ldc));
+                    memcpy(c2, c0, 4 * (size_t)(m * ldc));
+                    CHECK_OK(
+                        attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, m, n, k, a, lda, b, ldb, acc, c1, ldc, ws, wsb));
+                    CHECK_OK(
+                        attn_gemm_bf16(ATTN_NO_TRANS, ATTN_NO_TRANS, m, n, k, ap, ldp, b, ldb, acc, c2, ldc, ws, wsb));
+                    CHECK(!memcmp(c1, c2, 4 * (size_t)(m * ldc)),
+                          "bf16 gemm %s %lldx%lldx%lld, A in place (lda %lld) differs from A packed (lda %lld), "
+                          "%d threads",
+                          tables[t]->name, (long long)m, (long long)n, (long long)k, (long long)lda, (long long)ldp,
+                          th);
+                }
+            attn__bf16_force(NULL);
+            attn_set_num_threads(0);
+            free(ws);
+            free(a);
+            free(ap);
+            free(b);
+            free(af);
+            free(bf);
+            free(c0);
+            free(c1);
+            free(c2);
+        }
+    printf("  A read in place: bitwise A packed, %d tables\n", nt);
 }
 
 /* Equal pair words, or halves that are both NaN where they differ (the payloads may). */
@@ -475,6 +532,7 @@ int main(void) {
     check_vdpbf16ps_policy();
     check_amx(&r);
     check_amx_panels(&r);
+    check_a_in_place(&r);
     static const int64_t sz[][3] = {{1, 1, 1},       {4, 64, 2},   {5, 17, 3},     {64, 64, 64}, {67, 130, 31},
                                     {130, 300, 128}, {3, 513, 77}, {200, 70, 260}, {33, 90, 301}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
