@@ -233,6 +233,80 @@ static void check_a_in_place(test_rng *r) {
     printf("  A read in place: bitwise A packed, %d tables\n", nt);
 }
 
+/* B rounded and packed once (attn_bf16_pack_b) and reused: bit for bit attn_gemm_bf16_from_f32,
+ * on every table, NN and NT, 1-2 threads; packed under one table and used under another of a
+ * different panel width, or for another shape, it is not used (b is packed again): the same bits. */
+static void check_packed_b(test_rng *r) {
+    static const int64_t sz[][3] = {{1, 1, 1}, {5, 17, 3}, {67, 130, 31}, {130, 300, 128}, {64, 96, 768}};
+    const attn_bf16_kernels *tables[8] = {attn_bf16_kernels_ref()};
+    int nt = 1;
+    for (int f = 0; f < nfast; f++) tables[nt++] = fast[f];
+    if (attn_bf16_kernels_try_amx()) tables[nt++] = attn_bf16_kernels_try_amx();
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
+        for (int tb = 0; tb < 2; tb++) {
+            const int64_t m = sz[i][0], n = sz[i][1], k = sz[i][2], lda = k + 1, ldb = tb ? k + 2 : n + 3, ldc = n + 1;
+            const size_t na = (size_t)(m * lda), nb = (size_t)((tb ? n : k) * ldb), nc = (size_t)(m * ldc);
+            float *a = xmalloc(4 * na), *b = xmalloc(4 * nb), *c0 = xmalloc(4 * nc), *c1 = xmalloc(4 * nc),
+                  *c2 = xmalloc(4 * nc);
+            attn_bf16 *scratch = xmalloc(2 * (na > nb ? na : nb));
+            fill_f32_bf16(r, a, scratch, na);
+            fill_f32_bf16(r, b, scratch, nb);
+            fill_normal(r, c0, nc, 1);
+            const size_t wsb = attn_gemm_bf16_workspace_size(m, n, k);
+            void *ws = xmalloc(wsb);
+            for (int pk = 0; pk < nt; pk++) {
+                attn__bf16_force(tables[pk]);
+                attn_bf16_packed_b pb;
+                CHECK_OK(attn_bf16_pack_b((attn_transpose)tb, n, k, b, ldb, &pb));
+                for (int run = 0; run < nt; run++)
+                    for (int th = 1; th <= 2; th++) {
+                        const int acc = (int)(i + (size_t)run + (size_t)th) % 2;
+                        attn__bf16_force(tables[run]);
+                        attn_set_num_threads(th);
+                        memcpy(c1, c0, 4 * nc);
+                        memcpy(c2, c0, 4 * nc);
+                        CHECK_OK(attn_gemm_bf16_from_f32(ATTN_NO_TRANS, (attn_transpose)tb, m, n, k, a, lda, b, ldb,
+                                                         acc, c1, ldc, ws, wsb));
+                        CHECK_OK(attn_gemm_bf16_from_f32_packed(ATTN_NO_TRANS, (attn_transpose)tb, m, n, k, a, lda, b,
+                                                                ldb, &pb, acc, c2, ldc, ws, wsb));
+                        CHECK(!memcmp(c1, c2, 4 * nc),
+                              "bf16 gemm %lldx%lldx%lld tb%d, B packed under %s, run under %s, %d threads: differs "
+                              "from B packed per call",
+                              (long long)m, (long long)n, (long long)k, tb, tables[pk]->name, tables[run]->name, th);
+                    }
+                /* another shape's panels are not taken: a product of n - 1 columns */
+                if (n > 1) {
+                    attn__bf16_force(tables[pk]);
+                    memcpy(c1, c0, 4 * nc);
+                    memcpy(c2, c0, 4 * nc);
+                    CHECK_OK(attn_gemm_bf16_from_f32(ATTN_NO_TRANS, (attn_transpose)tb, m, n - 1, k, a, lda, b, ldb, 0,
+                                                     c1, ldc, ws, wsb));
+                    CHECK_OK(attn_gemm_bf16_from_f32_packed(ATTN_NO_TRANS, (attn_transpose)tb, m, n - 1, k, a, lda, b,
+                                                            ldb, &pb, 0, c2, ldc, ws, wsb));
+                    CHECK(!memcmp(c1, c2, 4 * nc), "bf16 gemm with the panels of another shape differs");
+                }
+                attn_bf16_packed_b_free(&pb);
+                CHECK(pb.words == NULL, "attn_bf16_packed_b_free left its words");
+            }
+            attn__bf16_force(NULL);
+            attn_set_num_threads(0);
+            free(ws);
+            free(a);
+            free(b);
+            free(c0);
+            free(c1);
+            free(c2);
+            free(scratch);
+        }
+    attn_bf16_packed_b pb;
+    float w[6] = {0};
+    CHECK_STATUS(attn_bf16_pack_b(ATTN_NO_TRANS, 3, 2, w, 2, &pb), ATTN_ERR_INVALID_ARGUMENT); /* ldb 2 < n 3 */
+    CHECK_STATUS(attn_bf16_pack_b(ATTN_TRANS, 3, 2, NULL, 2, &pb), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_bf16_pack_b(ATTN_TRANS, 3, 2, w, 2, NULL), ATTN_ERR_INVALID_ARGUMENT);
+    attn_bf16_packed_b_free(NULL);
+    printf("  B packed once: bitwise B packed per call, %d tables\n", nt);
+}
+
 /* Equal pair words, or halves that are both NaN where they differ (the payloads may). */
 static int same_words(uint32_t x, uint32_t y) {
     for (int h = 0; h < 32; h += 16) {
@@ -533,6 +607,7 @@ int main(void) {
     check_amx(&r);
     check_amx_panels(&r);
     check_a_in_place(&r);
+    check_packed_b(&r);
     static const int64_t sz[][3] = {{1, 1, 1},       {4, 64, 2},   {5, 17, 3},     {64, 64, 64}, {67, 130, 31},
                                     {130, 300, 128}, {3, 513, 77}, {200, 70, 260}, {33, 90, 301}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)

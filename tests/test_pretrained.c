@@ -196,6 +196,22 @@ static void test_valid(void) {
     run_hidden(m, ids, len, B, N, out2);
     attn_set_num_threads(threads);
     CHECK(memcmp(out, out2, sizeof out) == 0, "1 thread vs %d threads differ", threads);
+    /* bf16: near fp32 and not equal to it; its first call packs the weights' panels, the second
+     * reuses them: the same bits; back to fp32 gives fp32's bits, and bf16 again the first bf16's */
+    static float h1[B * N * H], h2[B * N * H];
+    CHECK_OK(attn_pretrained_set_precision(m, ATTN_PRECISION_BF16));
+    run_hidden(m, ids, len, B, N, h1);
+    run_hidden(m, ids, len, B, N, h2);
+    CHECK(memcmp(h1, h2, sizeof h1) == 0, "bf16: the second call differs from the first");
+    const double e16 = rel_err_ff(h1, out, (size_t)(B * N * H));
+    CHECK(e16 > 0 && e16 < 3e-2, "bf16 against fp32: relative error %.3g", e16);
+    CHECK_OK(attn_pretrained_set_precision(m, ATTN_PRECISION_FP32));
+    run_hidden(m, ids, len, B, N, h2);
+    CHECK(memcmp(out, h2, sizeof out) == 0, "fp32 after bf16 differs from fp32 before");
+    CHECK_OK(attn_pretrained_set_precision(m, ATTN_PRECISION_BF16));
+    run_hidden(m, ids, len, B, N, h2);
+    CHECK(memcmp(h1, h2, sizeof h1) == 0, "bf16 after fp32 differs from the first bf16");
+    CHECK_OK(attn_pretrained_set_precision(m, ATTN_PRECISION_FP32));
     /* no sentence-transformers files: mean pooling, no normalisation */
     float emb[B * H];
     CHECK_OK(attn_pretrained_embed(m, ids, len, B, N, emb));
@@ -451,7 +467,11 @@ static void test_hostile(void) {
 /* Every allocation of open + embed failed in turn (the sentence-transformers folder, then the
  * sharded one): ATTN_ERR_OUT_OF_MEMORY, nothing leaked (under ASan), and once no failure is left
  * to inject, the undisturbed embedding. */
-static void test_alloc_fail(const char *name) {
+/* Every allocation of opening and one embed call made to fail in turn: the status says so and
+ * nothing leaks (the ASan run). In bf16 (set before the call) an allocation of the weights' packed
+ * panels may fail too: that product then packs the weight itself, so the call either fails with
+ * ATTN_ERR_OUT_OF_MEMORY or succeeds with the very bits of the run without failures. */
+static void test_alloc_fail(const char *name, attn_precision p) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
     int32_t ids[6] = {1, 2, 3, 4, 5, 6};
@@ -459,13 +479,15 @@ static void test_alloc_fail(const char *name) {
     float want[2 * H], got[2 * H];
     attn_pretrained *m = NULL;
     CHECK_OK(attn_pretrained_open(dir, &m));
+    CHECK_OK(attn_pretrained_set_precision(m, p));
     CHECK_OK(attn_pretrained_embed(m, ids, len, 2, 3, want));
     attn_pretrained_free(m);
-    long k = 1;
+    long k = 1, recovered = 0;
     for (; k < 100000; k++) {
         m = NULL;
         attn__alloc_fail_after(k);
         attn_status st = attn_pretrained_open(dir, &m);
+        if (!st) st = attn_pretrained_set_precision(m, p);
         if (!st) st = attn_pretrained_embed(m, ids, len, 2, 3, got);
         int injected = attn__alloc_injected();
         attn__alloc_fail_after(0);
@@ -475,9 +497,16 @@ static void test_alloc_fail(const char *name) {
                   attn_last_error());
             break;
         }
+        if (p == ATTN_PRECISION_BF16 && st == ATTN_OK) { /* a weight's panels not had: packed per call */
+            CHECK(memcmp(got, want, sizeof want) == 0,
+                  "%s bf16: allocation %ld failed, the call succeeded with other bits", name, k);
+            recovered++;
+            continue;
+        }
         CHECK(st == ATTN_ERR_OUT_OF_MEMORY, "%s: allocation %ld failed: status %s: %s", name, k, attn_status_str(st),
               attn_last_error());
     }
+    CHECK(p != ATTN_PRECISION_BF16 || recovered > 0, "%s bf16: no allocation of the packed weights was failed", name);
     CHECK(k > 10 && k < 100000, "%s: %ld allocations swept", name, k);
 }
 
@@ -494,8 +523,9 @@ int main(void) {
     test_prefix_and_shards();
     test_sentence_transformers();
     test_hostile();
-    test_alloc_fail("st");
-    test_alloc_fail("sharded");
+    test_alloc_fail("st", ATTN_PRECISION_FP32);
+    test_alloc_fail("sharded", ATTN_PRECISION_FP32);
+    test_alloc_fail("st", ATTN_PRECISION_BF16);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (test_failed == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "attn/core.h"
+#include "attn/kernels.h"  /* attn_transpose */
 #include "flash_kernels.h" /* attn_softmax_tile */
 
 /* What runs a table's pair products, and so the ceiling its speed is measured against: FMAs
@@ -120,6 +121,24 @@ int attn_cpu_has_avx512bf16(void);
  * active flash kernels' transposing copy (16 x 16 in registers; its scale 1 copies the bit
  * patterns). Defined in gemm_bf16.c; the AMX kernel transposes flash's P words with it. */
 void attn_bf16_words_across(int rows, int cols, const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd);
+
+/* B of a bf16 GEMM rounded and packed once, for a B that does not change (a frozen model's
+ * weight): the panels attn_gemm_bf16_from_f32 would pack, at the panel width (npc columns) of the
+ * table active when packed. attn_gemm_bf16_from_f32_packed takes them while that width is the
+ * active table's and the shape is theirs, and packs b itself otherwise: bit for bit
+ * attn_gemm_bf16_from_f32 either way. */
+typedef struct attn_bf16_packed_b {
+    int64_t n, k;
+    int npc;
+    uint32_t *words; /* ceil(n / npc) npc ceil(k / 2), owned (attn_bf16_packed_b_free) */
+} attn_bf16_packed_b;
+attn_status attn_bf16_pack_b(attn_transpose transb, int64_t n, int64_t k, const float *b, int64_t ldb,
+                             attn_bf16_packed_b *out);
+void attn_bf16_packed_b_free(attn_bf16_packed_b *p);
+attn_status attn_gemm_bf16_from_f32_packed(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
+                                           int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                                           const attn_bf16_packed_b *pb, int accumulate, float *c, int64_t ldc,
+                                           void *workspace, size_t workspace_bytes);
 
 /* Scalar helpers shared by the reference and the drivers. */
 static inline float attn_bf16_f(uint16_t x) {

@@ -15,6 +15,7 @@
 #include "kernels/registry.h"
 #include "core/internal.h"
 #include "core/tuning.h"
+#include "core/alloc.h"
 #include "gemm_internal.h"
 
 #define MB 64
@@ -133,11 +134,38 @@ static void pack_bt(const attn_bf16_kernels *kr, int NPC, int64_t j0, int64_t j1
         for (int64_t j = j0; j < j1; j++) panel[kf * NPC + (j - j0)] = attn_pair(bh[j * ldb + 2 * kf], 0);
 }
 
-/* One operand given as bf16 (h) or as float (f, rounded while packing): exactly one is set. */
+/* B (k x n, op(B) given by tb, bf16 bh or float bf) into NPC-column panels at bp: pair word
+ * B(2p, j) | B(2p + 1, j) << 16 at bp[(j / NPC) kp NPC + p NPC + j % NPC]. Its loops are
+ * worksharing ones: called inside a parallel region they split among its threads, outside it one
+ * thread runs them all (the same words either way). */
+static void pack_b(const attn_bf16_kernels *kr, int NPC, int tb, int64_t n, int64_t k, const attn_bf16 *bh,
+                   const float *bf, int64_t ldb, uint32_t *bp) {
+    const int64_t kp = (k + 1) / 2;
+    if (!tb) { /* one call per panel and PC pair words (one per pair of rows cost more in calls than
+                * in work: pair_rows_f32 5.6% of a bf16 training step, 3.1% so) */
+        const int64_t chunks = (kp + PC - 1) / PC, tasks = (n + NPC - 1) / NPC * chunks;
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tasks; t++) {
+            const int64_t j0 = t / chunks * NPC, p0 = t % chunks * PC;
+            const int rows = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC), w = (int)(n - j0 < NPC ? n - j0 : NPC);
+            uint32_t *dst = bp + j0 * kp + p0 * NPC;
+            if (bf)
+                kr->pair_rows_f32(rows, w, bf + 2 * p0 * ldb + j0, ldb, dst, NPC);
+            else
+                kr->pair_rows_bf16(rows, w, bh + 2 * p0 * ldb + j0, ldb, dst, NPC);
+        }
+    } else {
+#pragma omp for schedule(static)
+        for (int64_t j0 = 0; j0 < n; j0 += PB) pack_bt(kr, NPC, j0, j0 + PB < n ? j0 + PB : n, k, bh, bf, ldb, bp);
+    }
+}
+
+/* One operand given as bf16 (h) or as float (f, rounded while packing): exactly one is set. B's
+ * panels are taken from pb when it was packed for this shape at the active table's panel width. */
 static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
                             int64_t k, const attn_bf16 *ah, const float *af, int64_t lda, const attn_bf16 *bh,
-                            const float *bf, int64_t ldb, int accumulate, float *c, int64_t ldc, void *workspace,
-                            size_t workspace_bytes) {
+                            const float *bf, int64_t ldb, const attn_bf16_packed_b *pb, int accumulate, float *c,
+                            int64_t ldc, void *workspace, size_t workspace_bytes) {
     attn_status st = attn_gemm_check_args(fn, transa, transb, m, n, k, af ? af : (const float *)(const void *)ah, lda,
                                           bf ? bf : (const float *)(const void *)bh, ldb, c, ldc);
     if (st) return st;
@@ -157,7 +185,8 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
      * (AMX: a panel's 16 pair rows of 16 words are one B tile, 1 KB contiguous) */
     const int NPC = kr->gemm_panels ? 16 : NP;
     uint32_t *ap = (uint32_t *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
-    uint32_t *bp = ap + round_up((size_t)m * (size_t)kp);
+    const int pre = pb && pb->words && pb->npc == NPC && pb->n == n && pb->k == k;
+    uint32_t *bp = pre ? pb->words : ap + round_up((size_t)m * (size_t)kp);
     const int ta = transa == ATTN_TRANS, tb = transb == ATTN_TRANS;
     /* A given as bf16 rows of whole pairs on whole cache lines is already the packed layout (a
      * pair word is two bf16 as they lie in memory): the kernels read it in place, row stride lda
@@ -175,25 +204,7 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
 #pragma omp for schedule(static)
         for (int64_t i0 = 0; i0 < (a_in_place ? 0 : m); i0 += ib)
             pack_a(kr, ta, i0, i0 + ib < m ? i0 + ib : m, k, ah, af, lda, ap);
-        /* B(p, j) pair word at bp[(j / NPC) kp NPC + p NPC + j % NPC] */
-        if (!tb) { /* one call per panel and PC pair words (one per pair of rows cost more in calls than
-                    * in work: pair_rows_f32 5.6% of a bf16 training step, 3.1% so) */
-            const int64_t chunks = (kp + PC - 1) / PC, tasks = (n + NPC - 1) / NPC * chunks;
-#pragma omp for schedule(static)
-            for (int64_t t = 0; t < tasks; t++) {
-                const int64_t j0 = t / chunks * NPC, p0 = t % chunks * PC;
-                const int rows = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC),
-                          w = (int)(n - j0 < NPC ? n - j0 : NPC);
-                uint32_t *dst = bp + j0 * kp + p0 * NPC;
-                if (bf)
-                    kr->pair_rows_f32(rows, w, bf + 2 * p0 * ldb + j0, ldb, dst, NPC);
-                else
-                    kr->pair_rows_bf16(rows, w, bh + 2 * p0 * ldb + j0, ldb, dst, NPC);
-            }
-        } else {
-#pragma omp for schedule(static)
-            for (int64_t j0 = 0; j0 < n; j0 += PB) pack_bt(kr, NPC, j0, j0 + PB < n ? j0 + PB : n, k, bh, bf, ldb, bp);
-        }
+        if (!pre) pack_b(kr, NPC, tb, n, k, bh, bf, ldb, bp);
     }
     const int64_t tm = (m + MB - 1) / MB, tn = (n + NB - 1) / NB, tasks = tm * tn;
     /* Consecutive tasks share a B block (NB columns, all of k) while it fits in half the L2, so
@@ -226,13 +237,55 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
 attn_status attn_gemm_bf16(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
                            const attn_bf16 *a, int64_t lda, const attn_bf16 *b, int64_t ldb, int accumulate, float *c,
                            int64_t ldc, void *workspace, size_t workspace_bytes) {
-    return gemm_run("attn_gemm_bf16", transa, transb, m, n, k, a, NULL, lda, b, NULL, ldb, accumulate, c, ldc,
+    return gemm_run("attn_gemm_bf16", transa, transb, m, n, k, a, NULL, lda, b, NULL, ldb, NULL, accumulate, c, ldc,
                     workspace, workspace_bytes);
 }
 
 attn_status attn_gemm_bf16_from_f32(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n, int64_t k,
                                     const float *a, int64_t lda, const float *b, int64_t ldb, int accumulate, float *c,
                                     int64_t ldc, void *workspace, size_t workspace_bytes) {
-    return gemm_run("attn_gemm_bf16_from_f32", transa, transb, m, n, k, NULL, a, lda, NULL, b, ldb, accumulate, c, ldc,
-                    workspace, workspace_bytes);
+    return gemm_run("attn_gemm_bf16_from_f32", transa, transb, m, n, k, NULL, a, lda, NULL, b, ldb, NULL, accumulate, c,
+                    ldc, workspace, workspace_bytes);
+}
+
+attn_status attn_gemm_bf16_from_f32_packed(attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
+                                           int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                                           const attn_bf16_packed_b *pb, int accumulate, float *c, int64_t ldc,
+                                           void *workspace, size_t workspace_bytes) {
+    return gemm_run("attn_gemm_bf16_from_f32", transa, transb, m, n, k, NULL, a, lda, NULL, b, ldb, pb, accumulate, c,
+                    ldc, workspace, workspace_bytes);
+}
+
+attn_status attn_bf16_pack_b(attn_transpose transb, int64_t n, int64_t k, const float *b, int64_t ldb,
+                             attn_bf16_packed_b *out) {
+    const char *fn = "attn_bf16_pack_b";
+    if (!out) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    memset(out, 0, sizeof *out);
+    /* the argument checks of a 1 x n x k product with this B */
+    const float one = 0.0f;
+    float c1 = 0.0f;
+    attn_status st = attn_gemm_check_args(fn, ATTN_NO_TRANS, transb, n ? 1 : 0, n, k, &one, k > 0 ? k : 1, b, ldb, &c1,
+                                          n > 0 ? n : 1);
+    if (st) return st;
+    if (n > INT32_MAX || k > INT32_MAX)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: sizes above 2^31 (n = %lld, k = %lld)", fn, (long long)n,
+                          (long long)k);
+    const attn_bf16_kernels *kr = attn_bf16_kernels_active();
+    const int NPC = kr->gemm_panels ? 16 : NP;
+    const int64_t kp = (k + 1) / 2;
+    size_t words;
+    if (attn_mul_overflow(((size_t)n + NPC - 1) / NPC * NPC, (size_t)kp, &words) || words > SIZE_MAX / 4 - 64)
+        return attn_error(ATTN_ERR_OVERFLOW, "%s: n = %lld, k = %lld overflows", fn, (long long)n, (long long)k);
+    uint32_t *w = attn__aligned_alloc(64, (words ? words : 1) * 4);
+    if (!w) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: no memory for %zu bytes", fn, words * 4);
+#pragma omp parallel num_threads(attn_threads_for((n + NPC - 1) / NPC))
+    pack_b(kr, NPC, transb == ATTN_TRANS, n, k, NULL, b, ldb, w);
+    out->n = n, out->k = k, out->npc = NPC, out->words = w;
+    return ATTN_OK;
+}
+
+void attn_bf16_packed_b_free(attn_bf16_packed_b *p) {
+    if (!p) return;
+    attn__free(p->words);
+    memset(p, 0, sizeof *p);
 }

@@ -32,6 +32,7 @@ typedef struct bert {
     size_t ws_bytes;
     attn_capture *capture;    /* attn_pretrained_capture's, for one hidden-states call */
     attn_precision precision; /* of the encoder's products (attn_pretrained_set_precision) */
+    attn_nn_bf16_weights *wb; /* bf16: the encoder's linear weights rounded and packed once */
 } bert;
 
 /* Options attn does not run must hold their defaults. */
@@ -171,6 +172,7 @@ static void bert_free(void *impl) {
     attn__free(b->ln_w);
     attn__free(b->ln_b);
     attn_encoder_free(b->enc);
+    attn_nn_bf16_weights_free(b->wb);
     attn__free(b->ws);
     attn__free(b);
 }
@@ -320,18 +322,29 @@ static attn_status bert_hidden_run(bert *b, const int32_t *ids, const int32_t *t
 }
 
 /* The encoder runs in the model's precision (attn_nn_precision, its workspace query included:
- * bf16 needs room for the rounded operands), restored after. */
+ * bf16 needs room for the rounded operands), restored after; in bf16 with the weights' panels
+ * (packed at their first product: the weights never change after the folder is read). */
 static attn_status bert_hidden(void *impl, const int32_t *ids, const int32_t *types, const int64_t *lengths, int64_t B,
                                int64_t n, float *out) {
     bert *b = impl;
     const attn_precision prev = attn_nn_precision_set(b->precision);
+    attn_nn_bf16_weights *prev_wb = attn_nn_bf16_weights_use(b->precision == ATTN_PRECISION_BF16 ? b->wb : NULL);
     const attn_status st = bert_hidden_run(b, ids, types, lengths, B, n, out);
+    attn_nn_bf16_weights_use(prev_wb);
     attn_nn_precision_set(prev);
     return st;
 }
 
+/* bf16 keeps a store of packed weights (filled by the first call); fp32 frees it. */
 static attn_status bert_set_precision(void *impl, attn_precision p) {
-    ((bert *)impl)->precision = p;
+    bert *b = impl;
+    if (p == ATTN_PRECISION_BF16 && !b->wb && !(b->wb = attn_nn_bf16_weights_create()))
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_set_precision: no memory for the bf16 weights");
+    if (p != ATTN_PRECISION_BF16) {
+        attn_nn_bf16_weights_free(b->wb);
+        b->wb = NULL;
+    }
+    b->precision = p;
     return ATTN_OK;
 }
 

@@ -6,6 +6,7 @@
  * to bf16 while packing them. */
 #include "nn_internal.h"
 
+#include "core/alloc.h"
 #include "kernels/bf16_internal.h"
 
 static _Thread_local attn_precision precision;
@@ -65,12 +66,64 @@ static attn_status check_sizes(const char *fn, int64_t rows, int64_t in, int64_t
     return ATTN_OK;
 }
 
+/* ---- frozen weights' bf16 panels ---- */
+
+typedef struct bf16_weight {
+    const float *w;
+    int64_t out, in;
+    attn_bf16_packed_b pb;
+} bf16_weight;
+
+struct attn_nn_bf16_weights {
+    bf16_weight *e;
+    size_t n, cap;
+};
+
+static _Thread_local attn_nn_bf16_weights *weights_in_use;
+
+attn_nn_bf16_weights *attn_nn_bf16_weights_create(void) { return attn__calloc(1, sizeof(attn_nn_bf16_weights)); }
+
+void attn_nn_bf16_weights_free(attn_nn_bf16_weights *c) {
+    if (!c) return;
+    for (size_t i = 0; i < c->n; i++) attn_bf16_packed_b_free(&c->e[i].pb);
+    attn__free(c->e);
+    attn__free(c);
+}
+
+size_t attn_nn_bf16_weights_count(const attn_nn_bf16_weights *c) { return c ? c->n : 0; }
+
+attn_nn_bf16_weights *attn_nn_bf16_weights_use(attn_nn_bf16_weights *c) {
+    attn_nn_bf16_weights *prev = weights_in_use;
+    weights_in_use = c;
+    return prev;
+}
+
+/* W [out, in]'s panels in c, packed at the first meeting; NULL where they cannot be had (out of
+ * memory: the product then packs W itself, as without c). A model holds a few dozen weights, and
+ * each lookup is beside a product of rows x in x out multiply-adds, so a linear search serves. */
+static const attn_bf16_packed_b *bf16_weight_panels(attn_nn_bf16_weights *c, const float *w, int64_t out, int64_t in) {
+    for (size_t i = 0; i < c->n; i++)
+        if (c->e[i].w == w && c->e[i].out == out && c->e[i].in == in) return &c->e[i].pb;
+    if (c->n == c->cap) {
+        const size_t cap = c->cap ? 2 * c->cap : 16;
+        bf16_weight *e = attn__realloc(c->e, cap * sizeof *e);
+        if (!e) return NULL;
+        c->e = e, c->cap = cap;
+    }
+    bf16_weight *e = &c->e[c->n];
+    if (attn_bf16_pack_b(ATTN_TRANS, out, in, w, in, &e->pb)) return NULL;
+    e->w = w, e->out = out, e->in = in;
+    return &c->e[c->n++].pb;
+}
+
 attn_status attn_nn_linear_fwd(const char *fn, const float *x, const float *w, const float *b, float *y, int64_t rows,
                                int64_t in, int64_t out, void *ws, size_t bytes) {
     if (rows == 0) return ATTN_OK;
     attn_status st;
     if (precision == ATTN_PRECISION_BF16) {
-        st = attn_gemm_bf16_from_f32(ATTN_NO_TRANS, ATTN_TRANS, rows, out, in, x, in, w, in, 0, y, out, ws, bytes);
+        const attn_bf16_packed_b *pb = weights_in_use ? bf16_weight_panels(weights_in_use, w, out, in) : NULL;
+        st = attn_gemm_bf16_from_f32_packed(ATTN_NO_TRANS, ATTN_TRANS, rows, out, in, x, in, w, in, pb, 0, y, out, ws,
+                                            bytes);
     } else {
         st = attn_sgemm(ATTN_NO_TRANS, ATTN_TRANS, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out, ws, bytes);
     }

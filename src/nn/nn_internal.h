@@ -101,6 +101,19 @@ attn_precision attn_nn_precision_set(attn_precision p); /* returns the previous 
  * vcvtneps2bf16, which the products read as 0 anyway), vectorised and threaded. */
 void attn_nn_round_bf16(const float *src, attn_bf16 *dst, size_t n);
 
+/* Frozen weights' bf16 panels: a model whose weights never change after loading (attn_pretrained:
+ * its parameters are not reachable from outside) keeps, per linear weight it meets (the weight's
+ * address and shape), the weight rounded to bf16 and packed once (attn_bf16_pack_b), instead of
+ * rounding and packing it in every bf16 forward product (as much time as the product itself at a
+ * few hundred tokens). Installed on the calling thread for a call's duration, as the precision
+ * is; the products are bit for bit those without it. Only the forward reads it. */
+typedef struct attn_nn_bf16_weights attn_nn_bf16_weights;
+attn_nn_bf16_weights *attn_nn_bf16_weights_create(void); /* NULL when out of memory */
+void attn_nn_bf16_weights_free(attn_nn_bf16_weights *c);
+size_t attn_nn_bf16_weights_count(const attn_nn_bf16_weights *c); /* weights packed so far */
+/* c (nullable) for the calling thread's linear forwards from now; returns the previous one */
+attn_nn_bf16_weights *attn_nn_bf16_weights_use(attn_nn_bf16_weights *c);
+
 /* ---- linear (linear.c) ----
  * In bf16 precision the three products take bf16-rounded x, W and dy (attn_gemm_bf16_from_f32, float
  * accumulation into the float y, dx, dW); the bias and its gradient stay float. */
