@@ -216,8 +216,10 @@ ATTN_API attn_status attn_pretrained_capture(attn_pretrained *m, const int32_t *
 /* The compute precision of the model's calls (precision.h; default ATTN_PRECISION_FP32). bf16: the
  * matrix products of every linear layer and of attention take bf16-rounded operands and accumulate
  * in float32 (as PyTorch's CPU autocast to bfloat16); embeddings, layer norms, softmax statistics,
- * activations, residuals and pooling stay float32, as do the weights. Families: "bert" (its hidden
- * states and embeddings); another family's bf16 is ATTN_ERR_UNSUPPORTED naming it. */
+ * activations, residuals and pooling stay float32, as do the weights. The linear layers' weights
+ * are rounded and packed for the bf16 products once, at the first call after the precision is set
+ * (half their float bytes again; freed when it goes back to fp32), not at every call. Families:
+ * "bert" (its hidden states and embeddings); another family's bf16 is ATTN_ERR_UNSUPPORTED naming it. */
 ATTN_API attn_status attn_pretrained_set_precision(attn_pretrained *m, attn_precision p);
 ATTN_API attn_precision attn_pretrained_precision(const attn_pretrained *m);
 
