@@ -262,9 +262,9 @@ attn_status attn_bf16_pack_b(attn_transpose transb, int64_t n, int64_t k, const 
     if (!out) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     memset(out, 0, sizeof *out);
     /* the argument checks of a 1 x n x k product with this B */
-    const float one = 0.0f;
+    const float a1 = 0.0f;
     float c1 = 0.0f;
-    attn_status st = attn_gemm_check_args(fn, ATTN_NO_TRANS, transb, n ? 1 : 0, n, k, &one, k > 0 ? k : 1, b, ldb, &c1,
+    attn_status st = attn_gemm_check_args(fn, ATTN_NO_TRANS, transb, n ? 1 : 0, n, k, &a1, k > 0 ? k : 1, b, ldb, &c1,
                                           n > 0 ? n : 1);
     if (st) return st;
     if (n > INT32_MAX || k > INT32_MAX)
