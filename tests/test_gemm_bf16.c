@@ -176,15 +176,22 @@ static void check_amx_panels(test_rng *r) {
     printf("  AMX gemm_panels: bitwise the 64-column panels' products\n");
 }
 
+/* Every table this CPU runs: the portable one, the fast ones, AMX where granted. */
+static int all_tables(const attn_bf16_kernels *tables[8]) {
+    int nt = 0;
+    tables[nt++] = attn_bf16_kernels_ref();
+    for (int f = 0; f < nfast; f++) tables[nt++] = fast[f];
+    if (attn_bf16_kernels_try_amx()) tables[nt++] = attn_bf16_kernels_try_amx();
+    return nt;
+}
+
 /* A given as bf16 rows of whole pairs on 64-byte lines (lda a multiple of 32, k even) is read in
  * place instead of packed: against the same A at a stride that packs it, bit for bit, on every
  * table (the portable one, the fast ones, AMX where granted), one and two threads. */
 static void check_a_in_place(test_rng *r) {
     static const int64_t sz[][3] = {{5, 17, 32}, {33, 90, 64}, {64, 96, 768}, {70, 100, 500}, {96, 130, 384}};
-    const attn_bf16_kernels *tables[8] = {attn_bf16_kernels_ref()};
-    int nt = 1;
-    for (int f = 0; f < nfast; f++) tables[nt++] = fast[f];
-    if (attn_bf16_kernels_try_amx()) tables[nt++] = attn_bf16_kernels_try_amx();
+    const attn_bf16_kernels *tables[8];
+    const int nt = all_tables(tables);
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
         for (int w = 0; w < 2; w++) {
             const int64_t m = sz[i][0], n = sz[i][1], k = sz[i][2], ldc = n + 3, ldb = n + 1;
@@ -238,10 +245,8 @@ static void check_a_in_place(test_rng *r) {
  * different panel width, or for another shape, it is not used (b is packed again): the same bits. */
 static void check_packed_b(test_rng *r) {
     static const int64_t sz[][3] = {{1, 1, 1}, {5, 17, 3}, {67, 130, 31}, {130, 300, 128}, {64, 96, 768}};
-    const attn_bf16_kernels *tables[8] = {attn_bf16_kernels_ref()};
-    int nt = 1;
-    for (int f = 0; f < nfast; f++) tables[nt++] = fast[f];
-    if (attn_bf16_kernels_try_amx()) tables[nt++] = attn_bf16_kernels_try_amx();
+    const attn_bf16_kernels *tables[8];
+    const int nt = all_tables(tables);
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
         for (int tb = 0; tb < 2; tb++) {
             const int64_t m = sz[i][0], n = sz[i][1], k = sz[i][2], lda = k + 1, ldb = tb ? k + 2 : n + 3, ldc = n + 1;
