@@ -160,13 +160,14 @@ static void pack_b(const attn_bf16_kernels *kr, int NPC, int tb, int64_t n, int6
     }
 }
 
-/* Task t of the product: a block of C of MB rows and NB columns, the t-th in A-block order
+/* Task t of the product: a block of C of MB rows and nbt columns, the t-th in A-block order
  * (b_major 0: t / per = A block, t % per = B block) or in B-block order (b_major 1: the other way);
  * per is the count of the inner one. */
 static void run_task(const attn_bf16_kernels *kr, int64_t t, int64_t per, int64_t m, int64_t n, int64_t kp, int b_major,
-                     const uint32_t *aw, int64_t ars, const uint32_t *bp, float *c, int64_t ldc, int accumulate) {
-    const int64_t i0 = (b_major ? t % per : t / per) * MB, j0 = (b_major ? t / per : t % per) * NB;
-    const int mb = (int)(m - i0 < MB ? m - i0 : MB), nb = (int)(n - j0 < NB ? n - j0 : NB);
+                     int nbt, const uint32_t *aw, int64_t ars, const uint32_t *bp, float *c, int64_t ldc,
+                     int accumulate) {
+    const int64_t i0 = (b_major ? t % per : t / per) * MB, j0 = (b_major ? t / per : t % per) * nbt;
+    const int mb = (int)(m - i0 < MB ? m - i0 : MB), nb = (int)(n - j0 < nbt ? n - j0 : nbt);
     if (kr->gemm_panels) {
         kr->gemm_panels(mb, nb, (int)kp, aw + i0 * ars, ars, bp + j0 * kp, c + i0 * ldc + j0, ldc, accumulate);
         return;
@@ -222,13 +223,18 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
             pack_a(kr, ta, i0, i0 + ib < m ? i0 + ib : m, k, ah, af, lda, ap);
         if (!pre) pack_b(kr, NPC, tb, n, k, bh, bf, ldb, bp);
     }
-    const int64_t tm = (m + MB - 1) / MB, tn = (n + NB - 1) / NB, tasks = tm * tn;
-    /* Consecutive tasks share a B block (NB columns, all of k) while it fits in half the L2, so
+    /* Consecutive tasks share a B block (nbt columns, all of k) while it fits in half the L2, so
      * that B stays there and the 4x smaller A blocks stream; else they share an A block. B
      * streamed from the L3 for every task held AMX to 0.82-0.91x (1024 x 3072 x 768 and 2048^3, one
-     * and two threads, Sapphire Rapids); vdpbf16ps there 1.03-1.08x. */
+     * and two threads, Sapphire Rapids); vdpbf16ps there 1.03-1.08x. With AMX's panels the block
+     * narrows (by 32 columns, to 32) until it fits: at k = 3072 the 256-column block of 1.5 MiB
+     * did not, so every task read B again from the L3 and memory (A-block order). */
     const size_t l2 = attn_cpu_caches()->l2;
-    int b_major = (size_t)NB * (size_t)kp * 4 <= l2 / 2;
+    int nbt = NB;
+    if (kr->gemm_panels)
+        while (nbt > 32 && (size_t)nbt * (size_t)kp * 4 > l2 / 2) nbt -= 32;
+    const int64_t tm = (m + MB - 1) / MB, tn = (n + nbt - 1) / nbt, tasks = tm * tn;
+    int b_major = (size_t)nbt * (size_t)kp * 4 <= l2 / 2;
     /* With B's 16-column panels (AMX), a B whole within 5/8 of the L2 stays there while each A
      * block (64 rows, in the L1) meets all of it: 1.05-1.10x over B blocks at 4096 x 384 x
      * 384-1536 and 4096 x 1536 x 384 on one thread; larger B (1536 x 768, 3072 x 384-1536) keep
@@ -240,11 +246,11 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
     const int a_runs = kr->gemm_panels && (size_t)((n + 15) / 16 * 16) * (size_t)kp * 4 <= l2 / 8 * 5;
     if (a_runs) {
 #pragma omp parallel for schedule(static) num_threads(threads)
-        for (int64_t t = 0; t < tasks; t++) run_task(kr, t, tn, m, n, kp, 0, aw, ars, bp, c, ldc, accumulate);
+        for (int64_t t = 0; t < tasks; t++) run_task(kr, t, tn, m, n, kp, 0, nbt, aw, ars, bp, c, ldc, accumulate);
     } else {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
         for (int64_t t = 0; t < tasks; t++)
-            run_task(kr, t, b_major ? tm : tn, m, n, kp, b_major, aw, ars, bp, c, ldc, accumulate);
+            run_task(kr, t, b_major ? tm : tn, m, n, kp, b_major, nbt, aw, ars, bp, c, ldc, accumulate);
     }
     return ATTN_OK;
 }
