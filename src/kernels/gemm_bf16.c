@@ -243,6 +243,7 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
      * 1.07-1.16x the B blocks at 2 threads, where A first under the dynamic schedule, threads
      * taking turns at A blocks, measured 0.77-1.03x. Which thread computes a block moves no bit. */
     const int threads = attn_threads_for(tasks);
+    (void)threads; /* read only by the OpenMP pragmas */
     const int a_runs = kr->gemm_panels && (size_t)((n + 15) / 16 * 16) * (size_t)kp * 4 <= l2 / 8 * 5;
     if (a_runs) {
 #pragma omp parallel for schedule(static) num_threads(threads)
