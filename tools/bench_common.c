@@ -31,6 +31,11 @@ double bench_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+void *bench_alloc_lines(size_t bytes) {
+    const size_t r = (bytes + 63) & ~(size_t)63;
+    return r < bytes ? NULL : aligned_alloc(64, r ? r : 64);
+}
+
 bench_timing bench_measure(bench_fn fn, void *ctx, int repeats) {
     bench_timing t = {0};
     if (repeats < BENCH_MIN_REPEATS) repeats = BENCH_MIN_REPEATS;

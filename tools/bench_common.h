@@ -46,6 +46,11 @@ typedef struct bench_timing {
 
 /* The median of v[0 .. n) (n >= 1), sorting v in place. */
 double bench_median(double *v, int n);
+/* free()-able memory of at least `bytes` on 64-byte lines, as attn's and PyTorch's tensors lie:
+ * malloc's 16-byte offset makes every 64-byte row load or store straddle two cache lines (the
+ * AMX bf16 GEMM measured 10-20% slower on such a C, decode's rows likewise). NULL when out of
+ * memory. */
+void *bench_alloc_lines(size_t bytes);
 
 /* Warm up fn(ctx), then take max(repeats, BENCH_MIN_REPEATS) samples of `iters` calls each
  * (iters chosen from the warmup so a sample lasts >= BENCH_SAMPLE_SECONDS); per-call times. */

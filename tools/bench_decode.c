@@ -107,7 +107,7 @@ int bench_decode_cmd(int argc, char **argv) {
         if (cb > bw_bytes) bw_bytes = cb;
     }
     bw_ctx bwc = {NULL, bw_bytes / sizeof(uint64_t) / 4 * 4, 1};
-    uint64_t *bwx = aligned_alloc(64, (bwc.n * sizeof(uint64_t) + 63) & ~(size_t)63);
+    uint64_t *bwx = bench_alloc_lines(bwc.n * sizeof(uint64_t));
     if (!bwx) return cli_fail("bench decode: out of memory for the %zu-byte bandwidth buffer", bw_bytes);
     for (size_t i = 0; i < bwc.n; i++) bwx[i] = i;
     bwc.x = bwx;
@@ -126,10 +126,9 @@ int bench_decode_cmd(int argc, char **argv) {
             for (int ic = 0; ic < nctx && !rc; ic++) {
                 const int64_t N = ctxs[ic];
                 const size_t nkv = (size_t)(B * HK * N * D), nq = (size_t)(B * H * D);
-                /* 64-byte aligned, as a cache allocated for SIMD rows would be: malloc's 16-byte
-                 * offset makes every 64-byte row load straddle two cache lines */
-                const size_t buf_bytes = (esz * (2 * nkv + nq) + sizeof(float) * nq + 63) & ~(size_t)63;
-                char *buf = aligned_alloc(64, buf_bytes);
+                /* on lines, as a cache allocated for SIMD rows would be */
+                const size_t buf_bytes = esz * (2 * nkv + nq) + sizeof(float) * nq;
+                char *buf = bench_alloc_lines(buf_bytes);
                 if (!buf) {
                     rc = cli_fail("bench decode: out of memory for a %lld-token cache", (long long)N);
                     break;

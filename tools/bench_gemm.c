@@ -107,16 +107,8 @@ static void run_openblas(void *p) {
 }
 #endif
 
-/* Operands and results on 64-byte lines, as PyTorch's and attn's own tensors lie: a C row that
- * starts mid-line splits every tile or vector store in two (the AMX bf16 GEMM measured 10-20%
- * slower on malloc's 16-byte-aligned C at 4096 x 1536 x 384). */
-static void *alloc_lines(size_t bytes) {
-    bytes = (bytes + 63) & ~(size_t)63;
-    return aligned_alloc(64, bytes ? bytes : 64);
-}
-
 static float *alloc_random(int64_t count, unsigned seed) {
-    float *x = alloc_lines((size_t)count * sizeof(float));
+    float *x = bench_alloc_lines((size_t)count * sizeof(float));
     if (!x) return NULL;
     uint64_t s = 0x9E3779B97F4A7C15ull * (seed + 1);
     for (int64_t i = 0; i < count; i++) {
@@ -148,10 +140,11 @@ static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64
     g.lda = g.ta == ATTN_TRANS ? m : k;
     g.ldb = g.tb == ATTN_TRANS ? k : n;
     g.ldc = n;
-    float *a = alloc_random(m * k, 1), *b = alloc_random(k * n, 2), *c = alloc_lines(sizeof(float) * (size_t)(m * n));
-    float *c2 = alloc_lines(sizeof(float) * (size_t)(m * n));
-    attn_bf16 *ah = alloc_lines(sizeof(attn_bf16) * (size_t)(m * k)),
-              *bh = alloc_lines(sizeof(attn_bf16) * (size_t)(k * n));
+    float *a = alloc_random(m * k, 1), *b = alloc_random(k * n, 2),
+          *c = bench_alloc_lines(sizeof(float) * (size_t)(m * n));
+    float *c2 = bench_alloc_lines(sizeof(float) * (size_t)(m * n));
+    attn_bf16 *ah = bench_alloc_lines(sizeof(attn_bf16) * (size_t)(m * k)),
+              *bh = bench_alloc_lines(sizeof(attn_bf16) * (size_t)(k * n));
     int rc = 0;
     if (!a || !b || !c || !c2 || !ah || !bh) {
         rc = cli_fail("bench gemm: out of memory for m = %lld, n = %lld, k = %lld", (long long)m, (long long)n,
@@ -170,7 +163,7 @@ static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64
         bench_result rh;
         if (bf16) {
             g.ws_bytes = attn_gemm_bf16_workspace_size(m, n, k);
-            g.ws = alloc_lines(g.ws_bytes);
+            g.ws = bench_alloc_lines(g.ws_bytes);
             if (!g.ws) {
                 rc = cli_fail("bench gemm: out of memory for a %zu-byte workspace", g.ws_bytes);
                 goto done;
@@ -197,7 +190,7 @@ static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64
             }
         }
         g.ws_bytes = attn_sgemm_workspace_size(m, n, k);
-        g.ws = alloc_lines(g.ws_bytes);
+        g.ws = bench_alloc_lines(g.ws_bytes);
         if (!g.ws) {
             rc = cli_fail("bench gemm: out of memory for a %zu-byte workspace", g.ws_bytes);
             goto done;
