@@ -240,7 +240,7 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
      * 384-1536 and 4096 x 1536 x 384 on one thread; larger B (1536 x 768, 3072 x 384-1536) keep
      * the B blocks (A first measured 0.84-0.96x there). Several threads then take contiguous runs
      * of A blocks (a static schedule: each its own share of A's rows past the B in its own L2):
-     * 1.07-1.16x the B blocks at 2 threads, where A first under the dynamic schedule, threads
+     * 1.01-1.35x the B blocks at 2 threads, where A first under the dynamic schedule, threads
      * taking turns at A blocks, measured 0.77-1.03x. Which thread computes a block moves no bit. */
     const int threads = attn_threads_for(tasks);
     (void)threads; /* read only by the OpenMP pragmas */
