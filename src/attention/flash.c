@@ -40,6 +40,8 @@
 
 #define BR ATTN_FLASH_BR
 #define BC ATTN_FLASH_BC
+/* the bf16 forward's softmax and P V step: two S^T tiles of keys (forward_block_bf16) */
+#define BCV (2 * BC)
 #define LOG2E 1.4426950408889634
 #define LN2 0.6931471805599453
 
@@ -276,7 +278,7 @@ static size_t layout(int64_t d, int64_t dv, float *base, flash_bufs *bb) {
                               (size_t)(dv * BR),
                               (size_t)(BR * d),
                               (size_t)(BR * dv),
-                              (size_t)(BC * BR),
+                              (size_t)(BCV * BR), /* s: the bf16 forward's step of two S^T tiles */
                               (size_t)(BC * BR),
                               (size_t)(BC * BR),
                               (size_t)(BC * BR),
@@ -339,13 +341,13 @@ static size_t rows_layout(int64_t rows, int64_t nblk, float *base, flash_rows *r
  * with a GQA group would pay a copy of V for little). */
 static int prepair_v(int bf16, int64_t nq) { return bf16 && nq > BR; }
 
-/* Pair words of the bf16 forward's V paired once per call: B Hk ceil(Nk / BC) (BC / 2) dv (room
+/* Pair words of the bf16 forward's V paired once per call: B Hk ceil(Nk / BCV) (BCV / 2) dv (room
  * for either layout, rows or v_across's blocks) when prepair_v, else none. SIZE_MAX on overflow. */
 static size_t vpair_words(int prepair, int64_t b, int64_t hk, int64_t nk, int64_t dv) {
     size_t w;
     if (!prepair || b <= 0 || hk <= 0 || nk <= 0 || dv <= 0) return 0;
     if (attn_mul_overflow((size_t)b, (size_t)hk, &w) ||
-        attn_mul_overflow(w, (size_t)((nk + BC - 1) / BC * (BC / 2)), &w) || attn_mul_overflow(w, (size_t)dv, &w))
+        attn_mul_overflow(w, (size_t)((nk + BCV - 1) / BCV * (BCV / 2)), &w) || attn_mul_overflow(w, (size_t)dv, &w))
         return SIZE_MAX;
     return w;
 }
@@ -607,28 +609,40 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
     int64_t jlo, jhi;
     key_range(&c, i0, i0 + bi, &jlo, &jhi);
     const fwd_scores_args sa = {hk, &c, general, k, kh, k_words, dp, kp, qp, b, h, i0, bi, qscale, w.sh};
-    for (int64_t j0 = jlo / BC * BC; j0 < jhi; j0 += BC) {
-        const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
+    /* Keys in steps of up to BCV, two S^T tiles: the softmax and P V run once a step, so the
+     * accumulator (on AMX O^T, in memory) is rescaled, loaded and stored once for 128 keys, and
+     * P V's reductions are 64 pair words long. Steps end on multiples of BCV (V^T's blocks), the
+     * same for every path, packed or alone, so all of them give the same bits. */
+    for (int64_t j0 = jlo / BC * BC; j0 < jhi;) {
+        const int64_t blk = j0 / BCV, jend = (blk + 1) * BCV < jhi ? (blk + 1) * BCV : jhi;
+        const int b1 = (int)(c.nk - j0 < BC ? c.nk - j0 : BC), two = j0 + BC < jend;
+        const int bj = b1 + (two ? (int)(c.nk - j0 - BC < BC ? c.nk - j0 - BC : BC) : 0);
         fwd_scores(&sa, j0, w.s);
+        if (two) fwd_scores(&sa, j0 + BC, w.s + BC * BR);
         if (fused) {
             hk->softmax_pairs(bj, bi, w.s, BR, w.m, w.l, w.alpha, pw, BR);
         } else {
             kr->softmax_update_bf16(bj, bi, w.s, BR, w.m, w.l, w.alpha, NULL);
-            if (c.p > 0) apply_dropout(kr, &c, b, h, i0, bi, j0, bj, w.s, w.colbase);
+            if (c.p > 0) {
+                apply_dropout(kr, &c, b, h, i0, bi, j0, b1, w.s, w.colbase);
+                if (two) apply_dropout(kr, &c, b, h, i0, bi, j0 + BC, bj - b1, w.s + BC * BR, w.colbase);
+            }
             hk->pair_rows_f32(bj, bi, w.s, BR, pw, BR);
         }
         if (ot) {
             hk->gemm_pairs_colscale((int)c.dv, bi, (bj + 1) / 2,
-                                    vpairs + ((b * c.hk + g) * ceil_div(c.nk, BC) + j0 / BC) * (BC / 2) * c.dv, BC / 2,
-                                    pw, BR, acct, BR, w.alpha);
-            continue;
+                                    vpairs + ((b * c.hk + g) * ceil_div(c.nk, BCV) + blk) * (BCV / 2) * c.dv +
+                                        (j0 - blk * BCV) / 2,
+                                    BCV / 2, pw, BR, acct, BR, w.alpha);
+        } else {
+            const uint32_t *vp = (const uint32_t *)(void *)w.vp;
+            if (vpairs)
+                vp = vpairs + ((b * c.hk + g) * nkp + j0 / 2) * c.dv;
+            else
+                pair_v_rows(hk, v, b, g, j0, bj, c.dv, (uint32_t *)(void *)w.vp);
+            hk->gemm_pairs(bi, (int)c.dv, (bj + 1) / 2, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
         }
-        const uint32_t *vp = (const uint32_t *)(void *)w.vp;
-        if (vpairs)
-            vp = vpairs + ((b * c.hk + g) * nkp + j0 / 2) * c.dv;
-        else
-            pair_v_rows(hk, v, b, g, j0, bj, c.dv, (uint32_t *)(void *)w.vp);
-        hk->gemm_pairs(bi, (int)c.dv, (bj + 1) / 2, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
+        j0 = (blk + 1) * BCV;
     }
     block_finish(&w, lse, b, h, i0, bi);
     const float *acc = w.acc;
@@ -663,22 +677,22 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
      * are the head's): once per call when tiles serve several query blocks, else tile by tile */
     const int prepaired = prepair_v(1, c.nq);
     uint32_t *vpairs = prepaired ? vpairs_base(&c, base) : NULL;
-    const int64_t nkp = (c.nk + 1) / 2, vchunks = ceil_div(c.nk, BC), vtasks = prepaired ? c.b * c.hk * vchunks : 0;
     const int across = v_across(hk);
+    const int64_t nkp = (c.nk + 1) / 2, vchunks = ceil_div(c.nk, BCV), vtasks = prepaired ? c.b * c.hk * vchunks : 0;
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(vtasks))
     for (int64_t t = 0; t < vtasks; t++) {
-        const int64_t bg = t / vchunks, j0 = t % vchunks * BC, b = bg / c.hk, g = bg % c.hk;
-        const int bj = (int)(c.nk - j0 < BC ? c.nk - j0 : BC);
-        if (across) { /* head (b, g), key block j0 / BC at ((b Hk + g) ceil(Nk / BC) + j0 / BC) (BC / 2) dv,
-                       * row x at x BC / 2: a tile's 16 rows 128 bytes apart, not a head's length */
-            uint32_t t[BC / 2 * 256];
-            const int64_t t0 = (bg * vchunks + j0 / BC) * c.dv;
-            for (int64_t x0 = 0; x0 < c.dv; x0 += 256) {
-                const int nx = (int)(c.dv - x0 < 256 ? c.dv - x0 : 256);
+        const int64_t bg = t / vchunks, j0 = t % vchunks * BCV, b = bg / c.hk, g = bg % c.hk;
+        const int bj = (int)(c.nk - j0 < BCV ? c.nk - j0 : BCV);
+        if (across) { /* head (b, g), key block j0 / BCV at ((b Hk + g) ceil(Nk / BCV) + j0 / BCV) (BCV / 2) dv,
+                       * row x at x BCV / 2: a tile's 16 rows 256 bytes apart, not a head's length */
+            uint32_t t[BCV / 2 * 128];
+            const int64_t t0 = (bg * vchunks + j0 / BCV) * c.dv;
+            for (int64_t x0 = 0; x0 < c.dv; x0 += 128) {
+                const int nx = (int)(c.dv - x0 < 128 ? c.dv - x0 : 128);
                 attn_tensor vx = *v;
                 vx.data16 += x0 * v->stride[3];
                 pair_v_rows(hk, &vx, b, g, j0, bj, nx, t);
-                attn_bf16_words_across((bj + 1) / 2, nx, t, nx, vpairs + (t0 + x0) * (BC / 2), BC / 2);
+                attn_bf16_words_across((bj + 1) / 2, nx, t, nx, vpairs + (t0 + x0) * (BCV / 2), BCV / 2);
             }
             continue;
         }

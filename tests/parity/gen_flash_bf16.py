@@ -102,6 +102,10 @@ def main():
         make_case(gen, "softcap", 1, 2, 2, 80, 80, 32, 32, softcap=5.0),
         make_case(gen, "MQA 2/1 causal d=128", 1, 2, 1, 66, 66, 128, 128, causal=1),
         make_case(gen, "d=7 dv=5 odd", 1, 2, 1, 67, 67, 7, 5),
+        # several 128-key softmax steps: a step that starts on its second tile (the window's first
+        # key past 64), later steps' V blocks, a last step of 64 + 13 keys
+        make_case(gen, "causal window 90, steps", 1, 1, 1, 300, 300, 32, 32, causal=1, wl=90),
+        make_case(gen, "three key steps, odd tail", 1, 1, 1, 70, 333, 64, 64),
     ]
     tensors, meta = {}, {"cases": str(len(cases)), "seed": str(a.seed), "torch": torch.__version__}
     for ci, (name, t, desc) in enumerate(cases):
