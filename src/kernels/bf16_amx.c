@@ -294,11 +294,12 @@ static
 void gemm_pairs_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b, int64_t ldb,
                     float *c, int64_t ldc, int accumulate, const float *rowscale, float outscale) {
     configure();
-    /* A given down its columns (ars 1: the flash kernels' P and dS words, pw[p * BR + i]): tiles
-     * need its rows, so a small A is transposed once per call (16 x 16 words in registers) rather
-     * than gathered into staging for every block and chunk */
-    uint32_t at[64 * 64] __attribute__((aligned(64)));
-    if (acs != 1 && ars == 1 && (int64_t)m * kp <= 64 * 64 && m > 0 && kp > 0) {
+    /* A given down its columns (ars 1: the flash kernels' P and dS words, pw[p * BR + i]; the
+     * backward's dQ reads 4 key tiles' dS, 64 x 128 words): tiles need its rows, so a small A is
+     * transposed once per call (16 x 16 words in registers) rather than gathered into staging for
+     * every block and chunk */
+    uint32_t at[64 * 128] __attribute__((aligned(64)));
+    if (acs != 1 && ars == 1 && (int64_t)m * kp <= 64 * 128 && m > 0 && kp > 0) {
         attn_bf16_words_across(kp, m, a, acs, at, kp);
         a = at;
         ars = kp;
