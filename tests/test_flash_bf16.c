@@ -77,8 +77,10 @@ static float *run_bf16(const bcase *c, int out_bf16, int bnhd) {
     return o;
 }
 
-/* Output, lse and gradients (dout from a fixed stream) of one bf16 forward + backward, concatenated. */
-static float *fwd_bwd_bf16(const bcase *c, size_t *count) {
+/* Output, lse and gradients (dout from a fixed stream) of one bf16 forward + backward, concatenated.
+ * dq_mode 1: no dQ asked for (its part left 0); 2: dQ into a view with column stride 2 (copied
+ * back to rows). */
+static float *fwd_bwd_bf16_dq(const bcase *c, size_t *count, int dq_mode) {
     const int64_t *qs = c->qs, *ks = c->ks, *vs = c->vs;
     const size_t nq = (size_t)(qs[0] * qs[1] * qs[2] * qs[3]), nk = (size_t)(ks[0] * ks[1] * ks[2] * ks[3]),
                  nv = (size_t)(vs[0] * vs[1] * vs[2] * vs[3]), no = (size_t)(qs[0] * qs[1] * qs[2] * vs[3]),
@@ -98,11 +100,43 @@ static float *fwd_bwd_bf16(const bcase *c, size_t *count) {
                 gv = attn_tensor_4d(g + nq + nk, vs[0], vs[1], vs[2], vs[3]);
     const size_t wsb = attn_flash_workspace_size(&hq, &hk, &hv);
     void *ws = xmalloc(wsb);
+    float *wide = dq_mode == 2 ? xmalloc(2 * sizeof(float) * nq) : NULL;
+    attn_tensor gqw = gq;
+    if (wide) {
+        gqw.data = wide;
+        for (int a = 0; a < 4; a++) gqw.stride[a] = 2 * gq.stride[a];
+    }
+    memset(g, 0, sizeof(float) * nq);
     CHECK_OK(attn_flash_forward(&hq, &hk, &hv, &c->p, &to, &tl, ws, wsb));
-    CHECK_OK(attn_flash_backward(&hq, &hk, &hv, &c->p, &to, &hgo, &tl, &gq, &gk, &gv, ws, wsb));
+    CHECK_OK(attn_flash_backward(&hq, &hk, &hv, &c->p, &to, &hgo, &tl,
+                                 dq_mode == 1 ? NULL
+                                 : wide       ? &gqw
+                                              : &gq,
+                                 &gk, &gv, ws, wsb));
+    if (wide)
+        for (size_t i = 0; i < nq; i++) g[i] = wide[2 * i];
+    free(wide);
     free(ws);
     free(go);
     return r;
+}
+
+static float *fwd_bwd_bf16(const bcase *c, size_t *count) { return fwd_bwd_bf16_dq(c, count, 0); }
+
+/* The backward without dQ, and with dQ through a strided view (the bf16 path then runs its query
+ * blocks one at a time, else several at once): dK and dV, and dQ, bitwise as the plain call. */
+static void check_backward_dq_views(const bcase *c, const char *cname) {
+    size_t n0, n1, n2;
+    const size_t nq = (size_t)(c->qs[0] * c->qs[1] * c->qs[2] * c->qs[3]),
+                 lead = (size_t)(c->qs[0] * c->qs[1] * c->qs[2] * (c->vs[3] + 1));
+    float *r0 = fwd_bwd_bf16_dq(c, &n0, 0), *r1 = fwd_bwd_bf16_dq(c, &n1, 1), *r2 = fwd_bwd_bf16_dq(c, &n2, 2);
+    CHECK(n0 == n1 && !memcmp(r0, r1, sizeof(float) * lead) &&
+              !memcmp(r0 + lead + nq, r1 + lead + nq, sizeof(float) * (n0 - lead - nq)),
+          "%s: bf16 dK / dV without dQ differ from the call with dQ", cname);
+    CHECK(n0 == n2 && !memcmp(r0, r2, sizeof(float) * n0), "%s: bf16 backward with a strided dQ differs", cname);
+    free(r0);
+    free(r1);
+    free(r2);
 }
 
 /* The bf16 backward (dout bf16, out from the bf16 forward) against the reference attention's
@@ -348,6 +382,7 @@ static void check_fixture(void) {
         check_backward(&c, cname ? cname : "?", 1e-2);
         check_emulated_table(&c, cname ? cname : "?");
         check_v_across(&c, cname ? cname : "?");
+        check_backward_dq_views(&c, cname ? cname : "?");
         if (ci == 0) { /* dropout: the same Philox stream as the reference */
             bcase cd = c;
             cd.p.dropout_p = 0.2f;

@@ -42,8 +42,12 @@
 #define BC ATTN_FLASH_BC
 /* the bf16 forward's softmax and P V step: two S^T tiles of keys (forward_block_bf16) */
 #define BCV (2 * BC)
-/* the bf16 backward's dQ product: dS of up to DQ_TILES key tiles at once (bf16_backward_keys) */
+/* the bf16 backward's dQ product: dS of up to DQ_TILES key tiles at once (bf16_backward_group) */
 #define DQ_TILES 4
+/* the bf16 backward's dK and dV products: P and dS of up to BWD_QBLOCKS query blocks at once */
+#define BWD_QBLOCKS 4
+/* words per row of the bf16 backward's P and dS words: the query blocks side by side */
+#define BWD_WROW (BWD_QBLOCKS * BR / 2)
 #define LOG2E 1.4426950408889634
 #define LN2 0.6931471805599453
 
@@ -276,13 +280,13 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 /* Floats per thread; lays out the buffers when base is not NULL. */
 static size_t layout(int64_t d, int64_t dv, float *base, flash_bufs *bb) {
     const int64_t dm = d > dv ? d : dv;
-    const size_t sizes[22] = {(size_t)(d * BR),
-                              (size_t)(dv * BR),
-                              (size_t)(BR * d),
-                              (size_t)(BR * dv),
+    const size_t sizes[22] = {(size_t)(BWD_QBLOCKS * (d + 1) / 2 * BR),  /* qt, dot, qp, dop: also the */
+                              (size_t)(BWD_QBLOCKS * (dv + 1) / 2 * BR), /* bf16 backward's query blocks */
+                              (size_t)(BWD_QBLOCKS * BR / 2 * d),
+                              (size_t)(BWD_QBLOCKS * BR / 2 * dv),
                               (size_t)(BCV * BR), /* s: the bf16 forward's step of two S^T tiles */
                               (size_t)(BC * BR),
-                              (size_t)(DQ_TILES * BC / 2 * BR), /* ds: also the bf16 dQ's dS words */
+                              (size_t)(BWD_QBLOCKS * DQ_TILES * BC / 2 * BR), /* ds: also the bf16 dQ's dS words */
                               (size_t)(BC * BR),
                               (size_t)(BR * dm),
                               (size_t)(BC * d),
@@ -295,9 +299,9 @@ static size_t layout(int64_t d, int64_t dv, float *base, flash_bufs *bb) {
                               BR,
                               BR,
                               2 * BR,
-                              (size_t)(BC * BR / 2),
-                              (size_t)(BC * BR / 2),
-                              (size_t)(DQ_TILES * BC / 2 * d)}; /* kv: K's words for the bf16 dQ */
+                              (size_t)(BWD_QBLOCKS * BC * BR / 2), /* w1, w2: P and dS words, the query */
+                              (size_t)(BWD_QBLOCKS * BC * BR / 2), /* blocks side by side */
+                              (size_t)(DQ_TILES * BC / 2 * d)};    /* kv: K's words for the bf16 dQ */
     float **ptrs[22] = {&bb->qt,   &bb->dot,  &bb->qp,          &bb->dop, &bb->s,  &bb->dp,    &bb->ds, &bb->capd,
                         &bb->acc,  &bb->kp,   &bb->vp,          &bb->m,   &bb->l,  &bb->alpha, &bb->sh, &bb->ll,
                         &bb->dsum, &bb->tmax, &bb->colbase_raw, &bb->w1,  &bb->w2, &bb->kv};
@@ -864,61 +868,6 @@ static void scores_tile_bf16(const attn_bf16_kernels *hk, const attn_ctx *c, int
     epilogue(c, general, b, h, i0, bi, j0, bj, sh, s, capd);
 }
 
-/* Does the bf16 backward form P and dS straight into pair words (probs_ds_pairs), dS's key pairs
- * in w->ds? Else they go through float tiles, dS's key pairs into dP's room. */
-static int bf16_bwd_fused(const attn_bf16_kernels *hk, const attn_flash_kernels *kr, const attn_ctx *c, int general) {
-    return hk->probs_ds_pairs && bf16_fuses(hk, kr) && c->p == 0 && !(general && c->softcap > 0);
-}
-
-/* One tile of the bf16 backward (keys [j0, j0 + bj) against the packed query block in w): S^T and
- * dP^T from pair products, P and dS in float, then dV_j += P^T dO and dK_j += dS^T Q with P and
- * dS rounded to bf16. Whole tiles: outside the band P and dS are exactly 0. dsv (fused path; NULL
- * when dQ is not wanted): where dS's rows paired over the keys go, for the caller's dQ_i += dS
- * K_j. Returns where they went (dsv, or on the unfused path dP's room), NULL without dQ. */
-static uint32_t *bf16_backward_tile(const attn_bf16_kernels *hk, const attn_flash_kernels *kr, const attn_ctx *c,
-                                    int general, const attn_tensor *k, const attn_tensor *v, int64_t b, int64_t g,
-                                    int64_t h, int64_t i0, int bi, int64_t j0, int bj, const flash_bufs *w,
-                                    flash_rows rs, int64_t row0, float qscale, int dpv, float *dkj, int64_t lddk,
-                                    float *dvj, int64_t lddv, int want_dq, uint32_t *dsv) {
-    uint32_t *qw = (uint32_t *)(void *)w->qt, *dow = (uint32_t *)(void *)w->dot, *qv = (uint32_t *)(void *)w->qp,
-             *dov = (uint32_t *)(void *)w->dop, *w1 = (uint32_t *)(void *)w->w1, *w2 = (uint32_t *)(void *)w->w2,
-             *vbuf = (uint32_t *)(void *)w->vp;
-    scores_tile_bf16(hk, c, general, k, b, g, h, i0, bi, j0, bj, qw, rs.sh + row0, w->s, w->capd, qscale,
-                     (uint32_t *)(void *)w->kp);
-    const uint16_t *vj = v->data16 + b * v->stride[0] + g * v->stride[1] + j0 * v->stride[2];
-    const uint32_t *va = vbuf;
-    int64_t vars = dpv;
-    if (rows_are_words(v)) {
-        va = (const uint32_t *)(const void *)vj;
-        vars = v->stride[2] / 2;
-    } else {
-        words_rows(vj, v->stride[2], v->stride[3], bj, c->dv, vbuf);
-    }
-    hk->gemm_pairs(bj, bi, dpv, va, vars, 1, dow, BR, w->dp, BR, 0, NULL, 1.0f);
-    const int bip = (bi + 1) / 2;
-    if (bf16_bwd_fused(hk, kr, c, general)) {
-        /* P and dS straight into their words (never stored as floats here) */
-        hk->probs_ds_pairs(bj, bi, w->s, w->dp, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0, (float)c->scale, w1, w2,
-                           BR / 2, want_dq ? dsv : NULL, BR);
-    } else {
-        if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->dp, w->colbase);
-        kr->probs_and_ds_bf16(bj, bi, w->s, w->dp, w->ds, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0,
-                              (float)c->scale);
-        if (general && c->softcap > 0)
-            for (int r = 0; r < bj; r++)
-                for (int x = 0; x < bi; x++)
-                    if (w->ds[r * BR + x] != 0) w->ds[r * BR + x] *= w->capd[r * BR + x];
-        if (c->p > 0) apply_dropout(kr, c, b, h, i0, bi, j0, bj, w->s, w->colbase);
-        /* P and dS rows as A words over the queries, dS rows paired over the keys (into dP's
-         * room: dP is dead once dS is formed) */
-        dsv = (uint32_t *)(void *)w->dp;
-        hk->pair_tile_grads(bj, bi, w->s, w->ds, BR, w1, w2, BR / 2, want_dq ? dsv : NULL, BR);
-    }
-    hk->gemm_pairs(bj, (int)c->dv, bip, w1, BR / 2, 1, dov, c->dv, dvj, lddv, 1, NULL, 1.0f);
-    hk->gemm_pairs(bj, (int)c->d, bip, w2, BR / 2, 1, qv, c->d, dkj, lddk, 1, NULL, 1.0f);
-    return want_dq ? dsv : NULL;
-}
-
 /* Wait until *x == want (an earlier key block adds its dQ share first): a short spin, then sleep
  * on a futex (Linux; elsewhere yield), so a waiting thread leaves its core to the one it waits
  * for when the machine runs more threads than cores. *sleepers counts the threads asleep, so
@@ -1070,18 +1019,22 @@ typedef struct bwd_rows {
     int64_t ldq, lddo;
 } bwd_rows;
 
-static bwd_rows backward_pack_block(const bwd_job *J, const flash_bufs *w, int64_t qoff, int64_t goff, int bi) {
+/* A query block's operands: fp32 (slot 0 only) Q^T, dO^T, and Q and dO rows; bf16 into slot t
+ * (bwd_qslot): Q^T and dO^T as B words over d / dv, Q and dO rows paired. */
+static bwd_rows backward_pack_block(const bwd_job *J, const flash_bufs *w, int t, int64_t qoff, int64_t goff, int bi) {
     const attn_tensor *q = J->q, *dout = J->dout;
     const attn_flash_kernels *kr = J->kr;
     const int64_t d = J->c->d, dv = J->c->dv;
     bwd_rows r = {w->qp, w->dop, d, dv};
-    if (J->bf) { /* Q^T and dO^T as B words over d / dv; Q and dO rows paired */
+    if (J->bf) {
         words_rows_t(kr, rows_are_words(q), q->data16 + qoff, q->stride[2], q->stride[3], bi, d,
-                     (uint32_t *)(void *)w->qt);
+                     (uint32_t *)(void *)w->qt + t * ((d + 1) / 2) * BR);
         words_rows_t(kr, rows_are_words(dout), dout->data16 + goff, dout->stride[2], dout->stride[3], bi, dv,
-                     (uint32_t *)(void *)w->dot);
-        words_vnni(J->hk, q->data16 + qoff, q->stride[2], q->stride[3], bi, d, (uint32_t *)(void *)w->qp);
-        words_vnni(J->hk, dout->data16 + goff, dout->stride[2], dout->stride[3], bi, dv, (uint32_t *)(void *)w->dop);
+                     (uint32_t *)(void *)w->dot + t * J->dpv * BR);
+        words_vnni(J->hk, q->data16 + qoff, q->stride[2], q->stride[3], bi, d,
+                   (uint32_t *)(void *)w->qp + t * (BR / 2) * d);
+        words_vnni(J->hk, dout->data16 + goff, dout->stride[2], dout->stride[3], bi, dv,
+                   (uint32_t *)(void *)w->dop + t * (BR / 2) * dv);
         return r;
     }
     const float *qi = q->data + qoff, *goi = dout->data + goff;
@@ -1163,81 +1116,198 @@ static void backward_tile_f32(const bwd_job *J, const flash_bufs *wp, const bwd_
     }
 }
 
-/* The bf16 backward's tiles of one query block against key blocks [ka, ke), with dQ_i += dS K_j
- * (acc not NULL, row stride lda). On the fused path up to DQ_TILES key blocks' dS words sit one
- * after the other in w->ds, so one product adds them all (up to 128 pair words of keys, where a
- * tile's product was 32: dQ's rows loaded and stored once per 256 keys, 1.04-1.10x the backward at
- * d 128 / 64 on AMX); each element of dQ is the same chain in increasing keys as tile by tile, so
- * no bit moves. */
-static void bf16_backward_keys(const bwd_job *J, const flash_bufs *w, int64_t b, int64_t g, int64_t h, int64_t i0,
-                               int bi, int64_t row0, int64_t ka, int64_t ke, float *dkh, float *dvh, float *acc,
-                               int64_t lda) {
+/* Does the bf16 backward form P and dS straight into pair words (probs_ds_pairs)? Else they go
+ * through float tiles, dS's key pairs into dP's room. */
+static int bf16_bwd_fused(const attn_bf16_kernels *hk, const attn_flash_kernels *kr, const attn_ctx *c, int general) {
+    return hk->probs_ds_pairs && bf16_fuses(hk, kr) && c->p == 0 && !(general && c->softcap > 0);
+}
+
+/* One query block of the backward (the fp32 path's alone, or one of the bf16 path's group,
+ * bf16_backward_group): slot t of the packed buffers (Q^T and dO^T words at t (d + 1) / 2 BR and t (dv + 1) / 2 BR words, Q and dO paired
+ * at t BR / 2 pair rows, P and dS words at column t BR / 2 of w1 / w2, dS's key pairs for dQ at
+ * t DQ_TILES BC / 2 BR words of w->ds). */
+typedef struct bwd_qslot {
+    int64_t h, i0, row0, ka, ke, kb0;
+    int bi, pend;     /* pend: first key position whose dS words wait for the dQ product, -1 none */
+    float *acc, *dqi; /* dQ's rows (acc: dqi or w->acc's copy of them), NULL without dQ */
+    int64_t lda;
+    atomic_int *done;
+} bwd_qslot;
+
+/* One tile of the bf16 backward (keys [j0, j0 + bj) against slot t's query block): S^T and dP^T
+ * from pair products, then P and dS rounded to bf16 into their words (w1, w2: rows over the
+ * queries, row stride BR); with want_dq, dS's rows paired over the keys into dsv (fused path) or
+ * dP's room. Returns where those went. Whole tiles: outside the band P and dS are exactly 0. */
+static uint32_t *bf16_backward_tile(const bwd_job *J, const flash_bufs *w, int t, const bwd_qslot *sl, int64_t b,
+                                    int64_t g, int64_t j0, int bj, int want_dq, uint32_t *dsv) {
+    const attn_ctx *c = J->c;
+    const attn_bf16_kernels *hk = J->hk;
+    const attn_tensor *v = J->v;
+    const flash_rows rs = J->rs;
+    const int bi = sl->bi, general = J->general;
+    const int64_t row0 = sl->row0, dp = (c->d + 1) / 2;
+    uint32_t *qw = (uint32_t *)(void *)w->qt + t * dp * BR, *dow = (uint32_t *)(void *)w->dot + t * J->dpv * BR,
+             *w1 = (uint32_t *)(void *)w->w1 + t * (BR / 2), *w2 = (uint32_t *)(void *)w->w2 + t * (BR / 2),
+             *vbuf = (uint32_t *)(void *)w->vp;
+    scores_tile_bf16(hk, c, general, J->k, b, g, sl->h, sl->i0, bi, j0, bj, qw, rs.sh + row0, w->s, w->capd, J->qscale,
+                     (uint32_t *)(void *)w->kp);
+    const uint16_t *vj = v->data16 + b * v->stride[0] + g * v->stride[1] + j0 * v->stride[2];
+    const uint32_t *va = vbuf;
+    int64_t vars = J->dpv;
+    if (rows_are_words(v)) {
+        va = (const uint32_t *)(const void *)vj;
+        vars = v->stride[2] / 2;
+    } else {
+        words_rows(vj, v->stride[2], v->stride[3], bj, c->dv, vbuf);
+    }
+    hk->gemm_pairs(bj, bi, J->dpv, va, vars, 1, dow, BR, w->dp, BR, 0, NULL, 1.0f);
+    if (bf16_bwd_fused(hk, J->kr, c, general)) {
+        /* P and dS straight into their words (never stored as floats here) */
+        hk->probs_ds_pairs(bj, bi, w->s, w->dp, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0, (float)c->scale, w1, w2,
+                           BWD_WROW, want_dq ? dsv : NULL, BR);
+        return want_dq ? dsv : NULL;
+    }
+    const attn_flash_kernels *kr = J->kr;
+    if (c->p > 0) apply_dropout(kr, c, b, sl->h, sl->i0, bi, j0, bj, w->dp, w->colbase);
+    kr->probs_and_ds_bf16(bj, bi, w->s, w->dp, w->ds, BR, rs.m + row0, rs.ll + row0, rs.dsum + row0, (float)c->scale);
+    if (general && c->softcap > 0)
+        for (int r = 0; r < bj; r++)
+            for (int x = 0; x < bi; x++)
+                if (w->ds[r * BR + x] != 0) w->ds[r * BR + x] *= w->capd[r * BR + x];
+    if (c->p > 0) apply_dropout(kr, c, b, sl->h, sl->i0, bi, j0, bj, w->s, w->colbase);
+    /* dS rows paired over the keys into dP's room: dP is dead once dS is formed */
+    dsv = (uint32_t *)(void *)w->dp;
+    hk->pair_tile_grads(bj, bi, w->s, w->ds, BR, w1, w2, BWD_WROW, want_dq ? dsv : NULL, BR);
+    return want_dq ? dsv : NULL;
+}
+
+/* The bf16 backward of nq (1 to BWD_QBLOCKS) query blocks, packed side by side, against the key
+ * blocks each of them sees (slot t: [ka, ke) of the task's run). Per key block, every slot that
+ * sees it gets its tile, then one product adds all their queries to dV_j and dK_j (up to 128 pair
+ * words where one block gave 32: dK_j and dV_j loaded and stored a quarter as often; the
+ * reductions of 32 pair words were bound by those loads and stores). dQ_i += dS K_j: on the fused
+ * path the dS words of up to DQ_TILES key blocks (aligned groups) wait in w->ds for one product
+ * (dQ's rows loaded and stored once per 256 keys); otherwise tile by tile. Together 1.31x / 1.50x
+ * the backward at d 64 / 128 on AMX (1 thr), 1.39-1.49x causal on 2. Each element of dK, dV and
+ * dQ is the same chain, in increasing query blocks and keys, as one tile at a time would make,
+ * so no bit moves. */
+static void bf16_backward_group(const bwd_job *J, const flash_bufs *w, int64_t b, int64_t g, bwd_qslot *sl, int nq,
+                                float *dkh, float *dvh) {
     const attn_ctx *cp = J->c;
     const attn_tensor *k = J->k;
-    const int several = acc && bf16_bwd_fused(J->hk, J->kr, cp, J->general);
+    const int want_dq = J->dq != NULL, grouped = want_dq && bf16_bwd_fused(J->hk, J->kr, cp, J->general);
     uint32_t *kv = (uint32_t *)(void *)w->kv, *dsw = (uint32_t *)(void *)w->ds;
-    for (int64_t kb = ka; kb < ke;) {
-        const int nt = !several ? 1 : (int)(ke - kb < DQ_TILES ? ke - kb : DQ_TILES); /* only the last can be partial */
-        int keys = 0;
-        uint32_t *dsv = NULL;
-        for (int t = 0; t < nt; t++) {
-            const int64_t j0 = (kb + t) * BC;
-            const int bj = (int)(cp->nk - j0 < BC ? cp->nk - j0 : BC);
-            uint32_t *d =
-                bf16_backward_tile(J->hk, J->kr, cp, J->general, k, J->v, b, g, h, i0, bi, j0, bj, w, J->rs, row0,
-                                   J->qscale, J->dpv, dkh + j0 * J->dk->stride[2], J->dk->stride[2],
-                                   dvh + j0 * J->dv->stride[2], J->dv->stride[2], acc != NULL, dsw + t * (BC / 2) * BR);
-            if (!acc) continue;
-            if (t == 0) dsv = d;
+    int64_t lo = sl[0].ka, hi = sl[0].ke;
+    for (int t = 1; t < nq; t++) {
+        lo = sl[t].ka < lo ? sl[t].ka : lo;
+        hi = sl[t].ke > hi ? sl[t].ke : hi;
+    }
+    for (int64_t kb = lo; kb < hi; kb++) {
+        const int64_t j0 = kb * BC;
+        const int bj = (int)(cp->nk - j0 < BC ? cp->nk - j0 : BC), pos = (int)(kb % DQ_TILES);
+        uint32_t *kvp = kv + pos * (BC / 2) * cp->d;
+        if (want_dq) {
             const uint16_t *kj = k->data16 + b * k->stride[0] + g * k->stride[1] + j0 * k->stride[2];
-            words_vnni(J->hk, kj, k->stride[2], k->stride[3], bj, cp->d, kv + t * (BC / 2) * cp->d);
-            keys += bj;
+            words_vnni(J->hk, kj, k->stride[2], k->stride[3], bj, cp->d, kvp);
         }
-        if (acc) J->hk->gemm_pairs(bi, (int)cp->d, (keys + 1) / 2, dsv, 1, BR, kv, cp->d, acc, lda, 1, NULL, 1.0f);
-        kb += nt;
+        int seen[BWD_QBLOCKS] = {0}; /* the slots that see key block kb */
+        for (int t = 0; t < nq; t++) {
+            bwd_qslot *q = &sl[t];
+            if (kb < q->ka || kb >= q->ke) continue;
+            seen[t] = 1;
+            uint32_t *own = dsw + (t * DQ_TILES + pos) * (BC / 2) * BR;
+            uint32_t *d = bf16_backward_tile(J, w, t, q, b, g, j0, bj, want_dq, own);
+            if (!want_dq) continue;
+            if (!grouped) { /* dS's words in dP's room: added now, before the next tile */
+                J->hk->gemm_pairs(q->bi, (int)cp->d, (bj + 1) / 2, d, 1, BR, kvp, cp->d, q->acc, q->lda, 1, NULL, 1.0f);
+                continue;
+            }
+            if (q->pend < 0) q->pend = pos;
+            if (pos == DQ_TILES - 1 || kb == q->ke - 1) {
+                const int keys = (pos - q->pend) * BC + bj;
+                J->hk->gemm_pairs(q->bi, (int)cp->d, (keys + 1) / 2, dsw + (t * DQ_TILES + q->pend) * (BC / 2) * BR, 1,
+                                  BR, kv + q->pend * (BC / 2) * cp->d, cp->d, q->acc, q->lda, 1, NULL, 1.0f);
+                q->pend = -1;
+            }
+        }
+        /* dK_j and dV_j: one product per run of consecutive slots that saw kb, in slot order (all
+         * but a group's last slot are whole blocks) */
+        for (int t0 = 0, t1; t0 < nq; t0 = t1 + 1) {
+            if (!seen[t0]) {
+                t1 = t0;
+                continue;
+            }
+            for (t1 = t0; t1 + 1 < nq && seen[t1 + 1];) t1++;
+            const int kp = (t1 - t0) * (BR / 2) + (sl[t1].bi + 1) / 2;
+            J->hk->gemm_pairs(bj, (int)cp->dv, kp, (uint32_t *)(void *)w->w1 + t0 * (BR / 2), BWD_WROW, 1,
+                              (uint32_t *)(void *)w->dop + t0 * (BR / 2) * cp->dv, cp->dv, dvh + j0 * J->dv->stride[2],
+                              J->dv->stride[2], 1, NULL, 1.0f);
+            J->hk->gemm_pairs(bj, (int)cp->d, kp, (uint32_t *)(void *)w->w2 + t0 * (BR / 2), BWD_WROW, 1,
+                              (uint32_t *)(void *)w->qp + t0 * (BR / 2) * cp->d, cp->d, dkh + j0 * J->dk->stride[2],
+                              J->dk->stride[2], 1, NULL, 1.0f);
+        }
     }
 }
 
 /* Pass 2 for query block qb of head h against key blocks [ka, ke) of kv head g: dK and dV of those
  * keys accumulate; this run's share of the block's dQ is added after the runs of key blocks
  * kb0 .. ka - 1 (the block's counter), so dQ sums its key blocks in increasing order. */
-static void backward_query_block(const bwd_job *J, const flash_bufs *w, int64_t b, int64_t g, int64_t h, int64_t qb,
-                                 int64_t kb0, int64_t ka, int64_t ke, float *dkh, float *dvh) {
+/* Slot t for query block qb of head h: its operands packed (returned for the fp32 tiles), its turn
+ * for dQ waited for. */
+static bwd_rows bwd_slot_open(const bwd_job *J, const flash_bufs *w, int t, int64_t b, int64_t h, int64_t qb,
+                              int64_t kb0, int64_t ka, int64_t ke, bwd_qslot *sl) {
     const attn_ctx *cp = J->c;
     attn_tensor *dq = J->dq;
-    const int64_t i0 = qb * BR, bh = b * cp->hq + h, row0 = bh * cp->nq + i0;
-    const int bi = (int)(cp->nq - i0 < BR ? cp->nq - i0 : BR);
-    const int64_t qoff = b * J->q->stride[0] + h * J->q->stride[1] + i0 * J->q->stride[2];
-    const int64_t goff = b * J->dout->stride[0] + h * J->dout->stride[1] + i0 * J->dout->stride[2];
-    const bwd_rows qr = backward_pack_block(J, w, qoff, goff, bi);
-    float *dqi = dq ? dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2] : NULL;
-    float *acc = dqi;
-    int64_t lda = dq ? dq->stride[2] : 0;
-    atomic_int *done = J->rs.done + bh * J->nqb + qb;
-    if (dq) {
-        /* dQ_i += dS K_j, after the shares of key blocks kb0 .. ka - 1 */
-        wait_turn(done, (int)(ka - kb0), J->sleepers);
-        if (dq->stride[3] != 1) { /* through a contiguous copy: the same sums, bit for bit */
-            for (int r = 0; r < bi; r++)
-                for (int64_t x = 0; x < cp->d; x++) w->acc[r * cp->d + x] = dqi[r * dq->stride[2] + x * dq->stride[3]];
-            acc = w->acc;
-            lda = cp->d;
-        }
+    const int64_t i0 = qb * BR, bh = b * cp->hq + h;
+    sl->h = h;
+    sl->i0 = i0;
+    sl->row0 = bh * cp->nq + i0;
+    sl->ka = ka;
+    sl->ke = ke;
+    sl->kb0 = kb0;
+    sl->bi = (int)(cp->nq - i0 < BR ? cp->nq - i0 : BR);
+    sl->pend = -1;
+    const bwd_rows qr =
+        backward_pack_block(J, w, t, b * J->q->stride[0] + h * J->q->stride[1] + i0 * J->q->stride[2],
+                            b * J->dout->stride[0] + h * J->dout->stride[1] + i0 * J->dout->stride[2], sl->bi);
+    sl->dqi = sl->acc = dq ? dq->data + b * dq->stride[0] + h * dq->stride[1] + i0 * dq->stride[2] : NULL;
+    sl->lda = dq ? dq->stride[2] : 0;
+    sl->done = J->rs.done + bh * J->nqb + qb;
+    if (!dq) return qr;
+    /* dQ_i += dS K_j, after the shares of key blocks kb0 .. ka - 1 */
+    wait_turn(sl->done, (int)(ka - kb0), J->sleepers);
+    if (dq->stride[3] != 1) { /* through a contiguous copy (slot 0 only): the same sums, bit for bit */
+        for (int r = 0; r < sl->bi; r++)
+            for (int64_t x = 0; x < cp->d; x++) w->acc[r * cp->d + x] = sl->dqi[r * dq->stride[2] + x * dq->stride[3]];
+        sl->acc = w->acc;
+        sl->lda = cp->d;
     }
-    if (J->bf)
-        bf16_backward_keys(J, w, b, g, h, i0, bi, row0, ka, ke, dkh, dvh, dq ? acc : NULL, lda);
-    else
-        for (int64_t kb = ka; kb < ke; kb++) {
-            const int64_t j0 = kb * BC;
-            const int bj = (int)(cp->nk - j0 < BC ? cp->nk - j0 : BC);
-            backward_tile_f32(J, w, &qr, b, g, h, i0, bi, j0, bj, row0, dkh + j0 * J->dk->stride[2],
-                              dvh + j0 * J->dv->stride[2], dq ? acc : NULL, lda);
-        }
+    return qr;
+}
+
+/* dQ of slot sl back where it belongs, and the next key run's turn. */
+static void bwd_slot_close(const bwd_job *J, const flash_bufs *w, const bwd_qslot *sl) {
+    const attn_tensor *dq = J->dq;
     if (!dq) return;
-    if (acc != dqi)
-        for (int r = 0; r < bi; r++)
-            for (int64_t x = 0; x < cp->d; x++) dqi[r * dq->stride[2] + x * dq->stride[3]] = w->acc[r * cp->d + x];
-    post_turn(done, (int)(ke - kb0), J->sleepers);
+    if (sl->acc != sl->dqi)
+        for (int r = 0; r < sl->bi; r++)
+            for (int64_t x = 0; x < J->c->d; x++)
+                sl->dqi[r * dq->stride[2] + x * dq->stride[3]] = w->acc[r * J->c->d + x];
+    post_turn(sl->done, (int)(sl->ke - sl->kb0), J->sleepers);
+}
+
+/* The fp32 backward of one query block against key blocks [ka, ke) of the task's run. */
+static void backward_query_block(const bwd_job *J, const flash_bufs *w, int64_t b, int64_t g, int64_t h, int64_t qb,
+                                 int64_t kb0, int64_t ka, int64_t ke, float *dkh, float *dvh) {
+    bwd_qslot sl;
+    const bwd_rows qr = bwd_slot_open(J, w, 0, b, h, qb, kb0, ka, ke, &sl);
+    for (int64_t kb = ka; kb < ke; kb++) {
+        const int64_t j0 = kb * BC;
+        const int bj = (int)(J->c->nk - j0 < BC ? J->c->nk - j0 : BC);
+        backward_tile_f32(J, w, &qr, b, g, h, sl.i0, sl.bi, j0, bj, sl.row0, dkh + j0 * J->dk->stride[2],
+                          dvh + j0 * J->dv->stride[2], sl.acc, sl.lda);
+    }
+    bwd_slot_close(J, w, &sl);
 }
 
 /* Pass 2 for one task: kv head g of batch b, key blocks [kbs, kbe). The task owns dK and dV of its
@@ -1250,13 +1320,31 @@ static void backward_kv_task(const bwd_job *J, const flash_bufs *w, int64_t b, i
         memset(dkh + j * J->dk->stride[2], 0, sizeof(float) * (size_t)cp->d);
         memset(dvh + j * J->dv->stride[2], 0, sizeof(float) * (size_t)cp->dv);
     }
+    /* bf16: query blocks in twos where the first is whole (and dQ, if any, has unit stride) */
+    const int pairs = J->bf && (!J->dq || J->dq->stride[3] == 1);
+    bwd_qslot sl[BWD_QBLOCKS];
+    int nq = 0;
     for (int64_t h = g * cp->group; h < (g + 1) * cp->group; h++)
         for (int64_t qb = 0; qb < J->nqb; qb++) {
             int64_t kb0, kb1;
             key_blocks(cp, qb, &kb0, &kb1);
             const int64_t ka = kbs > kb0 ? kbs : kb0, ke = kbe < kb1 ? kbe : kb1;
-            if (ka < ke) backward_query_block(J, w, b, g, h, qb, kb0, ka, ke, dkh, dvh);
+            if (ka >= ke) continue;
+            if (!J->bf) {
+                backward_query_block(J, w, b, g, h, qb, kb0, ka, ke, dkh, dvh);
+                continue;
+            }
+            bwd_slot_open(J, w, nq, b, h, qb, kb0, ka, ke, &sl[nq]);
+            nq++;
+            if (nq < BWD_QBLOCKS && pairs && sl[nq - 1].bi == BR) continue;
+            bf16_backward_group(J, w, b, g, sl, nq, dkh, dvh);
+            for (int t = 0; t < nq; t++) bwd_slot_close(J, w, &sl[t]);
+            nq = 0;
         }
+    if (nq) {
+        bf16_backward_group(J, w, b, g, sl, nq, dkh, dvh);
+        for (int t = 0; t < nq; t++) bwd_slot_close(J, w, &sl[t]);
+    }
 }
 
 /* Key blocks per pass-2 task. kc sets only the granularity, never a bit of the results, so it
