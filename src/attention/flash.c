@@ -1019,6 +1019,12 @@ typedef struct bwd_rows {
     int64_t ldq, lddo;
 } bwd_rows;
 
+/* Slot t's words in the bf16 backward's buffers: a block's D-long rows transposed into pair words
+ * ((D + 1) / 2 rows of BR, qt and dot), or paired along the queries (BR / 2 rows of D, qp and
+ * dop). */
+static uint32_t *bwd_slot_t(float *buf, int t, int64_t D) { return (uint32_t *)(void *)buf + t * ((D + 1) / 2) * BR; }
+static uint32_t *bwd_slot_pairs(float *buf, int t, int64_t D) { return (uint32_t *)(void *)buf + t * (BR / 2) * D; }
+
 /* A query block's operands: fp32 (slot 0 only) Q^T, dO^T, and Q and dO rows; bf16 into slot t
  * (bwd_qslot): Q^T and dO^T as B words over d / dv, Q and dO rows paired. */
 static bwd_rows backward_pack_block(const bwd_job *J, const flash_bufs *w, int t, int64_t qoff, int64_t goff, int bi) {
@@ -1028,13 +1034,11 @@ static bwd_rows backward_pack_block(const bwd_job *J, const flash_bufs *w, int t
     bwd_rows r = {w->qp, w->dop, d, dv};
     if (J->bf) {
         words_rows_t(kr, rows_are_words(q), q->data16 + qoff, q->stride[2], q->stride[3], bi, d,
-                     (uint32_t *)(void *)w->qt + t * ((d + 1) / 2) * BR);
+                     bwd_slot_t(w->qt, t, d));
         words_rows_t(kr, rows_are_words(dout), dout->data16 + goff, dout->stride[2], dout->stride[3], bi, dv,
-                     (uint32_t *)(void *)w->dot + t * J->dpv * BR);
-        words_vnni(J->hk, q->data16 + qoff, q->stride[2], q->stride[3], bi, d,
-                   (uint32_t *)(void *)w->qp + t * (BR / 2) * d);
-        words_vnni(J->hk, dout->data16 + goff, dout->stride[2], dout->stride[3], bi, dv,
-                   (uint32_t *)(void *)w->dop + t * (BR / 2) * dv);
+                     bwd_slot_t(w->dot, t, dv));
+        words_vnni(J->hk, q->data16 + qoff, q->stride[2], q->stride[3], bi, d, bwd_slot_pairs(w->qp, t, d));
+        words_vnni(J->hk, dout->data16 + goff, dout->stride[2], dout->stride[3], bi, dv, bwd_slot_pairs(w->dop, t, dv));
         return r;
     }
     const float *qi = q->data + qoff, *goi = dout->data + goff;
@@ -1123,9 +1127,9 @@ static int bf16_bwd_fused(const attn_bf16_kernels *hk, const attn_flash_kernels 
 }
 
 /* One query block of the backward (the fp32 path's alone, or one of the bf16 path's group,
- * bf16_backward_group): slot t of the packed buffers (Q^T and dO^T words at t (d + 1) / 2 BR and t (dv + 1) / 2 BR words, Q and dO paired
- * at t BR / 2 pair rows, P and dS words at column t BR / 2 of w1 / w2, dS's key pairs for dQ at
- * t DQ_TILES BC / 2 BR words of w->ds). */
+ * bf16_backward_group) in slot t of the packed buffers: Q^T and dO^T words at bwd_slot_t, Q and dO
+ * paired at bwd_slot_pairs, P and dS words at column t BR / 2 of w1 / w2, dS's key pairs for dQ
+ * at t DQ_TILES BC / 2 BR words of w->ds. */
 typedef struct bwd_qslot {
     int64_t h, i0, row0, ka, ke, kb0;
     int bi, pend;     /* pend: first key position whose dS words wait for the dQ product, -1 none */
@@ -1145,8 +1149,8 @@ static uint32_t *bf16_backward_tile(const bwd_job *J, const flash_bufs *w, int t
     const attn_tensor *v = J->v;
     const flash_rows rs = J->rs;
     const int bi = sl->bi, general = J->general;
-    const int64_t row0 = sl->row0, dp = (c->d + 1) / 2;
-    uint32_t *qw = (uint32_t *)(void *)w->qt + t * dp * BR, *dow = (uint32_t *)(void *)w->dot + t * J->dpv * BR,
+    const int64_t row0 = sl->row0;
+    uint32_t *qw = bwd_slot_t(w->qt, t, c->d), *dow = bwd_slot_t(w->dot, t, c->dv),
              *w1 = (uint32_t *)(void *)w->w1 + t * (BR / 2), *w2 = (uint32_t *)(void *)w->w2 + t * (BR / 2),
              *vbuf = (uint32_t *)(void *)w->vp;
     scores_tile_bf16(hk, c, general, J->k, b, g, sl->h, sl->i0, bi, j0, bj, qw, rs.sh + row0, w->s, w->capd, J->qscale,
@@ -1240,20 +1244,19 @@ static void bf16_backward_group(const bwd_job *J, const flash_bufs *w, int64_t b
             for (t1 = t0; t1 + 1 < nq && seen[t1 + 1];) t1++;
             const int kp = (t1 - t0) * (BR / 2) + (sl[t1].bi + 1) / 2;
             J->hk->gemm_pairs(bj, (int)cp->dv, kp, (uint32_t *)(void *)w->w1 + t0 * (BR / 2), BWD_WROW, 1,
-                              (uint32_t *)(void *)w->dop + t0 * (BR / 2) * cp->dv, cp->dv, dvh + j0 * J->dv->stride[2],
-                              J->dv->stride[2], 1, NULL, 1.0f);
+                              bwd_slot_pairs(w->dop, t0, cp->dv), cp->dv, dvh + j0 * J->dv->stride[2], J->dv->stride[2],
+                              1, NULL, 1.0f);
             J->hk->gemm_pairs(bj, (int)cp->d, kp, (uint32_t *)(void *)w->w2 + t0 * (BR / 2), BWD_WROW, 1,
-                              (uint32_t *)(void *)w->qp + t0 * (BR / 2) * cp->d, cp->d, dkh + j0 * J->dk->stride[2],
-                              J->dk->stride[2], 1, NULL, 1.0f);
+                              bwd_slot_pairs(w->qp, t0, cp->d), cp->d, dkh + j0 * J->dk->stride[2], J->dk->stride[2], 1,
+                              NULL, 1.0f);
         }
     }
 }
 
-/* Pass 2 for query block qb of head h against key blocks [ka, ke) of kv head g: dK and dV of those
- * keys accumulate; this run's share of the block's dQ is added after the runs of key blocks
- * kb0 .. ka - 1 (the block's counter), so dQ sums its key blocks in increasing order. */
-/* Slot t for query block qb of head h: its operands packed (returned for the fp32 tiles), its turn
- * for dQ waited for. */
+/* Slot t for query block qb of head h, to run against key blocks [ka, ke) of the task's run: its
+ * operands packed (returned for the fp32 tiles), and its turn for dQ waited for: this run's share
+ * of the block's dQ is added after the runs of key blocks kb0 .. ka - 1 (the block's counter), so
+ * dQ sums its key blocks in increasing order. */
 static bwd_rows bwd_slot_open(const bwd_job *J, const flash_bufs *w, int t, int64_t b, int64_t h, int64_t qb,
                               int64_t kb0, int64_t ka, int64_t ke, bwd_qslot *sl) {
     const attn_ctx *cp = J->c;
@@ -1320,8 +1323,9 @@ static void backward_kv_task(const bwd_job *J, const flash_bufs *w, int64_t b, i
         memset(dkh + j * J->dk->stride[2], 0, sizeof(float) * (size_t)cp->d);
         memset(dvh + j * J->dv->stride[2], 0, sizeof(float) * (size_t)cp->dv);
     }
-    /* bf16: query blocks in twos where the first is whole (and dQ, if any, has unit stride) */
-    const int pairs = J->bf && (!J->dq || J->dq->stride[3] == 1);
+    /* bf16: up to BWD_QBLOCKS query blocks at once while each but the last is whole (and dQ, if
+     * any, has unit stride: only slot 0 may go through w->acc's copy) */
+    const int group = J->bf && (!J->dq || J->dq->stride[3] == 1);
     bwd_qslot sl[BWD_QBLOCKS];
     int nq = 0;
     for (int64_t h = g * cp->group; h < (g + 1) * cp->group; h++)
@@ -1336,7 +1340,7 @@ static void backward_kv_task(const bwd_job *J, const flash_bufs *w, int64_t b, i
             }
             bwd_slot_open(J, w, nq, b, h, qb, kb0, ka, ke, &sl[nq]);
             nq++;
-            if (nq < BWD_QBLOCKS && pairs && sl[nq - 1].bi == BR) continue;
+            if (nq < BWD_QBLOCKS && group && sl[nq - 1].bi == BR) continue;
             bf16_backward_group(J, w, b, g, sl, nq, dkh, dvh);
             for (int t = 0; t < nq; t++) bwd_slot_close(J, w, &sl[t]);
             nq = 0;
