@@ -20,8 +20,9 @@
 
 #define MB 64
 #define NB 256
-#define PB 16 /* rows per packing block */
-#define NP 64 /* columns per B panel: the kernels' register tile width */
+#define PB 16  /* rows of A, columns of a transposed B, pair words of a row-major B per packing task */
+#define GW 256 /* columns per task of the row-major B's pack */
+#define NP 64  /* columns per B panel: the kernels' register tile width */
 
 static size_t round_up(size_t x) { return (x + 15) & ~(size_t)15; }
 
@@ -141,18 +142,24 @@ static void pack_bt(const attn_bf16_kernels *kr, int NPC, int64_t j0, int64_t j1
 static void pack_b(const attn_bf16_kernels *kr, int NPC, int tb, int64_t n, int64_t k, const attn_bf16 *bh,
                    const float *bf, int64_t ldb, uint32_t *bp) {
     const int64_t kp = (k + 1) / 2;
-    if (!tb) { /* one call per panel and PC pair words (one per pair of rows cost more in calls than
-                * in work: pair_rows_f32 5.6% of a bf16 training step, 3.1% so) */
-        const int64_t chunks = (kp + PC - 1) / PC, tasks = (n + NPC - 1) / NPC * chunks;
+    if (!tb) { /* one call per panel and PB pair words (one per pair of rows cost more in calls than
+                * in work: pair_rows_f32 5.6% of a bf16 training step, 3.1% so); a task takes the
+                * panels of GW columns side by side, so each row's GW values (whole cache lines) are
+                * read once for all of them: a task per 16-column panel read every line again from
+                * the L3 or memory for each panel (the pack was 30% of 1024 x 4096 x 4096, AMX) */
+        const int64_t chunks = (kp + PB - 1) / PB, groups = (n + GW - 1) / GW, tasks = groups * chunks;
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tasks; t++) {
-            const int64_t j0 = t / chunks * NPC, p0 = t % chunks * PC;
-            const int rows = (int)(k - 2 * p0 < 2 * PC ? k - 2 * p0 : 2 * PC), w = (int)(n - j0 < NPC ? n - j0 : NPC);
-            uint32_t *dst = bp + j0 * kp + p0 * NPC;
-            if (bf)
-                kr->pair_rows_f32(rows, w, bf + 2 * p0 * ldb + j0, ldb, dst, NPC);
-            else
-                kr->pair_rows_bf16(rows, w, bh + 2 * p0 * ldb + j0, ldb, dst, NPC);
+            const int64_t p0 = t / groups * PB, g0 = t % groups * GW, g1 = g0 + GW < n ? g0 + GW : n;
+            const int rows = (int)(k - 2 * p0 < 2 * PB ? k - 2 * p0 : 2 * PB);
+            for (int64_t j0 = g0; j0 < g1; j0 += NPC) {
+                const int w = (int)(n - j0 < NPC ? n - j0 : NPC);
+                uint32_t *dst = bp + j0 * kp + p0 * NPC;
+                if (bf)
+                    kr->pair_rows_f32(rows, w, bf + 2 * p0 * ldb + j0, ldb, dst, NPC);
+                else
+                    kr->pair_rows_bf16(rows, w, bh + 2 * p0 * ldb + j0, ldb, dst, NPC);
+            }
         }
     } else {
 #pragma omp for schedule(static)
