@@ -142,10 +142,10 @@ static void check_amx_panels(test_rng *r) {
     if (!amx) return;
     attn_bf16_kernels rows = *amx;
     rows.gemm_panels = NULL;
-    /* k 2500: B blocks narrower than 256 columns */
-    static const int64_t sz[][3] = {{1, 1, 1},       {32, 32, 32},  {67, 130, 31},  {130, 300, 128},
-                                    {64, 1536, 384}, {3, 513, 77},  {200, 70, 260}, {96, 48, 1000},
-                                    {70, 100, 500},  {64, 96, 768}, {40, 300, 2500}};
+    /* k 2500: B blocks narrower than 256 columns; 700 x 1000: wider ones */
+    static const int64_t sz[][3] = {{1, 1, 1},       {32, 32, 32},  {67, 130, 31},   {130, 300, 128},
+                                    {64, 1536, 384}, {3, 513, 77},  {200, 70, 260},  {96, 48, 1000},
+                                    {70, 100, 500},  {64, 96, 768}, {40, 300, 2500}, {40, 700, 1000}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
         for (int t = 0; t < 4; t++) {
             const attn_transpose ta = (attn_transpose)(t & 1), tb = (attn_transpose)(t >> 1);
@@ -615,9 +615,11 @@ int main(void) {
     check_amx_panels(&r);
     check_a_in_place(&r);
     check_packed_b(&r);
-    /* k 2500: B blocks narrower than 256 columns (panels) */
-    static const int64_t sz[][3] = {{1, 1, 1},       {4, 64, 2},   {5, 17, 3},     {64, 64, 64},  {67, 130, 31},
-                                    {130, 300, 128}, {3, 513, 77}, {200, 70, 260}, {33, 90, 301}, {40, 300, 2500}};
+    /* k 2500: B blocks narrower than 256 columns; 700 x 1000: a B past 5/8 of a 1-2 MiB L2 in
+     * two blocks wider than 256 columns (panels) */
+    static const int64_t sz[][3] = {{1, 1, 1},     {4, 64, 2},      {5, 17, 3},     {64, 64, 64},
+                                    {67, 130, 31}, {130, 300, 128}, {3, 513, 77},   {200, 70, 260},
+                                    {33, 90, 301}, {40, 300, 2500}, {40, 700, 1000}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)

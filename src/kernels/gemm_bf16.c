@@ -235,11 +235,23 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
      * streamed from the L3 for every task held AMX to 0.82-0.91x (1024 x 3072 x 768 and 2048^3, one
      * and two threads, Sapphire Rapids); vdpbf16ps there 1.03-1.08x. With AMX's panels the block
      * narrows (by 32 columns, to 32) until it fits: at k = 3072 the 256-column block of 1.5 MiB
-     * did not, so every task read B again from the L3 and memory (A-block order). */
+     * did not, so every task read B again from the L3 and memory (A-block order). Where B is
+     * larger than the 5/8 of the L2 that a_runs (below) keeps whole, its blocks widen instead to
+     * the most columns that fit half the L2, in equal blocks (multiples of 32 columns), so every
+     * A block is read once per block from the L3: 256 columns at k = 384 and 768 (196 / 393 KiB)
+     * read all of A 12-16 times for n = 3072 and 4096: 0.50-0.92x the widened blocks (4096 rows). */
     const size_t l2 = attn_cpu_caches()->l2;
+    const int a_runs = kr->gemm_panels && (size_t)((n + 15) / 16 * 16) * (size_t)kp * 4 <= l2 / 8 * 5;
     int nbt = NB;
     if (kr->gemm_panels)
         while (nbt > 32 && (size_t)nbt * (size_t)kp * 4 > l2 / 2) nbt -= 32;
+    if (kr->gemm_panels && !a_runs) {
+        const int64_t most = (int64_t)(l2 / 2 / ((size_t)kp * 4)) / 32 * 32;
+        if (most > nbt) {
+            const int64_t blocks = (n + most - 1) / most;
+            nbt = (int)(((n + blocks - 1) / blocks + 31) / 32 * 32);
+        }
+    }
     const int64_t tm = (m + MB - 1) / MB, tn = (n + nbt - 1) / nbt, tasks = tm * tn;
     int b_major = (size_t)nbt * (size_t)kp * 4 <= l2 / 2;
     /* With B's 16-column panels (AMX), a B whole within 5/8 of the L2 stays there while each A
@@ -251,7 +263,6 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
      * taking turns at A blocks, measured 0.77-1.03x. Which thread computes a block moves no bit. */
     const int threads = attn_threads_for(tasks);
     (void)threads; /* read only by the OpenMP pragmas */
-    const int a_runs = kr->gemm_panels && (size_t)((n + 15) / 16 * 16) * (size_t)kp * 4 <= l2 / 8 * 5;
     if (a_runs) {
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (int64_t t = 0; t < tasks; t++) run_task(kr, t, tn, m, n, kp, 0, nbt, aw, ars, bp, c, ldc, accumulate);
