@@ -136,35 +136,44 @@ static void pack_bt(const attn_bf16_kernels *kr, int NPC, int64_t j0, int64_t j1
 }
 
 /* B (k x n, op(B) given by tb, bf16 bh or float bf) into NPC-column panels at bp: pair word
- * B(2p, j) | B(2p + 1, j) << 16 at bp[(j / NPC) kp NPC + p NPC + j % NPC]. Its loops are
- * worksharing ones: called inside a parallel region they split among its threads, outside it one
- * thread runs them all (the same words either way). */
+ * B(2p, j) | B(2p + 1, j) << 16 at bp[(j / NPC) kp NPC + p NPC + j % NPC], in pack_b_tasks
+ * independent tasks. Row-major B: one call per panel and PB pair words (one per pair of rows cost
+ * more in calls than in work: pair_rows_f32 5.6% of a bf16 training step, 3.1% so); a task takes
+ * the panels of GW columns side by side, so each row's GW values (whole cache lines) are read once
+ * for all of them: a task per 16-column panel read every line again from the L3 or memory for each
+ * panel (the pack was 30% of 1024 x 4096 x 4096, AMX). Transposed B: PB columns a task. */
+static int64_t pack_b_tasks(int tb, int64_t n, int64_t k) {
+    return tb ? (n + PB - 1) / PB : (n + GW - 1) / GW * (((k + 1) / 2 + PB - 1) / PB);
+}
+
+static void pack_b_task(const attn_bf16_kernels *kr, int NPC, int tb, int64_t n, int64_t k, const attn_bf16 *bh,
+                        const float *bf, int64_t ldb, uint32_t *bp, int64_t t) {
+    const int64_t kp = (k + 1) / 2;
+    if (tb) {
+        const int64_t j0 = t * PB;
+        pack_bt(kr, NPC, j0, j0 + PB < n ? j0 + PB : n, k, bh, bf, ldb, bp);
+        return;
+    }
+    const int64_t groups = (n + GW - 1) / GW;
+    const int64_t p0 = t / groups * PB, g0 = t % groups * GW, g1 = g0 + GW < n ? g0 + GW : n;
+    const int rows = (int)(k - 2 * p0 < 2 * PB ? k - 2 * p0 : 2 * PB);
+    for (int64_t j0 = g0; j0 < g1; j0 += NPC) {
+        const int w = (int)(n - j0 < NPC ? n - j0 : NPC);
+        uint32_t *dst = bp + j0 * kp + p0 * NPC;
+        if (bf)
+            kr->pair_rows_f32(rows, w, bf + 2 * p0 * ldb + j0, ldb, dst, NPC);
+        else
+            kr->pair_rows_bf16(rows, w, bh + 2 * p0 * ldb + j0, ldb, dst, NPC);
+    }
+}
+
+/* All of B's tasks in a worksharing loop: called inside a parallel region they split among its
+ * threads, outside it one thread runs them all (the same words either way). */
 static void pack_b(const attn_bf16_kernels *kr, int NPC, int tb, int64_t n, int64_t k, const attn_bf16 *bh,
                    const float *bf, int64_t ldb, uint32_t *bp) {
-    const int64_t kp = (k + 1) / 2;
-    if (!tb) { /* one call per panel and PB pair words (one per pair of rows cost more in calls than
-                * in work: pair_rows_f32 5.6% of a bf16 training step, 3.1% so); a task takes the
-                * panels of GW columns side by side, so each row's GW values (whole cache lines) are
-                * read once for all of them: a task per 16-column panel read every line again from
-                * the L3 or memory for each panel (the pack was 30% of 1024 x 4096 x 4096, AMX) */
-        const int64_t chunks = (kp + PB - 1) / PB, groups = (n + GW - 1) / GW, tasks = groups * chunks;
+    const int64_t tasks = pack_b_tasks(tb, n, k);
 #pragma omp for schedule(static)
-        for (int64_t t = 0; t < tasks; t++) {
-            const int64_t p0 = t / groups * PB, g0 = t % groups * GW, g1 = g0 + GW < n ? g0 + GW : n;
-            const int rows = (int)(k - 2 * p0 < 2 * PB ? k - 2 * p0 : 2 * PB);
-            for (int64_t j0 = g0; j0 < g1; j0 += NPC) {
-                const int w = (int)(n - j0 < NPC ? n - j0 : NPC);
-                uint32_t *dst = bp + j0 * kp + p0 * NPC;
-                if (bf)
-                    kr->pair_rows_f32(rows, w, bf + 2 * p0 * ldb + j0, ldb, dst, NPC);
-                else
-                    kr->pair_rows_bf16(rows, w, bh + 2 * p0 * ldb + j0, ldb, dst, NPC);
-            }
-        }
-    } else {
-#pragma omp for schedule(static)
-        for (int64_t j0 = 0; j0 < n; j0 += PB) pack_bt(kr, NPC, j0, j0 + PB < n ? j0 + PB : n, k, bh, bf, ldb, bp);
-    }
+    for (int64_t t = 0; t < tasks; t++) pack_b_task(kr, NPC, tb, n, k, bh, bf, ldb, bp, t);
 }
 
 /* Task t of the product: a block of C of MB rows and nbt columns, the t-th in A-block order
@@ -218,18 +227,6 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
     const int a_in_place = PAIRS_IN_MEMORY && ah && !ta && k % 2 == 0 && lda % 32 == 0 && (uintptr_t)ah % 64 == 0;
     const uint32_t *aw = a_in_place ? (const uint32_t *)(const void *)ah : ap;
     const int64_t ars = a_in_place ? lda / 2 : kp;
-    /* A(i, p) = a[i lda + p] (or a[p lda + i] transposed); B(p, j) likewise. Packing moves data
-     * and rounds each element on its own, so how it walks never changes a bit; it walks in
-     * blocks (PB rows, TI columns of a transposed A) so that the transposing cases read and
-     * write whole cache lines. */
-#pragma omp parallel num_threads(attn_threads_for((m + MB - 1) / MB))
-    {
-        const int64_t ib = ta ? TI : PB;
-#pragma omp for schedule(static)
-        for (int64_t i0 = 0; i0 < (a_in_place ? 0 : m); i0 += ib)
-            pack_a(kr, ta, i0, i0 + ib < m ? i0 + ib : m, k, ah, af, lda, ap);
-        if (!pre) pack_b(kr, NPC, tb, n, k, bh, bf, ldb, bp);
-    }
     /* Consecutive tasks share a B block (nbt columns, all of k) while it fits in half the L2, so
      * that B stays there and the 4x smaller A blocks stream; else they share an A block. B
      * streamed from the L3 for every task held AMX to 0.82-0.91x (1024 x 3072 x 768 and 2048^3, one
@@ -263,7 +260,42 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
      * taking turns at A blocks, measured 0.77-1.03x. Which thread computes a block moves no bit. */
     const int threads = attn_threads_for(tasks);
     (void)threads; /* read only by the OpenMP pragmas */
-    if (a_runs) {
+    /* Several threads, B packed by this call and wider than A is tall (n > m), each thread's share
+     * of B's columns within 5/8 of the L2: each thread packs its own share of B's columns and
+     * meets all of A with them, so none reads B's words as another core wrote them (the lines
+     * move between the cores' caches) and none waits at a barrier for the pack. 3 alternated
+     * rounds, 2 threads: NN m 64-1024, n 768-1536 > m, k 384-768 1.07-2.24x; the linear layers'
+     * product packing per call (from_f32 NT, m 64-512, n 384-1536) 1.07-2.26x. Not for a B
+     * packed once (the layers' frozen weights): with a float A packed by this call the split
+     * made every thread read A's words as the other wrote them, 0.75-0.99x (320 x 384-1536 x
+     * 384-1536). Which thread computes a column moves no bit. */
+    const int64_t share = ((n + 31) / 32 + threads - 1) / threads * 32; /* columns a thread takes at most */
+    const int n_split = !pre && kr->gemm_panels && threads > 1 && n > m && n >= 64 * (int64_t)threads &&
+                        (size_t)share * (size_t)kp * 4 <= l2 / 8 * 5;
+    /* A(i, p) = a[i lda + p] (or a[p lda + i] transposed); B(p, j) likewise. Packing moves data
+     * and rounds each element on its own, so how it walks never changes a bit; it walks in
+     * blocks (PB rows, TI columns of a transposed A) so that the transposing cases read and
+     * write whole cache lines. */
+#pragma omp parallel num_threads(attn_threads_for((m + MB - 1) / MB)) if (!a_in_place || (!pre && !n_split))
+    {
+        const int64_t ib = ta ? TI : PB;
+#pragma omp for schedule(static)
+        for (int64_t i0 = 0; i0 < (a_in_place ? 0 : m); i0 += ib)
+            pack_a(kr, ta, i0, i0 + ib < m ? i0 + ib : m, k, ah, af, lda, ap);
+        if (!pre && !n_split) pack_b(kr, NPC, tb, n, k, bh, bf, ldb, bp);
+    }
+    if (n_split) {
+        const int64_t c32 = (n + 31) / 32;
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (int part = 0; part < threads; part++) {
+            const int64_t j0 = c32 * part / threads * 32, j1e = c32 * (part + 1) / threads * 32, j1 = j1e < n ? j1e : n,
+                          off = tb ? j0 * ldb : j0;
+            for (int64_t t = 0; t < pack_b_tasks(tb, j1 - j0, k); t++)
+                pack_b_task(kr, NPC, tb, j1 - j0, k, bh ? bh + off : NULL, bf ? bf + off : NULL, ldb, bp + j0 * kp, t);
+            for (int64_t i = 0; i < tm; i++)
+                run_task(kr, i, 1, m, j1 - j0, kp, 0, (int)(j1 - j0), aw, ars, bp + j0 * kp, c + j0, ldc, accumulate);
+        }
+    } else if (a_runs) {
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (int64_t t = 0; t < tasks; t++) run_task(kr, t, tn, m, n, kp, 0, nbt, aw, ars, bp, c, ldc, accumulate);
     } else {
