@@ -616,10 +616,11 @@ int main(void) {
     check_a_in_place(&r);
     check_packed_b(&r);
     /* k 2500: B blocks narrower than 256 columns; 700 x 1000: a B past 5/8 of a 1-2 MiB L2 in
-     * two blocks wider than 256 columns (panels) */
-    static const int64_t sz[][3] = {{1, 1, 1},     {4, 64, 2},      {5, 17, 3},     {64, 64, 64},
-                                    {67, 130, 31}, {130, 300, 128}, {3, 513, 77},   {200, 70, 260},
-                                    {33, 90, 301}, {40, 300, 2500}, {40, 700, 1000}};
+     * two blocks wider than 256 columns (panels); 8 x 4500 x 300: on 2 threads each thread's
+     * columns past 5/8 of the L2, packed and used in blocks */
+    static const int64_t sz[][3] = {{1, 1, 1},     {4, 64, 2},      {5, 17, 3},      {64, 64, 64},
+                                    {67, 130, 31}, {130, 300, 128}, {3, 513, 77},    {200, 70, 260},
+                                    {33, 90, 301}, {40, 300, 2500}, {40, 700, 1000}, {8, 4500, 300}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)

@@ -193,6 +193,23 @@ static void run_task(const attn_bf16_kernels *kr, int64_t t, int64_t per, int64_
                        c + i0 * ldc + j0 + j, ldc, accumulate, NULL, 1.0f);
 }
 
+/* Part `part` of `parts` of the column split (AMX's 16-column panels): columns p0 .. p1 (multiples
+ * of 32 but the last end) packed by the calling thread into their place in bp, in blocks of at most
+ * wb columns, each met by every A block right after it is packed (the block still in the L2). */
+static void run_split_part(const attn_bf16_kernels *kr, int part, int parts, int tb, int64_t m, int64_t n, int64_t k,
+                           const attn_bf16 *bh, const float *bf, int64_t ldb, int64_t wb, const uint32_t *aw,
+                           int64_t ars, uint32_t *bp, float *c, int64_t ldc, int accumulate) {
+    const int64_t kp = (k + 1) / 2, c32 = (n + 31) / 32, tm = (m + MB - 1) / MB;
+    const int64_t p0 = c32 * part / parts * 32, p1e = c32 * (part + 1) / parts * 32, p1 = p1e < n ? p1e : n;
+    for (int64_t j0 = p0; j0 < p1; j0 += wb) {
+        const int64_t j1 = j0 + wb < p1 ? j0 + wb : p1, off = tb ? j0 * ldb : j0;
+        for (int64_t t = 0; t < pack_b_tasks(tb, j1 - j0, k); t++)
+            pack_b_task(kr, 16, tb, j1 - j0, k, bh ? bh + off : NULL, bf ? bf + off : NULL, ldb, bp + j0 * kp, t);
+        for (int64_t i = 0; i < tm; i++)
+            run_task(kr, i, 1, m, j1 - j0, kp, 0, (int)(j1 - j0), aw, ars, bp + j0 * kp, c + j0, ldc, accumulate);
+    }
+}
+
 /* One operand given as bf16 (h) or as float (f, rounded while packing): exactly one is set. B's
  * panels are taken from pb when it was packed for this shape at the active table's panel width. */
 static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
@@ -260,18 +277,20 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
      * taking turns at A blocks, measured 0.77-1.03x. Which thread computes a block moves no bit. */
     const int threads = attn_threads_for(tasks);
     (void)threads; /* read only by the OpenMP pragmas */
-    /* Several threads, B packed by this call and wider than A is tall (n > m), each thread's share
-     * of B's columns within 5/8 of the L2: each thread packs its own share of B's columns and
-     * meets all of A with them, so none reads B's words as another core wrote them (the lines
-     * move between the cores' caches) and none waits at a barrier for the pack. 3 alternated
-     * rounds, 2 threads: NN m 64-1024, n 768-1536 > m, k 384-768 1.07-2.24x; the linear layers'
-     * product packing per call (from_f32 NT, m 64-512, n 384-1536) 1.07-2.26x. Not for a B
+    /* Several threads, B packed by this call and wider than A is tall (n > m): each thread packs
+     * its own share of B's columns and meets all of A with them (run_split_part), so none reads
+     * B's words as another core wrote them (the lines move between the cores' caches) and none
+     * waits at a barrier for the pack; a share past 5/8 of the L2 goes in blocks that fit half of
+     * it, each packed just before its use, where A fits half the L2 (A is read once per block). 3
+     * alternated rounds, 2 threads: NN m 64-1024, n 768-1536 > m, k 384-768 1.07-2.24x, and m
+     * 64-512, n 3072-4096, k 768-1536 (blocks) 1.10-1.78x; the linear layers' product packing per
+     * call (from_f32 NT, m 64-512, n 384-3072) 1.07-2.26x. Not for a B
      * packed once (the layers' frozen weights): with a float A packed by this call the split
      * made every thread read A's words as the other wrote them, 0.75-0.99x (320 x 384-1536 x
      * 384-1536). Which thread computes a column moves no bit. */
     const int64_t share = ((n + 31) / 32 + threads - 1) / threads * 32; /* columns a thread takes at most */
     const int n_split = !pre && kr->gemm_panels && threads > 1 && n > m && n >= 64 * (int64_t)threads &&
-                        (size_t)share * (size_t)kp * 4 <= l2 / 8 * 5;
+                        ((size_t)share * (size_t)kp * 4 <= l2 / 8 * 5 || (size_t)m * (size_t)kp * 4 <= l2 / 2);
     /* A(i, p) = a[i lda + p] (or a[p lda + i] transposed); B(p, j) likewise. Packing moves data
      * and rounds each element on its own, so how it walks never changes a bit; it walks in
      * blocks (PB rows, TI columns of a transposed A) so that the transposing cases read and
@@ -285,16 +304,11 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
         if (!pre && !n_split) pack_b(kr, NPC, tb, n, k, bh, bf, ldb, bp);
     }
     if (n_split) {
-        const int64_t c32 = (n + 31) / 32;
+        const int64_t most = (int64_t)(l2 / 2 / ((size_t)kp * 4)) / 32 * 32;
+        const int64_t wb = (size_t)share * (size_t)kp * 4 <= l2 / 8 * 5 ? share : most > 32 ? most : 32;
 #pragma omp parallel for schedule(static) num_threads(threads)
-        for (int part = 0; part < threads; part++) {
-            const int64_t j0 = c32 * part / threads * 32, j1e = c32 * (part + 1) / threads * 32, j1 = j1e < n ? j1e : n,
-                          off = tb ? j0 * ldb : j0;
-            for (int64_t t = 0; t < pack_b_tasks(tb, j1 - j0, k); t++)
-                pack_b_task(kr, NPC, tb, j1 - j0, k, bh ? bh + off : NULL, bf ? bf + off : NULL, ldb, bp + j0 * kp, t);
-            for (int64_t i = 0; i < tm; i++)
-                run_task(kr, i, 1, m, j1 - j0, kp, 0, (int)(j1 - j0), aw, ars, bp + j0 * kp, c + j0, ldc, accumulate);
-        }
+        for (int part = 0; part < threads; part++)
+            run_split_part(kr, part, threads, tb, m, n, k, bh, bf, ldb, wb, aw, ars, bp, c, ldc, accumulate);
     } else if (a_runs) {
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (int64_t t = 0; t < tasks; t++) run_task(kr, t, tn, m, n, kp, 0, nbt, aw, ars, bp, c, ldc, accumulate);
