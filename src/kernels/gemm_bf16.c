@@ -285,9 +285,11 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
      * alternated rounds, 2 threads: NN m 64-1024, n 768-1536 > m, k 384-768 1.07-2.24x, and m
      * 64-512, n 3072-4096, k 768-1536 (blocks) 1.10-1.78x; the linear layers' product packing per
      * call (from_f32 NT, m 64-512, n 384-3072) 1.07-2.26x. Not for a B
-     * packed once (the layers' frozen weights): with a float A packed by this call the split
-     * made every thread read A's words as the other wrote them, 0.75-0.99x (320 x 384-1536 x
-     * 384-1536). Which thread computes a column moves no bit. */
+     * packed once (the layers' frozen weights): with a float A packed by this call every thread
+     * then reads A's words as the other wrote them, 0.75-0.99x at n < 8 m (320 x 384-1536 x
+     * 384-1536); at n >= 8 m it ran 0.98-1.39x alone, but MiniLM's embeddings around it 0.92x (2
+     * threads, 4 x 40 tokens): the row-wise steps after a layer then read each row's two halves
+     * from two cores' caches. Which thread computes a column moves no bit. */
     const int64_t share = ((n + 31) / 32 + threads - 1) / threads * 32; /* columns a thread takes at most */
     const int n_split = !pre && kr->gemm_panels && threads > 1 && n > m && n >= 64 * (int64_t)threads &&
                         ((size_t)share * (size_t)kp * 4 <= l2 / 8 * 5 || (size_t)m * (size_t)kp * 4 <= l2 / 2);
