@@ -142,7 +142,8 @@ static void check_amx_panels(test_rng *r) {
     if (!amx) return;
     attn_bf16_kernels rows = *amx;
     rows.gemm_panels = NULL;
-    /* k 2500: B blocks narrower than 256 columns; 700 x 1000: wider ones */
+    /* k 2500: B blocks narrower than 256 columns; 700 x 1000: wider ones on one thread, the column
+     * split on several */
     static const int64_t sz[][3] = {{1, 1, 1},       {32, 32, 32},  {67, 130, 31},   {130, 300, 128},
                                     {64, 1536, 384}, {3, 513, 77},  {200, 70, 260},  {96, 48, 1000},
                                     {70, 100, 500},  {64, 96, 768}, {40, 300, 2500}, {40, 700, 1000}};
