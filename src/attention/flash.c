@@ -1299,6 +1299,13 @@ static void bwd_slot_close(const bwd_job *J, const flash_bufs *w, const bwd_qslo
     post_turn(sl->done, (int)(sl->ke - sl->kb0), J->sleepers);
 }
 
+/* The group's products, then each slot's dQ back and the next run's turn. */
+static void bf16_backward_flush(const bwd_job *J, const flash_bufs *w, int64_t b, int64_t g, bwd_qslot *sl, int nq,
+                                float *dkh, float *dvh) {
+    bf16_backward_group(J, w, b, g, sl, nq, dkh, dvh);
+    for (int t = 0; t < nq; t++) bwd_slot_close(J, w, &sl[t]);
+}
+
 /* The fp32 backward of one query block against key blocks [ka, ke) of the task's run. */
 static void backward_query_block(const bwd_job *J, const flash_bufs *w, int64_t b, int64_t g, int64_t h, int64_t qb,
                                  int64_t kb0, int64_t ka, int64_t ke, float *dkh, float *dvh) {
@@ -1341,14 +1348,10 @@ static void backward_kv_task(const bwd_job *J, const flash_bufs *w, int64_t b, i
             bwd_slot_open(J, w, nq, b, h, qb, kb0, ka, ke, &sl[nq]);
             nq++;
             if (nq < BWD_QBLOCKS && group && sl[nq - 1].bi == BR) continue;
-            bf16_backward_group(J, w, b, g, sl, nq, dkh, dvh);
-            for (int t = 0; t < nq; t++) bwd_slot_close(J, w, &sl[t]);
+            bf16_backward_flush(J, w, b, g, sl, nq, dkh, dvh);
             nq = 0;
         }
-    if (nq) {
-        bf16_backward_group(J, w, b, g, sl, nq, dkh, dvh);
-        for (int t = 0; t < nq; t++) bwd_slot_close(J, w, &sl[t]);
-    }
+    if (nq) bf16_backward_flush(J, w, b, g, sl, nq, dkh, dvh);
 }
 
 /* Key blocks per pass-2 task. kc sets only the granularity, never a bit of the results, so it

@@ -202,8 +202,8 @@ static void run_split_part(const attn_bf16_kernels *kr, int part, int parts, int
     const int64_t kp = (k + 1) / 2, c32 = (n + 31) / 32, tm = (m + MB - 1) / MB;
     const int64_t p0 = c32 * part / parts * 32, p1e = c32 * (part + 1) / parts * 32, p1 = p1e < n ? p1e : n;
     for (int64_t j0 = p0; j0 < p1; j0 += wb) {
-        const int64_t j1 = j0 + wb < p1 ? j0 + wb : p1, off = tb ? j0 * ldb : j0;
-        for (int64_t t = 0; t < pack_b_tasks(tb, j1 - j0, k); t++)
+        const int64_t j1 = j0 + wb < p1 ? j0 + wb : p1, off = tb ? j0 * ldb : j0, tasks = pack_b_tasks(tb, j1 - j0, k);
+        for (int64_t t = 0; t < tasks; t++)
             pack_b_task(kr, 16, tb, j1 - j0, k, bh ? bh + off : NULL, bf ? bf + off : NULL, ldb, bp + j0 * kp, t);
         for (int64_t i = 0; i < tm; i++)
             run_task(kr, i, 1, m, j1 - j0, kp, 0, (int)(j1 - j0), aw, ars, bp + j0 * kp, c + j0, ldc, accumulate);
@@ -255,16 +255,15 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
      * A block is read once per block from the L3: 256 columns at k = 384 and 768 (196 / 393 KiB)
      * read all of A 12-16 times for n = 3072 and 4096: 0.50-0.92x the widened blocks (4096 rows). */
     const size_t l2 = attn_cpu_caches()->l2;
+    /* the most columns of B (multiples of 32) whose k fit half the L2 */
+    const int64_t half_l2_cols = (int64_t)(l2 / 2 / ((size_t)kp * 4)) / 32 * 32;
     const int a_runs = kr->gemm_panels && (size_t)((n + 15) / 16 * 16) * (size_t)kp * 4 <= l2 / 8 * 5;
     int nbt = NB;
     if (kr->gemm_panels)
         while (nbt > 32 && (size_t)nbt * (size_t)kp * 4 > l2 / 2) nbt -= 32;
-    if (kr->gemm_panels && !a_runs) {
-        const int64_t most = (int64_t)(l2 / 2 / ((size_t)kp * 4)) / 32 * 32;
-        if (most > nbt) {
-            const int64_t blocks = (n + most - 1) / most;
-            nbt = (int)(((n + blocks - 1) / blocks + 31) / 32 * 32);
-        }
+    if (kr->gemm_panels && !a_runs && half_l2_cols > nbt) {
+        const int64_t blocks = (n + half_l2_cols - 1) / half_l2_cols;
+        nbt = (int)(((n + blocks - 1) / blocks + 31) / 32 * 32);
     }
     const int64_t tm = (m + MB - 1) / MB, tn = (n + nbt - 1) / nbt, tasks = tm * tn;
     int b_major = (size_t)nbt * (size_t)kp * 4 <= l2 / 2;
@@ -291,8 +290,9 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
      * threads, 4 x 40 tokens): the row-wise steps after a layer then read each row's two halves
      * from two cores' caches. Which thread computes a column moves no bit. */
     const int64_t share = ((n + 31) / 32 + threads - 1) / threads * 32; /* columns a thread takes at most */
+    const int share_fits = (size_t)share * (size_t)kp * 4 <= l2 / 8 * 5;
     const int n_split = !pre && kr->gemm_panels && threads > 1 && n > m && n >= 64 * (int64_t)threads &&
-                        ((size_t)share * (size_t)kp * 4 <= l2 / 8 * 5 || (size_t)m * (size_t)kp * 4 <= l2 / 2);
+                        (share_fits || (size_t)m * (size_t)kp * 4 <= l2 / 2);
     /* A(i, p) = a[i lda + p] (or a[p lda + i] transposed); B(p, j) likewise. Packing moves data
      * and rounds each element on its own, so how it walks never changes a bit; it walks in
      * blocks (PB rows, TI columns of a transposed A) so that the transposing cases read and
@@ -306,8 +306,7 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
         if (!pre && !n_split) pack_b(kr, NPC, tb, n, k, bh, bf, ldb, bp);
     }
     if (n_split) {
-        const int64_t most = (int64_t)(l2 / 2 / ((size_t)kp * 4)) / 32 * 32;
-        const int64_t wb = (size_t)share * (size_t)kp * 4 <= l2 / 8 * 5 ? share : most > 32 ? most : 32;
+        const int64_t wb = share_fits ? share : half_l2_cols > 32 ? half_l2_cols : 32;
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (int part = 0; part < threads; part++)
             run_split_part(kr, part, threads, tb, m, n, k, bh, bf, ldb, wb, aw, ars, bp, c, ldc, accumulate);
