@@ -43,17 +43,16 @@ typedef struct tile_config {
     uint8_t rows[16];
 } tile_config;
 
-/* Configure 8 tiles of 16 rows x 64 bytes on the calling thread (its tile state is per thread). */
+/* Configure 8 tiles of 16 rows x 64 bytes on the calling thread (its tile state is per thread).
+ * The configuration is a constant in static storage: GCC 12's _tile_loadconfig declares its asm
+ * operand as a pointer-sized object, so of a configuration built on the stack the compiler may drop
+ * the memset and other stores as dead (seen in a test program) and LDTILECFG then faults (#GP) on
+ * the stack's garbage in the reserved bytes and unused tiles' fields. */
 static void configure(void) {
     static _Thread_local int done;
     if (done) return;
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
+    static const tile_config cfg = {
+        .palette_id = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
     _tile_loadconfig(&cfg);
     done = 1;
 }
