@@ -181,7 +181,8 @@ static void check_panels(test_rng *r) {
                 panels_case(r, sz[i], sz[j], sz[(q + i) % ns], q & 1 ? 3 : 0, j & 1 ? 5 : 0, (i + j + q) & 1);
                 cases++;
             }
-    /* k of 193-384 pair words runs in two halves, the partial sums through C: the same chains */
+    /* k of 193-384 pair words, not a multiple of 16, runs in two halves, the partial sums through C;
+     * 384 runs panel_blocks on all of k: the same chains */
     static const int kps[] = {193, 200, 250, 301, 384, 385};
     for (int q = 0; q < (int)(sizeof kps / sizeof kps[0]); q++)
         for (int i = 0; i < 3; i++) {

@@ -243,6 +243,90 @@ static void block_edge(int m, int n, int kp, int i0, int j0, const uint32_t *a, 
         }
 }
 
+/* The whole 32 x 32 blocks (mf x nf) of gemm_panels when kp is a multiple of 16, row block by row
+ * block, each on all of k. Up to k = 2048, B's tiles are loaded with TILELOADDT1 (the non-temporal
+ * hint): they stream from the L2 once per row block, and without the hint they pushed the row
+ * block's A out of the L1 (with it, A stays there for k up to 1536 and the k halves of block_full
+ * are not needed: 1.05-1.55x at k 384-1536). Past k = 2048 neither operand stays in the L1, and
+ * plain loads with B's next chunk prefetched measured 1.02-1.12x the hinted ones (k 4096).
+ * Without accumulate, C's tile stores overlap products (as oneDNN's AMX kernels do): tiles 0 and 1
+ * go to C and are zeroed right after their last product, tiles 2 and 3 during the next block's
+ * first k chunk, while tiles 0 and 1 take their first products. The loads come in the order of use
+ * (A0, B0, B1, A1). Each element is the same chain over k as block_full's. */
+static void panel_blocks(int mf, int nf, int kp, const uint32_t *a, int64_t ars, const uint32_t *b, float *c,
+                         int64_t ldc, int accumulate) {
+    float *pend = NULL; /* the previous block, its tiles 2 and 3 not yet stored */
+    const int hint = kp <= 1024;
+    if (!accumulate) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int i0 = 0; i0 < mf; i0 += 32) {
+        const uint32_t *a0 = a + (int64_t)i0 * ars, *a1 = a0 + 16 * ars;
+        for (int j0 = 0; j0 < nf; j0 += 32) {
+            const uint32_t *b0 = b + (int64_t)j0 * kp, *b1 = b0 + (int64_t)16 * kp;
+            float *cb = c + (int64_t)i0 * ldc + j0;
+            if (accumulate) {
+                _tile_loadd(0, cb, ldc * 4);
+                _tile_loadd(1, cb + 16, ldc * 4);
+                _tile_loadd(2, cb + 16 * ldc, ldc * 4);
+                _tile_loadd(3, cb + 16 * ldc + 16, ldc * 4);
+            }
+            for (int p0 = 0; p0 < kp; p0 += 16) {
+                const int first = p0 == 0 && pend, last = !accumulate && p0 + 16 == kp;
+                _tile_loadd(4, a0 + p0, ars * 4);
+                if (hint) {
+                    _tile_stream_loadd(6, b0 + (int64_t)p0 * 16, 64);
+                    _tile_stream_loadd(7, b1 + (int64_t)p0 * 16, 64);
+                } else {
+                    _tile_loadd(6, b0 + (int64_t)p0 * 16, 64);
+                    _tile_loadd(7, b1 + (int64_t)p0 * 16, 64);
+                    if (p0 + 16 < kp)
+                        for (int q = 0; q < 16; q++) {
+                            __builtin_prefetch(b0 + (int64_t)(p0 + 16 + q) * 16, 0, 3);
+                            __builtin_prefetch(b1 + (int64_t)(p0 + 16 + q) * 16, 0, 3);
+                        }
+                }
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_loadd(5, a1 + p0, ars * 4);
+                if (first) {
+                    _tile_stored(2, pend + 16 * ldc, ldc * 4);
+                    _tile_zero(2);
+                }
+                if (last) {
+                    _tile_stored(0, cb, ldc * 4);
+                    _tile_zero(0);
+                }
+                _tile_dpbf16ps(1, 4, 7);
+                if (first) {
+                    _tile_stored(3, pend + 16 * ldc + 16, ldc * 4);
+                    _tile_zero(3);
+                }
+                if (last) {
+                    _tile_stored(1, cb + 16, ldc * 4);
+                    _tile_zero(1);
+                }
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+            if (accumulate) {
+                _tile_stored(0, cb, ldc * 4);
+                _tile_stored(1, cb + 16, ldc * 4);
+                _tile_stored(2, cb + 16 * ldc, ldc * 4);
+                _tile_stored(3, cb + 16 * ldc + 16, ldc * 4);
+            } else {
+                pend = cb;
+            }
+        }
+    }
+    if (pend) {
+        _tile_stored(2, pend + 16 * ldc, ldc * 4);
+        _tile_stored(3, pend + 16 * ldc + 16, ldc * 4);
+    }
+}
+
 #ifdef ATTN_AMX_EMULATE
 void attn_bf16_gemm_panels_amx_emulated(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b,
                                         float *c, int64_t ldc, int accumulate);
@@ -250,29 +334,33 @@ void attn_bf16_gemm_panels_amx_emulated(int m, int n, int kp, const uint32_t *a,
 #else
 static
 #endif
-/* gemm_panels: whole 32 x 32 blocks by block_full on a pair of panels (ldb 16), row block by row
- * block (each 32-row A block stays in the L1 while it meets every panel pair: 1.05-1.10x the
- * panel-pair-outer order, which read A back from the L2 for every pair); then the
+/* gemm_panels: whole 32 x 32 blocks on a pair of panels (ldb 16; panel_blocks, or block_full where
+ * kp is not a multiple of 16), row block by row block (each 32-row A block stays in the L1 while
+ * it meets every panel pair: 1.05-1.10x the panel-pair-outer order, which read A back from the L2
+ * for every pair); then the
  * columns past the last whole pair and the rows past the last whole block, 16 columns at a time by
  * block_edge. Every C element is still one block's chain over all of k, so the order moves no bit. */
 void gemm_panels_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b, float *c, int64_t ldc,
                      int accumulate) {
     configure();
     const int mf = m & ~31, nf = n & ~31;
-    /* k from 193 to 384 pair words in two halves (a multiple of 16 pair words each), so that the
-     * A block (32 rows x a half, <= 24 KiB) stays in the L1 beside the B tiles streaming through:
-     * 1.03-1.09x at k = 768; the partial sums go back to C as floats and are reloaded exactly, so
-     * each element is the same chain. Longer k in more pieces measured slower (0.86-0.96x at k =
-     * 1536 and 3072: the C stores cost more than the A reloads save). */
-    const int kc = kp > 192 && kp <= 384 ? ((kp + 1) / 2 + 15) & ~15 : kp;
-    for (int p0 = 0; p0 < kp; p0 += kc) {
-        const int pk = kp - p0 < kc ? kp - p0 : kc;
-        for (int i0 = 0; i0 < mf; i0 += 32)
-            for (int j0 = 0; j0 < nf; j0 += 32) {
-                const uint32_t *b0 = b + (int64_t)j0 * kp + (int64_t)p0 * 16;
-                block_full(pk, a + (int64_t)i0 * ars + p0, ars, b0, b0 + (int64_t)16 * kp, 16,
-                           c + (int64_t)i0 * ldc + j0, ldc, accumulate || p0 > 0, 1.0f);
-            }
+    if (kp % 16 == 0) {
+        panel_blocks(mf, nf, kp, a, ars, b, c, ldc, accumulate);
+    } else {
+        /* k from 193 to 384 pair words in two halves (a multiple of 16 pair words each), so that
+         * the A block (32 rows x a half, <= 24 KiB) stays in the L1 beside the B tiles streaming
+         * through: 1.03-1.09x at k = 768 (before panel_blocks); the partial sums go back to C as
+         * floats and are reloaded exactly, so each element is the same chain. */
+        const int kc = kp > 192 && kp <= 384 ? ((kp + 1) / 2 + 15) & ~15 : kp;
+        for (int p0 = 0; p0 < kp; p0 += kc) {
+            const int pk = kp - p0 < kc ? kp - p0 : kc;
+            for (int i0 = 0; i0 < mf; i0 += 32)
+                for (int j0 = 0; j0 < nf; j0 += 32) {
+                    const uint32_t *b0 = b + (int64_t)j0 * kp + (int64_t)p0 * 16;
+                    block_full(pk, a + (int64_t)i0 * ars + p0, ars, b0, b0 + (int64_t)16 * kp, 16,
+                               c + (int64_t)i0 * ldc + j0, ldc, accumulate || p0 > 0, 1.0f);
+                }
+        }
     }
     for (int jt = 0; jt < n; jt += 16) {
         const int nt = n - jt < 16 ? n - jt : 16;
