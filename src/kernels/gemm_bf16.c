@@ -194,8 +194,9 @@ static void run_task(const attn_bf16_kernels *kr, int64_t t, int64_t per, int64_
 }
 
 /* Part `part` of `parts` of the column split (AMX's 16-column panels): columns p0 .. p1 (multiples
- * of 32 but the last end) packed by the calling thread into their place in bp, in blocks of at most
- * wb columns, each met by every A block right after it is packed (the block still in the L2). */
+ * of 32 but the last end) packed by the calling thread in blocks of at most wb columns, each into
+ * the part's first words of bp (the lines the last block left in the L2, not new ones from the L3)
+ * and met by every A block right after it is packed. */
 static void run_split_part(const attn_bf16_kernels *kr, int part, int parts, int tb, int64_t m, int64_t n, int64_t k,
                            const attn_bf16 *bh, const float *bf, int64_t ldb, int64_t wb, const uint32_t *aw,
                            int64_t ars, uint32_t *bp, float *c, int64_t ldc, int accumulate) {
@@ -204,9 +205,9 @@ static void run_split_part(const attn_bf16_kernels *kr, int part, int parts, int
     for (int64_t j0 = p0; j0 < p1; j0 += wb) {
         const int64_t j1 = j0 + wb < p1 ? j0 + wb : p1, off = tb ? j0 * ldb : j0, tasks = pack_b_tasks(tb, j1 - j0, k);
         for (int64_t t = 0; t < tasks; t++)
-            pack_b_task(kr, 16, tb, j1 - j0, k, bh ? bh + off : NULL, bf ? bf + off : NULL, ldb, bp + j0 * kp, t);
+            pack_b_task(kr, 16, tb, j1 - j0, k, bh ? bh + off : NULL, bf ? bf + off : NULL, ldb, bp + p0 * kp, t);
         for (int64_t i = 0; i < tm; i++)
-            run_task(kr, i, 1, m, j1 - j0, kp, 0, (int)(j1 - j0), aw, ars, bp + j0 * kp, c + j0, ldc, accumulate);
+            run_task(kr, i, 1, m, j1 - j0, kp, 0, (int)(j1 - j0), aw, ars, bp + p0 * kp, c + j0, ldc, accumulate);
     }
 }
 
@@ -319,11 +320,16 @@ static void gemm_body(const attn_bf16_kernels *kr, int ta, int tb, int64_t m, in
      * then reads A's words as the other wrote them, 0.75-0.99x at n < 8 m (320 x 384-1536 x
      * 384-1536); at n >= 8 m it ran 0.98-1.39x alone, but MiniLM's embeddings around it 0.92x (2
      * threads, 4 x 40 tokens): the row-wise steps after a layer then read each row's two halves
-     * from two cores' caches. Which thread computes a column moves no bit. */
+     * from two cores' caches. On one thread, for at most 128 rows where B is past 5/8 of the L2,
+     * the same blocks: B's pack otherwise wrote all of B out to the L3 and read it back (33% of
+     * 128 x 3072 x 768), where the blocks, each packed into the same words, stay in the L2:
+     * 1.11-1.17x at m 128, n 2304-3072, k 768 (NN and from_f32 NT), 0.94-1.09x at m 256-512, so
+     * not there. Which thread computes a column moves no bit. */
     const int64_t share = ((n + 31) / 32 + threads - 1) / threads * 32; /* columns a thread takes at most */
     const int share_fits = (size_t)share * (size_t)kp * 4 <= l2 / 8 * 5;
-    const int n_split = !pre && kr->gemm_panels && threads > 1 && n > m && n >= 64 * (int64_t)threads &&
-                        (share_fits || (size_t)m * (size_t)kp * 4 <= l2 / 2);
+    const int a_fits = (size_t)m * (size_t)kp * 4 <= l2 / 2;
+    const int n_split = !pre && kr->gemm_panels && n > m && n >= 64 * (int64_t)threads &&
+                        (threads > 1 ? share_fits || a_fits : !share_fits && a_fits && m <= 128);
     /* A(i, p) = a[i lda + p] (or a[p lda + i] transposed); B(p, j) likewise. Packing moves data
      * and rounds each element on its own, so how it walks never changes a bit; it walks in
      * blocks (PB rows, TI columns of a transposed A) so that the transposing cases read and
