@@ -211,12 +211,12 @@ static void run_split_part(const attn_bf16_kernels *kr, int part, int parts, int
     }
 }
 
-/* One operand given as bf16 (h) or as float (f, rounded while packing): exactly one is set. B's
- * panels are taken from pb when it was packed for this shape at the active table's panel width. */
 static void gemm_body(const attn_bf16_kernels *kr, int ta, int tb, int64_t m, int64_t n, int64_t k, const attn_bf16 *ah,
                       const float *af, int64_t lda, const attn_bf16 *bh, const float *bf, int64_t ldb,
                       const attn_bf16_packed_b *pb, int accumulate, float *c, int64_t ldc, void *workspace);
 
+/* One operand given as bf16 (h) or as float (f, rounded while packing): exactly one is set. B's
+ * panels are taken from pb when it was packed for this shape at the active table's panel width. */
 static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpose transb, int64_t m, int64_t n,
                             int64_t k, const attn_bf16 *ah, const float *af, int64_t lda, const attn_bf16 *bh,
                             const float *bf, int64_t ldb, const attn_bf16_packed_b *pb, int accumulate, float *c,
