@@ -691,7 +691,9 @@ int main(void) {
     test_sentencepiece();
     test_llama3_split();
     test_alloc_fail();
+    /* every file the tests wrote, so that the directory goes too */
     unlink(write_text("tokenizer.json", ""));
-    rmdir(dir);
+    unlink(write_text("bad.json", ""));
+    if (rmdir(dir)) perror(dir);
     return test_summary("test_tokenizer");
 }
