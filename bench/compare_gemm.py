@@ -5,14 +5,20 @@ the same shape in --peer-python's interpreter (same method: a warmup, samples of
 median), --rounds times in turn, and prints each side's best round and the ratio attn / torch.
 fp32: attn_sgemm against torch.matmul of float32 tensors. bf16: attn_gemm_bf16 (bf16 A and B,
 float C) against torch.matmul of bfloat16 tensors (bf16 C: half the result bytes attn writes).
+--onednn PREFIX adds oneDNN's matmul called directly (bench/onednn_matmul.c, compiled here against
+PREFIX/include and PREFIX/lib): float C from bf16 A and B as attn writes it, so the bf16 rows meet
+a peer doing the same work; a sequential oneDNN build gives only the 1-thread rows.
 Usage: python3 bench/compare_gemm.py --peer-python VENV/bin/python [--attn build/attn]
        [--shapes 4096x384x384,2048x2048x2048] [--threads 1,2] [--dtype f32,bf16] [--rounds 3]
+       [--onednn PREFIX]
 A shape is M x N x K (C is M x N, the reduction K), as `attn bench gemm --m --n --k`."""
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -70,6 +76,26 @@ def peer_row(python, m, n, k, threads, dtype):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def build_onednn_peer(prefix, workdir):
+    lib = next((os.path.join(prefix, d) for d in ("lib", "lib64") if os.path.isdir(os.path.join(prefix, d))), None)
+    if not lib or not os.path.isfile(os.path.join(prefix, "include", "oneapi", "dnnl", "dnnl.h")):
+        raise SystemExit(f"compare_gemm: no oneDNN at {prefix} (want include/oneapi/dnnl/dnnl.h and lib/libdnnl.so)")
+    exe = os.path.join(workdir, "onednn_matmul")
+    cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
+    subprocess.run([cc, "-O2", "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-I", os.path.join(prefix, "include"),
+                    os.path.join(HERE, "onednn_matmul.c"), "-L", lib, "-ldnnl", f"-Wl,-rpath,{lib}", "-o", exe],
+                   check=True)
+    return exe
+
+
+def onednn_row(exe, m, n, k, threads, dtype):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([exe, str(m), str(n), str(k), str(threads), dtype], check=True, capture_output=True,
+                         text=True, env=env).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    return None if r["sequential"] and threads > 1 else r
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attn", default=os.path.join(HERE, "..", "build", "attn"))
@@ -80,6 +106,7 @@ def main():
     ap.add_argument("--dtype", default="f32,bf16")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--onednn", metavar="PREFIX", help="also oneDNN's matmul, float C (a oneDNN installed at PREFIX)")
     args = ap.parse_args()
     dtypes = [d for d in args.dtype.split(",") if d]
     if not dtypes or any(d not in ("f32", "bf16") for d in dtypes):
@@ -87,30 +114,50 @@ def main():
     threads = [int(t) for t in args.threads.split(",") if t]
     if not threads or any(t < 1 for t in threads) or args.rounds < 1:
         raise SystemExit("compare_gemm: --threads and --rounds take positive integers")
+    workdir = tempfile.mkdtemp(prefix="compare_gemm.")
+    try:
+        onednn = build_onednn_peer(args.onednn, workdir) if args.onednn else None
+        return run(args, dtypes, threads, onednn)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(args, dtypes, threads, onednn):
     if not args.json:
         print(f"{'shape (m x n x k)':<22}{'dtype':<6}{'thr':>4}{'attn GF/s':>11}{'peak':>7}{'torch GF/s':>12}"
-              f"{'attn/torch':>12}")
+              f"{'attn/torch':>12}" + (f"{'oneDNN GF/s':>13}{'attn/oneDNN':>13}" if onednn else ""))
     for (m, n, k) in shapes(args.shapes):
         for t in threads:
             for dt in dtypes:
-                best_a, best_p, version = None, None, ""
-                for _ in range(args.rounds):  # alternated: attn, torch, attn, torch ...
+                best_a, best_p, best_o, version = None, None, None, ""
+                for _ in range(args.rounds):  # alternated: attn, torch (, oneDNN), attn, torch ...
                     a = attn_row(args.attn, m, n, k, t, dt)
                     p = peer_row(args.peer_python, m, n, k, t, dt)
+                    o = onednn_row(onednn, m, n, k, t, dt) if onednn else None
                     if best_a is None or a["gflops"] > best_a["gflops"]:
                         best_a = a
                     if best_p is None or p["gflops"] > best_p["gflops"]:
                         best_p = p
+                    if o and (best_o is None or o["gflops"] > best_o["gflops"]):
+                        best_o = o
                     version = p["torch"]
                 ratio = best_a["gflops"] / best_p["gflops"]
+                ratio_o = best_a["gflops"] / best_o["gflops"] if best_o else None
                 if args.json:
-                    print(json.dumps({"m": m, "n": n, "k": k, "threads": t, "dtype": dt, "attn_gflops": best_a["gflops"],
-                                      "peak_fraction": best_a.get("peak_fraction"), "torch_gflops": best_p["gflops"],
-                                      "torch": version, "ratio": ratio}))
+                    row = {"m": m, "n": n, "k": k, "threads": t, "dtype": dt, "attn_gflops": best_a["gflops"],
+                           "peak_fraction": best_a.get("peak_fraction"), "torch_gflops": best_p["gflops"],
+                           "torch": version, "ratio": ratio}
+                    if best_o:
+                        row.update({"onednn_gflops": best_o["gflops"], "onednn": best_o["onednn"],
+                                    "onednn_impl": best_o["impl"], "ratio_onednn": ratio_o})
+                    print(json.dumps(row))
                 else:
                     pf = best_a.get("peak_fraction")
+                    extra = ""
+                    if onednn:
+                        extra = f"{best_o['gflops']:>13.0f}{ratio_o:>13.2f}" if best_o else f"{'-':>13}{'-':>13}"
                     print(f"{f'{m} x {n} x {k}':<22}{dt:<6}{t:>4}{best_a['gflops']:>11.0f}"
-                          f"{(f'{100 * pf:.0f}%' if pf else '-'):>7}{best_p['gflops']:>12.0f}{ratio:>12.2f}",
+                          f"{(f'{100 * pf:.0f}%' if pf else '-'):>7}{best_p['gflops']:>12.0f}{ratio:>12.2f}" + extra,
                           flush=True)
     return 0
 
