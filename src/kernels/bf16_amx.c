@@ -246,9 +246,9 @@ static void block_edge(int m, int n, int kp, int i0, int j0, const uint32_t *a, 
 /* The whole 32 x 32 blocks (mf x nf) of gemm_panels when kp is a multiple of 16, row block by row
  * block, each on all of k. Up to k = 2048, B's tiles are loaded with TILELOADDT1 (the non-temporal
  * hint): they stream from the L2 once per row block, and without the hint they pushed the row
- * block's A out of the L1 (with it, A stays there for k up to 1536 and the k halves of block_full
- * are not needed: 1.05-1.55x at k 384-1536). Past k = 2048 neither operand stays in the L1, and
- * plain loads with B's next chunk prefetched measured 1.02-1.12x the hinted ones (k 4096).
+ * block's A (32 x kp words: 48 KiB at k 768) out of the L1; with it, A's lines stay, and the k
+ * halves block_full needed at k 386-768 are not: 1.05-1.55x at k 384-1536. Past k = 2048 plain
+ * loads with B's next chunk prefetched measured 1.02-1.12x the hinted ones (k 4096).
  * Without accumulate, C's tile stores overlap products (as oneDNN's AMX kernels do): tiles 0 and 1
  * go to C and are zeroed right after their last product, tiles 2 and 3 during the next block's
  * first k chunk, while tiles 0 and 1 take their first products. The loads come in the order of use
@@ -337,9 +337,9 @@ static
 /* gemm_panels: whole 32 x 32 blocks on a pair of panels (ldb 16; panel_blocks, or block_full where
  * kp is not a multiple of 16), row block by row block (each 32-row A block stays in the L1 while
  * it meets every panel pair: 1.05-1.10x the panel-pair-outer order, which read A back from the L2
- * for every pair); then the
- * columns past the last whole pair and the rows past the last whole block, 16 columns at a time by
- * block_edge. Every C element is still one block's chain over all of k, so the order moves no bit. */
+ * for every pair); then the columns past the last whole pair and the rows past the last whole
+ * block, 16 columns at a time by block_edge. Every C element is still one block's chain over all
+ * of k, so the order moves no bit. */
 void gemm_panels_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b, float *c, int64_t ldc,
                      int accumulate) {
     configure();
