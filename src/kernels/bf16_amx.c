@@ -103,6 +103,29 @@ static inline void dp(int t) {
     }
 }
 
+/* The 2 x 2 block's four C tiles (0 1 / 2 3): from or to a 32 x 32 block of C (row stride ldc
+ * floats), or zeroed. */
+static inline void load_block(const float *c, int64_t ldc) {
+    _tile_loadd(0, c, ldc * 4);
+    _tile_loadd(1, c + 16, ldc * 4);
+    _tile_loadd(2, c + 16 * ldc, ldc * 4);
+    _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+}
+
+static inline void zero_block(void) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+}
+
+static inline void store_block(float *c, int64_t ldc) {
+    _tile_stored(0, c, ldc * 4);
+    _tile_stored(1, c + 16, ldc * 4);
+    _tile_stored(2, c + 16 * ldc, ldc * 4);
+    _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+}
+
 /* A block of C of 32 x 32 wholly inside C with A's pairs contiguous (acs 1), all kp pair words;
  * B's columns 0-15 of the block at b0, 16-31 at b1, pair row p of each at + p ldb (gemm_pairs: b1
  * = b0 + 16 in one row-major B; gemm_panels: two 16-column panels, ldb 16, so each B tile is 1 KB
@@ -114,15 +137,9 @@ static inline void dp(int t) {
 static void block_full(int kp, const uint32_t *a, int64_t ars, const uint32_t *b0, const uint32_t *b1, int64_t ldb,
                        float *c, int64_t ldc, int accumulate, float outscale) {
     if (!accumulate) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
+        zero_block();
     } else {
-        _tile_loadd(0, c, ldc * 4);
-        _tile_loadd(1, c + 16, ldc * 4);
-        _tile_loadd(2, c + 16 * ldc, ldc * 4);
-        _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+        load_block(c, ldc);
     }
     const uint32_t *a1 = a + 16 * ars;
     const int full_hi = kp & ~15;
@@ -161,10 +178,7 @@ static void block_full(int kp, const uint32_t *a, int64_t ars, const uint32_t *b
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, c, ldc * 4);
-    _tile_stored(1, c + 16, ldc * 4);
-    _tile_stored(2, c + 16 * ldc, ldc * 4);
-    _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+    store_block(c, ldc);
     if (outscale != 1.0f)
         for (int i = 0; i < 32; i++)
             for (int j = 0; j < 32; j++) c[(int64_t)i * ldc + j] *= outscale;
@@ -258,22 +272,14 @@ static void panel_blocks(int mf, int nf, int kp, const uint32_t *a, int64_t ars,
     float *pend = NULL; /* the previous block, its tiles 2 and 3 not yet stored */
     const int hint = kp <= 1024;
     if (!accumulate) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
+        zero_block();
     }
     for (int i0 = 0; i0 < mf; i0 += 32) {
         const uint32_t *a0 = a + (int64_t)i0 * ars, *a1 = a0 + 16 * ars;
         for (int j0 = 0; j0 < nf; j0 += 32) {
             const uint32_t *b0 = b + (int64_t)j0 * kp, *b1 = b0 + (int64_t)16 * kp;
             float *cb = c + (int64_t)i0 * ldc + j0;
-            if (accumulate) {
-                _tile_loadd(0, cb, ldc * 4);
-                _tile_loadd(1, cb + 16, ldc * 4);
-                _tile_loadd(2, cb + 16 * ldc, ldc * 4);
-                _tile_loadd(3, cb + 16 * ldc + 16, ldc * 4);
-            }
+            if (accumulate) load_block(cb, ldc);
             for (int p0 = 0; p0 < kp; p0 += 16) {
                 const int first = p0 == 0 && pend, last = !accumulate && p0 + 16 == kp;
                 _tile_loadd(4, a0 + p0, ars * 4);
@@ -312,10 +318,7 @@ static void panel_blocks(int mf, int nf, int kp, const uint32_t *a, int64_t ars,
                 _tile_dpbf16ps(3, 5, 7);
             }
             if (accumulate) {
-                _tile_stored(0, cb, ldc * 4);
-                _tile_stored(1, cb + 16, ldc * 4);
-                _tile_stored(2, cb + 16 * ldc, ldc * 4);
-                _tile_stored(3, cb + 16 * ldc + 16, ldc * 4);
+                store_block(cb, ldc);
             } else {
                 pend = cb;
             }
@@ -431,10 +434,7 @@ float attn_amx_loop_tiles(int64_t iters, int *chains, int *lanes) {
     _tile_loadd(5, src, 64);
     _tile_loadd(6, src, 64);
     _tile_loadd(7, src, 64);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    zero_block();
     for (int64_t it = 0; it < iters; it++) {
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);

@@ -26,6 +26,10 @@
 
 static size_t round_up(size_t x) { return (x + 15) & ~(size_t)15; }
 
+/* B's panel width for a table: NP columns for the register-tile kernels; 16 where the table takes
+ * panels (AMX: a panel's 16 pair rows of 16 words are one B tile, 1 KB contiguous) */
+static int panel_cols(const attn_bf16_kernels *kr) { return kr->gemm_panels ? 16 : NP; }
+
 /* On a little-endian CPU a pair word is its two bf16 as they lie in memory (the even one is the
  * low half), so packing copies words. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -236,9 +240,7 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
                           (long long)n, (long long)k);
     const attn_bf16_kernels *kr = attn_bf16_kernels_active();
     const int ta = transa == ATTN_TRANS, tb = transb == ATTN_TRANS;
-    /* B's panels: NP columns for the register-tile kernels; 16 where the table takes panels
-     * (AMX: a panel's 16 pair rows of 16 words are one B tile, 1 KB contiguous) */
-    const int NPC = kr->gemm_panels ? 16 : NP;
+    const int NPC = panel_cols(kr);
     const int pre = pb && pb->words && pb->npc == NPC && pb->n == n && pb->k == k;
     /* On AMX's panels, k past 2048 with at most 512 rows goes in pieces of 1024, each a product of
      * its own that adds to C: each piece's B block (the columns of half the L2) is wider, so A is
@@ -266,7 +268,7 @@ static void gemm_body(const attn_bf16_kernels *kr, int ta, int tb, int64_t m, in
                       const float *af, int64_t lda, const attn_bf16 *bh, const float *bf, int64_t ldb,
                       const attn_bf16_packed_b *pb, int accumulate, float *c, int64_t ldc, void *workspace) {
     const int64_t kp = (k + 1) / 2;
-    const int NPC = kr->gemm_panels ? 16 : NP;
+    const int NPC = panel_cols(kr);
     uint32_t *ap = (uint32_t *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
     const int pre = pb != NULL;
     uint32_t *bp = pre ? pb->words : ap + round_up((size_t)m * (size_t)kp);
@@ -323,12 +325,11 @@ static void gemm_body(const attn_bf16_kernels *kr, int ta, int tb, int64_t m, in
      * it, each packed just before its use, where A fits half the L2 (A is read once per block). 3
      * alternated rounds, 2 threads: NN m 64-1024, n 768-1536 > m, k 384-768 1.07-2.24x, and m
      * 64-512, n 3072-4096, k 768-1536 (blocks) 1.10-1.78x; the linear layers' product packing per
-     * call (from_f32 NT, m 64-512, n 384-3072) 1.07-2.26x. Not for a B
-     * packed once (the layers' frozen weights): with a float A packed by this call every thread
-     * then reads A's words as the other wrote them, 0.75-0.99x at n < 8 m (320 x 384-1536 x
-     * 384-1536); at n >= 8 m it ran 0.98-1.39x alone, but MiniLM's embeddings around it 0.92x (2
-     * threads, 4 x 40 tokens): the row-wise steps after a layer then read each row's two halves
-     * from two cores' caches. On one thread, for at most 128 rows where B is past 5/8 of the L2,
+     * call (from_f32 NT, m 64-512, n 384-3072) 1.07-2.26x. Not for a B packed once (the layers'
+     * frozen weights): with a float A packed by this call every thread then reads A's words as
+     * the other wrote them, 0.75-0.99x at n < 8 m (320 x 384-1536 x 384-1536); at n >= 8 m it ran
+     * 0.98-1.39x alone, but MiniLM's embeddings around it 0.92x (2 threads, 4 x 40 tokens): the
+     * row-wise steps after a layer then read each row's two halves from two cores' caches. On one thread, for at most 128 rows where B is past 5/8 of the L2,
      * the same blocks: B's pack otherwise wrote all of B out to the L3 and read it back (33% of
      * 128 x 3072 x 768), where the blocks, each packed into the same words, stay in the L2:
      * 1.11-1.17x at m 128, n 2304-3072, k 768 (NN and from_f32 NT), 0.94-1.09x at m 256-512, so
@@ -402,7 +403,7 @@ attn_status attn_bf16_pack_b(attn_transpose transb, int64_t n, int64_t k, const 
         return attn_error(ATTN_ERR_UNSUPPORTED, "%s: sizes above 2^31 (n = %lld, k = %lld)", fn, (long long)n,
                           (long long)k);
     const attn_bf16_kernels *kr = attn_bf16_kernels_active();
-    const int NPC = kr->gemm_panels ? 16 : NP;
+    const int NPC = panel_cols(kr);
     const int64_t kp = (k + 1) / 2;
     size_t words;
     if (attn_mul_overflow(((size_t)n + NPC - 1) / NPC * NPC, (size_t)kp, &words) || words > SIZE_MAX / 4 - 64)
