@@ -114,12 +114,10 @@ def main():
     threads = [int(t) for t in args.threads.split(",") if t]
     if not threads or any(t < 1 for t in threads) or args.rounds < 1:
         raise SystemExit("compare_gemm: --threads and --rounds take positive integers")
-    workdir = tempfile.mkdtemp(prefix="compare_gemm.")
-    try:
-        onednn = build_onednn_peer(args.onednn, workdir) if args.onednn else None
-        return run(args, dtypes, threads, onednn)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    if not args.onednn:
+        return run(args, dtypes, threads, None)
+    with tempfile.TemporaryDirectory(prefix="compare_gemm.") as workdir:  # the peer's executable
+        return run(args, dtypes, threads, build_onednn_peer(args.onednn, workdir))
 
 
 def run(args, dtypes, threads, onednn):
