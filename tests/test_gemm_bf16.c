@@ -144,10 +144,11 @@ static void check_amx_panels(test_rng *r) {
     rows.gemm_panels = NULL;
     /* k 2500: B blocks narrower than 256 columns; 700 x 1000: wider ones on one thread, the column
      * split on several; k 2080 (1040 pair words, a multiple of 16 past 1024): panel_blocks' plain
-     * B loads, the shorter multiples of 16 its hinted ones */
-    static const int64_t sz[][3] = {{1, 1, 1},       {32, 32, 32},    {67, 130, 31},  {130, 300, 128}, {64, 1536, 384},
-                                    {3, 513, 77},    {200, 70, 260},  {96, 48, 1000}, {70, 100, 500},  {64, 96, 768},
-                                    {40, 300, 2500}, {40, 700, 1000}, {48, 100, 2080}};
+     * B loads, the shorter multiples of 16 its hinted ones; 57 and 1 rows: edge_rows with two row
+     * tiles and with one, over several slabs of k ending in a partial chunk */
+    static const int64_t sz[][3] = {{1, 1, 1},       {32, 32, 32},    {67, 130, 31},   {130, 300, 128}, {64, 1536, 384},
+                                    {3, 513, 77},    {200, 70, 260},  {96, 48, 1000},  {70, 100, 500},  {64, 96, 768},
+                                    {40, 300, 2500}, {40, 700, 1000}, {48, 100, 2080}, {57, 100, 700},  {1, 200, 1100}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
         for (int t = 0; t < 4; t++) {
             const attn_transpose ta = (attn_transpose)(t & 1), tb = (attn_transpose)(t >> 1);

@@ -330,6 +330,70 @@ static void panel_blocks(int mf, int nf, int kp, const uint32_t *a, int64_t ars,
     }
 }
 
+/* The rows past the last whole 32-row block (mr of them, 1 to 31) against n16 columns of whole
+ * 16-column panels. A's rows are staged once per slab of EDGE_SLAB pair words into a buffer
+ * padded with zero rows and words (block_edge staged a tile of them for every panel and 16 pair
+ * words: at m = 1, a generation step, that was most of the product's time); C's rows go through
+ * a staged tile where fewer than 16 are real. The slabs meet through C as floats, loaded back
+ * exactly, so each element is block_edge's chain over k. */
+#define EDGE_SLAB 256
+static void edge_rows(int mr, int n16, int kp, const uint32_t *a, int64_t ars, const uint32_t *b, float *c, int64_t ldc,
+                      int accumulate) {
+    uint32_t ab[32 * EDGE_SLAB] __attribute__((aligned(64)));
+    uint32_t bb[16 * 16] __attribute__((aligned(64)));
+    float cb[2][16 * 16] __attribute__((aligned(64)));
+    const int hn = (mr + 15) / 16;
+    memset(cb, 0, sizeof cb); /* the rows past mr are never copied in: keep them defined */
+    for (int s0 = 0; s0 < kp; s0 += EDGE_SLAB) {
+        const int sk = kp - s0 < EDGE_SLAB ? kp - s0 : EDGE_SLAB, sc = (sk + 15) & ~15;
+        for (int i = 0; i < 16 * hn; i++) {
+            uint32_t *dst = ab + i * EDGE_SLAB;
+            const int real = i < mr ? sk : 0;
+            if (real) memcpy(dst, a + (int64_t)i * ars + s0, (size_t)real * 4);
+            memset(dst + real, 0, (size_t)(sc - real) * 4);
+        }
+        const int acc = accumulate || s0 > 0;
+        for (int j0 = 0; j0 < n16; j0 += 16) {
+            const uint32_t *bp = b + (int64_t)j0 * kp;
+            float *cp = c + j0;
+            for (int h = 0; h < hn; h++) {
+                const int rows = mr - 16 * h < 16 ? mr - 16 * h : 16;
+                if (!acc) {
+                    zero_c(2 * h);
+                } else if (rows == 16) {
+                    load_c(2 * h, cp + (int64_t)16 * h * ldc, ldc * 4);
+                } else {
+                    for (int i = 0; i < rows; i++) memcpy(cb[h] + 16 * i, cp + (int64_t)(16 * h + i) * ldc, 64);
+                    load_c(2 * h, cb[h], 64);
+                }
+            }
+            for (int p = 0; p < sc; p += 16) {
+                const int pk = kp - (s0 + p) < 16 ? kp - (s0 + p) : 16;
+                if (pk == 16) {
+                    load_b(0, bp + (int64_t)(s0 + p) * 16, 64);
+                } else {
+                    memcpy(bb, bp + (int64_t)(s0 + p) * 16, (size_t)pk * 64);
+                    memset(bb + pk * 16, 0, (size_t)(16 - pk) * 64);
+                    load_b(0, bb, 64);
+                }
+                for (int h = 0; h < hn; h++) {
+                    load_a(h, ab + h * 16 * EDGE_SLAB + p, EDGE_SLAB * 4);
+                    dp(2 * h);
+                }
+            }
+            for (int h = 0; h < hn; h++) {
+                const int rows = mr - 16 * h < 16 ? mr - 16 * h : 16;
+                if (rows == 16) {
+                    store_c(2 * h, cp + (int64_t)16 * h * ldc, ldc * 4);
+                } else {
+                    store_c(2 * h, cb[h], 64);
+                    for (int i = 0; i < rows; i++) memcpy(cp + (int64_t)(16 * h + i) * ldc, cb[h] + 16 * i, 64);
+                }
+            }
+        }
+    }
+}
+
 #ifdef ATTN_AMX_EMULATE
 void attn_bf16_gemm_panels_amx_emulated(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b,
                                         float *c, int64_t ldc, int accumulate);
@@ -340,8 +404,9 @@ static
 /* gemm_panels: whole 32 x 32 blocks on a pair of panels (ldb 16; panel_blocks, or block_full where
  * kp is not a multiple of 16), row block by row block (each 32-row A block stays in the L1 while
  * it meets every panel pair: 1.05-1.10x the panel-pair-outer order, which read A back from the L2
- * for every pair); then the columns past the last whole pair and the rows past the last whole
- * block, 16 columns at a time by block_edge. Every C element is still one block's chain over all
+ * for every pair); then the rows past the last whole block against the whole panels (edge_rows),
+ * and what is left (the columns past the last whole pair, the rows past the last whole block in
+ * the last partial panel) 16 columns at a time by block_edge. Every C element is still one block's chain over all
  * of k, so the order moves no bit. */
 void gemm_panels_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b, float *c, int64_t ldc,
                      int accumulate) {
@@ -365,9 +430,12 @@ void gemm_panels_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, const
                 }
         }
     }
+    const int n16 = n & ~15;
+    if (m > mf && n16 > 0)
+        edge_rows(m - mf, n16, kp, a + (int64_t)mf * ars, ars, b, c + (int64_t)mf * ldc, ldc, accumulate);
     for (int jt = 0; jt < n; jt += 16) {
         const int nt = n - jt < 16 ? n - jt : 16;
-        for (int i0 = jt < nf ? mf : 0; i0 < m; i0 += 32)
+        for (int i0 = jt < nf ? mf : 0; i0 < (jt < n16 ? mf : m); i0 += 32)
             block_edge(m, nt, kp, i0, 0, a, ars, 1, b + (int64_t)jt * kp, 16, c + jt, ldc, accumulate, NULL, 1.0f);
     }
 }
