@@ -11,6 +11,7 @@
 #include "core/alloc.h"
 #include "core/internal.h"
 #include "models_internal.h"
+#include "nn/nn_internal.h"
 
 /* sentence-transformers' modules: where the model is, how it pools, whether it normalises. */
 typedef struct st_modules {
@@ -199,7 +200,9 @@ attn_status attn_pretrained_open(const char *dir, attn_pretrained **out) {
     if (!st) {
         m->family = fam->name;
         m->eos_id = -1;
+        const int prev = attn_nn_random_init_off(1); /* every weight comes from the folder */
         st = fam->open(&f, m);
+        attn_nn_random_init_off(prev);
     }
     if (!st && m->step) st = attn_hf_config_eos(&f, m->eos_ids, ATTN_HF_MAX_EOS, &m->n_eos);
     if (!st && m->n_eos) m->eos_id = m->eos_ids[0];

@@ -124,6 +124,13 @@ attn_status attn_nn_linear_fwd(const char *fn, const float *x, const float *w, c
 attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, const float *dy, float *dx, int acc_dx,
                                float *dw, float *db, int64_t rows, int64_t in, int64_t out, void *ws, size_t bytes);
 
+/* ---- initialisation (params.c) ----
+ * With off set on the calling thread, attn_params_reset (and so every model's creation) gives the
+ * randomly initialised parameters zeros instead: a model about to be loaded from a folder would
+ * otherwise spend seconds drawing weights it overwrites (GPT-2 small: 124 M normal draws, half its
+ * opening time). Returns the previous setting. */
+int attn_nn_random_init_off(int off);
+
 /* ---- Vision Transformer (vit.c) ---- */
 /* attn_vit's parameter names to torchvision's VisionTransformer state_dict names (the map
  * attn_vit_torchvision_names returns; a constant for attn run's table). */

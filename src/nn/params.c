@@ -151,11 +151,20 @@ attn_status attn_params_zero_grad(const attn_params *ps) {
     return ATTN_OK;
 }
 
+static _Thread_local int random_init_off;
+
+int attn_nn_random_init_off(int off) {
+    const int prev = random_init_off;
+    random_init_off = off;
+    return prev;
+}
+
 attn_status attn_params_reset(const attn_params *ps, uint64_t seed) {
     ATTN_CHECK_NOT_NULL("attn_params_reset", ps);
     for (size_t i = 0; i < ps->n; i++) {
         const attn_param *p = &ps->items[i];
-        const nn_pinfo in = ps->info[i];
+        nn_pinfo in = ps->info[i];
+        if (random_init_off && in.init != NN_INIT_ONES) in.init = NN_INIT_ZEROS;
         double recept = 1, fan_in = 1, fan_out = 1;
         for (int d = 2; d < p->rank; d++) recept *= (double)p->shape[d];
         if (p->rank >= 2) {
