@@ -5,7 +5,8 @@
  * attn_pretrained_flops and its fraction of the measured FMA peak (bf16: of the peak of the bf16
  * kernels that run, as `attn bench peak --dtype bf16` reports). A model call lasts up to seconds,
  * so each configuration is run once to warm up, then the rounds alternate the configurations
- * (one call each per round): a shared machine's load falls on all of them alike. Median, min
+ * of a precision (one call each per round; fp32's rounds, then bf16's): a shared machine's load
+ * falls on all of them alike. Median, min
  * and max over the rounds. --lengths gives a mixed-length batch (right-padded ids, one length per
  * row) to embed and prefill; how it runs is the library's business, and only the real tokens (and
  * their flops) are counted, so a padded or a packed run of it are compared on the same work. */
@@ -265,15 +266,20 @@ static int parse_precisions(const char *list, int prec[2]) {
     return 0;
 }
 
+/* The rounds alternate the configurations of one precision, one precision after the other: going
+ * back to fp32 frees the packed bf16 weights, which the next bf16 call would pack again (a third
+ * of GPT-2's bf16 prefill at 128 tokens, had it been timed). */
 static int run_rounds(model_run *r, model_cfg *c, int n, int rounds) {
-    for (int round = -1; round < rounds; round++) /* round -1: the warm-up */
-        for (int i = 0; i < n; i++) {
-            const double ms = run_once(r, &c[i]);
-            if (ms < 0)
-                return cli_fail("bench model: %s %s, %d threads: %s", OP_NAMES[c[i].op], attn_precision_name(c[i].prec),
-                                c[i].threads, attn_last_error());
-            if (round >= 0) c[i].ms[round] = ms;
-        }
+    for (int p = 0; p < 2; p++)
+        for (int round = -1; round < rounds; round++) /* round -1: the warm-up */
+            for (int i = 0; i < n; i++) {
+                if ((c[i].prec == ATTN_PRECISION_BF16) != p) continue;
+                const double ms = run_once(r, &c[i]);
+                if (ms < 0)
+                    return cli_fail("bench model: %s %s, %d threads: %s", OP_NAMES[c[i].op],
+                                    attn_precision_name(c[i].prec), c[i].threads, attn_last_error());
+                if (round >= 0) c[i].ms[round] = ms;
+            }
     return 0;
 }
 
