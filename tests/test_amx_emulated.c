@@ -16,6 +16,7 @@ void attn_bf16_gemm_pairs_amx_emulated(int m, int n, int kp, const uint32_t *a, 
                                        const float *rowscale, float outscale);
 void attn_bf16_gemm_panels_amx_emulated(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b,
                                         float *c, int64_t ldc, int accumulate);
+void attn_amx_emulated_foreign_tiles(int how);
 
 /* over all random cases: vs float64 relative to its norm and to the terms' (sum |products|)
  * norm, vs bf16_ref in float roundings at the terms' scale */
@@ -193,6 +194,28 @@ static void check_panels(test_rng *r) {
     printf("  gemm_panels: %d cases bitwise gemm_pairs\n", cases);
 }
 
+/* The kernels configure the tiles at every call, not once per thread: after another library in
+ * the process released the thread's tiles or configured other shapes, the next call runs as the
+ * first did (the emulation aborts on an unconfigured or mis-shaped tile), bit for bit. */
+static void check_foreign_tiles(test_rng *r) {
+    const int m = 40, n = 48, kp = 40;
+    uint32_t *a = xmalloc(4 * (size_t)(m * kp)), *bp = xmalloc(4 * (size_t)(n * kp));
+    float *c[3];
+    for (int t = 0; t < m * kp; t++) a[t] = attn_pair(rand_bf16(r, 0), rand_bf16(r, 0));
+    for (int t = 0; t < n * kp; t++) bp[t] = attn_pair(rand_bf16(r, 0), rand_bf16(r, 0));
+    for (int i = 0; i < 3; i++) {
+        c[i] = xmalloc(4 * (size_t)(m * n));
+        if (i) attn_amx_emulated_foreign_tiles(i - 1);
+        attn_bf16_gemm_panels_amx_emulated(m, n, kp, a, kp, bp, c[i], n, 0);
+    }
+    CHECK(!memcmp(c[0], c[1], 4 * (size_t)(m * n)), "gemm_panels after another library's TILERELEASE differs");
+    CHECK(!memcmp(c[0], c[2], 4 * (size_t)(m * n)), "gemm_panels after another library's tile configuration differs");
+    printf("  tiles released or configured by another library between calls: reconfigured, bitwise\n");
+    free(a);
+    free(bp);
+    for (int i = 0; i < 3; i++) free(c[i]);
+}
+
 int main(void) {
     test_rng r = rng_seeded(0xa3c5);
     static const int sz[] = {1, 15, 16, 17, 31, 32, 33, 64, 100};
@@ -215,6 +238,7 @@ int main(void) {
         }
     check_nonfinite(&r);
     check_panels(&r);
+    check_foreign_tiles(&r);
     printf("  %d cases: worst %.3g from float64 relative to the terms' norm (%.3g relative to C's norm), worst %.3g "
            "float roundings at the terms' scale from bf16_ref\n",
            cases, worst_terms, worst_norm, worst_ulps);

@@ -181,6 +181,53 @@ static void check_amx_panels(test_rng *r) {
     printf("  AMX gemm_panels: bitwise the 64-column panels' products\n");
 }
 
+/* On AMX hardware: another library in the process (oneDNN inside PyTorch) releasing the thread's
+ * tiles (TILERELEASE) or configuring other shapes between two products; the next product
+ * reconfigures them (a thread-local "configured once" flag ran the tile instructions unconfigured:
+ * SIGILL) and equals the first, bit for bit. One thread, so that the products run on the thread
+ * whose tiles were changed. */
+static void check_foreign_tiles(test_rng *r) {
+#if defined(__x86_64__)
+    const attn_bf16_kernels *amx = attn_bf16_kernels_try_amx();
+    if (!amx) return;
+    typedef struct {
+        uint8_t palette_id, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } tile_config;
+    static const tile_config other = {.palette_id = 1, .colsb = {32, 32, 32, 32}, .rows = {8, 8, 8, 8}};
+    const int64_t m = 70, n = 100, k = 96, ldc = n + 5;
+    const size_t na = (size_t)(m * (k + 3)), nb = (size_t)(k * (n + 1)), nc = (size_t)(m * ldc);
+    attn_bf16 *a = xmalloc(2 * na), *b = xmalloc(2 * nb);
+    float *af = xmalloc(4 * na), *bf = xmalloc(4 * nb), *c0 = xmalloc(4 * nc), *c[3];
+    fill_f32_bf16(r, af, a, na);
+    fill_f32_bf16(r, bf, b, nb);
+    fill_normal(r, c0, nc, 1);
+    const int prev = attn_get_num_threads();
+    attn_set_num_threads(1);
+    attn__bf16_force(amx);
+    for (int i = 0; i < 3; i++) {
+        c[i] = xmalloc(4 * nc);
+        if (i == 1) __asm__ volatile("tilerelease");
+        if (i == 2) __asm__ volatile("ldtilecfg %0" ::"m"(other));
+        run(ATTN_NO_TRANS, ATTN_NO_TRANS, m, n, k, 0, a, b, c0, c[i]);
+    }
+    attn__bf16_force(NULL);
+    attn_set_num_threads(prev);
+    CHECK(!memcmp(c[0], c[1], 4 * nc), "bf16 gemm on AMX after another library's TILERELEASE differs");
+    CHECK(!memcmp(c[0], c[2], 4 * nc), "bf16 gemm on AMX after another library's tile configuration differs");
+    printf("  AMX tiles released or configured by another library between products: reconfigured, bitwise\n");
+    free(a);
+    free(b);
+    free(af);
+    free(bf);
+    free(c0);
+    for (int i = 0; i < 3; i++) free(c[i]);
+#else
+    (void)r;
+#endif
+}
+
 /* Every table this CPU runs: the portable one, the fast ones, AMX where granted. */
 static int all_tables(const attn_bf16_kernels *tables[8]) {
     int nt = 0;
@@ -617,6 +664,7 @@ int main(void) {
     check_vdpbf16ps_policy();
     check_amx(&r);
     check_amx_panels(&r);
+    check_foreign_tiles(&r);
     check_a_in_place(&r);
     check_packed_b(&r);
     /* k 2500: B blocks narrower than 256 columns; 700 x 1000: a B past 5/8 of a 1-2 MiB L2 in

@@ -1,6 +1,6 @@
 /* Test-only: an instruction-level C emulation of the AMX intrinsics bf16_amx.c uses
- * (_tile_loadconfig, _tile_loadd, _tile_stream_loadd, _tile_stored, _tile_zero, _tile_dpbf16ps,
- * _tile_release), so that the AMX kernel runs and is checked on machines without AMX. Included by
+ * (_tile_loadconfig, _tile_storeconfig, _tile_loadd, _tile_stream_loadd, _tile_stored, _tile_zero,
+ * _tile_dpbf16ps, _tile_release), so that the AMX kernel runs and is checked on machines without AMX. Included by
  * bf16_amx.c only when it is compiled with -DATTN_AMX_EMULATE (tests/amx_emulated.c); never in the
  * library.
  *
@@ -87,6 +87,19 @@ static inline void attn_amx_emu_zero(int t) {
 
 static inline void attn_amx_emu_release(void) { memset(&attn_amx_emu, 0, sizeof attn_amx_emu); }
 
+/* STTILECFG: the 64-byte configuration in force, all zeros when the tiles are not configured */
+static inline void attn_amx_emu_storeconfig(void *cfg) {
+    uint8_t *p = (uint8_t *)cfg;
+    memset(p, 0, 64);
+    if (!attn_amx_emu.configured) return;
+    p[0] = 1;
+    for (int t = 0; t < 8; t++) {
+        p[16 + 2 * t] = (uint8_t)(attn_amx_emu.colsb[t] & 0xff);
+        p[17 + 2 * t] = (uint8_t)(attn_amx_emu.colsb[t] >> 8);
+        p[48 + t] = attn_amx_emu.rows[t];
+    }
+}
+
 static inline float attn_amx_emu_bf16(const uint8_t *p) {
     const uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
     float f;
@@ -126,6 +139,7 @@ static inline void attn_amx_emu_dpbf16ps(int d, int a, int b) {
 #define _tile_stored(t, base, stride) attn_amx_emu_stored(t, base, (long)(stride))
 #define _tile_zero(t) attn_amx_emu_zero(t)
 #define _tile_release() attn_amx_emu_release()
+#define _tile_storeconfig(cfg) attn_amx_emu_storeconfig(cfg)
 #define _tile_dpbf16ps(d, a, b) attn_amx_emu_dpbf16ps(d, a, b)
 
 #endif

@@ -43,18 +43,27 @@ typedef struct tile_config {
     uint8_t rows[16];
 } tile_config;
 
-/* Configure 8 tiles of 16 rows x 64 bytes on the calling thread (its tile state is per thread).
- * The configuration is a constant in static storage: GCC 12's _tile_loadconfig declares its asm
- * operand as a pointer-sized object, so of a configuration built on the stack the compiler may drop
- * the memset and other stores as dead (seen in a test program) and LDTILECFG then faults (#GP) on
- * the stack's garbage in the reserved bytes and unused tiles' fields. */
+/* 8 tiles of 16 rows x 64 bytes. A constant in static storage: GCC 12's _tile_loadconfig declares
+ * its asm operand as a pointer-sized object, so of a configuration built on the stack the compiler
+ * may drop the memset and other stores as dead (seen in a test program) and LDTILECFG then faults
+ * (#GP) on the stack's garbage in the reserved bytes and unused tiles' fields. */
+static const tile_config tile_cfg = {
+    .palette_id = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
+
+/* The calling thread's tiles as tile_cfg, at every kernel call: the tile state is the thread's,
+ * and another library in the process (oneDNN inside PyTorch) may have released it (TILERELEASE:
+ * the next tile instruction is then #UD, SIGILL) or configured other shapes (silently wrong
+ * products) since this thread's last call, so a flag remembering that this thread configured
+ * them once is not enough. STTILECFG and the compare cost 6 ns; LDTILECFG (which zeroes the tiles)
+ * 47 ns, so it runs only where the configuration differs. */
 static void configure(void) {
-    static _Thread_local int done;
-    if (done) return;
-    static const tile_config cfg = {
-        .palette_id = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
-    _tile_loadconfig(&cfg);
-    done = 1;
+    tile_config cur __attribute__((aligned(64)));
+#ifdef ATTN_AMX_EMULATE
+    _tile_storeconfig(&cur);
+#else
+    __asm__ volatile("sttilecfg %0" : "=m"(cur)); /* the whole 64 bytes as the operand (see tile_cfg) */
+#endif
+    if (memcmp(&cur, &tile_cfg, sizeof cur) != 0) _tile_loadconfig(&tile_cfg);
 }
 
 /* The tile number of the intrinsics is an instruction immediate: one literal per case. */
