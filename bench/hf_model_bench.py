@@ -1,8 +1,8 @@
 """attn against PyTorch and ONNX Runtime on the same Hugging Face folders: embeddings, prefill, decode.
 
-For each folder and thread count it runs `attn bench model --json --rounds 1` (fp32, and bf16 for
-an encoder) and, in this process, the same computation through PyTorch 2.x transformers (fp32, and
-fp32 weights under torch.autocast("cpu", dtype=torch.bfloat16)) and ONNX Runtime (the model
+For each folder and thread count it runs `attn bench model --json --rounds 1` (fp32 and bf16)
+and, in this process, the same computation through PyTorch 2.x transformers (fp32, and fp32
+weights under torch.autocast("cpu", dtype=torch.bfloat16)) and ONNX Runtime (the model
 exported once with torch.onnx.export, fp32, all graph optimisations), alternating: every round runs
 every implementation once, in a rotated order, so that a shared machine's drift falls on all of
 them alike. One table: per cell the median tokens/s over the rounds, [min, max], GFLOP/s (attn's
@@ -492,7 +492,7 @@ def peak(a, threads, bf16):
 def bench_folder(a, name, folder, results):
     peers = Peers(folder, a)
     ops = ["prefill", "decode"] if peers.causal else ["embed"]
-    impls = ["attn"] + (["attn_bf16"] if a.bf16 and not peers.causal else []) + a.peers
+    impls = ["attn"] + (["attn_bf16"] if a.bf16 else []) + a.peers
     for op in ops:
         peers.op = op
         for t in a.threads:

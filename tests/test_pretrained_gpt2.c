@@ -152,6 +152,32 @@ static int collect(int32_t id, void *user) {
     return 0;
 }
 
+/* bf16 (attn_pretrained_set_precision): the packed batch's rows still bitwise each row alone,
+ * near fp32's logits f32 [3 x 6 x V] (PyTorch's bf16 error against float64 is measured by
+ * tests/hf/bf16_decoder_parity.py), generation through the bf16 steps, and back to fp32
+ * bitwise. Under ASan: the bf16 workspaces' sizes. */
+static void check_bf16(attn_pretrained *m, const int32_t *ids, const int64_t *len, const float *f32) {
+    float out[3 * 6 * V], alone[6 * V];
+    CHECK_OK(attn_pretrained_set_precision(m, ATTN_PRECISION_BF16));
+    CHECK(attn_pretrained_precision(m) == ATTN_PRECISION_BF16, "precision reads back bf16");
+    CHECK_OK(attn_pretrained_logits(m, ids, len, 3, 6, out));
+    for (int r = 0; r < 3; r++) {
+        CHECK_OK(attn_pretrained_logits(m, ids + 6 * r, &len[r], 1, len[r], alone));
+        CHECK(memcmp(out + 6 * r * V, alone, sizeof(float) * (size_t)(len[r] * V)) == 0,
+              "bf16: padding changes row %d's logits", r);
+    }
+    const double e = rel_err_ff(out, f32, 3 * 6 * V);
+    CHECK(e > 0 && e < 5e-2, "bf16 logits against fp32's: rel err %.3g", e);
+    attn_generate_options o = attn_generate_options_default();
+    o.max_new_tokens = 8;
+    collected c = {0};
+    CHECK_OK(attn_pretrained_generate(m, ids, 4, &o, collect, &c, NULL));
+    CHECK(c.n == 8, "bf16 generation produced %zu", c.n);
+    CHECK_OK(attn_pretrained_set_precision(m, ATTN_PRECISION_FP32));
+    CHECK_OK(attn_pretrained_logits(m, ids, len, 3, 6, out));
+    CHECK(memcmp(out, f32, sizeof out) == 0, "fp32 after bf16 differs from fp32 before");
+}
+
 static void test_valid(void) {
     attn_pretrained *m = NULL;
     CHECK_OK(attn_pretrained_open(folder("ok", NULL, NULL, NULL, 1), &m));
@@ -212,6 +238,7 @@ static void test_valid(void) {
     float emb[H];
     CHECK_STATUS(attn_pretrained_embed(m, ids, &len[1], 1, 3, emb), ATTN_ERR_UNSUPPORTED);
     CHECK(strstr(attn_last_error(), "gpt2") != NULL, "message: %s", attn_last_error());
+    check_bf16(m, ids, len, out);
     attn_pretrained_free(m);
 }
 

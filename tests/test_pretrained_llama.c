@@ -244,6 +244,37 @@ static void check_packed(const char *what, attn_pretrained *m) {
     free(alone);
 }
 
+/* bf16 (attn_pretrained_set_precision): a padded batch's rows and the packed rows still bitwise
+ * each row alone (bf16 varlen attention, the GEMMs' per-element chains), near fp32's logits
+ * (PyTorch's bf16 error against float64: tests/hf/bf16_decoder_parity.py), generation through the
+ * bf16 steps after two prompt chunks. Under ASan: the bf16 copies' and workspaces' sizes. */
+static void check_bf16(const char *name, attn_pretrained *m) {
+    enum { N = 70 };
+    int32_t ids[N];
+    for (int t = 0; t < N; t++) ids[t] = (int32_t)((t * 7 + 3) % V);
+    int64_t n = N;
+    float *f32 = xmalloc((size_t)N * V * sizeof(float)), *b16 = xmalloc((size_t)N * V * sizeof(float));
+    CHECK_OK(attn_pretrained_logits(m, ids, &n, 1, N, f32));
+    CHECK_OK(attn_pretrained_set_precision(m, ATTN_PRECISION_BF16));
+    char what[64];
+    snprintf(what, sizeof what, "%s bf16", name);
+    CHECK_OK(attn_pretrained_logits(m, ids, &n, 1, N, b16));
+    const double e = rel_err_ff(b16, f32, N * V);
+    CHECK(e > 0 && e < 5e-2, "%s: logits against fp32's: rel err %.3g", what, e);
+    check_batch(what, m);
+    check_packed(what, m);
+    attn_generate_options o = attn_generate_options_default();
+    o.max_new_tokens = 5;
+    collected c = {0};
+    CHECK_OK(attn_pretrained_generate(m, ids, N, &o, collect, &c, NULL));
+    CHECK(c.n == 5, "%s: generation produced %zu", what, c.n);
+    CHECK_OK(attn_pretrained_set_precision(m, ATTN_PRECISION_FP32));
+    CHECK_OK(attn_pretrained_logits(m, ids, &n, 1, N, b16));
+    CHECK(memcmp(b16, f32, (size_t)N * V * sizeof(float)) == 0, "%s: fp32 after bf16 differs", name);
+    free(f32);
+    free(b16);
+}
+
 static void test_families(void) {
     static const kv mistral[] = {{"model_type", "\"mistral\""}, {"sliding_window", "3"}};
     static const kv qwen2[] = {{"model_type", "\"qwen2\""},
@@ -271,6 +302,7 @@ static void test_families(void) {
         check_packed(cases[i].name, m);
         check_greedy(cases[i].name, m, 6, 10);
         check_greedy(cases[i].name, m, 70, 20); /* two prompt chunks, then single steps */
+        check_bf16(cases[i].name, m);
         attn_pretrained_free(m);
     }
 }

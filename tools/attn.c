@@ -70,7 +70,7 @@ static const cli_command commands[] = {
     {"generate",
      "continue a prompt with a Hugging Face causal language model (GPT-2, Llama, Mistral, Qwen2), streaming the text",
      "attn generate --model DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] "
-     "[--ids]",
+     "[--ids] [--precision fp32|bf16]",
      cmd_generate, NULL},
     {"classify", "the top labels of images with a Hugging Face image classifier (ViT)",
      "attn classify --model DIR (--image FILE)... [--input LIST] [--top K]", cmd_classify, NULL},

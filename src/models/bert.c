@@ -16,7 +16,6 @@
 #include "core/alloc.h"
 #include "core/internal.h"
 #include "models_internal.h"
-#include "nn/nn_internal.h"
 
 typedef struct bert_config {
     int64_t vocab, hidden, layers, heads, inter, positions, types;
@@ -30,9 +29,8 @@ typedef struct bert {
     attn_encoder *enc;
     void *ws; /* x [B, n, H], the key padding mask [B, n], the encoder's workspace */
     size_t ws_bytes;
-    attn_capture *capture;    /* attn_pretrained_capture's, for one hidden-states call */
-    attn_precision precision; /* of the encoder's products (attn_pretrained_set_precision) */
-    attn_nn_bf16_weights *wb; /* bf16: the encoder's linear weights rounded and packed once */
+    attn_capture *capture; /* attn_pretrained_capture's, for one hidden-states call */
+    hf_precision prec;     /* of the encoder's products (attn_pretrained_set_precision) */
 } bert;
 
 /* Options attn does not run must hold their defaults. */
@@ -172,7 +170,6 @@ static void bert_free(void *impl) {
     attn__free(b->ln_w);
     attn__free(b->ln_b);
     attn_encoder_free(b->enc);
-    attn_nn_bf16_weights_free(b->wb);
     attn__free(b->ws);
     attn__free(b);
 }
@@ -286,8 +283,11 @@ static attn_status bert_hidden_packed(bert *b, const int32_t *ids, const int32_t
     return st;
 }
 
-static attn_status bert_hidden_run(bert *b, const int32_t *ids, const int32_t *types, const int64_t *lengths, int64_t B,
-                                   int64_t n, float *out) {
+/* The encoder's hidden states, in the model's precision (pretrained.c installs it and the packed
+ * bf16 weights for the call: attn_hf_call_hidden). */
+static attn_status bert_hidden(void *impl, const int32_t *ids, const int32_t *types, const int64_t *lengths, int64_t B,
+                               int64_t n, float *out) {
+    bert *b = impl;
     int64_t total = 0;
     for (int64_t r = 0; r < B; r++) total += lengths[r];
     /* Padding costs nothing packed; a capture records [B, H, n, n] maps, so it runs padded. */
@@ -318,33 +318,6 @@ static attn_status bert_hidden_run(bert *b, const int32_t *ids, const int32_t *t
     if (st) return st;
     for (int64_t r = 0; r < B; r++)
         memset(out + (r * n + lengths[r]) * b->c.hidden, 0, (size_t)((n - lengths[r]) * b->c.hidden) * sizeof(float));
-    return ATTN_OK;
-}
-
-/* The encoder runs in the model's precision (attn_nn_precision, its workspace query included:
- * bf16 needs room for the rounded operands), restored after; in bf16 with the weights' panels
- * (packed at their first product: the weights never change after the folder is read). */
-static attn_status bert_hidden(void *impl, const int32_t *ids, const int32_t *types, const int64_t *lengths, int64_t B,
-                               int64_t n, float *out) {
-    bert *b = impl;
-    const attn_precision prev = attn_nn_precision_set(b->precision);
-    attn_nn_bf16_weights *prev_wb = attn_nn_bf16_weights_use(b->precision == ATTN_PRECISION_BF16 ? b->wb : NULL);
-    const attn_status st = bert_hidden_run(b, ids, types, lengths, B, n, out);
-    attn_nn_bf16_weights_use(prev_wb);
-    attn_nn_precision_set(prev);
-    return st;
-}
-
-/* bf16 keeps a store of packed weights (filled by the first call); fp32 frees it. */
-static attn_status bert_set_precision(void *impl, attn_precision p) {
-    bert *b = impl;
-    if (p == ATTN_PRECISION_BF16 && !b->wb && !(b->wb = attn_nn_bf16_weights_create()))
-        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_set_precision: no memory for the bf16 weights");
-    if (p != ATTN_PRECISION_BF16) {
-        attn_nn_bf16_weights_free(b->wb);
-        b->wb = NULL;
-    }
-    b->precision = p;
     return ATTN_OK;
 }
 
@@ -380,7 +353,7 @@ attn_status attn_hf_bert_open(const hf_folder *f, attn_pretrained *m) {
     m->hidden_states = bert_hidden;
     m->capture_slot = &b->capture;
     m->free_impl = bert_free;
-    m->set_precision = bert_set_precision;
+    m->prec = &b->prec;
     m->flops = bert_flops;
     m->hidden = c.hidden;
     m->vocab = c.vocab;

@@ -18,6 +18,7 @@
 #include "core/alloc.h"
 #include "core/internal.h"
 #include "models_internal.h"
+#include "nn/nn_internal.h"
 
 typedef struct gpt2_config {
     int64_t vocab, hidden, layers, heads, inter, positions;
@@ -35,6 +36,7 @@ typedef struct gpt2 {
     attn_gpt_cache *cache;
     float *chunk;          /* a prompt chunk's logits [GPT2_CHUNK, vocab] */
     attn_capture *capture; /* attn_pretrained_capture's, for one logits call */
+    hf_precision prec;     /* of the products (attn_pretrained_set_precision) */
 } gpt2;
 
 #define GPT2_CHUNK 32 /* prompt tokens per cached step */
@@ -310,6 +312,8 @@ static attn_status logits_packed(gpt2 *m, const int32_t *ids, const int64_t *len
     return ATTN_OK;
 }
 
+/* Logits in the model's precision: attn_gpt_forward takes it from the model's config (set by
+ * gpt2_precision_changed). */
 static attn_status gpt2_logits(void *impl, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t n,
                                float *out) {
     gpt2 *m = impl;
@@ -325,7 +329,10 @@ static attn_status gpt2_logits(void *impl, const int32_t *ids, const int64_t *le
     return st;
 }
 
-/* Generation: a cache of n_positions; prompts go through in chunks of GPT2_CHUNK tokens. */
+/* Generation: a cache of n_positions; prompts go through in chunks of GPT2_CHUNK tokens. In bf16
+ * (the calling thread's precision, installed by attn_hf_call_step) the linear layers' products are
+ * bf16 and the attention over the cache stays float (the cache's keys and values are float rows,
+ * as attn_gpt_forward_step keeps them). */
 static attn_status gpt2_step(void *impl, int reset, const int32_t *ids, int64_t n, float *last) {
     gpt2 *m = impl;
     const int64_t cap = m->c.positions, V = m->c.vocab;
@@ -344,6 +351,8 @@ static attn_status gpt2_step(void *impl, int reset, const int32_t *ids, int64_t 
     }
     return st;
 }
+
+static void gpt2_precision_changed(void *impl, attn_precision p) { attn_nn_gpt_set_precision(((gpt2 *)impl)->g, p); }
 
 /* Per layer and token: Q, K, V and the output projection (4 H^2 multiply-adds), the MLP (2 H I),
  * attention over the keys the causal mask lets through (token t of the new ones sees past + t + 1:
@@ -381,6 +390,8 @@ attn_status attn_hf_gpt2_open(const hf_folder *f, attn_pretrained *m) {
     m->capture_slot = &g->capture;
     m->free_impl = gpt2_free;
     m->flops = gpt2_flops;
+    m->prec = &g->prec;
+    m->precision_changed = gpt2_precision_changed;
     m->hidden = c.hidden;
     m->vocab = c.vocab;
     m->max_positions = c.positions;

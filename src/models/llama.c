@@ -54,6 +54,7 @@ typedef struct llama {
     size_t ws_bytes;
     int64_t cache_len, cache_cap;
     attn_capture *capture; /* attn_pretrained_capture's, for one logits call */
+    hf_precision prec;     /* of the products (attn_pretrained_set_precision) */
 } llama;
 
 #define LLAMA_CHUNK 64 /* prompt tokens per cached step */
@@ -438,17 +439,25 @@ static attn_tensor head_view(float *base, int64_t B, int64_t heads, int64_t N, i
     return t;
 }
 
-/* One call's buffers, carved from m->ws (64-byte aligned spans). */
+/* One call's buffers, carved from m->ws (64-byte aligned spans); qkv16 (bf16 attention) is qkv
+ * rounded to bf16, the same layout. */
 typedef struct llama_bufs {
     float *x, *nrm, *qkv, *att, *gu, *act;
     void *gemm, *flash;
     size_t gemm_bytes, flash_bytes;
+    attn_bf16 *qkv16;
 } llama_bufs;
+
+/* In bf16 precision the attention without a cache forms its products from bf16 q, k, v (as the
+ * linear layers do from their operands); over the generation cache it stays float, the cache's
+ * rows being float. */
+static int bf16_attention(int cached) { return !cached && attn_nn_precision() == ATTN_PRECISION_BF16; }
 
 static size_t align64(size_t b) { return (b + 63) & ~(size_t)63; }
 
-/* Room for T token rows (and flash's workspace for views q, k, v), carved into b. */
-static attn_status reserve(llama *m, int64_t T, int64_t out_rows, size_t flash_bytes, llama_bufs *b) {
+/* Room for T token rows (and flash's workspace for views q, k, v; their bf16 copy when b16),
+ * carved into b. */
+static attn_status reserve(llama *m, int64_t T, int64_t out_rows, size_t flash_bytes, int b16, llama_bufs *b) {
     const llama_config *c = &m->c;
     const int64_t H = c->hidden, Q = c->heads * c->head_dim, W = Q + 2 * c->kv_heads * c->head_dim, I = c->inter;
     const int64_t widest = 2 * H + W + Q + 3 * I; /* floats per token row over all the buffers */
@@ -462,10 +471,11 @@ static attn_status reserve(llama *m, int64_t T, int64_t out_rows, size_t flash_b
     g = g > g3 ? g : g3;
     g = g > g4 ? g : g4;
     g = g > g5 ? g : g5;
-    const size_t f = sizeof(float),
-                 sizes[8] = {T * H * f, T * H * f, T * W * f, T * Q * f, T * 2 * I * f, T * I * f, g, flash_bytes};
+    const size_t f = sizeof(float), h = b16 ? sizeof(attn_bf16) : 0,
+                 sizes[9] = {T * H * f, T * H * f, T * W * f,   T * Q * f, T * 2 * I * f,
+                             T * I * f, g,         flash_bytes, T * W * h};
     size_t total = 0;
-    for (int i = 0; i < 8; i++) total += align64(sizes[i]);
+    for (int i = 0; i < 9; i++) total += align64(sizes[i]);
     if (total > m->ws_bytes) {
         attn__free(m->ws);
         m->ws_bytes = 0;
@@ -474,12 +484,14 @@ static attn_status reserve(llama *m, int64_t T, int64_t out_rows, size_t flash_b
         m->ws_bytes = total;
     }
     char *p = m->ws;
-    void *spans[8];
-    for (int i = 0; i < 8; i++) {
+    void *spans[9];
+    for (int i = 0; i < 9; i++) {
         spans[i] = p;
         p += align64(sizes[i]);
     }
-    *b = (llama_bufs){spans[0], spans[1], spans[2], spans[3], spans[4], spans[5], spans[6], spans[7], g, flash_bytes};
+    attn_bf16 *qkv16 = b16 ? spans[8] : NULL;
+    *b = (llama_bufs){spans[0], spans[1], spans[2], spans[3],    spans[4], spans[5],
+                      spans[6], spans[7], g,        flash_bytes, qkv16};
     return ATTN_OK;
 }
 
@@ -541,6 +553,15 @@ static attn_tensor packed_view(float *base, int64_t total, int64_t heads, int64_
     return t;
 }
 
+/* A view into b->qkv moved onto its bf16 copy (b16; else t as it is). */
+static attn_tensor on_bf16(attn_tensor t, const llama_bufs *b, int b16) {
+    if (!b16) return t;
+    attn_tensor u = t;
+    u.data16 = b->qkv16 + (t.data - b->qkv);
+    u.dtype = ATTN_TYPE_BF16;
+    return u;
+}
+
 /* The packed attention: each sequence causal on its own keys, as if run alone (varlen flash). */
 static attn_status attention_packed(llama *m, llama_layer *L, const attn_call *a, llama_bufs *b) {
     const llama_config *c = &m->c;
@@ -550,8 +571,11 @@ static attn_status attention_packed(llama *m, llama_layer *L, const attn_call *a
     attn_status st = attn_rope_forward(&c->rope, &q, 0, a->pos);
     if (!st) st = attn_rope_forward(&c->rope, &k, 0, a->pos);
     if (st) return st;
-    const attn_tensor pq = packed_view(b->qkv, T, c->heads, hd, W), pk = packed_view(b->qkv + Q, T, c->kv_heads, hd, W),
-                      pv = packed_view(b->qkv + Q + K, T, c->kv_heads, hd, W);
+    const int b16 = bf16_attention(0);
+    if (b16) attn_nn_round_bf16(b->qkv, b->qkv16, (size_t)(T * W));
+    const attn_tensor pq = on_bf16(packed_view(b->qkv, T, c->heads, hd, W), b, b16),
+                      pk = on_bf16(packed_view(b->qkv + Q, T, c->kv_heads, hd, W), b, b16),
+                      pv = on_bf16(packed_view(b->qkv + Q + K, T, c->kv_heads, hd, W), b, b16);
     attn_tensor o = packed_view(b->att, T, c->heads, hd, Q);
     attn_sdpa_params p = attn_sdpa_params_default();
     p.causal = ATTN_CAUSAL_TOP_LEFT;
@@ -588,6 +612,11 @@ static attn_status attention(llama *m, llama_layer *L, const attn_call *a, llama
     p.causal = a->cached ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_TOP_LEFT;
     p.window_left = L->window > 0 ? L->window - 1 : -1; /* the query's own key and window - 1 before */
     p.window_right = -1;
+    const int b16 = bf16_attention(a->cached);
+    if (b16) {
+        attn_nn_round_bf16(b->qkv, b->qkv16, (size_t)(a->B * a->N * W));
+        q = on_bf16(q, b, 1), k = on_bf16(k, b, 1), v = on_bf16(v, b, 1);
+    }
     return attn_flash_forward(&q, &k, &v, &p, &o, NULL, b->flash, b->flash_bytes);
 }
 
@@ -624,11 +653,12 @@ static void embed(const llama *m, const int32_t *ids, const int64_t *lengths, in
         }
 }
 
-/* flash's workspace for B x N queries against nk keys. */
-static size_t flash_bytes(const llama *m, int64_t B, int64_t N, int64_t nk) {
+/* flash's workspace for B x N queries against nk keys (bf16 ones where b16). */
+static size_t flash_bytes(const llama *m, int64_t B, int64_t N, int64_t nk, int b16) {
     const llama_config *c = &m->c;
     attn_tensor q = attn_tensor_4d(NULL, B, c->heads, N, c->head_dim);
     attn_tensor k = attn_tensor_4d(NULL, B, c->kv_heads, nk, c->head_dim);
+    q.dtype = k.dtype = b16 ? ATTN_TYPE_BF16 : ATTN_TYPE_F32;
     return attn_flash_workspace_size(&q, &k, &k);
 }
 
@@ -639,7 +669,8 @@ static attn_status logits_padded(llama *m, const int32_t *ids, const int64_t *le
                                  float *out) {
     const int64_t T = B * N, H = m->c.hidden, V = m->c.vocab;
     llama_bufs b;
-    attn_status st = reserve(m, T, T, flash_bytes(m, B, N, N), &b);
+    const int b16 = bf16_attention(0);
+    attn_status st = reserve(m, T, T, flash_bytes(m, B, N, N, b16), b16, &b);
     if (st) return st;
     embed(m, ids, lengths, B, N, b.x);
     const attn_call a = {B, N, 0, 0, NULL, NULL, 0};
@@ -668,18 +699,19 @@ static attn_status logits_packed(llama *m, const int32_t *ids, const int64_t *le
         for (int64_t t = 0; t < lengths[r]; t++) pos[cu[r] + t] = t;
     }
     llama_bufs b;
-    attn_status st = reserve(m, total, total, 0, &b); /* the views below need the activations' place */
+    const int b16 = bf16_attention(0);
+    attn_status st = reserve(m, total, total, 0, b16, &b); /* the views below need the activations' place */
     if (st) return st;
-    const attn_tensor q = packed_view(b.qkv, total, m->c.heads, hd, W),
-                      k = packed_view(b.qkv + Q, total, m->c.kv_heads, hd, W),
-                      v = packed_view(b.qkv + Q + K, total, m->c.kv_heads, hd, W);
+    const attn_tensor q = on_bf16(packed_view(b.qkv, total, m->c.heads, hd, W), &b, b16),
+                      k = on_bf16(packed_view(b.qkv + Q, total, m->c.kv_heads, hd, W), &b, b16),
+                      v = on_bf16(packed_view(b.qkv + Q + K, total, m->c.kv_heads, hd, W), &b, b16);
     const size_t fb = attn_flash_varlen_workspace_size(&q, &k, &v, cu, cu, B);
     if (fb == 0 || fb == SIZE_MAX) { /* 0: attn_last_error() says why */
         char why[512];
         snprintf(why, sizeof why, "%s", fb ? "its size overflows" : attn_last_error());
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "attn_pretrained_logits: packed attention's workspace: %s", why);
     }
-    if ((st = reserve(m, total, total, fb, &b))) return st;
+    if ((st = reserve(m, total, total, fb, b16, &b))) return st;
     for (int64_t r = 0; r < B; r++)
         for (int64_t t = 0; t < lengths[r]; t++)
             memcpy(b.x + (cu[r] + t) * H, m->embed + (int64_t)ids[r * N + t] * H, (size_t)H * sizeof(float));
@@ -694,6 +726,8 @@ static attn_status logits_packed(llama *m, const int32_t *ids, const int64_t *le
     return ATTN_OK;
 }
 
+/* Logits and generation run in the model's precision, installed on the calling thread by
+ * attn_hf_call_logits / _step (the linear layers; the attention without a cache). */
 static attn_status llama_logits(void *impl, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t N,
                                 float *out) {
     llama *m = impl;
@@ -738,7 +772,7 @@ static attn_status llama_step(void *impl, int reset, const int32_t *ids, int64_t
     for (int64_t i = 0; !st && i < n; i += LLAMA_CHUNK) {
         const int64_t k = n - i < LLAMA_CHUNK ? n - i : LLAMA_CHUNK, H = m->c.hidden;
         llama_bufs b;
-        st = reserve(m, k, 1, flash_bytes(m, 1, k, m->cache_len + k), &b);
+        st = reserve(m, k, 1, flash_bytes(m, 1, k, m->cache_len + k, 0), 0, &b);
         if (st) break;
         embed(m, ids + i, NULL, 1, k, b.x);
         const attn_call a = {1, k, m->cache_len, 1, NULL, NULL, 0};
@@ -796,6 +830,7 @@ static attn_status llama_open(const hf_folder *f, attn_pretrained *m, int family
     m->logits = llama_logits;
     m->step = llama_step;
     m->flops = llama_flops;
+    m->prec = &g->prec;
     m->free_impl = llama_free;
     m->capture_slot = &g->capture;
     m->hidden = c.hidden;

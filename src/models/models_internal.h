@@ -101,6 +101,19 @@ typedef attn_status (*hf_step_fn)(void *impl, int reset, const int32_t *ids, int
 typedef attn_status (*hf_image_fn)(void *impl, const float *pixels, int64_t batch, float *hidden, float *logits,
                                    attn_capture *cap);
 
+/* ---- a family's compute precision (pretrained.c) ----
+ * A family that runs bf16 points attn_pretrained's prec at its hf_precision: the precision and the
+ * store of its linear weights rounded and packed once (nn_internal.h's attn_nn_bf16_weights: the
+ * weights never change after the folder is read). pretrained.c runs each of the family's calls
+ * (hidden_states, logits, step: attn_hf_call_*) with both installed on the calling thread (the
+ * workspace queries inside included: bf16 products need room for their rounded operands), and
+ * frees the store with the model. */
+typedef struct attn_nn_bf16_weights attn_nn_bf16_weights;
+typedef struct hf_precision {
+    attn_precision p;
+    attn_nn_bf16_weights *wb; /* bf16 only: created empty by attn_pretrained_set_precision */
+} hf_precision;
+
 struct attn_pretrained {
     const char *family;
     void *impl;
@@ -124,12 +137,20 @@ struct attn_pretrained {
     int64_t channels, image_h, image_w, image_tokens, grid_h, grid_w, num_labels;
     char *const *labels;              /* [num_labels], owned by impl */
     const struct hf_image_prep *prep; /* owned by impl */
-    /* attn_pretrained_set_precision: the family's (NULL: fp32 only); flops: attn_pretrained_flops's
+    /* prec: the family's precision (NULL: fp32 only); precision_changed: told of a new one after
+     * attn_pretrained_set_precision set it (NULL: nothing to do); flops: attn_pretrained_flops's
      * count (NULL: 0). */
-    attn_status (*set_precision)(void *impl, attn_precision p);
+    hf_precision *prec;
+    void (*precision_changed)(void *impl, attn_precision p);
     double (*flops)(const void *impl, int64_t batch, int64_t seq, int64_t past);
-    attn_precision precision;
 };
+
+/* The family's calls in its precision (pretrained.c). */
+attn_status attn_hf_call_hidden(attn_pretrained *m, const int32_t *ids, const int32_t *types, const int64_t *lengths,
+                                int64_t B, int64_t n, float *out);
+attn_status attn_hf_call_logits(attn_pretrained *m, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t n,
+                                float *out);
+attn_status attn_hf_call_step(attn_pretrained *m, int reset, const int32_t *ids, int64_t n, float *last);
 
 /* ---- the family table (families.c) ---- */
 typedef struct hf_family {

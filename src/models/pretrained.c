@@ -221,6 +221,7 @@ attn_status attn_pretrained_open(const char *dir, attn_pretrained **out) {
 
 void attn_pretrained_free(attn_pretrained *m) {
     if (!m) return;
+    if (m->prec) attn_nn_bf16_weights_free(m->prec->wb);
     if (m->free_impl) m->free_impl(m->impl);
     attn__free(m->buf);
     attn__free(m);
@@ -279,7 +280,7 @@ attn_status attn_pretrained_hidden_states(attn_pretrained *m, const int32_t *ids
     const char *fn = "attn_pretrained_hidden_states";
     attn_status st = check_call(fn, m, ids, token_type_ids, lengths, batch, seq, out);
     if (!st && !m->hidden_states) st = no_call(fn, m, "hidden states");
-    return st ? st : m->hidden_states(m->impl, ids, token_type_ids, lengths, batch, seq, out);
+    return st ? st : attn_hf_call_hidden(m, ids, token_type_ids, lengths, batch, seq, out);
 }
 
 /* One row's pooled vector over its n real tokens h [n, H] (accumulated in double), normalised. */
@@ -316,7 +317,7 @@ attn_status attn_pretrained_embed(attn_pretrained *m, const int32_t *ids, const 
         m->buf = b;
         m->buf_floats = need;
     }
-    st = m->hidden_states(m->impl, ids, NULL, lengths, batch, seq, m->buf);
+    st = attn_hf_call_hidden(m, ids, NULL, lengths, batch, seq, m->buf);
     if (st) return st;
     for (int64_t b = 0; b < batch; b++) pool_row(m, m->buf + b * seq * m->hidden, lengths[b], out + b * m->hidden);
     return ATTN_OK;
@@ -330,7 +331,7 @@ attn_status attn_pretrained_logits(attn_pretrained *m, const int32_t *ids, const
     if (!st && batch * seq > (int64_t)(SIZE_MAX / sizeof(float)) / m->vocab)
         st = attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: batch %lld x seq %lld x vocab %lld overflows", fn,
                         (long long)batch, (long long)seq, (long long)m->vocab);
-    return st ? st : m->logits(m->impl, ids, lengths, batch, seq, out);
+    return st ? st : attn_hf_call_logits(m, ids, lengths, batch, seq, out);
 }
 
 int32_t attn_pretrained_eos_id(const attn_pretrained *m) { return m ? m->eos_id : -1; }
@@ -440,7 +441,7 @@ attn_status attn_pretrained_generate(attn_pretrained *m, const int32_t *prompt, 
     cand *c = attn__malloc(V * sizeof *c);
     double *p = attn__malloc(V * sizeof *p);
     if (!last || !c || !p) st = attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: out of memory (vocab %zu)", fn, V);
-    if (!st) st = m->step(m->impl, 1, prompt, (int64_t)n, last);
+    if (!st) st = attn_hf_call_step(m, 1, prompt, (int64_t)n, last);
     for (int64_t i = 0; !st && i < o->max_new_tokens; i++) {
         const int32_t id = pick(last, (int64_t)V, o, attn_philox_uniform(o->seed, 0, (uint64_t)i), c, p);
         if (id < 0) {
@@ -452,7 +453,7 @@ attn_status attn_pretrained_generate(attn_pretrained *m, const int32_t *prompt, 
         }
         if (produced) (*produced)++;
         if ((on_token && on_token(id, user)) || stops(m, o, id) || i + 1 == o->max_new_tokens) break;
-        st = m->step(m->impl, 0, &id, 1, last);
+        st = attn_hf_call_step(m, 0, &id, 1, last);
     }
     attn__free(last);
     attn__free(c);
@@ -465,14 +466,69 @@ attn_status attn_pretrained_set_precision(attn_pretrained *m, attn_precision p) 
     ATTN_CHECK_NOT_NULL(fn, m);
     if (!attn_precision_name(p))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: precision = %d is neither fp32 nor bf16", fn, (int)p);
-    if (p != ATTN_PRECISION_FP32 && !m->set_precision)
-        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: the \"%s\" family runs only fp32 (bf16: bert)", fn, m->family);
-    attn_status st = m->set_precision ? m->set_precision(m->impl, p) : ATTN_OK;
-    if (!st) m->precision = p;
+    if (p != ATTN_PRECISION_FP32 && !m->prec)
+        return attn_error(ATTN_ERR_UNSUPPORTED,
+                          "%s: the \"%s\" family runs only fp32 (bf16: bert, gpt2, llama, mistral, qwen2)", fn,
+                          m->family);
+    if (!m->prec) return ATTN_OK;
+    /* bf16 keeps a store of packed weights (filled by the first products), fp32 frees it */
+    if (p == ATTN_PRECISION_BF16 && !m->prec->wb && !(m->prec->wb = attn_nn_bf16_weights_create()))
+        return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: no memory for the bf16 weights", fn);
+    if (p != ATTN_PRECISION_BF16) {
+        attn_nn_bf16_weights_free(m->prec->wb);
+        m->prec->wb = NULL;
+    }
+    m->prec->p = p;
+    if (m->precision_changed) m->precision_changed(m->impl, p);
+    return ATTN_OK;
+}
+
+attn_precision attn_pretrained_precision(const attn_pretrained *m) {
+    return m && m->prec ? m->prec->p : ATTN_PRECISION_FP32;
+}
+
+/* The family's precision and packed weights installed on the calling thread for one call. */
+typedef struct precision_scope {
+    attn_precision prev;
+    attn_nn_bf16_weights *prev_wb;
+} precision_scope;
+
+static precision_scope enter(const attn_pretrained *m) {
+    precision_scope s = {ATTN_PRECISION_FP32, NULL};
+    if (!m->prec) return s;
+    s.prev = attn_nn_precision_set(m->prec->p);
+    s.prev_wb = attn_nn_bf16_weights_use(m->prec->p == ATTN_PRECISION_BF16 ? m->prec->wb : NULL);
+    return s;
+}
+
+static void leave(const attn_pretrained *m, precision_scope s) {
+    if (!m->prec) return;
+    attn_nn_bf16_weights_use(s.prev_wb);
+    attn_nn_precision_set(s.prev);
+}
+
+attn_status attn_hf_call_hidden(attn_pretrained *m, const int32_t *ids, const int32_t *types, const int64_t *lengths,
+                                int64_t B, int64_t n, float *out) {
+    const precision_scope s = enter(m);
+    const attn_status st = m->hidden_states(m->impl, ids, types, lengths, B, n, out);
+    leave(m, s);
     return st;
 }
 
-attn_precision attn_pretrained_precision(const attn_pretrained *m) { return m ? m->precision : ATTN_PRECISION_FP32; }
+attn_status attn_hf_call_logits(attn_pretrained *m, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t n,
+                                float *out) {
+    const precision_scope s = enter(m);
+    const attn_status st = m->logits(m->impl, ids, lengths, B, n, out);
+    leave(m, s);
+    return st;
+}
+
+attn_status attn_hf_call_step(attn_pretrained *m, int reset, const int32_t *ids, int64_t n, float *last) {
+    const precision_scope s = enter(m);
+    const attn_status st = m->step(m->impl, reset, ids, n, last);
+    leave(m, s);
+    return st;
+}
 
 double attn_pretrained_flops(const attn_pretrained *m, int64_t batch, int64_t seq, int64_t past) {
     if (!m || !m->flops || batch < 0 || seq < 0 || past < 0) return 0;

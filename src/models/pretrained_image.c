@@ -99,7 +99,7 @@ static attn_status capture_text(attn_pretrained *m, const int32_t *ids, int64_t 
     const int64_t len = n;
     *m->capture_slot = cap;
     attn_status st =
-        m->logits ? m->logits(m->impl, ids, &len, 1, n, out) : m->hidden_states(m->impl, ids, NULL, &len, 1, n, out);
+        m->logits ? attn_hf_call_logits(m, ids, &len, 1, n, out) : attn_hf_call_hidden(m, ids, NULL, &len, 1, n, out);
     *m->capture_slot = NULL;
     attn__free(out);
     return st;

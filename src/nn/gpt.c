@@ -261,6 +261,8 @@ static attn_status gpt_backward(const char *fn, attn_gpt *g, const attn_gpt_args
     return st ? attn_nn_wrap_error(st, fn) : ATTN_OK;
 }
 
+void attn_nn_gpt_set_precision(attn_gpt *g, attn_precision p) { g->cfg.precision = p; }
+
 /* The forward and backward run in the model's precision (attn_nn_precision, restored after). */
 attn_status attn_gpt_forward(attn_gpt *g, const attn_gpt_args *a, float *logits, void *saved, size_t saved_bytes,
                              void *workspace, size_t workspace_bytes) {

@@ -131,6 +131,11 @@ attn_status attn_nn_linear_bwd(const char *fn, const float *x, const float *w, c
  * opening time). Returns the previous setting. */
 int attn_nn_random_init_off(int off);
 
+/* ---- GPT (gpt.c) ----
+ * The compute precision of an existing model's forward (attn_pretrained's GPT-2 switches it; a
+ * model being trained keeps its config's). */
+void attn_nn_gpt_set_precision(attn_gpt *g, attn_precision p);
+
 /* ---- Vision Transformer (vit.c) ---- */
 /* attn_vit's parameter names to torchvision's VisionTransformer state_dict names (the map
  * attn_vit_torchvision_names returns; a constant for attn run's table). */

@@ -254,7 +254,16 @@ class Tester:
             want = self.tok.decode(ids)
             self.check(text == want, f"{name}: streamed text = tokenizer.decode(ids) ({len(text)} chars)"
                        + ("" if text == want else f": {text!r} vs {want!r}"))
-        if h:
+        if h:  # --precision bf16 is the library's bf16 generation (its accuracy: bf16_decoder_parity.py)
+            self.L.attn_pretrained_set_precision.argtypes = [ctypes.c_void_p, ctypes.c_int]
+            self.check(self.L.attn_pretrained_set_precision(h, 1) == 0, f"{name}: set_precision bf16")
+            lib = self.generate(h, prompt, max_new_tokens=32, eos_id=self.L.attn_pretrained_eos_id(h))
+            _, ids, err = self.cli(d, prompt_text, "--tokens", "32", "--precision", "bf16")
+            self.check(ids == lib, f"{name}: attn generate --precision bf16 --ids = the library's bf16 generation"
+                       + ("" if ids == lib else f" ({err or ids} vs {lib})"))
+            p = subprocess.run([self.attn, "generate", "--model", d, "--prompt", "x", "--precision", "fp16"],
+                               capture_output=True, text=True)
+            self.check(p.returncode == 2 and "fp16" in p.stderr, f"{name}: --precision fp16 is a usage error")
             self.L.attn_pretrained_free(h)
 
     def check_sampling(self, d):
