@@ -144,6 +144,8 @@ _SIGNATURES = {
     "attn_pretrained_hidden_states": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
     "attn_pretrained_embed": (c_int, [c_void_p, c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
     "attn_pretrained_logits": (c_int, [c_void_p, c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
+    "attn_pretrained_set_precision": (c_int, [c_void_p, c_int]),
+    "attn_pretrained_precision": (c_int, [c_void_p]),
     "attn_generate_options_default": (attn_generate_options, []),
     "attn_pretrained_generate": (c_int, [c_void_p, c_void_p, c_size_t, POINTER(attn_generate_options),
                                          GENERATE_CALLBACK, c_void_p, POINTER(c_size_t)]),

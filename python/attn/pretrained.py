@@ -296,6 +296,22 @@ class Pretrained:
         e = self._get("eos_token_id")
         return None if e < 0 else e
 
+    @property
+    def precision(self) -> str:
+        """The compute precision of the model's calls: "fp32" (default) or "bf16" (the matrix
+        products of the linear layers and of attention on bf16-rounded operands with float32 sums,
+        as PyTorch's CPU autocast; the weights rounded and packed once, at the first call). bf16 for
+        "bert", "gpt2", "llama", "mistral" and "qwen2"; setting it on "vit" raises AttnError."""
+        with self._lock:
+            return "bf16" if lib.attn_pretrained_precision(self._h()) == 1 else "fp32"
+
+    @precision.setter
+    def precision(self, p: str) -> None:
+        if p not in ("fp32", "bf16"):
+            raise ValueError(f"precision: {p!r} is not 'fp32' or 'bf16'")
+        with self._lock:
+            check(lib.attn_pretrained_set_precision(self._h(), 1 if p == "bf16" else 0))
+
     def _need_tokenizer(self, what: str) -> Tokenizer:
         if self.tokenizer is None:
             raise ValueError(f"{what}: the folder {self.path!r} has no tokenizer (tokenizer.json or vocab.txt): "
@@ -542,10 +558,17 @@ class Pretrained:
         return f"Pretrained({self.path!r}, family={self.family!r}, hidden_size={self.hidden_size})"
 
 
-def from_pretrained(path: PathLike, tokenizer: Optional[bool] = None) -> Pretrained:
+def from_pretrained(path: PathLike, tokenizer: Optional[bool] = None, precision: str = "fp32") -> Pretrained:
     """Open a Hugging Face model folder (BERT / sentence-transformers, GPT-2, Llama, Mistral, Qwen2,
     ViT; attn/pretrained.h)
     and its tokenizer (tokenizer=None: when the folder has tokenizer.json or vocab.txt; True: it must
-    open; False: none). Errors raise AttnError carrying the library's message, which names the file
-    and the key."""
-    return Pretrained(path, tokenizer)
+    open; False: none), computing in ``precision`` ("fp32" or "bf16": :attr:`Pretrained.precision`).
+    Errors raise AttnError carrying the library's message, which names the file and the key."""
+    m = Pretrained(path, tokenizer)
+    if precision != "fp32":
+        try:
+            m.precision = precision
+        except BaseException:
+            m.close()
+            raise
+    return m

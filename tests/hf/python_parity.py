@@ -327,6 +327,24 @@ def check_gpt2(attn, d, model, tok, eos):
     except attn.AttnError as ex:
         msg = ex.message
     check("gpt2" in msg, f"hidden_states on gpt2: AttnError: {msg}")
+    # precision: bf16 through the property and from_pretrained (its accuracy: bf16_decoder_parity.py)
+    check(m.precision == "fp32", f"gpt2 precision by default: {m.precision}")
+    m.precision = "bf16"
+    lb = m.logits(rows)
+    eb = float(np.linalg.norm(lb - lg) / np.linalg.norm(lg))
+    check(m.precision == "bf16" and np.isfinite(lb).all() and 0 < eb < 5e-2,
+          f"gpt2 precision bf16: logits within 5e-2 of fp32's and not equal ({eb:.2e})")
+    m.precision = "fp32"
+    check(np.array_equal(m.logits(rows), lg), "gpt2 back to fp32: the fp32 logits again")
+    try:
+        m.precision = "fp16"
+        msg = "accepted"
+    except ValueError as ex:
+        msg = str(ex)
+    check("fp16" in msg, f"precision 'fp16': ValueError: {msg}")
+    with attn.from_pretrained(d, precision="bf16") as mb:
+        check(mb.precision == "bf16" and np.array_equal(mb.logits(rows), lb),
+              "from_pretrained(precision='bf16') = setting the property")
     m.close()
     try:
         m.logits([[1]])
@@ -429,6 +447,12 @@ def check_vit(attn, d, model, paths, raw, bert_dir):
             if what not in str(ex):
                 errs.append(f"{what}: {ex}")
     check(not errs, f"vit: errors raise ValueError naming them {errs}")
+    try:
+        p.precision = "bf16"
+        msg = "accepted"
+    except attn.AttnError as ex:
+        msg = ex.message
+    check("vit" in msg and p.precision == "fp32", f"vit precision bf16: AttnError naming the family: {msg}")
     p.close()
 
 
