@@ -281,11 +281,14 @@ static inline __attribute__((always_inline)) void rows_t_body(const int R, const
                 const float *bg = b + (j0 + 16 * g) * ldb + p;
                 __m512 v[16];
                 /* 16 rows 4 * ldb bytes apart are too many streams for the hardware prefetchers:
-                 * fetching 512 bytes ahead measured up to 1.3x faster on n = 50257 */
-                if (p + 128 < kc) {
+                 * fetching 512 bytes ahead measured up to 1.3x faster on n = 50257 (Zen 5, when
+                 * gemm.c swept all of W's rows per k block); with 256 rows at a time through all
+                 * of k, 256 bytes ahead measured 1.13x 512 on a decode step (GPT-2, Llama shape,
+                 * AMX Xeon; 128 bytes 0.78-0.83x, 384 0.81-0.86x, none 0.86-0.88x) */
+                if (p + 64 < kc) {
 #pragma GCC unroll 16
                     for (int j = 0; j < 16; j++)
-                        if (j < jn) _mm_prefetch((const char *)(bg + j * ldb + 128), _MM_HINT_T0);
+                        if (j < jn) _mm_prefetch((const char *)(bg + j * ldb + 64), _MM_HINT_T0);
                 }
                 if (jn >= 16 && np == 16) {
 #pragma GCC unroll 16
