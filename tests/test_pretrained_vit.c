@@ -152,6 +152,18 @@ static void test_calls(attn_pretrained *m) {
         CHECK(!memcmp(one, both + b * LABELS, sizeof one), "image %d: logits alone differ from the batch's", b);
     }
     for (int i = 0; i < 2 * LABELS; i++) CHECK(isfinite(both[i]), "logit %d is not finite", i);
+    /* bf16: near fp32 (PyTorch's bf16 error against float64: tests/hf/vit_parity.py), each image
+     * alone as in the batch, fp32 again after */
+    float b16[2 * LABELS];
+    CHECK_OK(attn_pretrained_set_precision(m, ATTN_PRECISION_BF16));
+    CHECK_OK(attn_pretrained_classify(m, x, 2, IMG, IMG, b16));
+    CHECK_OK(attn_pretrained_classify(m, x + 3 * IMG * IMG, 1, IMG, IMG, one));
+    CHECK(!memcmp(one, b16 + LABELS, sizeof one), "bf16: image 1 alone differs from the batch's");
+    const double eb = rel_err_ff(b16, both, 2 * LABELS);
+    CHECK(eb > 0 && eb < 5e-2, "bf16 logits against fp32's: rel err %.3g", eb);
+    CHECK_OK(attn_pretrained_set_precision(m, ATTN_PRECISION_FP32));
+    CHECK_OK(attn_pretrained_classify(m, x, 2, IMG, IMG, b16));
+    CHECK(!memcmp(b16, both, sizeof b16), "fp32 after bf16 differs");
     CHECK_STATUS(attn_pretrained_classify(m, x, 1, 24, IMG, one), ATTN_ERR_SHAPE);
     CHECK(strstr(attn_last_error(), "24x16") && strstr(attn_last_error(), "16x16"), "message: %s", attn_last_error());
     int32_t ids[2] = {0, 1};

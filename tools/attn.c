@@ -73,7 +73,8 @@ static const cli_command commands[] = {
      "[--ids] [--precision fp32|bf16]",
      cmd_generate, NULL},
     {"classify", "the top labels of images with a Hugging Face image classifier (ViT)",
-     "attn classify --model DIR (--image FILE)... [--input LIST] [--top K]", cmd_classify, NULL},
+     "attn classify --model DIR (--image FILE)... [--input LIST] [--top K] [--precision fp32|bf16]", cmd_classify,
+     NULL},
 };
 enum { NCOMMANDS = (int)(sizeof commands / sizeof commands[0]) };
 

@@ -9,6 +9,7 @@
 
 #include "bench_common.h"
 #include "cli.h"
+#include "cli_opts.h"
 #include "train_common.h"
 
 static void usage(FILE *f) {
@@ -62,7 +63,7 @@ int bench_train_cmd(int argc, char **argv) {
         return 0;
     }
     if (parsed) return parsed;
-    if (pname && train_parse_precision(pname, &prec))
+    if (pname && cli_parse_precision(pname, &prec))
         return cli_usage_error("bench train: --precision '%s' is neither fp32 nor bf16", pname);
     if (D % H != 0)
         return cli_usage_error("bench train: --d-model %lld is not a multiple of --heads %lld", (long long)D,

@@ -30,6 +30,15 @@ int cli_parse_double(const char *s, double minv, double maxv, double *out) {
     return 0;
 }
 
+int cli_parse_precision(const char *s, attn_precision *p) {
+    for (int i = ATTN_PRECISION_FP32; i <= ATTN_PRECISION_BF16; i++)
+        if (s && strcmp(s, attn_precision_name((attn_precision)i)) == 0) {
+            *p = (attn_precision)i;
+            return 0;
+        }
+    return -1;
+}
+
 static void store_int(const cli_opt *o, int index, int64_t v) {
     switch (o->itype) {
     case CLI_INT_INT: ((int *)o->dst)[index] = (int)v; break;

@@ -11,7 +11,8 @@
 #include "cli_opts.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: attn classify --model DIR (--image FILE)... [--input LIST] [--top K] [--threads T]\n\n"
+    fprintf(f, "usage: attn classify --model DIR (--image FILE)... [--input LIST] [--top K]\n"
+               "                     [--precision fp32|bf16] [--threads T]\n\n"
                "The K most likely labels of each image with a Hugging Face image classifier folder\n"
                "(ViTForImageClassification: config.json, model.safetensors, preprocessor_config.json), as\n"
                "transformers' image processor and model compute them: the image decoded (PNG with libpng,\n"
@@ -20,6 +21,8 @@ static void usage(FILE *f) {
                "  --image FILE     an image (the option may be repeated)\n"
                "  --input LIST     a file of image paths, one per line ('-': standard input)\n"
                "  --top K          labels shown per image (default 5; at most the model's labels)\n"
+               "  --precision P    fp32 (default) or bf16: the matrix products on bf16-rounded operands\n"
+               "                   with float sums, the weights rounded and packed once (AMX, AVX512-BF16)\n"
                "  --threads T      threads (default: all)\n"
                "Output, per image: its path, then K lines \"  PROBABILITY  ID  LABEL\", most likely first\n"
                "(ties by lower id). An unreadable image or folder is reported on one line and exits 1.\n");
@@ -117,9 +120,14 @@ static int classify_one(attn_pretrained *m, const char *path, int64_t k, float *
     return 0;
 }
 
-static int classify_all(const char *model, const classify_list *l, int64_t top) {
+static int classify_all(const char *model, const classify_list *l, int64_t top, attn_precision prec) {
     attn_pretrained *m = NULL;
     if (attn_pretrained_open(model, &m)) return cli_fail("classify: %s", attn_last_error());
+    if (attn_pretrained_set_precision(m, prec)) {
+        const int rc = cli_fail("classify: --precision %s: %s", attn_precision_name(prec), attn_last_error());
+        attn_pretrained_free(m);
+        return rc;
+    }
     int64_t C, H, W;
     attn_pretrained_image_size(m, &C, &H, &W);
     const int64_t L = attn_pretrained_num_labels(m);
@@ -141,13 +149,14 @@ static int classify_all(const char *model, const classify_list *l, int64_t top) 
 }
 
 int cmd_classify(int argc, char **argv) {
-    const char *model = NULL, *image = NULL, *input = NULL;
+    const char *model = NULL, *image = NULL, *input = NULL, *precision = "fp32";
     int64_t top = 5, threads = 0;
     cli_opt opts[] = {
         CLI_STRING_NONEMPTY("--model", &model),
         CLI_STRING_NONEMPTY("--image", &image),
         CLI_STRING_NONEMPTY("--input", &input),
         CLI_INT("--top", &top, 1, INT32_MAX),
+        CLI_STRING_NONEMPTY("--precision", &precision),
         CLI_INT("--threads", &threads, 1, ATTN_MAX_THREADS),
         CLI_END,
     };
@@ -159,12 +168,15 @@ int cmd_classify(int argc, char **argv) {
     if (parsed) return parsed;
     if (!model) return cli_usage_error("classify: --model is required (try 'attn classify --help')");
     if (!image && !input) return cli_usage_error("classify: give --image FILE (repeatable) or --input LIST");
+    attn_precision prec;
+    if (cli_parse_precision(precision, &prec))
+        return cli_usage_error("classify: --precision '%s' is not fp32 or bf16", precision);
     if (threads) attn_set_num_threads((int)threads);
     classify_list l = {0};
     int rc = images_of_argv(&l, argc, argv);
     if (!rc && input) rc = images_of_file(&l, input);
     if (!rc && !l.n) rc = cli_fail("classify: %s lists no image", input);
-    if (!rc) rc = classify_all(model, &l, top);
+    if (!rc) rc = classify_all(model, &l, top, prec);
     for (size_t i = 0; i < l.n; i++) free(l.paths[i]);
     free(l.paths);
     return rc;

@@ -233,7 +233,8 @@ int cmd_embed(int argc, char **argv) {
                            : ends_with(out, ".npy")       ? OUT_NPY
                            : ends_with(out, ".jsonl")     ? OUT_JSONL
                                                           : (out_format)-1;
-    if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
+    attn_precision prec;
+    if (cli_parse_precision(precision, &prec))
         return cli_usage_error("embed: --precision '%s' is not fp32 or bf16", precision);
     if ((int)fmt < 0) return cli_usage_error("embed: --out '%s' is not .safetensors, .npy or .jsonl", out);
     const char *ins[] = {input};
@@ -251,7 +252,7 @@ int cmd_embed(int argc, char **argv) {
     int rc = 0;
     if (attn_pretrained_open(model, &m) || attn_tokenizer_open(model, &tok))
         rc = cli_fail("embed: %s", attn_last_error());
-    if (!rc && attn_pretrained_set_precision(m, strcmp(precision, "bf16") ? ATTN_PRECISION_FP32 : ATTN_PRECISION_BF16))
+    if (!rc && attn_pretrained_set_precision(m, prec))
         rc = cli_fail("embed: --precision %s: %s", precision, attn_last_error());
     const int64_t limit = max_length ? max_length : rc ? 0 : attn_pretrained_max_length(m);
     if (!rc) rc = read_texts(&t, tok, input, limit);

@@ -127,7 +127,8 @@ int cmd_generate(int argc, char **argv) {
     }
     if (parsed) return parsed;
     if (!model || !prompt) return cli_usage_error("generate: needs --model DIR and --prompt TEXT (try --help)");
-    if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
+    attn_precision prec;
+    if (cli_parse_precision(precision, &prec))
         return cli_usage_error("generate: --precision '%s' is not fp32 or bf16", precision);
     if (threads > 0) attn_set_num_threads((int)threads);
     gen_stream s = {0};
@@ -144,7 +145,7 @@ int cmd_generate(int argc, char **argv) {
         cli_fail("generate: %s", attn_last_error());
         goto done;
     }
-    if (attn_pretrained_set_precision(m, strcmp(precision, "bf16") ? ATTN_PRECISION_FP32 : ATTN_PRECISION_BF16)) {
+    if (attn_pretrained_set_precision(m, prec)) {
         cli_fail("generate: --precision %s: %s", precision, attn_last_error());
         goto done;
     }

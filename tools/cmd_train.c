@@ -207,7 +207,7 @@ static int parse_gpt(int argc, char **argv, gpt_opts *o) {
     if (parsed) return parsed;
     o->given_attention = attention != NULL;
     o->given_precision = precision != NULL;
-    if (precision && train_parse_precision(precision, &o->precision))
+    if (precision && cli_parse_precision(precision, &o->precision))
         return cli_usage_error("train gpt: --precision '%s' is neither fp32 nor bf16", precision);
     if (attention && attn_attention_kind_from_name(attention, &o->shape.attention.kind) != ATTN_OK)
         return cli_usage_error("train gpt: --attention: %s", strchr(attn_last_error(), ' ') + 1);

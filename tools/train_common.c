@@ -263,15 +263,6 @@ uint64_t train_hash(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
-int train_parse_precision(const char *name, attn_precision *p) {
-    for (int i = ATTN_PRECISION_FP32; i <= ATTN_PRECISION_BF16; i++)
-        if (name && strcmp(name, attn_precision_name((attn_precision)i)) == 0) {
-            *p = (attn_precision)i;
-            return 0;
-        }
-    return -1;
-}
-
 void train_precision_note(attn_precision p) {
     if (p != ATTN_PRECISION_BF16) return;
     if (!(attn_cpu_feature_bits() & ATTN_CPU_AVX512BF16)) {
@@ -292,7 +283,7 @@ int train_resume_precision(const char *cmd, const attn_safetensors *st, const ch
                            attn_precision *p) {
     attn_precision ckpt = ATTN_PRECISION_FP32;
     const char *v = attn_safetensors_metadata_find(st, "train.precision");
-    if (v && train_parse_precision(v, &ckpt))
+    if (v && cli_parse_precision(v, &ckpt))
         return cli_fail("%s: --resume: %s: train.precision '%s' is neither fp32 nor bf16", cmd, path, v);
     if (!given)
         *p = ckpt;

@@ -32,9 +32,6 @@ int64_t *train_kind_opt_value(attn_attention_config *c, int i);
 /* Whether kind reads option i (and in *required, nullable, whether it must be set). */
 int train_kind_uses(attn_attention_kind kind, int i, int *required);
 
-/* --precision NAME ("fp32" or "bf16", attn_precision_name's spelling) into *p: 0, or -1 for
- * another name. */
-int train_parse_precision(const char *name, attn_precision *p);
 /* With bf16 on a CPU without AVX512-BF16, a note that its products are emulated (slower than
  * fp32 there); nothing otherwise. */
 void train_precision_note(attn_precision p);

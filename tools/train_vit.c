@@ -315,7 +315,7 @@ static int vit_options(int argc, char **argv, vit_opts *o) {
     o->given_warmup = cli_seen(opts, "--warmup");
     o->given_shift = cli_seen(opts, "--shift");
     o->given_precision = precision != NULL;
-    if (precision && train_parse_precision(precision, &o->precision))
+    if (precision && cli_parse_precision(precision, &o->precision))
         return cli_usage_error("train vit: --precision '%s' is neither fp32 nor bf16", precision);
     if (!o->resume && o->hidden % o->heads)
         return cli_usage_error("train vit: --hidden %lld is not a multiple of --heads %lld", (long long)o->hidden,

@@ -219,9 +219,9 @@ ATTN_API attn_status attn_pretrained_capture(attn_pretrained *m, const int32_t *
  * activations, residuals and pooling stay float32, as do the weights. The linear layers' weights
  * are rounded and packed for the bf16 products once, at the first call after the precision is set
  * (half their float bytes again; freed when it goes back to fp32), not at every call. Families:
- * "bert" (its hidden states and embeddings), "gpt2", "llama", "mistral" and "qwen2" (logits and
- * generation; the attention of a generation's cached steps stays float32 over the float cache);
- * another family's bf16 ("vit") is ATTN_ERR_UNSUPPORTED naming it. */
+ * all of them: "bert" (its hidden states and embeddings), "gpt2", "llama", "mistral" and "qwen2"
+ * (logits and generation; the attention of a generation's cached steps stays float32 over the
+ * float cache), "vit" (logits, hidden states, capture; the image preprocessing stays float32). */
 ATTN_API attn_status attn_pretrained_set_precision(attn_pretrained *m, attn_precision p);
 ATTN_API attn_precision attn_pretrained_precision(const attn_pretrained *m);
 

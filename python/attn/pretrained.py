@@ -300,8 +300,8 @@ class Pretrained:
     def precision(self) -> str:
         """The compute precision of the model's calls: "fp32" (default) or "bf16" (the matrix
         products of the linear layers and of attention on bf16-rounded operands with float32 sums,
-        as PyTorch's CPU autocast; the weights rounded and packed once, at the first call). bf16 for
-        "bert", "gpt2", "llama", "mistral" and "qwen2"; setting it on "vit" raises AttnError."""
+        as PyTorch's CPU autocast; the weights rounded and packed once, at the first call). Every
+        family runs bf16 (a generation's cached steps keep their attention float)."""
         with self._lock:
             return "bf16" if lib.attn_pretrained_precision(self._h()) == 1 else "fp32"
 

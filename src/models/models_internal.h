@@ -105,7 +105,7 @@ typedef attn_status (*hf_image_fn)(void *impl, const float *pixels, int64_t batc
  * A family that runs bf16 points attn_pretrained's prec at its hf_precision: the precision and the
  * store of its linear weights rounded and packed once (nn_internal.h's attn_nn_bf16_weights: the
  * weights never change after the folder is read). pretrained.c runs each of the family's calls
- * (hidden_states, logits, step: attn_hf_call_*) with both installed on the calling thread (the
+ * (hidden_states, logits, step, image: attn_hf_call_*) with both installed on the calling thread (the
  * workspace queries inside included: bf16 products need room for their rounded operands), and
  * frees the store with the model. */
 typedef struct attn_nn_bf16_weights attn_nn_bf16_weights;
@@ -151,6 +151,8 @@ attn_status attn_hf_call_hidden(attn_pretrained *m, const int32_t *ids, const in
 attn_status attn_hf_call_logits(attn_pretrained *m, const int32_t *ids, const int64_t *lengths, int64_t B, int64_t n,
                                 float *out);
 attn_status attn_hf_call_step(attn_pretrained *m, int reset, const int32_t *ids, int64_t n, float *last);
+attn_status attn_hf_call_image(attn_pretrained *m, const float *pixels, int64_t batch, float *hidden, float *logits,
+                               attn_capture *cap);
 
 /* ---- the family table (families.c) ---- */
 typedef struct hf_family {

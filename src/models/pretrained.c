@@ -467,9 +467,7 @@ attn_status attn_pretrained_set_precision(attn_pretrained *m, attn_precision p) 
     if (!attn_precision_name(p))
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: precision = %d is neither fp32 nor bf16", fn, (int)p);
     if (p != ATTN_PRECISION_FP32 && !m->prec)
-        return attn_error(ATTN_ERR_UNSUPPORTED,
-                          "%s: the \"%s\" family runs only fp32 (bf16: bert, gpt2, llama, mistral, qwen2)", fn,
-                          m->family);
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: the \"%s\" family runs only fp32", fn, m->family);
     if (!m->prec) return ATTN_OK;
     /* bf16 keeps a store of packed weights (filled by the first products), fp32 frees it */
     if (p == ATTN_PRECISION_BF16 && !m->prec->wb && !(m->prec->wb = attn_nn_bf16_weights_create()))
@@ -526,6 +524,14 @@ attn_status attn_hf_call_logits(attn_pretrained *m, const int32_t *ids, const in
 attn_status attn_hf_call_step(attn_pretrained *m, int reset, const int32_t *ids, int64_t n, float *last) {
     const precision_scope s = enter(m);
     const attn_status st = m->step(m->impl, reset, ids, n, last);
+    leave(m, s);
+    return st;
+}
+
+attn_status attn_hf_call_image(attn_pretrained *m, const float *pixels, int64_t batch, float *hidden, float *logits,
+                               attn_capture *cap) {
+    const precision_scope s = enter(m);
+    const attn_status st = m->image(m->impl, pixels, batch, hidden, logits, cap);
     leave(m, s);
     return st;
 }

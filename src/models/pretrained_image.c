@@ -70,13 +70,13 @@ attn_status attn_pretrained_classify(attn_pretrained *m, const float *pixels, in
     if (!st && !m->num_labels)
         st = attn_error(ATTN_ERR_UNSUPPORTED, "%s: the model has no classifier (a ViTModel: no classifier.* weights)",
                         fn);
-    return st ? st : m->image(m->impl, pixels, batch, NULL, logits, NULL);
+    return st ? st : attn_hf_call_image(m, pixels, batch, NULL, logits, NULL);
 }
 
 attn_status attn_pretrained_image_hidden_states(attn_pretrained *m, const float *pixels, int64_t batch, int64_t height,
                                                 int64_t width, float *out) {
     attn_status st = check_image("attn_pretrained_image_hidden_states", m, pixels, batch, height, width, out);
-    return st ? st : m->image(m->impl, pixels, batch, out, NULL, NULL);
+    return st ? st : attn_hf_call_image(m, pixels, batch, out, NULL, NULL);
 }
 
 /* The text families: their forward on ids[0..n) with the capture set in the family's slot. */
@@ -120,5 +120,5 @@ attn_status attn_pretrained_capture(attn_pretrained *m, const int32_t *ids, int6
         return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: the \"%s\" family takes pixels (pixels is NULL)", fn,
                           m->family);
     attn_status st = check_image(fn, m, pixels, 1, height, width, pixels);
-    return st ? st : m->image(m->impl, pixels, 1, NULL, NULL, cap);
+    return st ? st : attn_hf_call_image(m, pixels, 1, NULL, NULL, cap);
 }

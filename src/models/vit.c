@@ -36,6 +36,7 @@ typedef struct vit {
     hf_image_prep prep;
     void *ws;
     size_t ws_bytes;
+    hf_precision prec; /* of the products (attn_pretrained_set_precision) */
 } vit;
 
 /* image_size / patch_size: an integer, or [height, width]. */
@@ -442,6 +443,7 @@ attn_status attn_hf_vit_open(const hf_folder *f, attn_pretrained *m) {
     m->impl = v;
     m->free_impl = vit_free;
     m->image = vit_forward;
+    m->prec = &v->prec;
     m->hidden = c.hidden;
     m->channels = c.channels;
     m->image_h = c.image_h;

@@ -110,6 +110,7 @@ class Tester:
         L.attn_pretrained_image_tokens.argtypes = [P]
         L.attn_pretrained_image_tokens.restype = I64
         L.attn_pretrained_classify.argtypes = [P, P, I64, I64, I64, P]
+        L.attn_pretrained_set_precision.argtypes = [P, ctypes.c_int]
         L.attn_pretrained_image_hidden_states.argtypes = [P, P, I64, I64, I64, P]
         L.attn_pretrained_image_input.argtypes = [P, ctypes.POINTER(Img), P]
         L.attn_pretrained_capture.argtypes = [P, P, I64, P, I64, I64, P]
@@ -241,6 +242,7 @@ class Tester:
                 self.check(e <= TOL, f"{name}: logits, rel err {e:.2e} ({self.L.attn_last_error().decode()})")
                 labels = [self.L.attn_pretrained_label(h, i).decode() for i in range(10)]
                 self.check(labels == [model.config.id2label[i] for i in range(10)], f"{name}: labels {labels}")
+                self.check_bf16(name, h, xn, hh, ww, model, x, out.logits.numpy(), got)
             else:
                 got = np.zeros(1, np.float32)
                 st = self.L.attn_pretrained_classify(h, xn.ctypes.data, 3, hh, ww, got.ctypes.data)
@@ -255,6 +257,24 @@ class Tester:
             self.check(st != 0 and f"{hh + 8}x{ww}" in msg and f"{hh}x{ww}" in msg, f"{name}: other size refused: {msg}")
         finally:
             self.L.attn_pretrained_free(h)
+
+    def check_bf16(self, name, h, xn, hh, ww, model, x, ref, f32):
+        """bf16 (attn_pretrained_set_precision): logits within 2x the error of PyTorch's bf16 autocast
+        against float64, not fp32's, and fp32's again after going back."""
+        np, torch = self.np, self.torch
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            tb = model.float()(x.float()).logits.float().double().numpy()
+        got = np.zeros_like(f32)
+        st = self.L.attn_pretrained_set_precision(h, 1)
+        if not st:
+            st = self.L.attn_pretrained_classify(h, xn.ctypes.data, 3, hh, ww, got.ctypes.data)
+        a_err, t_err = self.rel(got, ref), self.rel(tb, ref)
+        print(f"  {name}: bf16 logits vs float64: attn {a_err:.2e}, torch bf16 autocast {t_err:.2e}")
+        self.check(st == 0 and np.isfinite(got).all() and a_err <= 2 * t_err and not np.array_equal(got, f32),
+                   f"{name}: bf16 logits, rel err {a_err:.2e} against torch bf16's {t_err:.2e} (status {st})")
+        self.L.attn_pretrained_set_precision(h, 0)
+        st = self.L.attn_pretrained_classify(h, xn.ctypes.data, 3, hh, ww, got.ctypes.data)
+        self.check(st == 0 and np.array_equal(got, f32), f"{name}: fp32 after bf16 gives fp32's logits again")
 
     # ---- preprocessing ----
     def reference_pixels(self, a, size=(32, 32), mean=MEAN, std=STD, factor=1 / 255):
@@ -365,6 +385,13 @@ class Tester:
                        f"{want}, max prob diff {dp:.2e}")
         rc, out, err = self.run_cli("classify", "--model", d, "--image", paths[0], "--top", "20")
         self.check(rc == 0 and len(self.parse_classify(out).get(paths[0], [])) == 10, f"classify --top 20: {out}")
+        rc, out, err = self.run_cli("classify", "--model", d, "--image", paths[0], "--top", "3", "--precision", "bf16")
+        top_b = self.parse_classify(out).get(paths[0], [])
+        dp = max((abs(p - q) for (p, _, _), (q, _, _) in zip(top_b, got.get(paths[0], []))), default=float("inf"))
+        self.check(rc == 0 and len(top_b) == 3 and dp < 5e-2,
+                   f"classify --precision bf16: top-3 probabilities within 5e-2 of fp32's ({dp:.2e}): {err.strip()}")
+        rc, out, err = self.run_cli("classify", "--model", d, "--image", paths[0], "--precision", "fp16")
+        self.check(rc == 2 and "fp16" in err, f"classify --precision fp16: usage error: {err.strip()}")
         bad = os.path.join(self.out, "bad.ppm")
         with open(bad, "wb") as f:
             f.write(b"P6\n4 4\n255\n\x00")
