@@ -281,22 +281,22 @@ static void gemm_rect(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int
     /* even blocks, multiples of the register tile, no larger than MC / NC */
     int64_t mb = roundup(cdiv(r1 - r0, cdiv(r1 - r0, ar->mc)), MR);
     int64_t nb = roundup(cdiv(c1 - c0, cdiv(c1 - c0, ar->nc)), NR);
-    /* The few-row kernel on W^T (a decode step's linear layers: W [n, k] read in place) takes 256
-     * of W's rows through all of k before the next 256, not all n rows per k block: each row is
-     * then read front to back while the lines the prefetchers fetched past a k block are still in
-     * the L2 (256 rows x a 1.5 KiB block). m = 1, k = 768, 1 thread: n 2304 1.17-1.29x, n 50257
-     * (GPT-2's LM head) 1.27-1.35x; 1024 rows 1.04-1.08x. C goes through memory between k blocks
-     * as before: the same chains, bitwise. */
-    if (g->rows_path && g->transb) {
-        const int64_t cw = 256;
+    /* The few-row kernels (m <= rows_max) read op(B) in place. On W^T (a decode step's linear
+     * layers: W [n, k]) they take 256 of W's rows through all of k before the next 256, not all n
+     * rows per k block: each row is then read front to back while the lines the prefetchers
+     * fetched past a k block are still in the L2 (256 rows x a 1.5 KiB block). m = 1, k = 768, 1
+     * thread: n 2304 1.17-1.29x, n 50257 (GPT-2's LM head) 1.27-1.35x; 1024 rows 1.04-1.08x. C goes
+     * through memory between k blocks as before: the same chains, bitwise. */
+    if (g->rows_path) {
+        const int64_t cw = g->transb ? 256 : c1 - c0;
         for (int64_t j0 = c0; j0 < c1; j0 += cw) {
             const int64_t j1 = min64(j0 + cw, c1);
             for (int64_t p0 = 0; p0 < g->k; p0 += ar->kc) {
                 int64_t kc = min64(ar->kc, g->k - p0);
                 float beta = p0 == 0 ? g->beta : 1.0f;
                 pack_a(g, r0, p0, r1 - r0, kc, abuf);
-                ar->ukr_rows_t(kc, abuf, op_b(g, p0, j0), g->ldb, g->c + r0 * g->ldc + j0, g->ldc, g->alpha, beta,
-                               (int)(r1 - r0), j1 - j0);
+                (g->transb ? ar->ukr_rows_t : ar->ukr_rows)(kc, abuf, op_b(g, p0, j0), g->ldb, g->c + r0 * g->ldc + j0,
+                                                            g->ldc, g->alpha, beta, (int)(r1 - r0), j1 - j0);
             }
         }
         return;
@@ -304,12 +304,6 @@ static void gemm_rect(const gemm_job *g, int64_t r0, int64_t r1, int64_t c0, int
     for (int64_t p0 = 0; p0 < g->k; p0 += ar->kc) {
         int64_t kc = min64(ar->kc, g->k - p0);
         float beta = p0 == 0 ? g->beta : 1.0f;
-        if (g->rows_path) {
-            pack_a(g, r0, p0, r1 - r0, kc, abuf);
-            (g->transb ? ar->ukr_rows_t : ar->ukr_rows)(kc, abuf, op_b(g, p0, c0), g->ldb, g->c + r0 * g->ldc + c0,
-                                                        g->ldc, g->alpha, beta, (int)(r1 - r0), c1 - c0);
-            continue;
-        }
         for (int64_t i0 = r0; i0 < r1; i0 += mb) {
             int64_t rows = min64(mb, r1 - i0);
             pack_a(g, i0, p0, rows, kc, abuf);
