@@ -439,8 +439,8 @@ static attn_tensor head_view(float *base, int64_t B, int64_t heads, int64_t N, i
     return t;
 }
 
-/* One call's buffers, carved from m->ws (64-byte aligned spans); qkv16 (bf16 attention) is qkv
- * rounded to bf16, the same layout. */
+/* One call's buffers, carved from m->ws (64-byte aligned spans); qkv16, where the attention runs
+ * in bf16 (else NULL), is qkv rounded to bf16, the same layout. */
 typedef struct llama_bufs {
     float *x, *nrm, *qkv, *att, *gu, *act;
     void *gemm, *flash;
@@ -449,9 +449,9 @@ typedef struct llama_bufs {
 } llama_bufs;
 
 /* In bf16 precision the attention without a cache forms its products from bf16 q, k, v (as the
- * linear layers do from their operands); over the generation cache it stays float, the cache's
- * rows being float. */
-static int bf16_attention(int cached) { return !cached && attn_nn_precision() == ATTN_PRECISION_BF16; }
+ * linear layers do from their operands): its calls reserve qkv16. Over the generation cache it
+ * stays float, the cache's rows being float (llama_step reserves no qkv16). */
+static int bf16_attention(void) { return attn_nn_precision() == ATTN_PRECISION_BF16; }
 
 static size_t align64(size_t b) { return (b + 63) & ~(size_t)63; }
 
@@ -553,9 +553,9 @@ static attn_tensor packed_view(float *base, int64_t total, int64_t heads, int64_
     return t;
 }
 
-/* A view into b->qkv moved onto its bf16 copy (b16; else t as it is). */
-static attn_tensor on_bf16(attn_tensor t, const llama_bufs *b, int b16) {
-    if (!b16) return t;
+/* A view into b->qkv moved onto its bf16 copy where there is one (else t as it is). */
+static attn_tensor on_bf16(attn_tensor t, const llama_bufs *b) {
+    if (!b->qkv16) return t;
     attn_tensor u = t;
     u.data16 = b->qkv16 + (t.data - b->qkv);
     u.dtype = ATTN_TYPE_BF16;
@@ -571,11 +571,10 @@ static attn_status attention_packed(llama *m, llama_layer *L, const attn_call *a
     attn_status st = attn_rope_forward(&c->rope, &q, 0, a->pos);
     if (!st) st = attn_rope_forward(&c->rope, &k, 0, a->pos);
     if (st) return st;
-    const int b16 = bf16_attention(0);
-    if (b16) attn_nn_round_bf16(b->qkv, b->qkv16, (size_t)(T * W));
-    const attn_tensor pq = on_bf16(packed_view(b->qkv, T, c->heads, hd, W), b, b16),
-                      pk = on_bf16(packed_view(b->qkv + Q, T, c->kv_heads, hd, W), b, b16),
-                      pv = on_bf16(packed_view(b->qkv + Q + K, T, c->kv_heads, hd, W), b, b16);
+    if (b->qkv16) attn_nn_round_bf16(b->qkv, b->qkv16, (size_t)(T * W));
+    const attn_tensor pq = on_bf16(packed_view(b->qkv, T, c->heads, hd, W), b),
+                      pk = on_bf16(packed_view(b->qkv + Q, T, c->kv_heads, hd, W), b),
+                      pv = on_bf16(packed_view(b->qkv + Q + K, T, c->kv_heads, hd, W), b);
     attn_tensor o = packed_view(b->att, T, c->heads, hd, Q);
     attn_sdpa_params p = attn_sdpa_params_default();
     p.causal = ATTN_CAUSAL_TOP_LEFT;
@@ -612,10 +611,9 @@ static attn_status attention(llama *m, llama_layer *L, const attn_call *a, llama
     p.causal = a->cached ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_TOP_LEFT;
     p.window_left = L->window > 0 ? L->window - 1 : -1; /* the query's own key and window - 1 before */
     p.window_right = -1;
-    const int b16 = bf16_attention(a->cached);
-    if (b16) {
+    if (b->qkv16 && !a->cached) {
         attn_nn_round_bf16(b->qkv, b->qkv16, (size_t)(a->B * a->N * W));
-        q = on_bf16(q, b, 1), k = on_bf16(k, b, 1), v = on_bf16(v, b, 1);
+        q = on_bf16(q, b), k = on_bf16(k, b), v = on_bf16(v, b);
     }
     return attn_flash_forward(&q, &k, &v, &p, &o, NULL, b->flash, b->flash_bytes);
 }
@@ -669,7 +667,7 @@ static attn_status logits_padded(llama *m, const int32_t *ids, const int64_t *le
                                  float *out) {
     const int64_t T = B * N, H = m->c.hidden, V = m->c.vocab;
     llama_bufs b;
-    const int b16 = bf16_attention(0);
+    const int b16 = bf16_attention();
     attn_status st = reserve(m, T, T, flash_bytes(m, B, N, N, b16), b16, &b);
     if (st) return st;
     embed(m, ids, lengths, B, N, b.x);
@@ -699,12 +697,12 @@ static attn_status logits_packed(llama *m, const int32_t *ids, const int64_t *le
         for (int64_t t = 0; t < lengths[r]; t++) pos[cu[r] + t] = t;
     }
     llama_bufs b;
-    const int b16 = bf16_attention(0);
+    const int b16 = bf16_attention();
     attn_status st = reserve(m, total, total, 0, b16, &b); /* the views below need the activations' place */
     if (st) return st;
-    const attn_tensor q = on_bf16(packed_view(b.qkv, total, m->c.heads, hd, W), &b, b16),
-                      k = on_bf16(packed_view(b.qkv + Q, total, m->c.kv_heads, hd, W), &b, b16),
-                      v = on_bf16(packed_view(b.qkv + Q + K, total, m->c.kv_heads, hd, W), &b, b16);
+    const attn_tensor q = on_bf16(packed_view(b.qkv, total, m->c.heads, hd, W), &b),
+                      k = on_bf16(packed_view(b.qkv + Q, total, m->c.kv_heads, hd, W), &b),
+                      v = on_bf16(packed_view(b.qkv + Q + K, total, m->c.kv_heads, hd, W), &b);
     const size_t fb = attn_flash_varlen_workspace_size(&q, &k, &v, cu, cu, B);
     if (fb == 0 || fb == SIZE_MAX) { /* 0: attn_last_error() says why */
         char why[512];
