@@ -103,7 +103,8 @@ int cli_seen(const cli_opt *opts, const char *name);
  * -1 otherwise (*out untouched). */
 int cli_parse_i64(const char *s, int64_t minv, int64_t maxv, int64_t *out);
 int cli_parse_double(const char *s, double minv, double maxv, double *out);
-/* A precision's name ("fp32", "bf16": attn_precision_name's) into *p: 0, or -1 for another name or NULL. */
+/* A precision's name ("fp32", "bf16": attn_precision_name's) into *p: 0, or -1 for another name
+ * or NULL. */
 int cli_parse_precision(const char *s, attn_precision *p);
 
 #endif

@@ -1,8 +1,8 @@
 /* Test-only: an instruction-level C emulation of the AMX intrinsics bf16_amx.c uses
  * (_tile_loadconfig, _tile_storeconfig, _tile_loadd, _tile_stream_loadd, _tile_stored, _tile_zero,
- * _tile_dpbf16ps, _tile_release), so that the AMX kernel runs and is checked on machines without AMX. Included by
- * bf16_amx.c only when it is compiled with -DATTN_AMX_EMULATE (tests/amx_emulated.c); never in the
- * library.
+ * _tile_dpbf16ps, _tile_release), so that the AMX kernel runs and is checked on machines without
+ * AMX. Included by bf16_amx.c only when it is compiled with -DATTN_AMX_EMULATE
+ * (tests/amx_emulated.c); never in the library.
  *
  * Palette 1 as in the Intel SDM: 8 tiles of at most 16 rows x 64 bytes, one per-thread state.
  * TILECFG (64 bytes): byte 0 palette, byte 1 start_row, bytes 2-15 reserved (zero), bytes 16-47

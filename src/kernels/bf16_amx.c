@@ -415,8 +415,8 @@ static
  * it meets every panel pair: 1.05-1.10x the panel-pair-outer order, which read A back from the L2
  * for every pair); then the rows past the last whole block against the whole panels (edge_rows),
  * and what is left (the columns past the last whole pair, the rows past the last whole block in
- * the last partial panel) 16 columns at a time by block_edge. Every C element is still one block's chain over all
- * of k, so the order moves no bit. */
+ * the last partial panel) 16 columns at a time by block_edge. Every C element is still one block's
+ * chain over all of k, so the order moves no bit. */
 void gemm_panels_amx(int m, int n, int kp, const uint32_t *a, int64_t ars, const uint32_t *b, float *c, int64_t ldc,
                      int accumulate) {
     configure();

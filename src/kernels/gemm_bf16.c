@@ -329,11 +329,12 @@ static void gemm_body(const attn_bf16_kernels *kr, int ta, int tb, int64_t m, in
      * frozen weights): with a float A packed by this call every thread then reads A's words as
      * the other wrote them, 0.75-0.99x at n < 8 m (320 x 384-1536 x 384-1536); at n >= 8 m it ran
      * 0.98-1.39x alone, but MiniLM's embeddings around it 0.92x (2 threads, 4 x 40 tokens): the
-     * row-wise steps after a layer then read each row's two halves from two cores' caches. On one thread, for at most 128 rows where B is past 5/8 of the L2,
-     * the same blocks: B's pack otherwise wrote all of B out to the L3 and read it back (33% of
-     * 128 x 3072 x 768), where the blocks, each packed into the same words, stay in the L2:
-     * 1.11-1.17x at m 128, n 2304-3072, k 768 (NN and from_f32 NT), 0.94-1.09x at m 256-512, so
-     * not there. Which thread computes a column moves no bit. */
+     * row-wise steps after a layer then read each row's two halves from two cores' caches. On one
+     * thread, for at most 128 rows where B is past 5/8 of the L2, the same blocks: B's pack
+     * otherwise wrote all of B out to the L3 and read it back (33% of 128 x 3072 x 768), where the
+     * blocks, each packed into the same words, stay in the L2: 1.11-1.17x at m 128, n 2304-3072,
+     * k 768 (NN and from_f32 NT), 0.94-1.09x at m 256-512, so not there. Which thread computes a
+     * column moves no bit. */
     const int64_t share = ((n + 31) / 32 + threads - 1) / threads * 32; /* columns a thread takes at most */
     const int share_fits = (size_t)share * (size_t)kp * 4 <= l2 / 8 * 5;
     const int a_fits = (size_t)m * (size_t)kp * 4 <= l2 / 2;
