@@ -1,5 +1,6 @@
 #include "core/alloc.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,3 +46,17 @@ char *attn__strdup(const char *s) {
 }
 
 void attn__free(void *p) { free(p); }
+
+size_t attn__weights_at(size_t off, size_t n) {
+    const size_t page = ATTN_WEIGHTS_PAGE / sizeof(float);
+    if (n < ATTN_WEIGHTS_PAGE_MIN) return off;
+    return off > SIZE_MAX - page ? SIZE_MAX : (off + page - 1) / page * page;
+}
+
+float *attn__weights_alloc(size_t floats) {
+    if (floats > SIZE_MAX / sizeof(float) - ATTN_WEIGHTS_PAGE) return NULL;
+    const size_t bytes = (floats ? floats : 1) * sizeof(float);
+    float *w = attn__aligned_alloc(ATTN_WEIGHTS_PAGE, bytes);
+    if (w) memset(w, 0, bytes);
+    return w;
+}

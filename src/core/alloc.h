@@ -16,6 +16,21 @@ void *attn__aligned_alloc(size_t align, size_t n);
 char *attn__strdup(const char *s);
 void attn__free(void *p);
 
+/* Blocks of weights. A decode step reads each weight matrix once, row by row (the few-row GEMM
+ * on W^T), from memory; the hardware prefetchers stop at 4 KiB pages, so a matrix whose rows
+ * start on page boundaries (k = 1024 floats: one row a page) streams faster than one 16 bytes
+ * past them, where a malloc'd block packed end to end puts every matrix (fp32 decode, Llama
+ * shape: 1.17 / 1.14x on 1 / 2 threads; GPT-2, rows of 3 KiB, 1.02x). Such blocks are allocated
+ * page-aligned, and each array of at least ATTN_WEIGHTS_PAGE_MIN floats starts on a page;
+ * smaller ones (biases, norms) pack between them. */
+#define ATTN_WEIGHTS_PAGE 4096
+#define ATTN_WEIGHTS_PAGE_MIN 16384
+/* The offset (floats from the block's start) of an array of n floats placed where off floats are
+ * taken: at most off + ATTN_WEIGHTS_PAGE / 4 - 1 (SIZE_MAX where that overflows). */
+size_t attn__weights_at(size_t off, size_t n);
+/* A zeroed, page-aligned block of that many floats (free with attn__free). */
+float *attn__weights_alloc(size_t floats);
+
 /* Test hook. k > 0: the k-th allocation counted from this call fails (returns NULL), once; the
  * ones after it succeed again. k <= 0: no failure. Resets attn__alloc_injected(). */
 void attn__alloc_fail_after(long k);

@@ -323,6 +323,13 @@ static void llama_free(void *impl) {
     attn__free(m);
 }
 
+/* n floats of the block at *next or past it (matrices on pages: attn__weights_at) */
+static float *take(const llama *m, float **next, size_t n) {
+    float *at = m->w + attn__weights_at((size_t)(*next - m->w), n);
+    *next = at + n;
+    return at;
+}
+
 /* Where need i's floats go: q, k, v rows into wqkv (and their biases into bqkv), gate and up
  * into wgu (bgu); everything else its own span of the block. */
 static float *place(llama *m, const hf_need *q, int64_t l, const char *hf, float **next) {
@@ -336,14 +343,10 @@ static float *place(llama *m, const hf_need *q, int64_t l, const char *hf, float
         float **base = p < 3 ? (bias ? &L->bqkv : &L->wqkv) : (bias ? &L->bgu : &L->wgu);
         const int64_t total = p < 3 ? Q + 2 * K : 2 * I;
         const int64_t off = p == 0 ? 0 : p == 1 ? Q : p == 2 ? Q + K : p == 3 ? 0 : I;
-        if (!*base) {
-            *base = *next;
-            *next += total * (bias ? 1 : H);
-        }
+        if (!*base) *base = take(m, next, (size_t)(total * (bias ? 1 : H)));
         return *base + off * (bias ? 1 : H);
     }
-    float *dst = *next;
-    *next += numel(q);
+    float *dst = take(m, next, (size_t)numel(q));
     if (strcmp(hf, "input_layernorm.weight") == 0) L->in_norm = dst;
     if (strcmp(hf, "post_attention_layernorm.weight") == 0) L->post_norm = dst;
     if (strcmp(hf, "self_attn.o_proj.weight") == 0) L->wo = dst;
@@ -364,11 +367,11 @@ static attn_status layer_window(const hf_folder *f, const llama_config *c, int64
 
 static attn_status llama_alloc(const hf_folder *f, const llama_config *c, hf_need *needs, size_t n, llama **out) {
     llama *m = attn__calloc(1, sizeof *m);
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) total += (size_t)numel(&needs[i]);
+    size_t total = 0; /* with room for each need to start on a page */
+    for (size_t i = 0; i < n; i++) total += (size_t)numel(&needs[i]) + ATTN_WEIGHTS_PAGE / sizeof(float);
     if (m) m->c = *c;
     if (m) m->l = attn__calloc((size_t)c->layers, sizeof *m->l);
-    if (m && m->l) m->w = attn__malloc(total * sizeof(float));
+    if (m && m->l) m->w = attn__weights_alloc(total);
     if (!m || !m->l || !m->w) {
         llama_free(m);
         return attn_error(ATTN_ERR_OUT_OF_MEMORY, "attn_pretrained_open: out of memory (%zu weights)", total);
@@ -382,8 +385,7 @@ static attn_status llama_alloc(const hf_folder *f, const llama_config *c, hf_nee
             const int64_t l = strtoll(name + 13, &end, 10);
             needs[i].dst = place(m, &needs[i], l, end + 1, &next);
         } else {
-            needs[i].dst = next;
-            next += numel(&needs[i]);
+            needs[i].dst = take(m, &next, (size_t)numel(&needs[i]));
             if (strcmp(name, "model.embed_tokens.weight") == 0) m->embed = needs[i].dst;
             if (strcmp(name, "model.norm.weight") == 0) m->norm = needs[i].dst;
             if (strcmp(name, "lm_head.weight") == 0) m->lm_head = needs[i].dst;

@@ -87,15 +87,17 @@ void attn_nn_params_xavier_matrices(attn_params *ps) {
 
 attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int n, float **ptrs, float **gptrs) {
     memset(s, 0, sizeof *s);
+    /* the weights' block page-aligned, its matrices on pages (attn__weights_at); the gradients
+     * at the same offsets */
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         size_t numel = 1;
         for (int r = 0; r < d[i].rank; r++) numel = nn_mul(numel, (size_t)d[i].shape[r]);
-        total = nn_add(total, numel);
+        total = nn_add(attn__weights_at(total, numel), numel);
     }
     if (total == SIZE_MAX || total > SIZE_MAX / sizeof(float) / 2)
         return attn_error(ATTN_ERR_OVERFLOW, "%s: parameter sizes overflow", fn);
-    s->data = attn__calloc(total ? total : 1, sizeof(float));
+    s->data = attn__weights_alloc(total);
     s->grad = attn__calloc(total ? total : 1, sizeof(float));
     s->list = attn_nn_params_new();
     if (!s->data || !s->grad || !s->list) {
@@ -105,6 +107,9 @@ attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d,
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         nn_pinfo info = {d[i].init, d[i].a, d[i].zero_row_plus1};
+        size_t numel = 1;
+        for (int r = 0; r < d[i].rank; r++) numel *= (size_t)d[i].shape[r];
+        off = attn__weights_at(off, numel);
         attn_status st =
             params_push(s->list, fn, NULL, d[i].name, d[i].rank, d[i].shape, s->data + off, s->grad + off, info);
         if (st) {
