@@ -9,7 +9,9 @@
  * falls on all of them alike. Median, min
  * and max over the rounds. --lengths gives a mixed-length batch (right-padded ids, one length per
  * row) to embed and prefill; how it runs is the library's business, and only the real tokens (and
- * their flops) are counted, so a padded or a packed run of it are compared on the same work. */
+ * their flops) are counted, so a padded or a packed run of it are compared on the same work. An
+ * image family's figure is images/s of the forward of B images (attn_pretrained_classify, or its
+ * hidden states without a classifier). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -37,7 +39,9 @@ static void usage(FILE *f) {
                "configuration, then R rounds, each running every configuration once in turn; median\n"
                "and [min, max] of the rounds. On a machine with more runnable threads than cores, run\n"
                "with OMP_WAIT_POLICY=passive: OpenMP's spinning waits otherwise take the cores from the\n"
-               "threads that have work (docs/performance.md, Real models).\n\n"
+               "threads that have work (docs/performance.md, Real models). An image model (ViT): images/s\n"
+               "of the forward of B images of random pixels (attn_pretrained_classify, or the last\n"
+               "hidden states without a classifier); --seq, --lengths, --prompt and --new do not apply.\n\n"
                "  --model DIR      the folder (required)\n"
                "  --batch B        rows (default 32)\n"
                "  --seq N          tokens per row (default 128)\n"
@@ -52,8 +56,8 @@ static void usage(FILE *f) {
                "  --json           one JSON object per line\n");
 }
 
-typedef enum { OP_EMBED, OP_PREFILL, OP_DECODE } model_op;
-static const char *const OP_NAMES[] = {"embed", "prefill", "decode"};
+typedef enum { OP_EMBED, OP_PREFILL, OP_DECODE, OP_IMAGE } model_op;
+static const char *const OP_NAMES[] = {"embed", "prefill", "decode", "image"};
 
 typedef struct model_cfg {
     model_op op;
@@ -71,7 +75,9 @@ typedef struct model_run {
     float *out;
     double t_first, t_last; /* decode: when the first and the last new token came */
     int64_t got;
-    int causal; /* the family has logits (prefill, decode), else embeddings */
+    int causal;                           /* the family has logits (prefill, decode), else embeddings */
+    int64_t image_tokens, labels, ih, iw; /* an image family (image_tokens > 0): B images ih x iw */
+    float *pixels;
 } model_run;
 
 static int on_token(int32_t id, void *user) {
@@ -89,7 +95,10 @@ static double run_once(model_run *r, const model_cfg *c) {
     if (attn_pretrained_set_precision(r->m, c->prec)) return -1;
     attn_status st;
     const double t0 = bench_now();
-    if (c->op == OP_EMBED) {
+    if (c->op == OP_IMAGE) {
+        st = r->labels ? attn_pretrained_classify(r->m, r->pixels, r->B, r->ih, r->iw, r->out)
+                       : attn_pretrained_image_hidden_states(r->m, r->pixels, r->B, r->ih, r->iw, r->out);
+    } else if (c->op == OP_EMBED) {
         st = attn_pretrained_embed(r->m, r->ids, r->len, r->B, r->N, r->out);
     } else if (c->op == OP_PREFILL) {
         st = attn_pretrained_logits(r->m, r->ids, r->len, r->B, r->N, r->out);
@@ -110,6 +119,9 @@ static void unit_cost(const model_run *r, model_op op, double *tokens, double *f
     if (op == OP_DECODE) {
         *tokens = 1;
         *flops = attn_pretrained_flops(r->m, 1, 1, r->P + r->T / 2);
+    } else if (op == OP_IMAGE) { /* images, not tokens */
+        *tokens = (double)r->B;
+        *flops = attn_pretrained_flops(r->m, r->B, r->image_tokens, 0);
     } else if (!r->lengths) {
         *tokens = (double)(r->B * r->N);
         *flops = attn_pretrained_flops(r->m, r->B, r->N, 0);
@@ -138,6 +150,9 @@ static void print_cfg(const model_run *r, model_cfg *c, int rounds, int json) {
     if (c->op == OP_DECODE)
         snprintf(shape, sizeof shape, json ? "\"batch\":1,\"prompt\":%lld,\"new\":%lld" : "prompt=%lld new=%lld",
                  (long long)r->P, (long long)r->T);
+    else if (c->op == OP_IMAGE)
+        snprintf(shape, sizeof shape, json ? "\"batch\":%lld,\"height\":%lld,\"width\":%lld" : "images=%lld %lldx%lld",
+                 (long long)r->B, (long long)r->ih, (long long)r->iw);
     else if (r->lengths && json)
         snprintf(shape, sizeof shape, "\"batch\":%lld,\"seq\":%lld,\"tokens\":%.0f", (long long)r->B, (long long)r->N,
                  tokens);
@@ -152,16 +167,37 @@ static void print_cfg(const model_run *r, model_cfg *c, int rounds, int json) {
         /* the list itself, so that a driver can check that its peers ran the same batch */
         for (int64_t b = 0; r->lengths && c->op != OP_DECODE && b < r->B; b++)
             printf("%s%lld", b ? "," : "\"lengths\":[", (long long)r->lengths[b]);
-        printf("%s\"threads\":%d,\"rounds\":%d,\"ms\":%.6g,\"ms_min\":%.6g,\"ms_max\":%.6g,\"tokens_per_s\":%.6g,"
+        printf("%s\"threads\":%d,\"rounds\":%d,\"ms\":%.6g,\"ms_min\":%.6g,\"ms_max\":%.6g,\"%s_per_s\":%.6g,"
                "\"gflops\":%.6g,\"peak_fraction\":%.4f}\n",
-               r->lengths && c->op != OP_DECODE ? "]," : "", c->threads, rounds, ms, lo, hi, tps, gf, frac);
+               r->lengths && c->op != OP_DECODE ? "]," : "", c->threads, rounds, ms, lo, hi,
+               c->op == OP_IMAGE ? "images" : "tokens", tps, gf, frac);
     } else
         printf("%-8s %-5s %-22s %7d %10.3f [%9.3f, %9.3f] %11.1f %9.1f %6.1f%%\n", OP_NAMES[c->op],
                attn_precision_name(c->prec), shape, c->threads, ms, lo, hi, tps, gf, 100 * frac);
     fflush(stdout);
 }
 
+/* B images of pixels uniform in [-1, 1) (fixed seed) and room for their logits or hidden states. */
+static int setup_images(model_run *r) {
+    int64_t ch = 0;
+    attn_pretrained_image_size(r->m, &ch, &r->ih, &r->iw);
+    r->labels = attn_pretrained_num_labels(r->m);
+    const size_t n = (size_t)(r->B * ch * r->ih * r->iw),
+                 out = (size_t)r->B *
+                       (size_t)(r->labels ? r->labels : r->image_tokens * attn_pretrained_hidden_size(r->m));
+    r->pixels = malloc(n * sizeof *r->pixels);
+    r->out = malloc(out * sizeof *r->out);
+    if (!r->pixels || !r->out) return cli_fail("bench model: out of memory for %lld images", (long long)r->B);
+    uint64_t s = 0x9e3779b97f4a7c15u;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005u + 1442695040888963407u;
+        r->pixels[i] = (float)((double)(s >> 40) / (double)(1 << 23)) - 1.0f;
+    }
+    return 0;
+}
+
 static int setup(model_run *r) {
+    if ((r->image_tokens = attn_pretrained_image_tokens(r->m)) > 0) return setup_images(r);
     const int64_t V = attn_pretrained_vocab_size(r->m), n = r->B * r->N;
     r->ids = malloc((size_t)n * sizeof *r->ids);
     r->prompt = malloc((size_t)r->P * sizeof *r->prompt);
@@ -221,6 +257,7 @@ static void teardown(model_run *r) {
     free(r->prompt);
     free(r->len);
     free(r->out);
+    free(r->pixels);
     attn_pretrained_free(r->m);
 }
 
@@ -237,7 +274,7 @@ static int make_cfgs(const model_run *r, const int *threads, int nthreads, int p
     for (int t = 0; t < nthreads; t++)
         for (int p = 0; p < 2; p++) {
             if (!prec[p]) continue;
-            const model_op ops[2] = {causal ? OP_PREFILL : OP_EMBED, OP_DECODE};
+            const model_op ops[2] = {r->image_tokens ? OP_IMAGE : causal ? OP_PREFILL : OP_EMBED, OP_DECODE};
             for (int k = 0; k < (causal ? 2 : 1); k++) {
                 c[n].op = ops[k];
                 c[n].threads = threads[t];
@@ -324,15 +361,25 @@ int bench_model_cmd(int argc, char **argv) {
     if (attn_pretrained_open(dir, &r.m)) return cli_fail("bench model: %s", attn_last_error());
     model_cfg *cfgs = NULL;
     int rc = check_lengths(&r), n = 0;
+    const char *text_only[] = {"--seq", "--lengths", "--prompt", "--new"};
+    for (int i = 0; !rc && attn_pretrained_image_tokens(r.m) > 0 && i < 4; i++)
+        if (cli_seen(opts, text_only[i]))
+            rc = cli_usage_error("bench model: %s is an image model (%s): %s does not apply (--batch: images)", dir,
+                                 attn_pretrained_family(r.m), text_only[i]);
     if (!rc) rc = setup(&r);
     if (!rc && (n = make_cfgs(&r, o.threads, o.nthreads, prec, &cfgs)) < 0) rc = cli_fail("bench model: out of memory");
     if (!rc && n == 0) rc = cli_fail("bench model: nothing to run (the precisions asked for are not the family's)");
     if (!rc) rc = run_rounds(&r, cfgs, n, rounds);
     if (!rc && !o.json) print_lengths(&r);
+    if (!rc && !o.json && r.image_tokens)
+        printf("model %s (%s), %lld images of %lld x %lld, rounds %d\n", dir, attn_pretrained_family(r.m),
+               (long long)r.B, (long long)r.ih, (long long)r.iw, rounds);
+    else if (!rc && !o.json)
+        printf("model %s (%s), %lld x %lld tokens%s, rounds %d\n", dir, attn_pretrained_family(r.m), (long long)r.B,
+               (long long)r.N, r.lengths ? " padded" : "", rounds);
     if (!rc && !o.json)
-        printf("model %s (%s), %lld x %lld tokens%s, rounds %d\n%-8s %-5s %-22s %7s %10s %23s %11s %9s %7s\n", dir,
-               attn_pretrained_family(r.m), (long long)r.B, (long long)r.N, r.lengths ? " padded" : "", rounds, "op",
-               "prec", "shape", "threads", "ms", "[min, max]", "tokens/s", "GFLOP/s", "peak");
+        printf("%-8s %-5s %-22s %7s %10s %23s %11s %9s %7s\n", "op", "prec", "shape", "threads", "ms", "[min, max]",
+               r.image_tokens ? "images/s" : "tokens/s", "GFLOP/s", "peak");
     for (int i = 0; !rc && i < n; i++) print_cfg(&r, &cfgs[i], rounds, o.json);
     free(cfgs);
     teardown(&r);

@@ -228,8 +228,10 @@ ATTN_API attn_precision attn_pretrained_precision(const attn_pretrained *m);
 /* The floating-point operations (2 per multiply-add) of the matrix products and attention of one
  * forward over `seq` new tokens in each of `batch` rows, after `past` cached tokens (0 but for a
  * causal LM's cached steps): hidden_states / embed for an encoder, logits (its LM head included)
- * for a causal LM, whose attention counts only the keys the causal mask lets through. Layer norms,
- * activations and softmax are not counted. 0 when the family does not say or an argument is < 0. */
+ * for a causal LM, whose attention counts only the keys the causal mask lets through; for "vit",
+ * seq is the image's tokens (attn_pretrained_image_tokens) and the patch embedding and the
+ * classifier count too (attn_pretrained_classify). Layer norms, activations and softmax are not
+ * counted. 0 when the family does not say or an argument is < 0. */
 ATTN_API double attn_pretrained_flops(const attn_pretrained *m, int64_t batch, int64_t seq, int64_t past);
 
 #ifdef __cplusplus

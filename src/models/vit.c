@@ -416,6 +416,18 @@ static attn_status vit_forward(void *impl, const float *pixels, int64_t B, float
     return attn_linear_forward(rows, v->head_w, v->head_b, logits, B, H, c->labels, ws + parts[5], parts[6]);
 }
 
+/* attn_pretrained_flops: seq tokens a row (an image's: 1 + the patches) through the layers, as
+ * bert_flops counts them, plus the patch embedding (a product of C ph pw inputs per patch and
+ * hidden unit) and the classifier on the class token. */
+static double vit_flops(const void *impl, int64_t B, int64_t n, int64_t past) {
+    const vit_config *c = &((const vit *)impl)->c;
+    const double H = (double)c->hidden, I = (double)c->inter, keys = (double)(n + past);
+    const double patches = n > 0 ? (double)(n - 1) : 0, pix = (double)(c->channels * c->patch_h * c->patch_w);
+    return 2.0 * (double)B *
+           ((double)c->layers * (double)n * (4 * H * H + 2 * H * I + 2 * keys * H) + patches * H * pix +
+            H * (double)c->labels);
+}
+
 attn_status attn_hf_vit_open(const hf_folder *f, attn_pretrained *m) {
     vit_config c;
     attn_status st = read_config(f, &c);
@@ -444,6 +456,7 @@ attn_status attn_hf_vit_open(const hf_folder *f, attn_pretrained *m) {
     m->free_impl = vit_free;
     m->image = vit_forward;
     m->prec = &v->prec;
+    m->flops = vit_flops;
     m->hidden = c.hidden;
     m->channels = c.channels;
     m->image_h = c.image_h;

@@ -10,7 +10,8 @@ gelu_new; the same weights under transformers 4.x's names), each saved with save
 a preprocessor_config.json (ViTImageProcessor's, written by the processor itself when torchvision
 is importable, else by hand with the same keys), and checks:
   - logits (attn_pretrained_classify) and last hidden states (attn_pretrained_image_hidden_states)
-    against the model in float64: ||out - ref|| / ||ref|| <= 1e-5;
+    against the model in float64: ||out - ref|| / ||ref|| <= 1e-5; attn_pretrained_flops of the
+    classification equal to torch's FlopCounterMode's count of it;
   - attn_pretrained_image_input against the processor's pixel_values, bit for bit: ViTImageProcessor
     itself when torchvision is importable, else its torchvision backend's steps written with torch
     (tvF.resize on a uint8 CPU image = F.interpolate(uint8, "bilinear", antialias=True), then the
@@ -20,6 +21,7 @@ is importable, else by hand with the same keys), and checks:
   - `attn classify` on PPM, PGM (do_convert_rgb) and PNG images written here (32x32: no resize;
     45x50 and 20x27: resized): the top-5 labels equal to transformers' on the processor's pixels,
     the probabilities within 1e-5 (absolute), --input lists, errors for a ViTModel and a BERT;
+    `attn bench model` on it (images/s in both precisions, its GFLOP/s the flop count's);
   - attn_pretrained_capture and `attn viz --model` (BERT and GPT-2 on --text, ViT on --image) against
     output_attentions=True (eager attention): every layer and head within 1e-5 relative (ctypes:
     the floats; the CSV: its 6 significant digits), the SVG / HTML / CSV / overlay written.
@@ -111,6 +113,8 @@ class Tester:
         L.attn_pretrained_image_tokens.restype = I64
         L.attn_pretrained_classify.argtypes = [P, P, I64, I64, I64, P]
         L.attn_pretrained_set_precision.argtypes = [P, ctypes.c_int]
+        L.attn_pretrained_flops.argtypes = [P, I64, I64, I64]
+        L.attn_pretrained_flops.restype = ctypes.c_double
         L.attn_pretrained_image_hidden_states.argtypes = [P, P, I64, I64, I64, P]
         L.attn_pretrained_image_input.argtypes = [P, ctypes.POINTER(Img), P]
         L.attn_pretrained_capture.argtypes = [P, P, I64, P, I64, I64, P]
@@ -243,6 +247,7 @@ class Tester:
                 labels = [self.L.attn_pretrained_label(h, i).decode() for i in range(10)]
                 self.check(labels == [model.config.id2label[i] for i in range(10)], f"{name}: labels {labels}")
                 self.check_bf16(name, h, xn, hh, ww, model, x, out.logits.numpy(), got)
+                self.check_flops(name, h, model, x, T)
             else:
                 got = np.zeros(1, np.float32)
                 st = self.L.attn_pretrained_classify(h, xn.ctypes.data, 3, hh, ww, got.ctypes.data)
@@ -257,6 +262,17 @@ class Tester:
             self.check(st != 0 and f"{hh + 8}x{ww}" in msg and f"{hh}x{ww}" in msg, f"{name}: other size refused: {msg}")
         finally:
             self.L.attn_pretrained_free(h)
+
+    def check_flops(self, name, h, model, x, T):
+        """attn_pretrained_flops of the classification (seq = the image's tokens) against torch's
+        FlopCounterMode on the same forward: the patch embedding, the layers' products and attention
+        and the classifier."""
+        from torch.utils.flop_counter import FlopCounterMode
+        with FlopCounterMode(display=False) as fc, self.torch.no_grad():
+            model.float()(x.float())
+        got, want = self.L.attn_pretrained_flops(h, x.shape[0], T, 0), fc.get_total_flops()
+        print(f"  {name}: flops of {x.shape[0]} images: attn {got:.0f}, FlopCounterMode {want}")
+        self.check(got == want and want > 0, f"{name}: attn_pretrained_flops {got:.0f}, FlopCounterMode {want}")
 
     def check_bf16(self, name, h, xn, hh, ww, model, x, ref, f32):
         """bf16 (attn_pretrained_set_precision): logits within 2x the error of PyTorch's bf16 autocast
@@ -397,7 +413,24 @@ class Tester:
             f.write(b"P6\n4 4\n255\n\x00")
         rc, out, err = self.run_cli("classify", "--model", d, "--image", bad)
         self.check(rc == 1 and "bad.ppm" in err, f"classify: a truncated image refused: {err.strip()}")
+        self.check_bench(d)
         return paths
+
+    def check_bench(self, d):
+        """`attn bench model` on a ViT: images/s rows in both precisions whose GFLOP/s x ms is the
+        classification's flop count (checked against FlopCounterMode above); the text options refused."""
+        rc, out, err = self.run_cli("bench", "model", "--model", d, "--batch", "3", "--rounds", "2", "--threads", "1",
+                                    "--precision", "fp32,bf16", "--json")
+        rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        h = self.open(d)[1]
+        flops = self.L.attn_pretrained_flops(h, 3, self.L.attn_pretrained_image_tokens(h), 0)
+        self.L.attn_pretrained_free(h)
+        ok = rc == 0 and [(r["op"], r["precision"]) for r in rows] == [("model_image", "fp32"), ("model_image", "bf16")]
+        ok = ok and all(r["images_per_s"] > 0 and abs(r["gflops"] * r["ms"] * 1e6 - flops) <= 1e-3 * flops and
+                        r["shape"] == {"batch": 3, "height": 32, "width": 32} for r in rows)
+        self.check(ok, f"bench model on a ViT: exit {rc}, rows {rows}, flops {flops:.0f}: {err.strip()}")
+        rc, out, err = self.run_cli("bench", "model", "--model", d, "--seq", "5")
+        self.check(rc == 2 and "--seq" in err and "image" in err, f"bench model --seq on a ViT refused: {err.strip()}")
 
     # ---- attention capture ----
     def capture_records(self, h, ids=None, pixels=None, layers=2):
