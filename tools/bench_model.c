@@ -261,6 +261,17 @@ static void teardown(model_run *r) {
     attn_pretrained_free(r->m);
 }
 
+/* An image model's forward reads none of the text options: refused rather than ignored. (An
+ * encoder ignores --prompt and --new, which drivers pass to every family.) */
+static int check_options(const model_run *r, const cli_opt *opts, const char *dir) {
+    static const char *const names[] = {"--seq", "--lengths", "--prompt", "--new"};
+    for (int i = 0; r->image_tokens && i < 4; i++)
+        if (cli_seen(opts, names[i]))
+            return cli_usage_error("bench model: %s is an image model (%s): %s does not apply (--batch: images)", dir,
+                                   attn_pretrained_family(r->m), names[i]);
+    return 0;
+}
+
 /* The configurations: per thread count, per precision, the ops the family has. */
 static int make_cfgs(const model_run *r, const int *threads, int nthreads, int prec[2], model_cfg **out) {
     const int causal = r->causal;
@@ -361,12 +372,8 @@ int bench_model_cmd(int argc, char **argv) {
     if (attn_pretrained_open(dir, &r.m)) return cli_fail("bench model: %s", attn_last_error());
     model_cfg *cfgs = NULL;
     int rc = check_lengths(&r), n = 0;
-    const char *text_only[] = {"--seq", "--lengths", "--prompt", "--new"};
-    for (int i = 0; !rc && attn_pretrained_image_tokens(r.m) > 0 && i < 4; i++)
-        if (cli_seen(opts, text_only[i]))
-            rc = cli_usage_error("bench model: %s is an image model (%s): %s does not apply (--batch: images)", dir,
-                                 attn_pretrained_family(r.m), text_only[i]);
     if (!rc) rc = setup(&r);
+    if (!rc) rc = check_options(&r, opts, dir);
     if (!rc && (n = make_cfgs(&r, o.threads, o.nthreads, prec, &cfgs)) < 0) rc = cli_fail("bench model: out of memory");
     if (!rc && n == 0) rc = cli_fail("bench model: nothing to run (the precisions asked for are not the family's)");
     if (!rc) rc = run_rounds(&r, cfgs, n, rounds);
