@@ -551,6 +551,34 @@ done:
         total_points += k_ - 1;                                                                                        \
     }
 
+/* Blocks of weights (attn__weights_alloc / attn__weights_at): page-aligned, arrays of at least
+ * ATTN_WEIGHTS_PAGE_MIN floats on a page, smaller ones packed; a GPT's matrices (nn stores) so. */
+static void check_weight_pages(void) {
+    const size_t pf = ATTN_WEIGHTS_PAGE / sizeof(float), big = ATTN_WEIGHTS_PAGE_MIN;
+    CHECK(attn__weights_at(0, big) == 0 && attn__weights_at(1, big) == pf && attn__weights_at(pf, big) == pf &&
+              attn__weights_at(pf + 1, big) == 2 * pf && attn__weights_at(5, big - 1) == 5 &&
+              attn__weights_at(SIZE_MAX - 3, big) == SIZE_MAX,
+          "attn__weights_at: matrices to the next page, small arrays where they are, overflow saturated");
+    float *w = attn__weights_alloc(3 * pf);
+    CHECK(w && (uintptr_t)w % ATTN_WEIGHTS_PAGE == 0 && w[0] == 0 && w[3 * pf - 1] == 0,
+          "attn__weights_alloc: page-aligned and zeroed");
+    attn__free(w);
+    attn_gpt_config c = attn_gpt_config_default(256, 128, 128, 4, 2); /* 128 x 128 and 512 x 128 matrices */
+    c.layer.dim_feedforward = 512;
+    attn_gpt *g = NULL;
+    CHECK_OK(attn_gpt_create(&c, &g));
+    const attn_params *ps = g ? attn_gpt_params(g) : NULL;
+    size_t matrices = 0, on_pages = 0;
+    for (size_t i = 0; ps && i < attn_params_count(ps); i++) {
+        const attn_param *p = attn_params_get(ps, i);
+        if (p->numel < big) continue;
+        matrices++;
+        on_pages += (uintptr_t)p->data % ATTN_WEIGHTS_PAGE == 0 && (uintptr_t)p->grad % sizeof(float) == 0;
+    }
+    CHECK(matrices >= 4 && on_pages == matrices, "gpt: %zu of its %zu matrices start on a page", on_pages, matrices);
+    attn_gpt_free(g);
+}
+
 int main(void) {
     test_rng r = rng_seeded(0xa110cfa1);
     /* One thread: the library allocates outside its OpenMP regions (the points are the same), and
@@ -584,6 +612,8 @@ int main(void) {
     p1 = attn__calloc(3, 4);
     CHECK(p1 && !attn__alloc_injected(), "alloc hook: disarmed");
     attn__free(p1);
+
+    check_weight_pages();
 
     /* GPT: the reference run, then the sweep. */
     const attn_attention_kind kinds[] = {ATTN_ATTENTION_FLASH, ATTN_ATTENTION_LOCAL_GLOBAL, ATTN_ATTENTION_PERFORMER};
