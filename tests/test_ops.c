@@ -783,6 +783,38 @@ static void test_fixture(attn_isa isa) {
     attn_safetensors_close(st);
 }
 
+/* The vector exps are one algorithm: the AVX2 and AVX-512 GELUs (erf form: e^(-x^2/2) down to
+ * subnormal results; tanh form: the reduced exp of its sigmoid) and their backward give the same
+ * bits on a grid over [-16, 16] and the special values (the AVX-512 exp's vscalefps against the
+ * AVX2 one's two power-of-two factors). */
+static void test_exp_across_isas(void) {
+    if (attn_detected_isa() < ATTN_ISA_AVX512) {
+        printf("  exp across ISAs: SKIP (no AVX-512 on this CPU)\n");
+        return;
+    }
+    const int64_t n = 64011;
+    float *x = xmalloc(n * sizeof(float)), *dy = xmalloc(n * sizeof(float)), *y[2], *dx[2];
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = (float)(-16.0 + 32.0 * (double)i / (double)(n - 12));
+        dy[i] = 1.0f - (float)(i % 3);
+    }
+    const float special[11] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1e-40f, -1e-40f, 88.7f, -88.7f, 1e30f, -1e30f};
+    memcpy(x + n - 11, special, sizeof special);
+    for (int tf = 0; tf < 2; tf++) {
+        for (int k = 0; k < 2; k++) {
+            y[k] = xmalloc(n * sizeof(float));
+            dx[k] = xmalloc(n * sizeof(float));
+            CHECK_OK(attn_force_isa(k ? ATTN_ISA_AVX512 : ATTN_ISA_AVX2));
+            CHECK_OK(attn_gelu_forward(x, y[k], n, tf ? ATTN_GELU_TANH : ATTN_GELU_ERF));
+            CHECK_OK(attn_gelu_backward(x, dy, dx[k], n, tf ? ATTN_GELU_TANH : ATTN_GELU_ERF));
+        }
+        CHECK(!memcmp(y[0], y[1], n * sizeof(float)) && !memcmp(dx[0], dx[1], n * sizeof(float)),
+              "gelu %s: avx2 and avx512 differ", tf ? "tanh" : "erf");
+        for (int k = 0; k < 2; k++) free(y[k]), free(dx[k]);
+    }
+    free(x), free(dy);
+}
+
 int main(void) {
     test_rng rng = rng_seeded(77001);
     const attn_isa best = attn_detected_isa();
@@ -801,6 +833,7 @@ int main(void) {
         test_threads(isa, &rng);
         test_fixture(isa);
     }
+    test_exp_across_isas();
     attn_force_isa(best);
 
     printf("  %-32s", "max relative error");
