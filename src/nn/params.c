@@ -85,14 +85,20 @@ void attn_nn_params_xavier_matrices(attn_params *ps) {
         if (ps->items[i].rank >= 2) ps->info[i].init = NN_INIT_XAVIER_UNIFORM;
 }
 
+/* Elements of a described parameter (SIZE_MAX on overflow). */
+static size_t pdesc_numel(const nn_pdesc *d) {
+    size_t numel = 1;
+    for (int r = 0; r < d->rank; r++) numel = nn_mul(numel, (size_t)d->shape[r]);
+    return numel;
+}
+
 attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d, int n, float **ptrs, float **gptrs) {
     memset(s, 0, sizeof *s);
     /* the weights' block page-aligned, its matrices on pages (attn__weights_at); the gradients
      * at the same offsets */
     size_t total = 0;
     for (int i = 0; i < n; i++) {
-        size_t numel = 1;
-        for (int r = 0; r < d[i].rank; r++) numel = nn_mul(numel, (size_t)d[i].shape[r]);
+        const size_t numel = pdesc_numel(&d[i]);
         total = nn_add(attn__weights_at(total, numel), numel);
     }
     if (total == SIZE_MAX || total > SIZE_MAX / sizeof(float) / 2)
@@ -107,9 +113,7 @@ attn_status attn_nn_store_create(nn_store *s, const char *fn, const nn_pdesc *d,
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         nn_pinfo info = {d[i].init, d[i].a, d[i].zero_row_plus1};
-        size_t numel = 1;
-        for (int r = 0; r < d[i].rank; r++) numel *= (size_t)d[i].shape[r];
-        off = attn__weights_at(off, numel);
+        off = attn__weights_at(off, pdesc_numel(&d[i]));
         attn_status st =
             params_push(s->list, fn, NULL, d[i].name, d[i].rank, d[i].shape, s->data + off, s->grad + off, info);
         if (st) {
