@@ -23,6 +23,8 @@ import random
 import shutil
 import sys
 
+from decoder_ctypes import declare_generate, generate
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -40,14 +42,6 @@ def check(ok, what):
         print(f"FAIL: {what}")
 
 
-class GenOptions(ctypes.Structure):
-    _fields_ = [("max_new_tokens", ctypes.c_int64), ("temperature", ctypes.c_double), ("top_k", ctypes.c_int64),
-                ("top_p", ctypes.c_double), ("seed", ctypes.c_uint64), ("eos_id", ctypes.c_int32)]
-
-
-CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_void_p)
-
-
 def load_lib(path):
     L = ctypes.CDLL(path)
     P, I64 = ctypes.c_void_p, ctypes.c_int64
@@ -60,10 +54,7 @@ def load_lib(path):
     L.attn_pretrained_logits.argtypes = [P, P, P, I64, I64, P]
     L.attn_pretrained_set_precision.argtypes = [P, ctypes.c_int]
     L.attn_pretrained_precision.argtypes = [P]
-    L.attn_generate_options_default.argtypes = []
-    L.attn_generate_options_default.restype = GenOptions
-    L.attn_pretrained_generate.argtypes = [P, P, ctypes.c_size_t, ctypes.POINTER(GenOptions), CALLBACK, P,
-                                           ctypes.POINTER(ctypes.c_size_t)]
+    declare_generate(L)
     return L
 
 
@@ -147,18 +138,8 @@ def generation(L, h, name, model, rng):
     import numpy as np
     import torch
     prompt = [rng.randrange(300) for _ in range(12)]
-    o = L.attn_generate_options_default()
-    o.max_new_tokens, o.eos_id = 16, -1
-    got = []
-
-    def cb(i, user):
-        got.append(int(i))
-        return 0
-    c = CALLBACK(cb)
-    ids = np.array(prompt, dtype=np.int32)
-    n = ctypes.c_size_t()
     L.attn_pretrained_set_precision(h, BF16)
-    st = L.attn_pretrained_generate(h, ids.ctypes.data, len(prompt), ctypes.byref(o), c, None, ctypes.byref(n))
+    st, got = generate(L, h, prompt, max_new_tokens=16, eos_id=-1)
     check(st == 0 and len(got) == 16, f"{name}: bf16 generate: status {st}, {len(got)} tokens")
     check(L.attn_pretrained_precision(h) == BF16, f"{name}: precision does not read back bf16")
     L.attn_pretrained_set_precision(h, FP32)

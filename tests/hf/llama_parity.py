@@ -42,15 +42,9 @@ import shutil
 import subprocess
 import sys
 
+from decoder_ctypes import declare_generate, generate
+
 TOL = 1e-5
-
-
-class GenOptions(ctypes.Structure):
-    _fields_ = [("max_new_tokens", ctypes.c_int64), ("temperature", ctypes.c_double), ("top_k", ctypes.c_int64),
-                ("top_p", ctypes.c_double), ("seed", ctypes.c_uint64), ("eos_id", ctypes.c_int32)]
-
-
-CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_void_p)
 
 
 def main():
@@ -103,11 +97,7 @@ class Tester:
         L.attn_pretrained_eos_ids.restype = ctypes.c_size_t
         L.attn_pretrained_logits.argtypes = [P, P, P, I64, I64, P]
         L.attn_pretrained_logits.restype = ctypes.c_int
-        L.attn_generate_options_default.argtypes = []
-        L.attn_generate_options_default.restype = GenOptions
-        L.attn_pretrained_generate.argtypes = [P, P, ctypes.c_size_t, ctypes.POINTER(GenOptions), CALLBACK, P,
-                                               ctypes.POINTER(ctypes.c_size_t)]
-        L.attn_pretrained_generate.restype = ctypes.c_int
+        declare_generate(L)
         L.attn_pretrained_capture.argtypes = [P, P, I64, P, I64, I64, P]
         L.attn_pretrained_capture.restype = ctypes.c_int
         L.attn_capture_create.argtypes = [ctypes.POINTER(P)]
@@ -147,20 +137,7 @@ class Tester:
         return out
 
     def generate(self, h, prompt, **kw):
-        np = self.np
-        o = self.L.attn_generate_options_default()
-        for k, v in kw.items():
-            setattr(o, k, v)
-        got = []
-
-        def cb(i, user):
-            got.append(int(i))
-            return 0
-        c = CALLBACK(cb)
-        ids = np.array(prompt, dtype=np.int32)
-        n = ctypes.c_size_t()
-        st = self.L.attn_pretrained_generate(h, ids.ctypes.data, len(prompt), ctypes.byref(o), c, None,
-                                             ctypes.byref(n))
+        st, got = generate(self.L, h, prompt, **kw)
         if st:
             raise RuntimeError(self.L.attn_last_error().decode())
         return got
