@@ -4,9 +4,11 @@
  * differences of the float64 forwards, so the gradient formulas are verified, not just
  * self-consistent. Also: softmax edge cases (-inf, all -inf rows, +-1e4, +-FLT_MAX), in-place
  * calls, bitwise identical results for 1..4 threads, argument errors, and the PyTorch fixture
- * tests/parity/fixtures/ops.safetensors (tests/parity/gen_ops.py). */
+ * tests/parity/fixtures/ops.safetensors (tests/parity/gen_ops.py). The Llama family's row kernels
+ * (RMSNorm, the SwiGLU gate; the ops table's, not public) against float64 the same way. */
 #include <float.h>
 
+#include "kernels/ops_internal.h"
 #include "test_util.h"
 
 #define PI_D 3.14159265358979323846
@@ -35,6 +37,8 @@ enum {
     OP_BIAS_F,
     OP_BIAS_B,
     OP_RESID,
+    OP_RMS_F,
+    OP_SILU_GATE,
     OP_COUNT
 };
 static const char *op_names[OP_COUNT] = {"softmax fwd",
@@ -53,7 +57,9 @@ static const char *op_names[OP_COUNT] = {"softmax fwd",
                                          "relu bwd",
                                          "bias add",
                                          "bias bwd",
-                                         "residual add"};
+                                         "residual add",
+                                         "rmsnorm fwd",
+                                         "silu gate (max elementwise)"};
 static double worst[OP_COUNT][3];
 static double worst_fd[OP_COUNT];
 
@@ -487,6 +493,57 @@ static void test_gelu_elementwise(attn_isa isa) {
     free(x), free(y);
 }
 
+/* ---- the Llama family's RMSNorm and SwiGLU gate (the ops table's) ------------------------- */
+
+static float *normal_vec(test_rng *rng, int64_t n, double scale) {
+    float *x = xmalloc((size_t)n * sizeof(float));
+    fill_normal(rng, x, (size_t)n, scale);
+    return x;
+}
+
+static void test_llama_rows(attn_isa isa, test_rng *rng) {
+    const attn_ops_kernels *k = attn_ops_active();
+    for (int si = 0; si < NSIZES; si++) {
+        const int64_t n = SIZES[si];
+        float *x = normal_vec(rng, n, 3.0), *w = normal_vec(rng, n, 1.0), *y = xmalloc(n * sizeof(float));
+        double *r = xmalloc(n * sizeof(double)), ss = 0;
+        for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+        for (int64_t i = 0; i < n; i++) r[i] = (double)w[i] * x[i] / sqrt(ss / (double)n + 1e-6);
+        k->rms_norm_fwd(x, w, y, n, 1e-6);
+        CHECK_REL(OP_RMS_F, isa, y, r, n, 1e-6, "rmsnorm forward", n);
+        k->rms_norm_fwd(x, w, x, n, 1e-6);
+        CHECK(!memcmp(x, y, n * sizeof(float)), "%s: in-place rmsnorm differs (n=%lld)", attn_isa_name(isa),
+              (long long)n);
+        free(x), free(w), free(y), free(r);
+    }
+    /* the gate elementwise over [-20, 20] (both tails of the sigmoid), u random */
+    const int64_t n = 40001;
+    float *g = xmalloc(n * sizeof(float)), *u = normal_vec(rng, n, 2.0), *y = xmalloc(n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) g[i] = (float)(-20.0 + 40.0 * (double)i / (double)(n - 1));
+    k->silu_gate(g, u, y, n);
+    double mx = 0;
+    float at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double r = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+        const double e = r == 0 ? fabs((double)y[i]) : fabs(((double)y[i] - r) / r);
+        if (!(e <= mx)) mx = e, at = g[i];
+    }
+    record(OP_SILU_GATE, isa, mx);
+    CHECK(mx <= 1e-6, "%s: silu gate max elementwise relative error %.3g at g = %.7g", attn_isa_name(isa), mx, at);
+    k->silu_gate(g + 3, u + 3, g + 3, n - 3); /* in place and shifted: the same bits */
+    CHECK(!memcmp(g + 3, y + 3, (n - 3) * sizeof(float)), "%s: silu gate in place / shifted differs",
+          attn_isa_name(isa));
+    /* torch.nn.functional.silu's specials: silu(-inf) = NaN (-inf * 0), silu(inf) = inf, the tails
+     * -0 and g itself, NaN kept */
+    const float sg[6] = {-INFINITY, INFINITY, NAN, -100.0f, 100.0f, 0.0f}, one[6] = {1, 1, 1, 1, 1, 1};
+    float sy[6];
+    k->silu_gate(sg, one, sy, 6);
+    CHECK(isnan(sy[0]) && sy[1] == INFINITY && isnan(sy[2]) && sy[3] == 0.0f && signbit(sy[3]) && sy[4] == 100.0f &&
+              sy[5] == 0.0f,
+          "%s: silu gate specials: %g %g %g %g %g %g", attn_isa_name(isa), sy[0], sy[1], sy[2], sy[3], sy[4], sy[5]);
+    free(g), free(u), free(y);
+}
+
 /* ---- bias / residual --------------------------------------------------------------------- */
 
 static void test_bias_residual(attn_isa isa, test_rng *rng) {
@@ -812,6 +869,13 @@ static void test_exp_across_isas(void) {
               "gelu %s: avx2 and avx512 differ", tf ? "tanh" : "erf");
         for (int k = 0; k < 2; k++) free(y[k]), free(dx[k]);
     }
+    for (int k = 0; k < 2; k++) {
+        y[k] = xmalloc(n * sizeof(float));
+        CHECK_OK(attn_force_isa(k ? ATTN_ISA_AVX512 : ATTN_ISA_AVX2));
+        attn_ops_active()->silu_gate(x, dy, y[k], n);
+    }
+    CHECK(!memcmp(y[0], y[1], n * sizeof(float)), "silu gate: avx2 and avx512 differ");
+    for (int k = 0; k < 2; k++) free(y[k]);
     free(x), free(dy);
 }
 
@@ -829,6 +893,7 @@ int main(void) {
         test_layernorm(isa, &rng);
         test_activations(isa, &rng);
         test_gelu_elementwise(isa);
+        test_llama_rows(isa, &rng);
         test_bias_residual(isa, &rng);
         test_threads(isa, &rng);
         test_fixture(isa);

@@ -296,6 +296,7 @@ const attn_ops_kernels attn_ops_avx2 = {
     .softmax_bwd = softmax_bwd_avx2,
     .layernorm_fwd = layernorm_fwd_avx2,
     .layernorm_bwd = layernorm_bwd_avx2,
+    .rms_norm_fwd = rms_norm_fwd_avx2,
     .layernorm_param_grad = layernorm_param_grad_avx2,
     .col_sum = col_sum_avx2,
     .gelu_fwd = gelu_fwd_avx2,
@@ -303,6 +304,7 @@ const attn_ops_kernels attn_ops_avx2 = {
     .relu_fwd = relu_fwd_avx2,
     .relu_bwd = relu_bwd_avx2,
     .add = add_avx2,
+    .silu_gate = silu_gate_avx2,
     .dropout = dropout_avx2,
     .adamw = attn_adamw_avx2,
 };

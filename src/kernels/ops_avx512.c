@@ -243,6 +243,7 @@ const attn_ops_kernels attn_ops_avx512 = {
     .softmax_bwd = softmax_bwd_avx512,
     .layernorm_fwd = layernorm_fwd_avx512,
     .layernorm_bwd = layernorm_bwd_avx512,
+    .rms_norm_fwd = rms_norm_fwd_avx512,
     .layernorm_param_grad = layernorm_param_grad_avx512,
     .col_sum = col_sum_avx512,
     .gelu_fwd = gelu_fwd_avx512,
@@ -250,6 +251,7 @@ const attn_ops_kernels attn_ops_avx512 = {
     .relu_fwd = relu_fwd_avx512,
     .relu_bwd = relu_bwd_avx512,
     .add = add_avx512,
+    .silu_gate = silu_gate_avx512,
     .dropout = dropout_avx512,
     .adamw = attn_adamw_avx512,
 };

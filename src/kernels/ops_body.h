@@ -74,4 +74,39 @@ static void OPS_FN(softmax_bwd)(const float *y, const float *dy, float *dx, int6
     if (i < n) v_store_n(dx + i, n - i, v_mul(v_load_n(y + i, n - i), v_sub(v_sub(v_load_n(dy + i, n - i), vhi), vlo)));
 }
 
+/* The sum of squares in double (each square exact there), as the reference; then
+ * y = w * (x * inv) in float, inv = f32(1 / sqrt(ss / n + eps)). */
+static void OPS_FN(rms_norm_fwd)(const float *x, const float *w, float *y, int64_t n, double eps) {
+    attn_vd s0 = vd_zero(), s1 = vd_zero(), s2 = vd_zero(), s3 = vd_zero();
+    int64_t i = 0;
+    for (; i + 2 * ATTN_VL <= n; i += 2 * ATTN_VL) {
+        const attn_vf a = v_load(x + i), b = v_load(x + i + ATTN_VL);
+        s0 = vd_fmadd(v_lo_pd(a), v_lo_pd(a), s0);
+        s1 = vd_fmadd(v_hi_pd(a), v_hi_pd(a), s1);
+        s2 = vd_fmadd(v_lo_pd(b), v_lo_pd(b), s2);
+        s3 = vd_fmadd(v_hi_pd(b), v_hi_pd(b), s3);
+    }
+    for (; i < n; i += ATTN_VL) {
+        const attn_vf a = v_load_n(x + i, n - i);
+        s0 = vd_fmadd(v_lo_pd(a), v_lo_pd(a), s0);
+        s1 = vd_fmadd(v_hi_pd(a), v_hi_pd(a), s1);
+    }
+    const double ss = vd_hsum(vd_add(vd_add(s0, s1), vd_add(s2, s3)));
+    const attn_vf inv = v_set1((float)(1.0 / sqrt(ss / (double)n + eps)));
+    for (i = 0; i + ATTN_VL <= n; i += ATTN_VL) v_store(y + i, v_mul(v_load(w + i), v_mul(v_load(x + i), inv)));
+    if (i < n) v_store_n(y + i, n - i, v_mul(v_load_n(w + i, n - i), v_mul(v_load_n(x + i, n - i), inv)));
+}
+
+/* y = g / (1 + e^-g) * u, in float, e^x the vector exp (vec_math.h) */
+static inline attn_vf OPS_FN(silu_gate_v)(attn_vf g, attn_vf u) {
+    const attn_vf e = v_exp(v_sub(v_zero(), g));
+    return v_mul(v_div(g, v_add(v_set1(1.0f), e)), u);
+}
+
+static void OPS_FN(silu_gate)(const float *g, const float *u, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + ATTN_VL <= n; i += ATTN_VL) v_store(y + i, OPS_FN(silu_gate_v)(v_load(g + i), v_load(u + i)));
+    if (i < n) v_store_n(y + i, n - i, OPS_FN(silu_gate_v)(v_load_n(g + i, n - i), v_load_n(u + i, n - i)));
+}
+
 #endif

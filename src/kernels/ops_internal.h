@@ -59,6 +59,9 @@ typedef struct attn_ops_kernels {
      * NULL), xhat = (x - mean) * rstd. dx == dy allowed. */
     void (*layernorm_bwd)(const float *x, const float *gamma, float mean, float rstd, const float *dy, float *dx,
                           int64_t n);
+    /* y = w * (x * inv), inv = f32(1 / sqrt(sum(x^2) / n + eps)), the sum in double (RMSNorm as
+     * Llama has it). x == y allowed. */
+    void (*rms_norm_fwd)(const float *x, const float *w, float *y, int64_t n, double eps);
 
     /* ---- columns [c0, c1) of a [rows, n] matrix, summed over rows 0..rows-1 in order ---- */
     /* dgamma[c] += sum_r dy[r, c] * (x[r, c] - mean[r]) * rstd[r]; dbeta[c] += sum_r dy[r, c].
@@ -75,6 +78,8 @@ typedef struct attn_ops_kernels {
     void (*relu_bwd)(const float *x, const float *dy, float *dx, int64_t n);
     /* y = a + b (residual add; bias add row by row). */
     void (*add)(const float *a, const float *b, float *y, int64_t n);
+    /* y = silu(g) * u = g / (1 + e^-g) * u (SwiGLU's gate), in float; y may be g or u. */
+    void (*silu_gate)(const float *g, const float *u, float *y, int64_t n);
     /* Dropout of stream elements [first, first + n) (x, y, mask point at element `first`),
      * 0 < p < 1: keep element i when uniform(i) = (word >> 8) * 2^-24 >= p, which is exactly
      * (word >> 8) >= threshold with threshold = ceil(p * 2^24) (the vector kernels use that

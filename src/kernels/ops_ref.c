@@ -61,6 +61,13 @@ static void layernorm_fwd_ref(const float *x, const float *gamma, const float *b
     *rstd_out = frstd;
 }
 
+static void rms_norm_fwd_ref(const float *x, const float *w, float *y, int64_t n, double eps) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float inv = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (int64_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * inv);
+}
+
 static void layernorm_bwd_ref(const float *x, const float *gamma, float mean, float rstd, const float *dy, float *dx,
                               int64_t n) {
     double sg = 0.0, sgx = 0.0;
@@ -170,6 +177,10 @@ static void add_ref(const float *a, const float *b, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
+static void silu_gate_ref(const float *g, const float *u, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 static void dropout_ref(const float *x, float *y, uint8_t *mask, int64_t n, uint64_t first, float p, uint32_t threshold,
                         float scale, uint64_t seed, uint64_t offset) {
     (void)threshold; /* the oracle uses the definition: keep when uniform >= p */
@@ -190,6 +201,7 @@ const attn_ops_kernels attn_ops_ref = {
     .softmax_bwd = softmax_bwd_ref,
     .layernorm_fwd = layernorm_fwd_ref,
     .layernorm_bwd = layernorm_bwd_ref,
+    .rms_norm_fwd = rms_norm_fwd_ref,
     .layernorm_param_grad = layernorm_param_grad_ref,
     .col_sum = col_sum_ref,
     .gelu_fwd = gelu_fwd_ref,
@@ -197,6 +209,7 @@ const attn_ops_kernels attn_ops_ref = {
     .relu_fwd = relu_fwd_ref,
     .relu_bwd = relu_bwd_ref,
     .add = add_ref,
+    .silu_gate = silu_gate_ref,
     .dropout = dropout_ref,
     .adamw = attn_adamw_ref,
 };

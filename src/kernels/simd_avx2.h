@@ -21,6 +21,7 @@ typedef __m256d attn_vd; /* half a vf of doubles */
 #define v_add(a, b) _mm256_add_ps(a, b)
 #define v_sub(a, b) _mm256_sub_ps(a, b)
 #define v_mul(a, b) _mm256_mul_ps(a, b)
+#define v_div(a, b) _mm256_div_ps(a, b)
 #define v_max(a, b) _mm256_max_ps(a, b)
 #define v_exp(x) attn_exp256(x)
 /* p[0 .. min(r, VL)), other lanes 0 / fill; stores touch only those */

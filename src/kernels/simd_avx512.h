@@ -19,6 +19,7 @@ typedef __m512d attn_vd;
 #define v_add(a, b) _mm512_add_ps(a, b)
 #define v_sub(a, b) _mm512_sub_ps(a, b)
 #define v_mul(a, b) _mm512_mul_ps(a, b)
+#define v_div(a, b) _mm512_div_ps(a, b)
 #define v_max(a, b) _mm512_max_ps(a, b)
 #define v_exp(x) attn_exp512(x)
 #define v_load_n(p, r) attn_ld16(attn_tail16(r), p)

@@ -21,6 +21,7 @@
 #include "attn/positions.h"
 #include "core/alloc.h"
 #include "core/internal.h"
+#include "kernels/ops_internal.h"
 #include "models_internal.h"
 #include "nn/nn_internal.h"
 
@@ -403,26 +404,19 @@ static attn_status llama_alloc(const hf_folder *f, const llama_config *c, hf_nee
 
 /* ---- the forward ---- */
 
-/* y = rms(x) * w over rows of width H: the mean of squares in double, rounded once. */
+/* y = rms(x) * w over rows of width H (the ops table's RMSNorm: the mean of squares in double,
+ * rounded once). */
 static void rms_norm(const float *x, const float *w, float *y, int64_t rows, int64_t H, double eps) {
+    const attn_ops_kernels *k = attn_ops_active();
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(rows)) if (rows * H > 32768)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *a = x + r * H;
-        double ss = 0;
-        for (int64_t j = 0; j < H; j++) ss += (double)a[j] * a[j];
-        const float inv = (float)(1.0 / sqrt(ss / (double)H + eps));
-        for (int64_t j = 0; j < H; j++) y[r * H + j] = w[j] * (a[j] * inv);
-    }
+    for (int64_t r = 0; r < rows; r++) k->rms_norm_fwd(x + r * H, w, y + r * H, H, eps);
 }
 
 /* act [rows, I] = silu(gu[:, :I]) * gu[:, I:] */
 static void swiglu(const float *gu, float *act, int64_t rows, int64_t I) {
+    const attn_ops_kernels *k = attn_ops_active();
 #pragma omp parallel for schedule(static) num_threads(attn_threads_for(rows)) if (rows * I > 32768)
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < I; j++) {
-            const float g = gu[r * 2 * I + j];
-            act[r * I + j] = g / (1.0f + expf(-g)) * gu[r * 2 * I + I + j];
-        }
+    for (int64_t r = 0; r < rows; r++) k->silu_gate(gu + r * 2 * I, gu + r * 2 * I + I, act + r * I, I);
 }
 
 static void add_into(float *x, const float *y, int64_t count) {
