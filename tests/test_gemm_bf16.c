@@ -248,7 +248,8 @@ static void check_a_in_place(test_rng *r) {
         for (int w = 0; w < 3; w++) {
             const int64_t m = sz[i][0], n = sz[i][1], k = sz[i][2], ldc = n + 3, ldb = n + 1;
             const int64_t lda = (k + 31) / 32 * 32 + 32 * (w == 1), ldp = k + 3; /* in place; packed */
-            /* w 2: A 16 bytes past a cache line, as a large malloc returns it (still read in place) */
+            /* w 2: A 16 bytes past a cache line, as a large malloc returns it (read in place, or on AMX
+             * copied past k = 384: the same bits either way) */
             attn_bf16 *abuf = aligned_alloc(64, (2 * (size_t)(m * lda) + 127) / 64 * 64), *a = abuf + (w == 2 ? 8 : 0),
                       *ap = xmalloc(2 * (size_t)(m * ldp));
             attn_bf16 *b = xmalloc(2 * (size_t)(k * ldb));

@@ -275,10 +275,14 @@ static void gemm_body(const attn_bf16_kernels *kr, int ta, int tb, int64_t m, in
     /* A given as bf16 rows of whole pairs, a multiple of 64 bytes apart, is already the packed
      * layout (a pair word is two bf16 as they lie in memory): the kernels read it in place, row
      * stride lda / 2 words, instead of copying it (the copy was 15-20% of 4096 x 384 x 384 on AMX).
-     * Its start needs only a pair word's alignment: a large malloc returns 16 bytes past a cache
-     * line, and although each tile row then spans two lines, reading it so measured 1.11-1.16x
-     * the copy (4096 x 384 x 384, AMX, one thread) */
-    const int a_in_place = PAIRS_IN_MEMORY && ah && !ta && k % 2 == 0 && lda % 32 == 0 && (uintptr_t)ah % 4 == 0;
+     * On AMX a start off a cache line (a large malloc returns 16 bytes past one) puts every tile
+     * row across two lines: that is cheaper than the copy only while a 32-row block of A stays in
+     * the L1 (k <= 384: 4096 x 384 x 384 1.13x the copy); with longer rows it streams from the
+     * L2 at twice the lines, and the copy measured 1.12-1.27x (k 768-4096, m 128-2048, one
+     * thread). Other tables read A's rows in place wherever it starts. */
+    const int a_lines = !kr->gemm_panels || (uintptr_t)ah % 64 == 0 || kp <= 192;
+    const int a_in_place =
+        PAIRS_IN_MEMORY && ah && !ta && k % 2 == 0 && lda % 32 == 0 && (uintptr_t)ah % 4 == 0 && a_lines;
     const uint32_t *aw = a_in_place ? (const uint32_t *)(const void *)ah : ap;
     const int64_t ars = a_in_place ? lda / 2 : kp;
     /* Consecutive tasks share a B block (nbt columns, all of k) while it fits in half the L2, so
