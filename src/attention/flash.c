@@ -555,9 +555,14 @@ typedef struct fwd_scores_args {
     const uint32_t *qp;
     int64_t b, h, i0;
     int bi;
+    int pad; /* whole 32 x 32 blocks: qp's columns zero up to npad, K's last rows padded */
+    int npad;
     float qscale;
     const float *sh;
 } fwd_scores_args;
+
+/* Rows and columns rounded up to whole blocks of 32 (AMX's 2 x 2 tiles). */
+static int round32(int n) { return (n + 31) & ~31; }
 
 static void fwd_scores(const fwd_scores_args *a, int64_t j0, float *sb) {
     const attn_ctx *c = a->c;
@@ -566,16 +571,26 @@ static void fwd_scores(const fwd_scores_args *a, int64_t j0, float *sb) {
     const uint16_t *kj = a->kh + j0 * k->stride[2];
     const uint32_t *ka = a->kp;
     int64_t ars = dp;
-    if (a->k_words) {
+    int mr = bj;
+    if (a->k_words && !(a->pad && bj % 32)) {
         ka = (const uint32_t *)(const void *)kj;
         ars = k->stride[2] / 2;
     } else {
-        for (int r = 0; r < bj; r++)
+        for (int r = 0; r < bj; r++) {
+            if (a->k_words) {
+                memcpy(a->kp + r * dp, kj + r * k->stride[2], sizeof(uint32_t) * (size_t)dp);
+                continue;
+            }
             for (int p = 0; p < dp; p++)
                 a->kp[r * dp + p] = attn_pair(kj[r * k->stride[2] + 2 * p * k->stride[3]],
                                               2 * p + 1 < c->d ? kj[r * k->stride[2] + (2 * p + 1) * k->stride[3]] : 0);
+        }
+        if (a->pad) { /* zero keys past the last: rows of S^T the softmax never reads */
+            mr = round32(bj);
+            memset(a->kp + bj * dp, 0, sizeof(uint32_t) * (size_t)((mr - bj) * dp));
+        }
     }
-    a->hk->gemm_pairs(bj, a->bi, dp, ka, ars, 1, a->qp, BR, sb, BR, 0, NULL, a->qscale);
+    a->hk->gemm_pairs(mr, a->npad, dp, ka, ars, 1, a->qp, BR, sb, BR, 0, NULL, a->qscale);
     epilogue(c, a->general, a->b, a->h, a->i0, a->bi, j0, bj, a->sh, sb, NULL);
 }
 
@@ -612,9 +627,23 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
     row_shifts(&c, general, b, h, i0, bi, w.sh);
     block_start(&w, bi, c.dv);
     if (ot) memset(acct, 0, sizeof(float) * (size_t)(c.dv * BR));
+    /* On AMX a block short of whole 32 x 32 tiles went through block_edge's staging, element by
+     * element, for every tile and chunk (at N 197 a third of the forward). Instead the products
+     * run on whole blocks over zero words: queries past bi (Q^T's and P's columns zero, alpha 1,
+     * O^T's columns 0), keys past a step's last (K's rows copied and zero-padded; P's pair rows
+     * and V^T's words zero up to the next 16). The extra columns and rows of S^T and O^T are never
+     * read, and each real element is the same chain of tile products over the same zero-padded
+     * chunks as before: the same bits. */
+    const int pad = v_across(hk), npad = pad ? round32(bi) : bi;
+    if (pad && npad > bi) {
+        for (int p = 0; p < dp; p++) memset(qp + p * BR + bi, 0, sizeof(uint32_t) * (size_t)(npad - bi));
+        for (int p = 0; p < BCV / 2; p++) memset(pw + p * BR + bi, 0, sizeof(uint32_t) * (size_t)(npad - bi));
+        for (int j = bi; j < npad; j++) w.alpha[j] = 1.0f;
+        if (!ot) memset(w.acc + bi * c.dv, 0, sizeof(float) * (size_t)((npad - bi) * c.dv)); /* O's extra rows */
+    }
     int64_t jlo, jhi;
     key_range(&c, i0, i0 + bi, &jlo, &jhi);
-    const fwd_scores_args sa = {hk, &c, general, k, kh, k_words, dp, kp, qp, b, h, i0, bi, qscale, w.sh};
+    const fwd_scores_args sa = {hk, &c, general, k, kh, k_words, dp, kp, qp, b, h, i0, bi, pad, npad, qscale, w.sh};
     /* Keys in steps of up to BCV, two S^T tiles: the softmax and P V run once a step, so the
      * accumulator (on AMX O^T, in memory) is rescaled, loaded and stored once for 128 keys, and
      * P V's reductions are 64 pair words long. Steps end on multiples of BCV (V^T's blocks), the
@@ -636,7 +665,9 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
             hk->pair_rows_f32(bj, bi, w.s, BR, pw, BR);
         }
         if (ot) {
-            hk->gemm_pairs_colscale((int)c.dv, bi, (bj + 1) / 2,
+            const int kw = (bj + 1) / 2, kpad = (kw + 15) & ~15; /* P's pair rows, zero to the next 16 */
+            for (int p = kw; p < kpad; p++) memset(pw + p * BR, 0, sizeof(uint32_t) * (size_t)npad);
+            hk->gemm_pairs_colscale((int)c.dv, npad, kpad,
                                     vpairs + ((b * c.hk + g) * ceil_div(c.nk, BCV) + blk) * (BCV / 2) * c.dv +
                                         (j0 - blk * BCV) / 2,
                                     BCV / 2, pw, BR, acct, BR, w.alpha);
@@ -646,7 +677,14 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
                 vp = vpairs + ((b * c.hk + g) * nkp + j0 / 2) * c.dv;
             else
                 pair_v_rows(hk, v, b, g, j0, bj, c.dv, (uint32_t *)(void *)w.vp);
-            hk->gemm_pairs(bi, (int)c.dv, (bj + 1) / 2, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
+            /* padded (AMX, V paired per step here): query rows to npad, P's and V's pair rows
+             * zero to the next 16 */
+            const int kw = (bj + 1) / 2, kk = pad ? (kw + 15) & ~15 : kw;
+            for (int p = kw; p < kk; p++) {
+                memset(pw + p * BR, 0, sizeof(uint32_t) * (size_t)npad);
+                memset((uint32_t *)(void *)w.vp + p * c.dv, 0, sizeof(uint32_t) * (size_t)c.dv);
+            }
+            hk->gemm_pairs(npad, (int)c.dv, kk, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
         }
         j0 = (blk + 1) * BCV;
     }
@@ -698,7 +736,11 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
                 attn_tensor vx = *v;
                 vx.data16 += x0 * v->stride[3];
                 pair_v_rows(hk, &vx, b, g, j0, bj, nx, t);
-                attn_bf16_words_across((bj + 1) / 2, nx, t, nx, vpairs + (t0 + x0) * (BCV / 2), BCV / 2);
+                const int kw = (bj + 1) / 2, kpad = (kw + 15) & ~15; /* words zero to the next 16 */
+                uint32_t *vt = vpairs + (t0 + x0) * (BCV / 2);
+                attn_bf16_words_across(kw, nx, t, nx, vt, BCV / 2);
+                for (int x = 0; kpad > kw && x < nx; x++)
+                    memset(vt + x * (BCV / 2) + kw, 0, sizeof(uint32_t) * (size_t)(kpad - kw));
             }
             continue;
         }

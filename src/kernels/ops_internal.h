@@ -60,7 +60,7 @@ typedef struct attn_ops_kernels {
     void (*layernorm_bwd)(const float *x, const float *gamma, float mean, float rstd, const float *dy, float *dx,
                           int64_t n);
     /* y = w * (x * inv), inv = f32(1 / sqrt(sum(x^2) / n + eps)), the sum in double (RMSNorm as
-     * Llama has it). x == y allowed. */
+     * Llama has it). x == y allowed. No public entry: src/models/llama.c calls it row by row. */
     void (*rms_norm_fwd)(const float *x, const float *w, float *y, int64_t n, double eps);
 
     /* ---- columns [c0, c1) of a [rows, n] matrix, summed over rows 0..rows-1 in order ---- */
@@ -78,7 +78,8 @@ typedef struct attn_ops_kernels {
     void (*relu_bwd)(const float *x, const float *dy, float *dx, int64_t n);
     /* y = a + b (residual add; bias add row by row). */
     void (*add)(const float *a, const float *b, float *y, int64_t n);
-    /* y = silu(g) * u = g / (1 + e^-g) * u (SwiGLU's gate), in float; y may be g or u. */
+    /* y = silu(g) * u = g / (1 + e^-g) * u (SwiGLU's gate), in float; y may be g or u. No public
+     * entry: src/models/llama.c calls it row by row. */
     void (*silu_gate)(const float *g, const float *u, float *y, int64_t n);
     /* Dropout of stream elements [first, first + n) (x, y, mask point at element `first`),
      * 0 < p < 1: keep element i when uniform(i) = (word >> 8) * 2^-24 >= p, which is exactly
