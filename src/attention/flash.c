@@ -623,26 +623,29 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
     const int bi = (int)(c.nq - i0 < BR ? c.nq - i0 : BR);
     const uint16_t *qi = q->data16 + b * q->stride[0] + h * q->stride[1] + i0 * q->stride[2];
     const uint16_t *kh = k->data16 + b * k->stride[0] + g * k->stride[1];
+    /* On AMX a block short of whole 32 x 32 tiles went through block_edge's staging, element by
+     * element, for every tile and chunk (at N 197 a third of the forward). Instead the products
+     * run on whole blocks over zero words: queries past bi (Q^T's and P's columns zero, alpha 1,
+     * O's extra rows or O^T's extra columns 0), keys past a step's last (K's rows copied and
+     * zero-padded; P's and V's pair rows zero up to the next 16). The extra columns and rows of
+     * S^T and O are never read, and each real element is the same chain of tile products over the
+     * same zero-padded chunks as before: the same bits. */
+    const int pad = v_across(hk), npad = pad ? round32(bi) : bi;
+    int64_t jlo, jhi;
+    key_range(&c, i0, i0 + bi, &jlo, &jhi);
+    if (pad && npad > bi) memset(qp, 0, sizeof(uint32_t) * (size_t)dp * BR);
     words_rows_t(kr, q_words, qi, q->stride[2], q->stride[3], bi, c.d, qp); /* Q^T as pair words */
     row_shifts(&c, general, b, h, i0, bi, w.sh);
     block_start(&w, bi, c.dv);
     if (ot) memset(acct, 0, sizeof(float) * (size_t)(c.dv * BR));
-    /* On AMX a block short of whole 32 x 32 tiles went through block_edge's staging, element by
-     * element, for every tile and chunk (at N 197 a third of the forward). Instead the products
-     * run on whole blocks over zero words: queries past bi (Q^T's and P's columns zero, alpha 1,
-     * O^T's columns 0), keys past a step's last (K's rows copied and zero-padded; P's pair rows
-     * and V^T's words zero up to the next 16). The extra columns and rows of S^T and O^T are never
-     * read, and each real element is the same chain of tile products over the same zero-padded
-     * chunks as before: the same bits. */
-    const int pad = v_across(hk), npad = pad ? round32(bi) : bi;
     if (pad && npad > bi) {
-        for (int p = 0; p < dp; p++) memset(qp + p * BR + bi, 0, sizeof(uint32_t) * (size_t)(npad - bi));
-        for (int p = 0; p < BCV / 2; p++) memset(pw + p * BR + bi, 0, sizeof(uint32_t) * (size_t)(npad - bi));
+        /* P's columns past bi in every pair row a step uses: at most the first step's keys */
+        const int64_t span = jhi - jlo / BC * BC;
+        const int prow = span <= 0 ? 0 : span >= BCV ? BCV / 2 : ((int)(span + 1) / 2 + 15) & ~15;
+        memset(pw, 0, sizeof(uint32_t) * (size_t)prow * BR);
         for (int j = bi; j < npad; j++) w.alpha[j] = 1.0f;
-        if (!ot) memset(w.acc + bi * c.dv, 0, sizeof(float) * (size_t)((npad - bi) * c.dv)); /* O's extra rows */
+        if (!ot) memset(w.acc + bi * c.dv, 0, sizeof(float) * (size_t)((npad - bi) * c.dv));
     }
-    int64_t jlo, jhi;
-    key_range(&c, i0, i0 + bi, &jlo, &jhi);
     const fwd_scores_args sa = {hk, &c, general, k, kh, k_words, dp, kp, qp, b, h, i0, bi, pad, npad, qscale, w.sh};
     /* Keys in steps of up to BCV, two S^T tiles: the softmax and P V run once a step, so the
      * accumulator (on AMX O^T, in memory) is rescaled, loaded and stored once for 128 keys, and
@@ -666,7 +669,7 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
         }
         if (ot) {
             const int kw = (bj + 1) / 2, kpad = (kw + 15) & ~15; /* P's pair rows, zero to the next 16 */
-            for (int p = kw; p < kpad; p++) memset(pw + p * BR, 0, sizeof(uint32_t) * (size_t)npad);
+            memset(pw + kw * BR, 0, sizeof(uint32_t) * (size_t)((kpad - kw) * BR));
             hk->gemm_pairs_colscale((int)c.dv, npad, kpad,
                                     vpairs + ((b * c.hk + g) * ceil_div(c.nk, BCV) + blk) * (BCV / 2) * c.dv +
                                         (j0 - blk * BCV) / 2,
@@ -680,10 +683,8 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
             /* padded (AMX, V paired per step here): query rows to npad, P's and V's pair rows
              * zero to the next 16 */
             const int kw = (bj + 1) / 2, kk = pad ? (kw + 15) & ~15 : kw;
-            for (int p = kw; p < kk; p++) {
-                memset(pw + p * BR, 0, sizeof(uint32_t) * (size_t)npad);
-                memset((uint32_t *)(void *)w.vp + p * c.dv, 0, sizeof(uint32_t) * (size_t)c.dv);
-            }
+            memset(pw + kw * BR, 0, sizeof(uint32_t) * (size_t)((kk - kw) * BR));
+            memset((uint32_t *)(void *)w.vp + kw * c.dv, 0, sizeof(uint32_t) * (size_t)((kk - kw) * c.dv));
             hk->gemm_pairs(npad, (int)c.dv, kk, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
         }
         j0 = (blk + 1) * BCV;
