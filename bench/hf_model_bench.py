@@ -1,4 +1,4 @@
-"""attn against PyTorch and ONNX Runtime on the same Hugging Face folders: embeddings, prefill, decode.
+"""attn against PyTorch and ONNX Runtime on the same Hugging Face folders: embeddings, prefill, decode, images.
 
 For each folder and thread count it runs `attn bench model --json --rounds 1` (fp32 and bf16)
 and, in this process, the same computation through PyTorch 2.x transformers (fp32, and fp32
@@ -16,6 +16,9 @@ and attn's speed-up over each peer.
   decode   a causal LM, batch 1: greedy steps after a P-token prompt on the model's KV cache
            (PyTorch: past_key_values; ONNX Runtime: not run, the export has no cache); the time per
            new token between the first and the last of T
+  image    a ViT (ViTForImageClassification): the logits of B random images, as
+           attn_pretrained_classify (no preprocessing in the timing); the table's tokens/s
+           are images/s there; ONNX Runtime is not run on it (no export)
 
 Usage (the venv with torch, transformers, onnx, onnxruntime):
   /work/hfvenv/bin/python bench/hf_model_bench.py --make-folders /tmp/hfm
@@ -26,7 +29,8 @@ Usage (the venv with torch, transformers, onnx, onnxruntime):
 --make-folders builds random-weight folders (initializer_range 0.02, as trained models' scale) from
 configs: bert-base (12 x 768, 12 heads, 3072), minilm (6 x 384, 12 heads, 1536), gpt2 (12 x 768, 12
 heads, vocab 50257, 1024 positions), llama (8 x 1024, 16 query / 4 key-value heads, SwiGLU 2816,
-vocab 32000, untied), each with model.safetensors and config.json, and model.onnx
+vocab 32000, untied), vit-s (ViT-S/16: 12 x 384, 6 heads, 1536, 224 x 224 images in patches of
+16, 1000 classes; only with --models vit-s), each with model.safetensors and config.json, and model.onnx
 (the exported forward) for ONNX Runtime; a BERT folder also gets a WordPiece tokenizer (tokens "w5",
 "w6", ...) so that sentence-transformers can open it.
 
@@ -66,6 +70,8 @@ SHAPES = {
     # a Llama-shaped decoder small enough for two cores: GQA 16 / 4 heads, SwiGLU, untied head
     "llama": ("llama", dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
                             intermediate_size=2816, tie_word_embeddings=False)),
+    "vit-s": ("vit", dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536,
+                          image_size=224, patch_size=16, num_labels=1000)),
 }
 CAUSAL = ("gpt2", "llama", "mistral", "qwen2")
 
@@ -126,6 +132,11 @@ def make_folders(root, names):
         family, kw = SHAPES[name]
         d = os.path.join(root, name)
         os.makedirs(d, exist_ok=True)
+        if family == "vit":  # no ONNX export: ONNX Runtime is not a peer of the image rows
+            from transformers import ViTConfig, ViTForImageClassification
+            ViTForImageClassification(ViTConfig(**kw)).eval().save_pretrained(d, safe_serialization=True)
+            print(f"{d}: {family}, {kw}")
+            continue
         if family == "bert":
             m = BertModel(BertConfig(vocab_size=30522, max_position_embeddings=512, **kw), add_pooling_layer=False)
             write_tokenizer(d, 30522)
@@ -171,6 +182,15 @@ class Peers:
         self.a, self.torch, self.np = a, torch, np
         cfg = AutoConfig.from_pretrained(folder)
         self.causal = cfg.model_type in CAUSAL
+        self.image = cfg.model_type == "vit"
+        if self.image:  # B random images of the configured size, the classifier's logits
+            from transformers import ViTForImageClassification
+            self.model = ViTForImageClassification.from_pretrained(folder).eval()
+            self.batch, self.seq = a.batch, None
+            g = torch.Generator().manual_seed(1)
+            self.pixels = torch.randn(a.batch, 3, cfg.image_size, cfg.image_size, generator=g)
+            self.onnx, self.sessions = os.path.join(folder, "model.onnx"), {}
+            return
         # the encoder as attn runs it: no pooler (BertModel's pooler is not part of the embeddings)
         kw = {} if self.causal else {"add_pooling_layer": False}
         self.model = (AutoModelForCausalLM if self.causal else AutoModel).from_pretrained(folder, **kw).eval()
@@ -197,7 +217,9 @@ class Peers:
                                                                                                      enabled=False)
         with torch.inference_mode(), ctx:
             t0 = time.perf_counter()
-            if not self.causal:
+            if self.image:
+                self.model(pixel_values=self.pixels).logits
+            elif not self.causal:
                 self._embed()
             elif self.op == "prefill":
                 self.model(input_ids=self.ids).logits
@@ -216,7 +238,7 @@ class Peers:
 
     def _ort(self, threads):
         import onnxruntime as ort
-        if self.op == "decode" or not os.path.exists(self.onnx):
+        if self.op in ("decode", "image") or not os.path.exists(self.onnx):
             return None
         s = self.sessions.get(threads)
         if s is None:
@@ -463,8 +485,12 @@ def bench_mixed(a, name, folder, lengths, results):
 
 def attn_cmd(a, peers, folder, op, threads, precision, lengths=None):
     cmd = [a.attn, "bench", "model", "--model", folder, "--threads", str(threads), "--rounds", "1", "--json",
-           "--prompt", str(a.prompt), "--new", str(a.new), "--precision", precision]
-    cmd += ["--lengths", lengths] if lengths else ["--batch", str(peers.batch), "--seq", str(peers.seq)]
+           "--precision", precision]
+    if op == "image":  # an image model refuses the text options
+        cmd += ["--batch", str(peers.batch)]
+    else:
+        cmd += ["--prompt", str(a.prompt), "--new", str(a.new)]
+        cmd += ["--lengths", lengths] if lengths else ["--batch", str(peers.batch), "--seq", str(peers.seq)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"hf_model_bench: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr.strip()}")
@@ -491,7 +517,7 @@ def peak(a, threads, bf16):
 
 def bench_folder(a, name, folder, results):
     peers = Peers(folder, a)
-    ops = ["prefill", "decode"] if peers.causal else ["embed"]
+    ops = ["image"] if peers.image else ["prefill", "decode"] if peers.causal else ["embed"]
     impls = ["attn"] + (["attn_bf16"] if a.bf16 else []) + a.peers
     for op in ops:
         peers.op = op
@@ -507,7 +533,7 @@ def bench_folder(a, name, folder, results):
                     if impl.startswith("attn"):
                         s, row = attn_cmd(a, peers, folder, op, t, "bf16" if impl == "attn_bf16" else "fp32")
                         flops = row["gflops"] * 1e9 * s
-                        tokens = row["tokens_per_s"] * s
+                        tokens = row.get("tokens_per_s", row.get("images_per_s")) * s
                     else:
                         s = peers.run(impl, t)
                     if s is not None:
@@ -597,6 +623,8 @@ def main():
         print(f"lengths ({len(lengths)} sentences, {sum(lengths)} tokens, mean {sum(lengths) / len(lengths):.2f}, "
               f"max {max(lengths)}): {','.join(map(str, lengths))}", flush=True)
         for name in a.models.split(","):
+            if SHAPES.get(name, ("",))[0] == "vit":
+                raise SystemExit(f"hf_model_bench: --mixed / --lengths are for text encoders, not {name}")
             bench_mixed(a, name, os.path.join(a.folders, name), lengths, results)
     else:
         for name in a.models.split(","):
@@ -606,7 +634,7 @@ def main():
         print_table(results)
     elif not a.json:
         print(f"{a.rounds} rounds alternated; batch {a.batch} x seq {a.seq}; decode: prompt {a.prompt}, "
-              f"{a.new} new tokens, batch 1")
+              f"{a.new} new tokens, batch 1; image: {a.batch} images, images/s in the tokens/s column")
         print_table(results)
     return 0
 
