@@ -9,12 +9,6 @@
 
 enum { D = 48, NHEAD = 4, FF = 80, LAYERS = 2, B = 3, N = 37 };
 
-static float *rand_vec(test_rng *r, size_t n, double scale) {
-    float *x = xmalloc(sizeof(float) * n);
-    fill_normal(r, x, n, scale);
-    return x;
-}
-
 static void forward(attn_encoder *e, const float *x, float *out) {
     attn_layer_args a = attn_layer_args_default();
     a.batch = B;
@@ -30,7 +24,7 @@ static void forward(attn_encoder *e, const float *x, float *out) {
  * different x reuses them; every product bitwise the one without the store. */
 static void check_linear(test_rng *r) {
     enum { ROWS = 19, IN = 40, OUT = 24 };
-    float *x = rand_vec(r, ROWS * IN, 1), *w = rand_vec(r, OUT * IN, 1), *b = rand_vec(r, OUT, 1);
+    float *x = normal_floats(r, ROWS * IN, 1), *w = normal_floats(r, OUT * IN, 1), *b = normal_floats(r, OUT, 1);
     float y0[ROWS * OUT], y1[ROWS * OUT];
     const size_t wb = attn_nn_linear_ws(ROWS, IN, OUT);
     void *ws = xmalloc(wb);
@@ -76,7 +70,7 @@ int main(void) {
     attn_encoder *e = NULL;
     CHECK_OK(attn_encoder_create(&c, &e));
     if (!e) return test_summary("test_bf16_weights");
-    float *x = rand_vec(&r, B * N * D, 1), *ref = xmalloc(sizeof(float) * B * N * D),
+    float *x = normal_floats(&r, B * N * D, 1), *ref = xmalloc(sizeof(float) * B * N * D),
           *got = xmalloc(sizeof(float) * B * N * D), *f32 = xmalloc(sizeof(float) * B * N * D);
     forward(e, x, f32);
     const attn_precision prev = attn_nn_precision_set(ATTN_PRECISION_BF16);

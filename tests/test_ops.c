@@ -495,17 +495,12 @@ static void test_gelu_elementwise(attn_isa isa) {
 
 /* ---- the Llama family's RMSNorm and SwiGLU gate (the ops table's) ------------------------- */
 
-static float *normal_vec(test_rng *rng, int64_t n, double scale) {
-    float *x = xmalloc((size_t)n * sizeof(float));
-    fill_normal(rng, x, (size_t)n, scale);
-    return x;
-}
-
 static void test_llama_rows(attn_isa isa, test_rng *rng) {
     const attn_ops_kernels *k = attn_ops_active();
     for (int si = 0; si < NSIZES; si++) {
         const int64_t n = SIZES[si];
-        float *x = normal_vec(rng, n, 3.0), *w = normal_vec(rng, n, 1.0), *y = xmalloc(n * sizeof(float));
+        float *x = normal_floats(rng, (size_t)n, 3.0), *w = normal_floats(rng, (size_t)n, 1.0),
+              *y = xmalloc(n * sizeof(float));
         double *r = xmalloc(n * sizeof(double)), ss = 0;
         for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
         for (int64_t i = 0; i < n; i++) r[i] = (double)w[i] * x[i] / sqrt(ss / (double)n + 1e-6);
@@ -518,7 +513,7 @@ static void test_llama_rows(attn_isa isa, test_rng *rng) {
     }
     /* the gate elementwise over [-20, 20] (both tails of the sigmoid), u random */
     const int64_t n = 40001;
-    float *g = xmalloc(n * sizeof(float)), *u = normal_vec(rng, n, 2.0), *y = xmalloc(n * sizeof(float));
+    float *g = xmalloc(n * sizeof(float)), *u = normal_floats(rng, (size_t)n, 2.0), *y = xmalloc(n * sizeof(float));
     for (int64_t i = 0; i < n; i++) g[i] = (float)(-20.0 + 40.0 * (double)i / (double)(n - 1));
     k->silu_gate(g, u, y, n);
     double mx = 0;

@@ -149,6 +149,13 @@ static inline void *xmalloc(size_t n) {
     return p;
 }
 
+/* n fresh normal floats (times scale), malloc'd. */
+static inline float *normal_floats(test_rng *r, size_t n, double scale) {
+    float *x = xmalloc(sizeof(float) * n);
+    fill_normal(r, x, n, scale);
+    return x;
+}
+
 /* Directory of the committed PyTorch fixtures; ATTN_FIXTURE_DIR in the environment overrides it
  * (CI regenerates them with fresh seeds). */
 static inline const char *fixture_dir(void) {

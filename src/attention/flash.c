@@ -576,15 +576,10 @@ static void fwd_scores(const fwd_scores_args *a, int64_t j0, float *sb) {
         ka = (const uint32_t *)(const void *)kj;
         ars = k->stride[2] / 2;
     } else {
-        for (int r = 0; r < bj; r++) {
-            if (a->k_words) {
-                memcpy(a->kp + r * dp, kj + r * k->stride[2], sizeof(uint32_t) * (size_t)dp);
-                continue;
-            }
-            for (int p = 0; p < dp; p++)
-                a->kp[r * dp + p] = attn_pair(kj[r * k->stride[2] + 2 * p * k->stride[3]],
-                                              2 * p + 1 < c->d ? kj[r * k->stride[2] + (2 * p + 1) * k->stride[3]] : 0);
-        }
+        if (a->k_words) /* rows of pair words already: copied whole */
+            for (int r = 0; r < bj; r++) memcpy(a->kp + r * dp, kj + r * k->stride[2], sizeof(uint32_t) * (size_t)dp);
+        else
+            words_rows(kj, k->stride[2], k->stride[3], bj, c->d, a->kp);
         if (a->pad) { /* zero keys past the last: rows of S^T the softmax never reads */
             mr = round32(bj);
             memset(a->kp + bj * dp, 0, sizeof(uint32_t) * (size_t)((mr - bj) * dp));
