@@ -8,9 +8,9 @@ Normalize, and CLS pooling without it), encodes the same texts with SentenceTran
 (the reference), and in float32 under torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's bf16:
 its linear layers and attention on bf16 operands), and runs `attn embed --precision bf16` and
 `--precision fp32`. Passes when attn's bf16 relative error ||out - ref|| / ||ref|| is within 2x
-PyTorch's bf16 error (all rows together, and the worst row within 2x PyTorch's worst row), every
-row's cosine to the float64 embedding is > 0.999 or its cosine distance within 2x that of PyTorch's
-worst row, the output is finite, and the bf16 output differs
+PyTorch's bf16 error (all rows together, and the worst row within 2x PyTorch's worst row), the
+rows' angles to the float64 embeddings within 2x PyTorch's (their mean, the mean of the 10 worst,
+and the worst row unless its cosine is > 0.999), the output is finite, and the bf16 output differs
 from fp32's (the option took effect) while fp32 stays within 1e-5. An unknown --precision is a usage
 error (exit 2); attn_pretrained_flops against torch's FlopCounterMode, and the precision call's
 refusals (see api()); `attn bench model --json` on both families (bench_model()). The last line
@@ -40,12 +40,16 @@ def check(ok, what):
 
 
 def row_stats(got, ref):
+    """(relative error of all rows, the worst row's relative error, every row's angle to its
+    reference in radians, sorted worst first). The angle, arccos of the cosine, grows in proportion
+    to the error, so "within 2x" means the same thing for it as for the relative errors; the cosine
+    distance 1 - cos grows with its square."""
     import numpy as np
     from embed_parity import rel
     worst = max(rel(got[i], ref[i]) for i in range(len(ref)))
     cos = [float(np.dot(got[i], ref[i]) / max(np.linalg.norm(got[i]) * np.linalg.norm(ref[i]), 1e-300))
            for i in range(len(ref))]
-    return rel(got, ref), worst, min(cos)
+    return rel(got, ref), worst, np.sort(np.arccos(np.clip(cos, -1.0, 1.0)))[::-1]
 
 
 def run_attn(attn, d, inp, out, precision):
@@ -67,22 +71,32 @@ def one_folder(attn, name, d, texts, inp, outdir):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         tb = st.encode(texts, batch_size=16, convert_to_tensor=True)
     tb = tb.float().numpy().astype(np.float64)
-    t_err, t_worst, t_cos = row_stats(tb, ref)
+    t_err, t_worst, t_ang = row_stats(tb, ref)
     got = run_attn(attn, d, inp, os.path.join(outdir, f"{name}_bf16.npy"), "bf16")
     f32 = run_attn(attn, d, inp, os.path.join(outdir, f"{name}_fp32.npy"), "fp32")
     if got is None or f32 is None:
         return
-    a_err, a_worst, a_cos = row_stats(got, ref)
+    a_err, a_worst, a_ang = row_stats(got, ref)
     f_err = rel(f32, ref)
-    print(f"  {name}: vs float64: attn bf16 rel err {a_err:.2e} (worst row {a_worst:.2e}, min cosine {a_cos:.6f}); "
-          f"torch bf16 autocast {t_err:.2e} (worst row {t_worst:.2e}, min cosine {t_cos:.6f}); attn fp32 {f_err:.2e}")
+    print(f"  {name}: vs float64: attn bf16 rel err {a_err:.2e} (worst row {a_worst:.2e}, min cosine "
+          f"{np.cos(a_ang[0]):.6f}); torch bf16 autocast {t_err:.2e} (worst row {t_worst:.2e}, min cosine "
+          f"{np.cos(t_ang[0]):.6f}); attn fp32 {f_err:.2e}")
     check(np.isfinite(got).all(), f"{name}: attn bf16 output not finite")
     check(a_err <= 2 * t_err, f"{name}: attn bf16 rel err {a_err:.3g} > 2 x torch's {t_err:.3g}")
     check(a_worst <= 2 * t_worst, f"{name}: attn bf16 worst row {a_worst:.3g} > 2 x torch's {t_worst:.3g}")
-    # the worst row's cosine distance: under 1e-3, or within 2x PyTorch's own bf16 (CLS pooling of a
-    # random BERT puts PyTorch's worst row at 0.9975 for some seeds, attn's at 0.9986)
-    check(a_cos > 0.999 or 1 - a_cos <= 2 * (1 - t_cos),
-          f"{name}: attn bf16 min cosine {a_cos:.6f} <= 0.999 and its distance > 2 x torch's (min cosine {t_cos:.6f})")
+    # Direction, row by row, as angles to the float64 rows: all rows' mean, the mean of the 10 worst
+    # and the single worst, each within 2x PyTorch's own. A single row's angle at bf16 noise varies
+    # most (the worst row's ratio ranged 0.75-1.49 over 16 seeds; the mean's 0.92-0.99, the 10
+    # worst's 0.81-1.09), so the worst row may instead be under 0.999 cosine.
+    k = min(10, len(a_ang))
+    check(a_ang.mean() <= 2 * t_ang.mean(),
+          f"{name}: attn bf16 mean angle {a_ang.mean():.3g} rad > 2 x torch's {t_ang.mean():.3g}")
+    check(a_ang[:k].mean() <= 2 * t_ang[:k].mean(),
+          f"{name}: attn bf16 mean angle of the {k} worst rows {a_ang[:k].mean():.3g} rad > 2 x torch's "
+          f"{t_ang[:k].mean():.3g}")
+    check(np.cos(a_ang[0]) > 0.999 or a_ang[0] <= 2 * t_ang[0],
+          f"{name}: attn bf16 worst row's angle {a_ang[0]:.3g} rad (cosine {np.cos(a_ang[0]):.6f}) > 2 x torch's "
+          f"{t_ang[0]:.3g} and cosine <= 0.999")
     check(f_err <= 1e-5, f"{name}: attn fp32 rel err {f_err:.3g} > 1e-5")
     check(rel(got, f32) > 1e-6, f"{name}: bf16 output equals fp32's (rel diff {rel(got, f32):.3g}): bf16 did not run")
 
