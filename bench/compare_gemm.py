@@ -8,9 +8,12 @@ float C) against torch.matmul of bfloat16 tensors (bf16 C: half the result bytes
 --onednn PREFIX adds oneDNN's matmul called directly (bench/onednn_matmul.c, compiled here against
 PREFIX/include and PREFIX/lib): float C from bf16 A and B as attn writes it, so the bf16 rows meet
 a peer doing the same work; a sequential oneDNN build gives only the 1-thread rows.
+--packed-b times attn's bf16 product with B packed once before the timing (attn_gemm_bf16_pack_b,
+attn_gemm_bf16_packed: how attn's linear layers run their frozen weights) against the same
+torch.matmul, which reorders B on every call: a different job, reported as such.
 Usage: python3 bench/compare_gemm.py --peer-python VENV/bin/python [--attn build/attn]
        [--shapes 4096x384x384,2048x2048x2048] [--threads 1,2] [--dtype f32,bf16] [--rounds 3]
-       [--onednn PREFIX]
+       [--onednn PREFIX] [--packed-b]
 A shape is M x N x K (C is M x N, the reduction K), as `attn bench gemm --m --n --k`."""
 import argparse
 import json
@@ -58,12 +61,13 @@ def shapes(text):
     return out
 
 
-def attn_row(attn, m, n, k, threads, dtype):
+def attn_row(attn, m, n, k, threads, dtype, packed_b=False):
+    packed_b = packed_b and dtype == "bf16"
     cmd = [attn, "bench", "gemm", "--m", str(m), "--n", str(n), "--k", str(k), "--threads", str(threads),
-           "--dtype", dtype, "--json"]
+           "--dtype", dtype, "--json"] + (["--packed-b"] if packed_b else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    impl = "attn.bf16" if dtype == "bf16" else "attn"
+    impl = ("attn.bf16_packed_b" if packed_b else "attn.bf16") if dtype == "bf16" else "attn"
     for r in rows:
         if r["impl"] == impl:
             return r
@@ -107,6 +111,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--onednn", metavar="PREFIX", help="also oneDNN's matmul, float C (a oneDNN installed at PREFIX)")
+    ap.add_argument("--packed-b", action="store_true",
+                    help="attn's bf16 rows with B packed once before the timing (attn_gemm_bf16_packed)")
     args = ap.parse_args()
     dtypes = [d for d in args.dtype.split(",") if d]
     if not dtypes or any(d not in ("f32", "bf16") for d in dtypes):
@@ -122,14 +128,14 @@ def main():
 
 def run(args, dtypes, threads, onednn):
     if not args.json:
-        print(f"{'shape (m x n x k)':<22}{'dtype':<6}{'thr':>4}{'attn GF/s':>11}{'peak':>7}{'torch GF/s':>12}"
+        print(f"{'shape (m x n x k)':<22}{'dtype':<8}{'thr':>4}{'attn GF/s':>11}{'peak':>7}{'torch GF/s':>12}"
               f"{'attn/torch':>12}" + (f"{'oneDNN GF/s':>13}{'attn/oneDNN':>13}" if onednn else ""))
     for (m, n, k) in shapes(args.shapes):
         for t in threads:
             for dt in dtypes:
                 best_a, best_p, best_o, version = None, None, None, ""
                 for _ in range(args.rounds):  # alternated: attn, torch (, oneDNN), attn, torch ...
-                    a = attn_row(args.attn, m, n, k, t, dt)
+                    a = attn_row(args.attn, m, n, k, t, dt, args.packed_b)
                     p = peer_row(args.peer_python, m, n, k, t, dt)
                     o = onednn_row(onednn, m, n, k, t, dt) if onednn else None
                     if best_a is None or a["gflops"] > best_a["gflops"]:
@@ -142,7 +148,8 @@ def run(args, dtypes, threads, onednn):
                 ratio = best_a["gflops"] / best_p["gflops"]
                 ratio_o = best_a["gflops"] / best_o["gflops"] if best_o else None
                 if args.json:
-                    row = {"m": m, "n": n, "k": k, "threads": t, "dtype": dt, "attn_gflops": best_a["gflops"],
+                    row = {"m": m, "n": n, "k": k, "threads": t, "dtype": dt, "attn_impl": best_a["impl"],
+                           "attn_gflops": best_a["gflops"],
                            "peak_fraction": best_a.get("peak_fraction"), "torch_gflops": best_p["gflops"],
                            "torch": version, "ratio": ratio}
                     if best_o:
@@ -154,7 +161,8 @@ def run(args, dtypes, threads, onednn):
                     extra = ""
                     if onednn:
                         extra = f"{best_o['gflops']:>13.0f}{ratio_o:>13.2f}" if best_o else f"{'-':>13}{'-':>13}"
-                    print(f"{f'{m} x {n} x {k}':<22}{dt:<6}{t:>4}{best_a['gflops']:>11.0f}"
+                    tag = "bf16 pk" if best_a["impl"] == "attn.bf16_packed_b" else dt
+                    print(f"{f'{m} x {n} x {k}':<22}{tag:<8}{t:>4}{best_a['gflops']:>11.0f}"
                           f"{(f'{100 * pf:.0f}%' if pf else '-'):>7}{best_p['gflops']:>12.0f}{ratio:>12.2f}" + extra,
                           flush=True)
     return 0

@@ -301,6 +301,8 @@ expect(1 "train gpt: cannot read '${WORK}/none\\.txt'" train gpt --data=${WORK}/
 expect_usage_error("demo: --steps wants an integer in 1\\.\\.10000000, got 'abc'" demo --steps=abc)
 # a missing value
 expect_usage_error("bench gemm: --m needs a value" bench gemm --m)
+expect_usage_error("bench gemm: --packed-b applies to the bf16 row: add --dtype bf16" bench gemm --m 64 --packed-b)
+expect(0 "\"impl\": *\"attn.bf16_from_f32_packed_b\".*\"gflops\"" bench gemm --m 40 --n 70 --k 33 --trans TN --dtype bf16 --packed-b --from-f32 --threads 1 --json)
 expect_usage_error("run: --config needs a value" run --config)
 expect_usage_error("demo: --seed needs a value" demo --seed)
 expect_usage_error("sample: --prompt needs a value" sample x.safetensors --prompt)

@@ -366,6 +366,144 @@ static void check_packed_b(test_rng *r) {
     printf("  B packed once: bitwise B packed per call, %d tables\n", nt);
 }
 
+/* The public B packed once (attn_gemm_bf16_pack_b, _from_f32) into a caller's buffer: its
+ * products bit for bit attn_gemm_bf16 / _from_f32 with B itself, on every table, every transpose
+ * of A and B, 1-2 threads, the buffer at an offset off a cache line and after being copied to
+ * another address; packed under a table of another panel width, for another shape, or a buffer
+ * never packed or overwritten: refused, C untouched. */
+static void check_public_packed_b(test_rng *r) {
+    static const int64_t sz[][3] = {{1, 1, 1}, {5, 17, 3}, {67, 130, 31}, {33, 64, 0}, {130, 300, 128}, {40, 96, 768}};
+    const attn_bf16_kernels *tables[8];
+    const int nt = all_tables(tables);
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
+        for (int tab = 0; tab < 4; tab++) {
+            const int ta = tab >> 1, tb = tab & 1;
+            const int64_t m = sz[i][0], n = sz[i][1], k = sz[i][2];
+            const int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 1;
+            const size_t na = (size_t)((ta ? k : m) * lda) + 1, nb = (size_t)((tb ? n : k) * ldb) + 1,
+                         nc = (size_t)(m * ldc);
+            float *af = xmalloc(4 * na), *bf = xmalloc(4 * nb), *c0 = xmalloc(4 * nc), *c1 = xmalloc(4 * nc),
+                  *c2 = xmalloc(4 * nc);
+            attn_bf16 *ah = xmalloc(2 * na), *bh = xmalloc(2 * nb);
+            fill_f32_bf16(r, af, ah, na);
+            fill_f32_bf16(r, bf, bh, nb);
+            fill_normal(r, c0, nc, 1);
+            const size_t wsb = attn_gemm_bf16_workspace_size(m, n, k), pbytes = attn_gemm_bf16_packed_b_size(n, k);
+            CHECK(pbytes > 0 && pbytes != SIZE_MAX, "attn_gemm_bf16_packed_b_size(%lld, %lld) = %zu", (long long)n,
+                  (long long)k, pbytes);
+            void *ws = xmalloc(wsb);
+            unsigned char *buf = xmalloc(pbytes + 64), *moved = xmalloc(pbytes + 64);
+            for (int pk = 0; pk < nt; pk++)
+                for (int from = 0; from < 2; from++) {
+                    attn__bf16_force(tables[pk]);
+                    unsigned char *pb = buf + 16 + 4 * (size_t)pk; /* off a line, and a different offset per table */
+                    if (from)
+                        CHECK_OK(attn_gemm_bf16_pack_b_from_f32((attn_transpose)tb, n, k, bf, ldb, pb, pbytes));
+                    else
+                        CHECK_OK(attn_gemm_bf16_pack_b((attn_transpose)tb, n, k, bh, ldb, pb, pbytes));
+                    memcpy(moved + 4 * (size_t)(pk % 3), pb, pbytes); /* the bytes elsewhere, aligned otherwise */
+                    for (int run = 0; run < nt; run++)
+                        for (int th = 1; th <= 2; th++) {
+                            const int acc = (int)(i + (size_t)run + (size_t)th) % 2;
+                            attn__bf16_force(tables[run]);
+                            attn_set_num_threads(th);
+                            memcpy(c1, c0, 4 * nc);
+                            if (from)
+                                CHECK_OK(attn_gemm_bf16_from_f32((attn_transpose)ta, (attn_transpose)tb, m, n, k, af,
+                                                                 lda, bf, ldb, acc, c1, ldc, ws, wsb));
+                            else
+                                CHECK_OK(attn_gemm_bf16((attn_transpose)ta, (attn_transpose)tb, m, n, k, ah, lda, bh,
+                                                        ldb, acc, c1, ldc, ws, wsb));
+                            if (k == 0) /* an empty sum (it divided by zero once) */
+                                for (int64_t e = 0; e < m * n; e++)
+                                    CHECK(c1[e / n * ldc + e % n] == (acc ? c0[e / n * ldc + e % n] : 0.0f),
+                                          "bf16 gemm with k = 0, accumulate %d: C[%lld] = %g", acc, (long long)e,
+                                          (double)c1[e / n * ldc + e % n]);
+                            const int same_width = !!tables[run]->gemm_panels == !!tables[pk]->gemm_panels;
+                            for (int copy = 0; copy < 2; copy++) {
+                                const void *src = copy ? (const void *)(moved + 4 * (size_t)(pk % 3)) : pb;
+                                memcpy(c2, c0, 4 * nc);
+                                const attn_status st =
+                                    from ? attn_gemm_bf16_packed_from_f32((attn_transpose)ta, m, n, k, af, lda, src,
+                                                                          acc, c2, ldc, ws, wsb)
+                                         : attn_gemm_bf16_packed((attn_transpose)ta, m, n, k, ah, lda, src, acc, c2,
+                                                                 ldc, ws, wsb);
+                                if (same_width || m == 0 || n == 0) {
+                                    CHECK(st == ATTN_OK, "packed product: %s", attn_last_error());
+                                    CHECK(!memcmp(c1, c2, 4 * nc),
+                                          "public packed B %lldx%lldx%lld ta%d tb%d from_f32 %d, packed under %s, run "
+                                          "under %s, %d threads, copy %d: differs from B itself",
+                                          (long long)m, (long long)n, (long long)k, ta, tb, from, tables[pk]->name,
+                                          tables[run]->name, th, copy);
+                                } else {
+                                    CHECK(st == ATTN_ERR_INVALID_ARGUMENT && strstr(attn_last_error(), "panels of"),
+                                          "B packed under %s used under %s: status %d (%s)", tables[pk]->name,
+                                          tables[run]->name, (int)st, attn_last_error());
+                                    CHECK(!memcmp(c0, c2, 4 * nc), "a refused packed product wrote C");
+                                }
+                            }
+                        }
+                    attn__bf16_force(tables[pk]);
+                    attn_set_num_threads(0);
+                    /* another shape, and a header overwritten: refused, C untouched */
+                    memcpy(c2, c0, 4 * nc);
+                    CHECK_STATUS(attn_gemm_bf16_packed((attn_transpose)ta, m, n + 1, k, ah, lda, pb, 0, c2, ldc + 1, ws,
+                                                       attn_gemm_bf16_workspace_size(m, n + 1, k) + wsb),
+                                 ATTN_ERR_INVALID_ARGUMENT);
+                    CHECK(strstr(attn_last_error(), "the product wants") != NULL, "another shape's message: %s",
+                          attn_last_error());
+                    pb[9] ^= 1; /* n's low byte */
+                    CHECK_STATUS(attn_gemm_bf16_packed((attn_transpose)ta, m, n, k, ah, lda, pb, 0, c2, ldc, ws, wsb),
+                                 ATTN_ERR_INVALID_ARGUMENT);
+                    CHECK(strstr(attn_last_error(), "does not hold a packed B") != NULL, "overwritten: %s",
+                          attn_last_error());
+                    CHECK(!memcmp(c0, c2, 4 * nc), "a refused packed product wrote C");
+                }
+            attn__bf16_force(NULL);
+            free(ws);
+            free(buf);
+            free(moved);
+            free(af);
+            free(bf);
+            free(ah);
+            free(bh);
+            free(c0);
+            free(c1);
+            free(c2);
+        }
+    /* arguments */
+    unsigned char zeros[256] = {0};
+    float w[6] = {0}, c[4] = {0};
+    attn_bf16 x[6] = {0};
+    const size_t need = attn_gemm_bf16_packed_b_size(3, 2);
+    unsigned char *pb = xmalloc(need);
+    CHECK(attn_gemm_bf16_packed_b_size(-1, 2) == 0, "negative n's size");
+    CHECK(attn_gemm_bf16_packed_b_size(INT64_MAX, INT64_MAX) == SIZE_MAX, "an overflowing size is not SIZE_MAX");
+    CHECK_STATUS(attn_gemm_bf16_pack_b(ATTN_NO_TRANS, 3, 2, x, 2, pb, need), ATTN_ERR_INVALID_ARGUMENT); /* ldb < n */
+    CHECK_STATUS(attn_gemm_bf16_pack_b_from_f32(ATTN_TRANS, 3, 2, NULL, 2, pb, need), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_gemm_bf16_pack_b(ATTN_NO_TRANS, 3, 2, x, 3, pb, need - 1), ATTN_ERR_WORKSPACE);
+    CHECK(strstr(attn_last_error(), "attn_gemm_bf16_packed_b_size") != NULL, "small buffer's message: %s",
+          attn_last_error());
+    CHECK_STATUS(attn_gemm_bf16_pack_b(ATTN_NO_TRANS, 3, 2, x, 3, NULL, need), ATTN_ERR_WORKSPACE);
+    CHECK_STATUS(attn_gemm_bf16_pack_b((attn_transpose)7, 3, 2, x, 3, pb, need), ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_OK(attn_gemm_bf16_pack_b_from_f32(ATTN_NO_TRANS, 3, 2, w, 3, pb, need));
+    const size_t wsb = attn_gemm_bf16_workspace_size(2, 3, 2);
+    void *ws = xmalloc(wsb);
+    CHECK_STATUS(attn_gemm_bf16_packed(ATTN_NO_TRANS, 1, 3, 2, x, 2, NULL, 0, c, 3, ws, wsb),
+                 ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_gemm_bf16_packed(ATTN_NO_TRANS, 1, 3, 2, x, 2, zeros, 0, c, 3, ws, wsb),
+                 ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_gemm_bf16_packed(ATTN_NO_TRANS, 1, 3, 2, x, 2, pb, 0, c, 3, NULL, 0), ATTN_ERR_WORKSPACE);
+    CHECK_STATUS(attn_gemm_bf16_packed(ATTN_NO_TRANS, 1, 3, 2, NULL, 2, pb, 0, c, 3, ws, wsb),
+                 ATTN_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(attn_gemm_bf16_packed_from_f32(ATTN_NO_TRANS, 1, 3, 2, w, 2, pb, 0, c, 2, ws, wsb),
+                 ATTN_ERR_INVALID_ARGUMENT); /* ldc 2 < n 3 */
+    CHECK_OK(attn_gemm_bf16_packed_from_f32(ATTN_NO_TRANS, 1, 3, 2, w, 2, pb, 0, c, 3, ws, wsb));
+    free(ws);
+    free(pb);
+    printf("  public B packed once: bitwise B itself, %d tables; refusals\n", nt);
+}
+
 /* Equal pair words, or halves that are both NaN where they differ (the payloads may). */
 static int same_words(uint32_t x, uint32_t y) {
     for (int h = 0; h < 32; h += 16) {
@@ -668,6 +806,7 @@ int main(void) {
     check_foreign_tiles(&r);
     check_a_in_place(&r);
     check_packed_b(&r);
+    check_public_packed_b(&r);
     /* k 2500: B blocks narrower than 256 columns; 700 x 1000: a B past 5/8 of a 1-2 MiB L2 in
      * two blocks wider than 256 columns (panels); 8 x 4500 x 300: on 2 threads each thread's
      * columns past 5/8 of the L2, packed and used in blocks */

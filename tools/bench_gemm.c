@@ -41,8 +41,8 @@ static void usage(FILE *f) {
     fprintf(
         f,
         "usage: attn bench gemm [--m M,...] [--n N,...] [--k K,...] [--trans NN,NT,TN,TT]\n"
-        "                       [--dtype f32,bf16] [--from-f32] [--threads T,...] [--repeats R]\n"
-        "                       [--json]\n\n"
+        "                       [--dtype f32,bf16] [--from-f32] [--packed-b] [--threads T,...]\n"
+        "                       [--repeats R] [--json]\n\n"
         "C = A * B (alpha = 1, beta = 0, row-major, op(A) m x k, op(B) k x n) for every\n"
         "combination of the lists; flops = 2*m*n*k. Without --n (--k), n (k) equals m for\n"
         "each m (square shapes); m defaults to 1024. Each attn row is followed by OpenBLAS\n"
@@ -57,6 +57,10 @@ static void usage(FILE *f) {
         "  --from-f32       the bf16 row takes the float A and B and rounds them while packing\n"
         "                   (attn_gemm_bf16_from_f32, impl attn.bf16_from_f32): the cost of a\n"
         "                   mixed-precision layer's product, rounding included\n"
+        "  --packed-b       the bf16 row's B is packed once before the timing\n"
+        "                   (attn_gemm_bf16_pack_b, then attn_gemm_bf16_packed, impl\n"
+        "                   attn.bf16_packed_b; with --from-f32 attn.bf16_from_f32_packed_b): a\n"
+        "                   frozen weight's product, as attn's linear layers run it\n"
         "  --threads T,...  thread counts (default: attn's, ATTN_NUM_THREADS/OMP_NUM_THREADS)\n"
         "  --repeats R      timed samples per measurement (default 7)\n"
         "  --json           one JSON object per line\n"
@@ -79,6 +83,7 @@ typedef struct gemm_ctx {
     void *ws;
     size_t ws_bytes;
     int from_f32;
+    const void *packed_b; /* B packed once (--packed-b), or NULL */
     attn_status st;
 } gemm_ctx;
 
@@ -91,10 +96,19 @@ static void run_attn(void *p) {
 
 static void run_bf16(void *p) {
     gemm_ctx *g = p;
-    attn_status st = g->from_f32 ? attn_gemm_bf16_from_f32(g->ta, g->tb, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb,
-                                                           0, g->c, g->ldc, g->ws, g->ws_bytes)
-                                 : attn_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, g->ah, g->lda, g->bh, g->ldb, 0, g->c,
-                                                  g->ldc, g->ws, g->ws_bytes);
+    attn_status st;
+    if (g->packed_b) {
+        st = g->from_f32 ? attn_gemm_bf16_packed_from_f32(g->ta, g->m, g->n, g->k, g->a, g->lda, g->packed_b, 0, g->c,
+                                                          g->ldc, g->ws, g->ws_bytes)
+                         : attn_gemm_bf16_packed(g->ta, g->m, g->n, g->k, g->ah, g->lda, g->packed_b, 0, g->c, g->ldc,
+                                                 g->ws, g->ws_bytes);
+        if (st != ATTN_OK) g->st = st;
+        return;
+    }
+    st = g->from_f32 ? attn_gemm_bf16_from_f32(g->ta, g->tb, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, 0, g->c,
+                                               g->ldc, g->ws, g->ws_bytes)
+                     : attn_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, g->ah, g->lda, g->bh, g->ldb, 0, g->c, g->ldc,
+                                      g->ws, g->ws_bytes);
     if (st != ATTN_OK) g->st = st;
 }
 
@@ -130,7 +144,31 @@ static int parse_trans(const char *v, int *codes, int max) {
     }
 }
 
-static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64_t k, int f32, int bf16, int from_f32) {
+/* The bf16 row's impl name and the call it times. */
+static const char *bf16_impl(int from_f32, int packed, const char **call) {
+    *call = packed ? (from_f32 ? "attn_gemm_bf16_packed_from_f32" : "attn_gemm_bf16_packed")
+                   : (from_f32 ? "attn_gemm_bf16_from_f32" : "attn_gemm_bf16");
+    return packed ? (from_f32 ? "attn.bf16_from_f32_packed_b" : "attn.bf16_packed_b")
+                  : (from_f32 ? "attn.bf16_from_f32" : "attn.bf16");
+}
+
+/* --packed-b: B packed once into a buffer of its own (g->packed_b), before the timing. */
+static int pack_once(gemm_ctx *g) {
+    const size_t bytes = attn_gemm_bf16_packed_b_size(g->n, g->k);
+    void *p = bytes != SIZE_MAX ? bench_alloc_lines(bytes) : NULL;
+    if (!p) return cli_fail("bench gemm: out of memory for a %zu-byte packed B", bytes);
+    attn_status st = g->from_f32 ? attn_gemm_bf16_pack_b_from_f32(g->tb, g->n, g->k, g->b, g->ldb, p, bytes)
+                                 : attn_gemm_bf16_pack_b(g->tb, g->n, g->k, g->bh, g->ldb, p, bytes);
+    if (st != ATTN_OK) {
+        free(p);
+        return cli_fail("bench gemm: packing B failed: %s", attn_last_error());
+    }
+    g->packed_b = p;
+    return 0;
+}
+
+static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64_t k, int f32, int bf16, int from_f32,
+                     int packed) {
     static const char *names[4] = {"NN", "NT", "TN", "TT"};
     gemm_ctx g = {0};
     g.ta = trans & 2 ? ATTN_TRANS : ATTN_NO_TRANS;
@@ -168,16 +206,22 @@ static int one_shape(const bench_opts *o, int trans, int64_t m, int64_t n, int64
                 rc = cli_fail("bench gemm: out of memory for a %zu-byte workspace", g.ws_bytes);
                 goto done;
             }
+            if (packed && (rc = pack_once(&g))) {
+                free(g.ws);
+                goto done;
+            }
             g.st = ATTN_OK;
             g.c = c2;
             bench_timing th = bench_measure(run_bf16, &g, o->repeats);
             free(g.ws);
+            free((void *)g.packed_b);
+            g.packed_b = NULL;
+            const char *call, *impl = bf16_impl(from_f32, packed, &call);
             if (g.st != ATTN_OK) {
-                rc = cli_fail("bench gemm: %s failed: %s", from_f32 ? "attn_gemm_bf16_from_f32" : "attn_gemm_bf16",
-                              attn_last_error());
+                rc = cli_fail("bench gemm: %s failed: %s", call, attn_last_error());
                 goto done;
             }
-            bench_result_init(&rh, "gemm", from_f32 ? "attn.bf16_from_f32" : "attn.bf16", T);
+            bench_result_init(&rh, "gemm", impl, T);
             rh.variant = names[trans];
             rh.bf16 = 1;
             bench_result_dim(&rh, "m", m);
@@ -263,7 +307,7 @@ int bench_gemm_cmd(int argc, char **argv) {
     bench_opts o;
     bench_opts_init(&o);
     int64_t ms[BENCH_MAX_LIST], ns[BENCH_MAX_LIST], ks[BENCH_MAX_LIST];
-    int nm = 0, nn = 0, nk = 0, ntr = 1, from_f32 = 0;
+    int nm = 0, nn = 0, nk = 0, ntr = 1, from_f32 = 0, packed = 0;
     int trans[4] = {0};
     const char *trans_list = NULL, *dtype_list = NULL;
     cli_opt opts[] = {
@@ -274,6 +318,7 @@ int bench_gemm_cmd(int argc, char **argv) {
         CLI_STRING("--trans", &trans_list),
         CLI_STRING("--dtype", &dtype_list),
         CLI_FLAG("--from-f32", &from_f32),
+        CLI_FLAG("--packed-b", &packed),
         CLI_END,
     };
     int parsed = cli_parse("bench gemm", opts, argc, argv, NULL, 0);
@@ -286,6 +331,9 @@ int bench_gemm_cmd(int argc, char **argv) {
         return cli_usage_error("bench gemm: --trans wants a list of NN, NT, TN or TT, got '%s'", trans_list);
     int f32, bf16;
     if ((parsed = bench_parse_dtypes("bench gemm", dtype_list, &f32, &bf16))) return parsed;
+    if ((from_f32 || packed) && !bf16)
+        return cli_usage_error("bench gemm: %s applies to the bf16 row: add --dtype bf16",
+                               from_f32 ? "--from-f32" : "--packed-b");
     if (nm == 0) ms[0] = 1024, nm = 1;
     /* an absent --n / --k follows m (square shapes); given lists combine with every m */
     int n_tied = nn == 0, k_tied = nk == 0;
@@ -298,7 +346,7 @@ int bench_gemm_cmd(int argc, char **argv) {
             for (int in = 0; in < nn; in++)
                 for (int ik = 0; ik < nk; ik++) {
                     int64_t m = ms[im], n = n_tied ? m : ns[in], k = k_tied ? m : ks[ik];
-                    int rc = one_shape(&o, trans[t], m, n, k, f32, bf16, from_f32);
+                    int rc = one_shape(&o, trans[t], m, n, k, f32, bf16, from_f32, packed);
                     if (rc) return rc;
                 }
     return 0;

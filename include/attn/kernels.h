@@ -51,6 +51,30 @@ ATTN_API attn_status attn_gemm_bf16_from_f32(attn_transpose transa, attn_transpo
                                              int accumulate, float *c, int64_t ldc, void *workspace,
                                              size_t workspace_bytes);
 
+/* B packed once for many products (a frozen layer's weight, as MKL's cblas_gemm_pack or
+ * oneDNN's prepacked weights): attn_gemm_bf16 repacks B into pair-word panels on every call,
+ * which costs as much as the product itself at few rows (m = 128, k = 768: a third of the
+ * time). Pack B into a caller-owned buffer of attn_gemm_bf16_packed_b_size(n, k) bytes (bf16 B,
+ * or float B rounded as attn_gemm_bf16_from_f32 rounds it), then multiply any number of A's by
+ * it; the products are bit for bit those of attn_gemm_bf16 (or _from_f32) with B itself. The
+ * buffer records n, k and the panel width of the bf16 kernels active when it was packed (16
+ * columns on AMX, 64 elsewhere): a product for another shape, or after the active kernels changed
+ * to another width (attn_set_isa, ATTN_AMX), is refused (ATTN_ERR_INVALID_ARGUMENT): pack again.
+ * The buffer may be moved or copied as bytes. Workspace: attn_gemm_bf16_workspace_size(m, n, k). */
+ATTN_API size_t attn_gemm_bf16_packed_b_size(int64_t n, int64_t k);
+ATTN_API attn_status attn_gemm_bf16_pack_b(attn_transpose transb, int64_t n, int64_t k, const attn_bf16 *b, int64_t ldb,
+                                           void *packed, size_t packed_bytes);
+ATTN_API attn_status attn_gemm_bf16_pack_b_from_f32(attn_transpose transb, int64_t n, int64_t k, const float *b,
+                                                    int64_t ldb, void *packed, size_t packed_bytes);
+/* C = (accumulate ? C : 0) + op(A) B with B from attn_gemm_bf16_pack_b (op(B) as packed). */
+ATTN_API attn_status attn_gemm_bf16_packed(attn_transpose transa, int64_t m, int64_t n, int64_t k, const attn_bf16 *a,
+                                           int64_t lda, const void *packed_b, int accumulate, float *c, int64_t ldc,
+                                           void *workspace, size_t workspace_bytes);
+/* The same with a float A rounded while it is packed (as attn_gemm_bf16_from_f32). */
+ATTN_API attn_status attn_gemm_bf16_packed_from_f32(attn_transpose transa, int64_t m, int64_t n, int64_t k,
+                                                    const float *a, int64_t lda, const void *packed_b, int accumulate,
+                                                    float *c, int64_t ldc, void *workspace, size_t workspace_bytes);
+
 /* ---- row-wise ops on [rows, n] contiguous matrices ---------------------------------------- */
 
 /* y = softmax(x) along each row (max-subtracted). Rows that are all -inf give 0; a NaN or +inf

@@ -225,10 +225,17 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
                             int64_t k, const attn_bf16 *ah, const float *af, int64_t lda, const attn_bf16 *bh,
                             const float *bf, int64_t ldb, const attn_bf16_packed_b *pb, int accumulate, float *c,
                             int64_t ldc, void *workspace, size_t workspace_bytes) {
+    /* without B itself (the public packed product), B's checks stand on the packed words */
+    const void *bcheck = bf ? (const void *)bf : bh ? (const void *)bh : pb ? (const void *)pb->words : NULL;
     attn_status st = attn_gemm_check_args(fn, transa, transb, m, n, k, af ? af : (const float *)(const void *)ah, lda,
-                                          bf ? bf : (const float *)(const void *)bh, ldb, c, ldc);
+                                          (const float *)bcheck, ldb, c, ldc);
     if (st) return st;
     if (m == 0 || n == 0) return ATTN_OK;
+    if (k == 0) { /* an empty sum: C, or zeros (the blocking below divides by k) */
+        if (!accumulate)
+            for (int64_t i = 0; i < m; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)n);
+        return ATTN_OK;
+    }
     const size_t need = attn_gemm_bf16_workspace_size(m, n, k);
     if (need == SIZE_MAX) return attn_error(ATTN_ERR_OVERFLOW, "%s: workspace size overflows", fn);
     if (!workspace || workspace_bytes < need)
@@ -242,6 +249,8 @@ static attn_status gemm_run(const char *fn, attn_transpose transa, attn_transpos
     const int ta = transa == ATTN_TRANS, tb = transb == ATTN_TRANS;
     const int NPC = panel_cols(kr);
     const int pre = pb && pb->words && pb->npc == NPC && pb->n == n && pb->k == k;
+    if (!pre && !bh && !bf) /* the packed B's width was checked, but the active table changed since */
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: the active bf16 kernels changed during the call", fn);
     /* On AMX's panels, k past 2048 with at most 512 rows goes in pieces of 1024, each a product of
      * its own that adds to C: each piece's B block (the columns of half the L2) is wider, so A is
      * read again fewer times, and a row block's piece of A (64 KiB) comes closer to the L1. The
@@ -425,4 +434,146 @@ void attn_bf16_packed_b_free(attn_bf16_packed_b *p) {
     if (!p) return;
     attn__free(p->words);
     memset(p, 0, sizeof *p);
+}
+
+/* ---- the public B packed once (attn/kernels.h) -------------------------------------------------
+ * The caller's buffer: a header (read and written with memcpy: the buffer may sit anywhere), then
+ * the panels' words from `offset` bytes on, 64-byte aligned where packed. The header's own check
+ * word refuses a buffer that was never packed, or was overwritten. */
+#define PACKED_B_MAGIC "attnPKB1"
+#define PACKED_B_HEADER 64
+
+typedef struct packed_b_header {
+    char magic[8];
+    int64_t n, k;
+    int32_t npc, pad;
+    uint64_t offset, words, check;
+} packed_b_header;
+
+static uint64_t packed_b_check(const packed_b_header *h) {
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    const uint64_t f[5] = {(uint64_t)h->n, (uint64_t)h->k, (uint64_t)(uint32_t)h->npc, h->offset, h->words};
+    for (int i = 0; i < 5; i++) x = (x ^ f[i]) * 0x100000001B3ull + (x >> 29);
+    return x;
+}
+
+/* Pair words of the panels of an n x k B at the widest panel width (64 columns; AMX's 16 divide it),
+ * or SIZE_MAX past size_t. */
+static size_t packed_b_words(int64_t n, int64_t k) {
+    size_t w;
+    if (attn_mul_overflow(((size_t)n + NP - 1) / NP * NP, ((size_t)k + 1) / 2, &w)) return SIZE_MAX;
+    return w;
+}
+
+size_t attn_gemm_bf16_packed_b_size(int64_t n, int64_t k) {
+    if (n < 0 || k < 0) return 0;
+    const size_t w = packed_b_words(n, k);
+    if (w == SIZE_MAX || w > (SIZE_MAX - PACKED_B_HEADER - 64) / 4) return SIZE_MAX;
+    return PACKED_B_HEADER + 63 + w * 4;
+}
+
+static attn_status pack_b_public(const char *fn, attn_transpose transb, int64_t n, int64_t k, const attn_bf16 *bh,
+                                 const float *bf, int64_t ldb, void *packed, size_t packed_bytes) {
+    const float a1 = 0.0f;
+    float c1 = 0.0f;
+    /* the argument checks of a 1 x n x k product with this B */
+    attn_status st = attn_gemm_check_args(fn, ATTN_NO_TRANS, transb, n ? 1 : 0, n, k, &a1, k > 0 ? k : 1,
+                                          bf ? bf : (const float *)(const void *)bh, ldb, &c1, n > 0 ? n : 1);
+    if (st) return st;
+    if (n > INT32_MAX || k > INT32_MAX)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: sizes above 2^31 (n = %lld, k = %lld)", fn, (long long)n,
+                          (long long)k);
+    const size_t need = attn_gemm_bf16_packed_b_size(n, k);
+    if (need == SIZE_MAX)
+        return attn_error(ATTN_ERR_OVERFLOW, "%s: n = %lld, k = %lld overflows", fn, (long long)n, (long long)k);
+    if (!packed || packed_bytes < need)
+        return attn_error(ATTN_ERR_WORKSPACE,
+                          "%s: packed buffer of %zu bytes at %p, need %zu for n = %lld, k = %lld "
+                          "(attn_gemm_bf16_packed_b_size)",
+                          fn, packed_bytes, packed, need, (long long)n, (long long)k);
+    const attn_bf16_kernels *kr = attn_bf16_kernels_active();
+    const int NPC = panel_cols(kr);
+    const uintptr_t start = (uintptr_t)packed, words_at = (start + PACKED_B_HEADER + 63) & ~(uintptr_t)63;
+    packed_b_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, PACKED_B_MAGIC, 8);
+    h.n = n, h.k = k, h.npc = NPC;
+    h.offset = (uint64_t)(words_at - start);
+    h.words = (uint64_t)(((size_t)n + (size_t)NPC - 1) / (size_t)NPC * (size_t)NPC * (((size_t)k + 1) / 2));
+    h.check = packed_b_check(&h);
+    memcpy(packed, &h, sizeof h);
+    uint32_t *w = (uint32_t *)(void *)((unsigned char *)packed + h.offset);
+    /* the last panel's columns past n are zero, as attn_bf16_pack_b's are never read: defined bytes */
+    memset(w, 0, (size_t)h.words * 4);
+#pragma omp parallel num_threads(attn_threads_for((n + NPC - 1) / NPC))
+    pack_b(kr, NPC, transb == ATTN_TRANS, n, k, bh, bf, ldb, w);
+    return ATTN_OK;
+}
+
+attn_status attn_gemm_bf16_pack_b(attn_transpose transb, int64_t n, int64_t k, const attn_bf16 *b, int64_t ldb,
+                                  void *packed, size_t packed_bytes) {
+    return pack_b_public("attn_gemm_bf16_pack_b", transb, n, k, b, NULL, ldb, packed, packed_bytes);
+}
+
+attn_status attn_gemm_bf16_pack_b_from_f32(attn_transpose transb, int64_t n, int64_t k, const float *b, int64_t ldb,
+                                           void *packed, size_t packed_bytes) {
+    return pack_b_public("attn_gemm_bf16_pack_b_from_f32", transb, n, k, NULL, b, ldb, packed, packed_bytes);
+}
+
+/* The packed B of a call, checked against the product's n and k and the active table. */
+static attn_status packed_b_open(const char *fn, int64_t n, int64_t k, const void *packed, attn_bf16_packed_b *out) {
+    if (!packed) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: packed_b is NULL", fn);
+    packed_b_header h;
+    memcpy(&h, packed, sizeof h);
+    if (memcmp(h.magic, PACKED_B_MAGIC, 8) != 0 || h.check != packed_b_check(&h) || h.n < 0 || h.k < 0 ||
+        h.n > INT32_MAX || h.k > INT32_MAX || (h.npc != 16 && h.npc != NP) || h.offset < PACKED_B_HEADER ||
+        h.offset >= PACKED_B_HEADER + 64)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: packed_b at %p does not hold a packed B (not written by attn_gemm_bf16_pack_b, or "
+                          "overwritten since)",
+                          fn, packed);
+    if (h.n != n || h.k != k)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: packed_b holds a B of k x n = %lld x %lld, the product wants %lld x %lld", fn,
+                          (long long)h.k, (long long)h.n, (long long)k, (long long)n);
+    const attn_bf16_kernels *kr = attn_bf16_kernels_active();
+    if (h.npc != panel_cols(kr))
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: packed_b was packed in panels of %d columns, the active bf16 kernels (%s) take %d: "
+                          "the active kernels changed since (attn_set_isa, ATTN_AMX); pack B again",
+                          fn, (int)h.npc, kr->name, panel_cols(kr));
+    const unsigned char *words = (const unsigned char *)packed + h.offset;
+    if ((uintptr_t)words % 4 != 0)
+        return attn_error(ATTN_ERR_INVALID_ARGUMENT,
+                          "%s: packed_b's words at %p are not 4-byte aligned (the buffer was moved to an address "
+                          "off by %d bytes)",
+                          fn, (const void *)words, (int)((uintptr_t)words % 4));
+    out->n = n, out->k = k, out->npc = (int)h.npc;
+    out->words = (uint32_t *)(uintptr_t)words; /* read only: the product never writes B's words */
+    return ATTN_OK;
+}
+
+static attn_status gemm_packed(const char *fn, attn_transpose transa, int64_t m, int64_t n, int64_t k,
+                               const attn_bf16 *ah, const float *af, int64_t lda, const void *packed_b, int accumulate,
+                               float *c, int64_t ldc, void *workspace, size_t workspace_bytes) {
+    attn_bf16_packed_b pb;
+    attn_status st = packed_b_open(fn, n, k, packed_b, &pb);
+    if (st) return st;
+    /* B's argument checks stand on the words (k x n, row length n): the packing checked B itself */
+    return gemm_run(fn, transa, ATTN_NO_TRANS, m, n, k, ah, af, lda, NULL, NULL, n > 0 ? n : 1, &pb, accumulate, c, ldc,
+                    workspace, workspace_bytes);
+}
+
+attn_status attn_gemm_bf16_packed(attn_transpose transa, int64_t m, int64_t n, int64_t k, const attn_bf16 *a,
+                                  int64_t lda, const void *packed_b, int accumulate, float *c, int64_t ldc,
+                                  void *workspace, size_t workspace_bytes) {
+    return gemm_packed("attn_gemm_bf16_packed", transa, m, n, k, a, NULL, lda, packed_b, accumulate, c, ldc, workspace,
+                       workspace_bytes);
+}
+
+attn_status attn_gemm_bf16_packed_from_f32(attn_transpose transa, int64_t m, int64_t n, int64_t k, const float *a,
+                                           int64_t lda, const void *packed_b, int accumulate, float *c, int64_t ldc,
+                                           void *workspace, size_t workspace_bytes) {
+    return gemm_packed("attn_gemm_bf16_packed_from_f32", transa, m, n, k, NULL, a, lda, packed_b, accumulate, c, ldc,
+                       workspace, workspace_bytes);
 }
