@@ -41,6 +41,7 @@
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
+#include <math.h>
 #endif
 
 /* Cephes expf */
@@ -94,9 +95,17 @@ static inline __m512 attn_exp512_poly(__m512 r) {
 }
 
 /* e^r * 2^ni for |r| <= ln(2)/2 and ni in [-151, 128]: vscalefps rounds y 2^n once, as the AVX2
- * version's two exact power-of-two factors do, so the bits are the same, in one instruction. */
+ * version's two exact power-of-two factors do, so the bits are the same, in one instruction.
+ * ni <= -151 gives 0 either way (y 2^-151 < 2^-150, half the least subnormal), but there
+ * vscalefps underflows through a microcode assist (about 180 cycles a vector on Intel; only
+ * results in the subnormal range need one): those lanes scale by 2^-inf instead (an exact 0, a
+ * NaN y stays NaN). */
 static inline __m512 attn_exp512_finish(__m512 r, __m512i ni) {
-    return _mm512_scalef_ps(attn_exp512_poly(r), _mm512_cvtepi32_ps(ni));
+    const __m512 y = attn_exp512_poly(r);
+    /* (vscalefps(NaN, -inf) gives 0 on some CPUs: a NaN lane keeps its n) */
+    const __mmask16 dead =
+        _mm512_mask_cmple_epi32_mask(_mm512_cmp_ps_mask(y, y, _CMP_ORD_Q), ni, _mm512_set1_epi32(-151));
+    return _mm512_scalef_ps(y, _mm512_mask_mov_ps(_mm512_cvtepi32_ps(ni), dead, _mm512_set1_ps(-INFINITY)));
 }
 
 static inline __m512 attn_exp512(__m512 x) {
@@ -108,7 +117,10 @@ static inline __m512 attn_exp512(__m512 x) {
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ATTN_VM_EXP_C1), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ATTN_VM_EXP_C2), r);
-    return _mm512_scalef_ps(attn_exp512_poly(r), n);
+    /* n <= -151 (x <= -104, -inf clamped there): 0 without vscalefps's underflow assist, as above
+     * (a NaN x has a NaN n: not dead) */
+    const __mmask16 dead = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-150.5f), _CMP_LE_OQ);
+    return _mm512_scalef_ps(attn_exp512_poly(r), _mm512_mask_mov_ps(n, dead, _mm512_set1_ps(-INFINITY)));
 }
 
 static inline __m512 attn_normcdf512(__m512 x, __m512 *pdf) {
@@ -191,7 +203,11 @@ static inline __m256 attn_exp256_finish(__m256 r, __m256i ni) {
     __m256i n1 = _mm256_srai_epi32(ni, 1);
     __m256i n2 = _mm256_sub_epi32(ni, n1);
     const __m256i bias = _mm256_set1_epi32(127);
-    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    /* ni <= -151 gives 0 either way; there the first factor is 0 instead of 2^n1, so that no
+     * product underflows through a microcode assist (see attn_exp512_finish); a NaN y stays NaN */
+    const __m256i live = _mm256_cmpgt_epi32(ni, _mm256_set1_epi32(-151));
+    __m256 s1 = _mm256_and_ps(_mm256_castsi256_ps(live),
+                              _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23)));
     __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
     return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
 }
