@@ -60,7 +60,9 @@ ATTN_API attn_status attn_gemm_bf16_from_f32(attn_transpose transa, attn_transpo
  * buffer records n, k and the panel width of the bf16 kernels active when it was packed (16
  * columns on AMX, 64 elsewhere): a product for another shape, or after the active kernels changed
  * to another width (attn_set_isa, ATTN_AMX), is refused (ATTN_ERR_INVALID_ARGUMENT): pack again.
- * The buffer may be moved or copied as bytes. Workspace: attn_gemm_bf16_workspace_size(m, n, k). */
+ * The buffer may be moved or copied as bytes to an address 4-byte aligned if the original was
+ * (its panels keep their offset; a 64-byte-aligned buffer keeps their cache-line alignment).
+ * Workspace: attn_gemm_bf16_workspace_size(m, n, k). */
 ATTN_API size_t attn_gemm_bf16_packed_b_size(int64_t n, int64_t k);
 ATTN_API attn_status attn_gemm_bf16_pack_b(attn_transpose transb, int64_t n, int64_t k, const attn_bf16 *b, int64_t ldb,
                                            void *packed, size_t packed_bytes);
