@@ -636,7 +636,7 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
     if (pad && npad > bi) {
         /* P's columns past bi in every pair row a step uses: at most the first step's keys */
         const int64_t span = jhi - jlo / BC * BC;
-        const int prow = span <= 0 ? 0 : span >= BCV ? BCV / 2 : ((int)(span + 1) / 2 + 15) & ~15;
+        const int prow = span <= 0 ? 0 : span >= BCV ? BCV / 2 : (int)round16((size_t)(span + 1) / 2);
         memset(pw, 0, sizeof(uint32_t) * (size_t)prow * BR);
         for (int j = bi; j < npad; j++) w.alpha[j] = 1.0f;
         if (!ot) memset(w.acc + bi * c.dv, 0, sizeof(float) * (size_t)((npad - bi) * c.dv));
@@ -663,7 +663,7 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
             hk->pair_rows_f32(bj, bi, w.s, BR, pw, BR);
         }
         if (ot) {
-            const int kw = (bj + 1) / 2, kpad = (kw + 15) & ~15; /* P's pair rows, zero to the next 16 */
+            const int kw = (bj + 1) / 2, kpad = (int)round16((size_t)kw); /* P's pair rows, zero to the next 16 */
             memset(pw + kw * BR, 0, sizeof(uint32_t) * (size_t)((kpad - kw) * BR));
             hk->gemm_pairs_colscale((int)c.dv, npad, kpad,
                                     vpairs + ((b * c.hk + g) * ceil_div(c.nk, BCV) + blk) * (BCV / 2) * c.dv +
@@ -677,7 +677,7 @@ static void forward_block_bf16(const attn_flash_kernels *kr, const attn_bf16_ker
                 pair_v_rows(hk, v, b, g, j0, bj, c.dv, (uint32_t *)(void *)w.vp);
             /* padded (AMX, V paired per step here): query rows to npad, P's and V's pair rows
              * zero to the next 16 */
-            const int kw = (bj + 1) / 2, kk = pad ? (kw + 15) & ~15 : kw;
+            const int kw = (bj + 1) / 2, kk = pad ? (int)round16((size_t)kw) : kw;
             memset(pw + kw * BR, 0, sizeof(uint32_t) * (size_t)((kk - kw) * BR));
             memset((uint32_t *)(void *)w.vp + kw * c.dv, 0, sizeof(uint32_t) * (size_t)((kk - kw) * c.dv));
             hk->gemm_pairs(npad, (int)c.dv, kk, pw, 1, BR, vp, c.dv, w.acc, c.dv, 1, w.alpha, 1.0f);
@@ -732,7 +732,7 @@ static attn_status flash_forward_bf16(const attn_ctx *cp, const attn_tensor *q, 
                 attn_tensor vx = *v;
                 vx.data16 += x0 * v->stride[3];
                 pair_v_rows(hk, &vx, b, g, j0, bj, nx, t);
-                const int kw = (bj + 1) / 2, kpad = (kw + 15) & ~15; /* words zero to the next 16 */
+                const int kw = (bj + 1) / 2, kpad = (int)round16((size_t)kw); /* words zero to the next 16 */
                 uint32_t *vt = vpairs + (t0 + x0) * (BCV / 2);
                 attn_bf16_words_across(kw, nx, t, nx, vt, BCV / 2);
                 for (int x = 0; kpad > kw && x < nx; x++)

@@ -30,6 +30,15 @@ static size_t round_up(size_t x) { return (x + 15) & ~(size_t)15; }
  * panels (AMX: a panel's 16 pair rows of 16 words are one B tile, 1 KB contiguous) */
 static int panel_cols(const attn_bf16_kernels *kr) { return kr->gemm_panels ? 16 : NP; }
 
+/* Pair words of B (n x k) in panels of npc columns, the last one padded: ceil(n / npc) npc
+ * ceil(k / 2), or SIZE_MAX past size_t. */
+static size_t panel_words(int64_t n, int64_t k, int npc) {
+    size_t w;
+    if (attn_mul_overflow(((size_t)n + (size_t)npc - 1) / (size_t)npc * (size_t)npc, ((size_t)k + 1) / 2, &w))
+        return SIZE_MAX;
+    return w;
+}
+
 /* On a little-endian CPU a pair word is its two bf16 as they lie in memory (the even one is the
  * low half), so packing copies words. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -50,7 +59,7 @@ size_t attn_gemm_bf16_workspace_size(int64_t m, int64_t n, int64_t k) {
     if (m < 0 || n < 0 || k < 0) return 0;
     const size_t kp = (size_t)(k + 1) / 2;
     size_t a, b, t;
-    if (attn_mul_overflow((size_t)m, kp, &a) || attn_mul_overflow(((size_t)n + NP - 1) / NP * NP, kp, &b) ||
+    if (attn_mul_overflow((size_t)m, kp, &a) || (b = panel_words(n, k, NP)) == SIZE_MAX ||
         attn_add_overflow(round_up(a), round_up(b), &t) || attn_mul_overflow(t, 4, &t) || attn_add_overflow(t, 64, &t))
         return SIZE_MAX;
     return t;
@@ -402,25 +411,32 @@ attn_status attn_gemm_bf16_from_f32_packed(attn_transpose transa, attn_transpose
                     ldc, workspace, workspace_bytes);
 }
 
+/* The argument checks of packing a B (bf16 or float: b is either) for products of n x k: those of
+ * a 1 x n x k product with this B, and the kernels' int sizes. */
+static attn_status pack_b_check(const char *fn, attn_transpose transb, int64_t n, int64_t k, const void *b,
+                                int64_t ldb) {
+    const float a1 = 0.0f;
+    float c1 = 0.0f;
+    attn_status st = attn_gemm_check_args(fn, ATTN_NO_TRANS, transb, n ? 1 : 0, n, k, &a1, k > 0 ? k : 1,
+                                          (const float *)b, ldb, &c1, n > 0 ? n : 1);
+    if (st) return st;
+    if (n > INT32_MAX || k > INT32_MAX)
+        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: sizes above 2^31 (n = %lld, k = %lld)", fn, (long long)n,
+                          (long long)k);
+    return ATTN_OK;
+}
+
 attn_status attn_bf16_pack_b(attn_transpose transb, int64_t n, int64_t k, const float *b, int64_t ldb,
                              attn_bf16_packed_b *out) {
     const char *fn = "attn_bf16_pack_b";
     if (!out) return attn_error(ATTN_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     memset(out, 0, sizeof *out);
-    /* the argument checks of a 1 x n x k product with this B */
-    const float a1 = 0.0f;
-    float c1 = 0.0f;
-    attn_status st = attn_gemm_check_args(fn, ATTN_NO_TRANS, transb, n ? 1 : 0, n, k, &a1, k > 0 ? k : 1, b, ldb, &c1,
-                                          n > 0 ? n : 1);
+    attn_status st = pack_b_check(fn, transb, n, k, b, ldb);
     if (st) return st;
-    if (n > INT32_MAX || k > INT32_MAX)
-        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: sizes above 2^31 (n = %lld, k = %lld)", fn, (long long)n,
-                          (long long)k);
     const attn_bf16_kernels *kr = attn_bf16_kernels_active();
     const int NPC = panel_cols(kr);
-    const int64_t kp = (k + 1) / 2;
-    size_t words;
-    if (attn_mul_overflow(((size_t)n + NPC - 1) / NPC * NPC, (size_t)kp, &words) || words > SIZE_MAX / 4 - 64)
+    const size_t words = panel_words(n, k, NPC);
+    if (words == SIZE_MAX || words > SIZE_MAX / 4 - 64)
         return attn_error(ATTN_ERR_OVERFLOW, "%s: n = %lld, k = %lld overflows", fn, (long long)n, (long long)k);
     uint32_t *w = attn__aligned_alloc(64, (words ? words : 1) * 4);
     if (!w) return attn_error(ATTN_ERR_OUT_OF_MEMORY, "%s: no memory for %zu bytes", fn, words * 4);
@@ -457,32 +473,18 @@ static uint64_t packed_b_check(const packed_b_header *h) {
     return x;
 }
 
-/* Pair words of the panels of an n x k B at the widest panel width (64 columns; AMX's 16 divide it),
- * or SIZE_MAX past size_t. */
-static size_t packed_b_words(int64_t n, int64_t k) {
-    size_t w;
-    if (attn_mul_overflow(((size_t)n + NP - 1) / NP * NP, ((size_t)k + 1) / 2, &w)) return SIZE_MAX;
-    return w;
-}
-
 size_t attn_gemm_bf16_packed_b_size(int64_t n, int64_t k) {
     if (n < 0 || k < 0) return 0;
-    const size_t w = packed_b_words(n, k);
+    /* the widest panels (64 columns; AMX's 16 divide them), so any table's fit */
+    const size_t w = panel_words(n, k, NP);
     if (w == SIZE_MAX || w > (SIZE_MAX - PACKED_B_HEADER - 64) / 4) return SIZE_MAX;
     return PACKED_B_HEADER + 63 + w * 4;
 }
 
 static attn_status pack_b_public(const char *fn, attn_transpose transb, int64_t n, int64_t k, const attn_bf16 *bh,
                                  const float *bf, int64_t ldb, void *packed, size_t packed_bytes) {
-    const float a1 = 0.0f;
-    float c1 = 0.0f;
-    /* the argument checks of a 1 x n x k product with this B */
-    attn_status st = attn_gemm_check_args(fn, ATTN_NO_TRANS, transb, n ? 1 : 0, n, k, &a1, k > 0 ? k : 1,
-                                          bf ? bf : (const float *)(const void *)bh, ldb, &c1, n > 0 ? n : 1);
+    attn_status st = pack_b_check(fn, transb, n, k, bf ? (const void *)bf : (const void *)bh, ldb);
     if (st) return st;
-    if (n > INT32_MAX || k > INT32_MAX)
-        return attn_error(ATTN_ERR_UNSUPPORTED, "%s: sizes above 2^31 (n = %lld, k = %lld)", fn, (long long)n,
-                          (long long)k);
     const size_t need = attn_gemm_bf16_packed_b_size(n, k);
     if (need == SIZE_MAX)
         return attn_error(ATTN_ERR_OVERFLOW, "%s: n = %lld, k = %lld overflows", fn, (long long)n, (long long)k);
@@ -499,7 +501,7 @@ static attn_status pack_b_public(const char *fn, attn_transpose transb, int64_t 
     memcpy(h.magic, PACKED_B_MAGIC, 8);
     h.n = n, h.k = k, h.npc = NPC;
     h.offset = (uint64_t)(words_at - start);
-    h.words = (uint64_t)(((size_t)n + (size_t)NPC - 1) / (size_t)NPC * (size_t)NPC * (((size_t)k + 1) / 2));
+    h.words = (uint64_t)panel_words(n, k, NPC); /* within need: NPC divides NP */
     h.check = packed_b_check(&h);
     memcpy(packed, &h, sizeof h);
     uint32_t *w = (uint32_t *)(void *)((unsigned char *)packed + h.offset);
