@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "flash_kernels.h"
+#include "kernels/transpose_avx2.h"
 #include "kernels/vec_tail_avx2.h"
 
 #define MR 6
@@ -149,6 +150,37 @@ static void probs_and_ds_avx2(int rows, int cols, float *s, const float *dp, flo
     }
 }
 
+/* dst[t * ldd + q] = src[q * rs + t] * f (f == 1: the bits, exactly), by 8 x 8 blocks transposed
+ * in registers; the portable loop moved one float at a time (2.4% of a MiniLM embedding on Zen 3). */
+static void pack_transposed_avx2(int rows, int cols, const float *src, int64_t rs, float f, float *dst, int64_t ldd) {
+    const __m256 fv = _mm256_set1_ps(f);
+    for (int q0 = 0; q0 < rows; q0 += 8) {
+        const int nq = rows - q0 < 8 ? rows - q0 : 8;
+        for (int t0 = 0; t0 < cols; t0 += 8) {
+            const int nt = cols - t0 < 8 ? cols - t0 : 8;
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                r[i] = i < nq ? attn_ld8n(src + (int64_t)(q0 + i) * rs + t0, nt) : _mm256_setzero_ps();
+                if (f != 1.0f) r[i] = _mm256_mul_ps(r[i], fv);
+            }
+            attn_transpose8x8(r);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+                if (j < nt) attn_st8n(dst + (int64_t)(t0 + j) * ldd + q0, nq, r[j]);
+        }
+    }
+}
+
+static void scale_copy_rows_avx2(int m, int n, const float *src, int64_t lds, const float *f, float *dst, int64_t ldd) {
+    for (int i = 0; i < m; i++) {
+        const __m256 fv = _mm256_set1_ps(f ? f[i] : 1.0f);
+        for (int j = 0; j < n; j += 8)
+            attn_st8n(dst + (int64_t)i * ldd + j, n - j,
+                      _mm256_mul_ps(attn_ld8n(src + (int64_t)i * lds + j, n - j), fv));
+    }
+}
+
 const attn_flash_kernels *attn_flash_kernels_avx2(void) {
     /* the bf16 path here runs the AVX2 emulation of the pair products (bf16_avx2.c) after this
      * softmax: the bf16 entries are the fp32 ones (one exp2) */
@@ -160,8 +192,8 @@ const attn_flash_kernels *attn_flash_kernels_avx2(void) {
                                          .probs_and_ds = probs_and_ds_avx2,
                                          .softmax_update_bf16 = softmax_update_avx2,
                                          .probs_and_ds_bf16 = probs_and_ds_avx2,
-                                         .pack_transposed = attn_flash_pack_transposed_ref,
+                                         .pack_transposed = pack_transposed_avx2,
                                          .dropout_tile = NULL,
-                                         .scale_copy_rows = attn_flash_scale_copy_rows_ref};
+                                         .scale_copy_rows = scale_copy_rows_avx2};
     return &k;
 }
