@@ -11,6 +11,7 @@
  * Rounding (vcvtneps2bf16's: to nearest even on the bits, subnormals to signed 0, NaN quieted)
  * in integer lanes, the same bits as attn_bf16_rne_daz. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "bf16_internal.h"
 #include "vec_tail_avx2.h"
@@ -36,57 +37,132 @@ static inline __m256 hi_half(__m256i w) {
 }
 static inline __m256 lo_half(__m256i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)); }
 
-/* One panel of nj <= 16 columns (whole: nj = 16, a constant at the call, so the loads and stores
- * of B and C are plain ones). */
-static inline __attribute__((always_inline)) void pairs_panel(const int whole, int m, int nj, int kp, const uint32_t *a,
-                                                              int64_t ars, int64_t acs, const uint32_t *b, int64_t ldb,
-                                                              float *c, int64_t ldc, int accumulate,
-                                                              const float *rowscale, float outscale) {
-    const int64_t l0 = whole ? 8 : nj, l1 = whole ? 8 : nj - 8; /* columns left in each vector */
-    for (int i0 = 0; i0 < m; i0 += 4) {
-        const int mi = m - i0 < 4 ? m - i0 : 4;
-        float *ci = c + (int64_t)i0 * ldc;
-        if (accumulate && rowscale) scale_rows(ci, ldc, mi, nj, rowscale + i0, NULL);
-        const uint32_t *ar[4];
-        for (int r = 0; r < 4; r++) ar[r] = a + (int64_t)(i0 + (r < mi ? r : 0)) * ars;
-        BF16_ENTER();
-        __m256 acc[4][2];
-        for (int r = 0; r < 4; r++) {
-            acc[r][0] = accumulate && r < mi ? attn_ld8n(ci + r * ldc, l0) : _mm256_setzero_ps();
-            acc[r][1] = accumulate && r < mi && l1 > 0 ? attn_ld8n(ci + r * ldc + 8, l1) : _mm256_setzero_ps();
-        }
-        const uint32_t *bp = b;
-        for (int p = 0; p < kp; p++, bp += ldb) {
-            const __m256i w0 = _mm256_castps_si256(attn_ld8n((const float *)(const void *)bp, l0));
-            const __m256i w1 = l1 > 0 ? _mm256_castps_si256(attn_ld8n((const float *)(const void *)(bp + 8), l1))
-                                      : _mm256_setzero_si256();
-            const __m256 b0h = hi_half(w0), b0l = lo_half(w0), b1h = hi_half(w1), b1l = lo_half(w1);
-            const int64_t o = (int64_t)p * acs;
-            for (int r = 0; r < 4; r++) {
-                const __m256i x = _mm256_set1_epi32((int)ar[r][o]);
-                const __m256 xh = hi_half(x), xl = lo_half(x);
-                acc[r][0] = _mm256_fmadd_ps(xl, b0l, _mm256_fmadd_ps(xh, b0h, acc[r][0]));
-                acc[r][1] = _mm256_fmadd_ps(xl, b1l, _mm256_fmadd_ps(xh, b1h, acc[r][1]));
+/* The pair products run as an fp32 GEMM over operands widened once: each pair word becomes two
+ * floats, its high bf16 first (k' = 2p: xh yh, then k' = 2p + 1: xl yl, the emulated step's
+ * order), and a 6 x 16 register tile (12 accumulators, B's two vectors, one broadcast: 15 of the
+ * 16 registers, as the fp32 flash tile) takes one FMA per k', under the same DAZ / FTZ: the
+ * same chain per element, so the same bits. Widening the pair words in the loop (a 4 x 16 tile,
+ * two chained FMAs per pair and accumulator: 8 chains of 2 at 2 FMAs a cycle, and 12 integer
+ * ops per step) held the products at 0.8x the fp32 tile's rate on Zen 3. A is widened once per
+ * k chunk for all its rows (IC), B once per panel of 16 columns and k chunk (KPC pairs). */
+enum { UR = 6, KPC = 64, IC = 64 };
+
+/* rows x 2 kc floats of A(i0 + r, p0 + q) widened: row-major (acs == 1: 8 words a load) at
+ * au[r * 2 KPC + k'], else k'-major at au[k' * IC + r] (the A of P^T tiles, whose rows are
+ * contiguous); *ars_u / *acs_u: the strides the tile then reads. */
+static void widen_a(int rows, int kc, const uint32_t *a, int64_t ars, int64_t acs, float *au, int64_t *ars_u,
+                    int64_t *acs_u) {
+    if (acs == 1) {
+        for (int r = 0; r < rows; r++) {
+            const uint32_t *ar = a + r * ars;
+            float *d = au + r * 2 * KPC;
+            int q = 0;
+            for (; q + 8 <= kc; q += 8) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)(ar + q));
+                const __m256 h = hi_half(w), l = lo_half(w);
+                const __m256 x0 = _mm256_unpacklo_ps(h, l), x1 = _mm256_unpackhi_ps(h, l);
+                _mm256_storeu_ps(d + 2 * q, _mm256_permute2f128_ps(x0, x1, 0x20));
+                _mm256_storeu_ps(d + 2 * q + 8, _mm256_permute2f128_ps(x0, x1, 0x31));
+            }
+            for (; q < kc; q++) {
+                const uint32_t w = ar[q];
+                const uint32_t hw = w & 0xffff0000u, lw = w << 16;
+                memcpy(d + 2 * q, &hw, 4);
+                memcpy(d + 2 * q + 1, &lw, 4);
             }
         }
-        for (int r = 0; r < 4; r++)
-            if (r < mi) {
-                attn_st8n(ci + r * ldc, l0, acc[r][0]);
-                if (l1 > 0) attn_st8n(ci + r * ldc + 8, l1, acc[r][1]);
-            }
-        BF16_LEAVE();
-        if (outscale != 1.0f) scale_rows(ci, ldc, mi, nj, NULL, &outscale);
+        *ars_u = 2 * KPC, *acs_u = 1;
+        return;
     }
+    for (int q = 0; q < kc; q++) {
+        const uint32_t *aq = a + q * acs;
+        float *dh = au + 2 * q * IC, *dl = dh + IC;
+        for (int r = 0; r < rows; r += 8) {
+            __m256i w;
+            if (ars == 1 && rows - r >= 8) {
+                w = _mm256_loadu_si256((const __m256i *)(const void *)(aq + r));
+            } else {
+                uint32_t t[8] = {0};
+                for (int e = 0; e < 8 && r + e < rows; e++) t[e] = aq[(r + e) * ars];
+                w = _mm256_loadu_si256((const __m256i *)(void *)t);
+            }
+            _mm256_storeu_ps(dh + r, hi_half(w));
+            _mm256_storeu_ps(dl + r, lo_half(w));
+        }
+    }
+    *ars_u = 1, *acs_u = IC;
+}
+
+/* kc pair rows of nj <= 16 columns of B widened: bu[k' * 16 + j], columns past nj 0. */
+static void widen_b(int nj, int kc, const uint32_t *b, int64_t ldb, float *bu) {
+    for (int q = 0; q < kc; q++) {
+        const uint32_t *bq = b + q * ldb;
+        const __m256i w0 = _mm256_castps_si256(attn_ld8n((const float *)(const void *)bq, nj));
+        const __m256i w1 = _mm256_castps_si256(attn_ld8n((const float *)(const void *)(bq + 8), nj - 8));
+        _mm256_store_ps(bu + 32 * q, hi_half(w0));
+        _mm256_store_ps(bu + 32 * q + 8, hi_half(w1));
+        _mm256_store_ps(bu + 32 * q + 16, lo_half(w0));
+        _mm256_store_ps(bu + 32 * q + 24, lo_half(w1));
+    }
+}
+
+/* C rows [0, mi) (mi <= UR) x nj columns (whole: 16, a constant) += the widened A rows times B
+ * over kk = 2 kc values, the accumulators starting from C (init) or 0. */
+static inline __attribute__((always_inline)) void tile(const int whole, int mi, int nj, int kk, const float *au,
+                                                       int64_t ars, int64_t acs, const float *bu, float *c, int64_t ldc,
+                                                       int init) {
+    const int64_t l0 = whole ? 8 : nj, l1 = whole ? 8 : nj - 8;
+    const float *ar[UR];
+    for (int r = 0; r < UR; r++) ar[r] = au + (r < mi ? r : 0) * ars;
+    __m256 acc[UR][2];
+    for (int r = 0; r < UR; r++) {
+        acc[r][0] = init && r < mi ? attn_ld8n(c + r * ldc, l0) : _mm256_setzero_ps();
+        acc[r][1] = init && r < mi && l1 > 0 ? attn_ld8n(c + r * ldc + 8, l1) : _mm256_setzero_ps();
+    }
+    for (int k = 0; k < kk; k++) {
+        const __m256 b0 = _mm256_load_ps(bu + 16 * k), b1 = _mm256_load_ps(bu + 16 * k + 8);
+        for (int r = 0; r < UR; r++) {
+            const __m256 x = _mm256_broadcast_ss(ar[r] + k * acs);
+            acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+        }
+    }
+    for (int r = 0; r < UR; r++)
+        if (r < mi) {
+            attn_st8n(c + r * ldc, l0, acc[r][0]);
+            if (l1 > 0) attn_st8n(c + r * ldc + 8, l1, acc[r][1]);
+        }
 }
 
 static void gemm_pairs_avx2(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
                             int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale, float outscale) {
-    for (int j0 = 0; j0 < n; j0 += 16) {
-        if (n - j0 >= 16)
-            pairs_panel(1, m, 16, kp, a, ars, acs, b + j0, ldb, c + j0, ldc, accumulate, rowscale, outscale);
-        else
-            pairs_panel(0, m, n - j0, kp, a, ars, acs, b + j0, ldb, c + j0, ldc, accumulate, rowscale, outscale);
+    float au[IC * 2 * KPC] __attribute__((aligned(32))), bu[2 * KPC * 16] __attribute__((aligned(32)));
+    for (int j0 = 0; j0 < n && accumulate && rowscale; j0 += 16)
+        scale_rows(c + j0, ldc, m, n - j0 < 16 ? n - j0 : 16, rowscale, NULL);
+    BF16_ENTER();
+    for (int p0 = 0; p0 < kp || p0 == 0; p0 += KPC) { /* kp = 0 once: C = rowscale C or 0 */
+        const int kc = kp - p0 < KPC ? kp - p0 : KPC, init = accumulate || p0 > 0;
+        for (int i0 = 0; i0 < m; i0 += IC) {
+            const int mc = m - i0 < IC ? m - i0 : IC;
+            int64_t ars_u, acs_u;
+            widen_a(mc, kc, a + i0 * ars + p0 * acs, ars, acs, au, &ars_u, &acs_u);
+            for (int j0 = 0; j0 < n; j0 += 16) {
+                const int nj = n - j0 < 16 ? n - j0 : 16;
+                widen_b(nj, kc, b + p0 * ldb + j0, ldb, bu);
+                float *cj = c + i0 * ldc + j0;
+                for (int r0 = 0; r0 < mc; r0 += UR) {
+                    const int mi = mc - r0 < UR ? mc - r0 : UR;
+                    if (nj == 16)
+                        tile(1, mi, 16, 2 * kc, au + r0 * ars_u, ars_u, acs_u, bu, cj + r0 * ldc, ldc, init);
+                    else
+                        tile(0, mi, nj, 2 * kc, au + r0 * ars_u, ars_u, acs_u, bu, cj + r0 * ldc, ldc, init);
+                }
+            }
+        }
     }
+    BF16_LEAVE();
+    for (int j0 = 0; j0 < n && outscale != 1.0f; j0 += 16)
+        scale_rows(c + j0, ldc, m, n - j0 < 16 ? n - j0 : 16, NULL, &outscale);
 }
 
 /* bf16 of 8 floats, one per 32-bit lane (the high half 0) */
