@@ -238,7 +238,7 @@ static void pack_a_avx2(int trans, const float *a, int64_t lda, int64_t rows, in
             if (r == MR) {
                 for (int64_t p = 0; p < kc; p++, src += lda) {
                     _mm_storeu_ps(dst + p * MR, _mm_loadu_ps(src));
-                    _mm_storel_pi((__m64 *)(dst + p * MR + 4), _mm_castpd_ps(_mm_load_sd((const double *)(src + 4))));
+                    _mm_storeu_si64(dst + p * MR + 4, _mm_loadu_si64(src + 4));
                 }
             } else {
                 for (int64_t p = 0; p < kc; p++, src += lda)
@@ -260,7 +260,7 @@ static void pack_a_avx2(int trans, const float *a, int64_t lda, int64_t rows, in
                 if (q >= np) break;
                 float *d = dst + (p + q) * MR;
                 _mm_storeu_ps(d, _mm256_castps256_ps128(v[q]));
-                _mm_storel_pi((__m64 *)(d + 4), _mm256_extractf128_ps(v[q], 1));
+                _mm_storeu_si64(d + 4, _mm_castps_si128(_mm256_extractf128_ps(v[q], 1)));
             }
         }
     }
