@@ -227,7 +227,7 @@ static void ukr_rows_t_avx2(int64_t kc, const float *a, const float *b, int64_t 
 }
 
 /* op(A) rows into MR x kc micro-panels: dst[p * MR + i], rows past `rows` zero. The portable
- * packing moved one float at a time (gathering A's rows ldb apart for every p): 8% of a MiniLM
+ * packing moved one float at a time (gathering A's rows lda apart for every p): 8% of a MiniLM
  * embedding on Zen 3, where the micro-kernel itself is 67%. */
 static void pack_a_avx2(int trans, const float *a, int64_t lda, int64_t rows, int64_t kc, float *dst) {
     for (int64_t i0 = 0; i0 < rows; i0 += MR, dst += MR * kc) {
