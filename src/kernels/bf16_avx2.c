@@ -23,7 +23,7 @@
     __asm__ __volatile__("ldmxcsr %0" : : "m"(csr_flush) : "memory")
 #define BF16_LEAVE() __asm__ __volatile__("ldmxcsr %0" : : "m"(csr_saved) : "memory")
 
-/* C[r][j] *= (rs ? rs[r] : *f), r < rows, j < cols (<= 16), under the caller's MXCSR. */
+/* C[r][j] *= (rs ? rs[r] : *f), r < rows, j < cols, under the caller's MXCSR. */
 static void scale_rows(float *c, int64_t ldc, int rows, int cols, const float *rs, const float *f) {
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < cols; j += 8) {
@@ -137,8 +137,7 @@ static inline __attribute__((always_inline)) void tile(const int whole, int mi, 
 static void gemm_pairs_avx2(int m, int n, int kp, const uint32_t *a, int64_t ars, int64_t acs, const uint32_t *b,
                             int64_t ldb, float *c, int64_t ldc, int accumulate, const float *rowscale, float outscale) {
     float au[IC * 2 * KPC] __attribute__((aligned(32))), bu[2 * KPC * 16] __attribute__((aligned(32)));
-    for (int j0 = 0; j0 < n && accumulate && rowscale; j0 += 16)
-        scale_rows(c + j0, ldc, m, n - j0 < 16 ? n - j0 : 16, rowscale, NULL);
+    if (accumulate && rowscale) scale_rows(c, ldc, m, n, rowscale, NULL);
     BF16_ENTER();
     for (int p0 = 0; p0 < kp || p0 == 0; p0 += KPC) { /* kp = 0 once: C = rowscale C or 0 */
         const int kc = kp - p0 < KPC ? kp - p0 : KPC, init = accumulate || p0 > 0;
@@ -161,8 +160,7 @@ static void gemm_pairs_avx2(int m, int n, int kp, const uint32_t *a, int64_t ars
         }
     }
     BF16_LEAVE();
-    for (int j0 = 0; j0 < n && outscale != 1.0f; j0 += 16)
-        scale_rows(c + j0, ldc, m, n - j0 < 16 ? n - j0 : 16, NULL, &outscale);
+    if (outscale != 1.0f) scale_rows(c, ldc, m, n, NULL, &outscale);
 }
 
 /* bf16 of 8 floats, one per 32-bit lane (the high half 0) */
